@@ -1,0 +1,181 @@
+"""Bit-exact number-format conversions done with integer operations on the bits.
+
+Library casts to float8 differ between releases (torch 2.11 turns an e4m3fn overflow into NaN,
+torch 2.13 saturates; torch and ml_dtypes disagree on E8M0 casts of 0 and negatives), so every
+conversion the suite relies on is written here with integer arithmetic on the IEEE bit patterns.
+All functions take and return torch tensors and run on any device.
+
+Formats:
+- e4m3fn (OCP FP8 E4M3): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinity; the codes
+  S.1111.111 (0x7F, 0xFF) are NaN; largest finite 448 (0x7E); smallest subnormal 2^-9.
+- E8M0 (OCP MX scale): 8 exponent bits, no sign, no mantissa; byte b means 2^(b - 127);
+  0xFF is NaN; smallest 2^-127, largest 2^127.
+- bf16 / f16 / f32: IEEE 754 (bf16 is the top half of f32).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+E4M3_MAX = 448.0
+E4M3_NAN_CODE = 0x7F
+E4M3_MAX_CODE = 0x7E
+E8M0_NAN = 0xFF
+E8M0_BIAS = 127
+
+_F32_EXP_MASK = 0x7F800000
+_F32_ABS_MASK = 0x7FFFFFFF
+
+
+def _f32_bits(x: torch.Tensor) -> torch.Tensor:
+    """IEEE bits of an f32 tensor as int64 in [0, 2^32)."""
+    if x.dtype != torch.float32:
+        raise TypeError(f"expected a float32 tensor, got {x.dtype}")
+    return x.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+
+
+def _bits_to_f32(bits: torch.Tensor) -> torch.Tensor:
+    """int64 tensor holding 32-bit patterns -> f32 tensor with those bits."""
+    wrapped = torch.where(bits >= 2**31, bits - 2**32, bits)
+    return wrapped.to(torch.int32).view(torch.float32)
+
+
+def _rne_shift(value: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """Round-to-nearest-even of value / 2^shift for non-negative int64 value, shift >= 0."""
+    shift = shift.clamp(0, 62)
+    quotient = value >> shift
+    remainder = value - (quotient << shift)
+    half = torch.where(shift > 0, torch.ones_like(shift) << (shift - 1).clamp(min=0), torch.zeros_like(shift))
+    round_up = (shift > 0) & ((remainder > half) | ((remainder == half) & ((quotient & 1) == 1)))
+    return quotient + round_up.to(quotient.dtype)
+
+
+def e4m3_values() -> torch.Tensor:
+    """Float64 value of each of the 256 e4m3fn codes (NaN for 0x7F and 0xFF), on the CPU."""
+    codes = torch.arange(256, dtype=torch.int64)
+    sign = torch.where(codes >= 128, -1.0, 1.0).to(torch.float64)
+    exponent = (codes >> 3) & 0xF
+    mantissa = (codes & 7).to(torch.float64)
+    subnormal = mantissa * 2.0**-9
+    normal = (8.0 + mantissa) * torch.pow(torch.tensor(2.0, dtype=torch.float64), (exponent - 10).to(torch.float64))
+    magnitude = torch.where(exponent == 0, subnormal, normal)
+    values = sign * magnitude
+    values[(codes & 0x7F) == E4M3_NAN_CODE] = float("nan")
+    return values
+
+
+_E4M3_TABLES: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
+def e4m3_table(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Cached value table of the 256 e4m3fn codes on `device` in `dtype` (exact in f16/f32/f64)."""
+    key = (torch.device(device), dtype)
+    table = _E4M3_TABLES.get(key)
+    if table is None:
+        table = e4m3_values().to(dtype=dtype, device=key[0])
+        _E4M3_TABLES[key] = table
+    return table
+
+
+def decode_e4m3(codes: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Exact value of each e4m3fn code (uint8 tensor) in `dtype` (f16, f32 or f64)."""
+    if codes.dtype != torch.uint8:
+        raise TypeError(f"e4m3 codes must be uint8, got {codes.dtype}")
+    table = e4m3_table(codes.device, dtype)
+    return table[codes.to(torch.int64)]
+
+
+def encode_e4m3(x: torch.Tensor, *, saturate: bool) -> torch.Tensor:
+    """Round f32 values to e4m3fn codes (uint8), round to nearest even.
+
+    Finite values whose rounded magnitude exceeds 448 (that is |x| > 464, since 464 ties to 448)
+    become 448 with the sign when `saturate`, else NaN (0x7F with the sign). Infinities follow the
+    same rule as overflow. NaN inputs give 0x7F with the input's sign bit. Values below half the
+    smallest subnormal (2^-10) round to signed zero.
+    """
+    bits = _f32_bits(x)
+    sign = (bits >> 31) << 7
+    magnitude_bits = bits & _F32_ABS_MASK
+    biased_exp = magnitude_bits >> 23
+    significand = torch.where(biased_exp > 0, (magnitude_bits & 0x7FFFFF) | 0x800000, magnitude_bits & 0x7FFFFF)
+    # Normal results (|x| >= 2^-6, f32 biased exponent >= 121): keep 3 mantissa bits; the
+    # rounding carry propagates into the exponent field.
+    normal_body = ((biased_exp - 120) << 3) + _rne_shift(magnitude_bits & 0x7FFFFF, torch.full_like(bits, 20))
+    # Subnormal results: |x| / 2^-9 = significand * 2^(E - 141) (E >= 1), or * 2^-140 (E == 0).
+    effective_exp = torch.where(biased_exp > 0, biased_exp, torch.ones_like(biased_exp))
+    subnormal_body = _rne_shift(significand, 141 - effective_exp)
+    body = torch.where(biased_exp >= 121, normal_body, subnormal_body)
+    is_nan = magnitude_bits > _F32_EXP_MASK
+    overflow = (body > E4M3_MAX_CODE) & ~is_nan
+    overflow_code = E4M3_MAX_CODE if saturate else E4M3_NAN_CODE
+    body = torch.where(overflow, torch.full_like(body, overflow_code), body)
+    body = torch.where(is_nan, torch.full_like(body, E4M3_NAN_CODE), body)
+    return (sign | body).to(torch.uint8)
+
+
+def f32_exponent_field(x: torch.Tensor) -> torch.Tensor:
+    """Biased exponent field (bits 23..30) of each f32 value, int64 in [0, 255]; sign ignored."""
+    return (_f32_bits(x) >> 23) & 0xFF
+
+
+def e8m0_values(codes: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Value 2^(b - 127) of E8M0 bytes (any integer dtype holding 0..255); 255 -> NaN."""
+    as_int = codes.to(torch.int64)
+    if bool(((as_int < 0) | (as_int > 255)).any()):
+        raise ValueError("E8M0 bytes must lie in [0, 255]")
+    values = torch.pow(torch.tensor(2.0, dtype=torch.float64, device=codes.device), (as_int - E8M0_BIAS).to(torch.float64))
+    values = torch.where(as_int == E8M0_NAN, torch.full_like(values, float("nan")), values)
+    return values.to(dtype)
+
+
+def encode_e8m0(x: torch.Tensor, *, rounding: Literal["floor", "ceil", "nearest"]) -> torch.Tensor:
+    """E8M0 byte (int64 0..255) of positive f32 values.
+
+    rounding: "floor" keeps the exponent field (what a scaled MFMA does with an f32 scale: the
+    mantissa is dropped); "ceil" rounds up to the next power of two; "nearest" rounds the
+    significand with ties (1.5 * 2^e) going up, as torch and ml_dtypes casts do.
+    Positive values below 2^-127 saturate to byte 0 (2^-127), as both libraries do. Zero,
+    negative values, NaN, infinity and results above 2^127 give 0xFF (NaN): E8M0 has no zero, no
+    sign and no infinity (torch maps 0 to byte 0 and ignores the sign; ml_dtypes gives NaN).
+    """
+    bits = _f32_bits(x)
+    negative = (bits >> 31) == 1
+    magnitude_bits = bits & _F32_ABS_MASK
+    exponent = magnitude_bits >> 23
+    mantissa = magnitude_bits & 0x7FFFFF
+    if rounding == "floor":
+        normal = exponent
+        subnormal = torch.zeros_like(exponent)
+    elif rounding == "ceil":
+        normal = exponent + (mantissa != 0).to(torch.int64)
+        subnormal = (mantissa > 0x400000).to(torch.int64)
+    elif rounding == "nearest":
+        normal = exponent + (mantissa >= 0x400000).to(torch.int64)
+        subnormal = (mantissa >= 0x600000).to(torch.int64)
+    else:
+        raise ValueError(f"unknown E8M0 rounding {rounding!r}")
+    result = torch.where(exponent == 0, subnormal, normal)
+    invalid = negative | (magnitude_bits == 0) | (exponent == 0xFF) | (result > 254)
+    return torch.where(invalid, torch.full_like(result, E8M0_NAN), result)
+
+
+def round_f32_to_bf16(x: torch.Tensor) -> torch.Tensor:
+    """f32 -> bf16 with round to nearest even, via the bits; NaN stays NaN (quiet)."""
+    bits = _f32_bits(x)
+    is_nan = (bits & _F32_ABS_MASK) > _F32_EXP_MASK
+    rounded = _rne_shift(bits, torch.full_like(bits, 16)) << 16
+    rounded = torch.where(is_nan, (bits | 0x400000) & 0xFFFF0000, rounded)
+    return _bits_to_f32(rounded & 0xFFFFFFFF).to(torch.bfloat16)
+
+
+def pow2_ceil_f32(x: torch.Tensor) -> torch.Tensor:
+    """Smallest power of two >= x for positive normal f32 x (x itself when already a power of two)."""
+    bits = _f32_bits(x)
+    exponent = (bits >> 23) & 0xFF
+    mantissa = bits & 0x7FFFFF
+    if bool((((bits >> 31) == 1) | (exponent == 0) | (exponent == 0xFF)).any()):
+        raise ValueError("pow2_ceil_f32 needs positive normal finite f32 values")
+    exponent = exponent + (mantissa != 0).to(torch.int64)
+    return _bits_to_f32(exponent << 23)

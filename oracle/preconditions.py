@@ -472,12 +472,14 @@ def check_records(
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     progress: Progress | None = None,
     max_examples: int = DEFAULT_MAX_EXAMPLES,
+    scope: str | None = None,
 ) -> list[Finding]:
     """Scale and NaN-code findings of the records of a KV cache.
 
     kv_cache: uint8 [..., 656] contiguous (CPU, CUDA, or memory-mapped), rows addressed flat.
     rows: None scans every row (scope "all_rows"); else the flat row ids to scan (any order,
-    duplicates ignored; scope "selected_rows"), e.g. `consumed_rows(...)`.
+    duplicates ignored; scope "selected_rows"), e.g. `consumed_rows(...)`; `scope` overrides the
+    label (pass "consumed_rows" for rows a call consumes).
     chunk_rows: rows per chunk (memory: about chunk_rows * 1.2 KiB of temporaries; a full scan
     reads views of the cache, a row list gathers chunk_rows rows at a time).
     progress: called with (rows_done, rows_total) before the first and after every chunk.
@@ -487,7 +489,8 @@ def check_records(
     Raises ContractError for a wrong dtype or shape or a non-contiguous cache, ValueError for row
     ids outside [0, kv rows).
     """
-    return _check_records(kv_cache, rows, "all_rows" if rows is None else "selected_rows", chunk_rows, progress, max_examples)
+    label = scope or ("all_rows" if rows is None else "selected_rows")
+    return _check_records(kv_cache, rows, label, chunk_rows, progress, max_examples)
 
 
 def _check_records(kv_cache: torch.Tensor, rows: torch.Tensor | Sequence[int] | None, scope: str, chunk_rows: int, progress: Progress | None, max_examples: int) -> list[Finding]:

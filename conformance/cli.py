@@ -1,0 +1,51 @@
+"""`python -m conformance SUBCOMMAND ...`: the suite's command line.
+
+Each subcommand lives in its own module exposing ``register(subparsers) -> None``, which adds an
+argparse sub-parser and sets its handler with ``parser.set_defaults(func=handler)``, where
+``handler(args: argparse.Namespace) -> int`` returns the process exit code.
+
+To add a subcommand, write ``conformance/cli_<name>.py`` with ``register`` and append its module
+name to SUBCOMMAND_MODULES below (planned: replay, fuzz, corpus, report, bench, mutation-score).
+Exit codes, common to all subcommands: 0 success / clean, 1 the checked thing failed (violations,
+test failures), 2 unusable input or a usage error (argparse's own convention), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "conformance.cli_preconditions",
+    # "conformance.cli_replay",
+    # "conformance.cli_fuzz",
+    # "conformance.cli_corpus",
+    # "conformance.cli_report",
+    # "conformance.cli_bench",
+    # "conformance.cli_mutation_score",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(prog="python -m conformance", description="Differential fuzzing and conformance suite for sparse MLA kernels over fp8_ds_mla KV records.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse argv (sys.argv[1:] when None), run the subcommand and return its exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help gives 0, usage errors 2
+        return int(exc.code or 0)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

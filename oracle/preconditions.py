@@ -32,7 +32,7 @@ all work. Progress callbacks receive (items_done, items_total) after every chunk
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -45,7 +45,7 @@ from kernel.record import MAX_VALID_SCALE, N_SCALE_BLOCKS, RECORD_BYTES, ROPE_OF
 Severity = Literal["violation", "notice"]
 Progress = Callable[[int, int], None]
 
-DEFAULT_CHUNK_ROWS = 1 << 16  # rows per chunk: 43 MB of records, ~0.1 GB of temporaries
+DEFAULT_CHUNK_ROWS = 1 << 14  # rows per chunk: 10.25 MiB of records, ~8 MiB of temporaries (cache-friendly)
 DEFAULT_CHUNK_ENTRIES = 1 << 22  # index-stream positions per chunk
 DEFAULT_MAX_EXAMPLES = 5
 TILE = 128  # keys per kernel tile
@@ -265,6 +265,26 @@ def _require_stream(indices: torch.Tensor, indptr: torch.Tensor) -> None:
 # --------------------------------------------------------------------------- record scan
 
 
+@dataclass
+class _ChunkEvents:
+    """What one chunk of records holds that matters, with local row indices (int64):
+    bad scales (not a positive normal power of two <= 2^7) and rows holding NaN codes."""
+
+    start: int  # global id of local row 0 when ids is None (a contiguous scan)
+    ids: torch.Tensor | None  # global ids of the chunk's rows when gathered
+    n_rows: int
+    scale_local: torch.Tensor  # local row of each bad scale
+    scale_block: torch.Tensor  # its block 0..3
+    scale_bits: torch.Tensor  # its 32-bit pattern, int64 in [0, 2^32)
+    nan_local: torch.Tensor  # local rows holding NaN codes
+    nan_counts: torch.Tensor  # NaN codes in each such row
+    nan_first: torch.Tensor  # latent position of its first NaN code
+    nan_first_code: torch.Tensor  # that code (0x7F or 0xFF)
+
+    def global_ids(self, local: torch.Tensor) -> torch.Tensor:
+        return local + self.start if self.ids is None else self.ids[local]
+
+
 class _RecordAccumulator:
     """Exact counts and first examples of record findings over the rows a scan admits."""
 
@@ -275,9 +295,8 @@ class _RecordAccumulator:
         self.row_filter = row_filter  # bool [kv_rows] on the scan device, or None = every row
         self.counts = {KIND_SCALE_NOT_POW2: 0, KIND_SCALE_ABOVE_CAP: 0, KIND_SCALE_BAD: 0, KIND_NAN_CODES: 0}
         self.rows = {k: 0 for k in self.counts}
-        self.kinds_seen: dict[str, dict[str, int]] = {KIND_SCALE_BAD: {}}
+        self.classes: dict[str, int] = {}
         self.examples: dict[str, list[dict[str, Any]]] = {k: [] for k in self.counts}
-        self.rows_scanned = 0
 
     def _where(self, row: int) -> dict[str, Any]:
         where: dict[str, Any] = {"row": row}
@@ -289,28 +308,25 @@ class _RecordAccumulator:
             where["cache_index"] = idx[::-1]
         return where
 
-    def add(self, rows: torch.Tensor, scale_bits: torch.Tensor, nan_rows: torch.Tensor, nan_counts: torch.Tensor, nan_first: torch.Tensor, nan_first_code: torch.Tensor, n_rows: int) -> None:
-        """rows: global ids of the chunk's rows (int64 [c]); scale_bits int64 [c, 4] (only bad ones
-        are looked at); nan_*: per NaN-holding local row: local index, NaN code count, first
-        position and its code."""
-        if self.row_filter is not None:
-            keep = self.row_filter[rows]
-            self.rows_scanned += int(keep.sum())
-        else:
-            keep = None
-            self.rows_scanned += n_rows
-        self._add_scales(rows, scale_bits, keep)
-        self._add_nans(rows, nan_rows, nan_counts, nan_first, nan_first_code, keep)
+    def _keep(self, ev: _ChunkEvents, local: torch.Tensor) -> torch.Tensor | None:
+        if self.row_filter is None:
+            return None
+        return self.row_filter[ev.global_ids(local)]
 
-    def _add_scales(self, rows: torch.Tensor, bits: torch.Tensor, keep: torch.Tensor | None) -> None:
-        signed = torch.where(bits >= 1 << 31, bits - (1 << 32), bits)
-        bad = ((bits & 0x807FFFFF) != 0) | (signed < _F32_BITS_MIN_NORMAL) | (signed > _F32_BITS_CAP)
+    def add(self, ev: _ChunkEvents) -> None:
+        """Fold one chunk's events in (rows outside row_filter ignored)."""
+        if ev.scale_local.numel():
+            self._add_scales(ev)
+        if ev.nan_local.numel():
+            self._add_nans(ev)
+
+    def _add_scales(self, ev: _ChunkEvents) -> None:
+        local, block, b = ev.scale_local, ev.scale_block, ev.scale_bits
+        keep = self._keep(ev, local)
         if keep is not None:
-            bad &= keep.unsqueeze(1)
-        if not bool(bad.any()):
-            return
-        local, block = bad.nonzero(as_tuple=True)
-        b = bits[local, block]
+            local, block, b = local[keep], block[keep], b[keep]
+            if local.numel() == 0:
+                return
         field_ = (b >> 23) & 0xFF
         nonpos_nonfinite = ((b >> 31) == 1) | (b == 0) | (field_ == 0xFF)
         above_cap = ~nonpos_nonfinite & (b > _F32_BITS_CAP)
@@ -323,32 +339,31 @@ class _RecordAccumulator:
             self.rows[kind] += int(torch.unique(local[mask]).numel())
             if kind == KIND_SCALE_BAD:
                 for cls, m in _bad_scale_classes(b[mask]).items():
-                    self.kinds_seen[KIND_SCALE_BAD][cls] = self.kinds_seen[KIND_SCALE_BAD].get(cls, 0) + m
+                    self.classes[cls] = self.classes.get(cls, 0) + m
             room = self.max_examples - len(self.examples[kind])
             if room > 0:
                 sel = mask.nonzero(as_tuple=True)[0][:room]
-                for lr, bl, bv in zip(rows[local[sel]].tolist(), block[sel].tolist(), b[sel].tolist()):
-                    ex = self._where(lr)
+                for row, bl, bv in zip(ev.global_ids(local[sel]).tolist(), block[sel].tolist(), b[sel].tolist()):
+                    ex = self._where(row)
                     ex["block"] = bl
-                    ex["byte_offset"] = lr * RECORD_BYTES + SCALE_OFFSET + 4 * bl
+                    ex["byte_offset"] = row * RECORD_BYTES + SCALE_OFFSET + 4 * bl
                     ex.update(scale_effect(bv))
                     self.examples[kind].append(ex)
 
-    def _add_nans(self, rows: torch.Tensor, nan_rows: torch.Tensor, nan_counts: torch.Tensor, nan_first: torch.Tensor, nan_first_code: torch.Tensor, keep: torch.Tensor | None) -> None:
-        if nan_rows.numel() == 0:
-            return
+    def _add_nans(self, ev: _ChunkEvents) -> None:
+        local, counts, first, code = ev.nan_local, ev.nan_counts, ev.nan_first, ev.nan_first_code
+        keep = self._keep(ev, local)
         if keep is not None:
-            k = keep[nan_rows]
-            nan_rows, nan_counts, nan_first, nan_first_code = nan_rows[k], nan_counts[k], nan_first[k], nan_first_code[k]
-            if nan_rows.numel() == 0:
+            local, counts, first, code = local[keep], counts[keep], first[keep], code[keep]
+            if local.numel() == 0:
                 return
-        self.counts[KIND_NAN_CODES] += int(nan_counts.sum())
-        self.rows[KIND_NAN_CODES] += int(nan_rows.numel())
+        self.counts[KIND_NAN_CODES] += int(counts.sum())
+        self.rows[KIND_NAN_CODES] += int(local.numel())
         room = self.max_examples - len(self.examples[KIND_NAN_CODES])
         if room > 0:
-            for lr, cnt, pos, code in zip(rows[nan_rows[:room]].tolist(), nan_counts[:room].tolist(), nan_first[:room].tolist(), nan_first_code[:room].tolist()):
-                ex = self._where(lr)
-                ex.update(position=pos, block=pos // 128, code=f"0x{code:02x}", nan_codes_in_row=cnt, byte_offset=lr * RECORD_BYTES + pos)
+            for row, cnt, pos, c in zip(ev.global_ids(local[:room]).tolist(), counts[:room].tolist(), first[:room].tolist(), code[:room].tolist()):
+                ex = self._where(row)
+                ex.update(position=pos, block=pos // 128, code=f"0x{c:02x}", nan_codes_in_row=cnt, byte_offset=row * RECORD_BYTES + pos)
                 self.examples[KIND_NAN_CODES].append(ex)
 
     def findings(self) -> list[Finding]:
@@ -357,7 +372,7 @@ class _RecordAccumulator:
             if self.counts[kind]:
                 details: dict[str, Any] = {"rows": self.rows[kind]}
                 if kind == KIND_SCALE_BAD:
-                    details["by_class"] = dict(sorted(self.kinds_seen[kind].items()))
+                    details["by_class"] = dict(sorted(self.classes.items()))
                 exs = self.examples[kind]
                 out.append(Finding(kind, "violation", self.counts[kind], "scales", exs, _consequence(_SCALE_GENERAL[kind], exs), self.scope, details))
         if self.counts[KIND_NAN_CODES]:
@@ -383,56 +398,50 @@ def _bad_scale_classes(b: torch.Tensor) -> dict[str, int]:
     return {k: int(v.sum()) for k, v in classes.items() if bool(v.any())}
 
 
-def _chunk_events(chunk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-chunk raw facts of records uint8 [c, 656]: scale bits int64 [c, 4], and for rows holding
-    NaN codes: local row index, NaN count, first NaN position and its code."""
-    scale_bits = chunk[:, SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-    row_nan = _rows_with_nan_codes(chunk)
-    nan_rows = row_nan.nonzero(as_tuple=True)[0]
-    if nan_rows.numel() == 0:
-        empty = nan_rows.new_empty(0)
-        return scale_bits, nan_rows, empty, empty, empty
-    latent = chunk[nan_rows, :SCALE_OFFSET]
-    is_nan = (latent & 0x7F) == E4M3_NAN_CODE
-    counts = is_nan.sum(dim=1)
-    first = is_nan.to(torch.uint8).argmax(dim=1)
-    first_code = latent.gather(1, first.unsqueeze(1)).squeeze(1).to(torch.int64)
-    return scale_bits, nan_rows, counts, first, first_code
+def _chunk_events(chunk: torch.Tensor, start: int, ids: torch.Tensor | None) -> _ChunkEvents:
+    """Events of records uint8 [c, 656] (a view or a gathered copy)."""
+    # Scales as signed int32 bits: good = positive normal power of two <= 2^7, i.e. a zero
+    # mantissa and bits in [bits(2^-126), bits(2^7)] (negative patterns are < 0 as int32).
+    bits32 = chunk[:, SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.int32)
+    bad = ((bits32 & 0x007FFFFF) != 0) | (bits32 < _F32_BITS_MIN_NORMAL) | (bits32 > _F32_BITS_CAP)
+    if bool(bad.any()):
+        local, block = bad.nonzero(as_tuple=True)
+        sbits = bits32[local, block].to(torch.int64) & 0xFFFFFFFF
+    else:
+        local = block = sbits = torch.empty(0, dtype=torch.int64, device=chunk.device)
+    nan_local = _rows_with_nan_codes(chunk)
+    if nan_local.numel():
+        latent = chunk[nan_local, :SCALE_OFFSET]
+        is_nan = (latent & 0x7F) == E4M3_NAN_CODE
+        counts = is_nan.sum(dim=1)
+        first = is_nan.to(torch.uint8).argmax(dim=1)
+        first_code = latent.gather(1, first.unsqueeze(1)).squeeze(1).to(torch.int64)
+    else:
+        counts = first = first_code = nan_local
+    return _ChunkEvents(start, ids, chunk.shape[0], local, block, sbits, nan_local, counts, first, first_code)
 
 
 def _rows_with_nan_codes(chunk: torch.Tensor) -> torch.Tensor:
-    """bool [c]: rows of the chunk holding an e4m3 NaN code (0x7F / 0xFF) in their latent bytes.
+    """Local indices (int64) of the chunk's rows holding an e4m3 NaN code (0x7F / 0xFF).
 
     Fast path: 8 codes per int64 word; a byte b has (b & 0x7F) + 1 == 0x80 exactly when it is a
-    NaN code, and the add never carries into the next byte. Falls back to bytes when the chunk's
+    NaN code, and the add never carries into the next byte; one whole-chunk any() first, the
+    per-row reduction only for a chunk that has a NaN. Falls back to bytes when the chunk's
     address is not 8-byte aligned."""
+    words = None
     if chunk.data_ptr() % 8 == 0 and chunk.is_contiguous():
         try:
             words = chunk.view(torch.int64)[:, : SCALE_OFFSET // 8]
         except RuntimeError:
             words = None
-        if words is not None:
-            t = words & _I64_M7F
-            t += _I64_M01
-            t &= _I64_M80
-            return t.any(dim=1)
-    return ((chunk[:, :SCALE_OFFSET] & 0x7F) == E4M3_NAN_CODE).any(dim=1)
-
-
-def _iter_chunks(flat: torch.Tensor, rows: torch.Tensor | None, chunk_rows: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
-    """(row ids int64 [c] on flat's device, records [c, 656], c) per chunk; views for a full scan,
-    gathers (copies of c rows) for a row list."""
-    if chunk_rows < 1:
-        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
-    if rows is None:
-        total = flat.shape[0]
-        for start in range(0, total, chunk_rows):
-            stop = min(start + chunk_rows, total)
-            yield torch.arange(start, stop, device=flat.device), flat[start:stop], stop - start
-    else:
-        for start in range(0, rows.numel(), chunk_rows):
-            ids = rows[start : start + chunk_rows]
-            yield ids, flat.index_select(0, ids), ids.numel()
+    if words is not None:
+        t = words & _I64_M7F
+        t += _I64_M01
+        t &= _I64_M80
+        if not bool(t.any()):
+            return torch.empty(0, dtype=torch.int64, device=chunk.device)
+        return t.any(dim=1).nonzero(as_tuple=True)[0]
+    return ((chunk[:, :SCALE_OFFSET] & 0x7F) == E4M3_NAN_CODE).any(dim=1).nonzero(as_tuple=True)[0]
 
 
 def _scan_records(
@@ -442,18 +451,25 @@ def _scan_records(
     chunk_rows: int,
     progress: Progress | None,
 ) -> None:
+    """Feed every chunk's events to the accumulators: a contiguous scan of views when rows is
+    None, else gathers of chunk_rows listed rows at a time."""
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     flat = _kv_flat(kv_cache)
     total = flat.shape[0] if rows is None else rows.numel()
-    done = 0
     if progress is not None:
         progress(0, total)
-    for ids, chunk, n in _iter_chunks(flat, rows, chunk_rows):
-        events = _chunk_events(chunk)
+    for start in range(0, total, chunk_rows):
+        stop = min(start + chunk_rows, total)
+        if rows is None:
+            ev = _chunk_events(flat[start:stop], start, None)
+        else:
+            ids = rows[start:stop]
+            ev = _chunk_events(flat.index_select(0, ids), 0, ids)
         for acc in accumulators:
-            acc.add(ids, *events, n_rows=n)
-        done += n
+            acc.add(ev)
         if progress is not None:
-            progress(done, total)
+            progress(stop, total)
 
 
 def _normalise_rows(rows: torch.Tensor | Sequence[int], kv_rows: int, device: torch.device) -> torch.Tensor:

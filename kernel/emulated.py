@@ -1,0 +1,382 @@
+"""The gfx950 sparse MLA kernel's algorithm, step by step, in torch (CPU or any GPU).
+
+All rows and heads are processed at once; the only loops are over row chunks (bounded memory),
+over 128-key tiles, and over the fixed in-tile accumulation steps. Stages carry the names the
+FlyDSL kernel uses:
+
+    read_q          q rows and heads through their strides (f32 view of bf16)
+    tile_count      tiles per row: ceil(len / 128), or with has_invalid ceil(last_valid / 128)
+    load_slots      the KV row of each tile position; positions >= len and entries < 0 masked,
+                    index reads past the index stream return 0 (bounded buffer reads)
+    gather_records  656-byte records of the slots (64-bit byte offsets)
+    quantize_q      Q per (head, 128 dims): E8M0 s = max(exp(amax) - 7, 5), hi = e4m3(q 2^(127-s)),
+                    lo = e4m3((q 2^(127-s) - hi) * 32) with E8M0 s - 5 (never below 0)
+    qk_scores       scaled fp8 MFMA with the record scale's exponent field as E8M0, then two
+                    bf16 rope MFMAs, f32 accumulator
+    online_softmax  x = s * c_log2, tile max, m, alpha = exp2(m_old - m_new),
+                    P = exp2(x - max(m - 8, -1e20)), l partial sums per (wave, lane group)
+    scale_p         P' = fp16(P * scale_v), scale_v = f32 bits clamped to [1, bits(2^7)], 0 masked
+    pv_accumulate   o = o * alpha, then 4 f16 MFMAs of 32 keys each per tile
+    finalize        l over lane groups and waves, out = bf16(o * (1 / l)), lse = (m + log2 l - 8) ln 2
+
+Two deliberate improvements over the seed kernel: a masked position contributes exactly zero
+even when the row it falls back to (row 0) holds NaN codes (its V is zeroed), and a tiny or zero
+Q block never yields an out-of-range E8M0 for its lo part (s >= 5).
+
+Modelling choices where the hardware is not documented:
+- An MFMA forms its products and their sum exactly (float64 here) and rounds once (RNE) when it
+  adds to the f32 accumulator. QK MFMA j covers dims 32j..32j+31 of each 128-dim block; PV MFMA
+  kk = 2 hf + sub covers the 32 tile keys with key bit 6 == hf and bit 2 == sub.
+- v_exp_f32 and v_log_f32 are correctly rounded f32 (float64 evaluation, then RNE to f32);
+  subnormal results are kept, not flushed.
+- f32 -> fp8 conversions are RNE without saturation; f32 -> f16 and f32 -> bf16 are RNE.
+- The lane-group sum of l is (l0 + l1) + (l2 + l3); the wave sum ((w0 + w1) + w2) + w3.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from kernel.contract import validate_call
+from kernel.fp8 import decode_e4m3, e4m3_table, encode_e4m3, f32_exponent_field
+from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
+from kernel.registry import Backend
+
+TILE = 128
+P_SHIFT = 8.0
+MASKED_SCORE = -1.0e30
+M_FLOOR = -1.0e20
+SCALE_CAP_BITS = 0x43000000  # f32 bits of 2^7
+LO_FACTOR = 32.0
+LO_E8M0_OFFSET = 5
+MIN_HI_E8M0 = 5
+LN2_F32 = float(torch.tensor(math.log(2.0), dtype=torch.float32))
+DEFAULT_ROW_KEY_BUDGET = 1 << 16  # rows * 128 keys gathered per chunk (bounds memory per tile)
+
+
+def f32(x: torch.Tensor) -> torch.Tensor:
+    """Round to f32 (RNE)."""
+    return x.to(torch.float32)
+
+
+def exp2_f32(x: torch.Tensor) -> torch.Tensor:
+    """Correctly rounded f32 exp2 of f32 x."""
+    return f32(torch.exp2(x.to(torch.float64)))
+
+
+def log2_f32(x: torch.Tensor) -> torch.Tensor:
+    """Correctly rounded f32 log2 of f32 x."""
+    return f32(torch.log2(x.to(torch.float64)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Stages. Each is a plain function; `Stages` bundles them so a variant kernel can swap one.
+
+
+def read_q(q: torch.Tensor) -> torch.Tensor:
+    """q [n_q, H, 576] bf16 (any row/head strides) -> f32 [n_q, H, 576] (exact widening)."""
+    return q.to(torch.float32)
+
+
+def load_row_ranges(indptr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(r_beg, r_len) per row, int64; a negative length counts as 0."""
+    ptr = indptr.to(torch.int64)
+    return ptr[:-1], (ptr[1:] - ptr[:-1]).clamp_min(0)
+
+
+def bounded_read(indices: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """indices[positions] as int64, 0 where a position lies outside the index buffer."""
+    inside = (positions >= 0) & (positions < indices.numel())
+    if indices.numel() == 0:
+        return torch.zeros_like(positions)
+    return torch.where(inside, indices.to(torch.int64)[positions.clamp(0, indices.numel() - 1)], 0)
+
+
+def tile_count(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, has_invalid: bool) -> torch.Tensor:
+    """Tiles per row (int64): ceil(len / 128), or with has_invalid ceil(last_valid / 128) where
+    last_valid is one past the last position p < len whose entry is >= 0."""
+    if not has_invalid:
+        return (r_len + TILE - 1) // TILE
+    width = int(r_len.max()) if r_len.numel() else 0
+    if width == 0:
+        return torch.zeros_like(r_len)
+    offsets = torch.arange(width, device=r_len.device)
+    in_row = offsets < r_len.unsqueeze(1)
+    entries = bounded_read(indices, r_beg.unsqueeze(1) + offsets)
+    marks = torch.where(in_row & (entries >= 0), offsets + 1, 0)
+    last_valid = marks.amax(dim=1)
+    return (last_valid + TILE - 1) // TILE
+
+
+def load_slots(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(slots, masked) [R, 128] for tile `tile` of each row: KV row per position (0 where masked)."""
+    positions = tile * TILE + torch.arange(TILE, device=r_beg.device)
+    in_row = positions < r_len.unsqueeze(1)
+    entries = bounded_read(indices, r_beg.unsqueeze(1) + positions)
+    masked = ~in_row | (entries < 0)
+    return torch.where(masked, 0, entries), masked
+
+
+def gather_records(kv_rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """Records uint8 [..., 656] of the slots from the flat [rows, 656] cache (64-bit offsets)."""
+    return kv_rows[slots]
+
+
+@dataclass(frozen=True)
+class QuantizedQ:
+    """Q as the QK MFMAs see it.
+
+    hi, lo: f64 [n_q, H, 512] e4m3 values (codes decoded); hi_e8m0, lo_e8m0: int64 [n_q, H, 4]
+    E8M0 bytes per 128-dim block; rope: f64 [n_q, H, 64] bf16 values.
+    """
+
+    hi: torch.Tensor
+    lo: torch.Tensor
+    hi_e8m0: torch.Tensor
+    lo_e8m0: torch.Tensor
+    rope: torch.Tensor
+
+
+def quantize_q(q32: torch.Tensor) -> QuantizedQ:
+    """Per (row, head, 128-dim block) hi + lo fp8 quantisation with E8M0 scales (f32 arithmetic)."""
+    n_q, heads, _ = q32.shape
+    blocks = q32[..., :LATENT_DIM].reshape(n_q, heads, 4, 128)
+    amax = blocks.abs().amax(dim=-1)
+    s = (f32_exponent_field(amax) - 7).clamp_min(MIN_HI_E8M0)
+    inv = ((254 - s) << 23).to(torch.int32).view(torch.float32)  # 2^(127 - s)
+    x = blocks * inv.unsqueeze(-1)
+    hi_codes = encode_e4m3(x, saturate=False)
+    hi = decode_e4m3(hi_codes, torch.float32)
+    lo_codes = encode_e4m3((x - hi) * LO_FACTOR, saturate=False)
+    return QuantizedQ(
+        hi=decode_e4m3(hi_codes).reshape(n_q, heads, LATENT_DIM),
+        lo=decode_e4m3(lo_codes).reshape(n_q, heads, LATENT_DIM),
+        hi_e8m0=s,
+        lo_e8m0=s - LO_E8M0_OFFSET,
+        rope=q32[..., LATENT_DIM:].to(torch.float64),
+    )
+
+
+def _e8m0_factor(byte: torch.Tensor) -> torch.Tensor:
+    """2^(b - 127) in f64, NaN for 255."""
+    value = torch.pow(2.0, (byte - 127).to(torch.float64))
+    return torch.where(byte == 255, torch.full_like(value, float("nan")), value)
+
+
+def qk_scores(qq: QuantizedQ, rows: torch.Tensor, records: torch.Tensor) -> torch.Tensor:
+    """f32 scores s [R, H, 128] of the tile's keys for query rows `rows` (unmasked; see online_softmax)."""
+    r = records.shape[0]
+    table = e4m3_table(records.device, torch.float64)
+    k_codes = table[records[..., :SCALE_OFFSET].to(torch.int64)]  # [R, 128, 512]
+    k_scale_bits = records[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)  # [R, 128, 4]
+    k_e8m0 = f32_exponent_field(k_scale_bits)
+    k_rope = records[..., ROPE_OFFSET:].contiguous().view(torch.bfloat16).to(torch.float64)  # [R, 128, 64]
+    # dims as [block b, mfma j, 32]
+    k_view = k_codes.reshape(r, TILE, 4, 4, 32).permute(0, 2, 3, 4, 1)  # [R, b, j, 32, keys]
+    heads = qq.hi.shape[1]
+    acc = torch.zeros(r, heads, TILE, dtype=torch.float32, device=records.device)
+    k_factor = _e8m0_factor(k_e8m0).permute(0, 2, 1).unsqueeze(2).unsqueeze(2)  # [R, b, 1, 1, keys]
+    terms = []
+    for part, e8m0 in ((qq.hi[rows], qq.hi_e8m0[rows]), (qq.lo[rows], qq.lo_e8m0[rows])):
+        q_view = part.reshape(r, heads, 4, 4, 32).permute(0, 2, 3, 1, 4)  # [R, b, j, H, 32]
+        dots = torch.matmul(q_view, k_view)  # [R, b, j, H, keys]
+        q_factor = _e8m0_factor(e8m0).permute(0, 2, 1).unsqueeze(2).unsqueeze(-1)  # [R, b, 1, H, 1]
+        terms.append((dots * q_factor * k_factor).sum(dim=1))  # [R, j, H, keys]
+    hi_terms, lo_terms = terms
+    for j in range(4):
+        acc = f32(acc.to(torch.float64) + hi_terms[:, j])
+        acc = f32(acc.to(torch.float64) + lo_terms[:, j])
+    rope_dots = torch.matmul(
+        qq.rope[rows].reshape(r, heads, 2, 32).permute(0, 2, 1, 3),
+        k_rope.reshape(r, TILE, 2, 32).permute(0, 2, 3, 1),
+    )  # [R, 2, H, keys]
+    for i in range(2):
+        acc = f32(acc.to(torch.float64) + rope_dots[:, i])
+    return acc
+
+
+@dataclass
+class SoftmaxState:
+    """Running state per (row, head): m f32 [R, H]; l_parts f32 [R, H, 4 waves, 4 lane groups];
+    o f32 [R, H, 512]."""
+
+    m: torch.Tensor
+    l_parts: torch.Tensor
+    o: torch.Tensor
+
+
+def online_softmax(state: SoftmaxState, scores: torch.Tensor, masked: torch.Tensor, c_log2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Update m and l for one tile; return (P f32 [R, H, 128], alpha f32 [R, H]) for pv_accumulate.
+
+    x = s * c_log2 (masked keys: -1e30), m_new = max(m_old, tile max), alpha = exp2(m_old - m_new),
+    P = exp2(x - max(m_new - 8, -1e20)); each (wave w, lane group g) sums its 8 keys
+    32w + 16s + 4g + r in (s, r) order and does l = l * alpha + psum.
+    """
+    x = scores * c_log2
+    x = torch.where(masked.unsqueeze(1), torch.tensor(MASKED_SCORE, dtype=torch.float32, device=x.device), x)
+    tile_max = torch.where(torch.isnan(x), float("-inf"), x).amax(dim=-1)
+    m_new = torch.maximum(state.m, tile_max)
+    alpha = exp2_f32(state.m - m_new)
+    m_clamped = torch.clamp_min(m_new - P_SHIFT, M_FLOOR)
+    p = exp2_f32(x - m_clamped.unsqueeze(-1))
+    r, heads, _ = p.shape
+    lanes = p.reshape(r, heads, 4, 2, 4, 4).permute(0, 1, 2, 4, 3, 5).reshape(r, heads, 4, 4, 8)  # [.., w, g, (s, r)]
+    psum = torch.zeros(r, heads, 4, 4, dtype=torch.float32, device=p.device)
+    for k in range(8):
+        psum = psum + lanes[..., k]
+    state.l_parts = state.l_parts * alpha.view(r, heads, 1, 1) + psum
+    state.m = m_new
+    return p, alpha
+
+
+def scale_p(p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """P' f16 [R, H, 128, 4 blocks] = fp16(P * scale_v[block]); scale_v from the scale's f32 bits
+    clamped to [1, bits(2^7)] (a zero scale attends like a zero latent), 0 for masked keys."""
+    bits = records[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.int32)  # [R, 128, 4]
+    clamped = bits.clamp(1, SCALE_CAP_BITS)
+    clamped = torch.where(masked.unsqueeze(-1), torch.zeros_like(clamped), clamped)
+    scale_v = clamped.view(torch.float32)
+    return (p.unsqueeze(-1) * scale_v.unsqueeze(1)).to(torch.float16)
+
+
+def pv_accumulate(o: torch.Tensor, alpha: torch.Tensor, p_scaled: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """o = f32(o * alpha), then o += V^T P' by 4 f16 MFMAs (32 keys each) per 128-dim block.
+
+    V codes of masked keys are zeroed, so a NaN row they fall back to cannot reach o."""
+    r, heads, _, _ = p_scaled.shape
+    codes = torch.where(masked.unsqueeze(-1), torch.zeros_like(records[..., :SCALE_OFFSET]), records[..., :SCALE_OFFSET])
+    v = e4m3_table(records.device, torch.float64)[codes.to(torch.int64)]  # [R, 128, 512] exact f16 values
+    # key = 64 hf + 32 a + 16 b + 8 c + 4 sub + t  ->  [hf, sub] x 32 keys
+    v_groups = v.reshape(r, 2, 2, 2, 2, 2, 4, 4, 128).permute(0, 1, 5, 7, 2, 3, 4, 6, 8).reshape(r, 4, 4, 32, 128)
+    p_groups = (
+        p_scaled.to(torch.float64).reshape(r, heads, 2, 2, 2, 2, 2, 4, 4).permute(0, 1, 2, 6, 8, 3, 4, 5, 7).reshape(r, heads, 4, 4, 32)
+    )  # [R, H, kk, b, 32]
+    terms = torch.matmul(p_groups.permute(0, 2, 3, 1, 4), v_groups)  # [R, kk, b, H, 128]
+    terms = terms.permute(0, 1, 3, 2, 4).reshape(r, 4, heads, LATENT_DIM)
+    o = o * alpha.unsqueeze(-1)
+    for kk in range(4):
+        o = f32(o.to(torch.float64) + terms[:, kk])
+    return o
+
+
+def finalize(state: SoftmaxState) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out bf16 [R, H, 512], lse f32 [R, H]): l over lane groups and waves, out = bf16(o * (1 / l)),
+    lse = ((m + log2 l) - 8) * ln 2 (natural log), -inf and out 0 where l == 0."""
+    parts = state.l_parts
+    per_wave = (parts[..., 0] + parts[..., 1]) + (parts[..., 2] + parts[..., 3])
+    l_tot = ((per_wave[..., 0] + per_wave[..., 1]) + per_wave[..., 2]) + per_wave[..., 3]
+    has_l = l_tot > 0
+    inv_l = torch.where(has_l, 1.0 / torch.where(has_l, l_tot, 1.0), 0.0)
+    out = (state.o * inv_l.unsqueeze(-1)).to(torch.bfloat16)
+    lse2 = (state.m + log2_f32(torch.where(has_l, l_tot, 1.0))) - P_SHIFT
+    lse = torch.where(has_l, lse2 * LN2_F32, float("-inf"))
+    return out, lse
+
+
+@dataclass(frozen=True)
+class Stages:
+    """The kernel's stages; a variant kernel replaces one (see dataclasses.replace)."""
+
+    read_q: Callable[..., torch.Tensor] = read_q
+    load_row_ranges: Callable[..., tuple[torch.Tensor, torch.Tensor]] = load_row_ranges
+    tile_count: Callable[..., torch.Tensor] = tile_count
+    load_slots: Callable[..., tuple[torch.Tensor, torch.Tensor]] = load_slots
+    gather_records: Callable[..., torch.Tensor] = gather_records
+    quantize_q: Callable[..., QuantizedQ] = quantize_q
+    qk_scores: Callable[..., torch.Tensor] = qk_scores
+    online_softmax: Callable[..., tuple[torch.Tensor, torch.Tensor]] = online_softmax
+    scale_p: Callable[..., torch.Tensor] = scale_p
+    pv_accumulate: Callable[..., torch.Tensor] = pv_accumulate
+    finalize: Callable[..., tuple[torch.Tensor, torch.Tensor]] = finalize
+
+
+DEFAULT_STAGES = Stages()
+
+
+def run_emulated(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+    stages: Stages = DEFAULT_STAGES,
+    row_key_budget: int = DEFAULT_ROW_KEY_BUDGET,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The emulated gfx950 kernel with the contract's signature (stages swappable)."""
+    info = validate_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    n_q, heads = info.n_q, info.heads
+    device = q.device
+    result = out if out is not None else torch.empty(n_q, heads, LATENT_DIM, dtype=torch.bfloat16, device=device)
+    lse = torch.empty(n_q, heads, dtype=torch.float32, device=device) if return_lse else None
+    if n_q == 0:
+        return result, lse
+    kv_rows = kv_cache.reshape(-1, RECORD_BYTES)
+    c_log2 = torch.tensor(float(softmax_scale) * math.log2(math.e), dtype=torch.float32, device=device)
+    q32 = stages.read_q(q)
+    qq = stages.quantize_q(q32)
+    r_beg, r_len = stages.load_row_ranges(indptr)
+    n_tiles = stages.tile_count(indices, r_beg, r_len, has_invalid)
+    order = torch.argsort(n_tiles, descending=True, stable=True)  # long rows first
+    chunk_rows = max(1, row_key_budget // TILE)
+    for begin in range(0, n_q, chunk_rows):
+        rows = order[begin : begin + chunk_rows]
+        chunk_tiles = n_tiles[rows]
+        state = SoftmaxState(
+            m=torch.full((rows.numel(), heads), MASKED_SCORE, dtype=torch.float32, device=device),
+            l_parts=torch.zeros(rows.numel(), heads, 4, 4, dtype=torch.float32, device=device),
+            o=torch.zeros(rows.numel(), heads, LATENT_DIM, dtype=torch.float32, device=device),
+        )
+        max_tiles = int(chunk_tiles.max())
+        for tile in range(max_tiles):
+            live = torch.nonzero(chunk_tiles > tile).squeeze(1)  # rows still iterating
+            live_rows = rows[live]
+            slots, masked = stages.load_slots(indices, r_beg[live_rows], r_len[live_rows], tile)
+            records = stages.gather_records(kv_rows, slots)
+            scores = stages.qk_scores(qq, live_rows, records)
+            sub = SoftmaxState(m=state.m[live], l_parts=state.l_parts[live], o=state.o[live])
+            p, alpha = stages.online_softmax(sub, scores, masked, c_log2)
+            p_scaled = stages.scale_p(p, records, masked)
+            sub.o = stages.pv_accumulate(sub.o, alpha, p_scaled, records, masked)
+            state.m[live], state.l_parts[live], state.o[live] = sub.m, sub.l_parts, sub.o
+        chunk_out, chunk_lse = stages.finalize(state)
+        result[rows] = chunk_out
+        if lse is not None:
+            lse[rows] = chunk_lse
+    return result, lse
+
+
+def emulated_backend(stages: Stages = DEFAULT_STAGES, name: str = "emulated") -> Backend:
+    """The emulated kernel as a registry Backend (profile gfx950; CPU and CUDA/ROCm devices)."""
+
+    def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
+        return run_emulated(
+            q, kv_cache, indices, indptr, softmax_scale,
+            has_invalid=has_invalid, return_lse=return_lse, out=out, stages=stages,
+        )
+
+    return Backend(
+        name=name,
+        fn=kernel,
+        profile="gfx950",
+        devices=("cpu", "cuda"),
+        accepts_out=True,
+        bounded_index_reads=True,
+        limits=(
+            "H in 1..16",
+            "an out-of-range consumed index raises IndexError (torch gather) instead of reading memory",
+        ),
+    )
+
+
+def with_stage(name: str, **replacements: Callable[..., object]) -> Backend:
+    """An emulated-kernel variant with some stages replaced (used for broken-kernel catalogues)."""
+    return emulated_backend(dataclasses.replace(DEFAULT_STAGES, **replacements), name=name)

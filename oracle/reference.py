@@ -1,0 +1,75 @@
+"""Float64 reference of the sparse MLA forward with the contract's semantics.
+
+For each query row q and head h, over the row's valid keys i (CSR slice, negative length empty,
+with has_invalid entries < 0 masked, duplicates counted once per occurrence):
+    z_i   = softmax_scale * (q . K_i)                   (natural-log units)
+    out   = sum_i softmax(z)_i V_i                      float64 [n_q, H, 512]
+    lse   = ln sum_i exp(z_i)                           float64 [n_q, H]
+A row with no valid key gives out = 0 exactly and lse = -inf.
+
+K_i = [code * scale (512), rope (64)] and V_i = code * scale are exact in float64. The query used
+is `q_ref` (float64 [n_q, H, 576]): the bf16 query widened exactly by default, or a profile's
+deterministic representation of it (see oracle.qrep). Work is vectorised over rows and keys;
+the only loop is over memory-bounded chunks of rows. Runs on the device of the inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernel.record import LATENT_DIM
+from oracle.rows import DEFAULT_KEY_BUDGET, KeyChunk, iter_chunks
+
+
+@dataclass(frozen=True)
+class Reference:
+    """out: f64 [n_q, H, 512]; lse: f64 [n_q, H] (natural log, -inf for an empty row)."""
+
+    out: torch.Tensor
+    lse: torch.Tensor
+
+
+def chunk_scores(q_ref: torch.Tensor, chunk: KeyChunk, softmax_scale: float) -> torch.Tensor:
+    """z [R, H, L] = softmax_scale * q . K for the chunk's rows; -inf at masked slots."""
+    keys = torch.cat((chunk.latent, chunk.rope), dim=-1)  # [R, L, 576]
+    scores = torch.bmm(q_ref[chunk.rows], keys.transpose(1, 2)) * float(softmax_scale)
+    return scores.masked_fill(~chunk.valid.unsqueeze(1), float("-inf"))
+
+
+def chunk_softmax(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(p [R, H, L], lse [R, H]) of scores with -inf slots; every row here has >= 1 valid key."""
+    peak = scores.amax(dim=-1, keepdim=True)
+    weights = torch.exp(scores - peak)
+    total = weights.sum(dim=-1, keepdim=True)
+    return weights / total, (peak + torch.log(total)).squeeze(-1)
+
+
+def reference(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    q_ref: torch.Tensor | None = None,
+    key_budget: int = DEFAULT_KEY_BUDGET,
+) -> Reference:
+    """The float64 reference (see module docstring); raises oracle.rows.PreconditionError on
+    consumed positions or indices out of range."""
+    n_q, heads, _ = q.shape
+    q64 = q.to(torch.float64) if q_ref is None else q_ref
+    out = torch.zeros(n_q, heads, LATENT_DIM, dtype=torch.float64, device=q.device)
+    lse = torch.full((n_q, heads), float("-inf"), dtype=torch.float64, device=q.device)
+    for chunk in iter_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget):
+        if not bool(chunk.valid.any()):
+            continue
+        scores = chunk_scores(q64, chunk, softmax_scale)
+        has_key = chunk.valid.any(dim=1)
+        rows = chunk.rows[has_key]
+        probs, row_lse = chunk_softmax(scores[has_key])
+        out[rows] = torch.bmm(probs, chunk.latent[has_key])
+        lse[rows] = row_lse
+    return Reference(out=out, lse=lse)

@@ -1,0 +1,272 @@
+"""Recipe -> tensors. Everything a recipe determines is bit-identical on every device.
+
+Data of a KV row, a query element or an index entry is a pure function of (recipe seed, what it
+is, its id) via `strategies.rng`, computed on the CPU and then moved, so values do not depend on
+which other rows are referenced. Only referenced rows are materialised; a cache larger than
+64 MiB is allocated with `torch.empty` and only referenced rows plus their neighbours and row 0
+are written, so a cache over 4 GiB costs almost no RAM on a CPU (untouched pages).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernel.fp8 import round_f32_to_bf16
+from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_DIM, ROPE_OFFSET, SCALE_OFFSET, encode_records
+from strategies import rng
+from strategies.recipe import ROWS_BEYOND_4GIB, Recipe
+
+HEAD_DIM = LATENT_DIM + ROPE_DIM
+SMALL_CACHE_BYTES = 64 * 2**20
+_ID_STRIDE = 1 << 24  # ids of (row, offset) pairs: row * 2^24 + offset
+
+
+@dataclass
+class Problem:
+    """A materialised call: the kernel's arguments plus what the recipe knows about them.
+
+    referenced_rows: int64 [U] sorted unique KV rows consumed by valid entries (CPU);
+    poison_rows: int64 [P] rows written with the NaN poison record (CPU).
+    """
+
+    recipe: Recipe
+    q: torch.Tensor
+    kv_cache: torch.Tensor
+    indices: torch.Tensor
+    indptr: torch.Tensor
+    softmax_scale: float
+    has_invalid: bool
+    return_lse: bool
+    out: torch.Tensor | None
+    referenced_rows: torch.Tensor
+    poison_rows: torch.Tensor
+
+    def call(self, kernel: object, *, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Run `kernel` (a contract callable) on this problem, with the recipe's out= unless given."""
+        target = self.out if out is None else out
+        kwargs: dict[str, object] = {"has_invalid": self.has_invalid, "return_lse": self.return_lse}
+        if target is not None:
+            kwargs["out"] = target
+        return kernel(self.q, self.kv_cache, self.indices, self.indptr, self.softmax_scale, **kwargs)  # type: ignore[operator]
+
+
+def _stream(recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(indptr int64 [n_q + 1], pair rows, pair offsets, pair positions) on the CPU."""
+    lengths = torch.tensor(recipe.row_lengths, dtype=torch.int64)
+    indptr = torch.full((recipe.n_q + 1,), recipe.stream_offset, dtype=torch.int64)
+    indptr[1:] += torch.cumsum(lengths, 0) if recipe.n_q else torch.zeros(0, dtype=torch.int64)
+    positive = lengths.clamp_min(0)
+    pair_rows = torch.repeat_interleave(torch.arange(recipe.n_q), positive)
+    firsts = torch.cumsum(positive, 0) - positive
+    pair_offsets = torch.arange(int(positive.sum())) - torch.repeat_interleave(firsts, positive)
+    pair_positions = indptr[:-1][pair_rows] + pair_offsets
+    return indptr, pair_rows, pair_offsets, pair_positions
+
+
+def _index_values(recipe: Recipe, pair_rows: torch.Tensor, pair_ids: torch.Tensor) -> torch.Tensor:
+    seed, n = recipe.seed, recipe.cache_rows
+    low = ROWS_BEYOND_4GIB if recipe.index_pattern == "beyond_4gib" else (1 if recipe.poison else 0)
+    span = n - low
+    pattern = recipe.index_pattern
+    if pattern in ("uniform", "beyond_4gib", "sorted", "reversed"):
+        values = low + rng.integers(seed, "index", pair_ids, span)
+        if pattern in ("sorted", "reversed"):
+            key = values if pattern == "sorted" else (n - 1 - values)
+            order = torch.argsort(pair_rows * n + key, stable=True)
+            values = values[order]
+        return values
+    if pattern == "clustered":
+        base = rng.integers(seed, "cluster", pair_rows, span)
+        return low + (base + rng.integers(seed, "index", pair_ids, min(span, 128))) % span
+    if pattern == "duplicates":
+        pick = rng.integers(seed, "pick", pair_ids, 8)
+        return low + rng.integers(seed, "pool", pair_rows * 8 + pick, span)
+    if pattern == "tail":
+        return n - 1 - rng.integers(seed, "index", pair_ids, min(span, 256))
+    raise AssertionError(pattern)
+
+
+def _apply_invalid(recipe: Recipe, values: torch.Tensor, pair_rows: torch.Tensor, pair_offsets: torch.Tensor, pair_ids: torch.Tensor) -> torch.Tensor:
+    pattern = recipe.invalid_pattern
+    if pattern == "none" or values.numel() == 0:
+        return values
+    lengths = torch.tensor(recipe.row_lengths, dtype=torch.int64).clamp_min(0)[pair_rows]
+    if pattern == "scattered":
+        chosen = rng.integers(recipe.seed, "invalid", pair_ids, 1000) < recipe.invalid_permille
+        negative = -1 - 7 * rng.integers(recipe.seed, "negative", pair_ids, 3)
+        return torch.where(chosen, negative, values)
+    if pattern == "tail":
+        chosen = pair_offsets >= lengths - torch.clamp_min(lengths // 4, 1)
+    elif pattern == "leading_tile":
+        chosen = pair_offsets < 128
+    else:  # all
+        chosen = torch.ones_like(values, dtype=torch.bool)
+    return torch.where(chosen, -1, values)
+
+
+def _latent(recipe: Recipe, rows: torch.Tensor) -> torch.Tensor:
+    """f32 latent [U, 512] (bf16 values) of KV rows `rows`."""
+    seed = recipe.seed
+    ids = rows.unsqueeze(1) * LATENT_DIM + torch.arange(LATENT_DIM)
+    x = rng.normal_like(seed, "latent", ids)
+    block_ids = rows.unsqueeze(1) * 4 + torch.arange(4)
+    dist = recipe.latent
+    if dist == "heavy":
+        x = x / torch.sqrt(rng.uniform(seed, "heavy", ids) + 2.0**-10)
+    elif dist == "outliers":
+        where = rng.integers(seed, "outlier_at", block_ids, 128)
+        boost = 64 + 448 * rng.uniform(seed, "outlier_size", block_ids)
+        blocks = x.view(-1, 4, 128)
+        blocks.scatter_(2, where.unsqueeze(-1), (torch.gather(blocks, 2, where.unsqueeze(-1)).sign() + 0.5).sign() * boost.unsqueeze(-1))
+    elif dist in ("zero_blocks", "tiny_blocks"):
+        chosen = rng.uniform(seed, "blocks", block_ids) < 0.3
+        factor = torch.where(chosen, 0.0 if dist == "zero_blocks" else 2.0**-30, 1.0)
+        x = (x.view(-1, 4, 128) * factor.unsqueeze(-1)).view(-1, LATENT_DIM)
+    elif dist in ("max57344", "above_cap"):
+        where = rng.integers(seed, "peak_at", rows, LATENT_DIM)
+        sign = torch.where(rng.uniform(seed, "peak_sign", rows) < 0.5, -1.0, 1.0).to(torch.float64)
+        peak = 57344.0 if dist == "max57344" else 65536.0
+        x.scatter_(1, where.unsqueeze(1), (sign * peak).unsqueeze(1))
+    elif dist == "large":
+        x = x * 1000.0
+    return round_f32_to_bf16(x.to(torch.float32)).to(torch.float32)
+
+
+def _rope(recipe: Recipe, rows: torch.Tensor) -> torch.Tensor:
+    ids = rows.unsqueeze(1) * ROPE_DIM + torch.arange(ROPE_DIM)
+    factor = {"normal": 1.0, "large": 64.0, "tiny": 2.0**-20, "zero": 0.0}[recipe.rope]
+    return round_f32_to_bf16((rng.normal_like(recipe.seed, "rope", ids) * factor).to(torch.float32))
+
+
+def _query(recipe: Recipe) -> torch.Tensor:
+    """bf16 q values [n_q, H, 576] (contiguous, CPU)."""
+    seed, n_q, heads = recipe.seed, recipe.n_q, recipe.heads
+    ids = torch.arange(n_q * heads * HEAD_DIM, dtype=torch.int64).view(n_q, heads, HEAD_DIM)
+    x = rng.normal_like(seed, "q", ids)
+    dist = recipe.q
+    if dist == "large":
+        x = x * 64.0
+    elif dist == "tiny":
+        x = x * 2.0**-40
+    elif dist in ("zero_blocks", "tiny_blocks"):
+        block_ids = torch.arange(n_q * heads * 4, dtype=torch.int64).view(n_q, heads, 4)
+        chosen = rng.uniform(seed, "q_blocks", block_ids) < 0.3
+        factor = torch.where(chosen, 0.0 if dist == "zero_blocks" else 2.0**-120, 1.0)
+        latent = x[..., :LATENT_DIM].reshape(n_q, heads, 4, 128) * factor.unsqueeze(-1)
+        x = torch.cat((latent.reshape(n_q, heads, LATENT_DIM), x[..., LATENT_DIM:]), dim=-1)
+    return round_f32_to_bf16(x.to(torch.float32))
+
+
+def _poison_record(count: int) -> torch.Tensor:
+    record = torch.full((count, RECORD_BYTES), 0xFF, dtype=torch.uint8)
+    record[:, SCALE_OFFSET:ROPE_OFFSET] = torch.tensor([0x00, 0x00, 0xC0, 0x7F] * 4, dtype=torch.uint8)  # f32 NaN
+    record[:, ROPE_OFFSET:] = torch.tensor([0xC0, 0x7F] * ROPE_DIM, dtype=torch.uint8)  # bf16 NaN
+    return record
+
+
+def _strided(values: torch.Tensor, pad: tuple[int, int], fill: float, device: torch.device) -> torch.Tensor:
+    """values [n, H, D] copied into a NaN-filled buffer with padded row/head strides."""
+    n, heads, width = values.shape
+    head_stride = width + pad[1]
+    row_stride = heads * head_stride + pad[0]
+    storage = torch.full((max(n * row_stride, 1),), fill, dtype=values.dtype, device=device)
+    view = storage.as_strided((n, heads, width), (row_stride, head_stride, 1))
+    view.copy_(values.to(device))
+    return view
+
+
+def _corrupt(recipe: Recipe, records: torch.Tensor, entries: torch.Tensor, consumed: torch.Tensor) -> None:
+    """Apply recipe.corruptions in place (records of referenced rows; consumed index entries)."""
+    for number, corruption in enumerate(recipe.corruptions):
+        kind, count = corruption["kind"], int(corruption.get("count", 1))
+        if kind == "index_out_of_range":
+            positions = torch.nonzero(consumed & (entries >= 0)).squeeze(1)
+            chosen = positions[rng.integers(recipe.seed, f"corrupt{number}", torch.arange(count), max(positions.numel(), 1))] if positions.numel() else positions
+            entries[chosen] = recipe.cache_rows + rng.integers(recipe.seed, f"oob{number}", torch.arange(chosen.numel()), 1000)
+            continue
+        if records.shape[0] == 0:
+            continue
+        rows = rng.integers(recipe.seed, f"corrupt{number}", torch.arange(count), records.shape[0])
+        blocks = rng.integers(recipe.seed, f"corrupt_block{number}", torch.arange(count), 4)
+        scales = records[:, SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)
+        if kind == "nan_codes":
+            records[rows, blocks * 128 + 5] = 0x7F
+            continue
+        if kind == "scale_not_pow2":
+            scales[rows, blocks] = scales[rows, blocks] * 1.5
+        elif kind == "scale_above_cap":
+            scales[rows, blocks] = 256.0
+        elif kind == "zero_scale":
+            scales[rows, blocks] = 0.0
+        records[:, SCALE_OFFSET:ROPE_OFFSET] = scales.view(torch.uint8).view(-1, 16)
+
+
+def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
+    """Build the problem of `recipe` on `device` (see the module docstring)."""
+    device = torch.device(device)
+    indptr, pair_rows, pair_offsets, pair_positions = _stream(recipe)
+    n_idx = int(indptr.max()) if indptr.numel() else 0
+    pair_ids = pair_rows * _ID_STRIDE + pair_offsets
+    values = _index_values(recipe, pair_rows, pair_ids)
+    values = _apply_invalid(recipe, values, pair_rows, pair_offsets, pair_ids)
+    low = 1 if recipe.poison else 0
+    filler_span = recipe.cache_rows - low
+    entries = low + rng.integers(recipe.seed, "filler", torch.arange(n_idx), max(filler_span, 1))
+    consumed = torch.zeros(n_idx, dtype=torch.bool)
+    if pair_positions.numel():
+        owner = torch.full((n_idx,), pair_positions.numel(), dtype=torch.int64)
+        owner.scatter_reduce_(0, pair_positions, torch.arange(pair_positions.numel()), reduce="amin")
+        covered = owner < pair_positions.numel()
+        entries[covered] = values[owner[covered]]
+        consumed = covered
+
+    referenced = torch.unique(entries[consumed & (entries >= 0) & (entries < recipe.cache_rows)])
+    latent = _latent(recipe, referenced)
+    records = encode_records(latent, _rope(recipe, referenced), recipe.writer)  # type: ignore[arg-type]
+    _corrupt(recipe, records, entries, consumed)
+
+    n_rows = recipe.cache_rows
+    small = n_rows * RECORD_BYTES <= SMALL_CACHE_BYTES
+    if small:
+        kv = torch.zeros((n_rows, RECORD_BYTES), dtype=torch.uint8, device=device)
+    else:
+        kv = torch.empty((n_rows, RECORD_BYTES), dtype=torch.uint8, device=device)
+    poison_rows = torch.zeros(0, dtype=torch.int64)
+    if recipe.poison:
+        if small:
+            unreferenced = torch.ones(n_rows, dtype=torch.bool)
+            unreferenced[referenced] = False
+            poison_rows = torch.nonzero(unreferenced).squeeze(1)
+        else:
+            near = torch.cat((torch.tensor([0, n_rows - 1]), referenced - 1, referenced + 1))
+            near = torch.unique(near[(near >= 0) & (near < n_rows)])
+            poison_rows = near[~torch.isin(near, referenced)]
+        kv[poison_rows.to(device)] = _poison_record(poison_rows.numel()).to(device)
+    elif not small:
+        near = torch.cat((torch.tensor([0, n_rows - 1]), referenced - 1, referenced + 1))
+        near = torch.unique(near[(near >= 0) & (near < n_rows)])
+        near = near[~torch.isin(near, referenced)]
+        kv[near.to(device)] = 0
+    kv[referenced.to(device)] = records.to(device)
+
+    q_values = _query(recipe)
+    q = _strided(q_values, recipe.q_pad, float("nan"), device)
+    out = None
+    if recipe.out_pad is not None:
+        empty = torch.empty((recipe.n_q, recipe.heads, LATENT_DIM), dtype=torch.bfloat16)
+        out = _strided(empty.fill_(float("nan")), recipe.out_pad, float("nan"), device)
+    return Problem(
+        recipe=recipe,
+        q=q,
+        kv_cache=kv,
+        indices=entries.to(torch.int32).to(device),
+        indptr=indptr.to(torch.int32).to(device),
+        softmax_scale=recipe.scale_value,
+        has_invalid=recipe.has_invalid,
+        return_lse=recipe.return_lse,
+        out=out,
+        referenced_rows=referenced,
+        poison_rows=poison_rows,
+    )

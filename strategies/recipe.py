@@ -1,0 +1,205 @@
+"""The recipe: a small, plain-JSON description of one kernel call, replayable anywhere.
+
+A recipe names shapes, row lengths, patterns, distributions and a data seed; `materialize`
+builds the tensors from it, bit-identical on every device. Field meanings (units are elements
+unless stated):
+
+    version          format version (1)
+    seed             data seed (any non-negative int)
+    n_q, heads       query rows, heads (1..16)
+    row_lengths      one int per row: indptr[q + 1] - indptr[q] (negative: the row is empty and
+                     the stream pointer steps back)
+    stream_offset    indptr[0]
+    index_pattern    uniform | clustered | duplicates | sorted | reversed | tail | beyond_4gib
+    invalid_pattern  none | scattered | tail | leading_tile | all   (negative entries; they are
+                     masked only with has_invalid, else they break a precondition)
+    invalid_permille share of entries made negative by "scattered"
+    cache_rows       KV rows in the cache (beyond_4gib needs more than 4 GiB / 656)
+    latent           normal | heavy | outliers | zero_blocks | tiny_blocks | max57344 | large | above_cap
+    rope             normal | large | tiny | zero
+    q                normal | large | tiny | zero_blocks | tiny_blocks
+    softmax_scale    default | peaked | flat, or a number
+    writer           pow2 | pow2-floor | raw
+    q_pad            [row pad, head pad] added to q's row / head strides
+    out_pad          null (kernel allocates out) or [row pad, head pad] of a preallocated out
+    return_lse, has_invalid
+    poison           NaN-poison unreferenced rows (row 0 included) and never reference row 0
+    corruptions      list of {"kind": nan_codes | scale_not_pow2 | scale_above_cap |
+                     zero_scale | index_out_of_range, "count": int} applied to consumed data
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from kernel.record import WRITERS
+
+RECIPE_VERSION = 1
+INDEX_PATTERNS = ("uniform", "clustered", "duplicates", "sorted", "reversed", "tail", "beyond_4gib")
+INVALID_PATTERNS = ("none", "scattered", "tail", "leading_tile", "all")
+LATENT_DISTS = ("normal", "heavy", "outliers", "zero_blocks", "tiny_blocks", "max57344", "large", "above_cap")
+ROPE_DISTS = ("normal", "large", "tiny", "zero")
+Q_DISTS = ("normal", "large", "tiny", "zero_blocks", "tiny_blocks")
+SOFTMAX_SCALES = {"default": 576**-0.5, "peaked": 16 * 576**-0.5, "flat": 576**-0.5 / 64}
+CORRUPTIONS = ("nan_codes", "scale_not_pow2", "scale_above_cap", "zero_scale", "index_out_of_range")
+ROWS_BEYOND_4GIB = (4 * 2**30) // 656 + 1  # first row whose record starts past 4 GiB
+
+
+class RecipeError(ValueError):
+    """A recipe that is not valid; the message names the field and the problem."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One kernel call, as plain data (see the module docstring for each field)."""
+
+    seed: int
+    n_q: int
+    heads: int
+    row_lengths: tuple[int, ...]
+    cache_rows: int
+    version: int = RECIPE_VERSION
+    stream_offset: int = 0
+    index_pattern: str = "uniform"
+    invalid_pattern: str = "none"
+    invalid_permille: int = 0
+    latent: str = "normal"
+    rope: str = "normal"
+    q: str = "normal"
+    softmax_scale: str | float = "default"
+    writer: str = "pow2"
+    q_pad: tuple[int, int] = (0, 0)
+    out_pad: tuple[int, int] | None = None
+    return_lse: bool = True
+    has_invalid: bool = False
+    poison: bool = False
+    corruptions: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def scale_value(self) -> float:
+        """softmax_scale as a number."""
+        if isinstance(self.softmax_scale, str):
+            return SOFTMAX_SCALES[self.softmax_scale]
+        return float(self.softmax_scale)
+
+    @property
+    def total_keys(self) -> int:
+        """Sum of positive row lengths (key slots the kernel reads)."""
+        return sum(max(length, 0) for length in self.row_lengths)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (lists, not tuples)."""
+        data = asdict(self)
+        data["row_lengths"] = list(self.row_lengths)
+        data["q_pad"] = list(self.q_pad)
+        data["out_pad"] = None if self.out_pad is None else list(self.out_pad)
+        data["corruptions"] = [dict(c) for c in self.corruptions]
+        return data
+
+    def to_json(self) -> str:
+        """Canonical JSON text (sorted keys), stable for content hashing."""
+        return json.dumps(self.to_json_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json_dict(cls, data: object) -> Recipe:
+        """Build from parsed JSON; RecipeError names any unknown, missing or ill-typed field."""
+        if not isinstance(data, dict):
+            raise RecipeError(f"a recipe must be a JSON object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise RecipeError(f"unknown recipe field(s): {', '.join(unknown)}")
+        required = {"seed", "n_q", "heads", "row_lengths", "cache_rows"}
+        missing = sorted(required - set(data))
+        if missing:
+            raise RecipeError(f"recipe is missing field(s): {', '.join(missing)}")
+        values = dict(data)
+        for name in ("row_lengths", "q_pad"):
+            if name in values:
+                if not isinstance(values[name], list | tuple):
+                    raise RecipeError(f"{name} must be a list, got {type(values[name]).__name__}")
+                values[name] = tuple(values[name])
+        if values.get("out_pad") is not None:
+            if not isinstance(values["out_pad"], list | tuple):
+                raise RecipeError("out_pad must be null or a list of two ints")
+            values["out_pad"] = tuple(values["out_pad"])
+        if "corruptions" in values:
+            if not isinstance(values["corruptions"], list | tuple) or not all(isinstance(c, dict) for c in values["corruptions"]):
+                raise RecipeError("corruptions must be a list of objects")
+            values["corruptions"] = tuple(dict(c) for c in values["corruptions"])
+        try:
+            return cls(**values)
+        except TypeError as err:
+            raise RecipeError(str(err)) from err
+
+    @classmethod
+    def from_json(cls, text: str) -> Recipe:
+        """Parse JSON text; RecipeError on malformed JSON or fields."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise RecipeError(f"recipe is not valid JSON: {err}") from err
+        return cls.from_json_dict(data)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _validate(r: Recipe) -> None:
+    def need(cond: bool, message: str) -> None:
+        if not cond:
+            raise RecipeError(message)
+
+    need(r.version == RECIPE_VERSION, f"version must be {RECIPE_VERSION}, got {r.version!r}")
+    for name in ("seed", "n_q", "heads", "cache_rows", "stream_offset", "invalid_permille"):
+        need(_is_int(getattr(r, name)), f"{name} must be an integer, got {getattr(r, name)!r}")
+    need(r.seed >= 0, f"seed must be >= 0, got {r.seed}")
+    need(0 <= r.n_q <= 65536, f"n_q must be in [0, 65536], got {r.n_q}")
+    need(1 <= r.heads <= 16, f"heads must be in [1, 16], got {r.heads}")
+    need(1 <= r.cache_rows <= 2**31 - 1, f"cache_rows must be in [1, 2^31 - 1], got {r.cache_rows}")
+    need(0 <= r.invalid_permille <= 1000, f"invalid_permille must be in [0, 1000], got {r.invalid_permille}")
+    need(len(r.row_lengths) == r.n_q, f"row_lengths has {len(r.row_lengths)} entries for n_q = {r.n_q}")
+    need(all(_is_int(x) for x in r.row_lengths), "row_lengths must hold integers")
+    need(r.stream_offset >= 0, f"stream_offset must be >= 0, got {r.stream_offset}")
+    pointer = r.stream_offset
+    for q, length in enumerate(r.row_lengths):
+        pointer += length
+        need(pointer >= 0, f"row_lengths step indptr below 0 at row {q}")
+    need(r.index_pattern in INDEX_PATTERNS, f"index_pattern must be one of {INDEX_PATTERNS}, got {r.index_pattern!r}")
+    need(r.invalid_pattern in INVALID_PATTERNS, f"invalid_pattern must be one of {INVALID_PATTERNS}, got {r.invalid_pattern!r}")
+    need(r.latent in LATENT_DISTS, f"latent must be one of {LATENT_DISTS}, got {r.latent!r}")
+    need(r.rope in ROPE_DISTS, f"rope must be one of {ROPE_DISTS}, got {r.rope!r}")
+    need(r.q in Q_DISTS, f"q must be one of {Q_DISTS}, got {r.q!r}")
+    if isinstance(r.softmax_scale, str):
+        need(r.softmax_scale in SOFTMAX_SCALES, f"softmax_scale must be one of {tuple(SOFTMAX_SCALES)} or a number, got {r.softmax_scale!r}")
+    else:
+        need(
+            isinstance(r.softmax_scale, int | float) and not isinstance(r.softmax_scale, bool) and math.isfinite(r.softmax_scale),
+            f"softmax_scale must be a finite number or a name, got {r.softmax_scale!r}",
+        )
+    need(r.writer in WRITERS, f"writer must be one of {WRITERS}, got {r.writer!r}")
+    for name in ("q_pad", "out_pad"):
+        pad = getattr(r, name)
+        if pad is None and name == "out_pad":
+            continue
+        need(
+            isinstance(pad, tuple) and len(pad) == 2 and all(_is_int(x) and 0 <= x <= 4096 for x in pad),
+            f"{name} must be two ints in [0, 4096], got {pad!r}",
+        )
+    for name in ("return_lse", "has_invalid", "poison"):
+        need(isinstance(getattr(r, name), bool), f"{name} must be true or false, got {getattr(r, name)!r}")
+    if r.index_pattern == "beyond_4gib":
+        need(r.cache_rows > ROWS_BEYOND_4GIB, f"beyond_4gib needs cache_rows > {ROWS_BEYOND_4GIB}, got {r.cache_rows}")
+    if r.poison:
+        need(r.cache_rows >= 2, "poison needs at least 2 cache rows (row 0 is poisoned)")
+    for c in r.corruptions:
+        need(c.get("kind") in CORRUPTIONS, f"corruption kind must be one of {CORRUPTIONS}, got {c.get('kind')!r}")
+        need(_is_int(c.get("count", 1)) and c.get("count", 1) >= 1, f"corruption count must be a positive int, got {c.get('count')!r}")
+        need(set(c) <= {"kind", "count"}, f"corruption fields are kind and count, got {sorted(c)}")

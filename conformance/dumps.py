@@ -262,8 +262,21 @@ def _safetensors_entry(path: Path, name: str, meta: Any, data_start: int, data_s
     return _Entry(tdtype, dtype_name if tdtype is None else _dtype_name(tdtype), tuple(shape), load)
 
 
+def _check_zip(path: Path, size: int) -> None:
+    """Central directory present and every member's data inside the file (a cut-off archive
+    otherwise fails later inside torch.load's mmap with an unhelpful OS error)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            members = zf.infolist()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise DumpError(path, f"truncated or corrupt torch.save zip archive ({_one_line(exc)})") from None
+    for info in members:
+        if info.header_offset + info.compress_size > size:
+            raise DumpError(path, f"truncated or corrupt torch.save zip archive (member {info.filename!r} ends past the file's {size} bytes)")
+
+
 def _pt_entries(path: Path) -> dict[str, _Entry]:
-    _file_size(path)
+    _check_zip(path, _file_size(path))
     try:
         obj = torch.load(path, mmap=True, weights_only=True, map_location="cpu")
     except (RuntimeError, zipfile.BadZipFile, EOFError, OSError, ValueError, pickle.UnpicklingError, AttributeError, KeyError) as exc:

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import resource
+import warnings
 
 import numpy as np
 import pytest
@@ -216,7 +217,8 @@ def test_memory_mapped_numpy_cache(tmp_path) -> None:
     rec = _violating_cache()
     path = tmp_path / "kv.npy"
     np.save(path, rec.numpy())
-    with pytest.warns(UserWarning):  # torch warns about the read-only mapping
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch warns (once) about the read-only mapping
         mapped = torch.from_numpy(np.load(path, mmap_mode="r"))
     assert [f.to_dict() for f in pc.check_records(mapped, chunk_rows=10)] == [f.to_dict() for f in pc.check_records(rec)]
 

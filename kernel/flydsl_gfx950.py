@@ -1,0 +1,1106 @@
+"""FlyDSL sparse MLA forward kernel for gfx950 (MI355X) over fp8_ds_mla records.
+
+flydsl (0.4.x) is imported on the first build, so the layout functions (shared with the
+lane-level simulator in tests/test_flydsl_compile.py) import without it.
+`build_launcher(heads, has_invalid, return_lse)` returns the `@flyc.jit` launcher of one
+configuration; the host wrapper (kernel/flydsl_host.py) calls it with raw device addresses.
+
+Algorithm (one 4-wave workgroup of 256 threads per query row, rows issued in reverse order so
+the long causal tail starts first; 128-token tiles over indices[indptr[q] : indptr[q + 1]]):
+
+    tile_count      nt = ceil(len / 128); with has_invalid, a scan of the row finds the last
+                    entry >= 0 and nt = ceil(last_valid / 128).
+    load_slots      index reads through a buffer descriptor sized to the index buffer (a tail
+                    tile never reads past its end); a position is masked when it is >= len or
+                    its entry is < 0. A masked position's loads read the host's zero record
+                    (656 zero bytes) instead of a cache row, so its K, V, rope and scale are 0.
+    quantize_q      Q per (head, 128-dim block): E8M0 byte s = max(exp_field(amax) - 7, 5),
+                    hi = e4m3(RNE(q * 2^(127-s))), lo = e4m3(RNE((q * 2^(127-s) - hi) * 32))
+                    with E8M0 s - 5 (always >= 0).
+    qk_scores       v_mfma_scale_f32_16x16x128_f8f6f4: A = 16 tokens x one 128-dim record block
+                    (raw e4m3 codes from LDS, E8M0 = the record scale's exponent field), B = Q hi
+                    then Q lo of that block; then the rope part as two bf16 16x16x32 MFMAs.
+    online_softmax  x = s * c_log2 (masked: -inf); tile max per head over the 4 waves through
+                    LDS; m_new = max(m, tile max); alpha = exp2(m - m_new);
+                    P = exp2((x - m_new) + 8); l = l * alpha + sum(P); o *= alpha.
+    scale_p         P' = fp16(P * scale_v), scale_v = the record's f32 scale of the wave's
+                    128-dim block with its bits clamped to [1, bits(2^7)] (smallest positive
+                    float .. 2^7; a zero-scale record attends like a zero latent).
+    pv_accumulate   V raw e4m3 in LDS read transposed (ds_read_b64_tr_b8), exact e4m3 -> f16
+                    (v_cvt_scalef32_pk_f16_fp8, scale 1), v_mfma_f32_16x16x32_f16 into f32.
+    finalize        l summed over lanes and waves; out = bf16(o * (1 / l)) (0 for an empty
+                    row); lse = ln(2) * (m - 8 + log2(l)) (-inf for an empty row), when asked.
+
+Work split: wave w computes the scores of tokens [32w, 32w + 32) of the tile for every head,
+and in PV owns output dims [128w, 128w + 128), which is exactly record scale block w. The
+latent tile is filled by global_load_lds_dwordx4 DMA from 64-bit row addresses (the cache may
+exceed 4 GiB): wave w fills block w (and block w's scale words, global_load_lds_dword) for all
+128 tokens, the next tile's copy issued as soon as its own PV reads of block w are done.
+
+Deliberate differences from the seed kernel: (1) a masked position contributes exactly zero
+whatever the cache holds (its loads read the zero record, and its score is -inf before the
+max); (2) the Q hi E8M0 is clamped at 5 so the lo E8M0 never leaves the E8M0 range.
+
+Hardware facts this code relies on (from LLVM/AMD documentation; never executed here):
+- MFMA 16x16 operand layouts (wave64, lane l, t = l % 16, g = l // 16): A[m = t][k], B[k][n = t],
+  D[m = 4g + r][n = t] in register r. 16x16x32 f16/bf16: k = 8g + j in element j.
+  16x16x128 f8: byte j < 16 of the 32-byte operand is k = 16g + j, byte 16 + j is k = 64 + 16g + j;
+  the scale of row/column t for k-block kb (32 wide) comes from lane t + 16kb, byte `opsel`.
+- ds_read_b64_tr_b8 per 16-lane group: lane 2j supplies the address of row j's bytes 0..7, lane
+  2j + 1 of its bytes 8..15; lane t receives byte j = row j, column t (j = 0..7).
+- global_load_lds_dword{,x4}: lane l's 4/16 bytes land at M0 + 4l / 16l (M0 wave-uniform).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+# flydsl modules, bound by _require_flydsl() (the layout functions below need none of them).
+flyc: Any = None
+fx: Any = None
+ir: Any = None
+arith: Any = None
+llvm: Any = None
+rocdl: Any = None
+scf: Any = None
+vector: Any = None
+as_ir_value: Any = None
+
+
+def _require_flydsl() -> None:
+    """Import flydsl (0.4.x) on first use; ImportError when it is not installed."""
+    global flyc, fx, ir, arith, llvm, rocdl, scf, vector, as_ir_value
+    if ir is not None:
+        return
+    import flydsl.compiler as _flyc
+    import flydsl.expr as _fx
+    from flydsl._mlir import ir as _ir
+    from flydsl._mlir.dialects import arith as _arith
+    from flydsl._mlir.dialects import llvm as _llvm
+    from flydsl._mlir.dialects import rocdl as _rocdl
+    from flydsl._mlir.dialects import scf as _scf
+    from flydsl._mlir.dialects import vector as _vector
+    from flydsl.expr.typing import as_ir_value as _as_ir_value
+
+    flyc, fx, ir, arith, llvm = _flyc, _fx, _ir, _arith, _llvm
+    rocdl, scf, vector, as_ir_value = _rocdl, _scf, _vector, _as_ir_value
+
+# ---------------------------------------------------------------- record and launch geometry
+RECORD_BYTES = 656  # 512 e4m3 codes | 4 f32 scales | 64 bf16 rope
+SCALE_OFFSET = 512
+ROPE_OFFSET = 528
+HEAD_DIM = 576
+TILE = 128  # tokens per tile
+THREADS = 256  # 4 waves of 64
+MAX_HEADS = 16
+
+# ---------------------------------------------------------------- LDS layout (bytes)
+# Latent tile: 4 column blocks (record bytes 128b .. 128b + 128), 16 KiB each, laid out as
+# [half (tokens 0-63 / 64-127)][16-byte chunk c (0..7)][token % 64][16 B], so one DMA
+# instruction fills one (half, chunk) window with every lane fetching its own token.
+LDS_K = 0
+LDS_K_BLOCK = 16384
+LDS_K_HALF = 8192
+LDS_K_CHUNK = 1024
+# Record scales as f32 bits, [block (4)][token (128)].
+LDS_SCALE = 65536
+# P rows, f32 [head (16)][token (128)], rows padded to 528 bytes (bank spread).
+LDS_P = LDS_SCALE + 4 * TILE * 4
+P_ROW_BYTES = TILE * 4 + 16
+# Per-head exchange slots, f32 [head (16)][wave (4)] (tile max, then l in the epilogue).
+LDS_X = LDS_P + MAX_HEADS * P_ROW_BYTES
+LDS_BYTES = LDS_X + MAX_HEADS * 4 * 4
+
+P_SHIFT = 8.0  # P = exp2(x - m + 8) <= 2^8
+SCALE_V_MIN_BITS = 0x00000001  # smallest positive f32
+SCALE_V_MAX_BITS = 0x43000000  # 2^7
+NEG_FLT_MAX = -3.4028234663852886e38
+LN2 = math.log(2.0)
+LOG2E = 1.0 / math.log(2.0)
+
+
+def kernel_name(heads: int, has_invalid: bool, return_lse: bool) -> str:
+    """Symbol name of one configuration's kernel (also the ISA dump directory name)."""
+    return f"sparse_mla_fp8ds_gfx950_h{heads}_i{int(has_invalid)}_l{int(return_lse)}"
+
+
+# ================================================================ layout
+# Pure index arithmetic, written once and used both by the kernel (on IR values) and by the
+# lane-level simulator in the tests (on Python ints). Byte offsets are relative to the
+# workgroup's LDS base. Lane ids: t = lane % 16, g = lane // 16; w = wave.
+
+
+def lds_k(block: Any, tok: Any, chunk: Any) -> Any:
+    """LDS byte offset of 16-byte chunk `chunk` (0..7) of record block `block` of tile token `tok`."""
+    return LDS_K + block * LDS_K_BLOCK + (tok >> 6) * LDS_K_HALF + chunk * LDS_K_CHUNK + (tok & 63) * 16
+
+
+def lds_scale(block: Any, tok: Any) -> Any:
+    """LDS byte offset of tile token `tok`'s f32 scale of record block `block`."""
+    return LDS_SCALE + block * (TILE * 4) + tok * 4
+
+
+def lds_p(head: Any, tok: Any) -> Any:
+    """LDS byte offset of P[tok][head] (f32)."""
+    return LDS_P + head * P_ROW_BYTES + tok * 4
+
+
+def lds_x(head: Any, wave: Any) -> Any:
+    """LDS byte offset of wave `wave`'s exchange slot for head `head` (f32)."""
+    return LDS_X + head * 16 + wave * 4
+
+
+def dma_token(half: Any, lane: Any) -> Any:
+    """Tile token whose 16 bytes lane `lane` copies in the DMA windows of half `half` (0, 1)."""
+    return half * 64 + lane
+
+
+def qk_row_token(wave: Any, s: int, t: Any) -> Any:
+    """Tile token of QK A-operand row t of subtile s (lane (t, g) reads its codes and rope)."""
+    return wave * 32 + s * 16 + t
+
+
+def qk_out_token(wave: Any, s: int, g: Any, r: int) -> Any:
+    """Tile token of QK accumulator register r of subtile s in lane group g (D row 4g + r)."""
+    return wave * 32 + s * 16 + g * 4 + r
+
+
+def pv_token(kc: int, g: Any, j: Any) -> Any:
+    """Tile token of PV K-chunk kc, lane group g, element j (MFMA k = 8g + j)."""
+    return kc * 32 + g * 8 + j
+
+
+def tr8_address(wave: Any, kc: int, ch: int, t: Any, g: Any) -> Any:
+    """LDS byte address lane (t, g) gives ds_read_b64_tr_b8 for PV chunk (kc, ch).
+
+    Lanes 2j and 2j + 1 address bytes 0..7 and 8..15 of 16-byte chunk ch (dims 16ch..16ch+15
+    of block `wave`) of token pv_token(kc, g, j); lane t then receives dim 16ch + t of the
+    8 tokens, byte j = token pv_token(kc, g, j).
+    """
+    return lds_k(wave, pv_token(kc, g, t >> 1), ch) + (t & 1) * 8
+
+
+def q_dim(b: int, part: int, g: Any) -> Any:
+    """First of the 16 q dims behind bytes 16part..16part+15 of lane group g's operand, block b."""
+    return b * 128 + part * 64 + g * 16
+
+
+def out_dim(wave: Any, ch: int, g: Any) -> Any:
+    """First of the 4 output dims (registers r = 0..3) of PV accumulator ch in lane group g."""
+    return wave * 128 + ch * 16 + g * 4
+
+
+# ================================================================ tiny IR layer
+# Every helper below builds MLIR at the current insertion point (the kernel being traced).
+
+
+def _i1() -> ir.Type:
+    return ir.IntegerType.get_signless(1)
+
+
+def _i16() -> ir.Type:
+    return ir.IntegerType.get_signless(16)
+
+
+def _i32() -> ir.Type:
+    return ir.IntegerType.get_signless(32)
+
+
+def _i64() -> ir.Type:
+    return ir.IntegerType.get_signless(64)
+
+
+def _f32() -> ir.Type:
+    return ir.F32Type.get()
+
+
+def _f16() -> ir.Type:
+    return ir.F16Type.get()
+
+
+def _bf16() -> ir.Type:
+    return ir.BF16Type.get()
+
+
+def _vec(n: int, elem: ir.Type) -> ir.Type:
+    return ir.VectorType.get([n], elem)
+
+
+_NO_WRAP = [False]
+
+
+class no_wrap:
+    """Context in which i32 add/mul/shl carry nsw+nuw: used for LDS byte addresses (small and
+    non-negative), so the backend may fold constant parts into the DS instruction offset."""
+
+    def __enter__(self) -> None:
+        self._saved = _NO_WRAP[0]
+        _NO_WRAP[0] = True
+
+    def __exit__(self, *exc: object) -> None:
+        _NO_WRAP[0] = self._saved
+
+
+class V:
+    """An SSA scalar (i1/i32/i64/f32) with the operators this kernel needs.
+
+    Integer arithmetic wraps; `>>` is a logical shift; comparisons are signed for integers and
+    ordered for floats; Python numbers are materialised as constants of the other operand's type.
+    """
+
+    __slots__ = ("v",)
+
+    def __init__(self, value: ir.Value | V) -> None:
+        self.v = value.v if isinstance(value, V) else value
+
+    @property
+    def type(self) -> ir.Type:
+        return self.v.type
+
+    @property
+    def is_float(self) -> bool:
+        return self.v.type == ir.F32Type.get()
+
+    def _other(self, other: object) -> ir.Value:
+        if isinstance(other, V):
+            return other.v
+        if isinstance(other, ir.Value):
+            return other
+        if self.is_float:
+            return arith.constant(self.type, float(other))
+        width = ir.IntegerType(self.type).width
+        value = int(other)
+        if value >= 2 ** (width - 1):
+            value -= 2**width
+        return arith.constant(self.type, value)
+
+    def _bin(self, other: object, iop: Callable, fop: Callable | None = None) -> V:
+        rhs = self._other(other)
+        if self.is_float:
+            if fop is None:
+                raise TypeError("operation not defined for floats")
+            return V(fop(self.v, rhs))
+        if _NO_WRAP[0] and iop in (arith.addi, arith.muli, arith.shli):
+            flags = ir.Attribute.parse("#arith.overflow<nsw, nuw>")
+            return V(iop(self.v, rhs, overflow_flags=flags))
+        return V(iop(self.v, rhs))
+
+    def __add__(self, o: object) -> V:
+        return self._bin(o, arith.addi, arith.addf)
+
+    def __radd__(self, o: object) -> V:
+        return self._bin(o, arith.addi, arith.addf)
+
+    def __rmul__(self, o: object) -> V:
+        return self._bin(o, arith.muli, arith.mulf)
+
+    def __sub__(self, o: object) -> V:
+        return self._bin(o, arith.subi, arith.subf)
+
+    def __mul__(self, o: object) -> V:
+        return self._bin(o, arith.muli, arith.mulf)
+
+    def __and__(self, o: object) -> V:
+        return self._bin(o, arith.andi)
+
+    def __or__(self, o: object) -> V:
+        return self._bin(o, arith.ori)
+
+    def __xor__(self, o: object) -> V:
+        return self._bin(o, arith.xori)
+
+    def __lshift__(self, o: object) -> V:
+        return self._bin(o, arith.shli)
+
+    def __rshift__(self, o: object) -> V:
+        return self._bin(o, arith.shrui)
+
+    def _cmp(self, other: object, ipred: str, fpred: str) -> V:
+        rhs = self._other(other)
+        if self.is_float:
+            return V(arith.cmpf(getattr(arith.CmpFPredicate, fpred), self.v, rhs))
+        return V(arith.cmpi(getattr(arith.CmpIPredicate, ipred), self.v, rhs))
+
+    def __lt__(self, o: object) -> V:  # type: ignore[override]
+        return self._cmp(o, "slt", "OLT")
+
+    def __le__(self, o: object) -> V:  # type: ignore[override]
+        return self._cmp(o, "sle", "OLE")
+
+    def __gt__(self, o: object) -> V:  # type: ignore[override]
+        return self._cmp(o, "sgt", "OGT")
+
+    def __ge__(self, o: object) -> V:  # type: ignore[override]
+        return self._cmp(o, "sge", "OGE")
+
+    def eq(self, o: object) -> V:
+        return self._cmp(o, "eq", "OEQ")
+
+    def ne(self, o: object) -> V:
+        return self._cmp(o, "ne", "UNE")
+
+    def ult(self, o: object) -> V:
+        return V(arith.cmpi(arith.CmpIPredicate.ult, self.v, self._other(o)))
+
+    def sel(self, a: object, b: object) -> V:
+        """self ? a : b (self is i1; a and b of one type, numbers take the other's type)."""
+        if isinstance(a, (V, ir.Value)):
+            av = V(a)
+            bv = V(av._other(b))
+        elif not isinstance(b, (V, ir.Value)):
+            make = cf if isinstance(a, float) or isinstance(b, float) else ci
+            av, bv = make(a), make(b)
+        else:
+            bv = V(b)
+            av = V(bv._other(a))
+        return V(arith.select(self.v, av.v, bv.v))
+
+    def smax(self, o: object) -> V:
+        return V(arith.maxsi(self.v, self._other(o)))
+
+    def smin(self, o: object) -> V:
+        return V(arith.minsi(self.v, self._other(o)))
+
+    def umax(self, o: object) -> V:
+        return V(arith.maxui(self.v, self._other(o)))
+
+    def fmax(self, o: object) -> V:
+        return V(arith.maxnumf(self.v, self._other(o)))
+
+    def i64(self) -> V:
+        """Zero-extension to i64."""
+        return V(arith.extui(_i64(), self.v))
+
+    def i32(self) -> V:
+        """Truncation to i32."""
+        return V(arith.trunci(_i32(), self.v))
+
+    def as_f32(self) -> V:
+        return V(arith.bitcast(_f32(), self.v))
+
+    def as_i32(self) -> V:
+        return V(arith.bitcast(_i32(), self.v))
+
+
+def ci(value: int) -> V:
+    """i32 constant (values >= 2^31 wrap)."""
+    value = int(value)
+    if value >= 2**31:
+        value -= 2**32
+    return V(arith.constant(_i32(), value))
+
+
+def cl(value: int) -> V:
+    """i64 constant."""
+    return V(arith.constant(_i64(), int(value)))
+
+
+def cf(value: float) -> V:
+    """f32 constant."""
+    return V(arith.constant(_f32(), float(value)))
+
+
+def _raw(x: V | ir.Value) -> ir.Value:
+    return x.v if isinstance(x, V) else x
+
+
+def vec_of(elems: Sequence[V | ir.Value], elem: ir.Type) -> ir.Value:
+    return vector.from_elements(_vec(len(elems), elem), [_raw(e) for e in elems])
+
+
+def vec_get(vec: ir.Value, i: int) -> V:
+    return V(vector.extract(vec, [], [i]))
+
+
+def vec_bitcast(vec: ir.Value, n: int, elem: ir.Type) -> ir.Value:
+    return vector.bitcast(_vec(n, elem), vec)
+
+
+def vec_cat(a: ir.Value, b: ir.Value) -> ir.Value:
+    n = ir.VectorType(a.type).shape[0]
+    return vector.shuffle(a, b, list(range(2 * n)))
+
+
+def zeros_f32x4() -> ir.Value:
+    t = _vec(4, _f32())
+    return arith.constant(t, ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(_f32(), 0.0)))
+
+
+def readfirstlane(x: V) -> V:
+    return V(rocdl.readfirstlane(_i32(), x.v))
+
+
+def lds_ptr(addr: V) -> ir.Value:
+    return llvm.inttoptr(ir.Type.parse("!llvm.ptr<3>"), addr.v)
+
+
+def global_ptr(addr: V) -> ir.Value:
+    return llvm.inttoptr(ir.Type.parse("!llvm.ptr<1>"), addr.v)
+
+
+def lds_load(ty: ir.Type, addr: V, align: int) -> ir.Value:
+    return llvm.load(ty, lds_ptr(addr), alignment=align)
+
+
+def lds_store(value: ir.Value, addr: V, align: int) -> None:
+    llvm.store(value, lds_ptr(addr), alignment=align)
+
+
+def global_load(ty: ir.Type, addr: V, align: int) -> ir.Value:
+    return llvm.load(ty, global_ptr(addr), alignment=align)
+
+
+def global_store(value: ir.Value, addr: V, align: int) -> None:
+    llvm.store(value, global_ptr(addr), alignment=align)
+
+
+def wait_vm() -> None:
+    """s_waitcnt vmcnt(0): this wave's global loads and LDS DMA have landed."""
+    fx.rocdl.s_waitcnt(vmcnt=0)
+
+
+def wait_lgkm() -> None:
+    """s_waitcnt lgkmcnt(0): this wave's LDS reads/writes are done."""
+    fx.rocdl.s_waitcnt(lgkmcnt=0)
+
+
+def barrier() -> None:
+    """Workgroup barrier with LDS release/acquire fences (gpu.barrier)."""
+    fx.gpu.barrier()
+
+
+def sched_fence() -> None:
+    """sched_barrier(0): the machine scheduler moves nothing across this point."""
+    fx.rocdl.sched_barrier(0)
+
+
+def pipelined(n: int, depth: int, issue: Callable[[int], object], consume: Callable[[int, object], None],
+              drained: Callable[[], None] | None = None) -> None:
+    """Software pipeline: issue(i) (loads) runs `depth` steps ahead of consume(i) (math).
+
+    Scheduling fences keep this order in the final code. `drained` runs once, right after the
+    last issue, before the remaining consumes.
+    """
+    pending = {i: issue(i) for i in range(min(depth, n))}
+    if n <= depth and drained is not None:
+        sched_fence()
+        drained()
+    for i in range(n):
+        sched_fence()
+        if i + depth < n:
+            pending[i + depth] = issue(i + depth)
+            if i + depth == n - 1 and drained is not None:
+                sched_fence()
+                drained()
+        sched_fence()
+        consume(i, pending.pop(i))
+    sched_fence()
+
+
+def lane_xor(x: V, lane: V, mask: int) -> V:
+    """Value of x (i32 bits) in lane `lane ^ mask` (ds_bpermute)."""
+    idx = (lane ^ mask) << 2
+    return V(rocdl.ds_bpermute(_i32(), idx.v, x.v))
+
+
+def for_loop(lb: V, ub: V, init: list[ir.Value], body: Callable[[V, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
+    """scf.for over i32 [lb, ub) step 1 carrying `init`; body(iv, state) returns the next state.
+
+    The loop is marked not to be unrolled (its body is large and register-bound).
+    """
+    op = scf.ForOp(lb.v, ub.v, ci(1).v, init)
+    op.attributes["loop_annotation"] = ir.Attribute.parse("#llvm.loop_annotation<unroll = <disable = true>>")
+    with ir.InsertionPoint(op.body):
+        nxt = body(V(op.induction_variable), list(op.inner_iter_args))
+        scf.YieldOp([_raw(x) for x in nxt])
+    return list(op.results)
+
+
+def if_then(cond: V, then: Callable[[], None]) -> None:
+    """scf.if without results."""
+    op = scf.IfOp(cond.v)
+    with ir.InsertionPoint(op.then_block):
+        then()
+        scf.YieldOp([])
+
+
+# ================================================================ numerics helpers
+
+
+def bf16_pair_to_f32(word: V) -> tuple[V, V]:
+    """One i32 holding two bf16 (element 0 in the low half) -> two exact f32."""
+    return (word << 16).as_f32(), (word & 0xFFFF0000).as_f32()
+
+
+def pack_e4m3(vals: Sequence[V]) -> V:
+    """4 f32 -> one i32 of e4m3 codes, RNE (v_cvt_pk_fp8_f32; byte i = vals[i])."""
+    lo = rocdl.cvt_pk_fp8_f32(_i32(), vals[0].v, vals[1].v, ci(0).v, False)
+    return V(rocdl.cvt_pk_fp8_f32(_i32(), vals[2].v, vals[3].v, lo, True))
+
+
+def unpack_e4m3(word: V) -> list[V]:
+    """One i32 of 4 e4m3 codes -> 4 exact f32 (v_cvt_pk_f32_fp8)."""
+    out: list[V] = []
+    for hi in (False, True):
+        pair = rocdl.cvt_pk_f32_fp8(_vec(2, _f32()), word.v, hi)
+        out += [vec_get(pair, 0), vec_get(pair, 1)]
+    return out
+
+
+def e4m3x8_to_f16x8(raw: ir.Value) -> ir.Value:
+    """8 e4m3 codes (vector<2xi32>) -> vector<8xf16>, exact (scale 1.0)."""
+    one = cf(1.0).v
+    parts = []
+    for word_i in range(2):
+        word = vec_get(raw, word_i).v
+        for hi in (False, True):
+            parts.append(rocdl.cvt_scalef32_pk_f16_fp8(_vec(2, _f16()), word, one, hi))
+    return vec_cat(vec_cat(parts[0], parts[1]), vec_cat(parts[2], parts[3]))
+
+
+def mfma_scaled(a: ir.Value, b: ir.Value, acc: ir.Value, sel_a: int, scale_a: V, sel_b: int, scale_b: V) -> ir.Value:
+    """v_mfma_scale_f32_16x16x128_f8f6f4 with e4m3 A and B; E8M0 scales from byte sel of a VGPR."""
+    fmt = ir.Attribute.parse("#rocdl<matrix_format fp8_e4m3>")
+    return rocdl.mfma_scale_f32_16x16x128_f8f6f4_(
+        _vec(4, _f32()), a, b, acc, fmt, fmt, sel_a, scale_a.v, sel_b, scale_b.v
+    )
+
+
+def mfma_bf16(a: ir.Value, b: ir.Value, acc: ir.Value) -> ir.Value:
+    """v_mfma_f32_16x16x32_bf16."""
+    blgp = ir.Attribute.parse("#rocdl<mfma_perm_b none>")
+    return rocdl.mfma_f32_16x16x32_bf16_(_vec(4, _f32()), a, b, acc, 0, 0, blgp)
+
+
+def mfma_f16(a: ir.Value, b: ir.Value, acc: ir.Value) -> ir.Value:
+    """v_mfma_f32_16x16x32_f16."""
+    blgp = ir.Attribute.parse("#rocdl<mfma_perm_b none>")
+    return rocdl.mfma_f32_16x16x32_f16_(_vec(4, _f32()), a, b, acc, 0, 0, blgp)
+
+
+def exp2(x: V) -> V:
+    """v_exp_f32."""
+    return V(rocdl.exp2(_f32(), x.v))
+
+
+def log2(x: V) -> V:
+    """v_log_f32 (base 2)."""
+    return V(rocdl.log(_f32(), x.v))
+
+
+# ================================================================ the kernel body
+
+
+class _Ctx:
+    """Per-workgroup values shared by the stages (all built once, before the tile loop)."""
+
+    def __init__(self, heads: int, has_invalid: bool, return_lse: bool, args: dict[str, V]) -> None:
+        self.H = heads
+        self.has_invalid = has_invalid
+        self.return_lse = return_lse
+        self.a = args
+        tid = V(as_ir_value(fx.thread_idx.x))
+        self.wave = readfirstlane(tid >> 6)  # wave-uniform
+        self.lane = tid & 63
+        self.t = self.lane & 15  # head (QK/PV output) or token row (QK A operand)
+        self.g = self.lane >> 4  # lane group
+        self.h_ok = self.t < heads
+        # Long rows first: block b serves query row n_q - 1 - b.
+        self.qi = args["n_q"] - 1 - V(as_ir_value(fx.block_idx.x))
+        storage = fx.SharedAllocator().allocate(LDS_BYTES)
+        self.lds = V(as_ir_value(fx.ptrtoint(storage._ptr)))
+        if not ir.IntegerType(self.lds.type).width == 32:
+            self.lds = self.lds.i32()
+
+
+def load_slots_setup(c: _Ctx) -> None:
+    """load_slots (part 1): this row's CSR slice and its bounded index buffer descriptor.
+
+    The descriptor's base is the row start clamped into the buffer and its size is the rest of
+    the buffer, so every index read stays inside the index buffer whatever indptr holds.
+    """
+    a = c.a
+    row_ptr = a["iptr"] + (c.qi.i64() << 2)
+    beg = readfirstlane(V(global_load(_i32(), row_ptr, 4)))
+    end = readfirstlane(V(global_load(_i32(), row_ptr + 4, 4)))
+    n_idx = V(arith.shrui(a["idx_bytes"].v, cl(2).v))
+    length = end - beg
+    c.len = (length < 0).sel(0, length)
+    # clamp(beg, 0, n_idx) in 64 bits
+    beg64 = V(arith.extsi(_i64(), beg.v))
+    beg64 = V(arith.maxsi(beg64.v, cl(0).v))
+    beg64 = V(arith.minsi(beg64.v, n_idx.v))
+    base = a["idx"] + (beg64 << 2)
+    left = a["idx_bytes"] - (beg64 << 2)
+    left = V(arith.minui(left.v, cl(0xFFFFFFFF).v))
+    c.idx_rsrc = rocdl.make_buffer_rsrc(
+        ir.Type.parse("!llvm.ptr<8>"),
+        global_ptr(base),
+        arith.constant(_i16(), 0),
+        left.v,
+        ci(0x27000).v,  # raw buffer, 32-bit data format (CDNA word 3)
+    )
+
+
+def idx_load1(c: _Ctx, pos: V) -> V:
+    """indices[beg + pos] (0 when outside the index buffer)."""
+    return V(rocdl.raw_ptr_buffer_load(_i32(), c.idx_rsrc, (pos << 2).v, ci(0).v))
+
+
+def idx_load4(c: _Ctx, pos: V) -> ir.Value:
+    """indices[beg + pos .. beg + pos + 4) as vector<4xi32> (0 outside the index buffer)."""
+    return rocdl.raw_ptr_buffer_load(_vec(4, _i32()), c.idx_rsrc, (pos << 2).v, ci(0).v)
+
+
+def slot_valid(c: _Ctx, pos: V, slot: V) -> V:
+    """load_slots (masking): position inside the row and entry >= 0."""
+    return V(arith.andi((pos < c.len).v, (slot >= 0).v))
+
+
+def row_address(c: _Ctx, pos: V, slot: V) -> V:
+    """64-bit address of the record a position reads: its cache row, or the zero record."""
+    row = c.a["kv"] + slot.i64() * RECORD_BYTES
+    return slot_valid(c, pos, slot).sel(row, c.a["zero"])
+
+
+def tile_count(c: _Ctx) -> V:
+    """tile_count: number of 128-token tiles this row needs (wave-uniform i32)."""
+    if not c.has_invalid:
+        last = c.len
+    else:
+        # Each wave scans the whole row (256 entries a step) for the last entry >= 0.
+        n_scan = (c.len >> 8) + ((c.len & 255).ne(0)).sel(1, 0)
+
+        def scan(it: V, st: list[ir.Value]) -> list[ir.Value]:
+            best = V(st[0])
+            p0 = (it << 8) + (c.lane << 2)
+            words = idx_load4(c, p0)
+            for k in range(4):
+                pk = p0 + k
+                hit = V(arith.andi((pk < c.len).v, (vec_get(words, k) >= 0).v))
+                best = hit.sel(pk + 1, best)
+            return [best.v]
+
+        last = V(for_loop(ci(0), n_scan, [ci(0).v], scan)[0])
+        for m in (1, 2, 4, 8, 16, 32):
+            last = last.smax(lane_xor(last, c.lane, m))
+    nt = (last >> 7) + ((last & 127).ne(0)).sel(1, 0)
+    return readfirstlane(nt)
+
+
+def quantize_q(c: _Ctx) -> None:
+    """quantize_q: this lane's Q operands for the scaled QK MFMA and the bf16 rope MFMA.
+
+    Lane (head t, group g) holds, for record block b, dims 128b + 16g + [0, 16) (operand bytes
+    0..15) and 128b + 64 + 16g + [0, 16) (bytes 16..31), as fp8 hi and lo words, plus the E8M0
+    bytes of (t, b) packed in one VGPR (byte b), hi and lo. Heads >= H are zero.
+    """
+    a = c.a
+    t_safe = c.h_ok.sel(c.t, 0)
+    row = a["q"] + ((c.qi.i64() * a["sq"] + t_safe.i64() * a["sqh"]) << 1)
+    zero = cf(0.0)
+    c.q_hi: list[ir.Value] = []
+    c.q_lo: list[ir.Value] = []
+    s_hi = ci(0)
+    s_lo = ci(0)
+    for b in range(4):
+        vals: list[V] = []
+        for part in range(2):
+            base = row + (q_dim(b, part, c.g).i64() << 1)
+            for half in range(2):
+                words = global_load(_vec(4, _i32()), base + 16 * half, 16)
+                for k in range(4):
+                    lo_, hi_ = bf16_pair_to_f32(vec_get(words, k))
+                    vals += [c.h_ok.sel(lo_, zero), c.h_ok.sel(hi_, zero)]
+        # amax over the 128 dims of (t, b): |x| bits compare like the magnitudes.
+        amax = ci(0)
+        for x in vals:
+            amax = amax.umax(x.as_i32() & 0x7FFFFFFF)
+        amax = amax.umax(lane_xor(amax, c.lane, 16))
+        amax = amax.umax(lane_xor(amax, c.lane, 32))
+        s = ((amax >> 23) - 7).smax(5)  # hi E8M0; lo E8M0 = s - 5 >= 0
+        inv = ((ci(254) - s) << 23).as_f32()  # 2^(127 - s), a normal float for s in [5, 248]
+        hi_words: list[V] = []
+        lo_words: list[V] = []
+        for w4 in range(8):
+            x = [vals[4 * w4 + k] * inv for k in range(4)]
+            hw = pack_e4m3(x)
+            dec = unpack_e4m3(hw)
+            lw = pack_e4m3([(x[k] - dec[k]) * 32.0 for k in range(4)])
+            hi_words.append(hw)
+            lo_words.append(lw)
+        c.q_hi.append(vec_of(hi_words, _i32()))
+        c.q_lo.append(vec_of(lo_words, _i32()))
+        s_hi = s_hi | (s << (8 * b))
+        s_lo = s_lo | ((s - 5) << (8 * b))
+    c.q_scale_hi = s_hi
+    c.q_scale_lo = s_lo
+    # Rope: dims 512 + 8g + [0, 8) and 512 + 32 + 8g + [0, 8) as bf16 MFMA B operands.
+    c.q_rope: list[ir.Value] = []
+    for k in range(2):
+        off = ((c.g << 3) + (512 + 32 * k)).i64() << 1
+        words = global_load(_vec(4, _i32()), row + off, 16)
+        words = c.h_ok.sel(V(words), V(arith.constant(_vec(4, _i32()), ir.DenseElementsAttr.get_splat(
+            _vec(4, _i32()), ir.IntegerAttr.get(_i32(), 0))))).v
+        c.q_rope.append(vec_bitcast(words, 8, _bf16()))
+
+
+class _TileIdx:
+    """load_slots (part 2): the index words one tile needs, loaded a tile ahead."""
+
+    def __init__(self, c: _Ctx, tb: V) -> None:
+        self.tb = tb
+        # DMA: lane l copies tokens l and 64 + l.
+        self.dma = [idx_load1(c, tb + dma_token(hf, c.lane)) for hf in range(2)]
+        # QK A operand (rope): token 32w + 16s + t.
+        self.arow = [idx_load1(c, tb + qk_row_token(c.wave, s, c.t)) for s in range(2)]
+        # QK output layout (masks): tokens 32w + 16s + 4g + r, r = 0..3 (consecutive).
+        self.dout = [idx_load4(c, tb + qk_out_token(c.wave, s, c.g, 0)) for s in range(2)]
+
+
+def issue_tile_dma(c: _Ctx, ti: _TileIdx) -> None:
+    """Copy block w (and block w's scale word) of the tile's 128 records into LDS.
+
+    Window (half hf, chunk ch) holds chunk ch of tokens 64hf .. 64hf + 63, lane l's 16 bytes
+    being token 64hf + l's, so each lane streams from its own 64-bit row address.
+    """
+    for hf in range(2):
+        row = row_address(c, ti.tb + dma_token(hf, c.lane), ti.dma[hf])
+        blk = row + (c.wave.i64() << 7)  # record bytes 128w .. 128w + 127
+        for ch in range(8):
+            # Wave-uniform window (M0); lane l's 16 bytes land at window + 16l.
+            with no_wrap():
+                window = c.lds + lds_k(c.wave, dma_token(hf, 0), ch)
+            rocdl.global_load_lds(global_ptr(blk + 16 * ch), lds_ptr(window), 16, 0)
+        with no_wrap():
+            window = c.lds + lds_scale(c.wave, dma_token(hf, 0))  # lane l's 4 bytes at + 4l
+        src = row + SCALE_OFFSET + (c.wave.i64() << 2)
+        rocdl.global_load_lds(global_ptr(src), lds_ptr(window), 4, 0)
+
+
+def load_rope(c: _Ctx, ti: _TileIdx) -> list[ir.Value]:
+    """The QK A operands of the rope MFMAs: token 32w + 16s + t, dims 8g.. and 32 + 8g.."""
+    out: list[ir.Value] = []
+    for s in range(2):
+        row = row_address(c, ti.tb + qk_row_token(c.wave, s, c.t), ti.arow[s])
+        for k in range(2):
+            addr = row + ROPE_OFFSET + 64 * k + (c.g.i64() << 4)  # rope dims 32k + 8g .. + 7
+            out.append(vec_bitcast(global_load(_vec(4, _i32()), addr, 16), 8, _bf16()))
+    return out
+
+
+def qk_scores(c: _Ctx, rope: list[ir.Value]) -> list[ir.Value]:
+    """qk_scores: S for tokens 32w + 16s + 4g + r, head t (two vector<4xf32>, s = 0, 1).
+
+    Per subtile s (16 tokens) and record block b: A = the tokens' 128 e4m3 codes of block b,
+    E8M0 = their scale's exponent field (byte b of e8[s]); B = Q hi then Q lo of block b.
+    Then the rope part (bf16) into the same accumulator.
+    """
+    e8: list[V] = []
+    acc = [zeros_f32x4(), zeros_f32x4()]
+
+    # Per-lane bases; lds_k and lds_scale are affine in block and chunk, so those parts are
+    # immediate offsets: lds_k(b, tok, g + 4part) = lds_k(0, tok, g) + lds_k(b, 0, 4part) - LDS_K.
+    with no_wrap():
+        toks = [qk_row_token(c.wave, s, c.t) for s in range(2)]  # A-operand row tokens (0..127)
+        k_base = [c.lds + lds_k(0, tok, c.g) for tok in toks]
+        s_base = [c.lds + lds_scale(0, tok) for tok in toks]
+
+    def issue(i: int) -> object:
+        s, b = divmod(i, 4)
+        scale_words = None
+        with no_wrap():
+            if b == 0:
+                scale_words = [V(lds_load(_i32(), s_base[s] + (lds_scale(bb, 0) - lds_scale(0, 0)), 4))
+                               for bb in range(4)]
+            # Operand bytes 16part .. 16part + 15 = codes of dims q_dim(b, part, g) - 128b
+            # onward, i.e. 16-byte chunk g + 4part of block b.
+            parts = [lds_load(_vec(4, _i32()), k_base[s] + (lds_k(b, 0, 4 * part) - LDS_K), 16) for part in range(2)]
+        return scale_words, vec_cat(parts[0], parts[1])
+
+    def consume(i: int, data: object) -> None:
+        s, b = divmod(i, 4)
+        scale_words, a_op = data  # type: ignore[misc]
+        if b == 0:
+            packed = ci(0)
+            for bb, bits in enumerate(scale_words):
+                packed = packed | (((bits >> 23) & 0xFF) << (8 * bb))
+            e8.append(packed)
+        x = mfma_scaled(a_op, c.q_hi[b], acc[s], b, e8[s], b, c.q_scale_hi)
+        acc[s] = mfma_scaled(a_op, c.q_lo[b], x, b, e8[s], b, c.q_scale_lo)
+        if b == 3:
+            for k in range(2):
+                acc[s] = mfma_bf16(rope[2 * s + k], c.q_rope[k], acc[s])
+
+    pipelined(8, 2, issue, consume)
+    return acc
+
+
+def online_softmax(
+    c: _Ctx, tb: V, sacc: list[ir.Value], dout: list[ir.Value], m_old: V, l_old: V
+) -> tuple[V, V, V, list[V]]:
+    """online_softmax: tile max over the workgroup, P, alpha, and the new m and lane-partial l.
+
+    Returns (m_new, l_new, alpha, P values for tokens 32w + 16s + 4g + r in s-major order).
+    """
+    c_log2 = c.a["c_log2"]
+    neg_inf = cf(float("-inf"))
+    xs: list[V] = []
+    tmax = neg_inf
+    for s in range(2):
+        for r in range(4):
+            ok = slot_valid(c, tb + qk_out_token(c.wave, s, c.g, r), vec_get(dout[s], r))
+            x = ok.sel(vec_get(sacc[s], r) * c_log2, neg_inf)
+            xs.append(x)
+            tmax = tmax.fmax(x)
+    # Max over the 4 lane groups (xor 16, 32); own value kept in the max so the result does not
+    # depend on which half of the swapped pair holds the partner.
+    for swap in (rocdl.permlane16_swap, rocdl.permlane32_swap):
+        pair = swap(ir.Type.parse("!llvm.struct<(i32, i32)>"), tmax.as_i32().v, tmax.as_i32().v, False, False)
+        p0 = V(llvm.extractvalue(_i32(), pair, [0])).as_f32()
+        p1 = V(llvm.extractvalue(_i32(), pair, [1])).as_f32()
+        tmax = tmax.fmax(p0).fmax(p1)
+    with no_wrap():
+        lds_store(tmax.v, c.lds + lds_x(c.t, c.wave), 4)
+    wait_lgkm()
+    barrier()
+    with no_wrap():
+        waves = lds_load(_vec(4, _f32()), c.lds + lds_x(c.t, 0), 16)
+    m_new = m_old
+    for k in range(4):
+        m_new = m_new.fmax(vec_get(waves, k))
+    m_ref = m_new.fmax(NEG_FLT_MAX)  # finite even when everything so far is masked
+    alpha = exp2(m_old - m_ref)
+    ps = [exp2((x - m_ref) + P_SHIFT) for x in xs]
+    total = ps[0]
+    for p in ps[1:]:
+        total = total + p
+    l_new = l_old * alpha + total
+    return m_new, l_new, alpha, ps
+
+
+def store_p(c: _Ctx, ps: list[V]) -> None:
+    """P rows to LDS: head t, tokens 32w + 16s + 4g + r (16 contiguous bytes per s)."""
+    for s in range(2):
+        with no_wrap():
+            addr = c.lds + lds_p(c.t, qk_out_token(c.wave, s, c.g, 0))  # r = 0..3 consecutive
+        lds_store(vec_of(ps[4 * s : 4 * s + 4], _f32()), addr, 16)
+
+
+def scale_p(c: _Ctx, p_words: list[ir.Value], sv_words: list[ir.Value]) -> ir.Value:
+    """scale_p: the PV B operand P'[token 32kc + 8g + j][head t], j = 0..7, as vector<8xf16>.
+
+    P' = fp16(P * scale_v) with scale_v = the record scale of block w, its bits clamped to
+    [1, bits(2^7)] (an integer clamp, so zero, negative and NaN scales clamp too).
+    """
+    out: list[V] = []
+    for j in range(8):
+        bits = vec_get(sv_words[j // 4], j % 4).smax(SCALE_V_MIN_BITS).smin(SCALE_V_MAX_BITS)
+        prod = vec_get(p_words[j // 4], j % 4) * bits.as_f32()
+        out.append(V(arith.truncf(_f16(), prod.v)))
+    return vec_of(out, _f16())
+
+
+def pv_accumulate(c: _Ctx, o: list[ir.Value], after_reads: Callable[[], None]) -> list[ir.Value]:
+    """pv_accumulate: O^T[128w + 16ch + 4g + r][t] += V^T[., tok] P'^T[tok, t] over the tile.
+
+    K-chunk kc covers tokens 32kc + 8g + j (MFMA k = 8g + j). ds_read_b64_tr_b8: lanes 2j, 2j+1
+    of group g address bytes 0..7 / 8..15 of chunk ch (dims 16ch..16ch+15 of block w) of token
+    32kc + 8g + j; lane t receives dim 16ch + t of those 8 tokens. `after_reads` runs once all
+    of this wave's LDS reads of the tile are issued (the DMA refill of block w goes there).
+    """
+    out = list(o)
+    pps: dict[int, ir.Value] = {}
+    # Per-lane bases plus immediate offsets (tr8_address, lds_p and lds_scale are affine in kc
+    # and ch; tests/test_flydsl_compile.py checks the split for every lane).
+    with no_wrap():
+        tr_base = c.lds + tr8_address(c.wave, 0, 0, c.t, c.g)
+        p_base = c.lds + lds_p(c.t, pv_token(0, c.g, 0))
+        sv_base = c.lds + lds_scale(c.wave, pv_token(0, c.g, 0))
+
+    def issue(i: int) -> object:
+        kc, ch = divmod(i, 8)
+        side = None
+        with no_wrap():
+            if ch == 0:
+                # P[tok][t] and block w's scale of tokens pv_token(kc, g, 0..7) (consecutive).
+                tok_off = 4 * pv_token(kc, 0, 0)
+                side = ([lds_load(_vec(4, _f32()), p_base + (tok_off + 16 * k), 16) for k in range(2)],
+                        [lds_load(_vec(4, _i32()), sv_base + (tok_off + 16 * k), 16) for k in range(2)])
+            addr = tr_base + (tr8_address(0, kc, ch, 0, 0) - tr8_address(0, 0, 0, 0, 0))
+        raw = rocdl.ds_read_tr8_b64_(_vec(2, _i32()), lds_ptr(addr))
+        return side, raw
+
+    def consume(i: int, data: object) -> None:
+        kc, ch = divmod(i, 8)
+        side, raw = data  # type: ignore[misc]
+        if ch == 0:
+            pps[kc] = scale_p(c, side[0], side[1])
+        out[ch] = mfma_f16(e4m3x8_to_f16x8(raw), pps[kc], out[ch])
+
+    pipelined(32, 4, issue, consume, drained=after_reads)
+    return out
+
+
+def finalize(c: _Ctx, m: V, l_lane: V, o: list[ir.Value]) -> None:
+    """finalize: l over the 4 lane groups and 4 waves, out = bf16(o * (1 / l)), lse."""
+    a = c.a
+    l_g = l_lane + lane_xor(l_lane.as_i32(), c.lane, 16).as_f32()
+    l_w = l_g + lane_xor(l_g.as_i32(), c.lane, 32).as_f32()
+    with no_wrap():
+        lds_store(l_w.v, c.lds + lds_x(c.t, c.wave), 4)
+    wait_lgkm()
+    barrier()
+    with no_wrap():
+        parts = lds_load(_vec(4, _f32()), c.lds + lds_x(c.t, 0), 16)
+    l_tot = vec_get(parts, 0)
+    for k in range(1, 4):
+        l_tot = l_tot + vec_get(parts, k)
+    has = l_tot > 0.0
+    inv = has.sel(V(arith.divf(cf(1.0).v, l_tot.v)), cf(0.0))
+    t_safe = c.h_ok.sel(c.t, 0)
+    base = a["out"] + ((c.qi.i64() * a["so"] + t_safe.i64() * a["soh"]) << 1)
+    vals = []
+    for ch in range(8):
+        dims = out_dim(c.wave, ch, c.g)  # registers r = 0..3 are dims + r
+        bf = [V(arith.truncf(_bf16(), (vec_get(o[ch], r) * inv).v)) for r in range(4)]
+        vals.append((base + (dims.i64() << 1), vec_of(bf, _bf16())))
+
+    def store_out() -> None:
+        for addr, v in vals:
+            global_store(v, addr, 8)
+
+    if_then(c.h_ok, store_out)
+    if c.return_lse:
+        lse = has.sel((m + (log2(l_tot) - P_SHIFT)) * LN2, cf(float("-inf")))
+        first = V(arith.andi(V(arith.andi(c.wave.eq(0).v, c.g.eq(0).v)).v, c.h_ok.v))
+        addr = a["lse"] + ((c.qi.i64() * c.H + t_safe.i64()) << 2)
+        if_then(first, lambda: global_store(lse.v, addr, 4))
+
+
+def emit_kernel(heads: int, has_invalid: bool, return_lse: bool, args: dict[str, V]) -> None:
+    """The whole kernel body, traced inside the @flyc.kernel function."""
+    c = _Ctx(heads, has_invalid, return_lse, args)
+    load_slots_setup(c)
+    nt = tile_count(c)
+    quantize_q(c)
+
+    # Prologue: tile 0's indices, latent DMA and rope; then the loop carries
+    # (m, l, o[8], rope of the current tile[4], output-layout index words of the current tile[2]).
+    ti0 = _TileIdx(c, ci(0))
+    if_then(nt > 0, lambda: issue_tile_dma(c, ti0))
+    rope0 = load_rope(c, ti0)
+    init = [cf(float("-inf")).v, cf(0.0).v] + [zeros_f32x4() for _ in range(8)] + rope0 + ti0.dout
+
+    def tile(it: V, st: list[ir.Value]) -> list[ir.Value]:
+        m_old, l_old = V(st[0]), V(st[1])
+        o = st[2:10]
+        rope = st[10:14]
+        dout = st[14:16]
+        tb = it << 7
+        # This tile's latent and scales (every wave's DMA) are in LDS.
+        wait_vm()
+        barrier()
+        nxt = _TileIdx(c, tb + TILE)  # the next tile's index words, in flight during QK
+        sacc = qk_scores(c, rope)
+        m_new, l_new, alpha, ps = online_softmax(c, tb, sacc, dout, m_old, l_old)
+        # Past the last tile every position is masked, so these read only the zero record.
+        rope_n = load_rope(c, nxt)
+        store_p(c, ps)
+        o = [arith.mulf(x, vector.broadcast(_vec(4, _f32()), alpha.v)) for x in o]
+        wait_lgkm()
+        barrier()
+        not_last = (it + 1) < nt
+
+        def refill() -> None:
+            # Block w of the LDS tile (and scale row w) is read only by this wave's PV, whose
+            # reads are all issued: once they have landed, stream in the next tile's block w.
+            wait_lgkm()
+            if_then(not_last, lambda: issue_tile_dma(c, nxt))
+
+        o = pv_accumulate(c, o, refill)
+        return [m_new.v, l_new.v] + list(o) + rope_n + nxt.dout
+
+    fin = for_loop(ci(0), nt, init, tile)
+    finalize(c, V(fin[0]), V(fin[1]), fin[2:10])
+
+
+def build_launcher(heads: int, has_invalid: bool, return_lse: bool) -> Callable:
+    """JIT launcher of one (heads, has_invalid, return_lse) configuration.
+
+    Call it as launcher(q, kv, idx, indptr, out, lse, zero_record, n_q, stride_q, stride_qh,
+    stride_o, stride_oh, idx_bytes, c_log2, stream=stream): addresses are device byte
+    addresses (int), strides are in elements, idx_bytes is the index buffer's byte size,
+    c_log2 = softmax_scale * log2(e). One workgroup of 256 threads per query row.
+    """
+    if not 1 <= heads <= MAX_HEADS:
+        raise ValueError(f"heads must be in [1, {MAX_HEADS}], got {heads}")
+    _require_flydsl()
+    name = kernel_name(heads, has_invalid, return_lse)
+    H, HI, RL = int(heads), bool(has_invalid), bool(return_lse)
+
+    @flyc.kernel(name=name, known_block_size=[THREADS, 1, 1])
+    def sparse_mla_fp8ds_gfx950(
+        q: fx.Int64,
+        kv: fx.Int64,
+        idx: fx.Int64,
+        iptr: fx.Int64,
+        out: fx.Int64,
+        lse: fx.Int64,
+        zero: fx.Int64,
+        n_q: fx.Int32,
+        sq: fx.Int64,
+        sqh: fx.Int64,
+        so: fx.Int64,
+        soh: fx.Int64,
+        idx_bytes: fx.Int64,
+        c_log2: fx.Float32,
+    ):
+        emit_kernel(
+            H,
+            HI,
+            RL,
+            {
+                "q": V(as_ir_value(q)),
+                "kv": V(as_ir_value(kv)),
+                "idx": V(as_ir_value(idx)),
+                "iptr": V(as_ir_value(iptr)),
+                "out": V(as_ir_value(out)),
+                "lse": V(as_ir_value(lse)),
+                "zero": V(as_ir_value(zero)),
+                "n_q": V(as_ir_value(n_q)),
+                "sq": V(as_ir_value(sq)),
+                "sqh": V(as_ir_value(sqh)),
+                "so": V(as_ir_value(so)),
+                "soh": V(as_ir_value(soh)),
+                "idx_bytes": V(as_ir_value(idx_bytes)),
+                "c_log2": V(as_ir_value(c_log2)),
+            },
+        )
+
+    @flyc.jit
+    def launch(
+        q: fx.Int64,
+        kv: fx.Int64,
+        idx: fx.Int64,
+        iptr: fx.Int64,
+        out: fx.Int64,
+        lse: fx.Int64,
+        zero: fx.Int64,
+        n_q: fx.Int32,
+        sq: fx.Int64,
+        sqh: fx.Int64,
+        so: fx.Int64,
+        soh: fx.Int64,
+        idx_bytes: fx.Int64,
+        c_log2: fx.Float32,
+        stream: fx.Stream = fx.Stream(None),  # noqa: B008
+    ):
+        sparse_mla_fp8ds_gfx950(q, kv, idx, iptr, out, lse, zero, n_q, sq, sqh, so, soh, idx_bytes, c_log2).launch(
+            grid=(n_q, 1, 1), block=(THREADS, 1, 1), stream=stream
+        )
+
+    launch.compile_hints = {"waves_per_eu": 2, "fast_fp_math": False}
+    return launch

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kernel.record import RECORD_BYTES
 from oracle.preconditions import Finding, check_arrays
 
 ROLES = ("kv_cache", "indices", "indptr")
@@ -100,7 +101,7 @@ class Dump:
     @property
     def kv_rows(self) -> int:
         """Number of 656-byte records (flat rows) in kv_cache."""
-        return self.kv_cache.numel() // 656 if self.kv_cache.dim() else 0
+        return self.kv_cache.numel() // RECORD_BYTES
 
 
 # --------------------------------------------------------------------------- format readers

@@ -40,7 +40,7 @@ import torch
 
 from kernel.contract import ContractError, validate_call
 from kernel.fp8 import E4M3_NAN_CODE
-from kernel.record import MAX_VALID_SCALE, N_SCALE_BLOCKS, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
+from kernel.record import RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
 
 Severity = Literal["violation", "notice"]
 Progress = Callable[[int, int], None]
@@ -232,23 +232,26 @@ def check_arrays(
     def nm(key: str) -> str:
         return names.get(key, key)
 
+    def where(key: str) -> str:  # message prefix naming the array when it has a name of its own
+        return f"{names[key]}: " if key in names else ""
+
     if kv_cache is not None:
         if kv_cache.dtype != torch.uint8:
-            out.append(_input_finding(KIND_BAD_DTYPE, nm("kv_cache"), f"{nm('kv_cache')}: kv_cache must be uint8 records, got {_dtype_name(kv_cache.dtype)}", dtype=_dtype_name(kv_cache.dtype), expected="uint8"))
+            out.append(_input_finding(KIND_BAD_DTYPE, nm("kv_cache"), f"{where('kv_cache')}kv_cache must be uint8 records, got {_dtype_name(kv_cache.dtype)}", dtype=_dtype_name(kv_cache.dtype), expected="uint8"))
         if kv_cache.dim() < 2 or kv_cache.shape[-1] != RECORD_BYTES:
-            out.append(_input_finding(KIND_BAD_SHAPE, nm("kv_cache"), f"{nm('kv_cache')}: kv_cache must be [..., {RECORD_BYTES}] (one {RECORD_BYTES}-byte record per row), got shape {list(kv_cache.shape)}", shape=list(kv_cache.shape), expected=f"[..., {RECORD_BYTES}]"))
+            out.append(_input_finding(KIND_BAD_SHAPE, nm("kv_cache"), f"{where('kv_cache')}kv_cache must be [..., {RECORD_BYTES}] (one {RECORD_BYTES}-byte record per row), got shape {list(kv_cache.shape)}", shape=list(kv_cache.shape), expected=f"[..., {RECORD_BYTES}]"))
     for key, tensor in (("indices", indices), ("indptr", indptr)):
         if tensor is None:
             continue
         if tensor.dtype != torch.int32:
-            out.append(_input_finding(KIND_BAD_DTYPE, nm(key), f"{nm(key)}: {key} must be int32, got {_dtype_name(tensor.dtype)}", dtype=_dtype_name(tensor.dtype), expected="int32"))
+            out.append(_input_finding(KIND_BAD_DTYPE, nm(key), f"{where(key)}{key} must be int32, got {_dtype_name(tensor.dtype)}", dtype=_dtype_name(tensor.dtype), expected="int32"))
         if tensor.dim() != 1:
-            out.append(_input_finding(KIND_BAD_SHAPE, nm(key), f"{nm(key)}: {key} must be 1-D, got shape {list(tensor.shape)}", shape=list(tensor.shape), expected="1-D"))
+            out.append(_input_finding(KIND_BAD_SHAPE, nm(key), f"{where(key)}{key} must be 1-D, got shape {list(tensor.shape)}", shape=list(tensor.shape), expected="1-D"))
     if indptr is not None and indptr.dim() == 1:
         if n_q is not None and indptr.shape[0] != n_q + 1:
-            out.append(_input_finding(KIND_BAD_SHAPE, nm("indptr"), f"{nm('indptr')}: indptr must have n_q + 1 = {n_q + 1} entries, got {indptr.shape[0]}", shape=list(indptr.shape), expected=[n_q + 1]))
+            out.append(_input_finding(KIND_BAD_SHAPE, nm("indptr"), f"{where('indptr')}indptr must have n_q + 1 = {n_q + 1} entries, got {indptr.shape[0]}", shape=list(indptr.shape), expected=[n_q + 1]))
         elif indptr.shape[0] < 1:
-            out.append(_input_finding(KIND_BAD_SHAPE, nm("indptr"), f"{nm('indptr')}: indptr must have n_q + 1 >= 1 entries, got 0", shape=[0], expected="[n_q + 1]"))
+            out.append(_input_finding(KIND_BAD_SHAPE, nm("indptr"), f"{where('indptr')}indptr must have n_q + 1 >= 1 entries, got 0", shape=[0], expected="[n_q + 1]"))
     return out
 
 

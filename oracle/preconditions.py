@@ -171,7 +171,7 @@ def scale_effect(bits: int) -> dict[str, Any]:
         if bits >> 31:
             qk_text += ", sign dropped"
     if pv_bits == 1:
-        pv_text = "PV uses 2^-149 (bits clamped to 1), so P' underflows f16 to 0 and the block's V contributes nothing while the key still counts in the softmax sum"
+        pv_text = "PV uses 2^-149 (bits clamped to 1: P' underflows f16 to 0, so the block's V drops out while the key still counts in the softmax sum)"
     elif pv_bits == _F32_BITS_CAP and signed > _F32_BITS_CAP:
         pv_text = "PV clamps it to 2^7 = 128.0"
     else:
@@ -190,9 +190,11 @@ _SCALE_GENERAL = {
 }
 
 
-def _consequence(general: str, examples: list[dict[str, Any]], n: int = 3) -> str:
-    effects = [e["effect"] for e in examples[:n] if "effect" in e]
-    return general + (" (" + "; ".join(effects) + ")" if effects else "") + "."
+def _consequence(general: str, examples: list[dict[str, Any]]) -> str:
+    """The general sentence plus what the kernel does for the first example (every example
+    carries its own computed `effect`)."""
+    effect = next((e["effect"] for e in examples if "effect" in e), None)
+    return general + (f"; first: {effect}" if effect else "") + "."
 
 
 # --------------------------------------------------------------------------- input validation

@@ -116,7 +116,8 @@ LDS_BYTES = LDS_X + MAX_HEADS * 4 * 4
 P_SHIFT = 8.0  # P = exp2(x - m + 8) <= 2^8
 SCALE_V_MIN_BITS = 0x00000001  # smallest positive f32
 SCALE_V_MAX_BITS = 0x43000000  # 2^7
-NEG_FLT_MAX = -3.4028234663852886e38
+MASKED_SCORE = -1.0e30  # x of a masked token, and the initial running max
+M_FLOOR = -1.0e20  # floor of m - 8 in P = exp2(x - max(m - 8, -1e20))
 LN2 = math.log(2.0)
 LOG2E = 1.0 / math.log(2.0)
 
@@ -168,8 +169,12 @@ def qk_out_token(wave: Any, s: int, g: Any, r: int) -> Any:
 
 
 def pv_token(kc: int, g: Any, j: Any) -> Any:
-    """Tile token of PV K-chunk kc, lane group g, element j (MFMA k = 8g + j)."""
-    return kc * 32 + g * 8 + j
+    """Tile token of PV K-chunk kc, lane group g, element j (MFMA k = 8g + j).
+
+    Chunk kc = 2hf + sub holds the 32 tokens whose bit 6 is hf and bit 2 is sub (the grouping
+    kernel/emulated.py models): token = 64hf + 16g + 8(j >> 2) + 4sub + (j & 3).
+    """
+    return (kc >> 1) * 64 + (kc & 1) * 4 + g * 16 + (j >> 2) * 8 + (j & 3)
 
 
 def tr8_address(wave: Any, kc: int, ch: int, t: Any, g: Any) -> Any:
@@ -182,9 +187,22 @@ def tr8_address(wave: Any, kc: int, ch: int, t: Any, g: Any) -> Any:
     return lds_k(wave, pv_token(kc, g, t >> 1), ch) + (t & 1) * 8
 
 
-def q_dim(b: int, part: int, g: Any) -> Any:
-    """First of the 16 q dims behind bytes 16part..16part+15 of lane group g's operand, block b."""
-    return b * 128 + part * 64 + g * 16
+def qk_block(part: int, g: Any) -> Any:
+    """Record block behind operand bytes 16part .. 16part + 15 of lane group g (QK MFMA).
+
+    The MFMA's E8M0 group kb covers K bytes 32kb .. 32kb + 31, i.e. bytes 0..15 of lane groups
+    2kb, 2kb + 1 (kb < 2) or bytes 16..31 of lane groups 2(kb - 2), 2(kb - 2) + 1 (kb >= 2):
+    scale group kb is record block kb, and lane group g supplies block g's E8M0.
+    """
+    return part * 2 + (g >> 1)
+
+
+def qk_dim(j: int, part: int, g: Any) -> Any:
+    """First of the 16 latent dims behind bytes 16part..16part+15 of lane group g, QK MFMA j.
+
+    MFMA j covers dims 32j .. 32j + 31 of every record block.
+    """
+    return qk_block(part, g) * 128 + j * 32 + (g & 1) * 16
 
 
 def out_dim(wave: Any, ch: int, g: Any) -> Any:
@@ -691,60 +709,68 @@ def tile_count(c: _Ctx) -> V:
 
 
 def quantize_q(c: _Ctx) -> None:
-    """quantize_q: this lane's Q operands for the scaled QK MFMA and the bf16 rope MFMA.
+    """quantize_q: this lane's Q operands for the scaled QK MFMAs and the bf16 rope MFMAs.
 
-    Lane (head t, group g) holds, for record block b, dims 128b + 16g + [0, 16) (operand bytes
-    0..15) and 128b + 64 + 16g + [0, 16) (bytes 16..31), as fp8 hi and lo words, plus the E8M0
-    bytes of (t, b) packed in one VGPR (byte b), hi and lo. Heads >= H are zero.
+    Lane (head t, group g) holds, for QK MFMA j, the 16 dims qk_dim(j, part, g) .. + 15 of
+    blocks qk_block(0, g) (operand bytes 0..15) and qk_block(1, g) (bytes 16..31), as e4m3 hi
+    and lo words. Per (head, block): E8M0 s = max(exp_field(amax) - 7, 5), hi =
+    e4m3(RNE(q 2^(127-s))), lo = e4m3(RNE((q 2^(127-s) - hi) * 32)) with E8M0 s - 5 >= 0.
+    The lane supplies block g's E8M0 (hi and lo, byte 0). Heads >= H are zero.
     """
     a = c.a
     t_safe = c.h_ok.sel(c.t, 0)
     row = a["q"] + ((c.qi.i64() * a["sq"] + t_safe.i64() * a["sqh"]) << 1)
     zero = cf(0.0)
-    c.q_hi: list[ir.Value] = []
-    c.q_lo: list[ir.Value] = []
-    s_hi = ci(0)
-    s_lo = ci(0)
-    for b in range(4):
-        vals: list[V] = []
+    vals: list[list[list[V]]] = [[[], []] for _ in range(4)]  # [j][part] -> 16 f32
+    for j in range(4):
         for part in range(2):
-            base = row + (q_dim(b, part, c.g).i64() << 1)
+            base = row + (qk_dim(j, part, c.g).i64() << 1)
             for half in range(2):
                 words = global_load(_vec(4, _i32()), base + 16 * half, 16)
                 for k in range(4):
                     lo_, hi_ = bf16_pair_to_f32(vec_get(words, k))
-                    vals += [c.h_ok.sel(lo_, zero), c.h_ok.sel(hi_, zero)]
-        # amax over the 128 dims of (t, b): |x| bits compare like the magnitudes.
+                    vals[j][part] += [c.h_ok.sel(lo_, zero), c.h_ok.sel(hi_, zero)]
+    # amax per block: this lane holds 64 of block qk_block(part, g)'s dims, lane group g ^ 1
+    # the other 64. |x| bits compare like the magnitudes.
+    scale: list[V] = []
+    inv: list[V] = []
+    for part in range(2):
         amax = ci(0)
-        for x in vals:
-            amax = amax.umax(x.as_i32() & 0x7FFFFFFF)
+        for j in range(4):
+            for x in vals[j][part]:
+                amax = amax.umax(x.as_i32() & 0x7FFFFFFF)
         amax = amax.umax(lane_xor(amax, c.lane, 16))
-        amax = amax.umax(lane_xor(amax, c.lane, 32))
-        s = ((amax >> 23) - 7).smax(5)  # hi E8M0; lo E8M0 = s - 5 >= 0
-        inv = ((ci(254) - s) << 23).as_f32()  # 2^(127 - s), a normal float for s in [5, 248]
+        e8 = ((amax >> 23) - 7).smax(5)  # hi E8M0; lo E8M0 = e8 - 5 >= 0
+        scale.append(e8)
+        inv.append(((ci(254) - e8) << 23).as_f32())  # 2^(127 - e8), normal for e8 in [5, 248]
+    c.q_hi: list[ir.Value] = []
+    c.q_lo: list[ir.Value] = []
+    for j in range(4):
         hi_words: list[V] = []
         lo_words: list[V] = []
-        for w4 in range(8):
-            x = [vals[4 * w4 + k] * inv for k in range(4)]
-            hw = pack_e4m3(x)
-            dec = unpack_e4m3(hw)
-            lw = pack_e4m3([(x[k] - dec[k]) * 32.0 for k in range(4)])
-            hi_words.append(hw)
-            lo_words.append(lw)
+        for part in range(2):
+            for w4 in range(4):
+                x = [vals[j][part][4 * w4 + k] * inv[part] for k in range(4)]
+                hw = pack_e4m3(x)
+                dec = unpack_e4m3(hw)
+                hi_words.append(hw)
+                lo_words.append(pack_e4m3([(x[k] - dec[k]) * 32.0 for k in range(4)]))
         c.q_hi.append(vec_of(hi_words, _i32()))
         c.q_lo.append(vec_of(lo_words, _i32()))
-        s_hi = s_hi | (s << (8 * b))
-        s_lo = s_lo | ((s - 5) << (8 * b))
-    c.q_scale_hi = s_hi
-    c.q_scale_lo = s_lo
+    # Lane group g supplies block g's E8M0: block g < 2 sits in part 0 of lane group 2g (and
+    # 2g + 1), block g >= 2 in part 1 of lane group 2(g - 2): both are lane group 2(g & 1).
+    src = c.t + ((c.g & 1) << 5)
+    from_p0 = V(rocdl.ds_bpermute(_i32(), (src << 2).v, scale[0].v))
+    from_p1 = V(rocdl.ds_bpermute(_i32(), (src << 2).v, scale[1].v))
+    c.q_scale_hi = (c.g < 2).sel(from_p0, from_p1)
+    c.q_scale_lo = c.q_scale_hi - 5
     # Rope: dims 512 + 8g + [0, 8) and 512 + 32 + 8g + [0, 8) as bf16 MFMA B operands.
     c.q_rope: list[ir.Value] = []
+    zeros = V(arith.constant(_vec(4, _i32()), ir.DenseElementsAttr.get_splat(_vec(4, _i32()), ir.IntegerAttr.get(_i32(), 0))))
     for k in range(2):
         off = ((c.g << 3) + (512 + 32 * k)).i64() << 1
         words = global_load(_vec(4, _i32()), row + off, 16)
-        words = c.h_ok.sel(V(words), V(arith.constant(_vec(4, _i32()), ir.DenseElementsAttr.get_splat(
-            _vec(4, _i32()), ir.IntegerAttr.get(_i32(), 0))))).v
-        c.q_rope.append(vec_bitcast(words, 8, _bf16()))
+        c.q_rope.append(vec_bitcast(c.h_ok.sel(V(words), zeros).v, 8, _bf16()))
 
 
 class _TileIdx:
@@ -792,45 +818,42 @@ def load_rope(c: _Ctx, ti: _TileIdx) -> list[ir.Value]:
 
 
 def qk_scores(c: _Ctx, rope: list[ir.Value]) -> list[ir.Value]:
-    """qk_scores: S for tokens 32w + 16s + 4g + r, head t (two vector<4xf32>, s = 0, 1).
+    """qk_scores: S for tokens qk_out_token(w, s, g, r), head t (two vector<4xf32>, s = 0, 1).
 
-    Per subtile s (16 tokens) and record block b: A = the tokens' 128 e4m3 codes of block b,
-    E8M0 = their scale's exponent field (byte b of e8[s]); B = Q hi then Q lo of block b.
-    Then the rope part (bf16) into the same accumulator.
+    Per subtile s (16 tokens): MFMA j (0..3) multiplies dims 32j .. 32j + 31 of every record
+    block, A = the tokens' e4m3 codes with E8M0 = the exponent field of the record scale of
+    block g (this lane's scale group), B = Q hi, then the same with Q lo; then the rope part
+    as two bf16 MFMAs into the same f32 accumulator.
     """
     e8: list[V] = []
     acc = [zeros_f32x4(), zeros_f32x4()]
-
-    # Per-lane bases; lds_k and lds_scale are affine in block and chunk, so those parts are
-    # immediate offsets: lds_k(b, tok, g + 4part) = lds_k(0, tok, g) + lds_k(b, 0, 4part) - LDS_K.
+    # Per-lane bases; lds_k is affine in block and chunk, so the MFMA-dependent parts are
+    # immediate offsets (checked lane by lane in tests/test_flydsl_compile.py).
     with no_wrap():
         toks = [qk_row_token(c.wave, s, c.t) for s in range(2)]  # A-operand row tokens (0..127)
-        k_base = [c.lds + lds_k(0, tok, c.g) for tok in toks]
-        s_base = [c.lds + lds_scale(0, tok) for tok in toks]
+        k_base = [c.lds + lds_k(qk_block(0, c.g), tok, c.g & 1) for tok in toks]
+        s_addr = [c.lds + lds_scale(c.g, tok) for tok in toks]
 
     def issue(i: int) -> object:
-        s, b = divmod(i, 4)
-        scale_words = None
+        s, j = divmod(i, 4)
+        scale_word = None
         with no_wrap():
-            if b == 0:
-                scale_words = [V(lds_load(_i32(), s_base[s] + (lds_scale(bb, 0) - lds_scale(0, 0)), 4))
-                               for bb in range(4)]
-            # Operand bytes 16part .. 16part + 15 = codes of dims q_dim(b, part, g) - 128b
-            # onward, i.e. 16-byte chunk g + 4part of block b.
-            parts = [lds_load(_vec(4, _i32()), k_base[s] + (lds_k(b, 0, 4 * part) - LDS_K), 16) for part in range(2)]
-        return scale_words, vec_cat(parts[0], parts[1])
+            if j == 0:
+                scale_word = V(lds_load(_i32(), s_addr[s], 4))
+            parts = [
+                lds_load(_vec(4, _i32()), k_base[s] + (lds_k(2 * part, 0, 2 * j) - LDS_K), 16)
+                for part in range(2)
+            ]
+        return scale_word, vec_cat(parts[0], parts[1])
 
     def consume(i: int, data: object) -> None:
-        s, b = divmod(i, 4)
-        scale_words, a_op = data  # type: ignore[misc]
-        if b == 0:
-            packed = ci(0)
-            for bb, bits in enumerate(scale_words):
-                packed = packed | (((bits >> 23) & 0xFF) << (8 * bb))
-            e8.append(packed)
-        x = mfma_scaled(a_op, c.q_hi[b], acc[s], b, e8[s], b, c.q_scale_hi)
-        acc[s] = mfma_scaled(a_op, c.q_lo[b], x, b, e8[s], b, c.q_scale_lo)
-        if b == 3:
+        s, j = divmod(i, 4)
+        scale_word, a_op = data  # type: ignore[misc]
+        if j == 0:
+            e8.append((scale_word >> 23) & 0xFF)  # the pow2 scale's exponent field
+        x = mfma_scaled(a_op, c.q_hi[j], acc[s], 0, e8[s], 0, c.q_scale_hi)
+        acc[s] = mfma_scaled(a_op, c.q_lo[j], x, 0, e8[s], 0, c.q_scale_lo)
+        if j == 3:
             for k in range(2):
                 acc[s] = mfma_bf16(rope[2 * s + k], c.q_rope[k], acc[s])
 
@@ -843,18 +866,21 @@ def online_softmax(
 ) -> tuple[V, V, V, list[V]]:
     """online_softmax: tile max over the workgroup, P, alpha, and the new m and lane-partial l.
 
-    Returns (m_new, l_new, alpha, P values for tokens 32w + 16s + 4g + r in s-major order).
+    x = s * c_log2 (masked: -1e30); m_new = max(m_old, tile max) (NaN scores do not take part
+    in the max); alpha = exp2(m_old - m_new); P = exp2(x - max(m_new - 8, -1e20)) <= 2^8;
+    l = l * alpha + (P_0 + P_1 + ... + P_7) over this lane's 8 tokens in (s, r) order.
+    Returns (m_new, l_new, alpha, P for tokens qk_out_token(w, s, g, r) in (s, r) order).
     """
     c_log2 = c.a["c_log2"]
-    neg_inf = cf(float("-inf"))
+    masked_x = cf(MASKED_SCORE)
     xs: list[V] = []
-    tmax = neg_inf
+    tmax = cf(float("-inf"))
     for s in range(2):
         for r in range(4):
             ok = slot_valid(c, tb + qk_out_token(c.wave, s, c.g, r), vec_get(dout[s], r))
-            x = ok.sel(vec_get(sacc[s], r) * c_log2, neg_inf)
+            x = ok.sel(vec_get(sacc[s], r) * c_log2, masked_x)
             xs.append(x)
-            tmax = tmax.fmax(x)
+            tmax = tmax.fmax(x)  # v_max_f32: a NaN operand yields the other one
     # Max over the 4 lane groups (xor 16, 32); own value kept in the max so the result does not
     # depend on which half of the swapped pair holds the partner.
     for swap in (rocdl.permlane16_swap, rocdl.permlane32_swap):
@@ -871,9 +897,9 @@ def online_softmax(
     m_new = m_old
     for k in range(4):
         m_new = m_new.fmax(vec_get(waves, k))
-    m_ref = m_new.fmax(NEG_FLT_MAX)  # finite even when everything so far is masked
-    alpha = exp2(m_old - m_ref)
-    ps = [exp2((x - m_ref) + P_SHIFT) for x in xs]
+    alpha = exp2(m_old - m_new)
+    m_shift = (m_new - P_SHIFT).fmax(M_FLOOR)  # everything masked so far: P = exp2(-1e30 + 1e20) = 0
+    ps = [exp2(x - m_shift) for x in xs]
     total = ps[0]
     for p in ps[1:]:
         total = total + p
@@ -890,7 +916,7 @@ def store_p(c: _Ctx, ps: list[V]) -> None:
 
 
 def scale_p(c: _Ctx, p_words: list[ir.Value], sv_words: list[ir.Value]) -> ir.Value:
-    """scale_p: the PV B operand P'[token 32kc + 8g + j][head t], j = 0..7, as vector<8xf16>.
+    """scale_p: the PV B operand P'[pv_token(kc, g, j)][head t], j = 0..7, as vector<8xf16>.
 
     P' = fp16(P * scale_v) with scale_v = the record scale of block w, its bits clamped to
     [1, bits(2^7)] (an integer clamp, so zero, negative and NaN scales clamp too).
@@ -906,10 +932,11 @@ def scale_p(c: _Ctx, p_words: list[ir.Value], sv_words: list[ir.Value]) -> ir.Va
 def pv_accumulate(c: _Ctx, o: list[ir.Value], after_reads: Callable[[], None]) -> list[ir.Value]:
     """pv_accumulate: O^T[128w + 16ch + 4g + r][t] += V^T[., tok] P'^T[tok, t] over the tile.
 
-    K-chunk kc covers tokens 32kc + 8g + j (MFMA k = 8g + j). ds_read_b64_tr_b8: lanes 2j, 2j+1
-    of group g address bytes 0..7 / 8..15 of chunk ch (dims 16ch..16ch+15 of block w) of token
-    32kc + 8g + j; lane t receives dim 16ch + t of those 8 tokens. `after_reads` runs once all
-    of this wave's LDS reads of the tile are issued (the DMA refill of block w goes there).
+    K-chunk kc covers tokens pv_token(kc, g, j) (MFMA k = 8g + j), the chunks accumulated in
+    order kc = 0..3. ds_read_b64_tr_b8: lanes 2j, 2j+1 of group g address bytes 0..7 / 8..15
+    of chunk ch (dims 16ch..16ch+15 of block w) of token pv_token(kc, g, j); lane t receives
+    dim 16ch + t of those 8 tokens (byte j). `after_reads` runs once all of this wave's LDS
+    reads of the tile are issued (the DMA refill of block w goes there).
     """
     out = list(o)
     pps: dict[int, ir.Value] = {}
@@ -925,10 +952,11 @@ def pv_accumulate(c: _Ctx, o: list[ir.Value], after_reads: Callable[[], None]) -
         side = None
         with no_wrap():
             if ch == 0:
-                # P[tok][t] and block w's scale of tokens pv_token(kc, g, 0..7) (consecutive).
-                tok_off = 4 * pv_token(kc, 0, 0)
-                side = ([lds_load(_vec(4, _f32()), p_base + (tok_off + 16 * k), 16) for k in range(2)],
-                        [lds_load(_vec(4, _i32()), sv_base + (tok_off + 16 * k), 16) for k in range(2)])
+                # P[tok][t] and block w's scale of tokens pv_token(kc, g, 4k .. 4k + 3), k = 0, 1
+                # (4 consecutive tokens each).
+                offs = [4 * (pv_token(kc, 0, 4 * k) - pv_token(0, 0, 0)) for k in range(2)]
+                side = ([lds_load(_vec(4, _f32()), p_base + off, 16) for off in offs],
+                        [lds_load(_vec(4, _i32()), sv_base + off, 16) for off in offs])
             addr = tr_base + (tr8_address(0, kc, ch, 0, 0) - tr8_address(0, 0, 0, 0, 0))
         raw = rocdl.ds_read_tr8_b64_(_vec(2, _i32()), lds_ptr(addr))
         return side, raw
@@ -974,7 +1002,7 @@ def finalize(c: _Ctx, m: V, l_lane: V, o: list[ir.Value]) -> None:
 
     if_then(c.h_ok, store_out)
     if c.return_lse:
-        lse = has.sel((m + (log2(l_tot) - P_SHIFT)) * LN2, cf(float("-inf")))
+        lse = has.sel(((m + log2(l_tot)) - P_SHIFT) * LN2, cf(float("-inf")))
         first = V(arith.andi(V(arith.andi(c.wave.eq(0).v, c.g.eq(0).v)).v, c.h_ok.v))
         addr = a["lse"] + ((c.qi.i64() * c.H + t_safe.i64()) << 2)
         if_then(first, lambda: global_store(lse.v, addr, 4))
@@ -992,7 +1020,7 @@ def emit_kernel(heads: int, has_invalid: bool, return_lse: bool, args: dict[str,
     ti0 = _TileIdx(c, ci(0))
     if_then(nt > 0, lambda: issue_tile_dma(c, ti0))
     rope0 = load_rope(c, ti0)
-    init = [cf(float("-inf")).v, cf(0.0).v] + [zeros_f32x4() for _ in range(8)] + rope0 + ti0.dout
+    init = [cf(MASKED_SCORE).v, cf(0.0).v] + [zeros_f32x4() for _ in range(8)] + rope0 + ti0.dout
 
     def tile(it: V, st: list[ir.Value]) -> list[ir.Value]:
         m_old, l_old = V(st[0]), V(st[1])

@@ -1,0 +1,626 @@
+"""A catalogue of broken kernels: the suite's own strength is measured by how many it catches.
+
+Each mutant is the emulated gfx950 kernel (`kernel.emulated`) with one realistic bug: one stage
+replaced by a broken copy (the smallest change that reproduces the bug class), or the kernel
+wrapped. Every mutant is a module-level `Backend`, so
+
+    --kernel conformance.mutants:tail_unmasked   (the conformance suite's kernel option)
+
+runs the conformance suite against it through `kernel.registry.resolve`, and an entry of
+`CATALOGUE` (name -> `Mutant`), whose names are stable snake_case identifiers: a mutation-score
+run iterates `CATALOGUE.items()` and resolves `Mutant.spec` (``conformance.mutants:NAME``).
+
+A mutant declares the same numerics profile as the emulated kernel (gfx950): the bug must be
+caught by the oracle's bound or by an exact check, never by a profile mismatch.
+docs/mutants.md explains each bug, why it is realistic and which property of a conformance
+suite should catch it; tests/test_mutants.py shows, for each one, a case that kills it and a case
+outside its bug class where it agrees bit for bit with the emulated kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from kernel import emulated
+from kernel.emulated import (
+    LN2_F32,
+    LO_E8M0_OFFSET,
+    LO_FACTOR,
+    M_FLOOR,
+    MASKED_SCORE,
+    P_SHIFT,
+    SCALE_CAP_BITS,
+    TILE,
+    QuantizedQ,
+    SoftmaxState,
+    _e8m0_factor,
+    bounded_read,
+    exp2_f32,
+    f32,
+    log2_f32,
+    run_emulated,
+)
+from kernel.fp8 import decode_e4m3, e4m3_table, encode_e4m3, f32_exponent_field
+from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
+from kernel.registry import Backend
+
+MODULE = "conformance.mutants"
+
+BugClass = Literal["addressing", "masking", "tiling", "layout", "quantization", "qk", "softmax", "pv", "finalize"]
+BUG_CLASSES: tuple[BugClass, ...] = ("addressing", "masking", "tiling", "layout", "quantization", "qk", "softmax", "pv", "finalize")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One broken kernel.
+
+    name: stable snake_case identifier (the module attribute and the CATALOGUE key);
+    backend: the registry Backend (profile gfx950, like the kernel it breaks);
+    description: the bug in one line;
+    bug_class: which part of the kernel it breaks (one of BUG_CLASSES);
+    needs: what an input must have for the bug to show (one line, for reports).
+    """
+
+    name: str
+    backend: Backend
+    description: str
+    bug_class: BugClass
+    needs: str
+
+    @property
+    def spec(self) -> str:
+        """The `--kernel` spelling that resolves to this mutant (`conformance.mutants:NAME`)."""
+        return f"{MODULE}:{self.name}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Broken stages. Each is a copy of the stage in kernel.emulated with one change, marked "BUG".
+
+
+def read_q_head_stride_ignored(q: torch.Tensor) -> torch.Tensor:
+    """read_q addressing head h at row * stride_q + h * 576 (heads assumed contiguous)."""
+    wrong = q.as_strided(q.shape, (q.stride(0), HEAD_DIM, 1), q.storage_offset())  # BUG: q.stride(1) ignored
+    return wrong.to(torch.float32)
+
+
+def load_row_ranges_begin_off_by_one(indptr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row q starts at indptr[q + 1] (the end pointer loaded as the begin); its length is right."""
+    ptr = indptr.to(torch.int64)
+    return ptr[1:], (ptr[1:] - ptr[:-1]).clamp_min(0)  # BUG: ptr[1:] for the begin
+
+
+def tile_count_last_valid_off_by_one(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, has_invalid: bool) -> torch.Tensor:
+    """tile_count whose has_invalid scan keeps the last valid position, not one past it."""
+    if not has_invalid:
+        return (r_len + TILE - 1) // TILE
+    width = int(r_len.max()) if r_len.numel() else 0
+    if width == 0:
+        return torch.zeros_like(r_len)
+    offsets = torch.arange(width, device=r_len.device)
+    in_row = offsets < r_len.unsqueeze(1)
+    entries = bounded_read(indices, r_beg.unsqueeze(1) + offsets)
+    marks = torch.where(in_row & (entries >= 0), offsets, 0)  # BUG: offsets instead of offsets + 1
+    last_valid = marks.amax(dim=1)
+    return (last_valid + TILE - 1) // TILE
+
+
+def _load_slots(
+    indices: torch.Tensor,
+    r_beg: torch.Tensor,
+    r_len: torch.Tensor,
+    tile: int,
+    *,
+    tile_stride: int = TILE,
+    mask_tail: bool = True,
+    mask_negative: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """kernel.emulated.load_slots with one knob per bug (the defaults reproduce it exactly).
+
+    tile_stride: first position of tile t is t * tile_stride; mask_tail: positions >= len masked;
+    mask_negative: entries < 0 masked (when off, their address is still clamped to row 0, as the
+    seed kernel clamps every negative entry's DMA address)."""
+    positions = tile * tile_stride + torch.arange(TILE, device=r_beg.device)
+    in_row = positions < r_len.unsqueeze(1)
+    entries = bounded_read(indices, r_beg.unsqueeze(1) + positions)
+    masked = torch.zeros_like(in_row)
+    if mask_tail:
+        masked = masked | ~in_row
+    if mask_negative:
+        masked = masked | (entries < 0)
+    return torch.where(masked | (entries < 0), 0, entries), masked
+
+
+def load_slots_tail_unmasked(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """load_slots without the `position < len` mask: the last tile reads the next row's entries."""
+    return _load_slots(indices, r_beg, r_len, tile, mask_tail=False)
+
+
+def load_slots_invalid_unmasked(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """load_slots without the `entry < 0` mask: a -1 entry is a valid key read from row 0."""
+    return _load_slots(indices, r_beg, r_len, tile, mask_negative=False)
+
+
+def load_slots_tile_stride_off_by_one(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """load_slots with tile t starting at t * 129: position 128 (and 257, ...) is never read."""
+    return _load_slots(indices, r_beg, r_len, tile, tile_stride=TILE + 1)
+
+
+def gather_records_offset32(kv_rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """gather_records with the byte offset slot * 656 computed in 32 bits (a buffer descriptor's
+    unsigned voffset): past 4 GiB it wraps and the 656 bytes at the wrapped offset are read.
+
+    The windows are an unfolded view of the flat uint8 cache, so nothing large is materialised."""
+    flat = kv_rows.reshape(-1)
+    offsets = (slots.to(torch.int64) * RECORD_BYTES) & 0xFFFFFFFF  # BUG: 32-bit offset
+    windows = flat.unfold(0, RECORD_BYTES, 1)  # [bytes - 655, 656] view, window i = flat[i : i + 656]
+    return windows[offsets]
+
+
+def quantize_q_hi_only(q32: torch.Tensor) -> QuantizedQ:
+    """quantize_q without the lo residual: Q enters QK as hi alone (4 significant bits)."""
+    qq = emulated.quantize_q(q32)
+    return dataclasses.replace(qq, lo=torch.zeros_like(qq.lo))  # BUG: lo dropped
+
+
+def quantize_q_lo_e8m0_wraps(q32: torch.Tensor) -> QuantizedQ:
+    """quantize_q as the seed writes it: s = max(exp(amax) - 7, 1), and the lo part's E8M0 byte
+    s - 5 wraps modulo 256 for tiny blocks (s < 5 gives 2^125 .. 2^127 or NaN)."""
+    n_q, heads, _ = q32.shape
+    blocks = q32[..., :LATENT_DIM].reshape(n_q, heads, 4, 128)
+    amax = blocks.abs().amax(dim=-1)
+    s = (f32_exponent_field(amax) - 7).clamp_min(1)  # BUG: floor 1, not 5
+    inv = ((254 - s) << 23).to(torch.int32).view(torch.float32)
+    x = blocks * inv.unsqueeze(-1)
+    hi_codes = encode_e4m3(x, saturate=False)
+    hi = decode_e4m3(hi_codes, torch.float32)
+    lo_codes = encode_e4m3((x - hi) * LO_FACTOR, saturate=False)
+    return QuantizedQ(
+        hi=decode_e4m3(hi_codes).reshape(n_q, heads, LATENT_DIM),
+        lo=decode_e4m3(lo_codes).reshape(n_q, heads, LATENT_DIM),
+        hi_e8m0=s,
+        lo_e8m0=(s - LO_E8M0_OFFSET) & 0xFF,  # BUG: the byte wraps below 0
+        rope=q32[..., LATENT_DIM:].to(torch.float64),
+    )
+
+
+def _qk_scores(qq: QuantizedQ, rows: torch.Tensor, records: torch.Tensor, *, k_scale: Literal["exponent", "value"] = "exponent", rope: bool = True) -> torch.Tensor:
+    """kernel.emulated.qk_scores with one knob per bug (the defaults reproduce it exactly).
+
+    k_scale: "exponent" feeds the record scale's exponent field as E8M0 (mantissa dropped),
+    "value" multiplies by the full f32 scale; rope: whether the two rope MFMAs run."""
+    r = records.shape[0]
+    table = e4m3_table(records.device, torch.float64)
+    k_codes = table[records[..., :SCALE_OFFSET].to(torch.int64)]
+    k_scale_bits = records[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)
+    if k_scale == "exponent":
+        k_scale_value = _e8m0_factor(f32_exponent_field(k_scale_bits))
+    else:
+        k_scale_value = k_scale_bits.to(torch.float64)
+    k_rope = records[..., ROPE_OFFSET:].contiguous().view(torch.bfloat16).to(torch.float64)
+    k_view = k_codes.reshape(r, TILE, 4, 4, 32).permute(0, 2, 3, 4, 1)
+    heads = qq.hi.shape[1]
+    acc = torch.zeros(r, heads, TILE, dtype=torch.float32, device=records.device)
+    k_factor = k_scale_value.permute(0, 2, 1).unsqueeze(2).unsqueeze(2)
+    terms = []
+    for part, e8m0 in ((qq.hi[rows], qq.hi_e8m0[rows]), (qq.lo[rows], qq.lo_e8m0[rows])):
+        q_view = part.reshape(r, heads, 4, 4, 32).permute(0, 2, 3, 1, 4)
+        dots = torch.matmul(q_view, k_view)
+        q_factor = _e8m0_factor(e8m0).permute(0, 2, 1).unsqueeze(2).unsqueeze(-1)
+        terms.append((dots * q_factor * k_factor).sum(dim=1))
+    hi_terms, lo_terms = terms
+    for j in range(4):
+        acc = f32(acc.to(torch.float64) + hi_terms[:, j])
+        acc = f32(acc.to(torch.float64) + lo_terms[:, j])
+    if not rope:
+        return acc
+    rope_dots = torch.matmul(
+        qq.rope[rows].reshape(r, heads, 2, 32).permute(0, 2, 1, 3),
+        k_rope.reshape(r, TILE, 2, 32).permute(0, 2, 3, 1),
+    )
+    for i in range(2):
+        acc = f32(acc.to(torch.float64) + rope_dots[:, i])
+    return acc
+
+
+def qk_scores_scale_mantissa(qq: QuantizedQ, rows: torch.Tensor, records: torch.Tensor) -> torch.Tensor:
+    """qk_scores dequantising K with the full f32 scale (mantissa kept) instead of its exponent."""
+    return _qk_scores(qq, rows, records, k_scale="value")
+
+
+def qk_scores_rope_ignored(qq: QuantizedQ, rows: torch.Tensor, records: torch.Tensor) -> torch.Tensor:
+    """qk_scores without the two rope MFMAs: scores are q_latent . K_latent only."""
+    return _qk_scores(qq, rows, records, rope=False)
+
+
+def _online_softmax(
+    state: SoftmaxState,
+    scores: torch.Tensor,
+    masked: torch.Tensor,
+    c_log2: torch.Tensor,
+    *,
+    rescale_l: bool = True,
+    log2e: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """kernel.emulated.online_softmax with one knob per bug (the defaults reproduce it exactly).
+
+    rescale_l: l = l * alpha + psum (else l + psum); log2e: the exp2 argument is s * c_log2 (else
+    s * softmax_scale, the natural-log factor log2(e) forgotten)."""
+    c = c_log2 if log2e else f32(c_log2.to(torch.float64) / math.log2(math.e))
+    x = scores * c
+    x = torch.where(masked.unsqueeze(1), torch.tensor(MASKED_SCORE, dtype=torch.float32, device=x.device), x)
+    tile_max = torch.where(torch.isnan(x), float("-inf"), x).amax(dim=-1)
+    m_new = torch.maximum(state.m, tile_max)
+    alpha = exp2_f32(state.m - m_new)
+    m_clamped = torch.clamp_min(m_new - P_SHIFT, M_FLOOR)
+    p = exp2_f32(x - m_clamped.unsqueeze(-1))
+    r, heads, _ = p.shape
+    lanes = p.reshape(r, heads, 4, 2, 4, 4).permute(0, 1, 2, 4, 3, 5).reshape(r, heads, 4, 4, 8)
+    psum = torch.zeros(r, heads, 4, 4, dtype=torch.float32, device=p.device)
+    for k in range(8):
+        psum = psum + lanes[..., k]
+    if rescale_l:
+        state.l_parts = state.l_parts * alpha.view(r, heads, 1, 1) + psum
+    else:
+        state.l_parts = state.l_parts + psum
+    state.m = m_new
+    return p, alpha
+
+
+def online_softmax_l_not_rescaled(state: SoftmaxState, scores: torch.Tensor, masked: torch.Tensor, c_log2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """online_softmax with l = l + psum: l is not rescaled by alpha when the running max grows."""
+    return _online_softmax(state, scores, masked, c_log2, rescale_l=False)
+
+
+def online_softmax_without_log2e(state: SoftmaxState, scores: torch.Tensor, masked: torch.Tensor, c_log2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """online_softmax taking exp2 of softmax_scale * s (the log2(e) factor forgotten)."""
+    return _online_softmax(state, scores, masked, c_log2, log2e=False)
+
+
+def scale_p_uncapped(p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """scale_p without the 2^7 cap on scale_v: P * scale_v overflows f16 to inf for scales > 2^7."""
+    bits = records[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.int32)
+    clamped = bits.clamp_min(1)  # BUG: no upper clamp at bits(2^7)
+    clamped = torch.where(masked.unsqueeze(-1), torch.zeros_like(clamped), clamped)
+    scale_v = clamped.view(torch.float32)
+    return (p.unsqueeze(-1) * scale_v.unsqueeze(1)).to(torch.float16)
+
+
+def scale_p_bf16(p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """scale_p rounding P' to bf16 (8 significant bits) instead of f16 (11) before the PV MFMA."""
+    bits = records[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.int32)
+    clamped = bits.clamp(1, SCALE_CAP_BITS)
+    clamped = torch.where(masked.unsqueeze(-1), torch.zeros_like(clamped), clamped)
+    scale_v = clamped.view(torch.float32)
+    return (p.unsqueeze(-1) * scale_v.unsqueeze(1)).to(torch.bfloat16)  # BUG: bf16, not f16
+
+
+def _pv_accumulate(
+    o: torch.Tensor,
+    alpha: torch.Tensor,
+    p_scaled: torch.Tensor,
+    records: torch.Tensor,
+    masked: torch.Tensor,
+    *,
+    zero_masked_v: bool = True,
+    rescale_o: bool = True,
+) -> torch.Tensor:
+    """kernel.emulated.pv_accumulate with one knob per bug (the defaults reproduce it exactly).
+
+    zero_masked_v: V codes of masked keys zeroed (else the row they fall back to, row 0, is used
+    as is: 0 * NaN = NaN); rescale_o: o = o * alpha before the tile's MFMAs."""
+    r, heads, _, _ = p_scaled.shape
+    codes = records[..., :SCALE_OFFSET]
+    if zero_masked_v:
+        codes = torch.where(masked.unsqueeze(-1), torch.zeros_like(codes), codes)
+    v = e4m3_table(records.device, torch.float64)[codes.to(torch.int64)]
+    v_groups = v.reshape(r, 2, 2, 2, 2, 2, 4, 4, 128).permute(0, 1, 5, 7, 2, 3, 4, 6, 8).reshape(r, 4, 4, 32, 128)
+    p_groups = (
+        p_scaled.to(torch.float64).reshape(r, heads, 2, 2, 2, 2, 2, 4, 4).permute(0, 1, 2, 6, 8, 3, 4, 5, 7).reshape(r, heads, 4, 4, 32)
+    )
+    terms = torch.matmul(p_groups.permute(0, 2, 3, 1, 4), v_groups)
+    terms = terms.permute(0, 1, 3, 2, 4).reshape(r, 4, heads, LATENT_DIM)
+    if rescale_o:
+        o = o * alpha.unsqueeze(-1)
+    for kk in range(4):
+        o = f32(o.to(torch.float64) + terms[:, kk])
+    return o
+
+
+def pv_accumulate_masked_v_not_zeroed(o: torch.Tensor, alpha: torch.Tensor, p_scaled: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """pv_accumulate as the seed does it: a masked key's P' is 0 but its V (row 0) is not zeroed."""
+    return _pv_accumulate(o, alpha, p_scaled, records, masked, zero_masked_v=False)
+
+
+def pv_accumulate_o_not_rescaled(o: torch.Tensor, alpha: torch.Tensor, p_scaled: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """pv_accumulate without o = o * alpha: earlier tiles keep their weight when the max grows."""
+    return _pv_accumulate(o, alpha, p_scaled, records, masked, rescale_o=False)
+
+
+def _finalize(
+    state: SoftmaxState,
+    *,
+    guard_empty_out: bool = True,
+    empty_lse: float = float("-inf"),
+    natural_log: bool = True,
+    shift: float = P_SHIFT,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """kernel.emulated.finalize with one knob per bug (the defaults reproduce it exactly).
+
+    guard_empty_out: 1 / l replaced by 0 where l == 0 (else 0 * inf = NaN); empty_lse: lse of a
+    row with l == 0; natural_log: lse * ln 2 (else lse in log2 units); shift: the +8 of P undone."""
+    parts = state.l_parts
+    per_wave = (parts[..., 0] + parts[..., 1]) + (parts[..., 2] + parts[..., 3])
+    l_tot = ((per_wave[..., 0] + per_wave[..., 1]) + per_wave[..., 2]) + per_wave[..., 3]
+    has_l = l_tot > 0
+    if guard_empty_out:
+        inv_l = torch.where(has_l, 1.0 / torch.where(has_l, l_tot, 1.0), 0.0)
+    else:
+        inv_l = 1.0 / l_tot
+    out = (state.o * inv_l.unsqueeze(-1)).to(torch.bfloat16)
+    lse2 = (state.m + log2_f32(torch.where(has_l, l_tot, 1.0))) - shift
+    lse = lse2 * LN2_F32 if natural_log else lse2
+    return out, torch.where(has_l, lse, empty_lse)
+
+
+def finalize_empty_row_nan_out(state: SoftmaxState) -> tuple[torch.Tensor, torch.Tensor]:
+    """finalize with out = o * (1 / l) unguarded: an empty row gives 0 * inf = NaN."""
+    return _finalize(state, guard_empty_out=False)
+
+
+def finalize_empty_row_lse_zero(state: SoftmaxState) -> tuple[torch.Tensor, torch.Tensor]:
+    """finalize writing lse = 0 for an empty row (a zero-initialised lse left as is), not -inf."""
+    return _finalize(state, empty_lse=0.0)
+
+
+def finalize_lse_base2(state: SoftmaxState) -> tuple[torch.Tensor, torch.Tensor]:
+    """finalize returning lse in log2 units (the final * ln 2 forgotten)."""
+    return _finalize(state, natural_log=False)
+
+
+def finalize_lse_shift_missing(state: SoftmaxState) -> tuple[torch.Tensor, torch.Tensor]:
+    """finalize not undoing the +8 of P = exp2(x - m + 8): lse too large by 8 ln 2."""
+    return _finalize(state, shift=0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Wrapped kernels (bugs outside the stages).
+
+
+def _out_row_stride_ignored(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The emulated kernel storing a preallocated out at row * H * stride_oh + h * stride_oh
+    (the row stride ignored: rows assumed packed)."""
+    if out is None:
+        return run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse)
+    result, lse = run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse)
+    heads = out.shape[1]
+    wrong = out.as_strided(out.shape, (heads * out.stride(1), out.stride(1), 1), out.storage_offset())  # BUG
+    wrong.copy_(result)
+    return out, lse
+
+
+# ---------------------------------------------------------------------------------------------
+# The catalogue.
+
+
+CATALOGUE: dict[str, Mutant] = {}
+
+
+def _register(name: str, backend: Backend, description: str, bug_class: BugClass, needs: str) -> Backend:
+    if name in CATALOGUE:
+        raise ValueError(f"duplicate mutant {name!r}")
+    if bug_class not in BUG_CLASSES:
+        raise ValueError(f"unknown bug class {bug_class!r}")
+    CATALOGUE[name] = Mutant(name=name, backend=backend, description=description, bug_class=bug_class, needs=needs)
+    return backend
+
+
+def _stage_mutant(name: str, description: str, bug_class: BugClass, needs: str, **stages: object) -> Backend:
+    """A mutant replacing stages of the emulated kernel (kernel.emulated.with_stage)."""
+    return _register(name, emulated.with_stage(f"{MODULE}:{name}", **stages), description, bug_class, needs)  # type: ignore[arg-type]
+
+
+def _wrapped_mutant(name: str, description: str, bug_class: BugClass, needs: str, fn: object) -> Backend:
+    """A mutant wrapping the emulated kernel (same declared limits and profile)."""
+    backend = dataclasses.replace(emulated.emulated_backend(name=f"{MODULE}:{name}"), fn=fn)
+    return _register(name, backend, description, bug_class, needs)
+
+
+# Addressing ---------------------------------------------------------------------------------
+offset32 = _stage_mutant(
+    "offset32",
+    "record byte offset slot * 656 computed in 32 bits: wraps past 4 GiB and reads the wrong bytes",
+    "addressing",
+    "a referenced KV row whose record starts beyond 4 GiB",
+    gather_records=gather_records_offset32,
+)
+row_begin_off_by_one = _stage_mutant(
+    "row_begin_off_by_one",
+    "row q reads its CSR slice from indptr[q + 1] (the neighbour's slice), length unchanged",
+    "addressing",
+    "two rows whose CSR slices hold different keys",
+    load_row_ranges=load_row_ranges_begin_off_by_one,
+)
+
+# Masking ------------------------------------------------------------------------------------
+invalid_unmasked = _stage_mutant(
+    "invalid_unmasked",
+    "with has_invalid, a -1 entry is not masked: it is read as a valid key from row 0 (address clamp)",
+    "masking",
+    "has_invalid with negative entries inside a row",
+    load_slots=load_slots_invalid_unmasked,
+)
+tail_unmasked = _stage_mutant(
+    "tail_unmasked",
+    "positions >= len in the last tile are not masked: the next row's index entries are read as keys",
+    "masking",
+    "a row whose length is not a multiple of 128",
+    load_slots=load_slots_tail_unmasked,
+)
+last_valid_off_by_one = _stage_mutant(
+    "last_valid_off_by_one",
+    "the has_invalid scan stores the last valid position, not one past it: a key at 128 t is dropped",
+    "masking",
+    "has_invalid and a row whose last valid key sits at a position that is a multiple of 128",
+    tile_count=tile_count_last_valid_off_by_one,
+)
+masked_v_not_zeroed = _stage_mutant(
+    "masked_v_not_zeroed",
+    "masked positions fall back to row 0 and its V is not zeroed: NaN codes there give 0 * NaN = NaN",
+    "masking",
+    "a masked position (tail or -1) while row 0 holds NaN codes",
+    pv_accumulate=pv_accumulate_masked_v_not_zeroed,
+)
+
+# Tiling -------------------------------------------------------------------------------------
+tile_stride_off_by_one = _stage_mutant(
+    "tile_stride_off_by_one",
+    "tile t starts at position 129 t instead of 128 t: the key at each tile boundary is skipped",
+    "tiling",
+    "a row longer than 128",
+    load_slots=load_slots_tile_stride_off_by_one,
+)
+
+# Layout -------------------------------------------------------------------------------------
+head_stride_ignored = _stage_mutant(
+    "head_stride_ignored",
+    "q head h read at row * stride_q + h * 576: a padded head stride is ignored",
+    "layout",
+    "q with H > 1 and a head stride other than 576",
+    read_q=read_q_head_stride_ignored,
+)
+out_row_stride_ignored = _wrapped_mutant(
+    "out_row_stride_ignored",
+    "a preallocated out is stored at row * H * stride_oh: a padded row stride is ignored",
+    "layout",
+    "out= given with a row stride other than H * head stride",
+    _out_row_stride_ignored,
+)
+
+# Q quantisation -----------------------------------------------------------------------------
+q_lo_dropped = _stage_mutant(
+    "q_lo_dropped",
+    "Q enters QK as its fp8 hi part only (the lo residual is dropped)",
+    "quantization",
+    "q values that need more than hi's 4 significant bits",
+    quantize_q=quantize_q_hi_only,
+)
+q_lo_e8m0_wraps = _stage_mutant(
+    "q_lo_e8m0_wraps",
+    "Q's E8M0 floor is 1 (not 5), so the lo part's byte s - 5 wraps to 2^125..NaN for tiny blocks",
+    "quantization",
+    "a q block with amax below about 2^-115",
+    quantize_q=quantize_q_lo_e8m0_wraps,
+)
+
+# QK -----------------------------------------------------------------------------------------
+qk_scale_mantissa = _stage_mutant(
+    "qk_scale_mantissa",
+    "QK dequantises K with the full f32 scale instead of its exponent (identical on pow2 scales)",
+    "qk",
+    "a non-pow2 scale (a violated precondition), judged against the documented mantissa drop",
+    qk_scores=qk_scores_scale_mantissa,
+)
+rope_ignored = _stage_mutant(
+    "rope_ignored",
+    "the two rope MFMAs are skipped: scores are q_latent . K_latent",
+    "qk",
+    "non-zero q rope and K rope",
+    qk_scores=qk_scores_rope_ignored,
+)
+
+# Softmax ------------------------------------------------------------------------------------
+l_not_rescaled = _stage_mutant(
+    "l_not_rescaled",
+    "online softmax adds a tile's P to l without rescaling l by alpha when the running max grows",
+    "softmax",
+    "a row longer than 128 whose running max grows after the first tile",
+    online_softmax=online_softmax_l_not_rescaled,
+)
+exp2_without_log2e = _stage_mutant(
+    "exp2_without_log2e",
+    "exp2 is applied to softmax_scale * s (the log2(e) factor forgotten): softmax too flat",
+    "softmax",
+    "keys with different scores",
+    online_softmax=online_softmax_without_log2e,
+)
+
+# PV -----------------------------------------------------------------------------------------
+scale_cap_missing = _stage_mutant(
+    "scale_cap_missing",
+    "scale_v is not capped at 2^7: P' = fp16(P * scale) overflows to inf for scale > 2^7",
+    "pv",
+    "a KV scale above 2^7 (a violated precondition, documented as clamped)",
+    scale_p=scale_p_uncapped,
+)
+p_bf16 = _stage_mutant(
+    "p_bf16",
+    "P' is rounded to bf16 instead of f16 before the PV MFMA (3 significant bits lost)",
+    "pv",
+    "a P' not representable in bf16 whose rounding does not cancel in the output",
+    scale_p=scale_p_bf16,
+)
+o_not_rescaled = _stage_mutant(
+    "o_not_rescaled",
+    "o is not rescaled by alpha before a tile's PV MFMAs when the running max grows",
+    "pv",
+    "a row longer than 128 whose running max grows after the first tile",
+    pv_accumulate=pv_accumulate_o_not_rescaled,
+)
+
+# Finalize -----------------------------------------------------------------------------------
+empty_row_nan_out = _stage_mutant(
+    "empty_row_nan_out",
+    "out = o * (1 / l) without the l == 0 guard: an empty row's out is NaN (0 * inf), not 0",
+    "finalize",
+    "a row with no valid key",
+    finalize=finalize_empty_row_nan_out,
+)
+empty_row_lse_zero = _stage_mutant(
+    "empty_row_lse_zero",
+    "an empty row's lse is 0 instead of -inf",
+    "finalize",
+    "a row with no valid key and return_lse",
+    finalize=finalize_empty_row_lse_zero,
+)
+lse_base2 = _stage_mutant(
+    "lse_base2",
+    "lse is returned in log2 units (the final * ln 2 forgotten)",
+    "finalize",
+    "return_lse and a non-empty row with lse != 0",
+    finalize=finalize_lse_base2,
+)
+lse_shift_missing = _stage_mutant(
+    "lse_shift_missing",
+    "lse does not undo the +8 of P = exp2(x - m + 8): too large by 8 ln 2",
+    "finalize",
+    "return_lse and a non-empty row",
+    finalize=finalize_lse_shift_missing,
+)
+
+
+def mutant_names() -> tuple[str, ...]:
+    """The catalogue's names in a stable order (registration order)."""
+    return tuple(CATALOGUE)
+
+
+def get_mutant(name: str) -> Mutant:
+    """The mutant called `name`; KeyError naming the known ones otherwise."""
+    try:
+        return CATALOGUE[name]
+    except KeyError:
+        raise KeyError(f"unknown mutant {name!r}; known: {', '.join(CATALOGUE)}") from None

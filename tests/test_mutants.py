@@ -11,9 +11,10 @@ Every kernel call gets freshly materialised tensors (a preallocated out is fille
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,8 +34,10 @@ BASE: dict[str, object] = {"seed": 3, "n_q": 3, "heads": 2, "row_lengths": (150,
 SHORT_ROWS = (128, 77, 0)  # at most one tile per row
 
 
+@functools.cache
 def recipe(**changes: object) -> Callable[[], Problem]:
-    """A builder materialising BASE with `changes`."""
+    """A builder materialising BASE with `changes` (one builder per set of changes, so results
+    of the emulated kernel are shared between cases through the caches below)."""
     fields = {**BASE, **changes}
     if "row_lengths" in changes:
         fields["n_q"] = len(fields["row_lengths"])  # type: ignore[arg-type]
@@ -219,6 +222,15 @@ SPARE: dict[str, Callable[[], Problem]] = {
 NAMES = list(mutants.CATALOGUE)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """These shapes are small: intra-op threads only cost time (a lot on a loaded 2-core runner)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _bits(t: torch.Tensor | None) -> torch.Tensor | None:
     if t is None:
         return None
@@ -275,13 +287,24 @@ def test_knob_defaults_reproduce_the_stages() -> None:
 # Kill and spare, per mutant.
 
 
+@functools.cache
+def emulated_result(build: Callable[[], Problem]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The emulated kernel's (out, lse) on a fresh problem from `build` (cached per builder)."""
+    return build().call(EMULATED)
+
+
+@functools.cache
+def emulated_failures(build: Callable[[], Problem], judge: Judge) -> tuple[str, ...]:
+    """What `judge` finds wrong with the emulated kernel on `build`'s problem (cached)."""
+    problem = build()
+    return tuple(judge(problem, *problem.call(EMULATED)))
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_mutant_is_killed(name: str) -> None:
     build, judge = KILL[name]
     mutant = mutants.CATALOGUE[name].backend
-    problem = build()
-    out, lse = problem.call(EMULATED)
-    assert judge(problem, out, lse) == [], "the unbroken emulated kernel must pass the kill case"
+    assert emulated_failures(build, judge) == (), "the unbroken emulated kernel must pass the kill case"
     problem = build()
     try:
         out, lse = problem.call(mutant)
@@ -293,7 +316,7 @@ def test_mutant_is_killed(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_mutant_is_minimal(name: str) -> None:
     build = SPARE[name]
-    want, want_lse = build().call(EMULATED)
+    want, want_lse = emulated_result(build)
     got, got_lse = build().call(mutants.CATALOGUE[name].backend)
     assert bool(torch.isfinite(want).all()) and bool((want != 0).any()), "the spare case must not be degenerate"
     assert torch.equal(_bits(got), _bits(want)), f"mutant {name} changes out outside its bug class"

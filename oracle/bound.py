@@ -97,11 +97,14 @@ def _q_representation_error(q: torch.Tensor, rep: qrep.QRepresentation, profile:
     return err
 
 
-def _check_chunk_preconditions(chunk: KeyChunk, profile: NumericsProfile) -> None:
+def _check_chunk_preconditions(chunk: KeyChunk, profile: NumericsProfile, scale_model: str) -> None:
     """Raise PreconditionError where the profile's bound is not promised for these keys."""
     valid = chunk.valid.unsqueeze(-1)
     scales = chunk.scales
-    if profile.needs_pow2_scales:
+    if scale_model == "gfx950":
+        if bool((valid & ~torch.isfinite(scales)).any()):
+            raise PreconditionError("a consumed record's scale is NaN or infinite")
+    elif profile.needs_pow2_scales:
         bits = scales.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
         exponent = (bits >> 23) & 0xFF
         pow2 = ((bits & 0x7FFFFF) == 0) & (exponent > 0) & (exponent < 0xFF) & ((bits >> 31) == 0)
@@ -109,7 +112,7 @@ def _check_chunk_preconditions(chunk: KeyChunk, profile: NumericsProfile) -> Non
             raise PreconditionError("a consumed record's scale is not a positive normal power of two")
     elif bool((valid & ~(torch.isfinite(scales) & (scales > 0))).any()):
         raise PreconditionError("a consumed record's scale is not positive and finite")
-    if profile.scale_cap is not None and bool((valid & (scales > profile.scale_cap)).any()):
+    if scale_model == "stored" and profile.scale_cap is not None and bool((valid & (scales > profile.scale_cap)).any()):
         raise PreconditionError(f"a consumed record's scale exceeds {profile.scale_cap:g}")
     if bool(((chunk.codes & 0x7F) == 0x7F).any()):
         raise PreconditionError("a consumed record holds NaN codes")
@@ -126,10 +129,13 @@ def evaluate(
     mode: Mode = "exact-steps",
     has_invalid: bool = False,
     key_budget: int = DEFAULT_KEY_BUDGET,
+    scale_model: str = "stored",
 ) -> Evaluation:
     """Reference (in `mode`) and the profile's a-priori bound; PreconditionError where no bound
     is promised (index or position out of range, non-pow2 / over-cap / non-positive scales where
-    the profile needs them, NaN codes, scores beyond the profile's limit)."""
+    the profile needs them, NaN codes, scores beyond the profile's limit). `scale_model` "gfx950"
+    judges against the gfx950 kernel's documented handling of non-pow2, over-cap and zero
+    scales instead (oracle.rows.gather_chunk), so those are no longer preconditions."""
     if mode not in MODES:
         raise ValueError(f"unknown comparison mode {mode!r}; expected one of {MODES}")
     if not bool(torch.isfinite(q).all()):
@@ -153,15 +159,15 @@ def evaluate(
     _, lengths = row_bounds(indptr)
     code_table = e4m3_table(device, torch.float64).abs()
 
-    for chunk in iter_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget):
+    for chunk in iter_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, scale_model=scale_model):
         has_key = chunk.valid.any(dim=1)
         if not bool(has_key.any()):
             continue
         chunk = KeyChunk(*(getattr(chunk, f)[has_key] for f in KeyChunk.__dataclass_fields__))
-        _check_chunk_preconditions(chunk, profile)
+        _check_chunk_preconditions(chunk, profile, scale_model)
         rows = chunk.rows
         valid = chunk.valid.unsqueeze(1)  # [R, 1, L]
-        keys = torch.cat((chunk.latent, chunk.rope), dim=-1)
+        keys = torch.cat((chunk.k_latent, chunk.rope), dim=-1)
         keys_abs_t = keys.abs().transpose(1, 2)
         z = torch.bmm(q_ref[rows], keys.transpose(1, 2)) * sigma
         z = z.masked_fill(~valid, float("-inf"))
@@ -227,7 +233,8 @@ def evaluate(
             d_p = torch.zeros_like(p_abs_v)
             if profile.p_format == "fp16_scaled":
                 abs_code_sum = code_table[chunk.codes.to(torch.int64)].sum(dim=1).unsqueeze(1)
-                d_p = profile.p_u * growth * p_abs_v + profile.p_floor * growth * abs_code_sum / p_max
+                # P * scale_v is itself rounded to f32 when scale_v is not a power of two.
+                d_p = (profile.p_u + u) * growth * p_abs_v + profile.p_floor * growth * abs_code_sum / p_max
             elif profile.p_format == "bf16":
                 floor = profile.p_floor * growth * abs_v_sum / p_max
                 d_p = floor if p_in_l else profile.p_u * growth * p_abs_v + floor

@@ -33,7 +33,7 @@ class Reference:
 
 def chunk_scores(q_ref: torch.Tensor, chunk: KeyChunk, softmax_scale: float) -> torch.Tensor:
     """z [R, H, L] = softmax_scale * q . K for the chunk's rows; -inf at masked slots."""
-    keys = torch.cat((chunk.latent, chunk.rope), dim=-1)  # [R, L, 576]
+    keys = torch.cat((chunk.k_latent, chunk.rope), dim=-1)  # [R, L, 576]
     scores = torch.bmm(q_ref[chunk.rows], keys.transpose(1, 2)) * float(softmax_scale)
     return scores.masked_fill(~chunk.valid.unsqueeze(1), float("-inf"))
 
@@ -56,14 +56,16 @@ def reference(
     has_invalid: bool = False,
     q_ref: torch.Tensor | None = None,
     key_budget: int = DEFAULT_KEY_BUDGET,
+    scale_model: str = "stored",
 ) -> Reference:
     """The float64 reference (see module docstring); raises oracle.rows.PreconditionError on
-    consumed positions or indices out of range."""
+    consumed positions or indices out of range. `scale_model` is oracle.rows.SCALE_MODELS
+    ("stored": the contract; "gfx950": the gfx950 kernel's documented handling of any scale)."""
     n_q, heads, _ = q.shape
     q64 = q.to(torch.float64) if q_ref is None else q_ref
     out = torch.zeros(n_q, heads, LATENT_DIM, dtype=torch.float64, device=q.device)
     lse = torch.full((n_q, heads), float("-inf"), dtype=torch.float64, device=q.device)
-    for chunk in iter_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget):
+    for chunk in iter_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, scale_model=scale_model):
         if not bool(chunk.valid.any()):
             continue
         scores = chunk_scores(q64, chunk, softmax_scale)

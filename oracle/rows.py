@@ -13,9 +13,12 @@ from dataclasses import dataclass
 
 import torch
 
+from kernel.fp8 import decode_e4m3
 from kernel.record import RECORD_BYTES, decode_records
 
 DEFAULT_KEY_BUDGET = 1 << 15  # key slots (rows x padded length) per chunk
+SCALE_MODELS = ("stored", "gfx950")
+_SCALE_CAP_BITS = 0x43000000  # f32 bits of 2^7
 
 
 class PreconditionError(ValueError):
@@ -29,7 +32,9 @@ class KeyChunk:
     rows:   int64 [R]            query rows of this chunk
     valid:  bool [R, L]          slot holds a key (position < length, and entry >= 0 with has_invalid)
     slots:  int64 [R, L]         KV row of each slot (0 where not valid)
-    latent: f64 [R, L, 512]      dequantised latent (0 where not valid)
+    latent: f64 [R, L, 512]      dequantised latent as V (0 where not valid)
+    k_latent: f64 [R, L, 512]    dequantised latent as QK sees it (the same tensor under the
+                                 "stored" scale model)
     rope:   f64 [R, L, 64]       rope values (0 where not valid)
     codes:  uint8 [R, L, 512]    raw e4m3 codes (0 where not valid)
     scales: f32 [R, L, 4]        stored scales (0 where not valid)
@@ -39,6 +44,7 @@ class KeyChunk:
     valid: torch.Tensor
     slots: torch.Tensor
     latent: torch.Tensor
+    k_latent: torch.Tensor
     rope: torch.Tensor
     codes: torch.Tensor
     scales: torch.Tensor
@@ -108,8 +114,15 @@ def gather_chunk(
     kv_cache: torch.Tensor,
     *,
     has_invalid: bool,
+    scale_model: str = "stored",
 ) -> KeyChunk:
-    """Gather and decode the keys of `rows` into a dense padded block (see KeyChunk)."""
+    """Gather and decode the keys of `rows` into a dense padded block (see KeyChunk).
+
+    scale_model "stored": K and V use the stored scale (the contract's record semantics).
+    "gfx950": the gfx950 kernel's documented behaviour on any scale: QK uses 2^(exponent field
+    - 127) (mantissa dropped; a zero scale gives 2^-127), PV uses the scale's bits clamped to
+    [1, bits(2^7)] (a scale above 2^7 acts as 2^7, a zero or negative one as 2^-149).
+    """
     row_len = length[rows]
     width = int(row_len.max())
     offsets = torch.arange(width, device=rows.device, dtype=torch.int64)
@@ -122,11 +135,25 @@ def gather_chunk(
     decoded = decode_records(flat[slots])
     mask = valid.unsqueeze(-1)
     zero = torch.zeros((), dtype=torch.float64, device=rows.device)
+    latent = torch.where(mask, decoded.latent, zero)
+    k_latent = latent
+    if scale_model == "gfx950":
+        lead = decoded.codes.shape[:-1]
+        codes = decode_e4m3(decoded.codes).reshape(*lead, 4, 128)
+        bits = decoded.scales.contiguous().view(torch.int32)
+        exponent = (bits.to(torch.int64) >> 23) & 0xFF
+        k_scale = torch.pow(2.0, (exponent - 127).to(torch.float64))
+        v_scale = bits.clamp(1, _SCALE_CAP_BITS).view(torch.float32).to(torch.float64)
+        k_latent = torch.where(mask, (codes * k_scale.unsqueeze(-1)).reshape(*lead, 512), zero)
+        latent = torch.where(mask, (codes * v_scale.unsqueeze(-1)).reshape(*lead, 512), zero)
+    elif scale_model != "stored":
+        raise ValueError(f"unknown scale model {scale_model!r}; expected one of {SCALE_MODELS}")
     return KeyChunk(
         rows=rows,
         valid=valid,
         slots=slots,
-        latent=torch.where(mask, decoded.latent, zero),
+        latent=latent,
+        k_latent=k_latent,
         rope=torch.where(mask, decoded.rope, zero),
         codes=torch.where(mask, decoded.codes, torch.zeros((), dtype=torch.uint8, device=rows.device)),
         scales=torch.where(mask, decoded.scales, torch.zeros((), dtype=torch.float32, device=rows.device)),
@@ -140,10 +167,11 @@ def iter_chunks(
     *,
     has_invalid: bool,
     key_budget: int = DEFAULT_KEY_BUDGET,
+    scale_model: str = "stored",
 ) -> Iterator[KeyChunk]:
     """All non-empty rows' keys, chunk by chunk (after checking the stream's preconditions)."""
     kv_rows = kv_cache.numel() // RECORD_BYTES
     check_stream(indices, indptr, kv_rows, has_invalid=has_invalid)
     start, length = row_bounds(indptr)
     for rows in chunk_plan(length, key_budget):
-        yield gather_chunk(rows, start, length, indices, kv_cache, has_invalid=has_invalid)
+        yield gather_chunk(rows, start, length, indices, kv_cache, has_invalid=has_invalid, scale_model=scale_model)

@@ -131,11 +131,15 @@ def _latent(recipe: Recipe, rows: torch.Tensor) -> torch.Tensor:
         x.scatter_(1, where.unsqueeze(1), (sign * peak).unsqueeze(1))
     elif dist == "large":
         x = x * 1000.0
+    elif dist == "exact":
+        x = (rng.integers(seed, "latent_int", ids, 5) - 2).to(torch.float64)
     return round_f32_to_bf16(x.to(torch.float32)).to(torch.float32)
 
 
 def _rope(recipe: Recipe, rows: torch.Tensor) -> torch.Tensor:
     ids = rows.unsqueeze(1) * ROPE_DIM + torch.arange(ROPE_DIM)
+    if recipe.rope == "exact":
+        return (rng.integers(recipe.seed, "rope_int", ids, 5) - 2).to(torch.bfloat16)
     factor = {"normal": 1.0, "large": 64.0, "tiny": 2.0**-20, "zero": 0.0}[recipe.rope]
     return round_f32_to_bf16((rng.normal_like(recipe.seed, "rope", ids) * factor).to(torch.float32))
 
@@ -146,7 +150,12 @@ def _query(recipe: Recipe) -> torch.Tensor:
     ids = torch.arange(n_q * heads * HEAD_DIM, dtype=torch.int64).view(n_q, heads, HEAD_DIM)
     x = rng.normal_like(seed, "q", ids)
     dist = recipe.q
-    if dist == "large":
+    if dist == "exact":
+        head_ids = torch.arange(n_q * heads, dtype=torch.int64).view(n_q, heads, 1)
+        at = torch.cat((rng.integers(seed, "q_at", head_ids, LATENT_DIM), LATENT_DIM + rng.integers(seed, "q_rope_at", head_ids, ROPE_DIM)), dim=-1)
+        sign = (2 * rng.integers(seed, "q_sign", torch.cat((head_ids * 2, head_ids * 2 + 1), dim=-1), 2) - 1).to(torch.float64)
+        x = torch.zeros(n_q, heads, HEAD_DIM, dtype=torch.float64).scatter_(2, at, sign)
+    elif dist == "large":
         x = x * 64.0
     elif dist == "tiny":
         x = x * 2.0**-40
@@ -190,7 +199,7 @@ def _corrupt(recipe: Recipe, records: torch.Tensor, entries: torch.Tensor, consu
             continue
         rows = rng.integers(recipe.seed, f"corrupt{number}", torch.arange(count), records.shape[0])
         blocks = rng.integers(recipe.seed, f"corrupt_block{number}", torch.arange(count), 4)
-        scales = records[:, SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)
+        scales = records[:, SCALE_OFFSET:ROPE_OFFSET].clone().view(torch.float32)
         if kind == "nan_codes":
             records[rows, blocks * 128 + 5] = 0x7F
             continue

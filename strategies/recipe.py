@@ -15,10 +15,11 @@ unless stated):
                      masked only with has_invalid, else they break a precondition)
     invalid_permille share of entries made negative by "scattered"
     cache_rows       KV rows in the cache (beyond_4gib needs more than 4 GiB / 656)
-    latent           normal | heavy | outliers | zero_blocks | tiny_blocks | max57344 | large | above_cap
-    rope             normal | large | tiny | zero
-    q                normal | large | tiny | zero_blocks | tiny_blocks
-    softmax_scale    default | peaked | flat, or a number
+    latent           normal | heavy | outliers | zero_blocks | tiny_blocks | max57344 | large |
+                     above_cap | exact
+    rope             normal | large | tiny | zero | exact
+    q                normal | large | tiny | zero_blocks | tiny_blocks | exact
+    softmax_scale    default | peaked | flat | exact (ln 2), or a number
     writer           pow2 | pow2-floor | raw
     q_pad            [row pad, head pad] added to q's row / head strides
     out_pad          null (kernel allocates out) or [row pad, head pad] of a preallocated out
@@ -26,6 +27,12 @@ unless stated):
     poison           NaN-poison unreferenced rows (row 0 included) and never reference row 0
     corruptions      list of {"kind": nan_codes | scale_not_pow2 | scale_above_cap |
                      zero_scale | index_out_of_range, "count": int} applied to consumed data
+
+"Exact" recipes (q, latent, rope and softmax_scale all "exact", rows of at most 256 keys) make
+every step of the gfx950 algorithm exact: q has one nonzero latent and one nonzero rope value
+(+-1) per head, latent and rope values are integers in [-2, 2], so scores are integers in [-4, 4],
+c_log2 = 1, P = 2^k with k in [0, 8], and every sum fits an f32 significand. Any correct
+implementation of the algorithm then returns the same bits as the emulated kernel.
 """
 
 from __future__ import annotations
@@ -40,10 +47,11 @@ from kernel.record import WRITERS
 RECIPE_VERSION = 1
 INDEX_PATTERNS = ("uniform", "clustered", "duplicates", "sorted", "reversed", "tail", "beyond_4gib")
 INVALID_PATTERNS = ("none", "scattered", "tail", "leading_tile", "all")
-LATENT_DISTS = ("normal", "heavy", "outliers", "zero_blocks", "tiny_blocks", "max57344", "large", "above_cap")
-ROPE_DISTS = ("normal", "large", "tiny", "zero")
-Q_DISTS = ("normal", "large", "tiny", "zero_blocks", "tiny_blocks")
-SOFTMAX_SCALES = {"default": 576**-0.5, "peaked": 16 * 576**-0.5, "flat": 576**-0.5 / 64}
+LATENT_DISTS = ("normal", "heavy", "outliers", "zero_blocks", "tiny_blocks", "max57344", "large", "above_cap", "exact")
+ROPE_DISTS = ("normal", "large", "tiny", "zero", "exact")
+Q_DISTS = ("normal", "large", "tiny", "zero_blocks", "tiny_blocks", "exact")
+SOFTMAX_SCALES = {"default": 576**-0.5, "peaked": 16 * 576**-0.5, "flat": 576**-0.5 / 64, "exact": math.log(2.0)}
+EXACT_MAX_ROW = 256  # longest row for which "exact" recipes keep every step exact
 CORRUPTIONS = ("nan_codes", "scale_not_pow2", "scale_above_cap", "zero_scale", "index_out_of_range")
 ROWS_BEYOND_4GIB = (4 * 2**30) // 656 + 1  # first row whose record starts past 4 GiB
 
@@ -87,6 +95,19 @@ class Recipe:
         if isinstance(self.softmax_scale, str):
             return SOFTMAX_SCALES[self.softmax_scale]
         return float(self.softmax_scale)
+
+    @property
+    def is_exact(self) -> bool:
+        """True for an exact-arithmetic recipe (see the module docstring)."""
+        return (
+            self.q == "exact"
+            and self.latent == "exact"
+            and self.rope == "exact"
+            and self.softmax_scale == "exact"
+            and self.writer in ("pow2", "pow2-floor")
+            and all(length <= EXACT_MAX_ROW for length in self.row_lengths)
+            and not self.corruptions
+        )
 
     @property
     def total_keys(self) -> int:

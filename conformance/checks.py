@@ -1,0 +1,113 @@
+"""The checks the properties share: the differential judgement and the precondition-violation run."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import pytest
+from hypothesis import reject
+from hypothesis.control import currently_in_test_context
+from hypothesis import target as hypothesis_target
+
+from conformance.harness import Verdict, compare, record, run_kernel
+from conformance.plugin import SuiteTarget, remember
+from oracle.bound import MODES, evaluate
+from oracle.preconditions import check_call, has_violation
+from strategies.materialize import Problem, materialize
+from strategies.recipe import Recipe
+
+
+def size_limits(suite: SuiteTarget) -> dict[str, int]:
+    """Problem sizes for the general properties: modest on a CPU, larger on a GPU."""
+    if suite.device.type == "cpu":
+        return {"max_n_q": 64, "max_total_keys": 8192}
+    return {"max_n_q": 256, "max_total_keys": 1 << 17}
+
+
+def backend_limits(suite: SuiteTarget) -> dict[str, Any]:
+    """Recipe restrictions the backend declares (head counts, out=)."""
+    return {"heads": suite.backend.head_counts, "max_heads": suite.backend.max_heads, "allow_out": suite.backend.accepts_out}
+
+
+def require_support(suite: SuiteTarget, problem: Problem) -> None:
+    """Reject a problem the backend declares it does not take (a Hypothesis rejection inside a
+    property, a pytest skip with the reason elsewhere)."""
+    reason = supported(suite, problem)
+    if reason:
+        if currently_in_test_context():
+            reject()
+        pytest.skip(f"{suite.name} does not take this call: {reason}")
+
+
+def supported(suite: SuiteTarget, problem: Problem) -> str:
+    """Empty when the backend takes this call, else the reason it does not."""
+    support = suite.backend.supports(
+        problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
+        has_invalid=problem.has_invalid, return_lse=problem.return_lse, out=problem.out,
+    )
+    return "" if support.ok else support.reason
+
+
+def differential(suite: SuiteTarget, recipe: Recipe, property_name: str = "differential", *, use_target: bool = True) -> list[Verdict]:
+    """Run the kernel, then judge it against the reference in both comparison modes; raise
+    AssertionError with every failure. Returns the verdicts (exact-steps first)."""
+    remember(recipe, property_name)
+    problem = materialize(recipe, suite.device)
+    require_support(suite, problem)
+    out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name)
+    verdicts = []
+    for mode in MODES[::-1]:
+        evaluation = evaluate(
+            problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
+            profile=suite.profile, mode=mode, has_invalid=problem.has_invalid,
+        )
+        verdict = compare(problem, out, lse, evaluation)
+        verdicts.append(verdict)
+        if use_target:
+            for label, value in ((f"out/{mode}", verdict.out_ratio), (f"lse/{mode}", verdict.lse_ratio)):
+                if math.isfinite(value):
+                    hypothesis_target(value, label=label)
+        record(property_name, suite.name, problem, outcome="pass" if verdict.ok else "fail", out_ratio=verdict.out_ratio, lse_ratio=verdict.lse_ratio, extra={"mode": mode})
+    failures = [v.message() for v in verdicts if not v.ok]
+    assert not failures, "kernel output outside the a-priori bound:\n" + "\n".join(failures)
+    return verdicts
+
+
+def violation_run(suite: SuiteTarget, recipe: Recipe, property_name: str = "preconditions") -> dict[str, Any]:
+    """Run a precondition-violating recipe where it is safe and return what was observed.
+
+    Safe: never an out-of-range index on a backend whose index reads can fault. Only what the
+    contract still promises fails: the call must not raise for a violated data precondition
+    (an out-of-range index may raise on a backend with bounded reads), and under a scale above
+    2^7 or a non-power-of-two scale the output must stay finite (the kernel clamps / drops the
+    mantissa, it does not overflow).
+    """
+    remember(recipe, property_name, expect="precondition")
+    problem = materialize(recipe, suite.device)
+    require_support(suite, problem)
+    findings = check_call(problem.q, problem.kv_cache, problem.indices, problem.indptr, has_invalid=problem.has_invalid)
+    kinds = sorted({f.kind for f in findings if f.severity == "violation"})
+    assert has_violation(findings), f"recipe meant to violate a precondition reports none: {recipe.to_json()}"
+    observed: dict[str, Any] = {"kinds": kinds}
+    if "index_out_of_range" in kinds and not suite.backend.bounded_index_reads:
+        observed["behaviour"] = "not run: out-of-range index on a backend whose reads can fault"
+        record(property_name, suite.name, problem, outcome="skipped", extra={"observed": observed})
+        return observed
+    try:
+        out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name)
+    except Exception as err:  # noqa: BLE001 - the behaviour under a violation is what we record
+        observed["behaviour"] = f"raised {type(err).__name__}: {str(err)[:200]}"
+        record(property_name, suite.name, problem, outcome="raised", extra={"observed": observed})
+        if "index_out_of_range" in kinds:
+            return observed
+        raise AssertionError(f"kernel raised under a data precondition violation ({kinds}) instead of returning: {err!r}") from err
+    finite = torch.isfinite(out.to(torch.float32))
+    observed["non_finite_out"] = int((~finite).sum())
+    observed["behaviour"] = "returned" + ("" if bool(finite.all()) else f" with {observed['non_finite_out']} non-finite outputs")
+    record(property_name, suite.name, problem, outcome="observed", extra={"observed": observed})
+    promised_finite = {"scale_above_cap", "scale_not_pow2"}
+    if set(kinds) <= promised_finite:
+        assert bool(finite.all()), f"under {kinds} the output must stay finite (the kernel clamps the scale / drops its mantissa); got {observed['non_finite_out']} non-finite values"
+    return observed

@@ -1,0 +1,188 @@
+"""Running a kernel on a problem and judging its output against the reference and bound.
+
+`run_kernel` records the recipe write-ahead, calls the kernel (always before any reference is
+built, so freed memory holding a right answer cannot hide a kernel that wrote nothing) and
+returns its outputs. `compare` checks the outputs against an `oracle.bound.Evaluation`:
+types and shapes, identical NaN/inf positions, no all-zero output where the reference is not
+zero, and |out - out_ref| <= out_bound, |lse - lse_ref| <= lse_bound element by element.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from conformance.wal import in_flight
+from kernel.record import LATENT_DIM
+from oracle.bound import Evaluation
+from strategies.materialize import Problem
+
+RUN_ID_ENV = "CONFORMANCE_RUN_ID"
+STATE_DIR_ENV = "CONFORMANCE_DIR"
+
+
+def state_dir() -> Path:
+    """Where runs, write-ahead files and pending corpus entries live (default .conformance/)."""
+    return Path(os.environ.get(STATE_DIR_ENV, ".conformance"))
+
+
+def worker_id() -> str:
+    """This process's xdist worker id, or "main"."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+def run_dir() -> Path:
+    """This run's folder (the run id comes from the controller through the environment)."""
+    run_id = os.environ.get(RUN_ID_ENV)
+    if not run_id:
+        run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+        os.environ[RUN_ID_ENV] = run_id
+    path = state_dir() / "runs" / run_id
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run_kernel(problem: Problem, kernel: Any, *, property_name: str, kernel_name: str, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Call `kernel` on `problem` with the recipe written ahead (see conformance.wal)."""
+    entry = {
+        "recipe": problem.recipe.to_json_dict(),
+        "kernel": kernel_name,
+        "property": property_name,
+        "device": str(problem.q.device),
+        "started": time.time(),
+    }
+    with in_flight(run_dir(), worker_id(), entry):
+        result = problem.call(kernel, out=out)
+        if problem.q.is_cuda:
+            torch.cuda.synchronize(problem.q.device)
+    return result
+
+
+@dataclass
+class Verdict:
+    """Outcome of one comparison.
+
+    failures: human-readable reasons (empty when ok); out_ratio / lse_ratio: max |err| / bound
+    (inf where the bound is 0 and the error is not); worst: location of the worst out element.
+    """
+
+    failures: list[str] = field(default_factory=list)
+    out_ratio: float = 0.0
+    lse_ratio: float = 0.0
+    worst: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def message(self) -> str:
+        """All failures and the worst element, one per line."""
+        lines = list(self.failures)
+        if self.worst:
+            lines.append("worst out element: " + json.dumps(self.worst, sort_keys=True))
+        return "\n".join(lines)
+
+
+def _ratio(err: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
+    return torch.where(bound > 0, err / torch.where(bound > 0, bound, 1.0), torch.where(err > 0, float("inf"), 0.0))
+
+
+def _first(mask: torch.Tensor) -> list[int]:
+    return [int(x) for x in torch.nonzero(mask)[0].tolist()]
+
+
+def check_types(problem: Problem, out: object, lse: object) -> list[str]:
+    """Contract checks of the returned objects (dtype, shape, device, out= identity)."""
+    failures: list[str] = []
+    n_q, heads = problem.recipe.n_q, problem.recipe.heads
+    if not isinstance(out, torch.Tensor):
+        return [f"out is {type(out).__name__}, not a tensor"]
+    if out.dtype != torch.bfloat16 or tuple(out.shape) != (n_q, heads, LATENT_DIM):
+        failures.append(f"out is {out.dtype} {tuple(out.shape)}, expected bfloat16 {(n_q, heads, LATENT_DIM)}")
+    if out.device != problem.q.device:
+        failures.append(f"out is on {out.device}, inputs on {problem.q.device}")
+    if problem.out is not None and out.data_ptr() != problem.out.data_ptr():
+        failures.append("out= was given but the kernel returned a different tensor")
+    if problem.return_lse:
+        if not isinstance(lse, torch.Tensor):
+            failures.append(f"return_lse=True but lse is {type(lse).__name__}")
+        elif lse.dtype != torch.float32 or tuple(lse.shape) != (n_q, heads):
+            failures.append(f"lse is {lse.dtype} {tuple(lse.shape)}, expected float32 {(n_q, heads)}")
+    return failures
+
+
+def compare(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, evaluation: Evaluation) -> Verdict:
+    """Judge kernel outputs against the reference and its a-priori bound (see module docstring)."""
+    verdict = Verdict(failures=check_types(problem, out, lse))
+    if verdict.failures:
+        return verdict
+    mode = evaluation.mode
+    got = out.to(torch.float64)
+    ref = evaluation.out.to(got.device)
+    bound = evaluation.out_bound.to(got.device)
+    bad = ~torch.isfinite(got) & torch.isfinite(ref)
+    if bool(bad.any()):
+        verdict.failures.append(f"[{mode}] out has {int(bad.sum())} non-finite values where the reference is finite, first at (row, head, dim) {_first(bad)}")
+    if bool((got == 0).all()) and bool((ref != 0).any()):
+        verdict.failures.append(f"[{mode}] out is all zeros but the reference is not")
+    err = (got - ref).abs().nan_to_num(nan=float("inf"))
+    ratio = _ratio(err, bound)
+    verdict.out_ratio = float(ratio.max()) if ratio.numel() else 0.0
+    over = ratio > 1
+    if bool(over.any()):
+        where = _first(over)
+        verdict.failures.append(
+            f"[{mode}] {int(over.sum())} out elements exceed the bound (max |err|/bound = {verdict.out_ratio:.3g}), first at (row, head, dim) {where}"
+        )
+    if ratio.numel():
+        flat = int(torch.argmax(ratio.nan_to_num(nan=float("inf"))))
+        row, rest = divmod(flat, ratio.shape[1] * ratio.shape[2])
+        head, dim = divmod(rest, ratio.shape[2])
+        verdict.worst = {
+            "row": row, "head": head, "dim": dim, "mode": mode,
+            "out": float(got[row, head, dim]), "ref": float(ref[row, head, dim]), "bound": float(bound[row, head, dim]),
+        }
+    if problem.return_lse and lse is not None:
+        got_lse = lse.to(torch.float64)
+        ref_lse = evaluation.lse.to(got_lse.device)
+        lse_bound = evaluation.lse_bound.to(got_lse.device)
+        empty = torch.isneginf(ref_lse)
+        wrong_empty = empty & ~torch.isneginf(got_lse)
+        if bool(wrong_empty.any()):
+            verdict.failures.append(f"[{mode}] lse of an empty row is not -inf, first at (row, head) {_first(wrong_empty)} = {float(got_lse[tuple(_first(wrong_empty))])}")
+        not_finite = ~empty & ~torch.isfinite(got_lse)
+        if bool(not_finite.any()):
+            verdict.failures.append(f"[{mode}] lse is not finite where the reference is, first at (row, head) {_first(not_finite)}")
+        lse_err = torch.where(empty, 0.0, (got_lse - ref_lse).abs()).nan_to_num(nan=float("inf"))
+        lse_ratio = _ratio(lse_err, torch.where(empty, 1.0, lse_bound))
+        verdict.lse_ratio = float(lse_ratio.max()) if lse_ratio.numel() else 0.0
+        over = lse_ratio > 1
+        if bool(over.any()):
+            verdict.failures.append(
+                f"[{mode}] {int(over.sum())} lse values exceed the bound (max |err|/bound = {verdict.lse_ratio:.3g}), first at (row, head) {_first(over)}"
+            )
+    return verdict
+
+
+def record(property_name: str, kernel_name: str, problem: Problem, *, outcome: str, out_ratio: float | None = None, lse_ratio: float | None = None, extra: dict[str, Any] | None = None) -> None:
+    """Append one example's result to this worker's JSON-lines file of the run (for reports)."""
+    line = {
+        "property": property_name,
+        "kernel": kernel_name,
+        "outcome": outcome,
+        "out_ratio": out_ratio,
+        "lse_ratio": lse_ratio,
+        "recipe": problem.recipe.to_json_dict(),
+        "time": time.time(),
+    }
+    if extra:
+        line.update(extra)
+    path = run_dir() / f"examples-{worker_id()}.jsonl"
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(line, sort_keys=True) + "\n")

@@ -1,0 +1,36 @@
+"""Property 1: the kernel's out and lse lie within its numerics profile's a-priori bound of the
+float64 reference (both comparison modes), with identical NaN/inf positions and no all-zero
+output where the reference is not zero. `target()` steers the search toward large error/bound."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.checks import backend_limits, differential, size_limits
+from conformance.plugin import SuiteTarget
+from strategies.hyp import recipes
+
+
+@given(data=st.data())
+def test_differential(target: SuiteTarget, data: st.DataObject) -> None:
+    recipe = data.draw(recipes(**size_limits(target), **backend_limits(target)), label="recipe")
+    differential(target, recipe)
+
+
+@given(data=st.data())
+def test_differential_long_rows(target: SuiteTarget, data: st.DataObject) -> None:
+    """Few rows, up to 8192 keys each: many tiles, rescales and long accumulations."""
+    limits = {"max_n_q": 4, "max_total_keys": 8192 if target.device.type == "cpu" else 1 << 15}
+    recipe = data.draw(recipes(**limits, **backend_limits(target)), label="recipe")
+    differential(target, recipe, "differential_long_rows")
+
+
+@pytest.mark.huge_cache
+@pytest.mark.xdist_group("huge_cache")
+@given(data=st.data())
+def test_differential_beyond_4gib(target: SuiteTarget, data: st.DataObject) -> None:
+    """Every referenced record lies past the first 4 GiB of a cache larger than 4 GiB."""
+    recipe = data.draw(recipes(max_n_q=8, max_total_keys=2048, huge_cache=True, **backend_limits(target)), label="recipe")
+    differential(target, recipe, "differential_beyond_4gib")

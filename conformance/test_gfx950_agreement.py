@@ -1,0 +1,99 @@
+"""Property 2, for kernels of the `gfx950` profile.
+
+(a) Bit-for-bit agreement with the emulated kernel on exact-arithmetic recipes (see
+strategies.recipe): every step of the gfx950 algorithm is exact on them, so any correct
+implementation returns the emulator's out bits; lse may differ by v_log_f32's documented 1 ulp
+carried through three f32 roundings (TOLERANCES.md, "Agreement with emulated").
+(b) The documented behaviour under the scale preconditions: with non-power-of-two, above-2^7 or
+zero scales the kernel must match the gfx950 scale model (QK takes the exponent, PV the scale
+clamped to [2^-149, 2^7]) within the profile's bound.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.checks import backend_limits, require_support
+from conformance.harness import compare, record, run_kernel
+from conformance.plugin import SuiteTarget, remember
+from kernel.emulated import run_emulated
+from oracle.bound import evaluate
+from strategies.hyp import recipes
+from strategies.materialize import materialize
+from strategies.recipe import Recipe
+
+LSE_AGREEMENT = 2.0**-20  # relative to (|lse| + 16): 1 v_log_f32 ulp of log2(l) <= 2^-23 * 21, x3
+
+
+def _need_gfx950(suite: SuiteTarget) -> None:
+    if suite.profile.name != "gfx950":
+        pytest.skip(f"kernel {suite.name!r} declares profile {suite.profile.name!r}, not gfx950")
+
+
+@given(data=st.data())
+def test_bit_exact_agreement_with_emulated(target: SuiteTarget, data: st.DataObject) -> None:
+    _need_gfx950(target)
+    if target.name == "emulated":
+        pytest.skip("the emulated kernel is the reference of this property")
+    recipe = data.draw(recipes(max_n_q=32, max_total_keys=4096, exact=True, **backend_limits(target)), label="recipe")
+    remember(recipe, "gfx950_bit_exact")
+    problem = materialize(recipe, target.device)
+    require_support(target, problem)
+    out, lse = run_kernel(problem, target.backend, property_name="gfx950_bit_exact", kernel_name=target.name)
+    out = out.clone()
+    lse = None if lse is None else lse.clone()
+    expected, expected_lse = run_emulated(
+        problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
+        has_invalid=problem.has_invalid, return_lse=problem.return_lse,
+    )
+    same = (out.view(torch.int16) == expected.view(torch.int16))
+    record("gfx950_bit_exact", target.name, problem, outcome="pass" if bool(same.all()) else "fail")
+    if not bool(same.all()):
+        where = [int(x) for x in torch.nonzero(~same)[0].tolist()]
+        raise AssertionError(
+            f"{int((~same).sum())} out elements differ from the emulated kernel on an exact-arithmetic recipe; "
+            f"first at (row, head, dim) {where}: kernel {float(out[tuple(where)])}, emulated {float(expected[tuple(where)])}"
+        )
+    if problem.return_lse:
+        assert lse is not None and expected_lse is not None
+        empty = torch.isneginf(expected_lse)
+        assert bool((torch.isneginf(lse) == empty).all()), "lse -inf positions differ from the emulated kernel"
+        diff = torch.where(empty, 0.0, (lse.double() - expected_lse.double()).abs())
+        allowed = LSE_AGREEMENT * (expected_lse.double().abs().nan_to_num(0.0, neginf=0.0) + 16)
+        assert bool((diff <= allowed).all()), f"lse differs from the emulated kernel by {float(diff.max()):.3g} (allowed {float(allowed.max()):.3g})"
+
+
+def _violating(recipe: Recipe, kind: str) -> Recipe:
+    fields = recipe.to_json_dict()
+    if kind == "raw_writer":
+        fields["writer"] = "raw"
+    elif kind == "above_cap_latent":
+        fields["latent"] = "above_cap"
+    else:
+        fields["corruptions"] = [{"kind": kind, "count": 3}]
+    return Recipe.from_json_dict(fields)
+
+
+@given(data=st.data())
+def test_documented_scale_behaviour(target: SuiteTarget, data: st.DataObject) -> None:
+    _need_gfx950(target)
+    base = data.draw(recipes(max_n_q=16, max_total_keys=4096, **backend_limits(target)), label="recipe")
+    kind = data.draw(st.sampled_from(("raw_writer", "above_cap_latent", "scale_above_cap", "scale_not_pow2", "zero_scale")), label="violation")
+    recipe = _violating(base, kind)
+    remember(recipe, "gfx950_scale_behaviour")
+    problem = materialize(recipe, target.device)
+    require_support(target, problem)
+    out, lse = run_kernel(problem, target.backend, property_name="gfx950_scale_behaviour", kernel_name=target.name)
+    evaluation = evaluate(
+        problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
+        profile=target.profile, mode="exact-steps", has_invalid=problem.has_invalid, scale_model="gfx950",
+    )
+    verdict = compare(problem, out, lse, evaluation)
+    record("gfx950_scale_behaviour", target.name, problem, outcome="pass" if verdict.ok else "fail", out_ratio=verdict.out_ratio, lse_ratio=verdict.lse_ratio)
+    assert verdict.ok, f"under {kind} the kernel departs from the gfx950 documented scale behaviour:\n{verdict.message()}"
+    assert math.isfinite(verdict.out_ratio)

@@ -1,0 +1,173 @@
+"""Property 3: metamorphic relations, judged without the reference's values.
+
+- permuting each row's keys changes out and lse by at most the two runs' a-priori bounds;
+- splitting every row in two and merging the halves with their lse reproduces the full row
+  within the bounds of the three calls (TOLERANCES.md, "Split and merge");
+- a row computed alone equals the same row in a batch, bit for bit;
+- two runs are bit-identical;
+- strided q and a preallocated strided out give the bits of contiguous tensors.
+The bounds come from oracle.bound (the error model, computed from the inputs); the reference's
+out and lse are not used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.checks import backend_limits, require_support
+from conformance.harness import record, run_kernel
+from conformance.plugin import SuiteTarget, remember
+from oracle.bound import evaluate
+from strategies import rng
+from strategies.hyp import recipes
+from strategies.materialize import Problem, materialize
+from strategies.recipe import Recipe
+
+SMALL = {"max_n_q": 16, "max_total_keys": 4096}
+
+
+def _draw_problem(target: SuiteTarget, data: st.DataObject, prop: str, **overrides: object) -> Problem:
+    recipe = data.draw(recipes(**SMALL, **backend_limits(target)), label="recipe")
+    fields = recipe.to_json_dict()
+    fields["row_lengths"] = [max(x, 0) for x in recipe.row_lengths]  # no overlapping rows
+    fields.update(overrides)
+    recipe = Recipe.from_json_dict(fields)
+    remember(recipe, prop)
+    problem = materialize(recipe, target.device)
+    require_support(target, problem)
+    return problem
+
+
+def _run(target: SuiteTarget, problem: Problem, prop: str, **changes: object) -> tuple[torch.Tensor, torch.Tensor | None]:
+    variant = dataclasses.replace(problem, **changes) if changes else problem
+    out, lse = run_kernel(variant, target.backend, property_name=prop, kernel_name=target.name)
+    return out.clone(), None if lse is None else lse.clone()
+
+
+def _bound(target: SuiteTarget, problem: Problem, **changes: object):  # type: ignore[no-untyped-def]
+    p = dataclasses.replace(problem, **changes) if changes else problem
+    return evaluate(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, profile=target.profile, mode="exact-steps", has_invalid=p.has_invalid)
+
+
+def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype == torch.bfloat16:
+        return bool((a.view(torch.int16) == b.view(torch.int16)).all())
+    return bool((a.view(torch.int32) == b.view(torch.int32)).all())
+
+
+def _permuted_indices(problem: Problem, seed: int) -> torch.Tensor:
+    """The index stream with each row's slice shuffled (rows do not overlap here)."""
+    indptr = problem.indptr.to("cpu", torch.int64)
+    lengths = (indptr[1:] - indptr[:-1]).clamp_min(0)
+    rows = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+    positions = indptr[:-1][rows] + torch.arange(int(lengths.sum())) - torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths)
+    keys = rng.uniform(seed, "permute", torch.arange(positions.numel()))
+    order = torch.argsort(rows.to(torch.float64) * 2 + keys)
+    permuted = problem.indices.to("cpu").clone()
+    permuted[positions] = problem.indices.to("cpu")[positions[order]]
+    return permuted.to(problem.indices.device)
+
+
+@given(data=st.data())
+def test_permuting_keys(target: SuiteTarget, data: st.DataObject) -> None:
+    problem = _draw_problem(target, data, "metamorphic_permute", return_lse=True)
+    out, lse = _run(target, problem, "metamorphic_permute")
+    permuted = _permuted_indices(problem, data.draw(st.integers(0, 2**31), label="permutation"))
+    out_p, lse_p = _run(target, problem, "metamorphic_permute", indices=permuted, out=None)
+    first, second = _bound(target, problem), _bound(target, problem, indices=permuted)
+    tol = (first.out_bound + second.out_bound).to(out.device)
+    diff = (out.double() - out_p.double()).abs()
+    ok = bool((diff <= tol).all())
+    assert lse is not None and lse_p is not None
+    empty = torch.isneginf(lse)
+    lse_ok = bool((empty == torch.isneginf(lse_p)).all()) and bool(
+        (torch.where(empty, 0.0, (lse.double() - lse_p.double()).abs()) <= (first.lse_bound + second.lse_bound).to(lse.device)).all()
+    )
+    record("metamorphic_permute", target.name, problem, outcome="pass" if ok and lse_ok else "fail")
+    assert ok, f"permuting keys moved out by {float((diff - tol).max()):.3g} beyond the two bounds"
+    assert lse_ok, "permuting keys moved lse beyond the two bounds (or changed -inf positions)"
+
+
+@given(data=st.data())
+def test_split_and_merge(target: SuiteTarget, data: st.DataObject) -> None:
+    problem = _draw_problem(target, data, "metamorphic_split", return_lse=True, out_pad=None)
+    out, lse = _run(target, problem, "metamorphic_split")
+    assert lse is not None
+    indptr = problem.indptr.to("cpu", torch.int64)
+    lengths = indptr[1:] - indptr[:-1]
+    cut_share = data.draw(st.integers(0, 1000), label="cut_permille")
+    cut = indptr[:-1] + lengths * cut_share // 1000
+    split_ptr = torch.stack((indptr[:-1], cut), dim=1).reshape(-1)
+    split_ptr = torch.cat((split_ptr, indptr[-1:])).to(torch.int32).to(problem.indptr.device)
+    # rows are contiguous, so row q's halves are [indptr[q], cut[q]) and [cut[q], indptr[q + 1])
+    q2 = problem.q.repeat_interleave(2, dim=0)
+    halves = dataclasses.replace(problem, q=q2, indptr=split_ptr, out=None)
+    half_out, half_lse = _run(target, halves, "metamorphic_split")
+    assert half_lse is not None
+    full_b = _bound(target, problem)
+    half_b = _bound(target, halves)
+    o = half_out.double().view(-1, 2, *half_out.shape[1:])
+    ls = half_lse.double().view(-1, 2, half_lse.shape[1])
+    ob = half_b.out_bound.to(o.device).view(-1, 2, *half_out.shape[1:])
+    lb = half_b.lse_bound.to(o.device).view(-1, 2, half_lse.shape[1])
+    merged_lse = torch.logaddexp(ls[:, 0], ls[:, 1])
+    safe = torch.where(torch.isneginf(merged_lse), 0.0, merged_lse)
+    weights = torch.where(torch.isneginf(ls), 0.0, torch.exp(ls - safe.unsqueeze(1)))  # [n_q, 2, H]
+    merged = (weights.unsqueeze(-1) * o).sum(dim=1)
+    drift = torch.exp(lb.sum(dim=1)).unsqueeze(-1)  # e^(lb_a + lb_b)
+    w_prod = (weights[:, 0] * weights[:, 1]).unsqueeze(-1)
+    tol = (
+        full_b.out_bound.to(o.device)
+        + drift * (weights.unsqueeze(-1) * ob).sum(dim=1)
+        + (o[:, 0] - o[:, 1]).abs() * w_prod * (drift - 1) * drift
+    )
+    diff = (out.double() - merged).abs()
+    lse_tol = full_b.lse_bound.to(o.device) + lb.amax(dim=1)
+    empty = torch.isneginf(lse)
+    lse_ok = bool((empty == torch.isneginf(merged_lse)).all()) and bool(
+        (torch.where(empty, 0.0, (lse.double() - merged_lse).abs()) <= lse_tol).all()
+    )
+    ok = bool((diff <= tol).all())
+    record("metamorphic_split", target.name, problem, outcome="pass" if ok and lse_ok else "fail")
+    assert ok, f"merging the two halves misses the full row by {float((diff - tol).max()):.3g} beyond the bounds"
+    assert lse_ok, "merged lse of the halves misses the full row's lse beyond the bounds"
+
+
+@given(data=st.data())
+def test_row_alone_equals_row_in_batch(target: SuiteTarget, data: st.DataObject) -> None:
+    problem = _draw_problem(target, data, "metamorphic_alone")
+    out, lse = _run(target, problem, "metamorphic_alone")
+    row = data.draw(st.integers(0, problem.q.shape[0] - 1), label="row")
+    alone = dataclasses.replace(problem, q=problem.q[row : row + 1], indptr=problem.indptr[row : row + 2].clone(), out=None)
+    out_1, lse_1 = _run(target, alone, "metamorphic_alone")
+    ok = _bits_equal(out[row : row + 1], out_1) and (lse is None or lse_1 is None or _bits_equal(lse[row : row + 1], lse_1))
+    record("metamorphic_alone", target.name, problem, outcome="pass" if ok else "fail")
+    assert ok, f"row {row} computed alone differs from the same row in the batch"
+
+
+@given(data=st.data())
+def test_two_runs_bit_identical(target: SuiteTarget, data: st.DataObject) -> None:
+    problem = _draw_problem(target, data, "metamorphic_repeat")
+    out, lse = _run(target, problem, "metamorphic_repeat")
+    again, lse_again = _run(target, problem, "metamorphic_repeat")
+    ok = _bits_equal(out, again) and (lse is None or lse_again is None or _bits_equal(lse, lse_again))
+    record("metamorphic_repeat", target.name, problem, outcome="pass" if ok else "fail")
+    assert ok, "two runs on the same inputs differ"
+
+
+@given(data=st.data())
+def test_strided_equals_contiguous(target: SuiteTarget, data: st.DataObject) -> None:
+    pads = st.tuples(st.integers(1, 64), st.integers(1, 64)).map(list)
+    overrides = {"q_pad": data.draw(pads, label="q_pad")}
+    if target.backend.accepts_out:
+        overrides["out_pad"] = data.draw(pads, label="out_pad")
+    problem = _draw_problem(target, data, "metamorphic_strides", **overrides)
+    out, lse = _run(target, problem, "metamorphic_strides")
+    plain_out, plain_lse = _run(target, problem, "metamorphic_strides", q=problem.q.contiguous(), out=None)
+    ok = _bits_equal(out.contiguous(), plain_out) and (lse is None or plain_lse is None or _bits_equal(lse, plain_lse))
+    record("metamorphic_strides", target.name, problem, outcome="pass" if ok else "fail")
+    assert ok, "strided q / preallocated strided out give different bits from contiguous tensors"

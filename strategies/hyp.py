@@ -1,0 +1,147 @@
+"""Hypothesis strategies that draw small `Recipe`s (never tensors element by element).
+
+Each field is drawn from a small strategy whose simplest value comes first, so shrinking walks a
+failure toward one short row, one head, normal data, no padding. Tensors are built afterwards by
+`strategies.materialize.materialize` on the target device.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from kernel.record import PRECONDITION_WRITERS
+from strategies.recipe import (
+    EXACT_MAX_ROW,
+    INVALID_PATTERNS,
+    ROWS_BEYOND_4GIB,
+    Recipe,
+)
+
+SPECIAL_LENGTHS = (1, 0, 2, 127, 128, 129, 255, 256, 257, 2048, 8192)
+CLEAN_LATENT = ("normal", "heavy", "outliers", "zero_blocks", "tiny_blocks", "max57344", "large")
+CLEAN_ROPE = ("normal", "large", "tiny", "zero")
+CLEAN_Q = ("normal", "large", "tiny", "zero_blocks", "tiny_blocks")
+SCALES = ("default", "peaked", "flat")
+PLAIN_PATTERNS = ("uniform", "clustered", "duplicates", "sorted", "reversed", "tail")
+
+
+def _row_length(max_row: int) -> st.SearchStrategy[int]:
+    specials = [x for x in SPECIAL_LENGTHS if x <= max_row]
+    return st.one_of(st.sampled_from(specials), st.integers(0, min(max_row, 300)), st.integers(-3, -1))
+
+
+def _fit_lengths(lengths: list[int], max_total_keys: int, stream_offset: int) -> tuple[int, ...]:
+    """Cap the total key count and keep indptr >= 0 (negative steps only where the pointer allows)."""
+    positive_total = sum(x for x in lengths if x > 0)
+    if positive_total > max_total_keys:
+        cap = max(1, max_total_keys // max(1, len(lengths)))
+        lengths = [min(x, cap) for x in lengths]
+    pointer = stream_offset
+    fitted = []
+    for length in lengths:
+        if pointer + length < 0:
+            length = 0
+        pointer += length
+        fitted.append(length)
+    return tuple(fitted)
+
+
+@st.composite
+def recipes(
+    draw: st.DrawFn,
+    *,
+    max_n_q: int = 256,
+    max_row: int = 8192,
+    max_total_keys: int = 16384,
+    max_heads: int = 16,
+    heads: tuple[int, ...] | None = None,
+    writers: tuple[str, ...] = PRECONDITION_WRITERS,
+    huge_cache: bool = False,
+    exact: bool = False,
+    allow_out: bool = True,
+) -> Recipe:
+    """A recipe meeting every precondition (unless `writers` includes "raw").
+
+    huge_cache: the cache spans more than 4 GiB and every index points past the 4 GiB mark.
+    exact: an exact-arithmetic recipe (see strategies.recipe), rows of at most 256 keys.
+    heads: restrict H to these values (a backend's head counts), else 1..max_heads.
+    """
+    n_q = draw(st.one_of(st.integers(1, 4), st.integers(1, max_n_q)), label="n_q")
+    head_count = draw(st.sampled_from(heads) if heads else st.integers(1, max_heads), label="heads")
+    row_cap = min(max_row, EXACT_MAX_ROW) if exact else max_row
+    stream_offset = draw(st.sampled_from((0, 3)), label="stream_offset")
+    lengths = draw(st.lists(_row_length(row_cap), min_size=n_q, max_size=n_q), label="row_lengths")
+    row_lengths = _fit_lengths(lengths, max_total_keys, stream_offset)
+    has_invalid = draw(st.booleans(), label="has_invalid")
+    invalid_pattern = draw(st.sampled_from(INVALID_PATTERNS), label="invalid_pattern") if has_invalid else "none"
+    invalid_permille = draw(st.integers(0, 1000), label="invalid_permille") if invalid_pattern == "scattered" else 0
+    if huge_cache:
+        index_pattern = "beyond_4gib"
+        cache_rows = ROWS_BEYOND_4GIB + draw(st.integers(1, 100_000), label="rows_past_4gib")
+    else:
+        index_pattern = draw(st.sampled_from(PLAIN_PATTERNS), label="index_pattern")
+        cache_rows = draw(st.one_of(st.integers(2, 64), st.integers(2, 100_000)), label="cache_rows")
+    if exact:
+        latent = rope = q = softmax_scale = "exact"
+    else:
+        latent = draw(st.sampled_from(CLEAN_LATENT), label="latent")
+        rope = draw(st.sampled_from(CLEAN_ROPE), label="rope")
+        q = draw(st.sampled_from(CLEAN_Q), label="q")
+        softmax_scale = draw(st.sampled_from(SCALES), label="softmax_scale")
+    pad = st.tuples(st.integers(0, 64), st.integers(0, 64))
+    q_pad = draw(st.one_of(st.just((0, 0)), pad), label="q_pad")
+    out_pad = draw(st.one_of(st.none(), pad), label="out_pad") if allow_out else None
+    return Recipe(
+        seed=draw(st.integers(0, 2**32 - 1), label="seed"),
+        n_q=n_q,
+        heads=head_count,
+        row_lengths=row_lengths,
+        cache_rows=cache_rows,
+        stream_offset=stream_offset,
+        index_pattern=index_pattern,
+        invalid_pattern=invalid_pattern,
+        invalid_permille=invalid_permille,
+        latent=latent,
+        rope=rope,
+        q=q,
+        softmax_scale=softmax_scale,
+        writer=draw(st.sampled_from(writers), label="writer"),
+        q_pad=q_pad,
+        out_pad=out_pad,
+        return_lse=draw(st.booleans(), label="return_lse"),
+        has_invalid=has_invalid,
+        poison=draw(st.booleans(), label="poison"),
+    )
+
+
+@st.composite
+def violating_recipes(draw: st.DrawFn, *, allow_out_of_range: bool, max_total_keys: int = 4096, heads: tuple[int, ...] | None = None) -> Recipe:
+    """A recipe that breaks exactly one precondition the host cannot check.
+
+    Kinds: raw (non-pow2) writer, scale above 2^7 (latent above 57344 or a corrupted scale),
+    NaN codes in a consumed row, a zero scale, a negative entry without has_invalid, and (only
+    with allow_out_of_range, i.e. on backends whose index reads cannot fault) an index >= rows.
+    """
+    base = draw(recipes(max_n_q=8, max_row=512, max_total_keys=max_total_keys, heads=heads))
+    kinds = ["raw_writer", "above_cap_latent", "scale_above_cap", "nan_codes", "zero_scale", "negative_without_has_invalid"]
+    if allow_out_of_range:
+        kinds.append("index_out_of_range")
+    kind = draw(st.sampled_from(kinds), label="violation")
+    rows = tuple(max(x, 1) for x in base.row_lengths)
+    fields = base.to_json_dict()
+    fields["row_lengths"] = list(rows)
+    fields["corruptions"] = []
+    if kind == "raw_writer":
+        fields["writer"] = "raw"
+    elif kind == "above_cap_latent":
+        fields["latent"] = "above_cap"
+    elif kind == "negative_without_has_invalid":
+        fields["has_invalid"] = False
+        fields["invalid_pattern"] = "tail"
+    else:
+        fields["corruptions"] = [{"kind": kind, "count": draw(st.integers(1, 3), label="count")}]
+    if kind != "negative_without_has_invalid":
+        fields["has_invalid"] = False
+        fields["invalid_pattern"] = "none"
+        fields["invalid_permille"] = 0
+    return Recipe.from_json_dict(fields)

@@ -1,0 +1,571 @@
+"""`python -m conformance bench`: throughput of sparse MLA backends on realistic shapes.
+
+Each backend runs the same call shape: n_q query rows (default 1, 64 and 1024), KEYS keys per
+row (default 2048) drawn uniformly from a cache of CACHE_ROWS records (default 1,048,576 on a
+GPU, 65,536 on the CPU; pow2 writer), H heads (default 16), softmax_scale 576^-0.5. A call is
+timed with device events on a GPU (torch.cuda.Event around each call, so the time is device
+time of the call including its host-side launches) or with time.perf_counter on the CPU (the
+report says which). After WARMUP untimed calls, up to ITERS calls are timed, stopping early once
+a case has used MAX_SECONDS; the median (and min) per call is reported.
+
+Throughput is stated as record bytes gathered per second, n_q * KEYS * 656 B / median time, and
+as a share of the device's peak memory bandwidth when the device is known by name (H200:
+4.8 TB/s; otherwise "unknown"). Several rows per call can hit the same record and caches help,
+so the figure can exceed what DRAM alone would give at small shapes; it is a like-for-like
+measure between backends, not a DRAM measurement.
+
+Kernels (--kernel, repeatable; default: flashmla, emulated, oracle):
+- any registry name (`emulated`, `flydsl`, `flashmla`, `package.module:attr`), run through its
+  contract callable; `flashmla` times the whole adapter (CSR -> padded rows, H padded to 64,
+  scheduler, kernel, slicing) and adds a row `flashmla:h64-kernel` with the bare FlashMLA call
+  on prepared inputs at its native 64 heads, scheduler metadata reused as a server would
+  (--no-native leaves it out);
+- `oracle`: oracle.reference.reference, the float64 reference, on the same device.
+
+Progress goes to stderr, the table to stdout, and the whole report as JSON to --json PATH.
+Exit codes: 0 every case ran (kernels of the default list that are unavailable here are
+reported and skipped), 1 a kernel asked for by --kernel was unavailable or a case raised,
+2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+
+from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_DIM, encode_records
+from kernel.registry import BackendUnavailable, resolve
+
+SCHEMA = 1
+DEFAULT_KERNELS = ("flashmla", "emulated", "oracle")
+ORACLE = "oracle"
+NATIVE_SUFFIX = ":h64-kernel"
+DEFAULT_N_Q = (1, 64, 1024)
+DEFAULT_KEYS = 2048
+DEFAULT_HEADS = 16
+DEFAULT_CACHE_ROWS = {"cuda": 1 << 20, "cpu": 1 << 16}
+SOFTMAX_SCALE = 576**-0.5
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+# Peak memory bandwidth (bytes/s) from vendor spec sheets, matched in order against the device
+# name (more specific names first).
+PEAK_BANDWIDTH: tuple[tuple[str, float], ...] = (
+    ("H200", 4.8e12),
+    ("H100 NVL", 3.9e12),
+    ("H100 PCIe", 2.0e12),
+    ("H100", 3.35e12),
+    ("H800", 3.35e12),
+    ("H20", 4.0e12),
+    ("B200", 8.0e12),
+    ("MI355X", 8.0e12),
+    ("MI350X", 8.0e12),
+    ("MI325X", 6.0e12),
+    ("MI300X", 5.3e12),
+)
+
+
+# ------------------------------------------------------------------------------ arguments
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _int_list(text: str) -> list[int]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of integers")
+    return [_positive_int(p) for p in parts]
+
+
+def _heads(text: str) -> int:
+    value = _positive_int(text)
+    if value > 16:
+        raise argparse.ArgumentTypeError(f"the contract allows 1..16 heads, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The bench options (shared by `python -m conformance bench` and `python -m conformance.bench`)."""
+    p.add_argument("--kernel", action="append", metavar="NAME", help=f"kernel to time (repeatable): a registry name, package.module:attr, or {ORACLE!r}; default {', '.join(DEFAULT_KERNELS)}")
+    p.add_argument("--n-q", type=_int_list, default=list(DEFAULT_N_Q), metavar="N,N,...", help="query rows per call (default 1,64,1024)")
+    p.add_argument("--keys", type=_positive_int, default=DEFAULT_KEYS, metavar="K", help=f"keys per query row (default {DEFAULT_KEYS})")
+    p.add_argument("--heads", type=_heads, default=DEFAULT_HEADS, metavar="H", help=f"query heads, 1..16 (default {DEFAULT_HEADS})")
+    p.add_argument("--iters", type=_positive_int, default=20, metavar="N", help="timed calls per case, at most (default 20)")
+    p.add_argument("--warmup", type=_non_negative_int, default=3, metavar="N", help="untimed calls before timing (default 3)")
+    p.add_argument("--max-seconds", type=_seconds, default=10.0, metavar="S", help="wall-clock budget per case; timing stops after it (at least one timed call; default 10)")
+    p.add_argument("--cache-rows", type=_positive_int, default=None, metavar="N", help="records in the KV cache (default 1,048,576 on a GPU, 65,536 on the CPU)")
+    p.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
+    p.add_argument("--seed", type=_non_negative_int, default=0, help="data seed (default 0)")
+    p.add_argument("--no-native", action="store_true", help="skip the bare FlashMLA call at its native 64 heads")
+    p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry point: `python -m conformance.bench [options]`."""
+    parser = argparse.ArgumentParser(prog="python -m conformance.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return run(args)
+
+
+# ------------------------------------------------------------------------------ inputs
+
+
+@dataclass
+class BenchInputs:
+    """One call's arguments: q bf16 [n_q, H, 576]; kv_cache uint8 [rows, 656]; indices int32
+    [n_q * keys]; indptr int32 [n_q + 1] (row q = keys q*keys .. q*keys + keys - 1)."""
+
+    q: torch.Tensor
+    kv_cache: torch.Tensor
+    indices: torch.Tensor
+    indptr: torch.Tensor
+    softmax_scale: float
+
+    @property
+    def n_q(self) -> int:
+        return int(self.q.shape[0])
+
+    @property
+    def keys(self) -> int:
+        return self.indices.numel() // max(self.n_q, 1)
+
+
+def _generator(device: torch.device, seed: int) -> torch.Generator:
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen
+
+
+def build_cache(rows: int, device: torch.device | str, *, seed: int = 0, writer: str = "pow2", chunk_rows: int = 1 << 16) -> torch.Tensor:
+    """A uint8 [rows, 656] cache of records from normal latent (block magnitudes 2^-4..2^4) and
+    rope, encoded by `writer`, built on `device` in chunks of `chunk_rows`."""
+    device = torch.device(device)
+    gen = _generator(device, seed)
+    cache = torch.empty(rows, RECORD_BYTES, dtype=torch.uint8, device=device)
+    for begin in range(0, rows, chunk_rows):
+        n = min(chunk_rows, rows - begin)
+        mag = torch.pow(2.0, torch.randint(-4, 5, (n, 4, 1), generator=gen, device=device).to(torch.float32))
+        latent = (torch.randn(n, 4, LATENT_DIM // 4, generator=gen, device=device) * mag).reshape(n, LATENT_DIM)
+        rope = torch.randn(n, ROPE_DIM, generator=gen, device=device).to(torch.bfloat16)
+        cache[begin : begin + n] = encode_records(latent, rope, writer)  # type: ignore[arg-type]
+    return cache
+
+
+def build_inputs(cache: torch.Tensor, n_q: int, keys: int, heads: int, *, seed: int = 0) -> BenchInputs:
+    """n_q rows of `keys` indices uniform over the cache's rows, and a normal bf16 q."""
+    device = cache.device
+    gen = _generator(device, seed + 1 + n_q)
+    rows = cache.shape[0]
+    if n_q * keys >= 2**31:
+        raise ValueError(f"n_q * keys = {n_q * keys} index entries do not fit int32 positions")
+    indices = torch.randint(0, rows, (n_q * keys,), generator=gen, device=device, dtype=torch.int64).to(torch.int32)
+    indptr = (torch.arange(n_q + 1, device=device, dtype=torch.int64) * keys).to(torch.int32)
+    q = torch.randn(n_q, heads, LATENT_DIM + ROPE_DIM, generator=gen, device=device).to(torch.bfloat16)
+    return BenchInputs(q=q, kv_cache=cache, indices=indices, indptr=indptr, softmax_scale=SOFTMAX_SCALE)
+
+
+# ------------------------------------------------------------------------------ timing
+
+
+@dataclass
+class Timing:
+    """Per-call times in milliseconds of the timed calls, and the timer that measured them."""
+
+    samples_ms: list[float]
+    timer: str
+    warmup: int
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms)
+
+    @property
+    def min_ms(self) -> float:
+        return min(self.samples_ms)
+
+
+def timer_name(device: torch.device) -> str:
+    """'cuda-events' on a GPU, 'perf_counter' otherwise."""
+    return "cuda-events" if device.type == "cuda" else "perf_counter"
+
+
+def time_calls(fn: Callable[[], object], device: torch.device, *, warmup: int, iters: int, max_seconds: float) -> Timing:
+    """Run fn `warmup` times untimed, then time up to `iters` calls (at least one), stopping once
+    `max_seconds` of wall time have passed since the first warm-up call."""
+    t0 = time.perf_counter()
+    done_warmup = 0
+    for _ in range(warmup):
+        fn()
+        done_warmup += 1
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if time.perf_counter() - t0 > max_seconds / 2:
+            break
+    samples: list[float] = []
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        for _ in range(iters):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(float(start.elapsed_time(end)))
+            if time.perf_counter() - t0 > max_seconds:
+                break
+    else:
+        for _ in range(iters):
+            s = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - s) * 1e3)
+            if time.perf_counter() - t0 > max_seconds:
+                break
+    return Timing(samples_ms=samples, timer=timer_name(device), warmup=done_warmup)
+
+
+# ------------------------------------------------------------------------------ device facts
+
+
+def peak_for_name(name: str) -> float | None:
+    """Peak memory bandwidth in bytes/s of a device called `name` (PEAK_BANDWIDTH), None if unknown."""
+    for key, value in PEAK_BANDWIDTH:
+        if key.lower() in name.lower():
+            return value
+    return None
+
+
+def peak_bandwidth(device: torch.device) -> tuple[float | None, str]:
+    """(peak bytes/s or None, device name) for `device`; CPUs are not in the table."""
+    if device.type != "cuda":
+        return None, platform.processor() or platform.machine() or "cpu"
+    name = torch.cuda.get_device_name(device)
+    return peak_for_name(name), name
+
+
+def device_info(device: torch.device) -> dict[str, Any]:
+    """Name, peak bandwidth and software versions of `device` (JSON-able)."""
+    peak, name = peak_bandwidth(device)
+    info: dict[str, Any] = {
+        "device": str(device),
+        "name": name,
+        "peak_bandwidth_bytes_per_s": peak,
+        "peak_bandwidth_source": "vendor spec sheet, matched by device name" if peak else "unknown for this device",
+        "torch": torch.__version__,
+        "timer": timer_name(device),
+    }
+    if device.type == "cuda":
+        info["cuda"] = torch.version.cuda
+        info["hip"] = getattr(torch.version, "hip", None)
+        props = torch.cuda.get_device_properties(device)
+        info["multiprocessors"] = props.multi_processor_count
+        info["memory_bytes"] = props.total_memory
+    else:
+        info["threads"] = torch.get_num_threads()
+    return info
+
+
+# ------------------------------------------------------------------------------ cases
+
+
+@dataclass
+class CaseResult:
+    """One (kernel, n_q) measurement; status "ok", "skipped: ..." or "error: ...".
+
+    Times in ms per call; bytes_per_call = n_q * keys * 656; gbps = bytes_per_call / median (1e9
+    B/s); pct_peak = share of the device's peak bandwidth (None when unknown)."""
+
+    kernel: str
+    label: str
+    n_q: int
+    keys: int
+    heads: int
+    status: str
+    iters: int = 0
+    warmup: int = 0
+    median_ms: float | None = None
+    min_ms: float | None = None
+    samples_ms: list[float] = field(default_factory=list)
+    bytes_per_call: int = 0
+    gbps: float | None = None
+    pct_peak: float | None = None
+    note: str = ""
+
+
+class _Runner:
+    """A kernel name turned into per-input callables (or the reason it cannot run)."""
+
+    def __init__(self, name: str, device: torch.device, *, native: bool) -> None:
+        self.name = name
+        self.device = device
+        self.native = native
+        self.unavailable = ""
+        self.backend: Any = None
+        self.module: Any = None
+        if name == ORACLE:
+            return
+        try:
+            self.backend = resolve(name)
+        except BackendUnavailable as err:
+            self.unavailable = str(err)
+            return
+        if device.type not in self.backend.devices:
+            self.unavailable = f"{name} runs on {'/'.join(self.backend.devices)} devices, not {device.type}"
+            return
+        if name == "flashmla" and native:
+            from kernel.flashmla import load_flash_mla
+
+            self.module = load_flash_mla()
+
+    def variants(self, heads: int) -> list[tuple[str, str, str]]:
+        """(kernel id, label, note) per row this runner produces."""
+        if self.name == ORACLE:
+            return [(ORACLE, "oracle (float64 reference)", "oracle.reference.reference, float64 on the device")]
+        rows = [(self.name, self.name, "")]
+        if self.name == "flashmla":
+            rows[0] = (self.name, f"flashmla (adapter, H{heads} padded to 64)", "whole adapter: CSR -> padded rows, head padding, scheduler, kernel, slicing")
+            if self.module is not None:
+                rows.append((self.name + NATIVE_SUFFIX, "flashmla (bare kernel, native H64)", "flash_mla_with_kvcache on prepared inputs, 64 heads, scheduler metadata reused"))
+        return rows
+
+    def callable_for(self, kernel_id: str, inputs: BenchInputs, heads: int, seed: int) -> tuple[Callable[[], object], str]:
+        """(fn timed per call, reason it is refused or "")."""
+        args = (inputs.q, inputs.kv_cache, inputs.indices, inputs.indptr, inputs.softmax_scale)
+        if kernel_id == ORACLE:
+            from oracle.reference import reference
+
+            return (lambda: reference(*args)), ""
+        if kernel_id.endswith(NATIVE_SUFFIX):
+            from kernel.flashmla import prepare_call
+
+            gen = _generator(inputs.q.device, seed + 7)
+            q64 = torch.randn(inputs.n_q, 64, inputs.q.shape[-1], generator=gen, device=inputs.q.device).to(torch.bfloat16)
+            call = prepare_call(q64, inputs.kv_cache, inputs.indices, inputs.indptr, inputs.softmax_scale, padded_heads=64)
+            sched = self.module.get_mla_metadata()[0]
+            return (lambda: call.run(self.module, sched)), ""
+        support = self.backend.supports(*args, return_lse=True)
+        if not support:
+            return (lambda: None), support.reason
+        backend = self.backend
+        return (lambda: backend(*args, return_lse=True)), ""
+
+
+def _progress(stream: TextIO | None, text: str) -> None:
+    if stream is not None:
+        stream.write(f"bench: {text}\n")
+        stream.flush()
+
+
+def run_bench(
+    kernels: Sequence[str],
+    n_qs: Sequence[int],
+    *,
+    keys: int = DEFAULT_KEYS,
+    heads: int = DEFAULT_HEADS,
+    iters: int = 20,
+    warmup: int = 3,
+    max_seconds: float = 10.0,
+    cache_rows: int | None = None,
+    device: torch.device | str | None = None,
+    seed: int = 0,
+    native: bool = True,
+    explicit: bool = True,
+    progress: TextIO | None = None,
+) -> dict[str, Any]:
+    """Time `kernels` on each n_q; returns the report (JSON-able dict, see `render_table`).
+
+    explicit: the kernels were asked for by name (an unavailable one makes the exit code 1)."""
+    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    rows = cache_rows or DEFAULT_CACHE_ROWS.get(device.type, DEFAULT_CACHE_ROWS["cpu"])
+    info = device_info(device)
+    peak = info["peak_bandwidth_bytes_per_s"]
+    _progress(progress, f"device {info['name']} ({device}); timer {info['timer']}" + ("" if device.type == "cuda" else " (CPU: wall clock per call, no device events)"))
+    _progress(progress, f"building a {rows:,}-row cache ({rows * RECORD_BYTES / 2**30:.2f} GiB, pow2 writer) on {device}")
+    t0 = time.perf_counter()
+    cache = build_cache(rows, device, seed=seed)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    _progress(progress, f"cache built in {time.perf_counter() - t0:.1f} s")
+
+    runners = [_Runner(name, device, native=native) for name in kernels]
+    results: list[CaseResult] = []
+    failed = False
+    for runner in runners:
+        if runner.unavailable:
+            _progress(progress, f"{runner.name}: unavailable: {runner.unavailable}")
+            failed = failed or explicit
+    for n_q in n_qs:
+        inputs = build_inputs(cache, n_q, keys, heads, seed=seed)
+        bytes_per_call = n_q * keys * RECORD_BYTES
+        for runner in runners:
+            if runner.unavailable:
+                results.append(CaseResult(runner.name, runner.name, n_q, keys, heads, status=f"skipped: {runner.unavailable}", bytes_per_call=bytes_per_call))
+                continue
+            for kernel_id, label, note in runner.variants(heads):
+                case_heads = 64 if kernel_id.endswith(NATIVE_SUFFIX) else heads
+                result = CaseResult(kernel_id, label, n_q, keys, case_heads, status="ok", bytes_per_call=bytes_per_call, note=note)
+                try:
+                    fn, refused = runner.callable_for(kernel_id, inputs, heads, seed)
+                    if refused:
+                        result.status = f"skipped: {refused}"
+                        results.append(result)
+                        _progress(progress, f"{label} n_q={n_q}: skipped: {refused}")
+                        continue
+                    timing = time_calls(fn, device, warmup=warmup, iters=iters, max_seconds=max_seconds)
+                except Exception as err:  # a kernel that raises is reported, the others still run
+                    result.status = f"error: {type(err).__name__}: {err}"
+                    failed = True
+                    results.append(result)
+                    _progress(progress, f"{label} n_q={n_q}: {result.status}")
+                    continue
+                result.iters = len(timing.samples_ms)
+                result.warmup = timing.warmup
+                result.samples_ms = [round(s, 6) for s in timing.samples_ms]
+                result.median_ms = timing.median_ms
+                result.min_ms = timing.min_ms
+                result.gbps = bytes_per_call / (timing.median_ms * 1e-3) / 1e9
+                result.pct_peak = None if peak is None else 100.0 * bytes_per_call / (timing.median_ms * 1e-3) / peak
+                results.append(result)
+                _progress(progress, f"{label} n_q={n_q} keys={keys} H={case_heads}: median {timing.median_ms:.4f} ms over {result.iters} calls, {result.gbps:.4g} GB/s gathered")
+        del inputs
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return {
+        "tool": "conformance bench",
+        "schema": SCHEMA,
+        "device": info,
+        "config": {
+            "kernels": list(kernels),
+            "n_q": list(n_qs),
+            "keys": keys,
+            "heads": heads,
+            "iters": iters,
+            "warmup": warmup,
+            "max_seconds": max_seconds,
+            "cache_rows": rows,
+            "cache_bytes": rows * RECORD_BYTES,
+            "writer": "pow2",
+            "index_distribution": "uniform over the cache rows",
+            "softmax_scale": SOFTMAX_SCALE,
+            "seed": seed,
+            "record_bytes": RECORD_BYTES,
+            "bytes_per_call": "n_q * keys * 656",
+        },
+        "results": [asdict(r) for r in results],
+        "exit_code": EXIT_FAILED if failed else EXIT_OK,
+    }
+
+
+# ------------------------------------------------------------------------------ output
+
+
+def _fmt(value: float | None, spec: str, missing: str = "-") -> str:
+    return missing if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, spec)
+
+
+def render_table(report: dict[str, Any]) -> str:
+    """The report as a fixed-width text table (what goes to stdout)."""
+    info, cfg = report["device"], report["config"]
+    peak = info["peak_bandwidth_bytes_per_s"]
+    peak_text = f"{peak / 1e12:.2f} TB/s ({info['peak_bandwidth_source']})" if peak else "unknown"
+    timer = "CUDA events around each call (device time)" if info["timer"] == "cuda-events" else "time.perf_counter around each call (CPU device: wall clock, no device events)"
+    lines = [
+        f"device      {info['name']} ({info['device']}), torch {info['torch']}",
+        f"peak BW     {peak_text}",
+        f"timer       {timer}; median of up to {cfg['iters']} calls after {cfg['warmup']} warm-up calls, <= {cfg['max_seconds']:g} s per case",
+        f"cache       {cfg['cache_rows']:,} records x {RECORD_BYTES} B = {cfg['cache_bytes'] / 2**30:.2f} GiB ({cfg['writer']} writer); indices {cfg['index_distribution']}",
+        f"call        {cfg['keys']} keys per row, H {cfg['heads']}, softmax_scale {cfg['softmax_scale']:.6g}; bytes gathered = n_q * keys * 656",
+        "",
+    ]
+    header = f"{'KERNEL':<40} {'N_Q':>5} {'KEYS':>5} {'H':>3} {'CALLS':>5} {'MEDIAN ms':>11} {'MIN ms':>11} {'GB/s':>9} {'% PEAK':>7}  STATUS"
+    lines.append(header)
+    lines.append("-" * len(header))
+    for r in report["results"]:
+        lines.append(
+            f"{r['label'][:40]:<40} {r['n_q']:>5} {r['keys']:>5} {r['heads']:>3} {r['iters']:>5} "
+            f"{_fmt(r['median_ms'], '.4f'):>11} {_fmt(r['min_ms'], '.4f'):>11} {_fmt(r['gbps'], '.4g'):>9} {_fmt(r['pct_peak'], '.1f'):>7}  {r['status']}"
+        )
+    notes = sorted({(r["label"], r["note"]) for r in report["results"] if r["note"]})
+    if notes:
+        lines.append("")
+        for label, note in notes:
+            lines.append(f"note: {label}: {note}")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of the `bench` subcommand; returns the exit code."""
+    explicit = bool(args.kernel)
+    kernels = list(dict.fromkeys(args.kernel)) if args.kernel else list(DEFAULT_KERNELS)
+    try:
+        device = torch.device(args.device) if args.device else None
+    except RuntimeError as err:
+        print(f"error: bad --device: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    if device is not None and device.type == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda asked for but torch sees no CUDA device", file=sys.stderr)
+        return EXIT_USAGE
+    for n_q in args.n_q:
+        if n_q * args.keys >= 2**31:
+            print(f"error: n_q {n_q} x keys {args.keys} index entries do not fit int32 positions", file=sys.stderr)
+            return EXIT_USAGE
+    report = run_bench(
+        kernels, args.n_q,
+        keys=args.keys, heads=args.heads, iters=args.iters, warmup=args.warmup,
+        max_seconds=args.max_seconds, cache_rows=args.cache_rows, device=device, seed=args.seed,
+        native=not args.no_native, explicit=explicit, progress=None if args.quiet else sys.stderr,
+    )
+    sys.stdout.write(render_table(report))
+    sys.stdout.flush()
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    return int(report["exit_code"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

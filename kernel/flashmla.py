@@ -1,0 +1,395 @@
+"""FlashMLA's Hopper sparse fp8 decode as a backend with the kernel contract.
+
+The kernel is the SM90 sparse decoding path of the PyPI wheel `sgl-flash-mla==1.0.0` (module
+`flash_mla`). That wheel carries upstream FlashMLA's current kernels (SM100 only) and, as a frozen
+"legacy" extension, the SM90 kernels and the DeepSeek-V3.2 KV format; the call below therefore
+passes ``use_legacy=True`` and ``kv_format="V32"``:
+
+    sched = flash_mla.get_mla_metadata()[0]            # empty FlashMLASchedMeta, filled on call
+    out, lse = flash_mla.flash_mla_with_kvcache(
+        q4,              # bf16 [n_q, 1, 64 or 128, 576], contiguous (batch = query row, s_q = 1)
+        k_cache,         # uint8 [blocks, page_block_size, 1, 656], rows of one block contiguous
+        block_table=None, cache_seqlens=None, head_dim_v=512,
+        tile_scheduler_metadata=sched, num_splits=None,
+        softmax_scale=s, is_fp8_kvcache=True,
+        indices=idx3,    # int32 [n_q, 1, topk], topk a multiple of 64, -1 = masked
+        use_legacy=True, kv_format="V32")
+    # out: bf16 [n_q, 1, H_pad, 512]; lse: f32 [n_q, 1, H_pad] natural log, +inf for no key
+
+What the adapter does to present the contract (every step exact, all vectorised):
+- CSR -> fixed-width rows (`csr_to_padded`): row q's entries indices[indptr[q] : indptr[q+1]]
+  (a negative length is empty) left-aligned in a row of width W = max(64, ceil(max_len / 64) * 64)
+  and padded with -1. With has_invalid every entry < 0 becomes -1: the kernel treats exactly -1
+  as masked and turns any other negative value into an out-of-bounds address. Without
+  has_invalid entries pass unchanged (the contract makes them all valid rows).
+- Heads: FlashMLA takes 64 or 128 query heads; q (H in 1..16, any row/head strides) is copied
+  into a zero bf16 [n_q, 1, 64, 576] buffer (a zero head attends uniformly and is sliced off).
+- softmax_scale: the kernel takes the tile max of the unscaled scores and scales it afterwards,
+  and masks with -inf before scaling, so it needs softmax_scale > 0. A negative scale is passed
+  as (-q, -scale) and a zero scale as (q = 0, scale = 1): both give the same scores exactly.
+- KV cache: the flat [rows, 656] records viewed as [rows / bs, bs, 1, 656] uint8 (bs = 1 by
+  default; 64 when asked and rows % 64 == 0). Flat row r is block r // bs, slot r % bs, which is
+  what FlashMLA's index means (block * page_block_size + offset), so indices pass unchanged.
+- Outputs: out[:, 0, :H] (copied into `out=` when given, whatever its strides), lse
+  [:, 0, :H] with FlashMLA's +inf of a row without keys mapped to the contract's -inf.
+
+FlashMLA's numerics (legacy SM90 V3.2 path, read from the kernel source): scales are converted
+f32 -> bf16 and the latent dequantised as bf16(bf16(code) * scale_bf16) (exact for power-of-two
+scales); QK is a bf16 x bf16 WGMMA with f32 accumulation over K = 576; online softmax over
+64-key blocks in base 2 with exp2f (fast-math ex2.approx) and P <= 1; P is rounded to bf16 for
+the PV WGMMA while l sums the unrounded f32 P; out = bf16(o * (1 / l)) in one piece, or, when
+the scheduler splits a row over SMs, per-split o / l_i in f32 recombined with weights
+exp2(lse_i - lse) by a combine kernel. That is the `bf16-q-bf16-p` profile.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from kernel.contract import CallInfo, ContractError, validate_call
+from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
+from kernel.registry import Backend, BackendUnavailable
+
+MODULE_NAME = "flash_mla"
+WHEEL = "sgl-flash-mla==1.0.0"
+TOPK_BLOCK = 64  # FlashMLA's key block: topk must be a multiple of it
+HEAD_COUNTS = (64, 128)  # query heads FlashMLA's sparse decode takes
+KV_FORMAT = "V32"  # 656-byte records: 512 e4m3 + 4 f32 scales + 64 bf16 rope
+MASKED = -1  # the only index value FlashMLA masks
+
+LIMITS = (
+    "H in 1..16, run as 64 FlashMLA heads (zero heads padded, sliced off)",
+    "CUDA devices of compute capability 9.x (SM90 legacy kernels of sgl-flash-mla 1.0.0)",
+    "consumed indices must lie in [0, rows): no bound check, an out-of-range index is an "
+    "out-of-bounds device read (bounded_index_reads = False)",
+    "with has_invalid the adapter maps every entry < 0 to -1 (FlashMLA masks exactly -1; another "
+    "negative value would be an out-of-bounds address); without has_invalid a -1 is still masked "
+    "by FlashMLA and any other negative entry faults",
+    "scales are rounded to bf16 and the dequantised latent to bf16: a non-power-of-two (raw "
+    "writer) scale is a precondition violation (K off by up to 2^-8 relative)",
+    "softmax_scale <= 0 is passed as (-q, -scale) or (q = 0, scale = 1): FlashMLA takes the tile "
+    "max before scaling and masks with -inf, which breaks for a non-positive scale",
+    "rows are padded with -1 to a multiple of 64 keys: the work is max row length x n_q",
+    "masked slots read row 0 of the cache (bytes zeroed before use): the cache needs >= 1 row",
+)
+
+
+# ------------------------------------------------------------------------------ conversions
+
+
+@dataclass(frozen=True)
+class PaddedRows:
+    """Fixed-width index rows for FlashMLA.
+
+    indices: int32 [n_q, width] contiguous; row q holds its CSR entries left-aligned, then -1;
+    lengths: int64 [n_q] the CSR row lengths (negative clamped to 0);
+    width: keys per row, a positive multiple of `multiple`.
+    """
+
+    indices: torch.Tensor
+    lengths: torch.Tensor
+    width: int
+
+
+def csr_to_padded(
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    *,
+    has_invalid: bool,
+    multiple: int = TOPK_BLOCK,
+) -> PaddedRows:
+    """The CSR stream as fixed-width rows padded with -1 (vectorised; one host sync for the width).
+
+    indices: int32 1-D; indptr: int [n_q + 1]. Row q takes indices[indptr[q] : indptr[q + 1]]
+    (negative length: empty). Width = max(multiple, ceil(max_len / multiple) * multiple).
+    With has_invalid every entry < 0 becomes -1; without it entries are copied unchanged.
+    Positions outside the index buffer (a broken stream) become -1 rather than faulting.
+    """
+    if multiple < 1:
+        raise ValueError(f"multiple must be >= 1, got {multiple}")
+    device = indices.device
+    ptr = indptr.to(device=device, dtype=torch.int64)
+    start = ptr[:-1]
+    lengths = (ptr[1:] - start).clamp_min(0)
+    n_q = lengths.numel()
+    max_len = int(lengths.max()) if n_q else 0
+    width = max(multiple, -(-max_len // multiple) * multiple)
+    offsets = torch.arange(width, device=device, dtype=torch.int64)
+    positions = start.unsqueeze(1) + offsets
+    n_idx = indices.numel()
+    inside = (offsets < lengths.unsqueeze(1)) & (positions >= 0) & (positions < n_idx)
+    if n_idx:
+        values = indices.reshape(-1)[positions.clamp(0, n_idx - 1)].to(torch.int32)
+    else:
+        values = torch.zeros(positions.shape, dtype=torch.int32, device=device)
+    padded = torch.where(inside, values, MASKED)
+    if has_invalid:
+        padded = torch.where(padded < 0, MASKED, padded)
+    return PaddedRows(indices=padded.to(torch.int32).contiguous(), lengths=lengths, width=width)
+
+
+def pad_heads(q: torch.Tensor, heads_to: int, *, sign: float = 1.0) -> torch.Tensor:
+    """q bf16 [n_q, H, 576] (any row/head strides) -> contiguous bf16 [n_q, 1, heads_to, 576].
+
+    Heads H.. are zero. sign -1 negates q (exact in bf16), 0 leaves the whole buffer zero.
+    """
+    n_q, heads, width = q.shape
+    if heads > heads_to:
+        raise ValueError(f"cannot pad {heads} heads to {heads_to}")
+    buf = torch.zeros(n_q, 1, heads_to, width, dtype=q.dtype, device=q.device)
+    if sign > 0:
+        buf[:, 0, :heads] = q
+    elif sign < 0:
+        buf[:, 0, :heads] = -q
+    return buf
+
+
+def cache_blocks(kv_cache: torch.Tensor, page_block_size: int = 1) -> torch.Tensor:
+    """Flat records uint8 [..., 656] (contiguous) as FlashMLA's [blocks, bs, 1, 656] uint8 view.
+
+    bs = page_block_size when it divides the row count, else 1 (a view never reaches past the
+    tensor). Flat row r is block r // bs, slot r % bs: FlashMLA's index block * bs + slot.
+    """
+    rows = kv_cache.numel() // RECORD_BYTES
+    bs = page_block_size if page_block_size >= 1 and rows % page_block_size == 0 else 1
+    return kv_cache.view(rows // bs, bs, 1, RECORD_BYTES)
+
+
+def map_lse(lse_raw: torch.Tensor, n_q: int, heads: int) -> torch.Tensor:
+    """FlashMLA's lse ([n_q, 1, H_pad] or [n_q, H_pad, 1]) -> f32 [n_q, heads], +inf -> -inf."""
+    lse = lse_raw.reshape(n_q, -1)[:, :heads].to(torch.float32)
+    return torch.where(lse == float("inf"), torch.full_like(lse, float("-inf")), lse)
+
+
+def effective_scale(softmax_scale: float) -> tuple[float, float]:
+    """(sign applied to q, scale passed to FlashMLA > 0) giving the same scores exactly."""
+    scale = float(softmax_scale)
+    if scale > 0:
+        return 1.0, scale
+    if scale < 0:
+        return -1.0, -scale
+    return 0.0, 1.0
+
+
+# ------------------------------------------------------------------------------ the call
+
+
+@dataclass
+class FlashMLACall:
+    """One prepared FlashMLA call (what the adapter hands to the kernel).
+
+    q: bf16 [n_q, 1, H_pad, 576]; k_cache: uint8 [blocks, bs, 1, 656]; indices: int32
+    [n_q, 1, W]; softmax_scale > 0; heads: the caller's H (<= H_pad); n_q: query rows.
+    """
+
+    q: torch.Tensor
+    k_cache: torch.Tensor
+    indices: torch.Tensor
+    softmax_scale: float
+    heads: int
+    n_q: int
+
+    def run(self, module: ModuleType, sched: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Call FlashMLA; returns its raw (out [n_q, 1, H_pad, 512] bf16, lse f32).
+
+        sched: a FlashMLASchedMeta to reuse (same shapes only); None makes a fresh one.
+        """
+        if sched is None:
+            sched = module.get_mla_metadata()[0]
+        kwargs: dict[str, Any] = {
+            "block_table": None,
+            "cache_seqlens": None,
+            "head_dim_v": LATENT_DIM,
+            "tile_scheduler_metadata": sched,
+            "num_splits": None,
+            "softmax_scale": self.softmax_scale,
+            "is_fp8_kvcache": True,
+            "indices": self.indices,
+            "use_legacy": True,
+        }
+        if _accepts(module.flash_mla_with_kvcache, "kv_format"):
+            kwargs["kv_format"] = KV_FORMAT
+        return module.flash_mla_with_kvcache(self.q, self.k_cache, **kwargs)
+
+
+def prepare_call(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    padded_heads: int = HEAD_COUNTS[0],
+    page_block_size: int = 1,
+) -> FlashMLACall:
+    """Build FlashMLA's inputs from a contract call (see the module docstring); no validation."""
+    if padded_heads not in HEAD_COUNTS:
+        raise ValueError(f"padded_heads must be one of {HEAD_COUNTS}, got {padded_heads}")
+    n_q, heads, _ = q.shape
+    sign, scale = effective_scale(softmax_scale)
+    rows = csr_to_padded(indices, indptr, has_invalid=has_invalid)
+    return FlashMLACall(
+        q=pad_heads(q, padded_heads, sign=sign),
+        k_cache=cache_blocks(kv_cache, page_block_size),
+        indices=rows.indices.view(n_q, 1, rows.width),
+        softmax_scale=scale,
+        heads=heads,
+        n_q=n_q,
+    )
+
+
+def _accepts(fn: Any, name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
+
+
+def load_flash_mla() -> ModuleType:
+    """Import `flash_mla` with its SM90 (legacy) kernels; BackendUnavailable says why not."""
+    try:
+        module = importlib.import_module(MODULE_NAME)
+    except Exception as err:  # ImportError, or OSError / RuntimeError from loading the .so
+        raise BackendUnavailable(
+            f"flashmla: cannot import {MODULE_NAME!r} ({type(err).__name__}: {err}); install {WHEEL}"
+        ) from err
+    has_legacy = getattr(module, "has_legacy", None)
+    if callable(has_legacy) and not has_legacy():
+        raise BackendUnavailable(
+            f"flashmla: {MODULE_NAME} was built without its legacy extension, which holds the SM90 "
+            f"sparse decode (FLASH_MLA_BUILD_LEGACY=0); install {WHEEL}"
+        )
+    return module
+
+
+def device_reason(device: torch.device | None = None) -> str:
+    """Why FlashMLA's SM90 kernels cannot run on `device` (default: the current CUDA device); "" if they can."""
+    if getattr(torch.version, "hip", None):
+        return f"flashmla: FlashMLA is CUDA-only and this torch is built for ROCm ({torch.__version__})"
+    if not torch.cuda.is_available():
+        return f"flashmla: no CUDA device (torch {torch.__version__}, CUDA {torch.version.cuda or 'none'})"
+    index = torch.cuda.current_device() if device is None or device.index is None else device.index
+    major, minor = torch.cuda.get_device_capability(index)
+    if major != 9:
+        name = torch.cuda.get_device_name(index)
+        return f"flashmla: needs a compute capability 9.x GPU (Hopper, SM90); cuda:{index} is {name} (sm_{major}{minor})"
+    return ""
+
+
+def run_flashmla(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+    padded_heads: int = HEAD_COUNTS[0],
+    page_block_size: int = 1,
+    module: ModuleType | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """FlashMLA with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
+
+    Validates the call (ContractError), converts it (module docstring), runs FlashMLA (imported
+    when `module` is None) and maps the outputs back; out= is filled in place and returned.
+    """
+    info = validate_call(
+        q, kv_cache, indices, indptr, softmax_scale,
+        has_invalid=has_invalid, return_lse=return_lse, out=out,
+    )
+    n_q, heads = info.n_q, info.heads
+    if n_q == 0:
+        result = out if out is not None else torch.empty(0, heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+        lse = torch.empty(0, heads, dtype=torch.float32, device=q.device) if return_lse else None
+        return result, lse
+    if info.kv_rows == 0:
+        raise ContractError("kv_cache has no rows: FlashMLA reads row 0 for masked slots")
+    fm = load_flash_mla() if module is None else module
+    call = prepare_call(
+        q, kv_cache, indices, indptr, softmax_scale,
+        has_invalid=has_invalid, padded_heads=padded_heads, page_block_size=page_block_size,
+    )
+    out_raw, lse_raw = call.run(fm)
+    got = out_raw.reshape(n_q, -1, LATENT_DIM)[:, :heads]
+    if out is not None:
+        out.copy_(got)
+        result = out
+    else:
+        result = got.contiguous()
+    lse = map_lse(lse_raw, n_q, heads) if return_lse else None
+    return result, lse
+
+
+def _support(info: CallInfo) -> str:
+    if info.kv_rows == 0:
+        return "flashmla reads row 0 of the cache for masked slots: kv_cache needs at least one row"
+    if info.device.type == "cuda":
+        return device_reason(info.device)
+    return ""
+
+
+def flashmla_backend(*, padded_heads: int = HEAD_COUNTS[0], page_block_size: int = 1) -> Backend:
+    """The `flashmla` backend; BackendUnavailable (with the reason) when `flash_mla` cannot be
+    imported or there is no CUDA device of compute capability 9.x.
+
+    padded_heads: 64 or 128 FlashMLA heads; page_block_size: 1, or 64 (used when it divides the
+    cache's row count).
+    """
+    reasons = [r for r in (device_reason(),) if r]
+    try:
+        module = load_flash_mla()
+    except BackendUnavailable as err:
+        reasons.append(str(err))
+        module = None
+    if reasons:
+        raise BackendUnavailable("; ".join(reasons))
+
+    def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
+        return run_flashmla(
+            q, kv_cache, indices, indptr, softmax_scale,
+            has_invalid=has_invalid, return_lse=return_lse, out=out,
+            padded_heads=padded_heads, page_block_size=page_block_size, module=module,
+        )
+
+    return Backend(
+        name="flashmla",
+        fn=kernel,
+        profile="bf16-q-bf16-p",
+        devices=("cuda",),
+        max_heads=16,
+        head_counts=None,
+        accepts_out=True,
+        bounded_index_reads=False,
+        extra_support=_support,
+        limits=LIMITS,
+    )
+
+
+__all__ = [
+    "FlashMLACall",
+    "HEAD_COUNTS",
+    "HEAD_DIM",
+    "LIMITS",
+    "PaddedRows",
+    "TOPK_BLOCK",
+    "cache_blocks",
+    "csr_to_padded",
+    "device_reason",
+    "effective_scale",
+    "flashmla_backend",
+    "load_flash_mla",
+    "map_lse",
+    "pad_heads",
+    "prepare_call",
+    "run_flashmla",
+]

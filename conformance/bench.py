@@ -10,7 +10,8 @@ a case has used MAX_SECONDS; the median (and min) per call is reported.
 
 Throughput is stated as record bytes gathered per second, n_q * KEYS * 656 B / median time, and
 as a share of the device's peak memory bandwidth when the device is known by name (H200:
-4.8 TB/s; otherwise "unknown"). Several rows per call can hit the same record and caches help,
+4.8 TB/s; otherwise "unknown"); TFLOP/s counts QK and PV of the row's heads,
+2 * H * n_q * KEYS * (576 + 512) per call (FlashMLA computes 64 heads whatever H is). Several rows per call can hit the same record and caches help,
 so the figure can exceed what DRAM alone would give at small shapes; it is a like-for-like
 measure between backends, not a DRAM measurement.
 
@@ -316,7 +317,9 @@ class CaseResult:
     """One (kernel, n_q) measurement; status "ok", "skipped: ..." or "error: ...".
 
     Times in ms per call; bytes_per_call = n_q * keys * 656; gbps = bytes_per_call / median (1e9
-    B/s); pct_peak = share of the device's peak bandwidth (None when unknown)."""
+    B/s); pct_peak = share of the device's peak bandwidth (None when unknown); flops_per_call =
+    2 * heads * n_q * keys * (576 + 512) (QK and PV of the row's heads, padding not counted);
+    tflops = flops_per_call / median (1e12 FLOP/s)."""
 
     kernel: str
     label: str
@@ -332,6 +335,8 @@ class CaseResult:
     bytes_per_call: int = 0
     gbps: float | None = None
     pct_peak: float | None = None
+    flops_per_call: int = 0
+    tflops: float | None = None
     note: str = ""
 
 
@@ -393,6 +398,11 @@ class _Runner:
         return (lambda: backend(*args, return_lse=True)), ""
 
 
+def flops(n_q: int, keys: int, heads: int) -> int:
+    """Multiply-adds x 2 of QK (576 dims) and PV (512 dims) for n_q rows of `keys` keys and `heads` heads."""
+    return 2 * heads * n_q * keys * (LATENT_DIM + ROPE_DIM + LATENT_DIM)
+
+
 def _progress(stream: TextIO | None, text: str) -> None:
     if stream is not None:
         stream.write(f"bench: {text}\n")
@@ -448,7 +458,7 @@ def run_bench(
                 continue
             for kernel_id, label, note in runner.variants(heads):
                 case_heads = 64 if kernel_id.endswith(NATIVE_SUFFIX) else heads
-                result = CaseResult(kernel_id, label, n_q, keys, case_heads, status="ok", bytes_per_call=bytes_per_call, note=note)
+                result = CaseResult(kernel_id, label, n_q, keys, case_heads, status="ok", bytes_per_call=bytes_per_call, flops_per_call=flops(n_q, keys, case_heads), note=note)
                 try:
                     fn, refused = runner.callable_for(kernel_id, inputs, heads, seed)
                     if refused:
@@ -470,6 +480,7 @@ def run_bench(
                 result.min_ms = timing.min_ms
                 result.gbps = bytes_per_call / (timing.median_ms * 1e-3) / 1e9
                 result.pct_peak = None if peak is None else 100.0 * bytes_per_call / (timing.median_ms * 1e-3) / peak
+                result.tflops = result.flops_per_call / (timing.median_ms * 1e-3) / 1e12
                 results.append(result)
                 _progress(progress, f"{label} n_q={n_q} keys={keys} H={case_heads}: median {timing.median_ms:.4f} ms over {result.iters} calls, {result.gbps:.4g} GB/s gathered")
         del inputs
@@ -519,16 +530,16 @@ def render_table(report: dict[str, Any]) -> str:
         f"peak BW     {peak_text}",
         f"timer       {timer}; median of up to {cfg['iters']} calls after {cfg['warmup']} warm-up calls, <= {cfg['max_seconds']:g} s per case",
         f"cache       {cfg['cache_rows']:,} records x {RECORD_BYTES} B = {cfg['cache_bytes'] / 2**30:.2f} GiB ({cfg['writer']} writer); indices {cfg['index_distribution']}",
-        f"call        {cfg['keys']} keys per row, H {cfg['heads']}, softmax_scale {cfg['softmax_scale']:.6g}; bytes gathered = n_q * keys * 656",
+        f"call        {cfg['keys']} keys per row, H {cfg['heads']}, softmax_scale {cfg['softmax_scale']:.6g}; bytes gathered = n_q * keys * 656; FLOP = 2 * H * n_q * keys * (576 + 512)",
         "",
     ]
-    header = f"{'KERNEL':<40} {'N_Q':>5} {'KEYS':>5} {'H':>3} {'CALLS':>5} {'MEDIAN ms':>11} {'MIN ms':>11} {'GB/s':>9} {'% PEAK':>7}  STATUS"
+    header = f"{'KERNEL':<40} {'N_Q':>5} {'KEYS':>5} {'H':>3} {'CALLS':>5} {'MEDIAN ms':>11} {'MIN ms':>11} {'GB/s':>9} {'% PEAK':>7} {'TFLOP/s':>8}  STATUS"
     lines.append(header)
     lines.append("-" * len(header))
     for r in report["results"]:
         lines.append(
             f"{r['label'][:40]:<40} {r['n_q']:>5} {r['keys']:>5} {r['heads']:>3} {r['iters']:>5} "
-            f"{_fmt(r['median_ms'], '.4f'):>11} {_fmt(r['min_ms'], '.4f'):>11} {_fmt(r['gbps'], '.4g'):>9} {_fmt(r['pct_peak'], '.1f'):>7}  {r['status']}"
+            f"{_fmt(r['median_ms'], '.4f'):>11} {_fmt(r['min_ms'], '.4f'):>11} {_fmt(r['gbps'], '.4g'):>9} {_fmt(r['pct_peak'], '.1f'):>7} {_fmt(r['tflops'], '.4g'):>8}  {r['status']}"
         )
     notes = sorted({(r["label"], r["note"]) for r in report["results"] if r["note"]})
     if notes:

@@ -36,8 +36,9 @@ def test_bench_cpu_emulated_and_oracle(tmp_path: Path, capsys: pytest.CaptureFix
         assert r["bytes_per_call"] == r["n_q"] * 130 * RECORD_BYTES
         assert math.isclose(r["gbps"], r["bytes_per_call"] / (r["median_ms"] * 1e-3) / 1e9, rel_tol=1e-9)
         assert r["pct_peak"] is None
+        assert r["flops_per_call"] == 2 * 2 * r["n_q"] * 130 * 1088 and math.isclose(r["tflops"], r["flops_per_call"] / (r["median_ms"] * 1e-3) / 1e12, rel_tol=1e-9)
     # the table on stdout: header, one line per case, the CPU timer said plainly
-    assert "KERNEL" in out and "GB/s" in out and "% PEAK" in out
+    assert "KERNEL" in out and "GB/s" in out and "% PEAK" in out and "TFLOP/s" in out
     assert "perf_counter" in out and "no device events" in out and "peak BW     unknown" in out
     assert sum(line.startswith("emulated") for line in out.splitlines()) == 2
     assert sum(line.startswith("oracle") for line in out.splitlines()) == 2

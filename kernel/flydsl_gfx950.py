@@ -111,7 +111,9 @@ LDS_P = LDS_SCALE + 4 * TILE * 4
 P_ROW_BYTES = TILE * 4 + 16
 # Per-head exchange slots, f32 [head (16)][wave (4)] (tile max, then l in the epilogue).
 LDS_X = LDS_P + MAX_HEADS * P_ROW_BYTES
-LDS_BYTES = LDS_X + MAX_HEADS * 4 * 4
+# has_invalid scan: each wave's last valid position, i32 [wave (4)].
+LDS_SCAN = LDS_X + MAX_HEADS * 4 * 4
+LDS_BYTES = LDS_SCAN + 16
 
 P_SHIFT = 8.0  # P = exp2(x - m + 8) <= 2^8
 SCALE_V_MIN_BITS = 0x00000001  # smallest positive f32
@@ -329,6 +331,9 @@ class V:
     def __xor__(self, o: object) -> V:
         return self._bin(o, arith.xori)
 
+    def __invert__(self) -> V:
+        return self._bin(-1, arith.xori)
+
     def __lshift__(self, o: object) -> V:
         return self._bin(o, arith.shli)
 
@@ -358,6 +363,10 @@ class V:
 
     def ne(self, o: object) -> V:
         return self._cmp(o, "ne", "UNE")
+
+    def ashr(self, o: object) -> V:
+        """Arithmetic (sign-filling) right shift."""
+        return V(arith.shrsi(self.v, self._other(o)))
 
     def ult(self, o: object) -> V:
         return V(arith.cmpi(arith.CmpIPredicate.ult, self.v, self._other(o)))
@@ -688,22 +697,35 @@ def tile_count(c: _Ctx) -> V:
     if not c.has_invalid:
         last = c.len
     else:
-        # Each wave scans the whole row (256 entries a step) for the last entry >= 0.
-        n_scan = (c.len >> 8) + ((c.len & 255).ne(0)).sel(1, 0)
+        # One past the last position < len whose entry is >= 0. A step covers 4096 entries:
+        # wave w scans 1024 of them with 4 loads in flight (4 consecutive entries a lane).
+        n_scan = (c.len >> 12) + ((c.len & 4095).ne(0)).sel(1, 0)
 
         def scan(it: V, st: list[ir.Value]) -> list[ir.Value]:
             best = V(st[0])
-            p0 = (it << 8) + (c.lane << 2)
-            words = idx_load4(c, p0)
-            for k in range(4):
-                pk = p0 + k
-                hit = V(arith.andi((pk < c.len).v, (vec_get(words, k) >= 0).v))
-                best = hit.sel(pk + 1, best)
+            starts = [(it << 12) + (c.wave << 10) + (k << 8) + (c.lane << 2) for k in range(4)]
+            words = [idx_load4(c, p0) for p0 in starts]
+            for p0, wv in zip(starts, words):
+                for k in range(4):
+                    pk = p0 + k
+                    # all-ones when pk < len (both in [0, 2^31)) and the entry is >= 0; plain
+                    # integer ops keep the 16 conditions out of SGPR lane masks.
+                    keep = (pk - c.len).ashr(31) & ~vec_get(wv, k).ashr(31)
+                    best = best.smax((pk + 1) & keep)
             return [best.v]
 
         last = V(for_loop(ci(0), n_scan, [ci(0).v], scan)[0])
         for m in (1, 2, 4, 8, 16, 32):
             last = last.smax(lane_xor(last, c.lane, m))
+        # Max over the 4 waves (slots used by nothing else).
+        with no_wrap():
+            lds_store(last.v, c.lds + LDS_SCAN + (c.wave << 2), 4)
+        wait_lgkm()
+        barrier()
+        with no_wrap():
+            parts = lds_load(_vec(4, _i32()), c.lds + LDS_SCAN, 16)
+        for k in range(4):
+            last = last.smax(vec_get(parts, k))
     nt = (last >> 7) + ((last & 127).ne(0)).sel(1, 0)
     return readfirstlane(nt)
 

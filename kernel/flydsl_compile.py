@@ -185,7 +185,7 @@ def ensure_toolchain(managed_dir: Path | None = None) -> Path:
 
 def _linker_works(path: Path) -> bool:
     try:
-        res = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60)
+        res = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return res.returncode == 0 and "LLD" in (res.stdout + res.stderr)
@@ -398,7 +398,8 @@ def _run_group(configs: Sequence[Config], rocm_path: Path, dump_root: Path, time
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
-            cmd, env=compile_env(rocm_path, dump_dir), capture_output=True, text=True, timeout=timeout, cwd=str(REPO_ROOT)
+            cmd, env=compile_env(rocm_path, dump_dir), capture_output=True, text=True, timeout=timeout,
+            cwd=str(REPO_ROOT), check=False,
         )
         stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as err:
@@ -426,8 +427,8 @@ def _run_group(configs: Sequence[Config], rocm_path: Path, dump_root: Path, time
             results.append(ConfigResult(h, hi, rl, ok=False, process_seconds=wall, configs_in_process=len(configs),
                                         error=f"compile process exited with {rc} before finishing {config_label(cfg)}:\n{tail}"))
             continue
-        times = dict(seconds=float(done[cfg]["seconds"]), cpu_seconds=float(done[cfg]["cpu_seconds"]),
-                     process_seconds=wall, process_cpu_seconds=proc_cpu, configs_in_process=len(configs))
+        times = {"seconds": float(done[cfg]["seconds"]), "cpu_seconds": float(done[cfg]["cpu_seconds"]),
+                 "process_seconds": wall, "process_cpu_seconds": proc_cpu, "configs_in_process": len(configs)}
         isa = _find_isa(dump_dir, kernel_name(h, hi, rl))
         if isa is None:
             results.append(ConfigResult(h, hi, rl, ok=False, error=f"no ISA dump found under {dump_dir}", **times))

@@ -638,7 +638,7 @@ class _Ctx:
         self.qi = args["n_q"] - 1 - V(as_ir_value(fx.block_idx.x))
         storage = fx.SharedAllocator().allocate(LDS_BYTES)
         self.lds = V(as_ir_value(fx.ptrtoint(storage._ptr)))
-        if not ir.IntegerType(self.lds.type).width == 32:
+        if ir.IntegerType(self.lds.type).width != 32:
             self.lds = self.lds.i32()
 
 

@@ -58,7 +58,7 @@ def unavailable_reasons() -> list[str]:
             "(the FlyDSL kernel runs only on MI355X-class gfx950 GPUs)"
         )
     try:
-        import flydsl  # noqa: F401
+        import flydsl
     except ImportError as err:
         reasons.append(f"flydsl is not importable ({err}); install it with pip install 'flydsl>=0.4,<0.5'")
     else:

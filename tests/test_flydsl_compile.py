@@ -91,7 +91,7 @@ amdhsa.kernels:
 
 
 def synth(**kw):
-    vals = dict(vgpr=200, agpr=0, lds=76288, priv=0, sgpr=80, vspill=0)
+    vals = {"vgpr": 200, "agpr": 0, "lds": 76288, "priv": 0, "sgpr": 80, "vspill": 0}
     vals.update(kw)
     return GOOD_ISA.format(**vals)
 
@@ -106,12 +106,12 @@ def test_isa_checker_accepts_a_good_dump():
 @pytest.mark.parametrize(
     "kw, needle",
     [
-        (dict(priv=16), "private segment"),
-        (dict(vspill=3), "VGPR spills"),
-        (dict(lds=90000), "bytes of LDS"),
-        (dict(vgpr=257), "VGPRs"),
-        (dict(vgpr=130, agpr=128), "> 256 allowed"),  # align(130, 4) + 128 = 260
-        (dict(sgpr=104), "SGPRs"),
+        ({"priv": 16}, "private segment"),
+        ({"vspill": 3}, "VGPR spills"),
+        ({"lds": 90000}, "bytes of LDS"),
+        ({"vgpr": 257}, "VGPRs"),
+        ({"vgpr": 130, "agpr": 128}, "> 256 allowed"),  # align(130, 4) + 128 = 260
+        ({"sgpr": 104}, "SGPRs"),
     ],
 )
 def test_isa_checker_flags(kw, needle):

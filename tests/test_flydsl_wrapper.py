@@ -55,7 +55,7 @@ def test_backend_unavailable_here_names_gfx950():
 
 
 def test_backend_fields_when_available(monkeypatch):
-    monkeypatch.setattr(fh, "unavailable_reasons", lambda: [])
+    monkeypatch.setattr(fh, "unavailable_reasons", list)
     b = fh.flydsl_backend()
     assert isinstance(b, Backend)
     assert (b.name, b.profile, b.devices, b.max_heads) == ("flydsl", "gfx950", ("cuda",), 16)
@@ -91,7 +91,7 @@ def test_both_reasons_reported(monkeypatch):
 
 
 def test_support_predicate_refuses_cpu(monkeypatch):
-    monkeypatch.setattr(fh, "unavailable_reasons", lambda: [])
+    monkeypatch.setattr(fh, "unavailable_reasons", list)
     b = fh.flydsl_backend()
     q, kv, idx, iptr = make_call()
     s = b.supports(q, kv, idx, iptr, 0.1)

@@ -40,6 +40,14 @@ scales); QK is a bf16 x bf16 WGMMA with f32 accumulation over K = 576; online so
 the PV WGMMA while l sums the unrounded f32 P; out = bf16(o * (1 / l)) in one piece, or, when
 the scheduler splits a row over SMs, per-split o / l_i in f32 recombined with weights
 exp2(lse_i - lse) by a combine kernel. That is the `bf16-q-bf16-p` profile.
+
+Not bitwise batch-invariant: FlashMLA's scheduler splits a row's 64-key blocks over the SM
+partitions according to the whole batch (on an H200, 2048 keys per row: 32 splits per row at
+n_q = 1, 2 at n_q = 64, 1 or 2 at n_q = 1024), a split row goes through the combine kernel
+(lse as (log2 l + m) / log2 e there, ln l + m / log2 e unsplit), and the padded width is the
+batch's longest row. A row computed alone can therefore differ in its last bits from the same
+row in a batch (each result within the bound). The fork's `enable_batch_invariant` exists only
+for its SM100 kernels (`use_legacy=True` asserts it off).
 """
 
 from __future__ import annotations
@@ -77,6 +85,8 @@ LIMITS = (
     "max before scaling and masks with -inf, which breaks for a non-positive scale",
     "rows are padded with -1 to a multiple of 64 keys: the work is max row length x n_q",
     "masked slots read row 0 of the cache (bytes zeroed before use): the cache needs >= 1 row",
+    "not bitwise batch-invariant: the split-KV schedule (and the padded width) depends on the whole "
+    "batch, so a row alone may differ in its last bits from the same row in a batch",
 )
 
 

@@ -467,7 +467,7 @@ def run_bench(
                         _progress(progress, f"{label} n_q={n_q}: skipped: {refused}")
                         continue
                     timing = time_calls(fn, device, warmup=warmup, iters=iters, max_seconds=max_seconds)
-                except Exception as err:  # a kernel that raises is reported, the others still run
+                except Exception as err:  # noqa: BLE001 -- a kernel that raises is reported, the others still run
                     result.status = f"error: {type(err).__name__}: {err}"
                     failed = True
                     results.append(result)

@@ -74,19 +74,29 @@ MASKED = -1  # the only index value FlashMLA masks
 LIMITS = (
     "H in 1..16, run as 64 FlashMLA heads (zero heads padded, sliced off)",
     "CUDA devices of compute capability 9.x (SM90 legacy kernels of sgl-flash-mla 1.0.0)",
-    "consumed indices must lie in [0, rows): no bound check, an out-of-range index is an "
-    "out-of-bounds device read (bounded_index_reads = False)",
-    "with has_invalid the adapter maps every entry < 0 to -1 (FlashMLA masks exactly -1; another "
-    "negative value would be an out-of-bounds address); without has_invalid a -1 is still masked "
-    "by FlashMLA and any other negative entry faults",
-    "scales are rounded to bf16 and the dequantised latent to bf16: a non-power-of-two (raw "
-    "writer) scale is a precondition violation (K off by up to 2^-8 relative)",
-    "softmax_scale <= 0 is passed as (-q, -scale) or (q = 0, scale = 1): FlashMLA takes the tile "
-    "max before scaling and masks with -inf, which breaks for a non-positive scale",
+    (
+        "consumed indices must lie in [0, rows): no bound check, an out-of-range index is an "
+        "out-of-bounds device read (bounded_index_reads = False)"
+    ),
+    (
+        "with has_invalid the adapter maps every entry < 0 to -1 (FlashMLA masks exactly -1; another "
+        "negative value would be an out-of-bounds address); without has_invalid a -1 is still masked "
+        "by FlashMLA and any other negative entry faults"
+    ),
+    (
+        "scales are rounded to bf16 and the dequantised latent to bf16: a non-power-of-two (raw "
+        "writer) scale is a precondition violation (K off by up to 2^-8 relative)"
+    ),
+    (
+        "softmax_scale <= 0 is passed as (-q, -scale) or (q = 0, scale = 1): FlashMLA takes the tile "
+        "max before scaling and masks with -inf, which breaks for a non-positive scale"
+    ),
     "rows are padded with -1 to a multiple of 64 keys: the work is max row length x n_q",
     "masked slots read row 0 of the cache (bytes zeroed before use): the cache needs >= 1 row",
-    "not bitwise batch-invariant: the split-KV schedule (and the padded width) depends on the whole "
-    "batch, so a row alone may differ in its last bits from the same row in a batch",
+    (
+        "not bitwise batch-invariant: the split-KV schedule (and the padded width) depends on the whole "
+        "batch, so a row alone may differ in its last bits from the same row in a batch"
+    ),
 )
 
 
@@ -386,12 +396,12 @@ def flashmla_backend(*, padded_heads: int = HEAD_COUNTS[0], page_block_size: int
 
 
 __all__ = [
-    "FlashMLACall",
     "HEAD_COUNTS",
     "HEAD_DIM",
     "LIMITS",
-    "PaddedRows",
     "TOPK_BLOCK",
+    "FlashMLACall",
+    "PaddedRows",
     "cache_blocks",
     "csr_to_padded",
     "device_reason",

@@ -8,6 +8,8 @@ Set FLASHMLA_SMOKE_JSON=PATH to have the GPU smoke test write its per-case error
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import math
 import os
@@ -59,18 +61,18 @@ def make_stream(lengths: list[int], *, offset: int = 0, seed: int = 0, negative_
 
 
 STREAMS = {
-    "empty_rows": dict(lengths=[0, 0, 3, 0]),
-    "all_empty": dict(lengths=[0, 0, 0]),
-    "negative_length": dict(lengths=[5, -3, 70, 0, -2, 1], offset=10),
-    "len_1": dict(lengths=[1]),
-    "len_63": dict(lengths=[63, 2]),
-    "len_64": dict(lengths=[64, 64]),
-    "len_65": dict(lengths=[65, 1]),
-    "len_129": dict(lengths=[129, 0, 64]),
-    "mixed": dict(lengths=[0, 1, 63, 64, 65, 129, 2048]),
-    "invalid_entries": dict(lengths=[10, 65, 3, 0, 64], negative_every=4),
-    "duplicates": dict(lengths=[40, 70, 5], duplicates=True),
-    "offset_stream": dict(lengths=[7, 9], offset=33),
+    "empty_rows": {"lengths": [0, 0, 3, 0]},
+    "all_empty": {"lengths": [0, 0, 0]},
+    "negative_length": {"lengths": [5, -3, 70, 0, -2, 1], "offset": 10},
+    "len_1": {"lengths": [1]},
+    "len_63": {"lengths": [63, 2]},
+    "len_64": {"lengths": [64, 64]},
+    "len_65": {"lengths": [65, 1]},
+    "len_129": {"lengths": [129, 0, 64]},
+    "mixed": {"lengths": [0, 1, 63, 64, 65, 129, 2048]},
+    "invalid_entries": {"lengths": [10, 65, 3, 0, 64], "negative_every": 4},
+    "duplicates": {"lengths": [40, 70, 5], "duplicates": True},
+    "offset_stream": {"lengths": [7, 9], "offset": 33},
 }
 
 
@@ -85,7 +87,7 @@ def test_csr_to_padded_matches_loop(name: str, has_invalid: bool) -> None:
     assert got.indices.dtype == torch.int32 and got.indices.is_contiguous()
     assert got.indices.tolist() == want
     assert got.width % 64 == 0 and got.width >= 64 and got.width == len(want[0])
-    assert got.lengths.tolist() == [max(b - a, 0) for a, b in zip(indptr[:-1], indptr[1:])]
+    assert got.lengths.tolist() == [max(b - a, 0) for a, b in itertools.pairwise(indptr)]
     if has_invalid:
         assert int(got.indices.min()) >= -1  # FlashMLA masks exactly -1; nothing else negative
 
@@ -207,7 +209,7 @@ class FakeFlashMLA(types.ModuleType):
         return FakeSched(), None
 
     def flash_mla_with_kvcache(self, q, k_cache, block_table=None, cache_seqlens=None, head_dim_v=512, tile_scheduler_metadata=None, num_splits=None, softmax_scale=None, causal=False, is_fp8_kvcache=None, indices=None, use_legacy=False, kv_format=None, **extra):  # type: ignore[no-untyped-def]
-        self.calls.append(dict(q=q.clone(), k_cache=k_cache, indices=indices.clone(), softmax_scale=softmax_scale, head_dim_v=head_dim_v, use_legacy=use_legacy, kv_format=kv_format, is_fp8_kvcache=is_fp8_kvcache, num_splits=num_splits, block_table=block_table, sched=tile_scheduler_metadata, extra=extra))
+        self.calls.append({"q": q.clone(), "k_cache": k_cache, "indices": indices.clone(), "softmax_scale": softmax_scale, "head_dim_v": head_dim_v, "use_legacy": use_legacy, "kv_format": kv_format, "is_fp8_kvcache": is_fp8_kvcache, "num_splits": num_splits, "block_table": block_table, "sched": tile_scheduler_metadata, "extra": extra})
         b, s_q, h_q, d = q.shape
         assert q.dtype == torch.bfloat16 and q.is_contiguous() and s_q == 1 and d == 576 and h_q in (64, 128)
         assert k_cache.dtype in (torch.uint8, torch.int8) and k_cache.dim() == 4 and k_cache.shape[2] == 1
@@ -252,7 +254,7 @@ def make_problem(lengths: list[int], heads: int, *, seed: int = 0, rows: int = 3
     storage = torch.full((max(n_q * row_stride, 1),), float("nan"), dtype=torch.bfloat16)
     q = storage.as_strided((n_q, heads, 576), (row_stride, head_stride, 1))
     q.copy_(q_full)
-    return dict(q=q, kv_cache=kv, indices=idx, indptr=torch.tensor(ptr, dtype=torch.int32))
+    return {"q": q, "kv_cache": kv, "indices": idx, "indptr": torch.tensor(ptr, dtype=torch.int32)}
 
 
 def assert_matches_reference(p: dict[str, Any], out: torch.Tensor, lse: torch.Tensor | None, scale: float, has_invalid: bool) -> None:
@@ -391,7 +393,7 @@ def _flashmla_or_skip() -> Any:
 
 def smoke_recipes() -> list[tuple[str, dict[str, Any]]]:
     """(name, recipe fields) of the GPU smoke cases (n_q 4..64, H 1/3/16, lengths 0..2048)."""
-    base = dict(cache_rows=40_000, return_lse=True)
+    base = {"cache_rows": 40_000, "return_lse": True}
     mixed = [0, 1, 63, 64, 65, 2048]
     return [
         ("mixed_h16_pow2", dict(base, seed=1, n_q=6, heads=16, row_lengths=mixed)),
@@ -448,8 +450,36 @@ def _variant(row: dict[str, Any], key: str, fn: Any) -> None:
     """row[key] = fn(), or the error it raised (a variant never hides the main verdict)."""
     try:
         row[key] = fn()
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 -- a variant's failure is data for the report
         row[key] = f"error: {type(err).__name__}: {err}"
+
+
+def _shape_with_block_64(problem: Any, module: Any) -> str:
+    args = (problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale)
+    return str(tuple(flashmla.run_flashmla(*args, has_invalid=problem.has_invalid, return_lse=True, page_block_size=64, module=module)[0].shape))
+
+
+def _invariance_checks(row: dict[str, Any], backend: Any, module: Any, problem: Any, out: torch.Tensor, lse: torch.Tensor) -> None:
+    """Reported, not judged: a second run bitwise equal; page blocks of 64 rows bitwise equal
+    (when the row count allows); largest |out| difference with 128 padded heads."""
+    args = (problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale)
+
+    def again() -> bool:
+        out2, lse2 = problem.call(backend, out=torch.empty_like(out))
+        return bool(torch.equal(out, out2) and lse2 is not None and torch.equal(lse.nan_to_num(), lse2.nan_to_num()))
+
+    def block64() -> bool:
+        out64, lse64 = flashmla.run_flashmla(*args, has_invalid=problem.has_invalid, return_lse=True, page_block_size=64, module=module)
+        return bool(torch.equal(out, out64) and lse64 is not None and torch.equal(lse.nan_to_num(), lse64.nan_to_num()))
+
+    def heads128() -> float:
+        out128, _ = flashmla.run_flashmla(*args, has_invalid=problem.has_invalid, return_lse=True, padded_heads=128, module=module)
+        return float((out128.float() - out.float()).abs().nan_to_num(nan=float("inf")).max()) if out.numel() else 0.0
+
+    _variant(row, "deterministic", again)
+    if (problem.kv_cache.numel() // RECORD_BYTES) % 64 == 0:
+        _variant(row, "page_block_64_bitwise_equal", block64)
+    _variant(row, "heads128_max_abs_diff", heads128)
 
 
 def run_smoke(backend: Any, module: Any, device: torch.device, cases: list[tuple[str, dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
@@ -476,32 +506,15 @@ def run_smoke(backend: Any, module: Any, device: torch.device, cases: list[tuple
                 torch.cuda.synchronize()
             if problem.out is not None:
                 row["out_is_given_tensor"] = out is problem.out
-
-            def again() -> bool:
-                out2, lse2 = problem.call(backend, out=torch.empty_like(out))
-                return bool(torch.equal(out, out2) and lse2 is not None and torch.equal(lse.nan_to_num(), lse2.nan_to_num()))
-
-            def block64() -> bool:
-                out64, lse64 = flashmla.run_flashmla(*args, has_invalid=problem.has_invalid, return_lse=True, page_block_size=64, module=module)
-                return bool(torch.equal(out, out64) and lse64 is not None and torch.equal(lse.nan_to_num(), lse64.nan_to_num()))
-
-            def heads128() -> float:
-                out128, _ = flashmla.run_flashmla(*args, has_invalid=problem.has_invalid, return_lse=True, padded_heads=128, module=module)
-                return float((out128.float() - out.float()).abs().nan_to_num(nan=float("inf")).max()) if out.numel() else 0.0
-
-            _variant(row, "deterministic", again)
-            if rows % 64 == 0:
-                _variant(row, "page_block_64_bitwise_equal", block64)
-            _variant(row, "heads128_max_abs_diff", heads128)
+            _invariance_checks(row, backend, module, problem, out, lse)
             ev = evaluate(*args, profile=profile, mode="exact-steps", has_invalid=problem.has_invalid)
             row.update(_compare(problem, out, lse, ev))
             row["status"] = "ok" if row["out_over"] == 0 and row["lse_over"] == 0 and row["empty_rows_exact"] and row["nan_out"] == 0 else "OVER BOUND"
-        except Exception as err:  # report every case; the caller fails on any non-ok status
+        except Exception as err:  # noqa: BLE001 -- report every case; the caller fails on any non-ok status
             row["status"] = f"error: {type(err).__name__}: {err}"
             if rows % 64 == 0:  # does the kernel run at all with 64-row page blocks?
-                _variant(row, "page_block_64_runs", lambda: str(tuple(flashmla.run_flashmla(*args, has_invalid=problem.has_invalid, return_lse=True, page_block_size=64, module=module)[0].shape)))
+                _variant(row, "page_block_64_runs", functools.partial(_shape_with_block_64, problem, module))
         report.append(row)
-        del problem
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return report
@@ -516,8 +529,8 @@ def raw_writer_probe(backend: Any, device: torch.device, max_len: int = 2048) ->
 
     found = []
     for name, fields in (
-        ("raw_h16_mixed", dict(seed=21, n_q=6, heads=16, row_lengths=[1, 63, 64, 65, 300, 2048], cache_rows=40_000, writer="raw")),
-        ("raw_h3_heavy", dict(seed=22, n_q=6, heads=3, row_lengths=[2048, 2048, 100, 1, 64, 65], cache_rows=40_000, writer="raw", latent="heavy")),
+        ("raw_h16_mixed", {"seed": 21, "n_q": 6, "heads": 16, "row_lengths": [1, 63, 64, 65, 300, 2048], "cache_rows": 40_000, "writer": "raw"}),
+        ("raw_h3_heavy", {"seed": 22, "n_q": 6, "heads": 3, "row_lengths": [2048, 2048, 100, 1, 64, 65], "cache_rows": 40_000, "writer": "raw", "latent": "heavy"}),
     ):
         fields["row_lengths"] = [min(x, max_len) for x in fields["row_lengths"]]  # type: ignore[attr-defined]
         problem = materialize(Recipe.from_json_dict(fields), device)
@@ -532,7 +545,7 @@ def raw_writer_probe(backend: Any, device: torch.device, max_len: int = 2048) ->
                 row[f"max_rel_err_vs_{model}_k"] = float((out.to(torch.float64) - ref).abs().max()) / scale_ref
                 row[f"max_lse_err_vs_{model}_k"] = float((lse.to(torch.float64) - ref_lse).abs().max())
             row["status"] = "measured"
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 -- measured, not judged: any failure is reported
             row["status"] = f"error: {type(err).__name__}: {err}"
         found.append(row)
     return found

@@ -144,9 +144,20 @@ def test_row_alone_equals_row_in_batch(target: SuiteTarget, data: st.DataObject)
     row = data.draw(st.integers(0, problem.q.shape[0] - 1), label="row")
     alone = dataclasses.replace(problem, q=problem.q[row : row + 1], indptr=problem.indptr[row : row + 2].clone(), out=None)
     out_1, lse_1 = _run(target, alone, "metamorphic_alone")
-    ok = _bits_equal(out[row : row + 1], out_1) and (lse is None or lse_1 is None or _bits_equal(lse[row : row + 1], lse_1))
+    if target.backend.batch_invariant:
+        ok = _bits_equal(out[row : row + 1], out_1) and (lse is None or lse_1 is None or _bits_equal(lse[row : row + 1], lse_1))
+        how = "bit for bit"
+    else:  # declared batch-dependent (split-KV schedules): both results within the bound
+        bound = _bound(target, alone)
+        ok = bool(((out[row : row + 1].double() - out_1.double()).abs() <= 2 * bound.out_bound.to(out.device)).all())
+        if lse is not None and lse_1 is not None:
+            empty = torch.isneginf(lse_1)
+            ok = ok and bool((torch.isneginf(lse[row : row + 1]) == empty).all()) and bool(
+                (torch.where(empty, 0.0, (lse[row : row + 1].double() - lse_1.double()).abs()) <= 2 * bound.lse_bound.to(lse.device)).all()
+            )
+        how = "within twice the bound (the backend declares batch-dependent results)"
     record("metamorphic_alone", target.name, problem, outcome="pass" if ok else "fail")
-    assert ok, f"row {row} computed alone differs from the same row in the batch"
+    assert ok, f"row {row} computed alone differs from the same row in the batch (expected {how})"
 
 
 @given(data=st.data())

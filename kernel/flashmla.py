@@ -390,6 +390,7 @@ def flashmla_backend(*, padded_heads: int = HEAD_COUNTS[0], page_block_size: int
         head_counts=None,
         accepts_out=True,
         bounded_index_reads=False,
+        batch_invariant=False,
         extra_support=_support,
         limits=LIMITS,
     )

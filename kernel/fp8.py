@@ -134,8 +134,9 @@ def encode_e8m0(x: torch.Tensor, *, rounding: Literal["floor", "ceil", "nearest"
     """E8M0 byte (int64 0..255) of positive f32 values.
 
     rounding: "floor" keeps the exponent field (what a scaled MFMA does with an f32 scale: the
-    mantissa is dropped); "ceil" rounds up to the next power of two; "nearest" rounds the
-    significand with ties (1.5 * 2^e) going up, as torch and ml_dtypes casts do.
+    mantissa is dropped); "ceil" rounds up to the next power of two; "nearest" adds the top
+    mantissa bit to the exponent field (ties 1.5 * 2^e go up; an f32 subnormal above 2^-127 goes
+    to 2^-126), bit for bit what torch and ml_dtypes casts do on positive values.
     Positive values below 2^-127 saturate to byte 0 (2^-127), as both libraries do. Zero,
     negative values, NaN, infinity and results above 2^127 give 0xFF (NaN): E8M0 has no zero, no
     sign and no infinity (torch maps 0 to byte 0 and ignores the sign; ml_dtypes gives NaN).
@@ -153,7 +154,7 @@ def encode_e8m0(x: torch.Tensor, *, rounding: Literal["floor", "ceil", "nearest"
         subnormal = (mantissa > 0x400000).to(torch.int64)
     elif rounding == "nearest":
         normal = exponent + (mantissa >= 0x400000).to(torch.int64)
-        subnormal = (mantissa >= 0x600000).to(torch.int64)
+        subnormal = (mantissa > 0x400000).to(torch.int64)
     else:
         raise ValueError(f"unknown E8M0 rounding {rounding!r}")
     result = torch.where(exponent == 0, subnormal, normal)

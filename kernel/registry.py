@@ -35,6 +35,9 @@ class Backend:
     accepts_out: whether it fills a preallocated `out=`;
     bounded_index_reads: True when an out-of-range index cannot fault the process (the suite
         only runs out-of-range-index cases on such backends);
+    batch_invariant: True when a row's result does not depend on the other rows of the call
+        (False, e.g., for split-KV schedules that depend on the batch: the suite then holds a
+        row alone and in a batch to the bound instead of to the bit);
     extra_support: a further predicate on a validated call, returning the reason it is refused
         or "" when supported;
     limits: one line per limit, for reports.
@@ -48,6 +51,7 @@ class Backend:
     head_counts: tuple[int, ...] | None = None
     accepts_out: bool = True
     bounded_index_reads: bool = False
+    batch_invariant: bool = True
     extra_support: Callable[[CallInfo], str] | None = None
     limits: tuple[str, ...] = field(default_factory=tuple)
 
@@ -132,6 +136,7 @@ def _wrap_external(spec: str, obj: object, profile: str | None) -> Backend:
         head_counts=getattr(obj, "head_counts", None),
         accepts_out=bool(getattr(obj, "accepts_out", accepts_out)),
         bounded_index_reads=bool(getattr(obj, "bounded_index_reads", False)),
+        batch_invariant=bool(getattr(obj, "batch_invariant", True)),
         limits=tuple(getattr(obj, "limits", ())),
     )
 

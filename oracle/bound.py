@@ -234,12 +234,14 @@ def evaluate(
             if profile.p_format == "fp16_scaled":
                 abs_code_sum = code_table[chunk.codes.to(torch.int64)].sum(dim=1).unsqueeze(1)
                 # P * scale_v is itself rounded to f32 when scale_v is not a power of two.
-                d_p = (profile.p_u + u) * growth * p_abs_v + profile.p_floor * growth * abs_code_sum / p_max
+                d_p = (profile.p_u + u) * torch.minimum(growth * p_abs_v, abs_v_max) + profile.p_floor * growth * abs_code_sum / p_max
             elif profile.p_format == "bf16":
                 floor = profile.p_floor * growth * abs_v_sum / p_max
-                d_p = floor if p_in_l else profile.p_u * growth * p_abs_v + floor
-            magnitude = growth * p_abs_v * (1 + profile.p_u) + d_p
-            d_acc = (gamma_o + 1.01 * gamma_l + 2 * u) * magnitude + exp_floor_out * growth * abs_v_max
+                d_p = floor if p_in_l else profile.p_u * torch.minimum(growth * p_abs_v, abs_v_max) + floor
+            # sum_i p'_i |v_id| over the kernel's weights p' <= p e^w, and never above max_i |v_id|
+            weighted = torch.minimum(growth * p_abs_v, abs_v_max)
+            magnitude = weighted * (1 + profile.p_u) + d_p
+            d_acc = (gamma_o + 1.01 * gamma_l + 2 * u) * magnitude + exp_floor_out * abs_v_max
             d_pre = d_soft + d_p + d_acc
             return d_pre + half_ulp_bf16(ref_out.abs() + d_pre)
 

@@ -29,7 +29,8 @@ class NumericsProfile:
         accumulation is sequential and this is the number of products).
     score_roundings: f32 roundings between the accumulated score and the exp argument that scale
         with |x| (x = s * c_log2 with c_log2 itself rounded: 2), each of relative size `arith_u`.
-    arith_u: unit roundoff of the kernel's scalar f32 arithmetic (subtractions, products, 1/l).
+    arith_u: unit roundoff of the kernel's scalar f32 arithmetic (subtractions, products, 1/l;
+        2^-23 where 1/l is an approximate division such as CUDA's __fdividef).
     exp_rel_err: relative error of each exp / exp2 evaluation.
     exp_floor: absolute error of exp / exp2 near underflow, in P units (2^-126 where subnormal
         results may be flushed).
@@ -116,14 +117,15 @@ BF16_Q_BF16_P = NumericsProfile(
     name="bf16-q-bf16-p",
     description=(
         "Q kept in bf16, K dequantised exactly (pow2 scales), tensor-core f32 accumulation, "
-        "online softmax with exp2 (ex2.approx), P rounded to bf16 for PV, f32 PV, bf16 out "
-        "(FlashMLA's Hopper sparse fp8 decode)"
+        "online softmax with exp2 (ex2.approx), l summed from the f32 P, P rounded to bf16 for "
+        "PV, f32 PV, split-KV partial results combined in f32, bf16 out (FlashMLA's Hopper "
+        "sparse fp8 decode)"
     ),
     q_representation="exact",
     qk_acc_u=2 * U32,
     qk_roundings=36 * 5,
     score_roundings=2,
-    arith_u=U32,
+    arith_u=2 * U32,
     exp_rel_err=2.0**-21,
     exp_floor=2.0**-126,
     softmax_tile=64,

@@ -1,8 +1,9 @@
 """Recipe -> tensors. Everything a recipe determines is bit-identical on every device.
 
 Data of a KV row, a query element or an index entry is a pure function of (recipe seed, what it
-is, its id) via `strategies.rng`, computed on the CPU and then moved, so values do not depend on
-which other rows are referenced. Only referenced rows are materialised; a cache larger than
+is, its id) via `strategies.rng`, so values do not depend on which other rows are referenced.
+The index stream is built on the CPU and moved; row and query data are generated on the target
+device with integer hashing and IEEE arithmetic only, which give the same bits everywhere. Only referenced rows are materialised; a cache larger than
 64 MiB is allocated with `torch.empty` and only referenced rows plus their neighbours and row 0
 are written, so a cache over 4 GiB costs almost no RAM on a CPU (untouched pages).
 """
@@ -109,9 +110,9 @@ def _apply_invalid(recipe: Recipe, values: torch.Tensor, pair_rows: torch.Tensor
 def _latent(recipe: Recipe, rows: torch.Tensor) -> torch.Tensor:
     """f32 latent [U, 512] (bf16 values) of KV rows `rows`."""
     seed = recipe.seed
-    ids = rows.unsqueeze(1) * LATENT_DIM + torch.arange(LATENT_DIM)
+    ids = rows.unsqueeze(1) * LATENT_DIM + torch.arange(LATENT_DIM, device=rows.device)
     x = rng.normal_like(seed, "latent", ids)
-    block_ids = rows.unsqueeze(1) * 4 + torch.arange(4)
+    block_ids = rows.unsqueeze(1) * 4 + torch.arange(4, device=rows.device)
     dist = recipe.latent
     if dist == "heavy":
         x = x / torch.sqrt(rng.uniform(seed, "heavy", ids) + 2.0**-10)
@@ -137,30 +138,30 @@ def _latent(recipe: Recipe, rows: torch.Tensor) -> torch.Tensor:
 
 
 def _rope(recipe: Recipe, rows: torch.Tensor) -> torch.Tensor:
-    ids = rows.unsqueeze(1) * ROPE_DIM + torch.arange(ROPE_DIM)
+    ids = rows.unsqueeze(1) * ROPE_DIM + torch.arange(ROPE_DIM, device=rows.device)
     if recipe.rope == "exact":
         return (rng.integers(recipe.seed, "rope_int", ids, 5) - 2).to(torch.bfloat16)
     factor = {"normal": 1.0, "large": 64.0, "tiny": 2.0**-20, "zero": 0.0}[recipe.rope]
     return round_f32_to_bf16((rng.normal_like(recipe.seed, "rope", ids) * factor).to(torch.float32))
 
 
-def _query(recipe: Recipe) -> torch.Tensor:
-    """bf16 q values [n_q, H, 576] (contiguous, CPU)."""
+def _query(recipe: Recipe, device: torch.device) -> torch.Tensor:
+    """bf16 q values [n_q, H, 576] (contiguous) on `device`."""
     seed, n_q, heads = recipe.seed, recipe.n_q, recipe.heads
-    ids = torch.arange(n_q * heads * HEAD_DIM, dtype=torch.int64).view(n_q, heads, HEAD_DIM)
+    ids = torch.arange(n_q * heads * HEAD_DIM, dtype=torch.int64, device=device).view(n_q, heads, HEAD_DIM)
     x = rng.normal_like(seed, "q", ids)
     dist = recipe.q
     if dist == "exact":
-        head_ids = torch.arange(n_q * heads, dtype=torch.int64).view(n_q, heads, 1)
+        head_ids = torch.arange(n_q * heads, dtype=torch.int64, device=device).view(n_q, heads, 1)
         at = torch.cat((rng.integers(seed, "q_at", head_ids, LATENT_DIM), LATENT_DIM + rng.integers(seed, "q_rope_at", head_ids, ROPE_DIM)), dim=-1)
         sign = (2 * rng.integers(seed, "q_sign", torch.cat((head_ids * 2, head_ids * 2 + 1), dim=-1), 2) - 1).to(torch.float64)
-        x = torch.zeros(n_q, heads, HEAD_DIM, dtype=torch.float64).scatter_(2, at, sign)
+        x = torch.zeros(n_q, heads, HEAD_DIM, dtype=torch.float64, device=device).scatter_(2, at, sign)
     elif dist == "large":
         x = x * 64.0
     elif dist == "tiny":
         x = x * 2.0**-40
     elif dist in ("zero_blocks", "tiny_blocks"):
-        block_ids = torch.arange(n_q * heads * 4, dtype=torch.int64).view(n_q, heads, 4)
+        block_ids = torch.arange(n_q * heads * 4, dtype=torch.int64, device=device).view(n_q, heads, 4)
         chosen = rng.uniform(seed, "q_blocks", block_ids) < 0.3
         factor = torch.where(chosen, 0.0 if dist == "zero_blocks" else 2.0**-120, 1.0)
         latent = x[..., :LATENT_DIM].reshape(n_q, heads, 4, 128) * factor.unsqueeze(-1)
@@ -182,7 +183,7 @@ def _strided(values: torch.Tensor, pad: tuple[int, int], fill: float, device: to
     row_stride = heads * head_stride + pad[0]
     storage = torch.full((max(n * row_stride, 1),), fill, dtype=values.dtype, device=device)
     view = storage.as_strided((n, heads, width), (row_stride, head_stride, 1))
-    view.copy_(values.to(device))
+    view.copy_(values)
     return view
 
 
@@ -197,8 +198,8 @@ def _corrupt(recipe: Recipe, records: torch.Tensor, entries: torch.Tensor, consu
             continue
         if records.shape[0] == 0:
             continue
-        rows = rng.integers(recipe.seed, f"corrupt{number}", torch.arange(count), records.shape[0])
-        blocks = rng.integers(recipe.seed, f"corrupt_block{number}", torch.arange(count), 4)
+        rows = rng.integers(recipe.seed, f"corrupt{number}", torch.arange(count), records.shape[0]).to(records.device)
+        blocks = rng.integers(recipe.seed, f"corrupt_block{number}", torch.arange(count), 4).to(records.device)
         scales = records[:, SCALE_OFFSET:ROPE_OFFSET].clone().view(torch.float32)
         if kind == "nan_codes":
             records[rows, blocks * 128 + 5] = 0x7F
@@ -232,8 +233,11 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
         consumed = covered
 
     referenced = torch.unique(entries[consumed & (entries >= 0) & (entries < recipe.cache_rows)])
-    latent = _latent(recipe, referenced)
-    records = encode_records(latent, _rope(recipe, referenced), recipe.writer)  # type: ignore[arg-type]
+    # Row data is generated where it will live: integer hashing and IEEE arithmetic give the
+    # same bits on every device.
+    referenced_here = referenced.to(device)
+    latent = _latent(recipe, referenced_here)
+    records = encode_records(latent, _rope(recipe, referenced_here), recipe.writer)  # type: ignore[arg-type]
     _corrupt(recipe, records, entries, consumed)
 
     n_rows = recipe.cache_rows
@@ -258,13 +262,13 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
         near = torch.unique(near[(near >= 0) & (near < n_rows)])
         near = near[~torch.isin(near, referenced)]
         kv[near.to(device)] = 0
-    kv[referenced.to(device)] = records.to(device)
+    kv[referenced_here] = records
 
-    q_values = _query(recipe)
+    q_values = _query(recipe, device)
     q = _strided(q_values, recipe.q_pad, float("nan"), device)
     out = None
     if recipe.out_pad is not None:
-        empty = torch.empty((recipe.n_q, recipe.heads, LATENT_DIM), dtype=torch.bfloat16)
+        empty = torch.empty((recipe.n_q, recipe.heads, LATENT_DIM), dtype=torch.bfloat16, device=device)
         out = _strided(empty.fill_(float("nan")), recipe.out_pad, float("nan"), device)
     return Problem(
         recipe=recipe,

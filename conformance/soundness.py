@@ -1,0 +1,153 @@
+"""Soundness campaign of a profile's bound: a kernel of that profile vs the oracle on many problems.
+
+Hypothesis draws batches of recipes that share H, softmax_scale and has_invalid; the batch is
+materialised problem by problem and concatenated into one call (rows, caches and index streams
+side by side, indices offset), which is legitimate because rows are independent under the
+contract. Each recipe counts as one problem. `target()` on the largest error/bound ratio makes
+the search climb toward the worst case. Every call is judged in both comparison modes; a
+violation (ratio > 1) is kept with the recipe owning the row. The summary records the count,
+the violations and the largest ratio per output and mode with the recipe that reached it.
+
+    python -m conformance.soundness --problems 100000 --kernel emulated --json soundness.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis import target as hypothesis_target
+
+from conformance.harness import compare
+from kernel.registry import resolve
+from oracle.bound import MODES, evaluate
+from oracle.profiles import get_profile
+from oracle.rows import row_bounds
+from strategies.hyp import recipes
+from strategies.materialize import Problem, materialize
+from strategies.recipe import Recipe
+
+BATCH = 32
+
+
+@st.composite
+def recipe_batches(draw: st.DrawFn, *, size: int, max_total_keys: int) -> list[Recipe]:
+    """`size` recipes sharing H, softmax_scale and has_invalid (no padding, lse returned)."""
+    heads = draw(st.integers(1, 16), label="heads")
+    scale = draw(st.sampled_from(("default", "peaked", "flat")), label="softmax_scale")
+    has_invalid = draw(st.booleans(), label="has_invalid")
+    batch = []
+    for _ in range(size):
+        recipe = draw(recipes(max_n_q=4, max_row=2048, max_total_keys=max_total_keys, heads=(heads,), allow_out=False))
+        fields = recipe.to_json_dict()
+        fields.update(softmax_scale=scale, has_invalid=has_invalid, q_pad=[0, 0], return_lse=True, cache_rows=min(recipe.cache_rows, 4096))
+        if not has_invalid:
+            fields.update(invalid_pattern="none", invalid_permille=0)
+        batch.append(Recipe.from_json_dict(fields))
+    return batch
+
+
+def combine(problems: list[Problem]) -> tuple[Problem, torch.Tensor]:
+    """One call holding every problem's rows side by side (each row's slice copied into a fresh
+    stream, negative lengths as the empty rows they mean, indices offset into the concatenated
+    cache); also the owning problem of each row."""
+    caches, streams, lengths, owners = [], [], [], []
+    row_offset = 0
+    for number, problem in enumerate(problems):
+        start, length = row_bounds(problem.indptr)
+        rows = torch.repeat_interleave(torch.arange(length.numel(), device=start.device), length)
+        within = torch.arange(int(length.sum()), device=start.device) - torch.repeat_interleave(torch.cumsum(length, 0) - length, length)
+        entries = problem.indices.to(torch.int64)[start[rows] + within]
+        streams.append(torch.where(entries >= 0, entries + row_offset, entries))
+        lengths.append(length)
+        owners.append(torch.full((problem.q.shape[0],), number, dtype=torch.int64))
+        caches.append(problem.kv_cache)
+        row_offset += problem.kv_cache.shape[0]
+    all_lengths = torch.cat(lengths)
+    indptr = torch.cat((torch.zeros(1, dtype=torch.int64, device=all_lengths.device), torch.cumsum(all_lengths, 0)))
+    combined = Problem(
+        recipe=problems[0].recipe,
+        q=torch.cat([p.q.contiguous() for p in problems]),
+        kv_cache=torch.cat(caches),
+        indices=torch.cat(streams).to(torch.int32),
+        indptr=indptr.to(torch.int32),
+        softmax_scale=problems[0].softmax_scale,
+        has_invalid=problems[0].has_invalid,
+        return_lse=True,
+        out=None,
+        referenced_rows=torch.zeros(0, dtype=torch.int64),
+        poison_rows=torch.zeros(0, dtype=torch.int64),
+    )
+    return combined, torch.cat(owners)
+
+
+def run_campaign(kernel_name: str, problems: int, *, device: str = "cpu", max_total_keys: int = 2048, seed: int = 0, progress: bool = True) -> dict[str, Any]:
+    """Judge `problems` Hypothesis-drawn problems; return the summary (see module docstring)."""
+    backend = resolve(kernel_name)
+    profile = get_profile(backend.profile)
+    stats: dict[str, Any] = {
+        "kernel": kernel_name, "profile": profile.name, "device": device, "problems": 0, "violations": [],
+        "max_ratio": {f"{o}/{m}": 0.0 for o in ("out", "lse") for m in MODES}, "worst_recipe": {},
+    }
+    started = time.time()
+
+    @settings(max_examples=max(1, problems // BATCH), deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck), phases=("generate", "target"))
+    @given(batch=recipe_batches(size=BATCH, max_total_keys=max_total_keys))
+    def probe(batch):  # type: ignore[no-untyped-def]
+        problem, owners = combine([materialize(recipe, device) for recipe in batch])
+        out, lse = problem.call(backend)
+        stats["problems"] += len(batch)
+        for mode in MODES:
+            ev = evaluate(problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale, profile=profile, mode=mode, has_invalid=problem.has_invalid)
+            verdict = compare(problem, out, lse, ev)
+            for name, value in (("out", verdict.out_ratio), ("lse", verdict.lse_ratio)):
+                key = f"{name}/{mode}"
+                if math.isfinite(value):
+                    hypothesis_target(value, label=key)
+                if value > stats["max_ratio"][key]:
+                    stats["max_ratio"][key] = value
+                    row = verdict.worst.get("row", 0) if name == "out" else 0
+                    stats["worst_recipe"][key] = batch[int(owners[row])].to_json_dict()
+            if not verdict.ok:
+                row = verdict.worst.get("row", 0)
+                stats["violations"].append({"mode": mode, "recipe": batch[int(owners[row])].to_json_dict(), "message": verdict.message()})
+        if progress:
+            rate = stats["problems"] / (time.time() - started)
+            ratios = " ".join(f"{k}={v:.3g}" for k, v in stats["max_ratio"].items())
+            print(f"\r{stats['problems']}/{problems} problems, {rate:.1f}/s, violations {len(stats['violations'])}, max {ratios}", file=sys.stderr, end="", flush=True)
+
+    torch.manual_seed(seed)
+    probe()
+    stats["seconds"] = round(time.time() - started, 1)
+    if progress:
+        print(file=sys.stderr)
+    return stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conformance.soundness", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kernel", default="emulated")
+    parser.add_argument("--problems", type=int, default=1000)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--max-total-keys", type=int, default=2048)
+    parser.add_argument("--json", default=None, help="write the summary here")
+    args = parser.parse_args(argv)
+    stats = run_campaign(args.kernel, args.problems, device=args.device, max_total_keys=args.max_total_keys)
+    text = json.dumps(stats, indent=2, sort_keys=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    print(json.dumps({k: stats[k] for k in ("problems", "max_ratio", "seconds")}, sort_keys=True))
+    print(f"violations: {len(stats['violations'])}")
+    return 1 if stats["violations"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

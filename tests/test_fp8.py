@@ -1,0 +1,230 @@
+"""Bit-level e4m3fn / E8M0 / bf16 conversions: exhaustive over codes, boundary values, and
+cross-checks against torch and ml_dtypes where those libraries agree with each other."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernel.fp8 import (
+    decode_e4m3,
+    e4m3_values,
+    e8m0_values,
+    encode_e4m3,
+    encode_e8m0,
+    f32_exponent_field,
+    pow2_ceil_f32,
+    round_f32_to_bf16,
+)
+
+
+def _f32(*values: float) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def _formula(code: int) -> float:
+    sign = -1.0 if code & 0x80 else 1.0
+    exponent, mantissa = (code >> 3) & 0xF, code & 7
+    if exponent == 0xF and mantissa == 7:
+        return math.nan
+    if exponent == 0:
+        return sign * mantissa * 2.0**-9
+    return sign * (1 + mantissa / 8) * 2.0 ** (exponent - 7)
+
+
+def test_every_code_decodes_to_its_formula() -> None:
+    values = e4m3_values()
+    for code in range(256):
+        expected = _formula(code)
+        got = float(values[code])
+        assert (math.isnan(expected) and math.isnan(got)) or got == expected, code
+
+
+def test_every_finite_code_round_trips_in_both_modes() -> None:
+    codes = torch.tensor([c for c in range(256) if (c & 0x7F) != 0x7F], dtype=torch.uint8)
+    values = decode_e4m3(codes, torch.float32)
+    for saturate in (False, True):
+        again = encode_e4m3(values, saturate=saturate)
+        # +0 and -0 are distinct codes and round-trip as such
+        assert torch.equal(again, codes)
+
+
+@pytest.mark.parametrize(
+    ("value", "non_saturating", "saturating"),
+    [
+        (448.0, 0x7E, 0x7E),
+        (464.0, 0x7E, 0x7E),  # the midpoint to 480 ties to even (448's mantissa 110)
+        (464.00003, 0x7F, 0x7E),  # just above the midpoint overflows
+        (465.0, 0x7F, 0x7E),
+        (480.0, 0x7F, 0x7E),
+        (1e30, 0x7F, 0x7E),
+        (math.inf, 0x7F, 0x7E),
+        (-448.0, 0xFE, 0xFE),
+        (-465.0, 0xFF, 0xFE),
+        (-math.inf, 0xFF, 0xFE),
+        (2.0**-9, 0x01, 0x01),  # smallest subnormal
+        (2.0**-10, 0x00, 0x00),  # half of it ties to even: zero
+        (1.5 * 2.0**-10, 0x01, 0x01),
+        (3 * 2.0**-10, 0x02, 0x02),  # 1.5 * 2^-9 ties to even: 2 * 2^-9
+        (7.5 * 2.0**-9, 0x08, 0x08),  # rounds up into the smallest normal 2^-6
+        (2.0**-6, 0x08, 0x08),
+        (0.0, 0x00, 0x00),
+        (-0.0, 0x80, 0x80),
+        (1e-30, 0x00, 0x00),
+        (240.0, 0x77, 0x77),
+        (248.0, 0x78, 0x78),  # 248 ties between 240 and 256: to even (256)
+        (1.0625, 0x38, 0x38),  # ties to even: 1.0
+        (1.1875, 0x3A, 0x3A),  # ties to even: 1.25
+    ],
+)
+def test_boundary_values(value: float, non_saturating: int, saturating: int) -> None:
+    x = _f32(value)
+    assert int(encode_e4m3(x, saturate=False)[0]) == non_saturating
+    assert int(encode_e4m3(x, saturate=True)[0]) == saturating
+
+
+def test_nan_input_keeps_its_sign() -> None:
+    nan = torch.tensor([0x7FC00000, -0x00400000], dtype=torch.int32).view(torch.float32)
+    assert encode_e4m3(nan, saturate=True).tolist() == [0x7F, 0xFF]
+
+
+def test_every_midpoint_rounds_to_even_and_neighbours_to_nearest() -> None:
+    codes = torch.arange(0, 0x7E, dtype=torch.int64)  # positive finite codes below the max
+    low = e4m3_values()[codes]
+    high = e4m3_values()[codes + 1]
+    mid = ((low + high) / 2).to(torch.float32)
+    assert torch.equal(mid.double(), (low + high) / 2)  # midpoints are exact in f32
+    got = encode_e4m3(mid, saturate=False).to(torch.int64)
+    even = torch.where(codes % 2 == 0, codes, codes + 1)
+    assert torch.equal(got, even)
+    above = torch.nextafter(mid, torch.tensor(math.inf))
+    below = torch.nextafter(mid, torch.tensor(-math.inf))
+    assert torch.equal(encode_e4m3(above, saturate=False).to(torch.int64), codes + 1)
+    assert torch.equal(encode_e4m3(below, saturate=False).to(torch.int64), codes)
+
+
+def test_agrees_with_torch_on_finite_range() -> None:
+    """torch's cast changed only for overflow (NaN in 2.11, saturation in 2.13); within +-448 and
+    for the subnormal range all releases round to nearest even like we do."""
+    generator = torch.Generator().manual_seed(0)
+    bits = torch.randint(0, 2**31 - 1, (200_000,), generator=generator, dtype=torch.int64)
+    x = bits.to(torch.int32).view(torch.float32)
+    x = x[torch.isfinite(x) & (x.abs() <= 448)]
+    x = torch.cat((x, -x, torch.linspace(-448, 448, 100_001, dtype=torch.float32)))
+    expected = x.to(torch.float8_e4m3fn).view(torch.uint8)
+    assert torch.equal(encode_e4m3(x, saturate=False), expected)
+    assert torch.equal(encode_e4m3(x, saturate=True), expected)
+
+
+def test_agrees_with_ml_dtypes_everywhere() -> None:
+    """ml_dtypes is non-saturating (overflow -> NaN), like gfx950's default conversion."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import numpy as np
+
+    generator = torch.Generator().manual_seed(1)
+    bits = torch.randint(-(2**31), 2**31 - 1, (200_000,), generator=generator, dtype=torch.int64).to(torch.int32)
+    x = bits.view(torch.float32)
+    x = torch.cat((x, _f32(448, 464, 464.00003, 465, 480, 1e30, math.inf, -math.inf, 0.0, -0.0)))
+    ours = encode_e4m3(x, saturate=False).numpy()
+    theirs = x.numpy().astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    nan_ours = (ours & 0x7F) == 0x7F
+    nan_theirs = (theirs & 0x7F) == 0x7F
+    assert (nan_ours == nan_theirs).all()
+    assert (ours[~nan_ours] == theirs[~nan_theirs]).all()
+
+
+def test_decode_refuses_non_uint8() -> None:
+    with pytest.raises(TypeError, match="uint8"):
+        decode_e4m3(torch.zeros(3, dtype=torch.int8))
+
+
+def test_encode_refuses_non_f32() -> None:
+    with pytest.raises(TypeError, match="float32"):
+        encode_e4m3(torch.zeros(3, dtype=torch.float64), saturate=True)
+
+
+def test_e8m0_values() -> None:
+    got = e8m0_values(torch.tensor([0, 1, 126, 127, 128, 254, 255]))
+    assert got[:6].tolist() == [2.0**-127, 2.0**-126, 0.5, 1.0, 2.0, 2.0**127]
+    assert math.isnan(float(got[6]))
+    with pytest.raises(ValueError, match="0, 255"):
+        e8m0_values(torch.tensor([256]))
+
+
+@pytest.mark.parametrize(
+    ("value", "floor", "ceil", "nearest"),
+    [
+        (1.0, 127, 127, 127),
+        (1.25, 127, 128, 127),
+        (1.5, 127, 128, 128),  # ties go up
+        (1.75, 127, 128, 128),
+        (3.0, 128, 129, 129),
+        (2.0**-127, 0, 0, 0),
+        (2.0**-130, 0, 0, 0),  # below the range saturates to the smallest byte
+        (1.5 * 2.0**-127, 0, 1, 1),
+        (1.25 * 2.0**-127, 0, 1, 1),  # subnormal: the field's top mantissa bit rounds up
+        (2.0**127, 254, 254, 254),
+        (1.7e38, 253, 254, 254),
+        (3.0e38, 254, 255, 255),  # 2^128 is out of range -> NaN
+        (0.0, 255, 255, 255),
+        (-1.0, 255, 255, 255),
+        (math.inf, 255, 255, 255),
+        (math.nan, 255, 255, 255),
+    ],
+)
+def test_e8m0_rounding_modes(value: float, floor: int, ceil: int, nearest: int) -> None:
+    x = _f32(value)
+    assert int(encode_e8m0(x, rounding="floor")[0]) == floor
+    assert int(encode_e8m0(x, rounding="ceil")[0]) == ceil
+    assert int(encode_e8m0(x, rounding="nearest")[0]) == nearest
+
+
+def test_e8m0_nearest_agrees_with_torch_and_ml_dtypes_on_positive_values() -> None:
+    """Both libraries round E8M0 to nearest with ties up on positive values; they disagree on
+    0 and negatives (torch: byte 0 and the sign ignored; ml_dtypes: NaN), where we refuse."""
+    generator = torch.Generator().manual_seed(2)
+    bits = torch.randint(1, 0x7F000000, (100_000,), generator=generator, dtype=torch.int64).to(torch.int32)
+    x = bits.view(torch.float32)
+    ours = encode_e8m0(x, rounding="nearest")
+    torch_bytes = x.to(torch.float8_e8m0fnu).view(torch.uint8).to(torch.int64)
+    assert torch.equal(ours, torch_bytes)
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import numpy as np
+
+    ml_bytes = x.numpy().astype(ml_dtypes.float8_e8m0fnu).view(np.uint8).astype(np.int64)
+    assert (ours.numpy() == ml_bytes).all()
+
+
+def test_e8m0_library_disagreement_is_real() -> None:
+    """The fact that motivates doing E8M0 with integer code: torch and ml_dtypes differ on 0."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import numpy as np
+
+    zero = _f32(0.0)
+    torch_byte = int(zero.to(torch.float8_e8m0fnu).view(torch.uint8)[0])
+    ml_byte = int(zero.numpy().astype(ml_dtypes.float8_e8m0fnu).view(np.uint8)[0])
+    assert torch_byte != ml_byte
+    assert int(encode_e8m0(zero, rounding="nearest")[0]) == 255
+
+
+def test_exponent_field() -> None:
+    assert f32_exponent_field(_f32(1.0, -2.0, 0.0, 3.0 * 2.0**-140, math.inf)).tolist() == [127, 128, 0, 0, 255]
+
+
+def test_bf16_rounding_matches_torch_bit_for_bit() -> None:
+    generator = torch.Generator().manual_seed(3)
+    bits = torch.randint(-(2**31), 2**31 - 1, (300_000,), generator=generator, dtype=torch.int64).to(torch.int32)
+    x = bits.view(torch.float32)
+    ours = round_f32_to_bf16(x)
+    theirs = x.to(torch.bfloat16)
+    finite = torch.isfinite(theirs.float())
+    assert torch.equal(ours.view(torch.int16)[finite], theirs.view(torch.int16)[finite])
+    assert torch.equal(torch.isnan(ours.float()), torch.isnan(theirs.float()))
+
+
+def test_pow2_ceil() -> None:
+    assert pow2_ceil_f32(_f32(1.0, 1.5, 3.0, 2.0**-20 * 1.001)).tolist() == [1.0, 2.0, 4.0, 2.0**-19]
+    with pytest.raises(ValueError, match="positive normal"):
+        pow2_ceil_f32(_f32(0.0))

@@ -8,28 +8,36 @@ configuration; the host wrapper (kernel/flydsl_host.py) calls it with raw device
 Algorithm (one 4-wave workgroup of 256 threads per query row, rows issued in reverse order so
 the long causal tail starts first; 128-token tiles over indices[indptr[q] : indptr[q + 1]]):
 
-    tile_count      nt = ceil(len / 128); with has_invalid, a scan of the row finds the last
-                    entry >= 0 and nt = ceil(last_valid / 128).
-    load_slots      index reads through a buffer descriptor sized to the index buffer (a tail
-                    tile never reads past its end); a position is masked when it is >= len or
-                    its entry is < 0. A masked position's loads read the host's zero record
-                    (656 zero bytes) instead of a cache row, so its K, V, rope and scale are 0.
+    tile_count      nt = ceil(len / 128); with has_invalid, a scan of the row (split over the
+                    4 waves) finds the last entry >= 0 and nt = ceil(last_valid / 128).
+    load_slots      index reads through a buffer descriptor based at the row start (clamped
+                    into the index buffer) and sized to the rest of it (a tail tile never reads
+                    past its end); a position is masked when it is >= len or its entry is < 0
+                    (with or without has_invalid). A masked position's loads read the host's
+                    zero record (656 zero bytes) instead of a cache row: K, V, rope, scale 0.
     quantize_q      Q per (head, 128-dim block): E8M0 byte s = max(exp_field(amax) - 7, 5),
                     hi = e4m3(RNE(q * 2^(127-s))), lo = e4m3(RNE((q * 2^(127-s) - hi) * 32))
                     with E8M0 s - 5 (always >= 0).
-    qk_scores       v_mfma_scale_f32_16x16x128_f8f6f4: A = 16 tokens x one 128-dim record block
-                    (raw e4m3 codes from LDS, E8M0 = the record scale's exponent field), B = Q hi
-                    then Q lo of that block; then the rope part as two bf16 16x16x32 MFMAs.
-    online_softmax  x = s * c_log2 (masked: -inf); tile max per head over the 4 waves through
-                    LDS; m_new = max(m, tile max); alpha = exp2(m - m_new);
-                    P = exp2((x - m_new) + 8); l = l * alpha + sum(P); o *= alpha.
+    qk_scores       v_mfma_scale_f32_16x16x128_f8f6f4: MFMA j (0..3) covers dims 32j..32j+31 of
+                    every record block (E8M0 scale group kb = record block kb): A = 16 tokens'
+                    raw e4m3 codes from LDS with the record scale's exponent field as E8M0,
+                    B = Q hi, then the same with Q lo; then the rope part as two bf16 16x16x32
+                    MFMAs, all into one f32 accumulator.
+    online_softmax  x = s * c_log2 (masked: -1e30); tile max per head over the 4 waves through
+                    LDS; m_new = max(m, tile max) (m starts at -1e30); alpha = exp2(m - m_new);
+                    P = exp2(x - max(m_new - 8, -1e20)); l = l * alpha + sum(P); o *= alpha.
     scale_p         P' = fp16(P * scale_v), scale_v = the record's f32 scale of the wave's
                     128-dim block with its bits clamped to [1, bits(2^7)] (smallest positive
                     float .. 2^7; a zero-scale record attends like a zero latent).
     pv_accumulate   V raw e4m3 in LDS read transposed (ds_read_b64_tr_b8), exact e4m3 -> f16
-                    (v_cvt_scalef32_pk_f16_fp8, scale 1), v_mfma_f32_16x16x32_f16 into f32.
-    finalize        l summed over lanes and waves; out = bf16(o * (1 / l)) (0 for an empty
-                    row); lse = ln(2) * (m - 8 + log2(l)) (-inf for an empty row), when asked.
+                    (v_cvt_scalef32_pk_f16_fp8, scale 1), v_mfma_f32_16x16x32_f16 into f32;
+                    K-chunk kc = 2hf + sub holds the tile keys with bit 6 = hf, bit 2 = sub.
+    finalize        l summed (g0 + g1) + (g2 + g3) over lane groups, then ((w0 + w1) + w2) + w3
+                    over waves; out = bf16(o * (1 / l)) (0 for an empty row);
+                    lse = ((m + log2 l) - 8) * ln 2 (-inf for an empty row), when asked.
+
+These are the groupings and formulas kernel/emulated.py documents, so the two are meant to
+differ only by what the emulator cannot know (MFMA internal rounding, v_exp/v_log ulps).
 
 Work split: wave w computes the scores of tokens [32w, 32w + 32) of the tile for every head,
 and in PV owns output dims [128w, 128w + 128), which is exactly record scale block w. The
@@ -38,7 +46,7 @@ exceed 4 GiB): wave w fills block w (and block w's scale words, global_load_lds_
 128 tokens, the next tile's copy issued as soon as its own PV reads of block w are done.
 
 Deliberate differences from the seed kernel: (1) a masked position contributes exactly zero
-whatever the cache holds (its loads read the zero record, and its score is -inf before the
+whatever the cache holds (its loads read the zero record, and its score is -1e30 before the
 max); (2) the Q hi E8M0 is clamped at 5 so the lo E8M0 never leaves the E8M0 range.
 
 Hardware facts this code relies on (from LLVM/AMD documentation; never executed here):
@@ -642,7 +650,7 @@ class _Ctx:
             self.lds = self.lds.i32()
 
 
-def load_slots_setup(c: _Ctx) -> None:
+def load_slots(c: _Ctx) -> None:
     """load_slots (part 1): this row's CSR slice and its bounded index buffer descriptor.
 
     The descriptor's base is the row start clamped into the buffer and its size is the rest of
@@ -1033,7 +1041,7 @@ def finalize(c: _Ctx, m: V, l_lane: V, o: list[ir.Value]) -> None:
 def emit_kernel(heads: int, has_invalid: bool, return_lse: bool, args: dict[str, V]) -> None:
     """The whole kernel body, traced inside the @flyc.kernel function."""
     c = _Ctx(heads, has_invalid, return_lse, args)
-    load_slots_setup(c)
+    load_slots(c)
     nt = tile_count(c)
     quantize_q(c)
 

@@ -132,6 +132,15 @@ LN2 = math.log(2.0)
 LOG2E = 1.0 / math.log(2.0)
 
 
+def source_tag() -> str:
+    """Hash of this file: part of every launcher's JIT cache key (a closure value), so flydsl's
+    on-disk cache never serves a kernel built from an older version of this code."""
+    import hashlib
+
+    with open(__file__, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()[:16]
+
+
 def kernel_name(heads: int, has_invalid: bool, return_lse: bool) -> str:
     """Symbol name of one configuration's kernel (also the ISA dump directory name)."""
     return f"sparse_mla_fp8ds_gfx950_h{heads}_i{int(has_invalid)}_l{int(return_lse)}"
@@ -1038,8 +1047,9 @@ def finalize(c: _Ctx, m: V, l_lane: V, o: list[ir.Value]) -> None:
         if_then(first, lambda: global_store(lse.v, addr, 4))
 
 
-def emit_kernel(heads: int, has_invalid: bool, return_lse: bool, args: dict[str, V]) -> None:
-    """The whole kernel body, traced inside the @flyc.kernel function."""
+def emit_kernel(heads: int, has_invalid: bool, return_lse: bool, source: str, args: dict[str, V]) -> None:
+    """The whole kernel body, traced inside the @flyc.kernel function (`source` only keys the
+    JIT cache)."""
     c = _Ctx(heads, has_invalid, return_lse, args)
     load_slots(c)
     nt = tile_count(c)
@@ -1098,6 +1108,7 @@ def build_launcher(heads: int, has_invalid: bool, return_lse: bool) -> Callable:
     _require_flydsl()
     name = kernel_name(heads, has_invalid, return_lse)
     H, HI, RL = int(heads), bool(has_invalid), bool(return_lse)
+    SRC = source_tag()  # closure value: keys flydsl's cache on this file's contents
 
     @flyc.kernel(name=name, known_block_size=[THREADS, 1, 1])
     def sparse_mla_fp8ds_gfx950(
@@ -1120,6 +1131,7 @@ def build_launcher(heads: int, has_invalid: bool, return_lse: bool) -> Callable:
             H,
             HI,
             RL,
+            SRC,
             {
                 "q": V(as_ir_value(q)),
                 "kv": V(as_ir_value(kv)),

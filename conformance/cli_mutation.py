@@ -1,0 +1,141 @@
+"""`python -m conformance mutation-score`: the suite's strength, measured on the mutant catalogue.
+
+Runs the conformance suite (pytest in a subprocess, `-x`) against every broken kernel of
+`conformance.mutants.CATALOGUE` and once against the unbroken `emulated` kernel, which must
+pass. Reports, per mutant: killed or survived, the test that killed it, the examples run until
+the first failure and the seconds to it. See conformance.mutation for the details and
+docs/mutation-score.md for measured numbers.
+
+Output: one progress line per finished run on stderr; the table and summary on stdout;
+--json / --markdown write the same report to files.
+
+Exit codes: 0 every selected mutant killed and the baseline passed, 1 otherwise, 2 usage error
+(unknown mutant name, bad option), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from collections.abc import Sequence
+from typing import Any
+
+from conformance import mutation
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    """Add the `mutation-score` subcommand to an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "mutation-score",
+        help="run the suite against every catalogued broken kernel and report which it kills",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--profile", default="ci", help="Hypothesis profile of the suite runs (default: ci)")
+    p.add_argument("--only", metavar="NAME,...", help="only these mutants (comma-separated catalogue names)")
+    p.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N", help="suite runs in parallel (default: number of CPUs)")
+    p.add_argument("--json", metavar="PATH", help="write the report as JSON here")
+    p.add_argument("--markdown", metavar="PATH", help="write the report as a Markdown table here")
+    p.add_argument("--timeout", type=_positive_float, default=mutation.DEFAULT_TIMEOUT_S, metavar="S",
+                   help=f"wall-clock seconds per suite run; past it a mutant is 'survived (timeout)' (default {mutation.DEFAULT_TIMEOUT_S:.0f})")
+    p.add_argument("--device", default=None, help="--device of the suite runs (cpu or cuda; default: the suite's choice)")
+    p.add_argument("--no-baseline", action="store_true", help="skip the run of the unbroken emulated kernel")
+    p.add_argument("--shrink", action="store_true", help="keep Hypothesis's shrink phase (off by default: it only minimises a failure already found)")
+    p.add_argument("--keep", metavar="DIR", help="keep each run's folder (state, events, pytest log) under DIR")
+    p.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for every suite run, after the runner's own (repeatable; e.g. --pytest-arg=--ignore=conformance/test_corpus.py)")
+    p.add_argument("--list", action="store_true", help="list the catalogue and exit")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of `mutation-score`; returns the exit code."""
+    specs = mutation.catalogue_specs()
+    if args.list:
+        for name, spec in specs.items():
+            print(f"{name}\t{spec}")
+        return EXIT_OK
+    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    try:
+        runs = mutation.select_runs(only, baseline=not args.no_baseline, specs=specs)
+    except KeyError as err:
+        print(f"mutation-score: {err.args[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    if not runs:
+        print("mutation-score: nothing to run", file=sys.stderr)
+        return EXIT_USAGE
+    command_line = "python -m conformance mutation-score " + shlex.join(_rebuild(args))
+    print(f"mutation-score: {len(runs)} suite runs ({sum(r.role == 'mutant' for r in runs)} mutants"
+          f"{', emulated baseline' if not args.no_baseline else ''}), profile {args.profile}, {args.jobs} at a time", file=sys.stderr, flush=True)
+    score = mutation.run_mutation_score(
+        runs, profile=args.profile, jobs=args.jobs, timeout_s=args.timeout, device=args.device, shrink=args.shrink,
+        progress=sys.stderr, extra=args.pytest_arg, keep=Path(args.keep) if args.keep else None, command_line=command_line.strip(),
+    )
+    sys.stdout.write(mutation.format_table(score))
+    if args.json:
+        Path(args.json).write_text(json.dumps(score.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if args.markdown:
+        Path(args.markdown).write_text(mutation.format_markdown(score), encoding="utf-8")
+    return score.exit_code
+
+
+def _rebuild(args: argparse.Namespace) -> list[str]:
+    """The options that change the measurement, as a command line that reproduces it."""
+    out = ["--profile", args.profile, "--jobs", str(args.jobs), "--timeout", f"{args.timeout:g}"]
+    if args.only:
+        out += ["--only", args.only]
+    if args.device:
+        out += ["--device", args.device]
+    if args.no_baseline:
+        out.append("--no-baseline")
+    if args.shrink:
+        out.append("--shrink")
+    out += [f"--pytest-arg={a}" for a in args.pytest_arg]
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m conformance.cli_mutation [options]`: the subcommand without the dispatcher
+    (same options and exit codes as `python -m conformance mutation-score`)."""
+    parser = argparse.ArgumentParser(prog="python -m conformance.cli_mutation")
+    subparsers = parser.add_subparsers(dest="command")
+    register(subparsers)
+    try:
+        args = parser.parse_args(["mutation-score", *(sys.argv[1:] if argv is None else argv)])
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,7 +13,7 @@ from hypothesis import target as hypothesis_target
 
 from conformance.harness import Verdict, compare, record, run_kernel
 from conformance.plugin import SuiteTarget, remember
-from oracle.bound import MODES, evaluate
+from oracle.bound import MODES, evaluate_modes
 from oracle.preconditions import check_call, has_violation
 from strategies.materialize import Problem, materialize
 from strategies.recipe import Recipe
@@ -58,11 +58,12 @@ def differential(suite: SuiteTarget, recipe: Recipe, property_name: str = "diffe
     require_support(suite, problem)
     out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name)
     verdicts = []
+    evaluations = evaluate_modes(
+        problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
+        profile=suite.profile, modes=MODES, has_invalid=problem.has_invalid,
+    )
     for mode in MODES[::-1]:
-        evaluation = evaluate(
-            problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
-            profile=suite.profile, mode=mode, has_invalid=problem.has_invalid,
-        )
+        evaluation = evaluations[mode]
         verdict = compare(problem, out, lse, evaluation)
         verdicts.append(verdict)
         if use_target:

@@ -27,7 +27,7 @@ from hypothesis import target as hypothesis_target
 
 from conformance.harness import compare
 from kernel.registry import resolve
-from oracle.bound import MODES, evaluate
+from oracle.bound import MODES, evaluate_modes
 from oracle.profiles import get_profile
 from oracle.rows import row_bounds
 from strategies.hyp import recipes
@@ -104,8 +104,9 @@ def run_campaign(kernel_name: str, problems: int, *, device: str = "cpu", max_to
         problem, owners = combine([materialize(recipe, device) for recipe in batch])
         out, lse = problem.call(backend)
         stats["problems"] += len(batch)
+        evaluations = evaluate_modes(problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale, profile=profile, has_invalid=problem.has_invalid)
         for mode in MODES:
-            ev = evaluate(problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale, profile=profile, mode=mode, has_invalid=problem.has_invalid)
+            ev = evaluations[mode]
             verdict = compare(problem, out, lse, ev)
             for name, value in (("out", verdict.out_ratio), ("lse", verdict.lse_ratio)):
                 key = f"{name}/{mode}"

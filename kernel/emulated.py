@@ -168,11 +168,25 @@ def _e8m0_factor(byte: torch.Tensor) -> torch.Tensor:
     return torch.where(byte == 255, torch.full_like(value, float("nan")), value)
 
 
+_TILE_VALUES: list[tuple[torch.Tensor, int, torch.Tensor]] = []
+
+
+def tile_code_values(records: torch.Tensor) -> torch.Tensor:
+    """f64 values [R, 128, 512] of the tile's e4m3 latent codes (exact; NaN for NaN codes).
+
+    QK and PV read the same LDS tile; the decoded tile is kept for the next call with the same
+    records object, unmodified (its version counter unchanged)."""
+    if _TILE_VALUES and _TILE_VALUES[0][0] is records and _TILE_VALUES[0][1] == records._version:
+        return _TILE_VALUES[0][2]
+    values = e4m3_table(records.device, torch.float64)[records[..., :SCALE_OFFSET].to(torch.int64)]
+    _TILE_VALUES[:] = [(records, records._version, values)]
+    return values
+
+
 def qk_scores(qq: QuantizedQ, rows: torch.Tensor, records: torch.Tensor) -> torch.Tensor:
     """f32 scores s [R, H, 128] of the tile's keys for query rows `rows` (unmasked; see online_softmax)."""
     r = records.shape[0]
-    table = e4m3_table(records.device, torch.float64)
-    k_codes = table[records[..., :SCALE_OFFSET].to(torch.int64)]  # [R, 128, 512]
+    k_codes = tile_code_values(records)  # [R, 128, 512]
     k_scale_bits = records[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)  # [R, 128, 4]
     k_e8m0 = f32_exponent_field(k_scale_bits)
     k_rope = records[..., ROPE_OFFSET:].contiguous().view(torch.bfloat16).to(torch.float64)  # [R, 128, 64]
@@ -181,13 +195,13 @@ def qk_scores(qq: QuantizedQ, rows: torch.Tensor, records: torch.Tensor) -> torc
     heads = qq.hi.shape[1]
     acc = torch.zeros(r, heads, TILE, dtype=torch.float32, device=records.device)
     k_factor = _e8m0_factor(k_e8m0).permute(0, 2, 1).unsqueeze(2).unsqueeze(2)  # [R, b, 1, 1, keys]
-    terms = []
-    for part, e8m0 in ((qq.hi[rows], qq.hi_e8m0[rows]), (qq.lo[rows], qq.lo_e8m0[rows])):
-        q_view = part.reshape(r, heads, 4, 4, 32).permute(0, 2, 3, 1, 4)  # [R, b, j, H, 32]
-        dots = torch.matmul(q_view, k_view)  # [R, b, j, H, keys]
-        q_factor = _e8m0_factor(e8m0).permute(0, 2, 1).unsqueeze(2).unsqueeze(-1)  # [R, b, 1, H, 1]
-        terms.append((dots * q_factor * k_factor).sum(dim=1))  # [R, j, H, keys]
-    hi_terms, lo_terms = terms
+    # hi and lo of every head in one batched product: [R, b, j, 2H, 32] x [R, b, j, 32, keys]
+    q_view = torch.cat((qq.hi[rows], qq.lo[rows]), dim=1).reshape(r, 2 * heads, 4, 4, 32).permute(0, 2, 3, 1, 4)
+    dots = torch.matmul(q_view, k_view)  # [R, b, j, 2H, keys]
+    e8m0 = torch.cat((qq.hi_e8m0[rows], qq.lo_e8m0[rows]), dim=1)  # [R, 2H, 4]
+    q_factor = _e8m0_factor(e8m0).permute(0, 2, 1).unsqueeze(2).unsqueeze(-1)  # [R, b, 1, 2H, 1]
+    scaled = (dots * q_factor * k_factor).sum(dim=1)  # [R, j, 2H, keys]
+    hi_terms, lo_terms = scaled[:, :, :heads], scaled[:, :, heads:]
     for j in range(4):
         acc = f32(acc.to(torch.float64) + hi_terms[:, j])
         acc = f32(acc.to(torch.float64) + lo_terms[:, j])
@@ -249,8 +263,7 @@ def pv_accumulate(o: torch.Tensor, alpha: torch.Tensor, p_scaled: torch.Tensor, 
 
     V codes of masked keys are zeroed, so a NaN row they fall back to cannot reach o."""
     r, heads, _, _ = p_scaled.shape
-    codes = torch.where(masked.unsqueeze(-1), torch.zeros_like(records[..., :SCALE_OFFSET]), records[..., :SCALE_OFFSET])
-    v = e4m3_table(records.device, torch.float64)[codes.to(torch.int64)]  # [R, 128, 512] exact f16 values
+    v = torch.where(masked.unsqueeze(-1), 0.0, tile_code_values(records))  # [R, 128, 512] exact f16 values
     # key = 64 hf + 32 a + 16 b + 8 c + 4 sub + t  ->  [hf, sub] x 32 keys
     v_groups = v.reshape(r, 2, 2, 2, 2, 2, 4, 4, 128).permute(0, 1, 5, 7, 2, 3, 4, 6, 8).reshape(r, 4, 4, 32, 128)
     p_groups = (
@@ -351,6 +364,7 @@ def run_emulated(
         result[rows] = chunk_out
         if lse is not None:
             lse[rows] = chunk_lse
+    _TILE_VALUES.clear()
     return result, lse
 
 

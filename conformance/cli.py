@@ -23,8 +23,8 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     # "conformance.cli_fuzz",
     # "conformance.cli_corpus",
     # "conformance.cli_report",
-    # "conformance.cli_bench",
-    # "conformance.cli_mutation_score",
+    "conformance.cli_bench",
+    "conformance.cli_mutation",
 )
 
 

@@ -1,0 +1,446 @@
+"""The mutation score (conformance.mutation, `python -m conformance mutation-score`).
+
+- `test_every_mutant_killed_and_emulated_passes` is the real measurement: the conformance
+  suite under the `ci` Hypothesis profile kills every catalogued mutant and passes the unbroken
+  emulated kernel. It runs the whole score with --jobs 2 (a few minutes on a 2-core CPU) on an
+  xdist worker of its own group, prints the table (shown with `-rP`, and on failure), records
+  it as a junit property and writes it to `<CONFORMANCE_DIR or .conformance>/mutation-score/`.
+- The other tests check the runner's parsing and aggregation against a fake pytest (a small
+  script writing the same files the real suite and plugin write): example counting, verdicts,
+  timeouts, exit codes, parallel runs, ordering of the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from conformance import cli_mutation, mutation
+from conformance.mutation import Examples, PytestEvents, RunSpec, count_examples, judge, read_events
+
+REPO = Path(__file__).resolve().parents[1]
+
+# ---------------------------------------------------------------------------------------------
+# A fake `python -m pytest`: behaviour chosen by the --kernel value's part after ":".
+
+FAKE_PYTEST = textwrap.dedent(
+    r'''
+    import json, os, sys, time
+    args = sys.argv[1:]
+    kernel = args[args.index("--kernel") + 1]
+    mode = kernel.split(":")[-1]
+    run_dir = os.path.join(os.environ["CONFORMANCE_DIR"], "runs", os.environ["CONFORMANCE_RUN_ID"])
+    os.makedirs(run_dir, exist_ok=True)
+    report = os.environ["CONFORMANCE_MUTATION_REPORT"]
+    leaked = sorted(k for k in os.environ if k.startswith("PYTEST_XDIST_") or k == "PYTEST_ADDOPTS")
+
+    def event(**e):
+        with open(report, "a") as f:
+            f.write(json.dumps(e) + "\n")
+
+    def example(prop, seed, outcome="pass", modes=(None,)):
+        with open(os.path.join(run_dir, "examples-main.jsonl"), "a") as f:
+            for mode in modes:
+                line = {"property": prop, "kernel": kernel, "outcome": outcome, "recipe": {"seed": seed}, "time": time.time()}
+                if mode:
+                    line["mode"] = mode
+                f.write(json.dumps(line) + "\n")
+        time.sleep(0.01)
+
+    def test(nodeid, outcome="passed", message="", when="call"):
+        event(event="report", nodeid=nodeid, when=when, outcome=outcome, time=time.time(), duration=0.01, message=message)
+
+    event(event="start", time=time.time(), hypothesis_profile="ci-no-shrink", max_examples=25)
+    print("argv " + json.dumps(args))
+    print("leaked " + json.dumps(leaked))
+    if mode in ("pass", "survive"):
+        example("corpus:a", 1, modes=("float64", "exact-steps"))
+        test("conformance/test_corpus.py::test_corpus_entry[a]")
+        example("differential", 2, modes=("float64", "exact-steps"))
+        example("metamorphic_repeat", 3)
+        test("conformance/test_differential.py::test_differential")
+        event(event="finish", time=time.time(), exitstatus=0, collected=2)
+        print("2 passed")
+        sys.exit(0)
+    if mode == "kill3":  # third example fails, in its second mode line
+        example("corpus:a", 1, modes=("float64", "exact-steps"))
+        test("conformance/test_corpus.py::test_corpus_entry[a]")
+        example("differential", 2, modes=("float64", "exact-steps"))
+        with open(os.path.join(run_dir, "examples-main.jsonl"), "a") as f:
+            for mode_name, outcome in (("float64", "pass"), ("exact-steps", "fail")):
+                f.write(json.dumps({"property": "differential", "outcome": outcome, "recipe": {"seed": 9}, "mode": mode_name, "time": time.time()}) + "\n")
+        time.sleep(0.05)
+        example("differential", 9, outcome="fail", modes=("float64", "exact-steps"))  # Hypothesis's final replay
+        test("conformance/test_differential.py::test_differential", "failed", "AssertionError: kernel output outside the a-priori bound:")
+        event(event="finish", time=time.time(), exitstatus=1, collected=5)
+        print("FAILED conformance/test_differential.py::test_differential - AssertionError: kernel output outside")
+        sys.exit(1)
+    if mode == "unrecorded":  # killed by a test that records no example (host validation)
+        example("corpus:a", 1, modes=("float64", "exact-steps"))
+        example("corpus:b", 2, modes=("float64", "exact-steps"))
+        test("conformance/test_host_validation.py::test_bad_input_gets_clear_error[q_2d]", "failed", "AssertionError: q_2d: the error does not name 'q'")
+        time.sleep(0.05)
+        example("late", 3)  # after the failure: not counted
+        sys.exit(1)
+    if mode == "stdout-only":  # no plugin report: the short summary is the fallback
+        os.remove(report)
+        print("FAILED conformance/test_x.py::test_y[1] - AssertionError: boom")
+        sys.exit(1)
+    if mode == "setup-error":
+        test("conformance/test_corpus.py::test_corpus_entry[a]", "failed", "RuntimeError: fixture broke", when="setup")
+        event(event="finish", time=time.time(), exitstatus=1, collected=1)
+        sys.exit(1)
+    if mode == "allskip":
+        test("conformance/test_corpus.py::test_corpus_entry[a]", "skipped", "kernel 'x' unavailable: declares no numerics profile", when="setup")
+        event(event="finish", time=time.time(), exitstatus=0, collected=1)
+        sys.exit(0)
+    if mode == "collect-error":
+        event(event="collect_error", nodeid="conformance/test_corpus.py", time=time.time(), message="ImportError: no module")
+        event(event="finish", time=time.time(), exitstatus=2, collected=0)
+        sys.exit(2)
+    if mode == "crash":
+        print("Fatal Python error: Segmentation fault")
+        sys.exit(-11 % 256)
+    if mode == "hang":
+        example("differential", 1, outcome="fail")
+        time.sleep(120)
+        sys.exit(0)
+    sys.exit(4)
+    '''
+)
+
+
+@pytest.fixture
+def fake_pytest(tmp_path: Path) -> list[str]:
+    """The launcher of the fake pytest (replaces `python -m pytest`)."""
+    script = tmp_path / "fake_pytest.py"
+    script.write_text(FAKE_PYTEST, encoding="utf-8")
+    return [sys.executable, str(script)]
+
+
+def _run(fake: list[str], tmp_path: Path, mode: str, role: str = "mutant", timeout_s: float = 60.0) -> mutation.RunResult:
+    run = RunSpec(mode, f"fake:{mode}", role)  # type: ignore[arg-type]
+    return mutation.run_one(run, work_dir=tmp_path / "work" / mode, profile="ci", timeout_s=timeout_s, command=fake)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing.
+
+
+def _write_lines(path: Path, lines: list[dict[str, Any] | str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines), encoding="utf-8")
+
+
+def test_count_examples_merges_modes_and_stops_at_first_failure(tmp_path: Path) -> None:
+    line = lambda prop, seed, t, outcome="pass", mode=None: {  # noqa: E731
+        "property": prop, "recipe": {"seed": seed}, "time": t, "outcome": outcome, **({"mode": mode} if mode else {})
+    }
+    _write_lines(tmp_path / "examples-gw0.jsonl", [
+        line("differential", 1, 10.0, mode="float64"), line("differential", 1, 10.1, mode="exact-steps"),  # one example
+        line("differential", 1, 10.2, mode="float64"),  # same recipe again (a replay): a new example
+        line("metamorphic_repeat", 2, 11.0),
+        line("differential", 3, 12.0, mode="float64"), line("differential", 3, 12.1, "fail", mode="exact-steps"),
+        "not json", "[1, 2]",
+        line("differential", 3, 13.0, "fail", mode="float64"),
+    ])
+    _write_lines(tmp_path / "examples-gw1.jsonl", [line("preconditions", 4, 10.5, "observed")])
+    ex = count_examples(tmp_path)
+    assert ex.records == 8 and ex.bad_lines == 2
+    assert ex.total == 6
+    assert ex.until_failure == 5  # diff 1, diff 1 replay, preconditions (10.5, other worker), repeat, diff 3
+    assert ex.first_failure_time == 12.0 and ex.first_failure_property == "differential"
+    assert ex.count_until(11.0) == 4
+
+
+def test_count_examples_of_a_missing_run_is_empty(tmp_path: Path) -> None:
+    ex = count_examples(tmp_path / "absent")
+    assert (ex.total, ex.records, ex.until_failure, ex.first_failure_time) == (0, 0, 0, None)
+
+
+def test_read_events_and_summary_fallback(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    _write_lines(path, [
+        {"event": "start", "time": 1.0, "hypothesis_profile": "ci-no-shrink"},
+        {"event": "report", "nodeid": "a::t1", "when": "call", "outcome": "passed", "time": 2.0},
+        {"event": "report", "nodeid": "a::t2", "when": "setup", "outcome": "skipped", "time": 2.5, "message": "why"},
+        {"event": "report", "nodeid": "a::t3", "when": "call", "outcome": "failed", "time": 3.0, "message": "boom"},
+        {"event": "report", "nodeid": "a::t3", "when": "teardown", "outcome": "failed", "time": 3.1, "message": "later"},
+        '{"event": "report", "trunc',
+        {"event": "finish", "time": 4.0, "exitstatus": 1},
+    ])
+    ev = read_events(path)
+    assert (ev.passed, ev.failed, ev.skipped, ev.exitstatus, ev.hypothesis_profile) == (1, 1, 1, 1, "ci-no-shrink")
+    assert ev.first_failure == {"nodeid": "a::t3", "when": "call", "time": 3.0, "message": "boom"}
+    assert ev.first_skip == "a::t2: why"
+    assert read_events(tmp_path / "none.jsonl") == PytestEvents()
+    summary = "x\nFAILED conformance/t.py::test_a[p-1] - AssertionError: a - b\nERROR conformance/t.py::test_b\n"
+    assert mutation.summary_failures(summary) == [("conformance/t.py::test_a[p-1]", "AssertionError: a - b"), ("conformance/t.py::test_b", "")]
+
+
+def _judge(role: str = "mutant", returncode: int | None = 1, timed_out: bool = False, events: PytestEvents | None = None,
+           examples: Examples | None = None, stdout: str = "") -> mutation.RunResult:
+    return judge(name="m", spec="x:m", role=role, returncode=returncode, timed_out=timed_out, wall_s=9.0, started=100.0,  # type: ignore[arg-type]
+                 events=events or PytestEvents(), examples=examples or Examples(), stdout=stdout)
+
+
+def test_judge_verdicts() -> None:
+    failed = PytestEvents(first_failure={"nodeid": "a::t", "when": "call", "time": 105.0, "message": "boom"}, passed=3, failed=1)
+    ex = Examples(total=7, records=9, until_failure=4, first_failure_time=103.0, times=[101.0, 102.0, 102.5, 103.0, 104, 104.5, 106])
+    r = _judge(events=failed, examples=ex)
+    assert (r.status, r.ok, r.test, r.examples, r.first_failure_s, r.first_failure_from, r.tests) == ("killed", True, "a::t", 4, 3.0, "examples", 4)
+    # the failure left no "fail" example: count the examples recorded before the failing test ended
+    r = _judge(events=failed, examples=Examples(total=7, until_failure=7, times=ex.times))
+    assert (r.status, r.examples, r.first_failure_s, r.first_failure_from) == ("killed", 6, 5.0, "pytest")
+    # a "fail" example recorded after an earlier unrecorded failure does not count as the first one
+    r = _judge(events=failed, examples=Examples(total=7, until_failure=7, first_failure_time=106.0, times=ex.times))
+    assert (r.examples, r.first_failure_s) == (6, 5.0)
+    assert _judge(role="baseline", events=failed).status == "false_alarm"
+    assert _judge(role="baseline", returncode=0, events=PytestEvents(passed=5), examples=Examples(total=30)).status == "passed"
+    survived = _judge(returncode=0, events=PytestEvents(passed=5), examples=Examples(total=30, until_failure=30))
+    assert (survived.status, survived.ok, survived.examples, survived.first_failure_s) == ("survived", False, 30, None)
+    skipped = _judge(returncode=0, events=PytestEvents(skipped=3, first_skip="a::t: no profile"))
+    assert skipped.status == "error" and "every test was skipped" in skipped.message and "no profile" in skipped.message
+    setup = _judge(events=PytestEvents(first_failure={"nodeid": "a::t", "when": "setup", "time": 101.0, "message": "E"}))
+    assert setup.status == "error" and setup.message.startswith("error in setup of a::t")
+    assert _judge(events=PytestEvents(collect_errors=["x.py: ImportError"])).status == "error"
+    crash = _judge(returncode=245, stdout="Fatal Python error: Segmentation fault\n")
+    assert crash.status == "error" and "245" in crash.message and "Segmentation" in crash.message
+    timeout = _judge(returncode=None, timed_out=True, events=failed, examples=ex)
+    assert (timeout.status, timeout.label, timeout.ok) == ("timeout", "survived (timeout)", False)
+    assert "3.0 s" in timeout.message  # the failing example seen before the timeout is reported
+
+
+# ---------------------------------------------------------------------------------------------
+# One run through a (fake) subprocess.
+
+
+def test_run_one_killed_counts_examples_until_the_failure(fake_pytest: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw7")  # as under `pytest -n auto`: must not leak
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-n 2")
+    r = _run(fake_pytest, tmp_path, "kill3")
+    assert r.status == "killed" and r.test == "conformance/test_differential.py::test_differential"
+    assert r.examples == 3 and r.records == 8 and r.first_failure_from == "examples"
+    assert r.first_failure_s is not None and 0 <= r.first_failure_s <= r.wall_s + 1
+    assert r.hypothesis_profile == "ci-no-shrink" and r.message.startswith("AssertionError")
+    log = Path(r.log).read_text()
+    assert 'leaked []' in log
+    argv = json.loads(next(line for line in log.splitlines() if line.startswith("argv "))[5:])
+    for required in ("-x", "--no-capture-corpus", "-p", "no:cacheprovider", "conformance.mutation"):
+        assert required in argv
+    assert argv[argv.index("--hypothesis-profile") + 1] == "ci" and argv[argv.index("--kernel") + 1] == "fake:kill3"
+
+
+@pytest.mark.parametrize(
+    ("mode", "role", "status", "examples"),
+    [
+        ("survive", "mutant", "survived", 3),
+        ("pass", "baseline", "passed", 3),
+        ("unrecorded", "mutant", "killed", 2),
+        ("stdout-only", "mutant", "killed", 0),
+        ("setup-error", "mutant", "error", 0),
+        ("allskip", "mutant", "error", 0),
+        ("collect-error", "mutant", "error", 0),
+        ("crash", "mutant", "error", 0),
+    ],
+)
+def test_run_one_verdicts(fake_pytest: list[str], tmp_path: Path, mode: str, role: str, status: str, examples: int) -> None:
+    r = _run(fake_pytest, tmp_path, mode, role)
+    assert (r.status, r.examples) == (status, examples), r
+    if mode == "stdout-only":
+        assert r.test == "conformance/test_x.py::test_y[1]" and r.first_failure_s is None
+    if mode == "unrecorded":
+        assert r.first_failure_from == "pytest" and "host_validation" in str(r.test)
+
+
+def test_run_one_timeout_kills_the_run(fake_pytest: list[str], tmp_path: Path) -> None:
+    t0 = time.perf_counter()
+    r = _run(fake_pytest, tmp_path, "hang", timeout_s=3.0)
+    assert time.perf_counter() - t0 < 3.0 + mutation.KILL_GRACE_S + 5
+    assert (r.status, r.label, r.ok, r.returncode) == ("timeout", "survived (timeout)", False, None)
+    assert r.wall_s >= 3.0 and "no verdict within" in r.message
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole score, the CLI and its exit codes.
+
+
+FAKE_SPECS = {"k1": "fake:kill3", "k2": "fake:unrecorded", "k3": "fake:kill3"}
+
+
+def test_score_in_parallel_and_its_reports(fake_pytest: list[str], tmp_path: Path) -> None:
+    runs = [RunSpec("emulated", "fake:pass", "baseline")] + mutation.select_runs(None, baseline=False, specs=FAKE_SPECS)
+    lines: list[str] = []
+
+    class Sink:
+        def write(self, text: str) -> None:
+            lines.extend(x for x in text.splitlines() if x)
+
+        def flush(self) -> None:
+            pass
+
+    t0 = time.perf_counter()
+    score = mutation.run_mutation_score(runs, jobs=2, command=fake_pytest, progress=Sink(), keep=tmp_path / "keep", command_line="cmd")  # type: ignore[arg-type]
+    assert time.perf_counter() - t0 < 60
+    assert [r.name for r in score.mutants] == ["k1", "k2", "k3"] and score.baseline is not None
+    assert score.ok and score.exit_code == 0 and len(score.killed) == 3
+    assert len(lines) == 4 and all(x.startswith("[") for x in lines)
+    assert score.median_kill_s() is not None
+    data = score.to_json()
+    assert data["killed"] == 3 and data["total"] == 3 and data["ok"] and data["baseline"]["status"] == "passed"
+    assert [m["examples"] for m in data["mutants"]] == [3, 2, 3]
+    table, markdown = mutation.format_table(score), mutation.format_markdown(score)
+    for text in (table, markdown):
+        assert "k2" in text and "test_host_validation.py::test_bad_input_gets_clear_error[q_2d]" in text and "emulated (baseline)" in text
+    assert markdown.count("\n|") >= 5
+    # a survivor, or a failing baseline, makes the score fail
+    score.mutants[1].status = "survived"
+    assert not score.ok and score.exit_code == 1 and "NOT KILLED: k2" in mutation.format_table(score)
+    score.mutants[1].status = "killed"
+    score.baseline.status = "false_alarm"
+    assert score.exit_code == 1
+
+
+def test_select_runs() -> None:
+    runs = mutation.select_runs(["k3", "k1"], specs=FAKE_SPECS)
+    assert [(r.name, r.role) for r in runs] == [("emulated", "baseline"), ("k1", "mutant"), ("k3", "mutant")]
+    with pytest.raises(KeyError, match="unknown mutant.*nope"):
+        mutation.select_runs(["nope"], specs=FAKE_SPECS)
+    catalogue = mutation.select_runs(None, baseline=False)
+    assert len(catalogue) >= 22 and all(r.spec == f"conformance.mutants:{r.name}" for r in catalogue)
+
+
+@pytest.mark.parametrize(("specs", "code"), [(FAKE_SPECS, 0), ({**FAKE_SPECS, "k4": "fake:survive"}, 1), ({"k5": "fake:hang"}, 1)])
+def test_cli_exit_codes(fake_pytest: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                        specs: dict[str, str], code: int) -> None:
+    real = mutation.run_mutation_score
+    monkeypatch.setattr(mutation, "catalogue_specs", lambda: dict(specs))
+    monkeypatch.setattr(mutation, "run_mutation_score", lambda runs, **kw: real(runs, **{**kw, "command": fake_pytest}))
+    monkeypatch.setattr(mutation, "BASELINE_KERNEL", "fake:pass")
+    out_json, out_md = tmp_path / "score.json", tmp_path / "score.md"
+    assert cli_mutation.main(["--jobs", "2", "--timeout", "3", "--json", str(out_json), "--markdown", str(out_md)]) == code
+    stdout, stderr = capsys.readouterr()
+    assert "killed" in stdout and "mutant" in stdout
+    assert len([x for x in stderr.splitlines() if x.startswith("[")]) == len(specs) + 1
+    data = json.loads(out_json.read_text())
+    assert data["ok"] is (code == 0) and data["profile"] == "ci" and data["jobs"] == 2
+    assert "mutation-score" in data["command"] and out_md.read_text().startswith("Mutation score")
+    if "k5" in specs:
+        assert "survived (timeout)" in stdout
+
+
+def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_mutation.main(["--only", "no_such_mutant"]) == 2
+    assert "unknown mutant" in capsys.readouterr().err
+    assert cli_mutation.main(["--jobs", "0"]) == 2
+    assert cli_mutation.main(["--list"]) == 0
+    assert "conformance.mutants:tail_unmasked" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# The plugin: suite order, and what it reports from a real pytest.
+
+
+def _item(file: str, function: str, param: str | None = None, path: Path | None = None) -> SimpleNamespace:
+    callspec = SimpleNamespace(params={"path": path}) if path is not None else None
+    name = function + (f"[{param}]" if param else "")
+    return SimpleNamespace(path=Path("conformance") / file, function=SimpleNamespace(__name__=function), name=name, callspec=callspec)
+
+
+def test_order_puts_cheap_corpus_entries_first(tmp_path: Path) -> None:
+    def entry(name: str, rows: list[int], heads: int, cache_rows: int = 3000) -> Path:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"recipe": {"row_lengths": rows, "heads": heads, "cache_rows": cache_rows}}))
+        return path
+
+    items = [
+        _item("test_metamorphic.py", "test_two_runs_bit_identical"),
+        _item("test_zzz_new.py", "test_new_property"),
+        _item("test_differential.py", "test_differential"),
+        _item("test_corpus.py", "test_corpus_entry", "big", entry("big", [4000], 4)),
+        _item("test_corpus.py", "test_corpus_entry", "huge", entry("huge", [10], 1, cache_rows=7_000_000)),
+        _item("test_corpus.py", "test_corpus_entry", "tiny", entry("tiny", [1, -3], 4)),
+        _item("test_gfx950_agreement.py", "test_documented_scale_behaviour"),
+        _item("test_gfx950_agreement.py", "test_bit_exact_agreement_with_emulated"),
+        _item("test_host_validation.py", "test_bad_input_gets_clear_error", "q_2d"),
+    ]
+    mutation.order_items(items)
+    assert [i.name for i in items] == [
+        "test_corpus_entry[tiny]", "test_corpus_entry[big]", "test_corpus_entry[huge]",
+        "test_bad_input_gets_clear_error[q_2d]", "test_bit_exact_agreement_with_emulated",
+        "test_documented_scale_behaviour", "test_differential", "test_two_runs_bit_identical", "test_new_property",
+    ]
+
+
+def test_plugin_in_a_real_pytest(tmp_path: Path) -> None:
+    """Loaded with -p, the plugin drops shrinking, reports the first failure and the profile."""
+    (tmp_path / "conftest.py").write_text(
+        "from hypothesis import settings\nsettings.register_profile('tiny', max_examples=50, derandomize=True, database=None)\n"
+    )
+    (tmp_path / "test_fake.py").write_text(textwrap.dedent(
+        """
+        from hypothesis import given, strategies as st
+
+        CALLS = []
+
+        def test_a():
+            pass
+
+        @given(st.integers(0, 10**6))
+        def test_b(x):
+            CALLS.append(x)
+            assert x < 1000, f"calls so far {len(CALLS)}"
+        """
+    ))
+    calls = {}
+    for shrink in (False, True):
+        report = tmp_path / f"events-{shrink}.jsonl"
+        env = mutation.child_env(dict(os.environ), state_dir=tmp_path / "state", run_id="r", report=report, shrink=shrink, threads=1)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "test_fake.py", "-x", "-q", "-p", "no:cacheprovider", "-p", mutation.PLUGIN, "--hypothesis-profile", "tiny"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        ev = read_events(report)
+        assert ev.hypothesis_profile == ("tiny" if shrink else "tiny-no-shrink") and ev.passed == 1 and ev.exitstatus == 1
+        assert ev.first_failure is not None and ev.first_failure["nodeid"] == "test_fake.py::test_b"
+        calls[shrink] = int(ev.first_failure["message"].split("calls so far ")[1].split()[0].rstrip("'\""))
+    # without shrinking Hypothesis stops at the first failing example (and replays it once)
+    assert calls[False] < calls[True]
+
+
+# ---------------------------------------------------------------------------------------------
+# The measurement itself.
+
+CI_JOBS = 2
+CI_RUN_TIMEOUT_S = 900.0
+
+
+@pytest.mark.xdist_group("mutation_score")
+def test_every_mutant_killed_and_emulated_passes(record_property: Any) -> None:
+    """Under the ci profile the suite kills every catalogued mutant and passes emulated."""
+    runs = mutation.select_runs(None)
+    assert sum(r.role == "mutant" for r in runs) >= 22
+    command = f"python -m conformance mutation-score --profile ci --jobs {CI_JOBS} --timeout {CI_RUN_TIMEOUT_S:g}"
+    score = mutation.run_mutation_score(runs, profile="ci", jobs=CI_JOBS, timeout_s=CI_RUN_TIMEOUT_S, progress=sys.stderr, command_line=command)
+    table = mutation.format_table(score)
+    print(table)
+    record_property("mutation_score", json.dumps(score.to_json(), sort_keys=True))
+    out_dir = Path(os.environ.get("CONFORMANCE_DIR", REPO / ".conformance")) / "mutation-score"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "latest.json").write_text(json.dumps(score.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (out_dir / "latest.md").write_text(mutation.format_markdown(score), encoding="utf-8")
+    survivors = [f"{r.name}: {r.label}: {r.message}" for r in score.mutants if not r.ok]
+    assert not survivors, "mutants not killed:\n" + "\n".join(survivors) + "\n\n" + table
+    assert score.baseline is not None and score.baseline.ok, f"the emulated kernel does not pass the suite:\n{table}"
+    assert score.baseline.tests > 0 and score.baseline.hypothesis_profile.startswith("ci")
+    assert all(r.hypothesis_profile.startswith("ci") for r in score.mutants)

@@ -1,0 +1,155 @@
+"""The conformance suite accepts any external `package.module:attr` kernel with a declared profile.
+
+An external module is written into a temporary folder (not a package of this repository) and
+the suite is run against its callables in a subprocess with that folder on PYTHONPATH:
+- `good`: a plain wrapper around kernel.emulated.run_emulated with `profile = "gfx950"`: passes;
+- `broken`: the same with every output scaled by 1.25: fails, by the a-priori bound;
+- `no_out`: a good wrapper without an `out=` parameter: the cases with out= (host validation of
+  out, the preallocated-out corpus entry) are skipped (the suite reads the signature) and the
+  rest passes;
+- `anonymous`: a good wrapper with no `profile` attribute: without --profile nothing runs and
+  the reason names the missing profile and both remedies; with `--profile gfx950` it passes.
+Each run takes a few corpus entries, host validation and (gfx950 only) the bit-exact agreement
+property under the ci profile, so the whole file takes some tens of seconds on a CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MODULE = "external_sparse_mla_kernels"
+
+EXTERNAL_MODULE = textwrap.dedent(
+    '''
+    """External kernels for the conformance suite (written by tests/test_external_kernel.py)."""
+    import torch
+
+    from kernel.emulated import run_emulated
+
+
+    def good(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):
+        return run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+
+
+    good.profile = "gfx950"
+
+
+    def broken(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):
+        result, lse = good(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+        result.mul_(1.25)  # BUG: every output 25 % too large
+        return result, lse
+
+
+    broken.profile = "gfx950"
+
+
+    def no_out(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False):
+        return run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse)
+
+
+    no_out.profile = "gfx950"
+
+
+    def anonymous(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):
+        return run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    '''
+)
+
+CORPUS = [f"conformance/test_corpus.py::test_corpus_entry[{name}]" for name in (
+    "edge-single-key", "edge-empty-row", "edge-tile-129", "edge-padded-q-strides", "edge-preallocated-strided-out",
+)]
+HOST_VALIDATION = ["conformance/test_host_validation.py"]
+BIT_EXACT = ["conformance/test_gfx950_agreement.py::test_bit_exact_agreement_with_emulated"]
+
+
+@dataclass
+class SuiteRun:
+    """Outcome of one subprocess run of the suite: exit code, output and per-test outcomes."""
+
+    returncode: int
+    output: str
+    passed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # test -> reason
+
+
+@pytest.fixture(scope="module")
+def external_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("external")
+    (folder / f"{MODULE}.py").write_text(EXTERNAL_MODULE, encoding="utf-8")
+    return folder
+
+
+def run_suite(folder: Path, attr: str, tests: list[str], *extra: str) -> SuiteRun:
+    """Run the given suite tests against `MODULE:attr` in a subprocess (PYTHONPATH = folder + repo)."""
+    junit = folder / f"junit-{attr}-{len(extra)}.xml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "CONFORMANCE_")) and k not in ("PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST")}
+    env["PYTHONPATH"] = os.pathsep.join([str(folder), str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["CONFORMANCE_DIR"] = str(folder / "state")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    argv = [
+        sys.executable, "-m", "pytest", *tests, "-q", "-rs", "-p", "no:cacheprovider", "--no-capture-corpus",
+        "--hypothesis-profile", "ci", "--kernel", f"{MODULE}:{attr}", f"--junitxml={junit}", *extra,
+    ]
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    run = SuiteRun(proc.returncode, proc.stdout + proc.stderr)
+    if junit.is_file():
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            name = f"{case.get('classname')}::{case.get('name')}"
+            if case.find("failure") is not None or case.find("error") is not None:
+                run.failed.append(name)
+            elif (skip := case.find("skipped")) is not None:
+                run.skipped[name] = skip.get("message", "")
+            else:
+                run.passed.append(name)
+    return run
+
+
+def test_external_kernel_with_declared_profile_passes(external_dir: Path) -> None:
+    run = run_suite(external_dir, "good", CORPUS + HOST_VALIDATION + BIT_EXACT)
+    assert run.returncode == 0, run.output[-3000:]
+    assert not run.failed and len(run.passed) >= len(CORPUS) + 17 + 1, run.output[-3000:]
+    assert any("bit_exact" in name for name in run.passed)  # the gfx950 property applies to it
+    assert all("GPU" in reason for reason in run.skipped.values()), run.skipped  # only the device-mismatch case
+
+
+def test_broken_external_kernel_fails(external_dir: Path) -> None:
+    run = run_suite(external_dir, "broken", CORPUS, "-x")
+    assert run.returncode == 1, run.output[-3000:]
+    assert run.failed and not run.passed, run.output[-3000:]
+    assert "outside the a-priori bound" in run.output
+
+
+def test_external_kernel_without_out_skips_out_cases(external_dir: Path) -> None:
+    run = run_suite(external_dir, "no_out", HOST_VALIDATION + [CORPUS[0], CORPUS[-1]])
+    assert run.returncode == 0, run.output[-3000:]
+    out_cases = {name: reason for name, reason in run.skipped.items() if "[out_" in name}
+    assert len(out_cases) == 3 and all("takes no out=" in reason for reason in out_cases.values()), run.skipped
+    strided_out = [reason for name, reason in run.skipped.items() if "preallocated-strided-out" in name]
+    assert len(strided_out) == 1 and "does not accept out=" in strided_out[0], run.skipped
+    assert not run.failed and len(run.passed) == 14 + 1, run.output[-3000:]  # the other validations and edge-single-key
+
+
+def test_external_kernel_without_profile_gets_a_clear_reason(external_dir: Path) -> None:
+    run = run_suite(external_dir, "anonymous", CORPUS[:2] + BIT_EXACT)
+    # nothing runs, nothing passes, and the reason says what is missing and how to give it
+    assert not run.passed and run.returncode != 1, run.output[-3000:]
+    reasons = set(run.skipped.values()) or {run.output}
+    for reason in reasons:
+        assert "declares no numerics profile" in reason and "`profile` attribute" in reason and "--profile" in reason, reason
+    assert len(run.skipped) == len(CORPUS[:2]) + 1
+
+
+def test_external_kernel_with_profile_option_passes(external_dir: Path) -> None:
+    run = run_suite(external_dir, "anonymous", CORPUS + BIT_EXACT, "--profile", "gfx950")
+    assert run.returncode == 0, run.output[-3000:]
+    assert not run.failed and len(run.passed) == len(CORPUS) + 1, run.output[-3000:]

@@ -56,7 +56,7 @@ LO_FACTOR = 32.0
 LO_E8M0_OFFSET = 5
 MIN_HI_E8M0 = 5
 LN2_F32 = float(torch.tensor(math.log(2.0), dtype=torch.float32))
-DEFAULT_ROW_KEY_BUDGET = 1 << 16  # rows * 128 keys gathered per chunk (bounds memory per tile)
+DEFAULT_ROW_KEY_BUDGET = {"cpu": 1 << 16, "cuda": 1 << 19}  # rows * 128 keys per chunk (bounds memory per tile)
 
 
 def f32(x: torch.Tensor) -> torch.Tensor:
@@ -322,7 +322,7 @@ def run_emulated(
     return_lse: bool = False,
     out: torch.Tensor | None = None,
     stages: Stages = DEFAULT_STAGES,
-    row_key_budget: int = DEFAULT_ROW_KEY_BUDGET,
+    row_key_budget: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The emulated gfx950 kernel with the contract's signature (stages swappable)."""
     info = validate_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
@@ -339,7 +339,8 @@ def run_emulated(
     r_beg, r_len = stages.load_row_ranges(indptr)
     n_tiles = stages.tile_count(indices, r_beg, r_len, has_invalid)
     order = torch.argsort(n_tiles, descending=True, stable=True)  # long rows first
-    chunk_rows = max(1, row_key_budget // TILE)
+    budget = row_key_budget or DEFAULT_ROW_KEY_BUDGET.get(device.type, DEFAULT_ROW_KEY_BUDGET["cpu"])
+    chunk_rows = max(1, budget // TILE)
     for begin in range(0, n_q, chunk_rows):
         rows = order[begin : begin + chunk_rows]
         chunk_tiles = n_tiles[rows]

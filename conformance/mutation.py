@@ -167,6 +167,7 @@ def _emit(event: dict[str, Any]) -> None:
 
 
 def _first_line(report: Any) -> str:
+    """The first two non-empty lines of a report's failure or skip message (300 characters at most)."""
     longrepr = getattr(report, "longrepr", None)
     crash = getattr(longrepr, "reprcrash", None)
     if crash is not None and getattr(crash, "message", None):
@@ -175,8 +176,8 @@ def _first_line(report: Any) -> str:
         text = str(longrepr[2])
     else:
         text = str(longrepr or "")
-    text = text.strip()
-    return text.splitlines()[0][:300] if text else ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " | ".join(lines[:2])[:300]
 
 
 @pytest.hookimpl(trylast=True)

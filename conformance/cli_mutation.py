@@ -20,8 +20,8 @@ import json
 import os
 import shlex
 import sys
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from conformance import mutation

@@ -705,7 +705,7 @@ def format_markdown(score: Score) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
     out = [f"Mutation score, {score.date}: `{score.command}`", "", line(rows[0]),
-           "|" + "|".join(["---", "---", "---", "---:", "---:", "---:"]) + "|"]
+           "|---|---|---|---:|---:|---:|"]
     out += [line(r[:2] + [f"`{r[2]}`" if "::" in r[2] else r[2]] + r[3:]) for r in rows[1:]]
     out += [""] + [f"- {s}" for s in summary_lines(score)]
     return "\n".join(out) + "\n"

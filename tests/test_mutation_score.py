@@ -142,7 +142,7 @@ def _write_lines(path: Path, lines: list[dict[str, Any] | str]) -> None:
 
 
 def test_count_examples_merges_modes_and_stops_at_first_failure(tmp_path: Path) -> None:
-    line = lambda prop, seed, t, outcome="pass", mode=None: {  # noqa: E731
+    line = lambda prop, seed, t, outcome="pass", mode=None: {
         "property": prop, "recipe": {"seed": seed}, "time": t, "outcome": outcome, **({"mode": mode} if mode else {})
     }
     _write_lines(tmp_path / "examples-gw0.jsonl", [
@@ -407,7 +407,7 @@ def test_plugin_in_a_real_pytest(tmp_path: Path) -> None:
         env = mutation.child_env(dict(os.environ), state_dir=tmp_path / "state", run_id="r", report=report, shrink=shrink, threads=1)
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "test_fake.py", "-x", "-q", "-p", "no:cacheprovider", "-p", mutation.PLUGIN, "--hypothesis-profile", "tiny"],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
         )
         assert proc.returncode == 1, proc.stdout + proc.stderr
         ev = read_events(report)

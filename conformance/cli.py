@@ -19,10 +19,10 @@ from collections.abc import Sequence
 
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "conformance.cli_preconditions",
-    # "conformance.cli_replay",
-    # "conformance.cli_fuzz",
-    # "conformance.cli_corpus",
-    # "conformance.cli_report",
+    "conformance.cli_replay",
+    "conformance.cli_fuzz",
+    "conformance.cli_corpus",
+    "conformance.cli_report",
     "conformance.cli_bench",
     "conformance.cli_mutation",
 )

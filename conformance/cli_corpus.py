@@ -1,0 +1,267 @@
+"""`python -m conformance corpus list|add|minimise|recover`: manage the regression corpus.
+
+    list                  every entry: name, expect, pending or reviewed, provenance, file
+    add FILE              move a pending entry into the reviewed corpus (validated), or import
+                          a corpus entry or a bare recipe JSON from anywhere (a bare recipe needs
+                          its provenance: --caught, and --kernel / --property)
+    minimise ENTRY --kernel NAME
+                          shrink a failing entry while it keeps failing the same way (greedy
+                          passes: fewer rows, shorter rows, fewer heads, simpler distributions,
+                          no padding; see conformance.minimise) and write the smaller entry next
+                          to the original (content-hash name, atomic); the original is kept
+    recover               turn write-ahead files left by dead processes into crash entries now
+                          (pytest sessions do this at their start)
+
+Reviewed entries are conformance/corpus/*.json (in git; --corpus DIR to use another folder);
+pending ones conformance/corpus/pending/*.json ($CONFORMANCE_PENDING_DIR or --pending DIR).
+Files are named by the content hash of their recipe (conformance.corpus), so the same recipe is
+stored once per folder. Every write is atomic.
+
+Exit codes: 0 done; 1 `minimise`: the entry does not fail with that kernel (nothing to do);
+2 a malformed or missing file (one line naming the file and the problem; `list` still lists
+every good entry and names each bad file), an unknown kernel, a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from conformance.crashes import CORPUS_DIR, is_crash_entry, pending_dir
+
+EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def register(subparsers: Any) -> None:
+    """Add the `corpus` subcommand (and its own subcommands) to an argparse subparsers object."""
+    p = subparsers.add_parser("corpus", help="list, add, minimise corpus entries; recover crashes", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", metavar="DIR", default=None, help="reviewed corpus folder (default conformance/corpus)")
+    p.add_argument("--pending", metavar="DIR", default=None, help="pending folder (default $CONFORMANCE_PENDING_DIR or conformance/corpus/pending)")
+    sub = p.add_subparsers(dest="corpus_command", metavar="ACTION", required=True)
+
+    q = sub.add_parser("list", help="list entries (name, expect, status, provenance)")
+    which = q.add_mutually_exclusive_group()
+    which.add_argument("--pending-only", action="store_true", help="only pending entries")
+    which.add_argument("--reviewed-only", action="store_true", help="only reviewed entries")
+    q.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    q.set_defaults(func=run_list)
+
+    q = sub.add_parser("add", help="validate and move a pending entry into the reviewed corpus, or import an entry / recipe")
+    q.add_argument("file", metavar="FILE", help="a corpus entry or a bare recipe JSON")
+    q.add_argument("--name", default=None, help="entry name (default: the entry's, or <property>-<hash> for a recipe)")
+    q.add_argument("--expect", choices=("conform", "precondition"), default=None, help="expectation (default: the entry's, or inferred for a recipe)")
+    q.add_argument("--caught", default=None, help="for a bare recipe: how it was found (required)")
+    q.add_argument("--kernel", default=None, help="for a bare recipe: the kernel it was found with (default 'any')")
+    q.add_argument("--property", default=None, help="for a bare recipe: the property or source (default 'imported')")
+    q.add_argument("--keep", action="store_true", help="copy a pending entry instead of moving it")
+    q.set_defaults(func=run_add)
+
+    q = sub.add_parser("minimise", aliases=["minimize"], help="shrink a failing entry while it keeps failing the same way")
+    q.add_argument("entry", metavar="ENTRY", help="a corpus entry (or bare recipe) that fails with --kernel")
+    q.add_argument("--kernel", required=True, help="kernel it fails with: emulated, flydsl, flashmla or package.module:attr")
+    q.add_argument("--profile", default=None, help="numerics profile for a kernel that declares none (or to override)")
+    q.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available and the kernel runs there)")
+    q.add_argument("--max-tries", type=int, default=300, metavar="N", help="candidate checks at most (default 300)")
+    q.add_argument("--max-seconds", type=float, default=600.0, metavar="S", help="wall-clock budget (default 600)")
+    q.add_argument("--isolate", dest="isolate", action="store_true", default=None,
+                   help="check each candidate in a child process (default for crash entries)")
+    q.add_argument("--no-isolate", dest="isolate", action="store_false", help="check candidates in this process")
+    q.add_argument("--timeout", type=float, default=120.0, metavar="S", help="with --isolate: seconds before a hung candidate counts as hung")
+    q.set_defaults(func=run_minimise)
+
+    q = sub.add_parser("recover", help="turn leftover write-ahead files of dead processes into crash entries now")
+    q.set_defaults(func=run_recover)
+
+
+def _dirs(args: argparse.Namespace) -> tuple[Path, Path]:
+    return (Path(args.corpus) if args.corpus else CORPUS_DIR), (Path(args.pending) if args.pending else pending_dir())
+
+
+def _rel(path: Path) -> str:
+    """`path` relative to the working folder when under it (shorter tables), else absolute."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _short(text: Any, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """Handler of `corpus list`."""
+    from conformance.corpus import CorpusError, corpus_files, load_entry
+
+    reviewed, pending = _dirs(args)
+    folders = []
+    if not args.pending_only:
+        folders.append(("reviewed", reviewed))
+    if not args.reviewed_only:
+        folders.append(("pending", pending))
+    rows, errors = [], []
+    for status, folder in folders:
+        if not folder.is_dir():
+            continue
+        for path in corpus_files(folder):
+            try:
+                entry = load_entry(path)
+            except CorpusError as err:
+                errors.append(str(err))
+                continue
+            prov = entry.provenance or {}
+            rows.append({
+                "name": entry.name, "expect": entry.expect, "status": status, "crash": is_crash_entry(prov), "file": _rel(path),
+                "kernel": prov.get("kernel"), "property": prov.get("property"), "date": prov.get("date"), "caught": prov.get("caught"),
+            })
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+    else:
+        print(f"{'NAME':<40} {'EXPECT':<12} {'STATUS':<9} {'PROVENANCE':<70} FILE")
+        for row in rows:
+            prov = f"{'CRASH ' if row['crash'] else ''}{row['property'] or '?'} ({row['kernel'] or '?'}, {row['date'] or '?'}): {row['caught'] or '?'}"
+            print(f"{_short(row['name'], 40):<40} {row['expect']:<12} {row['status']:<9} {_short(prov, 70):<70} {row['file']}")
+        counts = {s: sum(1 for r in rows if r["status"] == s) for s, _ in folders}
+        print(f"{len(rows)} entries ({', '.join(f'{n} {s}' for s, n in counts.items())})" + (f", {len(errors)} unreadable" if errors else ""))
+    for error in errors:
+        print(f"corpus: {error}", file=sys.stderr)
+    return EXIT_BAD_INPUT if errors else EXIT_OK
+
+
+def _reviewed_hashes(folder: Path) -> dict[str, Path]:
+    from conformance.corpus import CorpusError, corpus_files, load_entry, recipe_hash
+
+    found: dict[str, Path] = {}
+    if folder.is_dir():
+        for path in corpus_files(folder):
+            try:
+                found.setdefault(recipe_hash(load_entry(path).recipe), path)
+            except CorpusError:
+                continue
+    return found
+
+
+def run_add(args: argparse.Namespace) -> int:
+    """Handler of `corpus add`."""
+    from conformance.cli_replay import ReplayInputError, load_replayable
+    from conformance.corpus import SUITE_VERSION, CorpusEntry, recipe_hash
+    from conformance.wal import atomic_write_text
+
+    reviewed, pending = _dirs(args)
+    source = Path(args.file)
+    try:
+        entry, kind = load_replayable(source, expect=args.expect)
+    except ReplayInputError as err:
+        print(f"corpus add: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    digest = recipe_hash(entry.recipe)
+    if kind == "recipe":
+        if not args.caught:
+            print(f"corpus add: {source}: a bare recipe needs its provenance: --caught 'how it was found' (and --kernel, --property)", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        prop = args.property or "imported"
+        entry = CorpusEntry(
+            name=args.name or f"{prop}-{digest}", recipe=entry.recipe, expect=entry.expect,
+            provenance={"caught": args.caught, "kernel": args.kernel or "any", "property": prop,
+                        "date": datetime.date.today().isoformat(), "suite_version": SUITE_VERSION, "imported_from": str(source)},
+        )
+    else:
+        stray = [flag for flag, value in (("--caught", args.caught), ("--kernel", args.kernel), ("--property", args.property)) if value]
+        if stray:
+            print(f"corpus add: {source} is a corpus entry with its own provenance; {', '.join(stray)} apply to bare recipes only", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if args.name:
+            entry = CorpusEntry(name=args.name, recipe=entry.recipe, expect=entry.expect, provenance=entry.provenance)
+    existing = _reviewed_hashes(reviewed).get(digest)
+    if existing is not None:
+        print(f"corpus add: {source}: the same recipe is already in the reviewed corpus as {existing}; nothing written, {source} left as is")
+        return EXIT_OK
+    target = reviewed / f"{digest}.json"
+    atomic_write_text(target, entry.to_json())
+    moved = False
+    if source.resolve().parent == pending.resolve() and not args.keep:
+        source.unlink(missing_ok=True)
+        moved = True
+    print(f"added {entry.name} (expect {entry.expect}) as {target}" + (" (moved from pending)" if moved else f" (from {source})"))
+    return EXIT_OK
+
+
+def run_minimise(args: argparse.Namespace) -> int:
+    """Handler of `corpus minimise`."""
+    from conformance.cli_replay import ReplayInputError, load_replayable
+    from conformance.corpus import CorpusEntry, save_entry
+    from conformance.minimise import in_process_check, isolated_check, minimise
+
+    source = Path(args.entry)
+    try:
+        entry, _ = load_replayable(source)
+    except ReplayInputError as err:
+        print(f"corpus minimise: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.max_tries < 1 or not args.max_seconds > 0:
+        print("corpus minimise: --max-tries must be >= 1 and --max-seconds > 0", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    isolate = args.isolate if args.isolate is not None else is_crash_entry(entry.provenance)
+    if isolate:
+        check = isolated_check(kernel=args.kernel, profile=args.profile, device=args.device, expect=entry.expect, timeout_s=args.timeout)
+        where = "each candidate in a child process"
+    else:
+        from conformance.plugin import TargetError, build_target
+
+        try:
+            suite = build_target(args.kernel, profile=args.profile, device=args.device)
+        except TargetError as err:
+            print(f"corpus minimise: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        check = in_process_check(suite, entry.expect, name=entry.name)
+        where = "in this process"
+    r = entry.recipe
+    print(f"minimising {source} ({entry.name}, expect {entry.expect}) against {args.kernel}, {where}: "
+          f"n_q {r.n_q}, heads {r.heads}, {r.total_keys} keys", file=sys.stderr, flush=True)
+    signature = check(r)
+    if not signature:
+        print(f"corpus minimise: {source} does not fail with kernel {args.kernel}: nothing to minimise")
+        return EXIT_FAIL
+    if signature == frozenset({"skip"}):
+        print(f"corpus minimise: kernel {args.kernel} does not take the call of {source}: nothing to minimise")
+        return EXIT_FAIL
+    print("fails as: " + "; ".join(sorted(signature)), file=sys.stderr)
+    result = minimise(r, check, signature=signature, max_tries=args.max_tries, max_seconds=args.max_seconds,
+                      log=lambda line: print(line, file=sys.stderr, flush=True))
+    small = result.recipe
+    summary = (f"{result.tries} candidates tried in {result.seconds:.1f} s ({result.stopped}); "
+               f"n_q {r.n_q} -> {small.n_q}, heads {r.heads} -> {small.heads}, keys {r.total_keys} -> {small.total_keys}")
+    if not result.changed:
+        print(f"{source} is already minimal for these passes: {summary}; nothing written")
+        return EXIT_OK
+    base = entry.name.removesuffix("-min")
+    provenance = {**(entry.provenance or {}), "minimised_from": source.name, "minimised_with": args.kernel,
+                  "minimised_on": datetime.date.today().isoformat(), "minimised_steps": result.accepted}
+    smaller = CorpusEntry(name=f"{base}-min", recipe=small, expect=entry.expect, provenance=provenance)
+    target = save_entry(smaller, source.resolve().parent)
+    print(f"wrote the smaller entry {target} ({summary}); the original {source} is kept")
+    print(f"replay: python -m conformance replay {target} --kernel {args.kernel}")
+    return EXIT_OK
+
+
+def run_recover(args: argparse.Namespace) -> int:
+    """Handler of `corpus recover`."""
+    from conformance.crashes import describe, recover_leftovers
+
+    _, pending = _dirs(args)
+    found = recover_leftovers(None, pending)
+    for line in found:
+        print("recovered " + describe(line))
+    if not found:
+        print("no leftover write-ahead files (or only those of live sessions)")
+    return EXIT_OK

@@ -1,0 +1,370 @@
+"""`python -m conformance fuzz --kernel NAME`: a time-budgeted differential fuzzing campaign outside pytest.
+
+Hypothesis draws recipes for the chosen properties and judges each call exactly as the suite does
+(conformance.checks.differential, with target() on every output's error / bound so the search
+climbs toward large errors; conformance.checks.violation_run for precondition violations).
+The campaign runs in chunks of the Hypothesis profile's max_examples (ci 25, dev 40, nightly
+1000), each with a fresh seed (ci: seeds 0, 1, 2, ... so a campaign is reproducible), until the
+budget is spent. A failure is shrunk by Hypothesis, for at most --shrink-seconds after it was
+found (the campaign may overrun its budget by that much), then saved to the pending corpus
+(content-hash names: the same failure is stored once; CONFORMANCE_PENDING_DIR overrides the
+folder). After --max-failures distinct failures the campaign stops.
+
+Properties (--property, repeatable; default all three):
+    differential   the general differential property (test_differential.py's recipes)
+    long_rows      few rows of up to 8192 keys
+    preconditions  one violated precondition per recipe, judged on the contract's promises
+
+Every example is recorded in the campaign's own run folder `<state>/runs/fuzz-<time>-<pid>/`
+(with the write-ahead record of each kernel call: a process that dies in the kernel loses
+nothing, the next session turns it into a crash entry), and the run report is written there at
+the end. Progress goes to stderr (a live line on a terminal, a line every 10 s otherwise); the
+summary to stdout.
+
+Exit codes: 0 nothing found, 1 failures found (and saved), 2 usage error (unknown kernel,
+device or property; bad budget), 130 interrupted (the summary and report are still written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from conformance.crashes import RUN_ID_ENV, current_run_dir, mark_session_finish, mark_session_start, pending_dir, recover_leftovers
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+PROPERTIES = ("differential", "long_rows", "preconditions")
+HYPOTHESIS_PROFILES = ("ci", "dev", "nightly")
+OUTPUT_MODES = ("out/exact-steps", "out/float64", "lse/exact-steps", "lse/float64")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    """Add the `fuzz` subcommand to an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "fuzz",
+        help="time-budgeted Hypothesis campaign against a kernel; failures saved (shrunk) to the pending corpus",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--kernel", required=True, help="kernel: emulated, flydsl, flashmla or package.module:attr")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--minutes", type=_positive_float, default=None, metavar="M", help="search budget in minutes (default 5)")
+    budget.add_argument("--seconds", type=_positive_float, default=None, metavar="S", help="search budget in seconds")
+    p.add_argument("--profile", choices=HYPOTHESIS_PROFILES, default="dev", help="Hypothesis profile: chunk size and seeding (default dev)")
+    p.add_argument("--numerics-profile", default=None, metavar="NAME", help="numerics profile for a kernel that declares none (or to override)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available and the kernel runs there)")
+    p.add_argument("--property", action="append", choices=PROPERTIES, default=None, help="property to fuzz (repeatable; default: all)")
+    p.add_argument("--shrink-seconds", type=_positive_float, default=None, metavar="S",
+                   help="longest shrink of one failure, from when it is found (default: max(30, 20%% of the budget))")
+    p.add_argument("--max-failures", type=_positive_int, default=5, metavar="N", help="stop after N distinct failures (default 5)")
+    p.add_argument("--no-save", action="store_true", help="do not write failures to the pending corpus (report them only)")
+    p.set_defaults(func=run)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class ProgressLine:
+    """A status line on `stream`: rewritten in place on a terminal, else one line per `every` s."""
+
+    def __init__(self, stream: TextIO, *, every: float = 10.0):
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.every = every if not self.tty else 0.2
+        self.last = 0.0
+        self.width = 0
+
+    def show(self, text: str, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < self.every:
+            return
+        self.last = now
+        if self.tty:
+            self.stream.write("\r" + text.ljust(self.width))
+            self.width = len(text)
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.tty and self.width:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+@dataclass
+class Failure:
+    """One distinct failure: its last (smallest) failing recipe and message."""
+
+    property: str
+    recipe: Any
+    message: str
+    signature: frozenset[str]
+    found_at: float
+    path: Path | None = None
+    new: bool = False
+    minimised: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Campaign:
+    """Counters and failures of a campaign."""
+
+    started: float = field(default_factory=time.monotonic)
+    examples: Counter = field(default_factory=Counter)
+    outcomes: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    max_ratio: dict[str, float] = field(default_factory=lambda: dict.fromkeys(OUTPUT_MODES, 0.0))
+    failures: dict[tuple[str, frozenset[str]], Failure] = field(default_factory=dict)
+    chunks: int = 0
+    seeds: list[int] = field(default_factory=list)
+    shrinking: bool = False
+    stopped: str = ""
+
+    def status(self, budget: float) -> str:
+        elapsed = time.monotonic() - self.started
+        total = sum(self.examples.values())
+        fails = sum(c["fail"] for c in self.outcomes.values())
+        ratios = " ".join(f"{k} {v:.3g}" for k, v in self.max_ratio.items() if k.endswith("exact-steps"))
+        state = " shrinking" if self.shrinking else ""
+        return (f"fuzz {elapsed:6.1f}/{budget:.0f} s  chunk {self.chunks}  examples {total}  failing {fails}  "
+                f"distinct failures {len(self.failures)}  max err/bound {ratios}{state}")
+
+
+def _fuzz_strategies(suite: Any, properties: list[str]) -> dict[str, Any]:
+    from conformance.checks import backend_limits, size_limits
+    from strategies.hyp import recipes, violating_recipes
+
+    limits = backend_limits(suite)
+    made = {
+        "differential": lambda: recipes(**size_limits(suite), **limits),
+        "long_rows": lambda: recipes(max_n_q=4, max_total_keys=8192 if suite.device.type == "cpu" else 1 << 15, **limits),
+        "preconditions": lambda: violating_recipes(allow_out_of_range=suite.backend.bounded_index_reads, heads=suite.backend.head_counts),
+    }
+    return {name: made[name]() for name in properties}
+
+
+def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile: str, properties: list[str], shrink_s: float,
+             max_failures: int, save: bool, progress: ProgressLine) -> Campaign:
+    """Run the campaign (see the module docstring) into `state` (its counters and failures stay
+    valid when the campaign is interrupted); returns `state`."""
+    from hypothesis import HealthCheck, Verbosity, given, seed, settings
+    from hypothesis import strategies as st
+    from hypothesis.errors import HypothesisException
+
+    from conformance.checks import differential, violation_run
+    from conformance.cli_replay import failure_signature
+    from conformance.corpus import new_entry, save_entry
+    from conformance.settings import PROFILES
+
+    strategies = _fuzz_strategies(suite, properties)
+    deadline = state.started + budget_s
+    base = PROFILES[hypothesis_profile]
+    chunk_settings = settings(
+        parent=base, database=None, derandomize=False, deadline=None, verbosity=Verbosity.quiet, print_blob=False,
+        suppress_health_check=list(HealthCheck), report_multiple_bugs=True,
+    )
+    chunk_failures: dict[tuple[str, frozenset[str]], Failure] = {}
+    stop_at = [deadline]
+
+    @given(data=st.data())
+    def body(data: Any) -> None:
+        prop = data.draw(st.sampled_from(properties), label="property")
+        recipe = data.draw(strategies[prop], label="recipe")
+        if time.monotonic() >= stop_at[0]:
+            return  # out of time: the rest of the chunk passes without running (draws stay consistent)
+        name = f"fuzz:{prop}"
+        try:
+            if prop == "preconditions":
+                violation_run(suite, recipe, name)
+                state.outcomes[prop]["observed"] += 1
+            else:
+                for verdict, mode in zip(differential(suite, recipe, name), ("exact-steps", "float64"), strict=False):
+                    for output, value in (("out", verdict.out_ratio), ("lse", verdict.lse_ratio)):
+                        key = f"{output}/{mode}"
+                        state.max_ratio[key] = max(state.max_ratio[key], value)
+                state.outcomes[prop]["pass"] += 1
+            state.examples[prop] += 1
+        except HypothesisException:
+            raise  # a rejection (the backend does not take the call): not an example
+        except Exception as err:
+            state.examples[prop] += 1
+            state.outcomes[prop]["fail"] += 1
+            message = f"{type(err).__name__}: {err}" if not isinstance(err, AssertionError) else str(err)
+            key = (prop, failure_signature(message))
+            now = time.monotonic()
+            if not chunk_failures:
+                stop_at[0] = now + shrink_s
+                state.shrinking = True
+            previous = chunk_failures.get(key)
+            chunk_failures[key] = Failure(prop, recipe, message, key[1], previous.found_at if previous else now)
+            raise
+        finally:
+            progress.show(state.status(budget_s))
+
+    chunk = 0
+    while time.monotonic() < deadline and len(state.failures) < max_failures:
+        chunk_seed = chunk if hypothesis_profile == "ci" else int.from_bytes(os.urandom(4), "little")
+        state.seeds.append(chunk_seed)
+        state.chunks = chunk = chunk + 1
+        chunk_failures.clear()
+        stop_at[0] = deadline
+        state.shrinking = False
+        test = seed(chunk_seed)(chunk_settings(body))
+        try:
+            test()
+        except Exception as err:  # noqa: BLE001 - the failures were tracked in the body; anything else is reported
+            if not chunk_failures:
+                state.stopped = f"Hypothesis stopped: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                break
+        state.shrinking = False
+        for key, failure in chunk_failures.items():
+            if key in state.failures:
+                continue
+            _minimise_failure(suite, failure, shrink_s, progress)
+            if save:
+                expect = "precondition" if failure.property == "preconditions" else "conform"
+                first = failure.message.strip().splitlines()
+                caught = f"fuzz {failure.property}: {(first[1] if len(first) > 1 and first[0].startswith('kernel output') else first[0]) if first else 'failure'}"
+                entry = new_entry(failure.recipe, caught=caught[:500], kernel=suite.name, property_name=f"fuzz:{failure.property}", expect=expect)
+                directory = pending_dir()
+                existed = (directory / f"{_hash(failure.recipe)}.json").exists()
+                failure.path = save_entry(entry, directory)
+                failure.new = not existed
+            state.failures[key] = failure
+        progress.show(state.status(budget_s), force=True)
+    return state
+
+
+def _minimise_failure(suite: Any, failure: Failure, budget_s: float, progress: ProgressLine) -> None:
+    """Shrink Hypothesis's result further with the greedy passes of conformance.minimise (the
+    Hypothesis shrink of a large example may be cut by its time window)."""
+    from conformance.minimise import in_process_check, minimise
+
+    expect = "precondition" if failure.property == "preconditions" else "conform"
+    progress.show(f"fuzz: minimising the {failure.property} failure (n_q {failure.recipe.n_q}, heads {failure.recipe.heads}, "
+                  f"{failure.recipe.total_keys} keys)", force=True)
+    result = minimise(failure.recipe, in_process_check(suite, expect, name=f"fuzz:{failure.property}"), max_seconds=budget_s)
+    if result.changed:
+        failure.recipe = result.recipe
+        failure.minimised = result.accepted
+
+
+def _hash(recipe: Any) -> str:
+    from conformance.corpus import recipe_hash
+
+    return recipe_hash(recipe)
+
+
+def format_summary(state: Campaign, suite: Any, *, budget_s: float, hypothesis_profile: str, report_path: Path | None) -> str:
+    """The end-of-campaign summary (stdout)."""
+    elapsed = time.monotonic() - state.started
+    seeds = f"{state.seeds[:8]}{' ...' if len(state.seeds) > 8 else ''}"
+    lines = [(f"fuzz summary: kernel {suite.name} (profile {suite.profile.name}) on {suite.device}, Hypothesis profile {hypothesis_profile}, "
+              f"{elapsed:.1f} s (budget {budget_s:g} s), {state.chunks} chunk(s), seeds {seeds}")]
+    lines.append(f"  {'property':<14} {'examples':>8} {'pass':>6} {'fail':>6} {'observed':>9}")
+    for prop in sorted(set(state.examples) | set(state.outcomes)):
+        o = state.outcomes[prop]
+        lines.append(f"  {prop:<14} {state.examples[prop]:>8} {o['pass']:>6} {o['fail']:>6} {o['observed']:>9}")
+    lines.append("  largest err/bound of passing examples: " + ", ".join(f"{k} {v:.3g}" for k, v in state.max_ratio.items()))
+    if state.stopped:
+        lines.append(f"  {state.stopped}")
+    if state.failures:
+        lines.append(f"  FAILURES: {len(state.failures)} distinct")
+        for failure in state.failures.values():
+            r = failure.recipe
+            first = [line for line in failure.message.splitlines() if line.strip() and not line.startswith("kernel output outside")]
+            lines.append(f"  - {failure.property}: {(first[0] if first else '')[:300]}")
+            lines.append(f"    shrunk recipe: n_q {r.n_q}, heads {r.heads}, row lengths {list(r.row_lengths)[:8]}{' ...' if r.n_q > 8 else ''} "
+                         f"({r.total_keys} keys), latent {r.latent}, q {r.q}, writer {r.writer}"
+                         + (f" (greedy passes after Hypothesis: {len(failure.minimised)} steps)" if failure.minimised else ""))
+            if failure.path is not None:
+                lines.append(f"    saved to {failure.path}{'' if failure.new else ' (already there)'}")
+                lines.append(f"    replay: python -m conformance replay {failure.path} --kernel {suite.name}")
+    else:
+        lines.append("  no failures found")
+    if report_path is not None:
+        lines.append(f"  run report: {report_path}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of `fuzz`; returns the exit code."""
+    from conformance.plugin import TargetError, build_target
+
+    budget_s = args.seconds if args.seconds is not None else 60.0 * (args.minutes if args.minutes is not None else 5.0)
+    properties = list(dict.fromkeys(args.property or PROPERTIES))
+    shrink_s = args.shrink_seconds if args.shrink_seconds is not None else max(30.0, 0.2 * budget_s)
+    try:
+        suite = build_target(args.kernel, profile=args.numerics_profile, device=args.device)
+    except TargetError as err:
+        print(f"fuzz: {err}", file=sys.stderr)
+        return EXIT_USAGE
+
+    saved_run_id = os.environ.get(RUN_ID_ENV)
+    os.environ[RUN_ID_ENV] = f"fuzz-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    run_dir = current_run_dir()
+    assert run_dir is not None
+    progress = ProgressLine(sys.stderr)
+    interrupted = False
+    state = Campaign()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        mark_session_start(run_dir, kind="fuzz", kernel=suite.name)
+        for line in recover_leftovers(run_dir.name, pending_dir(), recovering_run=run_dir):
+            from conformance.crashes import describe
+
+            print("fuzz: recovered " + describe(line), file=sys.stderr)
+        print(f"fuzz: kernel {suite.name} (profile {suite.profile.name}) on {suite.device}; properties {', '.join(properties)}; "
+              f"budget {budget_s:g} s (+ up to {shrink_s:g} s shrinking); Hypothesis profile {args.profile}; run folder {run_dir}", file=sys.stderr, flush=True)
+        try:
+            campaign(suite, state, budget_s=budget_s, hypothesis_profile=args.profile, properties=properties, shrink_s=shrink_s,
+                             max_failures=args.max_failures, save=not args.no_save, progress=progress)
+        except KeyboardInterrupt:
+            interrupted = True
+        progress.done()
+        mark_session_finish(run_dir, exitstatus=None)
+        report_path = None
+        try:
+            from conformance.report import write_report
+
+            report_path = write_report(run_dir).md_path
+        except Exception as err:  # noqa: BLE001 - the summary must still be printed
+            print(f"fuzz: run report not written: {type(err).__name__}: {err}", file=sys.stderr)
+        if interrupted:
+            print("fuzz: interrupted", file=sys.stderr)
+        print(format_summary(state, suite, budget_s=budget_s, hypothesis_profile=args.profile, report_path=report_path))
+    finally:
+        if saved_run_id is None:
+            os.environ.pop(RUN_ID_ENV, None)
+        else:
+            os.environ[RUN_ID_ENV] = saved_run_id
+    if interrupted:
+        return 130
+    return EXIT_FAIL if state.failures else EXIT_OK

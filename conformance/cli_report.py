@@ -1,0 +1,70 @@
+"""`python -m conformance report [RUN_DIR]`: (re)build and print a run's report.
+
+RUN_DIR is a run folder (`<state dir>/runs/<run id>`, the state dir being $CONFORMANCE_DIR or
+.conformance) or a run id; without it, the most recently active run that recorded anything. The
+report is aggregated from every worker's files of the run (conformance.report) and written as
+report.json (strict JSON), report.md and, with matplotlib (the optional extra `plots`),
+report.png in the run folder; the Markdown is printed (--json prints the JSON instead).
+
+Exit codes: 0 the run is clean; 1 it had failing examples, failing tests or crashes; 2 no such
+run (or no run at all) or an unreadable folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from conformance.crashes import runs_root
+
+EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def register(subparsers: Any) -> None:
+    """Add the `report` subcommand to an argparse subparsers object."""
+    p = subparsers.add_parser("report", help="render a run's report (default: the last run)", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", metavar="RUN_DIR", nargs="?", default=None, help="run folder or run id (default: the last run)")
+    p.add_argument("--json", action="store_true", help="print report.json instead of the Markdown")
+    p.add_argument("--no-plot", action="store_true", help="do not draw report.png")
+    p.set_defaults(func=run)
+
+
+def resolve_run(arg: str | None) -> Path:
+    """The run folder named by `arg` (a path or a run id), or the last run; FileNotFoundError
+    with a message naming what was looked for."""
+    from conformance.report import latest_run
+
+    if arg is None:
+        found = latest_run()
+        if found is None:
+            raise FileNotFoundError(f"no run with recorded examples under {runs_root()} (run the suite first, or name a run folder)")
+        return found
+    path = Path(arg)
+    if path.is_dir():
+        return path
+    by_id = runs_root() / arg
+    if by_id.is_dir():
+        return by_id
+    raise FileNotFoundError(f"{arg}: no such run folder (nor a run id under {runs_root()})")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of `report`."""
+    from conformance.report import write_report
+
+    try:
+        run_dir = resolve_run(args.run_dir)
+        files = write_report(run_dir, plot=not args.no_plot)
+    except (FileNotFoundError, NotADirectoryError, PermissionError) as err:
+        print(f"report: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.json:
+        print(json.dumps(files.report, indent=2, sort_keys=True, allow_nan=False))
+    else:
+        print(files.md_path.read_text(encoding="utf-8"))
+        print(f"(written: {files.json_path}, {files.md_path}" + (f", {files.png_path}" if files.png_path else "") + ")")
+    return EXIT_OK if files.report["status"] == "clean" else EXIT_FAIL

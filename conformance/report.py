@@ -1,0 +1,464 @@
+"""The run report: what one run of the suite (or a fuzz campaign) saw, per kernel and property.
+
+Inputs, all in the run folder `<state dir>/runs/<run id>/` (every xdist worker writes its own):
+- `examples-<worker>.jsonl`: one line per judged example (conformance.harness.record): property,
+  kernel, outcome, out_ratio / lse_ratio (|err| / bound, the largest over the call), mode,
+  observed (precondition runs), recipe, time;
+- `failures-<worker>.jsonl`: one line per failing test whose recipe was saved to the pending
+  corpus (conformance.plugin);
+- `crashes.jsonl`: crashes recorded by conformance.crashes;
+- `session.json`: who ran it (conformance.crashes).
+
+Outputs (`write_report`): `report.json` (strict JSON: `allow_nan=False`; an infinite ratio, an
+error where the bound is 0, is written as the string "inf", an undefined one as null),
+`report.md`, and `report.png` with histograms of log10(error / bound) per property and output,
+one colour per comparison mode (needs matplotlib, the optional extra `plots`; without it the PNG
+is skipped and the report says so).
+
+Counting: the differential check writes one line per comparison mode for the same kernel call,
+so consecutive lines of one property and recipe with distinct modes count as one example.
+Properties `corpus:<entry>` are grouped as `corpus` in the tables (the worst ratio keeps the
+entry's name). Lines that cannot be parsed (a worker killed mid-write) are counted, not fatal.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conformance.crashes import CRASHES_LOG, read_session, runs_root
+from conformance.wal import atomic_write_text
+
+SCHEMA = 1
+REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "report.png"
+OUTPUTS = ("out", "lse")
+RATIO_NOTE = ('ratios are max |err| / bound over one kernel call; an infinite ratio (an error where the bound is 0) '
+              'is written as the string "inf", an undefined one (NaN) as null')
+NO_MODE = "unspecified"
+
+
+def _finite_or_tag(x: float | None) -> float | str | None:
+    """A float for strict JSON: finite as is, +-inf as "inf" / "-inf", NaN and None as None."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return None
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return float(x)
+
+
+def _as_ratio(value: object) -> float | None:
+    """A ratio read from a JSON line (float, "inf", Infinity, null) as a float or None."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def property_group(name: str) -> str:
+    """The table row a property belongs to (`corpus:<entry>` -> `corpus`)."""
+    return "corpus" if name.startswith("corpus:") else name
+
+
+@dataclass
+class RunData:
+    """Everything read from one run folder."""
+
+    run_dir: Path
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    crashes: list[dict[str, Any]] = field(default_factory=list)
+    session: dict[str, Any] | None = None
+    unreadable: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.examples or self.failures or self.crashes)
+
+
+def _read_jsonl(path: Path, data: RunData) -> list[dict[str, Any]]:
+    lines: list[dict[str, Any]] = []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        data.unreadable.append(f"{path.name}: cannot read ({err.strerror})")
+        return lines
+    data.files.append(path.name)
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw)  # accepts the Infinity / NaN literals harness.record may write
+        except json.JSONDecodeError:
+            data.unreadable.append(f"{path.name}:{number}")
+            continue
+        if isinstance(value, dict):
+            value["_file"] = path.name
+            lines.append(value)
+        else:
+            data.unreadable.append(f"{path.name}:{number}")
+    return lines
+
+
+def load_run(run_dir: Path) -> RunData:
+    """Read a run folder (any worker count); missing files are simply empty."""
+    data = RunData(run_dir=run_dir, session=read_session(run_dir))
+    for path in sorted(run_dir.glob("examples-*.jsonl")):
+        data.examples += _read_jsonl(path, data)
+    for path in sorted(run_dir.glob("failures-*.jsonl")):
+        data.failures += _read_jsonl(path, data)
+    if (run_dir / CRASHES_LOG).exists():
+        data.crashes += _read_jsonl(run_dir / CRASHES_LOG, data)
+    return data
+
+
+def _count_examples(lines: list[dict[str, Any]]) -> list[bool]:
+    """Per line (in file order): True when it starts a new example (see module docstring)."""
+    starts: list[bool] = []
+    previous: tuple[str, str, str] | None = None
+    modes_seen: set[str] = set()
+    for line in lines:
+        key = (line.get("_file", ""), str(line.get("property")), json.dumps(line.get("recipe"), sort_keys=True))
+        mode = line.get("mode")
+        if mode is not None and key == previous and mode not in modes_seen:
+            modes_seen.add(mode)
+            starts.append(False)
+            continue
+        previous = key
+        modes_seen = {mode} if mode is not None else set()
+        starts.append(True)
+    return starts
+
+
+def _ratio_summary(values: list[float]) -> dict[str, Any]:
+    finite = sorted(v for v in values if math.isfinite(v))
+    infinite = sum(1 for v in values if math.isinf(v))
+
+    def quantile(q: float) -> float | None:
+        if not finite:
+            return None
+        return finite[min(len(finite) - 1, int(q * len(finite)))]
+
+    worst = math.inf if infinite else (finite[-1] if finite else None)
+    return {
+        "examples": len(values),
+        "max": _finite_or_tag(worst),
+        "p50": _finite_or_tag(quantile(0.5)),
+        "p99": _finite_or_tag(quantile(0.99)),
+        "over_bound": sum(1 for v in values if v > 1),
+        "infinite": infinite,
+    }
+
+
+def collect_ratios(data: RunData) -> dict[str, dict[str, dict[str, dict[str, list[float]]]]]:
+    """kernel -> property group -> output -> mode -> every recorded ratio (for histograms)."""
+    ratios: dict[str, dict[str, dict[str, dict[str, list[float]]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
+    for line in data.examples:
+        for output in OUTPUTS:
+            value = _as_ratio(line.get(f"{output}_ratio"))
+            if value is None:
+                continue
+            ratios[str(line.get("kernel"))][property_group(str(line.get("property")))][output][str(line.get("mode") or NO_MODE)].append(value)
+    return ratios
+
+
+def build_report(data: RunData) -> dict[str, Any]:
+    """The report as strict-JSON-able data (see module docstring)."""
+    starts = _count_examples(data.examples)
+    # an example's outcome is "fail" when any of its lines (one per comparison mode) fails
+    example_outcome: list[str] = []
+    for line, start in zip(data.examples, starts, strict=True):
+        outcome = str(line.get("outcome"))
+        if start:
+            example_outcome.append(outcome)
+        elif outcome == "fail":
+            example_outcome[-1] = "fail"
+    kernels: dict[str, dict[str, Any]] = {}
+    worst: dict[tuple[str, str, str], tuple[float, dict[str, Any]]] = {}
+    preconditions: dict[tuple[str, str, tuple[str, ...]], dict[str, Any]] = {}
+    index = -1
+    for line, start in zip(data.examples, starts, strict=True):
+        kernel = str(line.get("kernel"))
+        group = property_group(str(line.get("property")))
+        k = kernels.setdefault(kernel, {"examples": 0, "properties": {}})
+        p = k["properties"].setdefault(group, {"examples": 0, "outcomes": Counter(), "entries": set()})
+        if start:
+            index += 1
+            k["examples"] += 1
+            p["examples"] += 1
+            p["outcomes"][example_outcome[index]] += 1
+        if group == "corpus":
+            p["entries"].add(str(line.get("property")))
+        mode = str(line.get("mode") or NO_MODE)
+        for output in OUTPUTS:
+            value = _as_ratio(line.get(f"{output}_ratio"))
+            if value is None or math.isnan(value):
+                continue
+            key = (kernel, output, mode)
+            if key not in worst or value > worst[key][0]:
+                worst[key] = (value, line)
+        observed = line.get("observed")
+        if isinstance(observed, dict):
+            kinds = tuple(sorted(str(x) for x in observed.get("kinds", [])))
+            entry = preconditions.setdefault((kernel, group, kinds), {"examples": 0, "behaviours": Counter(), "non_finite_out_max": 0})
+            entry["examples"] += 1
+            entry["behaviours"][str(observed.get("behaviour", "unknown"))] += 1
+            entry["non_finite_out_max"] = max(entry["non_finite_out_max"], int(observed.get("non_finite_out") or 0))
+
+    ratios = collect_ratios(data)
+    for kernel, k in kernels.items():
+        for group, p in k["properties"].items():
+            p["outcomes"] = dict(sorted(p["outcomes"].items()))
+            entries = p.pop("entries")
+            if entries:
+                p["corpus_entries"] = len(entries)
+            p["ratios"] = {
+                output: {mode: _ratio_summary(values) for mode, values in sorted(by_mode.items())}
+                for output, by_mode in sorted(ratios.get(kernel, {}).get(group, {}).items())
+            }
+        k["properties"] = dict(sorted(k["properties"].items()))
+        k["largest_ratio"] = {}
+        for (wk, output, mode), (value, line) in sorted(worst.items(), key=lambda kv: (kv[0][0], OUTPUTS.index(kv[0][1]), kv[0][2])):
+            if wk != kernel:
+                continue
+            k["largest_ratio"].setdefault(output, {})[mode] = {
+                "ratio": _finite_or_tag(value), "property": line.get("property"), "outcome": line.get("outcome"), "recipe": line.get("recipe"),
+            }
+        k["preconditions"] = [
+            {"property": group, "kinds": list(kinds), "examples": v["examples"], "behaviours": dict(sorted(v["behaviours"].items())),
+             "non_finite_out_max": v["non_finite_out_max"]}
+            for (wk, group, kinds), v in sorted(preconditions.items()) if wk == kernel
+        ]
+
+    run_name = data.run_dir.name
+    crashes_here = [_clean(c) for c in data.crashes if not c.get("origin_run")]
+    recovered = [_clean(c) for c in data.crashes if c.get("origin_run")]
+    failures = [_clean(f) for f in data.failures]
+    failing_examples = sum(1 for outcome in example_outcome if outcome == "fail")
+    status = "crashes" if crashes_here else ("failures" if failures or failing_examples else "clean")
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "run": run_name,
+        "run_dir": str(data.run_dir),
+        "generated": datetime.datetime.now().isoformat(timespec="seconds"),
+        "session": _clean(data.session) if data.session else None,
+        "status": status,
+        "examples": sum(k["examples"] for k in kernels.values()),
+        "failing_examples": failing_examples,
+        "kernels": dict(sorted(kernels.items())),
+        "failures": failures,
+        "crashes": crashes_here,
+        "recovered_crashes": recovered,
+        "unreadable_lines": data.unreadable,
+        "notes": [RATIO_NOTE],
+    }
+    return report
+
+
+def _clean(value: Any) -> Any:
+    """A copy safe for strict JSON: non-finite floats tagged, private keys (_file) dropped."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items() if not str(k).startswith("_")}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, float):
+        return _finite_or_tag(value)
+    return value
+
+
+def _fmt(x: Any) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if isinstance(x, float):
+        return f"{x:.3g}"
+    return str(x)
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown (tables per kernel; failures, crashes, precondition behaviour)."""
+    lines = [f"# Conformance run {report['run']}", ""]
+    session = report.get("session") or {}
+    started = session.get("started")
+    when = datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds") if isinstance(started, int | float) else "unknown"
+    lines.append(f"- status: **{report['status']}**; {report['examples']} examples, {report['failing_examples']} failing, "
+                 f"{len(report['failures'])} failing tests with saved recipes, {len(report['crashes'])} crashes")
+    lines.append(f"- run folder: `{report['run_dir']}`; started {when}; kind {session.get('kind', 'unknown')}"
+                 + (f"; exit status {session['exitstatus']}" if session.get("exitstatus") is not None else ""))
+    for note in report["notes"]:
+        lines.append(f"- note: {note}")
+    plot = report.get("plot") or {}
+    if plot.get("path"):
+        lines.append(f"- plot: [{Path(plot['path']).name}]({Path(plot['path']).name}) (histograms of log10(error / bound))")
+    elif plot.get("note"):
+        lines.append(f"- plot: {plot['note']}")
+    if report["unreadable_lines"]:
+        lines.append(f"- {len(report['unreadable_lines'])} unreadable line(s) skipped: {', '.join(report['unreadable_lines'][:10])}")
+    lines.append("")
+    for kernel, k in report["kernels"].items():
+        lines += [f"## Kernel `{kernel}`", "", f"{k['examples']} examples.", ""]
+        lines += ["| property | examples | outcomes | max out/bound | max lse/bound |", "|---|---:|---|---|---|"]
+        for group, p in k["properties"].items():
+            outcomes = ", ".join(f"{n} {o}" for o, n in p["outcomes"].items())
+            name = f"{group} ({p['corpus_entries']} entries)" if "corpus_entries" in p else group
+            cells = []
+            for output in OUTPUTS:
+                by_mode = p["ratios"].get(output, {})
+                cells.append("; ".join(f"{_fmt(v['max'])} ({mode})" for mode, v in by_mode.items()) or "-")
+            lines.append(f"| {name} | {p['examples']} | {outcomes} | {cells[0]} | {cells[1]} |")
+        lines.append("")
+        if k["largest_ratio"]:
+            lines += ["Largest error / bound per output and comparison mode:", "", "| output | mode | ratio | property | outcome |", "|---|---|---:|---|---|"]
+            for output, by_mode in k["largest_ratio"].items():
+                for mode, v in by_mode.items():
+                    lines.append(f"| {output} | {mode} | {_fmt(v['ratio'])} | {v['property']} | {v['outcome']} |")
+            lines.append("")
+        if k["preconditions"]:
+            lines += ["Precondition violations and the behaviour observed:", "", "| property | violated | examples | behaviour observed |", "|---|---|---:|---|"]
+            for v in k["preconditions"]:
+                behaviours = "; ".join(f"{b} (x{n})" for b, n in v["behaviours"].items())
+                lines.append(f"| {v['property']} | {', '.join(v['kinds']) or '-'} | {v['examples']} | {behaviours} |")
+            lines.append("")
+    if not report["kernels"]:
+        lines += ["No examples recorded.", ""]
+    lines.append("## Failures")
+    lines.append("")
+    if report["failures"]:
+        for f in report["failures"]:
+            lines.append(f"- `{f.get('nodeid')}` ({f.get('kernel')}, {f.get('property')}): {f.get('caught')}")
+            lines.append(f"  - recipe: `{f.get('entry')}`")
+    else:
+        lines.append("None with a saved recipe." + (f" ({report['failing_examples']} failing examples recorded.)" if report["failing_examples"] else ""))
+    lines.append("")
+    lines.append("## Crashes")
+    lines.append("")
+    if report["crashes"]:
+        for c in report["crashes"]:
+            lines.append(f"- {c.get('caught') or c.get('error')}")
+            lines.append(f"  - kernel {c.get('kernel')}, property {c.get('property')}, worker {c.get('worker')}; entry `{c.get('entry')}`")
+    else:
+        lines.append("None.")
+    if report["recovered_crashes"]:
+        lines += ["", "Recovered at the start of this run from earlier runs:", ""]
+        for c in report["recovered_crashes"]:
+            lines.append(f"- run {c.get('origin_run')}: {c.get('caught') or c.get('error')}; entry `{c.get('entry')}`")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def write_plot(data: RunData, path: Path) -> tuple[Path | None, str]:
+    """Histograms of log10(ratio) per (kernel, property group) x output, one colour per mode.
+    Returns (path or None, a note saying what happened)."""
+    ratios = collect_ratios(data)
+    panels = [(kernel, group, by_output) for kernel, groups in sorted(ratios.items()) for group, by_output in sorted(groups.items())]
+    if not panels:
+        return None, "no error/bound ratios recorded: no plot"
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None, "matplotlib is not installed (optional extra `plots`: pip install 'sparse-mla-conformance[plots]'): PNG skipped"
+    floor = -12.0
+    fig, axes = plt.subplots(len(panels), 2, figsize=(10, 2.2 * len(panels) + 0.8), squeeze=False)
+    for row, (kernel, group, by_output) in enumerate(panels):
+        for col, output in enumerate(OUTPUTS):
+            ax = axes[row][col]
+            by_mode = by_output.get(output, {})
+            infinite = 0
+            for mode, values in sorted(by_mode.items()):
+                logs = [max(floor, math.log10(v)) if v > 0 else floor for v in values if math.isfinite(v)]
+                infinite += sum(1 for v in values if math.isinf(v))
+                if logs:
+                    ax.hist(logs, bins=40, range=(floor, 2.0), alpha=0.55, label=f"{mode} ({len(values)})")
+            ax.axvline(0.0, color="red", linewidth=1)
+            ax.set_title(f"{kernel} / {group} / {output}", fontsize=8)
+            ax.tick_params(labelsize=7)
+            if infinite:
+                ax.text(0.98, 0.9, f"inf: {infinite}", transform=ax.transAxes, ha="right", fontsize=7, color="red")
+            if by_mode:
+                ax.legend(fontsize=6, loc="upper left")
+            else:
+                ax.text(0.5, 0.5, "no ratios", transform=ax.transAxes, ha="center", fontsize=8)
+            if row == len(panels) - 1:
+                ax.set_xlabel(f"log10(error / bound) (<= {floor:g}: zero error; red line: the bound)", fontsize=7)
+    fig.suptitle(f"run {data.run_dir.name}: error / bound per example", fontsize=9)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp, dpi=80)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path, f"histograms in {path.name}"
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """What `write_report` wrote."""
+
+    json_path: Path
+    md_path: Path
+    png_path: Path | None
+    report: dict[str, Any]
+
+
+def write_report(run_dir: Path, *, plot: bool = True) -> ReportFiles:
+    """Aggregate the run folder and write report.json, report.md and (with matplotlib) report.png.
+    Raises FileNotFoundError when `run_dir` is not a folder."""
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: no such run folder")
+    data = load_run(run_dir)
+    report = build_report(data)
+    png: Path | None = None
+    if plot:
+        png, note = write_plot(data, run_dir / REPORT_PNG)
+    else:
+        note = "plot not requested"
+    report["plot"] = {"path": str(png) if png else None, "note": note}
+    json_path, md_path = run_dir / REPORT_JSON, run_dir / REPORT_MD
+    atomic_write_text(json_path, json.dumps(report, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    atomic_write_text(md_path, render_markdown(report))
+    return ReportFiles(json_path=json_path, md_path=md_path, png_path=png, report=report)
+
+
+def summary_line(files: ReportFiles) -> str:
+    """One line for the end of a session: counts and where the report is."""
+    r = files.report
+    worst = []
+    for kernel, k in r["kernels"].items():
+        ratios = [f"{output} {_fmt(v['ratio'])}" for output, by_mode in k["largest_ratio"].items()
+                  for mode, v in by_mode.items() if mode in ("exact-steps", NO_MODE)]
+        if ratios:
+            worst.append(f"{kernel}: {' / '.join(ratios)}")
+    ratio = f", max err/bound (exact-steps) {'; '.join(worst)}" if worst else ""
+    return (f"conformance report: {r['status']}, {r['examples']} examples, {r['failing_examples']} failing, "
+            f"{len(r['crashes'])} crashes{ratio} -> {files.md_path}")
+
+
+def latest_run(root: Path | None = None) -> Path | None:
+    """The most recently modified run folder under `root` (default runs_root()) holding any
+    examples, failures or crashes; None when there is none."""
+    root = runs_root() if root is None else root
+    if not root.is_dir():
+        return None
+    candidates = []
+    for run_dir in root.iterdir():
+        if not run_dir.is_dir():
+            continue
+        files = list(run_dir.glob("examples-*.jsonl")) + list(run_dir.glob("failures-*.jsonl")) + list(run_dir.glob(CRASHES_LOG))
+        if files:
+            candidates.append((max(f.stat().st_mtime for f in files), run_dir.name, run_dir))
+    return max(candidates)[2] if candidates else None

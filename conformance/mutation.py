@@ -384,7 +384,7 @@ class RunResult:
     (examples until the first failure); first_failure_s: seconds from the subprocess's start
     to the first failing example (JSON lines) or else to the end of the failing test (None when
     nothing failed); wall_s: seconds the subprocess ran; tests: tests that reached their call
-    phase (passed + failed); hypothesis_profile: the profile the run loaded; returncode: the
+    phase (passed + failed); skipped: tests skipped; hypothesis_profile: the profile the run loaded; returncode: the
     subprocess's (None on timeout); log: path of its captured output (deleted with the work
     folder unless kept).
     """
@@ -401,6 +401,7 @@ class RunResult:
     first_failure_from: Literal["examples", "pytest", ""] = ""
     wall_s: float = 0.0
     tests: int = 0
+    skipped: int = 0
     hypothesis_profile: str = ""
     returncode: int | None = None
     log: str = ""
@@ -432,7 +433,8 @@ def judge(
 
     started: Unix time the subprocess was started (for first_failure_s)."""
     result = RunResult(name=name, spec=spec, role=role, status="error", wall_s=wall_s, returncode=returncode,
-                       hypothesis_profile=events.hypothesis_profile, tests=events.passed + events.failed)
+                       hypothesis_profile=events.hypothesis_profile, tests=events.passed + events.failed,
+                       skipped=events.skipped)
     failure = events.first_failure
     if failure is None and not timed_out and returncode == 1:
         fallback = summary_failures(stdout)
@@ -658,7 +660,7 @@ def table_rows(score: Score) -> list[list[str]]:
                      str(r.examples), _fmt_s(r.first_failure_s), _fmt_s(r.wall_s)])
     if score.baseline is not None:
         b = score.baseline
-        rows.append([f"{b.name} (baseline)", b.label, _short_test(b.test) if b.test else f"{b.tests} tests",
+        rows.append([f"{b.name} (baseline)", b.label, _short_test(b.test) if b.test else f"{b.tests} tests, {b.skipped} skipped",
                      str(b.examples), _fmt_s(b.first_failure_s), _fmt_s(b.wall_s)])
     return rows
 
@@ -676,7 +678,7 @@ def summary_lines(score: Score) -> list[str]:
         lines.append("baseline: not run")
     else:
         b = score.baseline
-        extra = f"{b.tests} tests, {b.examples} examples, {b.wall_s:.1f} s"
+        extra = f"{b.tests} tests, {b.skipped} skipped, {b.examples} examples, {b.wall_s:.1f} s"
         lines.append(f"baseline {b.name}: {b.label} ({extra})" + (f": {b.test} {b.message}" if not b.ok else ""))
     lines.append(f"total wall time: {score.wall_s:.1f} s")
     lines.append("result: " + ("PASS" if score.ok else "FAIL"))

@@ -5,7 +5,8 @@ Hypothesis draws recipes for the chosen properties and judges each call exactly 
 climbs toward large errors; conformance.checks.violation_run for precondition violations).
 The campaign runs in chunks of the Hypothesis profile's max_examples (ci 25, dev 40, nightly
 1000), each with a fresh seed (ci: seeds 0, 1, 2, ... so a campaign is reproducible), until the
-budget is spent. A failure is shrunk by Hypothesis, for at most --shrink-seconds after it was
+budget is spent. Problem sizes ramp up: the first chunk draws at most 1024 keys per call, each
+next chunk 4x more, up to the suite's own limits (quick feedback, quick shrinks). A failure is shrunk by Hypothesis, for at most --shrink-seconds after it was
 found (the campaign may overrun its budget by that much), then saved to the pending corpus
 (content-hash names: the same failure is stored once; CONFORMANCE_PENDING_DIR overrides the
 folder). After --max-failures distinct failures the campaign stops.
@@ -157,15 +158,26 @@ class Campaign:
                 f"distinct failures {len(self.failures)}  max err/bound {ratios}{state}")
 
 
-def _fuzz_strategies(suite: Any, properties: list[str]) -> dict[str, Any]:
+RAMP_KEYS = 1024  # total keys of the first chunk's problems; x4 per chunk up to the suite's sizes
+
+
+def _fuzz_strategies(suite: Any, properties: list[str], chunk: int = 99) -> dict[str, Any]:
+    """The properties' recipe strategies, sized for chunk number `chunk` (size ramp: the first
+    chunk draws problems of at most RAMP_KEYS keys, each next one 4x more, up to the suite's
+    own limits; small problems first give quick feedback and quick shrinks)."""
     from conformance.checks import backend_limits, size_limits
     from strategies.hyp import recipes, violating_recipes
 
     limits = backend_limits(suite)
+    cap = RAMP_KEYS * 4 ** min(chunk, 10)
+    general = size_limits(suite)
+    general = {"max_n_q": min(general["max_n_q"], max(8, cap // 64)), "max_total_keys": min(general["max_total_keys"], cap)}
+    long_keys = min(8192 if suite.device.type == "cpu" else 1 << 15, cap)
     made = {
-        "differential": lambda: recipes(**size_limits(suite), **limits),
-        "long_rows": lambda: recipes(max_n_q=4, max_total_keys=8192 if suite.device.type == "cpu" else 1 << 15, **limits),
-        "preconditions": lambda: violating_recipes(allow_out_of_range=suite.backend.bounded_index_reads, heads=suite.backend.head_counts),
+        "differential": lambda: recipes(**general, **limits),
+        "long_rows": lambda: recipes(max_n_q=4, max_row=long_keys, max_total_keys=long_keys, **limits),
+        "preconditions": lambda: violating_recipes(allow_out_of_range=suite.backend.bounded_index_reads, max_total_keys=min(4096, cap),
+                                                   heads=suite.backend.head_counts),
     }
     return {name: made[name]() for name in properties}
 
@@ -183,7 +195,7 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
     from conformance.corpus import new_entry, save_entry
     from conformance.settings import PROFILES
 
-    strategies = _fuzz_strategies(suite, properties)
+    strategies: dict[str, Any] = {}
     deadline = state.started + budget_s
     base = PROFILES[hypothesis_profile]
     chunk_settings = settings(
@@ -234,6 +246,8 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
         state.seeds.append(chunk_seed)
         state.chunks = chunk = chunk + 1
         chunk_failures.clear()
+        strategies.clear()
+        strategies.update(_fuzz_strategies(suite, properties, chunk - 1))
         stop_at[0] = deadline
         state.shrinking = False
         test = seed(chunk_seed)(chunk_settings(body))
@@ -272,8 +286,23 @@ def _minimise_failure(suite: Any, failure: Failure, budget_s: float, progress: P
                   f"{failure.recipe.total_keys} keys)", force=True)
     result = minimise(failure.recipe, in_process_check(suite, expect, name=f"fuzz:{failure.property}"), max_seconds=budget_s)
     if result.changed:
+        from conformance.cli_replay import diagnose, sandbox_state
+        from conformance.corpus import CorpusEntry
+
         failure.recipe = result.recipe
         failure.minimised = result.accepted
+        with sandbox_state():
+            diag = diagnose(CorpusEntry(name="fuzz", recipe=result.recipe, expect=expect), suite, findings=False)
+        if diag.reasons:
+            failure.message = "\n".join(diag.reasons)
+
+
+def _forget_recipe() -> None:
+    """Clear conformance.plugin.current (set by the checks): a campaign run inside a pytest test
+    must not make the plugin save its last recipe as that test's failure."""
+    from conformance.plugin import current
+
+    current.recipe = None
 
 
 def _hash(recipe: Any) -> str:
@@ -361,6 +390,7 @@ def run(args: argparse.Namespace) -> int:
             print("fuzz: interrupted", file=sys.stderr)
         print(format_summary(state, suite, budget_s=budget_s, hypothesis_profile=args.profile, report_path=report_path))
     finally:
+        _forget_recipe()
         if saved_run_id is None:
             os.environ.pop(RUN_ID_ENV, None)
         else:

@@ -51,6 +51,7 @@ EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TOP = 5
 DEFAULT_ISOLATE_TIMEOUT_S = 600.0
+ISOLATED_CHILD_ENV = "CONFORMANCE_REPLAY_CHILD"  # set for the child of --isolate: its state folder is the parent's
 _SCRUBBED_ENV_PREFIXES = ("PYTEST_XDIST_", "CONFORMANCE_GPU_")
 _SCRUBBED_ENV = ("PYTEST_CURRENT_TEST", RUN_ID_ENV, STATE_DIR_ENV)
 
@@ -344,7 +345,11 @@ def diagnose(entry: Any, suite: Any, *, top: int = DEFAULT_TOP, findings: bool =
 @contextmanager
 def sandbox_state() -> Iterator[Path]:
     """A temporary state folder (write-ahead files, example records) for the duration of the
-    block; the environment is restored and the folder removed afterwards."""
+    block; the environment is restored and the folder removed afterwards. In the child of
+    --isolate the parent's folder is used as is (the parent reads the write-ahead file there)."""
+    if os.environ.get(ISOLATED_CHILD_ENV) == "1" and os.environ.get(STATE_DIR_ENV):
+        yield Path(os.environ[STATE_DIR_ENV])
+        return
     saved = {k: os.environ.get(k) for k in (STATE_DIR_ENV, RUN_ID_ENV)}
     folder = Path(tempfile.mkdtemp(prefix="conformance-replay-"))
     os.environ[STATE_DIR_ENV] = str(folder)
@@ -414,7 +419,8 @@ def run_isolated(path: Path, *, kernel: str | None, profile: str | None, device:
             command += [option, value]
     try:
         try:
-            proc = subprocess.run(command, capture_output=True, text=True, env=child_env(state), timeout=timeout_s, check=False)
+            env = {**child_env(state), ISOLATED_CHILD_ENV: "1"}
+            proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
             returncode, stdout, stderr, how = proc.returncode, proc.stdout, proc.stderr, None
         except subprocess.TimeoutExpired as err:
             returncode = -int(signal.SIGKILL)
@@ -454,6 +460,11 @@ def _g(x: Any) -> str:
 def _where(d: dict[str, Any]) -> str:
     keys = [k for k in ("row", "head", "dim") if k in d]
     return "(" + ", ".join(f"{k} {d[k]}" for k in keys) + ")"
+
+
+def _places(comparison: dict[str, Any]) -> list[tuple[int, ...]]:
+    """Where the listed worst elements are (row, head[, dim]), to tell two modes apart."""
+    return [tuple(e[k] for k in ("row", "head", "dim") if k in e) for e in comparison.get("top_elements", [])]
 
 
 def format_header(entry: Any, kind: str, path: Path, suite: Any) -> str:
@@ -505,8 +516,9 @@ def format_diagnosis(diag: Diagnosis) -> str:
             if not c.get("exceeding"):
                 continue
             before = shown.get(c["output"])
-            if before is not None and before["exceeding"] == c["exceeding"] and before["top_elements"] == c["top_elements"]:
-                lines.append(f"  [{c['mode']}] {c['output']}: the same {c['exceeding']} values exceed as in [{before['mode']}]")
+            if before is not None and before["exceeding"] == c["exceeding"] and _places(before) == _places(c):
+                lines.append(f"  [{c['mode']}] {c['output']}: the same {c['exceeding']} values exceed as in [{before['mode']}] "
+                             f"(worst err/bound {_g(c['worst_ratio'])})")
                 continue
             shown[c["output"]] = c
             lines.append(f"  [{c['mode']}] {c['output']}: {c['exceeding']} of {c['elements']} values exceed the bound; worst:")
@@ -596,8 +608,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"replay: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(format_header(entry, kind, path, suite), flush=True)
-    with sandbox_state():
-        diag = diagnose(entry, suite, top=max(1, args.top))
+    from conformance.plugin import current
+
+    try:
+        with sandbox_state():
+            diag = diagnose(entry, suite, top=max(1, args.top))
+    finally:
+        current.recipe = None  # set by the checks; not a pytest test's failure
     print(format_diagnosis(diag))
     _write_json(args.json, diag)
     return diag.exit_code

@@ -131,8 +131,8 @@ def mark_session_finish(run_dir: Path, *, exitstatus: int | None = None) -> None
 def run_is_live(run_dir: Path) -> bool:
     """True when the process owning `run_dir` may still be running (its write-ahead files are
     then in use, not leftovers): an unfinished session.json of a live pid on this host, or of
-    another host (which cannot be checked from here); without session.json, a run id ending in
-    "-<pid>" of a live process."""
+    another host (which cannot be checked from here); without session.json, a run id of the
+    form "<YYYYmmdd>-<HHMMSS>-<pid>" (conformance.harness) naming a live process."""
     session = read_session(run_dir)
     if session is not None:
         if session.get("finished"):
@@ -141,7 +141,7 @@ def run_is_live(run_dir: Path) -> bool:
             return True
         pid = session.get("pid")
         return isinstance(pid, int) and pid != os.getpid() and _pid_alive(pid)
-    match = re.search(r"-(\d+)$", run_dir.name)
+    match = re.search(r"\d{8}-\d{6}-(\d+)$", run_dir.name)
     if match:
         pid = int(match.group(1))
         return pid != os.getpid() and _pid_alive(pid)

@@ -175,8 +175,13 @@ def in_process_check(suite: Any, expect: str, *, name: str = "minimise") -> Chec
     from conformance.corpus import CorpusEntry
 
     def check(recipe: Any) -> frozenset[str]:
-        with sandbox_state():
-            diag = diagnose(CorpusEntry(name=name, recipe=recipe, expect=expect), suite, findings=False)
+        from conformance.plugin import current
+
+        try:
+            with sandbox_state():
+                diag = diagnose(CorpusEntry(name=name, recipe=recipe, expect=expect), suite, findings=False)
+        finally:
+            current.recipe = None  # set by the checks; not a pytest test's failure
         return diag.signature
 
     return check

@@ -162,13 +162,19 @@ def _ratio_summary(values: list[float]) -> dict[str, Any]:
     }
 
 
+def _returns_lse(line: dict[str, Any]) -> bool:
+    """False for an example whose recipe asked for no lse (its recorded lse ratio is a 0 placeholder)."""
+    recipe = line.get("recipe")
+    return not (isinstance(recipe, dict) and recipe.get("return_lse") is False)
+
+
 def collect_ratios(data: RunData) -> dict[str, dict[str, dict[str, dict[str, list[float]]]]]:
     """kernel -> property group -> output -> mode -> every recorded ratio (for histograms)."""
     ratios: dict[str, dict[str, dict[str, dict[str, list[float]]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
     for line in data.examples:
         for output in OUTPUTS:
             value = _as_ratio(line.get(f"{output}_ratio"))
-            if value is None:
+            if value is None or (output == "lse" and not _returns_lse(line)):
                 continue
             ratios[str(line.get("kernel"))][property_group(str(line.get("property")))][output][str(line.get("mode") or NO_MODE)].append(value)
     return ratios
@@ -204,7 +210,7 @@ def build_report(data: RunData) -> dict[str, Any]:
         mode = str(line.get("mode") or NO_MODE)
         for output in OUTPUTS:
             value = _as_ratio(line.get(f"{output}_ratio"))
-            if value is None or math.isnan(value):
+            if value is None or math.isnan(value) or (output == "lse" and not _returns_lse(line)):
                 continue
             key = (kernel, output, mode)
             if key not in worst or value > worst[key][0]:
@@ -380,11 +386,13 @@ def write_plot(data: RunData, path: Path) -> tuple[Path | None, str]:
             ax = axes[row][col]
             by_mode = by_output.get(output, {})
             infinite = 0
+            finite_logs = [math.log10(v) for values in by_mode.values() for v in values if math.isfinite(v) and v > 0]
+            top = max(2.0, math.ceil(max(finite_logs, default=0.0)) + 0.5)
             for mode, values in sorted(by_mode.items()):
                 logs = [max(floor, math.log10(v)) if v > 0 else floor for v in values if math.isfinite(v)]
                 infinite += sum(1 for v in values if math.isinf(v))
                 if logs:
-                    ax.hist(logs, bins=40, range=(floor, 2.0), alpha=0.55, label=f"{mode} ({len(values)})")
+                    ax.hist(logs, bins=48, range=(floor, top), alpha=0.55, label=f"{mode} ({len(values)})")
             ax.axvline(0.0, color="red", linewidth=1)
             ax.set_title(f"{kernel} / {group} / {output}", fontsize=8)
             ax.tick_params(labelsize=7)

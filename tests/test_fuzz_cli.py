@@ -1,0 +1,63 @@
+"""`python -m conformance fuzz`: a short campaign of the emulated kernel finds nothing; one of a
+broken kernel finds, shrinks and saves a failure that replays."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+
+BROKEN = "conformance.mutants:lse_base2"
+
+
+@pytest.fixture()
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CONFORMANCE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("CONFORMANCE_PENDING_DIR", str(tmp_path / "pending"))
+    return tmp_path
+
+
+def _report(state: Path) -> dict:
+    paths = list((state / "state").glob("runs/fuzz-*/report.json"))
+    assert len(paths) == 1
+    return json.loads(paths[0].read_text(encoding="utf-8"))
+
+
+def test_fuzz_emulated_finds_nothing(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["fuzz", "--kernel", "emulated", "--seconds", "10", "--profile", "ci"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err
+    assert "no failures found" in captured.out
+    assert "fuzz: kernel emulated (profile gfx950) on cpu" in captured.err  # progress on stderr
+    assert not list((state / "pending").glob("*.json"))
+    report = _report(state)
+    assert report["status"] == "clean" and report["examples"] > 0
+    assert set(report["kernels"]["emulated"]["properties"]) <= {"fuzz:differential", "fuzz:long_rows", "fuzz:preconditions"}
+
+
+def test_fuzz_broken_kernel_finds_and_saves_a_failure(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["fuzz", "--kernel", BROKEN, "--seconds", "10", "--shrink-seconds", "5", "--max-failures", "1", "--profile", "ci", "--property", "long_rows"])
+    captured = capsys.readouterr()
+    assert code == 1, captured.out + captured.err
+    assert "FAILURES: 1 distinct" in captured.out and "lse values exceed the bound" in captured.out
+    saved = list((state / "pending").glob("*.json"))
+    assert len(saved) == 1
+    entry = json.loads(saved[0].read_text(encoding="utf-8"))
+    assert entry["provenance"]["kernel"] == BROKEN and entry["provenance"]["property"] == "fuzz:long_rows"
+    assert entry["expect"] == "conform" and entry["recipe"]["return_lse"] is True
+    assert entry["recipe"]["n_q"] <= 2 and entry["recipe"]["heads"] <= 2  # shrunk
+    assert str(saved[0]) in captured.out
+    assert _report(state)["failing_examples"] >= 1
+    assert main(["replay", str(saved[0]), "--kernel", BROKEN]) == 1
+    assert "verdict: FAILS" in capsys.readouterr().out
+    assert main(["replay", str(saved[0]), "--kernel", "emulated"]) == 0
+
+
+def test_fuzz_usage_errors(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fuzz", "--kernel", "nope:nothing"]) == 2
+    assert "cannot import 'nope'" in capsys.readouterr().err
+    assert main(["fuzz", "--kernel", "emulated", "--seconds", "-1"]) == 2
+    assert "must be a positive number" in capsys.readouterr().err

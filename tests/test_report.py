@@ -1,0 +1,151 @@
+"""The run report: aggregation across worker files, strict JSON, Markdown, the optional PNG."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import report as rpt
+from conformance.cli import main
+
+RECIPE_A = {"seed": 1, "n_q": 1, "heads": 2, "row_lengths": [5], "cache_rows": 64}
+RECIPE_B = {"seed": 2, "n_q": 2, "heads": 1, "row_lengths": [3, 0], "cache_rows": 64}
+RECIPE_C = {"seed": 3, "n_q": 1, "heads": 1, "row_lengths": [9], "cache_rows": 64, "writer": "raw"}
+
+
+def _line(prop: str, outcome: str, recipe: dict[str, Any], *, mode: str | None = None, out: Any = None, lse: Any = None, **extra: Any) -> str:
+    data = {"property": prop, "kernel": "k:x", "outcome": outcome, "recipe": recipe, "out_ratio": out, "lse_ratio": lse, "time": 1.0, **extra}
+    if mode:
+        data["mode"] = mode
+    return json.dumps(data)  # Python's json writes Infinity / NaN, as conformance.harness.record does
+
+
+def _strict(text: str) -> Any:
+    def refuse(name: str) -> Any:
+        raise ValueError(f"non-strict JSON literal {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture()
+def run_dir(tmp_path: Path) -> Path:
+    run = tmp_path / "runs" / "20260101-000000-1"
+    run.mkdir(parents=True)
+    gw0 = [
+        _line("differential", "pass", RECIPE_A, mode="exact-steps", out=0.5, lse=0.01),
+        _line("differential", "pass", RECIPE_A, mode="float64", out=0.7, lse=0.02),
+        _line("differential", "fail", RECIPE_B, mode="exact-steps", out=float("inf"), lse=float("nan")),
+        _line("differential", "pass", RECIPE_B, mode="float64", out=0.9, lse=0.0),
+        _line("metamorphic_permute", "pass", RECIPE_A),
+        _line("corpus:edge-one", "pass", RECIPE_A, mode="exact-steps", out=0.25, lse=0.0),
+        _line("corpus:edge-one", "pass", RECIPE_A, mode="float64", out=0.25, lse=0.0),
+    ]
+    gw1 = [
+        _line("differential", "pass", RECIPE_A, mode="exact-steps", out=0.3, lse=0.5),  # the same recipe again: another example
+        _line("differential", "pass", RECIPE_A, mode="float64", out=0.3, lse=0.5),
+        _line("preconditions", "observed", RECIPE_C, observed={"kinds": ["scale_not_pow2"], "behaviour": "returned", "non_finite_out": 0}),
+        _line("preconditions", "observed", RECIPE_C, observed={"kinds": ["scale_not_pow2"], "behaviour": "returned with 3 non-finite outputs", "non_finite_out": 3}),
+        _line("corpus:edge-two", "raised", RECIPE_C, observed={"kinds": ["index_out_of_range"], "behaviour": "raised IndexError: boom"}),
+        '{"property": "differential", "kernel": "k:x", "outc',  # a worker killed mid-write
+    ]
+    (run / "examples-gw0.jsonl").write_text("\n".join(gw0) + "\n", encoding="utf-8")
+    (run / "examples-gw1.jsonl").write_text("\n".join(gw1) + "\n", encoding="utf-8")
+    failure = {"nodeid": "conformance/test_differential.py::test_differential", "kernel": "k:x", "property": "differential",
+               "caught": "[exact-steps] 3 out elements exceed the bound", "entry": "/somewhere/pending/abc.json", "time": 2.0}
+    (run / "failures-gw0.jsonl").write_text(json.dumps(failure) + "\n", encoding="utf-8")
+    crash = {"run": run.name, "worker": "gw1", "entry": "/somewhere/pending/def.json", "kernel": "k:x", "property": "differential",
+             "caught": "process died during the kernel call (xdist worker gw1 went down: Not properly terminated)", "new": True}
+    recovered = {**crash, "run": "19990101-000000-7", "origin_run": "19990101-000000-7", "entry": "/somewhere/pending/ghi.json"}
+    (run / "crashes.jsonl").write_text(json.dumps(crash) + "\n" + json.dumps(recovered) + "\n", encoding="utf-8")
+    (run / "session.json").write_text(json.dumps({"pid": 1, "kind": "pytest", "started": 1.0, "finished": 2.0, "exitstatus": 1}), encoding="utf-8")
+    return run
+
+
+def test_aggregates_worker_files_into_strict_json(run_dir: Path) -> None:
+    files = rpt.write_report(run_dir, plot=False)
+    data = _strict(files.json_path.read_text(encoding="utf-8"))
+    assert data == _strict(json.dumps(files.report))
+    k = data["kernels"]["k:x"]
+    props = k["properties"]
+    assert props["differential"]["examples"] == 3  # two modes of one call count once; the same recipe on gw1 is another call
+    assert props["differential"]["outcomes"] == {"fail": 1, "pass": 2}
+    assert props["metamorphic_permute"]["examples"] == 1
+    assert props["corpus"]["examples"] == 2 and props["corpus"]["corpus_entries"] == 2
+    assert props["preconditions"]["outcomes"] == {"observed": 2}
+    assert data["examples"] == 8 and data["failing_examples"] == 1
+    # the largest ratio per output and mode, inf encoded as a string, NaN never written
+    assert k["largest_ratio"]["out"]["exact-steps"]["ratio"] == "inf"
+    assert k["largest_ratio"]["out"]["float64"]["ratio"] == 0.9
+    assert k["largest_ratio"]["lse"]["exact-steps"]["ratio"] == 0.5
+    assert k["largest_ratio"]["out"]["exact-steps"]["recipe"]["seed"] == 2
+    out_es = props["differential"]["ratios"]["out"]["exact-steps"]
+    assert out_es["max"] == "inf" and out_es["infinite"] == 1 and out_es["over_bound"] == 1 and out_es["examples"] == 3
+    assert any("string \"inf\"" in note for note in data["notes"])
+    # precondition behaviour, grouped by the kinds violated
+    pre = {(p["property"], tuple(p["kinds"])): p for p in k["preconditions"]}
+    assert pre[("preconditions", ("scale_not_pow2",))]["behaviours"] == {"returned": 1, "returned with 3 non-finite outputs": 1}
+    assert pre[("preconditions", ("scale_not_pow2",))]["non_finite_out_max"] == 3
+    assert pre[("corpus", ("index_out_of_range",))]["behaviours"] == {"raised IndexError: boom": 1}
+    assert data["failures"][0]["entry"] == "/somewhere/pending/abc.json"
+    assert [c["entry"] for c in data["crashes"]] == ["/somewhere/pending/def.json"]
+    assert [c["origin_run"] for c in data["recovered_crashes"]] == ["19990101-000000-7"]
+    assert data["unreadable_lines"] == ["examples-gw1.jsonl:6"]
+    assert data["status"] == "crashes"
+
+
+def test_markdown_names_everything(run_dir: Path) -> None:
+    files = rpt.write_report(run_dir, plot=False)
+    md = files.md_path.read_text(encoding="utf-8")
+    assert md.startswith(f"# Conformance run {run_dir.name}")
+    assert "| differential | 3 | 1 fail, 2 pass | inf (exact-steps); 0.9 (float64) |" in md
+    assert "| corpus (2 entries) | 2 |" in md
+    assert "| out | exact-steps | inf | differential | fail |" in md
+    assert "| preconditions | scale_not_pow2 | 2 | returned (x1); returned with 3 non-finite outputs (x1) |" in md
+    assert "`conformance/test_differential.py::test_differential`" in md and "`/somewhere/pending/abc.json`" in md
+    assert "xdist worker gw1 went down" in md and "`/somewhere/pending/def.json`" in md
+    assert "run 19990101-000000-7" in md
+    assert "1 unreadable line(s) skipped: examples-gw1.jsonl:6" in md
+    assert rpt.summary_line(files).startswith("conformance report: crashes, 8 examples, 1 failing, 1 crashes")
+
+
+def test_png_with_matplotlib(run_dir: Path) -> None:
+    pytest.importorskip("matplotlib")
+    files = rpt.write_report(run_dir)
+    assert files.png_path is not None and files.png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "report.png" in files.md_path.read_text(encoding="utf-8")
+
+
+def test_without_matplotlib_the_report_says_so(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    files = rpt.write_report(run_dir)
+    assert files.png_path is None and not (run_dir / "report.png").exists()
+    assert "matplotlib is not installed" in files.report["plot"]["note"]
+    assert "matplotlib is not installed" in files.md_path.read_text(encoding="utf-8")
+
+
+def test_cli_report(run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("CONFORMANCE_DIR", str(tmp_path))
+    assert main(["report", "--no-plot"]) == 1  # the last run (the only one) had crashes
+    out = capsys.readouterr().out
+    assert f"# Conformance run {run_dir.name}" in out and "report.json" in out
+    assert main(["report", run_dir.name, "--json", "--no-plot"]) == 1
+    assert _strict(capsys.readouterr().out)["run"] == run_dir.name
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "nope: no such run folder" in err and "Traceback" not in err
+    monkeypatch.setenv("CONFORMANCE_DIR", str(tmp_path / "empty"))
+    assert main(["report"]) == 2
+    assert "no run with recorded examples" in capsys.readouterr().err
+
+
+def test_clean_run(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "examples-main.jsonl").write_text(_line("differential", "pass", RECIPE_A, mode="exact-steps", out=0.0, lse=0.0) + "\n", encoding="utf-8")
+    files = rpt.write_report(run, plot=False)
+    assert files.report["status"] == "clean" and files.report["examples"] == 1
+    assert "None with a saved recipe." in files.md_path.read_text(encoding="utf-8")

@@ -132,6 +132,21 @@ def run_campaign(kernel_name: str, problems: int, *, device: str = "cpu", max_to
     return stats
 
 
+def merge(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """One summary of several campaigns (e.g. parallel processes): counts add, maxima combine."""
+    merged: dict[str, Any] = {
+        "kernel": summaries[0]["kernel"], "profile": summaries[0]["profile"], "device": summaries[0]["device"],
+        "problems": sum(s["problems"] for s in summaries), "violations": [v for s in summaries for v in s["violations"]],
+        "max_ratio": {}, "worst_recipe": {}, "seconds": max(s.get("seconds", 0.0) for s in summaries), "campaigns": len(summaries),
+    }
+    for key in summaries[0]["max_ratio"]:
+        best = max(summaries, key=lambda s: s["max_ratio"][key])
+        merged["max_ratio"][key] = best["max_ratio"][key]
+        if key in best["worst_recipe"]:
+            merged["worst_recipe"][key] = best["worst_recipe"][key]
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance.soundness", description=__doc__.split("\n\n")[0])
     parser.add_argument("--kernel", default="emulated")
@@ -139,8 +154,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--max-total-keys", type=int, default=2048)
     parser.add_argument("--json", default=None, help="write the summary here")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="SUMMARY", help="merge summaries of earlier campaigns instead of running one")
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
     args = parser.parse_args(argv)
-    stats = run_campaign(args.kernel, args.problems, device=args.device, max_total_keys=args.max_total_keys)
+    if args.merge:
+        try:
+            summaries = [json.loads(open(path, encoding="utf-8").read()) for path in args.merge]
+        except (OSError, json.JSONDecodeError) as err:
+            print(f"error: cannot read a summary: {err}", file=sys.stderr)
+            return 2
+        stats = merge(summaries)
+    else:
+        stats = run_campaign(args.kernel, args.problems, device=args.device, max_total_keys=args.max_total_keys, progress=not args.quiet)
     text = json.dumps(stats, indent=2, sort_keys=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

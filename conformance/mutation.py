@@ -73,6 +73,7 @@ REPORT_ENV = "CONFORMANCE_MUTATION_REPORT"
 SHRINK_ENV = "CONFORMANCE_MUTATION_SHRINK"
 STATE_DIR_ENV = "CONFORMANCE_DIR"  # conformance.harness.STATE_DIR_ENV (not imported: it pulls torch)
 RUN_ID_ENV = "CONFORMANCE_RUN_ID"  # conformance.harness.RUN_ID_ENV
+PENDING_ENV = "CONFORMANCE_PENDING_DIR"  # conformance.crashes.PENDING_ENV
 DEFAULT_TIMEOUT_S = 1200.0
 KILL_GRACE_S = 5.0
 
@@ -80,7 +81,7 @@ KILL_GRACE_S = 5.0
 # calling session (tests/test_mutation_score.py runs under `pytest -n auto`), pin the calling
 # session's GPU, or take extra options (-n, -k, ...) that break `-x` and the chosen order.
 _SCRUBBED_ENV_PREFIXES = ("PYTEST_XDIST_", "CONFORMANCE_GPU_")
-_SCRUBBED_ENV = ("PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", RUN_ID_ENV, STATE_DIR_ENV, REPORT_ENV)
+_SCRUBBED_ENV = ("PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", RUN_ID_ENV, STATE_DIR_ENV, REPORT_ENV, PENDING_ENV)
 
 RunStatus = Literal["killed", "survived", "timeout", "error", "passed", "false_alarm"]
 Role = Literal["mutant", "baseline"]
@@ -494,12 +495,15 @@ class RunSpec:
 
 def child_env(base: dict[str, str], *, state_dir: Path, run_id: str, report: Path, shrink: bool, threads: int | None) -> dict[str, str]:
     """The subprocess's environment: `base` without the calling session's pytest/xdist/suite
-    variables, with this run's CONFORMANCE_DIR, run id and report path; PYTHONPATH starts with
-    the repository root; `threads` (when given) caps torch's intra-op threads (OMP/MKL)."""
+    variables, with this run's CONFORMANCE_DIR, run id and report path, and pending corpus
+    entries (crash entries included) kept inside the run's state folder, never in the
+    repository's corpus; PYTHONPATH starts with the repository root; `threads` (when given)
+    caps torch's intra-op threads (OMP/MKL)."""
     env = {k: v for k, v in base.items() if k not in _SCRUBBED_ENV and not k.startswith(_SCRUBBED_ENV_PREFIXES)}
     env[STATE_DIR_ENV] = str(state_dir)
     env[RUN_ID_ENV] = run_id
     env[REPORT_ENV] = str(report)
+    env[PENDING_ENV] = str(state_dir / "pending")
     env[SHRINK_ENV] = "1" if shrink else "0"
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), base.get("PYTHONPATH", "")) if x)
     if threads is not None:

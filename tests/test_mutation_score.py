@@ -42,6 +42,8 @@ FAKE_PYTEST = textwrap.dedent(
     os.makedirs(run_dir, exist_ok=True)
     report = os.environ["CONFORMANCE_MUTATION_REPORT"]
     leaked = sorted(k for k in os.environ if k.startswith("PYTEST_XDIST_") or k == "PYTEST_ADDOPTS")
+    if not os.environ["CONFORMANCE_PENDING_DIR"].startswith(os.environ["CONFORMANCE_DIR"]):
+        leaked.append("CONFORMANCE_PENDING_DIR")
 
     def event(**e):
         with open(report, "a") as f:
@@ -227,6 +229,7 @@ def test_judge_verdicts() -> None:
 def test_run_one_killed_counts_examples_until_the_failure(fake_pytest: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw7")  # as under `pytest -n auto`: must not leak
     monkeypatch.setenv("PYTEST_ADDOPTS", "-n 2")
+    monkeypatch.setenv("CONFORMANCE_PENDING_DIR", str(tmp_path / "repo-pending"))
     r = _run(fake_pytest, tmp_path, "kill3")
     assert r.status == "killed" and r.test == "conformance/test_differential.py::test_differential"
     assert r.examples == 3 and r.records == 8 and r.first_failure_from == "examples"

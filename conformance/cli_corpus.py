@@ -43,15 +43,19 @@ def register(subparsers: Any) -> None:
     p.add_argument("--corpus", metavar="DIR", default=None, help="reviewed corpus folder (default conformance/corpus)")
     p.add_argument("--pending", metavar="DIR", default=None, help="pending folder (default $CONFORMANCE_PENDING_DIR or conformance/corpus/pending)")
     sub = p.add_subparsers(dest="corpus_command", metavar="ACTION", required=True)
+    # the folder options are also accepted after the action (`corpus list --corpus DIR`)
+    folders = argparse.ArgumentParser(add_help=False)
+    folders.add_argument("--corpus", metavar="DIR", default=argparse.SUPPRESS, help="reviewed corpus folder")
+    folders.add_argument("--pending", metavar="DIR", default=argparse.SUPPRESS, help="pending folder")
 
-    q = sub.add_parser("list", help="list entries (name, expect, status, provenance)")
+    q = sub.add_parser("list", parents=[folders], help="list entries (name, expect, status, provenance)")
     which = q.add_mutually_exclusive_group()
     which.add_argument("--pending-only", action="store_true", help="only pending entries")
     which.add_argument("--reviewed-only", action="store_true", help="only reviewed entries")
     q.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     q.set_defaults(func=run_list)
 
-    q = sub.add_parser("add", help="validate and move a pending entry into the reviewed corpus, or import an entry / recipe")
+    q = sub.add_parser("add", parents=[folders], help="validate and move a pending entry into the reviewed corpus, or import an entry / recipe")
     q.add_argument("file", metavar="FILE", help="a corpus entry or a bare recipe JSON")
     q.add_argument("--name", default=None, help="entry name (default: the entry's, or <property>-<hash> for a recipe)")
     q.add_argument("--expect", choices=("conform", "precondition"), default=None, help="expectation (default: the entry's, or inferred for a recipe)")
@@ -61,7 +65,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--keep", action="store_true", help="copy a pending entry instead of moving it")
     q.set_defaults(func=run_add)
 
-    q = sub.add_parser("minimise", aliases=["minimize"], help="shrink a failing entry while it keeps failing the same way")
+    q = sub.add_parser("minimise", aliases=["minimize"], parents=[folders], help="shrink a failing entry while it keeps failing the same way")
     q.add_argument("entry", metavar="ENTRY", help="a corpus entry (or bare recipe) that fails with --kernel")
     q.add_argument("--kernel", required=True, help="kernel it fails with: emulated, flydsl, flashmla or package.module:attr")
     q.add_argument("--profile", default=None, help="numerics profile for a kernel that declares none (or to override)")
@@ -74,7 +78,7 @@ def register(subparsers: Any) -> None:
     q.add_argument("--timeout", type=float, default=120.0, metavar="S", help="with --isolate: seconds before a hung candidate counts as hung")
     q.set_defaults(func=run_minimise)
 
-    q = sub.add_parser("recover", help="turn leftover write-ahead files of dead processes into crash entries now")
+    q = sub.add_parser("recover", parents=[folders], help="turn leftover write-ahead files of dead processes into crash entries now")
     q.set_defaults(func=run_recover)
 
 

@@ -128,6 +128,16 @@ def mark_session_finish(run_dir: Path, *, exitstatus: int | None = None) -> None
     atomic_write_text(run_dir / SESSION_FILE, json.dumps(data, sort_keys=True, indent=1) + "\n")
 
 
+def owned_by_another_session(run_dir: Path) -> bool:
+    """True when `run_dir/session.json` names another process of this host that is still running
+    and has not finished (a session must not share that run's folder)."""
+    session = read_session(run_dir)
+    if session is None or session.get("finished") or session.get("host") not in (None, socket.gethostname()):
+        return False
+    pid = session.get("pid")
+    return isinstance(pid, int) and pid != os.getpid() and _pid_alive(pid)
+
+
 def run_is_live(run_dir: Path) -> bool:
     """True when the process owning `run_dir` may still be running (its write-ahead files are
     then in use, not leftovers): an unfinished session.json of a live pid on this host, or of

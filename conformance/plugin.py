@@ -116,6 +116,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "huge_cache: cases with a KV cache larger than 4 GiB (grouped on one worker)")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is None:
+        from conformance import crashes
+
+        inherited = crashes.current_run_dir()
+        if inherited is not None and crashes.owned_by_another_session(inherited):
+            # a session started from inside another one (a test running pytest) gets a run of its own
+            os.environ.pop("CONFORMANCE_RUN_ID")
         os.environ.setdefault("CONFORMANCE_RUN_ID", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
         gpus, var = _visible_gpus()
         os.environ[GPU_LIST_ENV] = ",".join(gpus)

@@ -15,6 +15,9 @@ error where the bound is 0, is written as the string "inf", an undefined one as 
 one colour per comparison mode (needs matplotlib, the optional extra `plots`; without it the PNG
 is skipped and the report says so).
 
+Precondition runs are grouped by the kinds violated; their observed behaviours by text with every
+number written N ("raised IndexError: index N is out of bounds ..."), with counts.
+
 Counting: the differential check writes one line per comparison mode for the same kernel call,
 so consecutive lines of one property and recipe with distinct modes count as one example.
 Properties `corpus:<entry>` are grouped as `corpus` in the tables (the worst ratio keeps the
@@ -27,6 +30,7 @@ import datetime
 import json
 import math
 import os
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +45,7 @@ OUTPUTS = ("out", "lse")
 RATIO_NOTE = ('ratios are max |err| / bound over one kernel call; an infinite ratio (an error where the bound is 0) '
               'is written as the string "inf", an undefined one (NaN) as null')
 NO_MODE = "unspecified"
+_NUMBERS = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")  # behaviours are grouped with their numbers as N
 
 
 def _finite_or_tag(x: float | None) -> float | str | None:
@@ -220,7 +225,7 @@ def build_report(data: RunData) -> dict[str, Any]:
             kinds = tuple(sorted(str(x) for x in observed.get("kinds", [])))
             entry = preconditions.setdefault((kernel, group, kinds), {"examples": 0, "behaviours": Counter(), "non_finite_out_max": 0})
             entry["examples"] += 1
-            entry["behaviours"][str(observed.get("behaviour", "unknown"))] += 1
+            entry["behaviours"][_NUMBERS.sub("N", str(observed.get("behaviour", "unknown")))] += 1
             entry["non_finite_out_max"] = max(entry["non_finite_out_max"], int(observed.get("non_finite_out") or 0))
 
     ratios = collect_ratios(data)
@@ -333,10 +338,11 @@ def render_markdown(report: dict[str, Any]) -> str:
                     lines.append(f"| {output} | {mode} | {_fmt(v['ratio'])} | {v['property']} | {v['outcome']} |")
             lines.append("")
         if k["preconditions"]:
-            lines += ["Precondition violations and the behaviour observed:", "", "| property | violated | examples | behaviour observed |", "|---|---|---:|---|"]
+            lines += ["Precondition violations and the behaviour observed:", "",
+                      "| property | violated | examples | behaviour observed | most non-finite outputs |", "|---|---|---:|---|---:|"]
             for v in k["preconditions"]:
                 behaviours = "; ".join(f"{b} (x{n})" for b, n in v["behaviours"].items())
-                lines.append(f"| {v['property']} | {', '.join(v['kinds']) or '-'} | {v['examples']} | {behaviours} |")
+                lines.append(f"| {v['property']} | {', '.join(v['kinds']) or '-'} | {v['examples']} | {behaviours} | {v['non_finite_out_max']} |")
             lines.append("")
     if not report["kernels"]:
         lines += ["No examples recorded.", ""]
@@ -448,7 +454,7 @@ def summary_line(files: ReportFiles) -> str:
     worst = []
     for kernel, k in r["kernels"].items():
         ratios = [f"{output} {_fmt(v['ratio'])}" for output, by_mode in k["largest_ratio"].items()
-                  for mode, v in by_mode.items() if mode in ("exact-steps", NO_MODE)]
+                  for mode, v in by_mode.items() if mode == "exact-steps"]
         if ratios:
             worst.append(f"{kernel}: {' / '.join(ratios)}")
     ratio = f", max err/bound (exact-steps) {'; '.join(worst)}" if worst else ""

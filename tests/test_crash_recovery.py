@@ -177,3 +177,25 @@ def test_live_runs_are_left_alone_and_bad_files_kept(tmp_path: Path, monkeypatch
     assert not list(root.glob("*/inflight-*.json"))
     logged = [json.loads(x) for x in (live / crashes.CRASHES_LOG).read_text(encoding="utf-8").splitlines()]
     assert logged[0]["entry"] and logged[0]["worker"] == "gw0"
+
+
+def test_a_nested_session_gets_a_run_of_its_own(tmp_path: Path) -> None:
+    """A pytest started from inside another session (same run id inherited) must not take over
+    the live run's folder (its session.json decides which write-ahead files are leftovers)."""
+    live = tmp_path / "state" / "runs" / "20260101-000000-1"
+    live.mkdir(parents=True)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        owner = {"pid": sleeper.pid, "host": __import__("socket").gethostname(), "finished": None, "kind": "pytest"}
+        (live / crashes.SESSION_FILE).write_text(json.dumps(owner), encoding="utf-8")
+        _write_inflight(live, "gw0")
+        env = {**_env(tmp_path), crashes.RUN_ID_ENV: live.name}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "tests/test_report.py"],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert json.loads((live / crashes.SESSION_FILE).read_text(encoding="utf-8")) == owner
+        assert (live / "inflight-gw0.json").exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert sorted(p.name for p in live.parent.iterdir()) == [live.name]  # the nested run recorded nothing: no folder left

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 
+import pytest
 import torch
 
 from kernel.emulated import (
@@ -186,11 +188,12 @@ def test_within_bound_on_a_mixed_batch() -> None:
     assert bool(((lse.double() - ev.lse).abs()[finite] <= ev.lse_bound[finite]).all())
 
 
+@pytest.mark.skipif(not os.environ.get("SPEED_TESTS"), reason="timing test: set SPEED_TESTS=1 on an otherwise idle machine")
 def test_speed_64_rows_16_heads_2048_keys() -> None:
-    """Issue target: under 3 s on a 2-core machine (asserted with 3x headroom for loaded CI)."""
+    """Issue target: under 3 s on a 2-core machine (opt-in: timings on a shared CI runner mean nothing)."""
     p = materialize(Recipe(seed=6, n_q=64, heads=16, row_lengths=(2048,) * 64, cache_rows=8192), "cpu")
     started = time.perf_counter()
     run_emulated(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, return_lse=True)
     elapsed = time.perf_counter() - started
     print(f"emulated n_q=64 H=16 2048 keys/row: {elapsed:.2f} s")
-    assert elapsed < 9.0
+    assert elapsed < 3.0

@@ -8,6 +8,7 @@ near zero by cancellation has no meaningful relative error of its own); lse agai
 
 from __future__ import annotations
 
+import os
 import time
 from decimal import Decimal, getcontext
 from fractions import Fraction
@@ -152,8 +153,9 @@ def test_out_of_range_positions_and_indices_are_refused() -> None:
         reference(p.q, p.kv_cache, p.indices[:5], p.indptr, p.softmax_scale)
 
 
+@pytest.mark.skipif(not os.environ.get("SPEED_TESTS"), reason="timing test: set SPEED_TESTS=1 on an otherwise idle machine")
 def test_speed_64_rows_16_heads_2048_keys() -> None:
-    """Issue target: under 2 s on a 2-core machine (asserted with 3x headroom for loaded CI)."""
+    """Issue target: under 2 s on a 2-core machine (opt-in: timings on a shared CI runner mean nothing)."""
     recipe = Recipe(seed=3, n_q=64, heads=16, row_lengths=(2048,) * 64, cache_rows=8192)
     p = materialize(recipe, "cpu")
     reference(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
@@ -161,4 +163,4 @@ def test_speed_64_rows_16_heads_2048_keys() -> None:
     reference(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
     elapsed = time.perf_counter() - started
     print(f"oracle n_q=64 H=16 2048 keys/row: {elapsed:.2f} s")
-    assert elapsed < 6.0
+    assert elapsed < 2.0

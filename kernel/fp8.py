@@ -42,16 +42,6 @@ def _bits_to_f32(bits: torch.Tensor) -> torch.Tensor:
     return wrapped.to(torch.int32).view(torch.float32)
 
 
-def _rne_shift(value: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    """Round-to-nearest-even of value / 2^shift for non-negative int64 value, shift >= 0."""
-    shift = shift.clamp(0, 62)
-    quotient = value >> shift
-    remainder = value - (quotient << shift)
-    half = torch.where(shift > 0, torch.ones_like(shift) << (shift - 1).clamp(min=0), torch.zeros_like(shift))
-    round_up = (shift > 0) & ((remainder > half) | ((remainder == half) & ((quotient & 1) == 1)))
-    return quotient + round_up.to(quotient.dtype)
-
-
 def e4m3_values() -> torch.Tensor:
     """Float64 value of each of the 256 e4m3fn codes (NaN for 0x7F and 0xFF), on the CPU."""
     codes = torch.arange(256, dtype=torch.int64)
@@ -94,24 +84,27 @@ def encode_e4m3(x: torch.Tensor, *, saturate: bool) -> torch.Tensor:
     become 448 with the sign when `saturate`, else NaN (0x7F with the sign). Infinities follow the
     same rule as overflow. NaN inputs give 0x7F with the input's sign bit. Values below half the
     smallest subnormal (2^-10) round to signed zero.
+
+    Normal results keep the top 3 mantissa bits of the f32 pattern with a round-to-nearest-even
+    carry into the exponent field; results below 2^-6 are the subnormal count |x| * 2^9 rounded
+    half to even (exact: the scaling is by a power of two and |x| * 2^9 < 8).
     """
-    bits = _f32_bits(x)
-    sign = (bits >> 31) << 7
-    magnitude_bits = bits & _F32_ABS_MASK
-    biased_exp = magnitude_bits >> 23
-    significand = torch.where(biased_exp > 0, (magnitude_bits & 0x7FFFFF) | 0x800000, magnitude_bits & 0x7FFFFF)
-    # Normal results (|x| >= 2^-6, f32 biased exponent >= 121): keep 3 mantissa bits; the
-    # rounding carry propagates into the exponent field.
-    normal_body = ((biased_exp - 120) << 3) + _rne_shift(magnitude_bits & 0x7FFFFF, torch.full_like(bits, 20))
-    # Subnormal results: |x| / 2^-9 = significand * 2^(E - 141) (E >= 1), or * 2^-140 (E == 0).
-    effective_exp = torch.where(biased_exp > 0, biased_exp, torch.ones_like(biased_exp))
-    subnormal_body = _rne_shift(significand, 141 - effective_exp)
-    body = torch.where(biased_exp >= 121, normal_body, subnormal_body)
-    is_nan = magnitude_bits > _F32_EXP_MASK
+    if x.dtype != torch.float32:
+        raise TypeError(f"expected a float32 tensor, got {x.dtype}")
+    bits = x.contiguous().view(torch.int32)
+    sign = torch.where(bits < 0, 0x80, 0).to(torch.int32)
+    magnitude = bits & _F32_ABS_MASK
+    # f32 pattern >> 20 is (exponent << 3) | top 3 mantissa bits; rebias 127 -> 7.
+    truncated = (magnitude >> 20) - (120 << 3)
+    remainder = magnitude & 0xFFFFF
+    round_up = (remainder > 0x80000) | ((remainder == 0x80000) & ((truncated & 1) == 1))
+    normal = truncated + round_up.to(torch.int32)
+    subnormal = torch.round(x.abs() * 512.0).to(torch.int32)
+    body = torch.where(magnitude >= (121 << 23), normal, subnormal)
+    is_nan = magnitude > _F32_EXP_MASK
     overflow = (body > E4M3_MAX_CODE) & ~is_nan
-    overflow_code = E4M3_MAX_CODE if saturate else E4M3_NAN_CODE
-    body = torch.where(overflow, torch.full_like(body, overflow_code), body)
-    body = torch.where(is_nan, torch.full_like(body, E4M3_NAN_CODE), body)
+    body = torch.where(overflow, E4M3_MAX_CODE if saturate else E4M3_NAN_CODE, body)
+    body = torch.where(is_nan, E4M3_NAN_CODE, body)
     return (sign | body).to(torch.uint8)
 
 
@@ -164,11 +157,16 @@ def encode_e8m0(x: torch.Tensor, *, rounding: Literal["floor", "ceil", "nearest"
 
 def round_f32_to_bf16(x: torch.Tensor) -> torch.Tensor:
     """f32 -> bf16 with round to nearest even, via the bits; NaN stays NaN (quiet)."""
-    bits = _f32_bits(x)
+    if x.dtype != torch.float32:
+        raise TypeError(f"expected a float32 tensor, got {x.dtype}")
+    bits = x.contiguous().view(torch.int32)
+    upper = bits >> 16  # arithmetic shift keeps the sign in the top half
+    remainder = bits & 0xFFFF
+    round_up = (remainder > 0x8000) | ((remainder == 0x8000) & ((upper & 1) == 1))
+    rounded = (upper + round_up.to(torch.int32)) << 16
     is_nan = (bits & _F32_ABS_MASK) > _F32_EXP_MASK
-    rounded = _rne_shift(bits, torch.full_like(bits, 16)) << 16
-    rounded = torch.where(is_nan, (bits | 0x400000) & 0xFFFF0000, rounded)
-    return _bits_to_f32(rounded & 0xFFFFFFFF).to(torch.bfloat16)
+    rounded = torch.where(is_nan, (bits | 0x400000) & -65536, rounded)
+    return rounded.view(torch.float32).to(torch.bfloat16)
 
 
 def pow2_ceil_f32(x: torch.Tensor) -> torch.Tensor:

@@ -191,12 +191,15 @@ def crash_entry(inflight: dict[str, Any], *, how: str, run: str, worker: str, no
     from strategies.recipe import Recipe
 
     recipe = Recipe.from_json_dict(inflight.get("recipe"))
-    expect = inflight.get("expect")
+    expect = inflight.get("expect")  # not written by conformance.harness today: inferred below
     if expect not in ("conform", "precondition"):
         expect = infer_expect(recipe.to_json_dict())
     prop = str(inflight.get("property") or "unknown")
     kernel = str(inflight.get("kernel") or "unknown")
     crash: dict[str, Any] = {"run": run, "worker": worker, "device": inflight.get("device"), "call_started": inflight.get("started")}
+    nodeid = nodeid or inflight.get("nodeid")
+    if not nodeid and isinstance(inflight.get("pytest_current_test"), str):  # "path::name (call)"
+        nodeid = inflight["pytest_current_test"].rsplit(" (", 1)[0]
     if nodeid:
         crash["nodeid"] = nodeid
     return CorpusEntry(
@@ -204,7 +207,7 @@ def crash_entry(inflight: dict[str, Any], *, how: str, run: str, worker: str, no
         recipe=recipe,
         expect=expect,
         provenance={
-            "caught": f"{CRASH_CAUGHT_PREFIX} ({how})",
+            "caught": f"{CRASH_CAUGHT_PREFIX} ({how}" + (f"; test {nodeid})" if nodeid else ")"),
             "kernel": kernel,
             "property": prop,
             "date": datetime.date.today().isoformat(),

@@ -10,7 +10,7 @@ Passes over the recipe fields, each candidate tried once per sweep, sweeps repea
 changes nothing (or the budget is spent):
     fewer rows      one row alone (each of the first 8), the first or second half, each row dropped
     fewer heads     1, H / 2, H - 1
-    shorter rows    each row: 0, 1, half, one less
+    shorter rows    each row: 0, 1, L/2, 3L/4, 7L/8, ..., L - 1 (a bisection toward the shortest)
     simpler data    latent / rope / q "normal", softmax_scale "default", index_pattern
                     "uniform", writer "pow2", no invalid entries, no poison, fewer corruptions,
                     no lse, stream_offset 0, fewer cache rows
@@ -70,7 +70,8 @@ def candidates(recipe: Any) -> Iterator[tuple[str, dict[str, Any]]]:
         if 1 <= h < heads:
             yield f"{h} heads", {**base, "heads": h}
     for i, length in enumerate(lengths[:32]):
-        for shorter in sorted({0, 1, length // 2, length - 1}):
+        steps = {length - (length >> k) for k in range(1, max(1, length.bit_length()) + 1)}  # L/2, 3L/4, 7L/8, ..., L-1
+        for shorter in sorted({0, 1, *steps}):
             if (0 <= shorter < length) or (length < 0 and shorter == 0):
                 rows = list(lengths)
                 rows[i] = shorter

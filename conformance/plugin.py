@@ -206,8 +206,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         entry = new_entry(current.recipe, caught=f"{item.nodeid}: {caught}", kernel=kernel, property_name=current.property_name, expect=current.expect)
         path = save_entry(entry, pending_dir())
         report.sections.append(("conformance corpus", f"failing recipe saved to {path}"))
-        _log_failure({"nodeid": item.nodeid, "kernel": kernel, "property": current.property_name, "expect": current.expect,
-                      "caught": caught, "entry": str(path), "time": time.time()})
+        try:
+            _log_failure({"nodeid": item.nodeid, "kernel": kernel, "property": current.property_name, "expect": current.expect,
+                          "caught": caught, "entry": str(path), "time": time.time()})
+        except OSError as err:  # the entry is saved; only the report line is missing
+            report.sections.append(("conformance report", f"failure not logged for the run report: {err}"))
     current.recipe = None
 
 
@@ -256,8 +259,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         crashes.mark_session_start(run, kind="pytest", kernel=config.getoption("--kernel"))
         for line in crashes.recover_leftovers(run.name, _crash_destination(config, run), recovering_run=run):
             _say(config, "conformance: recovered " + crashes.describe(line))
-    except OSError as err:  # a read-only state folder must not stop the tests
-        _say(config, f"conformance: crash recovery skipped: {err}")
+    except Exception as err:  # noqa: BLE001 - a read-only state folder (or any surprise) must not stop the tests
+        _say(config, f"conformance: crash recovery skipped ({type(err).__name__}: {err}); leftover write-ahead files stay for a later session")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -272,8 +275,12 @@ def pytest_testnodedown(node: Any, error: object | None) -> None:
     if run is None:
         return
     worker = str(node.gateway.id)
-    line = crashes.recover_worker(run, worker, error=str(error).strip().splitlines()[0][:300] if str(error).strip() else "crashed",
-                                  destination=_crash_destination(config, run))
+    reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else "crashed"
+    try:
+        line = crashes.recover_worker(run, worker, error=reason, destination=_crash_destination(config, run))
+    except Exception as err:  # noqa: BLE001 - the write-ahead file stays; the next session records it
+        _say(config, f"\nconformance: worker {worker} crash not recorded now ({type(err).__name__}: {err}); its write-ahead file stays for the next session")
+        return
     if line is not None:
         config.stash.setdefault(_CRASHES_KEY, {})[worker] = line
         _say(config, "\nconformance: " + crashes.describe(line))

@@ -23,7 +23,8 @@ the end. Progress goes to stderr (a live line on a terminal, a line every 10 s o
 summary to stdout.
 
 Exit codes: 0 nothing found, 1 failures found (and saved), 2 usage error (unknown kernel,
-device or property; bad budget), 130 interrupted (the summary and report are still written).
+device or property; bad budget) or a campaign Hypothesis could not run (every draw rejected by
+the kernel, ...), 130 interrupted (the summary and report are still written).
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--shrink-seconds", type=_positive_float, default=None, metavar="S",
                    help="longest shrink of one failure, from when it is found (default: max(30, 20%% of the budget))")
     p.add_argument("--max-failures", type=_positive_int, default=5, metavar="N", help="stop after N distinct failures (default 5)")
+    p.add_argument("--chunk-examples", type=_positive_int, default=None, metavar="N",
+                   help="examples per chunk (default: the Hypothesis profile's max_examples); smaller chunks ramp sizes up sooner")
     p.add_argument("--no-save", action="store_true", help="do not write failures to the pending corpus (report them only)")
     p.set_defaults(func=run)
 
@@ -183,7 +186,7 @@ def _fuzz_strategies(suite: Any, properties: list[str], chunk: int = 99) -> dict
 
 
 def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile: str, properties: list[str], shrink_s: float,
-             max_failures: int, save: bool, progress: ProgressLine) -> Campaign:
+             max_failures: int, save: bool, progress: ProgressLine, chunk_examples: int | None = None) -> Campaign:
     """Run the campaign (see the module docstring) into `state` (its counters and failures stay
     valid when the campaign is interrupted); returns `state`."""
     from hypothesis import HealthCheck, Verbosity, given, seed, settings
@@ -199,13 +202,12 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
     deadline = state.started + budget_s
     base = PROFILES[hypothesis_profile]
     chunk_settings = settings(
-        parent=base, database=None, derandomize=False, deadline=None, verbosity=Verbosity.quiet, print_blob=False,
-        suppress_health_check=list(HealthCheck), report_multiple_bugs=True,
+        parent=base, max_examples=chunk_examples or base.max_examples, database=None, derandomize=False, deadline=None,
+        verbosity=Verbosity.quiet, print_blob=False, suppress_health_check=list(HealthCheck), report_multiple_bugs=True,
     )
     chunk_failures: dict[tuple[str, frozenset[str]], Failure] = {}
     stop_at = [deadline]
 
-    @given(data=st.data())
     def body(data: Any) -> None:
         prop = data.draw(st.sampled_from(properties), label="property")
         recipe = data.draw(strategies[prop], label="recipe")
@@ -250,7 +252,10 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
         strategies.update(_fuzz_strategies(suite, properties, chunk - 1))
         stop_at[0] = deadline
         state.shrinking = False
-        test = seed(chunk_seed)(chunk_settings(body))
+        def chunk_test(data: Any) -> None:
+            body(data)
+
+        test = seed(chunk_seed)(chunk_settings(given(data=st.data())(chunk_test)))
         try:
             test()
         except Exception as err:  # noqa: BLE001 - the failures were tracked in the body; anything else is reported
@@ -374,7 +379,7 @@ def run(args: argparse.Namespace) -> int:
               f"budget {budget_s:g} s (+ up to {shrink_s:g} s shrinking); Hypothesis profile {args.profile}; run folder {run_dir}", file=sys.stderr, flush=True)
         try:
             campaign(suite, state, budget_s=budget_s, hypothesis_profile=args.profile, properties=properties, shrink_s=shrink_s,
-                             max_failures=args.max_failures, save=not args.no_save, progress=progress)
+                             max_failures=args.max_failures, save=not args.no_save, progress=progress, chunk_examples=args.chunk_examples)
         except KeyboardInterrupt:
             interrupted = True
         progress.done()
@@ -397,4 +402,6 @@ def run(args: argparse.Namespace) -> int:
             os.environ[RUN_ID_ENV] = saved_run_id
     if interrupted:
         return 130
-    return EXIT_FAIL if state.failures else EXIT_OK
+    if state.failures:
+        return EXIT_FAIL
+    return EXIT_USAGE if state.stopped else EXIT_OK

@@ -27,10 +27,12 @@ def _report(state: Path) -> dict:
 
 
 def test_fuzz_emulated_finds_nothing(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["fuzz", "--kernel", "emulated", "--seconds", "10", "--profile", "ci"])
+    code = main(["fuzz", "--kernel", "emulated", "--seconds", "10", "--profile", "ci", "--chunk-examples", "4"])
     captured = capsys.readouterr()
     assert code == 0, captured.out + captured.err
     assert "no failures found" in captured.out
+    chunks = int(captured.out.split(" chunk(s)")[0].rsplit(", ", 1)[1])
+    assert chunks >= 2, captured.out  # several chunks (fresh seeds, sizes ramping up)
     assert "fuzz: kernel emulated (profile gfx950) on cpu" in captured.err  # progress on stderr
     assert not list((state / "pending").glob("*.json"))
     report = _report(state)

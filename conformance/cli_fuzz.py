@@ -9,7 +9,8 @@ budget is spent. Problem sizes ramp up: the first chunk draws at most 1024 keys 
 next chunk 4x more, up to the suite's own limits (quick feedback, quick shrinks). A failure is shrunk by Hypothesis, for at most --shrink-seconds after it was
 found (the campaign may overrun its budget by that much), then saved to the pending corpus
 (content-hash names: the same failure is stored once; CONFORMANCE_PENDING_DIR overrides the
-folder). After --max-failures distinct failures the campaign stops.
+folder). An example failing the same way as a failure already saved counts, but is not shrunk
+again. After --max-failures distinct failures the campaign stops.
 
 Properties (--property, repeatable; default all three):
     differential   the general differential property (test_differential.py's recipes)
@@ -145,11 +146,12 @@ class Campaign:
     examples: Counter = field(default_factory=Counter)
     outcomes: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     max_ratio: dict[str, float] = field(default_factory=lambda: dict.fromkeys(OUTPUT_MODES, 0.0))
-    failures: dict[tuple[str, frozenset[str]], Failure] = field(default_factory=dict)
+    failures: dict[frozenset[str], Failure] = field(default_factory=dict)  # by failure signature
     chunks: int = 0
     seeds: list[int] = field(default_factory=list)
     shrinking: bool = False
     stopped: str = ""
+    known_failures: int = 0
 
     def status(self, budget: float) -> str:
         elapsed = time.monotonic() - self.started
@@ -205,7 +207,7 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
         parent=base, max_examples=chunk_examples or base.max_examples, database=None, derandomize=False, deadline=None,
         verbosity=Verbosity.quiet, print_blob=False, suppress_health_check=list(HealthCheck), report_multiple_bugs=True,
     )
-    chunk_failures: dict[tuple[str, frozenset[str]], Failure] = {}
+    chunk_failures: dict[frozenset[str], Failure] = {}
     stop_at = [deadline]
 
     def body(data: Any) -> None:
@@ -231,13 +233,16 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
             state.examples[prop] += 1
             state.outcomes[prop]["fail"] += 1
             message = f"{type(err).__name__}: {err}" if not isinstance(err, AssertionError) else str(err)
-            key = (prop, failure_signature(message))
+            key = failure_signature(message)  # the same failure through two properties is one failure
+            if key in state.failures and key not in chunk_failures:
+                state.known_failures += 1
+                return  # already saved: not shrunk again, the search goes on for other failures
             now = time.monotonic()
             if not chunk_failures:
                 stop_at[0] = now + shrink_s
                 state.shrinking = True
             previous = chunk_failures.get(key)
-            chunk_failures[key] = Failure(prop, recipe, message, key[1], previous.found_at if previous else now)
+            chunk_failures[key] = Failure(prop, recipe, message, key, previous.found_at if previous else now)
             raise
         finally:
             progress.show(state.status(budget_s))
@@ -327,6 +332,8 @@ def format_summary(state: Campaign, suite: Any, *, budget_s: float, hypothesis_p
         o = state.outcomes[prop]
         lines.append(f"  {prop:<14} {state.examples[prop]:>8} {o['pass']:>6} {o['fail']:>6} {o['observed']:>9}")
     lines.append("  largest err/bound of passing examples: " + ", ".join(f"{k} {v:.3g}" for k, v in state.max_ratio.items()))
+    if state.known_failures:
+        lines.append(f"  {state.known_failures} further example(s) failed the same way as a failure already saved (not shrunk again)")
     if state.stopped:
         lines.append(f"  {state.stopped}")
     if state.failures:

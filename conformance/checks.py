@@ -97,7 +97,7 @@ def violation_run(suite: SuiteTarget, recipe: Recipe, property_name: str = "prec
         record(property_name, suite.name, problem, outcome="skipped", extra={"observed": observed})
         return observed
     try:
-        out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name)
+        out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name, expect="precondition")
     except Exception as err:  # noqa: BLE001 - the behaviour under a violation is what we record
         observed["behaviour"] = f"raised {type(err).__name__}: {str(err)[:200]}"
         record(property_name, suite.name, problem, outcome="raised", extra={"observed": observed})

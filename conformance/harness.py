@@ -48,12 +48,25 @@ def run_dir() -> Path:
     return path
 
 
-def run_kernel(problem: Problem, kernel: Any, *, property_name: str, kernel_name: str, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Call `kernel` on `problem` with the recipe written ahead (see conformance.wal)."""
+def run_kernel(
+    problem: Problem,
+    kernel: Any,
+    *,
+    property_name: str,
+    kernel_name: str,
+    out: torch.Tensor | None = None,
+    expect: str = "conform",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Call `kernel` on `problem` with the recipe written ahead (see conformance.wal).
+
+    `expect` ("conform" or "precondition") is how a crash entry made from the write-ahead file
+    will be judged when replayed."""
     entry = {
         "recipe": problem.recipe.to_json_dict(),
         "kernel": kernel_name,
         "property": property_name,
+        "expect": expect,
+        "nodeid": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0] or None,
         "device": str(problem.q.device),
         "started": time.time(),
     }
@@ -171,7 +184,11 @@ def compare(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, evalu
 
 
 def record(property_name: str, kernel_name: str, problem: Problem, *, outcome: str, out_ratio: float | None = None, lse_ratio: float | None = None, extra: dict[str, Any] | None = None) -> None:
-    """Append one example's result to this worker's JSON-lines file of the run (for reports)."""
+    """Append one example's result to this worker's JSON-lines file of the run (for reports).
+
+    lse_ratio is None when the call returned no lse."""
+    if not problem.return_lse:
+        lse_ratio = None
     line = {
         "property": property_name,
         "kernel": kernel_name,

@@ -85,15 +85,15 @@ def test_documented_scale_behaviour(target: SuiteTarget, data: st.DataObject) ->
     base = data.draw(recipes(max_n_q=16, max_total_keys=4096, **backend_limits(target)), label="recipe")
     kind = data.draw(st.sampled_from(("raw_writer", "above_cap_latent", "scale_above_cap", "scale_not_pow2", "zero_scale")), label="violation")
     recipe = _violating(base, kind)
-    remember(recipe, "gfx950_scale_behaviour")
+    remember(recipe, "gfx950_scale_behaviour", expect="precondition")
     problem = materialize(recipe, target.device)
     require_support(target, problem)
-    out, lse = run_kernel(problem, target.backend, property_name="gfx950_scale_behaviour", kernel_name=target.name)
+    out, lse = run_kernel(problem, target.backend, property_name="gfx950_scale_behaviour", kernel_name=target.name, expect="precondition")
     evaluation = evaluate(
         problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
         profile=target.profile, mode="exact-steps", has_invalid=problem.has_invalid, scale_model="gfx950",
     )
     verdict = compare(problem, out, lse, evaluation)
-    record("gfx950_scale_behaviour", target.name, problem, outcome="pass" if verdict.ok else "fail", out_ratio=verdict.out_ratio, lse_ratio=verdict.lse_ratio)
+    record("gfx950_scale_behaviour", target.name, problem, outcome="pass" if verdict.ok else "fail", out_ratio=verdict.out_ratio, lse_ratio=verdict.lse_ratio, extra={"mode": "exact-steps"})
     assert verdict.ok, f"under {kind} the kernel departs from the gfx950 documented scale behaviour:\n{verdict.message()}"
     assert math.isfinite(verdict.out_ratio)

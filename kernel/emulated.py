@@ -123,7 +123,13 @@ def load_slots(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, 
 
 
 def gather_records(kv_rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-    """Records uint8 [..., 656] of the slots from the flat [rows, 656] cache (64-bit offsets)."""
+    """Records uint8 [..., 656] of the slots from the flat [rows, 656] cache (64-bit offsets).
+
+    A slot past the cache (a broken precondition) raises IndexError on every device, where the
+    real kernel would read past the cache; on a GPU that keeps a device-side assert from
+    poisoning the process."""
+    if slots.numel() and int(slots.max()) >= kv_rows.shape[0]:
+        raise IndexError(f"KV row {int(slots.max())} is outside the cache's {kv_rows.shape[0]} rows: the kernel would read past the cache")
     return kv_rows[slots]
 
 
@@ -378,7 +384,7 @@ def emulated_backend(stages: Stages = DEFAULT_STAGES, name: str = "emulated") ->
         bounded_index_reads=True,
         limits=(
             "H in 1..16",
-            "an out-of-range consumed index raises IndexError (torch gather) instead of reading memory",
+            "an out-of-range consumed index raises IndexError instead of reading memory",
         ),
     )
 

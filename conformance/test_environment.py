@@ -12,17 +12,18 @@ import torch
 from conformance.plugin import GPU_LIST_ENV, GPU_VAR_ENV, SuiteTarget
 
 
-def test_worker_device_pinning(target: SuiteTarget) -> None:
+@pytest.mark.parametrize("probe", range(4))
+def test_worker_device_pinning(target: SuiteTarget, probe: int) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     published = [x for x in os.environ.get(GPU_LIST_ENV, "").split(",") if x]
     variable = os.environ.get(GPU_VAR_ENV, "CUDA_VISIBLE_DEVICES")
     if target.device.type != "cuda":
-        print(f"worker {worker}: {target.device}")
+        print(f"worker {worker} (probe {probe}): {target.device}")
         pytest.skip("no GPU in use")
     visible = os.environ.get(variable, "")
     name = torch.cuda.get_device_name(target.device)
     uuid = str(getattr(torch.cuda.get_device_properties(target.device), "uuid", "?"))
-    print(f"worker {worker}: {variable}={visible} device {name} uuid {uuid}")
+    print(f"worker {worker} (probe {probe}): {variable}={visible} device {name} uuid {uuid}")
     if worker != "main" and len(published) > 1:
         assert visible in published and "," not in visible, f"worker {worker} sees {visible!r}, expected one of {published}"
         assert torch.cuda.device_count() == 1

@@ -47,6 +47,7 @@ import torch
 
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_DIM, encode_records
 from kernel.registry import BackendUnavailable, resolve
+from conformance.cli import non_negative_int, positive_int
 
 SCHEMA = 1
 DEFAULT_KERNELS = ("flashmla", "emulated", "oracle")
@@ -79,35 +80,15 @@ PEAK_BANDWIDTH: tuple[tuple[str, float], ...] = (
 # ------------------------------------------------------------------------------ arguments
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def _int_list(text: str) -> list[int]:
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts:
         raise argparse.ArgumentTypeError("expected a comma-separated list of integers")
-    return [_positive_int(p) for p in parts]
+    return [positive_int(p) for p in parts]
 
 
 def _heads(text: str) -> int:
-    value = _positive_int(text)
+    value = positive_int(text)
     if value > 16:
         raise argparse.ArgumentTypeError(f"the contract allows 1..16 heads, got {value}")
     return value
@@ -127,14 +108,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The bench options (shared by `python -m conformance bench` and `python -m conformance.bench`)."""
     p.add_argument("--kernel", action="append", metavar="NAME", help=f"kernel to time (repeatable): a registry name, package.module:attr, or {ORACLE!r}; default {', '.join(DEFAULT_KERNELS)}")
     p.add_argument("--n-q", type=_int_list, default=list(DEFAULT_N_Q), metavar="N,N,...", help="query rows per call (default 1,64,1024)")
-    p.add_argument("--keys", type=_positive_int, default=DEFAULT_KEYS, metavar="K", help=f"keys per query row (default {DEFAULT_KEYS})")
+    p.add_argument("--keys", type=positive_int, default=DEFAULT_KEYS, metavar="K", help=f"keys per query row (default {DEFAULT_KEYS})")
     p.add_argument("--heads", type=_heads, default=DEFAULT_HEADS, metavar="H", help=f"query heads, 1..16 (default {DEFAULT_HEADS})")
-    p.add_argument("--iters", type=_positive_int, default=20, metavar="N", help="timed calls per case, at most (default 20)")
-    p.add_argument("--warmup", type=_non_negative_int, default=3, metavar="N", help="untimed calls before timing (default 3)")
+    p.add_argument("--iters", type=positive_int, default=20, metavar="N", help="timed calls per case, at most (default 20)")
+    p.add_argument("--warmup", type=non_negative_int, default=3, metavar="N", help="untimed calls before timing (default 3)")
     p.add_argument("--max-seconds", type=_seconds, default=10.0, metavar="S", help="wall-clock budget per case; timing stops after it (at least one timed call; default 10)")
-    p.add_argument("--cache-rows", type=_positive_int, default=None, metavar="N", help="records in the KV cache (default 1,048,576 on a GPU, 65,536 on the CPU)")
+    p.add_argument("--cache-rows", type=positive_int, default=None, metavar="N", help="records in the KV cache (default 1,048,576 on a GPU, 65,536 on the CPU)")
     p.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
-    p.add_argument("--seed", type=_non_negative_int, default=0, help="data seed (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="data seed (default 0)")
     p.add_argument("--no-native", action="store_true", help="skip the bare FlashMLA call at its native 64 heads")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

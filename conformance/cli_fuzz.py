@@ -41,31 +41,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from conformance.crashes import RUN_ID_ENV, current_run_dir, mark_session_finish, mark_session_start, pending_dir, recover_leftovers
+from conformance.cli import positive_float, positive_int
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 PROPERTIES = ("differential", "long_rows", "preconditions")
 HYPOTHESIS_PROFILES = ("ci", "dev", "nightly")
 OUTPUT_MODES = ("out/exact-steps", "out/float64", "lse/exact-steps", "lse/float64")
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -78,16 +59,16 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--kernel", required=True, help="kernel: emulated, flydsl, flashmla or package.module:attr")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--minutes", type=_positive_float, default=None, metavar="M", help="search budget in minutes (default 5)")
-    budget.add_argument("--seconds", type=_positive_float, default=None, metavar="S", help="search budget in seconds")
+    budget.add_argument("--minutes", type=positive_float, default=None, metavar="M", help="search budget in minutes (default 5)")
+    budget.add_argument("--seconds", type=positive_float, default=None, metavar="S", help="search budget in seconds")
     p.add_argument("--profile", choices=HYPOTHESIS_PROFILES, default="dev", help="Hypothesis profile: chunk size and seeding (default dev)")
     p.add_argument("--numerics-profile", default=None, metavar="NAME", help="numerics profile for a kernel that declares none (or to override)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available and the kernel runs there)")
     p.add_argument("--property", action="append", choices=PROPERTIES, default=None, help="property to fuzz (repeatable; default: all)")
-    p.add_argument("--shrink-seconds", type=_positive_float, default=None, metavar="S",
+    p.add_argument("--shrink-seconds", type=positive_float, default=None, metavar="S",
                    help="longest shrink of one failure, from when it is found (default: max(30, 20%% of the budget))")
-    p.add_argument("--max-failures", type=_positive_int, default=5, metavar="N", help="stop after N distinct failures (default 5)")
-    p.add_argument("--chunk-examples", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--max-failures", type=positive_int, default=5, metavar="N", help="stop after N distinct failures (default 5)")
+    p.add_argument("--chunk-examples", type=positive_int, default=None, metavar="N",
                    help="examples per chunk (default: the Hypothesis profile's max_examples); smaller chunks ramp sizes up sooner")
     p.add_argument("--no-save", action="store_true", help="do not write failures to the pending corpus (report them only)")
     p.set_defaults(func=run)

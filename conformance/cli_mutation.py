@@ -25,28 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from conformance import mutation
+from conformance.cli import positive_float, positive_int
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -59,10 +40,10 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--profile", default="ci", help="Hypothesis profile of the suite runs (default: ci)")
     p.add_argument("--only", metavar="NAME,...", help="only these mutants (comma-separated catalogue names)")
-    p.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N", help="suite runs in parallel (default: number of CPUs)")
+    p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1, metavar="N", help="suite runs in parallel (default: number of CPUs)")
     p.add_argument("--json", metavar="PATH", help="write the report as JSON here")
     p.add_argument("--markdown", metavar="PATH", help="write the report as a Markdown table here")
-    p.add_argument("--timeout", type=_positive_float, default=mutation.DEFAULT_TIMEOUT_S, metavar="S",
+    p.add_argument("--timeout", type=positive_float, default=mutation.DEFAULT_TIMEOUT_S, metavar="S",
                    help=f"wall-clock seconds per suite run; past it a mutant is 'survived (timeout)' (default {mutation.DEFAULT_TIMEOUT_S:.0f})")
     p.add_argument("--device", default=None, help="--device of the suite runs (cpu or cuda; default: the suite's choice)")
     p.add_argument("--no-baseline", action="store_true", help="skip the run of the unbroken emulated kernel")

@@ -27,6 +27,7 @@ from conformance.dumps import DumpError, load_dump
 from kernel.contract import ContractError
 from kernel.record import RECORD_BYTES
 from oracle import preconditions as pc
+from conformance.cli import positive_int
 
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_BAD_INPUT = 0, 1, 2
 SCHEMA = 1
@@ -52,21 +53,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--consumed-only", action="store_true", help="with an index stream: read only the consumed rows, no whole-cache summary")
     p.add_argument("--format", choices=("table", "json", "markdown"), default="table", help="report format (default: table)")
     p.add_argument("--output", metavar="PATH", help="write the report here instead of stdout")
-    p.add_argument("--chunk-rows", type=_positive_int, default=pc.DEFAULT_CHUNK_ROWS, metavar="N", help=f"rows per scan chunk (default {pc.DEFAULT_CHUNK_ROWS}; memory ~ N * 1.2 KiB)")
-    p.add_argument("--max-examples", type=_positive_int, default=pc.DEFAULT_MAX_EXAMPLES, metavar="N", help="examples kept per finding")
+    p.add_argument("--chunk-rows", type=positive_int, default=pc.DEFAULT_CHUNK_ROWS, metavar="N", help=f"rows per scan chunk (default {pc.DEFAULT_CHUNK_ROWS}; memory ~ N * 1.2 KiB)")
+    p.add_argument("--max-examples", type=positive_int, default=pc.DEFAULT_MAX_EXAMPLES, metavar="N", help="examples kept per finding")
     p.add_argument("--progress", action="store_true", help="show scan progress on stderr even when it is not a terminal")
     p.add_argument("--quiet", action="store_true", help="no progress and nothing on stdout (the report still goes to --output); exit code only")
     p.set_defaults(func=run)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 class ProgressLine:

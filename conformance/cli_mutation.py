@@ -102,20 +102,11 @@ def _rebuild(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m conformance.cli_mutation [options]`: the subcommand without the dispatcher
-    (same options and exit codes as `python -m conformance mutation-score`)."""
-    parser = argparse.ArgumentParser(prog="python -m conformance.cli_mutation")
-    subparsers = parser.add_subparsers(dest="command")
-    register(subparsers)
-    try:
-        args = parser.parse_args(["mutation-score", *(sys.argv[1:] if argv is None else argv)])
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    try:
-        return int(args.func(args))
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    """`python -m conformance.cli_mutation [options]`: the same as `python -m conformance
+    mutation-score [options]` (same options and exit codes), through the shared dispatcher."""
+    from conformance import cli
+
+    return cli.main(["mutation-score", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

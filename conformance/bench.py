@@ -342,7 +342,7 @@ class _Runner:
             self.unavailable = f"{name} runs on {'/'.join(self.backend.devices)} devices, not {device.type}"
             return
         if name == "flashmla" and native:
-            from kernel.flashmla import load_flash_mla
+            from kernel.backends.flashmla import load_flash_mla
 
             self.module = load_flash_mla()
 
@@ -365,7 +365,7 @@ class _Runner:
 
             return (lambda: reference(*args)), ""
         if kernel_id.endswith(NATIVE_SUFFIX):
-            from kernel.flashmla import prepare_call
+            from kernel.backends.flashmla import prepare_call
 
             gen = _generator(inputs.q.device, seed + 7)
             q64 = torch.randn(inputs.n_q, 64, inputs.q.shape[-1], generator=gen, device=inputs.q.device).to(torch.bfloat16)

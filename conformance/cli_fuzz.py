@@ -152,7 +152,7 @@ def _fuzz_strategies(suite: Any, properties: list[str], chunk: int = 99) -> dict
     chunk draws problems of at most RAMP_KEYS keys, each next one 4x more, up to the suite's
     own limits; small problems first give quick feedback and quick shrinks)."""
     from conformance.checks import backend_limits, size_limits
-    from strategies.hyp import recipes, violating_recipes
+    from strategies.hypothesis_recipes import recipes, violating_recipes
 
     limits = backend_limits(suite)
     cap = RAMP_KEYS * 4 ** min(chunk, 10)

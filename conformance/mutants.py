@@ -1,6 +1,6 @@
 """A catalogue of broken kernels: the suite's own strength is measured by how many it catches.
 
-Each mutant is the emulated gfx950 kernel (`kernel.emulated`) with one realistic bug: one stage
+Each mutant is the emulated gfx950 kernel (`kernel.backends.emulated`) with one realistic bug: one stage
 replaced by a broken copy (the smallest change that reproduces the bug class), or the kernel
 wrapped. Every mutant is a module-level `Backend`, so
 
@@ -26,8 +26,8 @@ from typing import Literal
 
 import torch
 
-from kernel import emulated
-from kernel.emulated import (
+from kernel.backends import emulated
+from kernel.backends.emulated import (
     LN2_F32,
     LO_E8M0_OFFSET,
     LO_FACTOR,
@@ -47,7 +47,7 @@ from kernel.emulated import (
 )
 from kernel.fp8 import decode_e4m3, e4m3_table, encode_e4m3, f32_exponent_field
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
-from kernel.registry import Backend
+from kernel.backend import Backend
 
 MODULE = "conformance.mutants"
 
@@ -79,7 +79,7 @@ class Mutant:
 
 
 # ---------------------------------------------------------------------------------------------
-# Broken stages. Each is a copy of the stage in kernel.emulated with one change, marked "BUG".
+# Broken stages. Each is a copy of the stage in kernel.backends.emulated with one change, marked "BUG".
 
 
 def read_q_head_stride_ignored(q: torch.Tensor) -> torch.Tensor:
@@ -119,7 +119,7 @@ def _load_slots(
     mask_tail: bool = True,
     mask_negative: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """kernel.emulated.load_slots with one knob per bug (the defaults reproduce it exactly).
+    """kernel.backends.emulated.load_slots with one knob per bug (the defaults reproduce it exactly).
 
     tile_stride: first position of tile t is t * tile_stride; mask_tail: positions >= len masked;
     mask_negative: entries < 0 masked (when off, their address is still clamped to row 0, as the
@@ -154,7 +154,7 @@ def gather_records_offset32(kv_rows: torch.Tensor, slots: torch.Tensor) -> torch
     """gather_records with the byte offset slot * 656 computed in 32 bits (a buffer descriptor's
     unsigned voffset): past 4 GiB it wraps and the 656 bytes at the wrapped offset are read.
 
-    The windows are an unfolded view of the flat uint8 cache, so nothing large is materialised."""
+    The windows are an unfolded view of the flat uint8 cache, so nothing large is materialized."""
     flat = kv_rows.reshape(-1)
     offsets = (slots.to(torch.int64) * RECORD_BYTES) & 0xFFFFFFFF  # BUG: 32-bit offset
     windows = flat.unfold(0, RECORD_BYTES, 1)  # [bytes - 655, 656] view, window i = flat[i : i + 656]
@@ -189,7 +189,7 @@ def quantize_q_lo_e8m0_wraps(q32: torch.Tensor) -> QuantizedQ:
 
 
 def _qk_scores(qq: QuantizedQ, rows: torch.Tensor, records: torch.Tensor, *, k_scale: Literal["exponent", "value"] = "exponent", rope: bool = True) -> torch.Tensor:
-    """kernel.emulated.qk_scores with one knob per bug (the defaults reproduce it exactly).
+    """kernel.backends.emulated.qk_scores with one knob per bug (the defaults reproduce it exactly).
 
     k_scale: "exponent" feeds the record scale's exponent field as E8M0 (mantissa dropped),
     "value" multiplies by the full f32 scale; rope: whether the two rope MFMAs run."""
@@ -246,7 +246,7 @@ def _online_softmax(
     rescale_l: bool = True,
     log2e: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """kernel.emulated.online_softmax with one knob per bug (the defaults reproduce it exactly).
+    """kernel.backends.emulated.online_softmax with one knob per bug (the defaults reproduce it exactly).
 
     rescale_l: l = l * alpha + psum (else l + psum); log2e: the exp2 argument is s * c_log2 (else
     s * softmax_scale, the natural-log factor log2(e) forgotten)."""
@@ -309,7 +309,7 @@ def _pv_accumulate(
     zero_masked_v: bool = True,
     rescale_o: bool = True,
 ) -> torch.Tensor:
-    """kernel.emulated.pv_accumulate with one knob per bug (the defaults reproduce it exactly).
+    """kernel.backends.emulated.pv_accumulate with one knob per bug (the defaults reproduce it exactly).
 
     zero_masked_v: V codes of masked keys zeroed (else the row they fall back to, row 0, is used
     as is: 0 * NaN = NaN); rescale_o: o = o * alpha before the tile's MFMAs."""
@@ -349,7 +349,7 @@ def _finalize(
     natural_log: bool = True,
     shift: float = P_SHIFT,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """kernel.emulated.finalize with one knob per bug (the defaults reproduce it exactly).
+    """kernel.backends.emulated.finalize with one knob per bug (the defaults reproduce it exactly).
 
     guard_empty_out: 1 / l replaced by 0 where l == 0 (else 0 * inf = NaN); empty_lse: lse of a
     row with l == 0; natural_log: lse * ln 2 (else lse in log2 units); shift: the +8 of P undone."""
@@ -430,7 +430,7 @@ def _register(name: str, backend: Backend, description: str, bug_class: BugClass
 
 
 def _stage_mutant(name: str, description: str, bug_class: BugClass, needs: str, **stages: object) -> Backend:
-    """A mutant replacing stages of the emulated kernel (kernel.emulated.with_stage)."""
+    """A mutant replacing stages of the emulated kernel (kernel.backends.emulated.with_stage)."""
     return _register(name, emulated.with_stage(f"{MODULE}:{name}", **stages), description, bug_class, needs)  # type: ignore[arg-type]
 
 

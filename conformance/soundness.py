@@ -1,7 +1,7 @@
 """Soundness campaign of a profile's bound: a kernel of that profile vs the oracle on many problems.
 
 Hypothesis draws batches of recipes that share H, softmax_scale and has_invalid; the batch is
-materialised problem by problem and concatenated into one call (rows, caches and index streams
+materialized problem by problem and concatenated into one call (rows, caches and index streams
 side by side, indices offset), which is legitimate because rows are independent under the
 contract. Each recipe counts as one problem. `target()` on the largest error/bound ratio makes
 the search climb toward the worst case. Every call is judged in both comparison modes; a
@@ -30,7 +30,7 @@ from kernel.registry import resolve
 from oracle.bound import MODES, evaluate_modes
 from oracle.profiles import get_profile
 from oracle.rows import row_bounds
-from strategies.hyp import recipes
+from strategies.hypothesis_recipes import recipes
 from strategies.materialize import Problem, materialize
 from strategies.recipe import Recipe
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from conformance.checks import backend_limits, differential, size_limits
 from conformance.plugin import SuiteTarget
-from strategies.hyp import recipes
+from strategies.hypothesis_recipes import recipes
 
 
 @given(data=st.data())

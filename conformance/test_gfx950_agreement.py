@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from conformance.checks import backend_limits, require_support
 from conformance.harness import compare, record, run_kernel
 from conformance.plugin import SuiteTarget, remember
-from kernel.emulated import run_emulated
+from kernel.backends.emulated import run_emulated
 from oracle.bound import evaluate
-from strategies.hyp import recipes
+from strategies.hypothesis_recipes import recipes
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 

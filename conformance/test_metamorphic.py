@@ -23,7 +23,7 @@ from conformance.harness import record, run_kernel
 from conformance.plugin import SuiteTarget, remember
 from oracle.bound import evaluate
 from strategies import rng
-from strategies.hyp import recipes
+from strategies.hypothesis_recipes import recipes
 from strategies.materialize import Problem, materialize
 from strategies.recipe import Recipe
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from conformance.checks import violation_run
 from conformance.plugin import SuiteTarget
-from strategies.hyp import violating_recipes
+from strategies.hypothesis_recipes import violating_recipes
 
 
 @given(data=st.data())

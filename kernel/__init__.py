@@ -1,16 +1,7 @@
-"""Kernels under test and their contract: record codec, contract and registry, backends."""
+"""Kernels under test and their contract.
 
-from kernel.contract import CallInfo, ContractError, KernelFn, Support, validate_call
-from kernel.registry import Backend, BackendUnavailable, default_kernel_name, resolve
-
-__all__ = [
-    "Backend",
-    "BackendUnavailable",
-    "CallInfo",
-    "ContractError",
-    "KernelFn",
-    "Support",
-    "default_kernel_name",
-    "resolve",
-    "validate_call",
-]
+`kernel.record` and `kernel.fp8`: the fp8_ds_mla record codec. `kernel.contract`: the call
+contract and its host validation. `kernel.backend`: `Backend` and `BackendUnavailable`.
+`kernel.backends`: the built-in implementations. `kernel.registry`: `resolve(name)`, the
+catalogue that imports the backends (nothing else imports them by name).
+"""

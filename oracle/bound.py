@@ -32,7 +32,7 @@ import torch
 
 from kernel.fp8 import e4m3_table
 from kernel.record import LATENT_DIM, SCALE_BLOCK
-from oracle import qrep
+from oracle import q_representation as qrep
 from oracle.profiles import NumericsProfile
 from oracle.reference import chunk_softmax
 from oracle.rows import DEFAULT_KEY_BUDGET, KeyChunk, PreconditionError, iter_chunks, row_bounds

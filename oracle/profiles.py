@@ -21,7 +21,7 @@ class NumericsProfile:
     """The declared numerics of a kernel.
 
     q_representation: how Q enters QK: "exact" (as stored, bf16), "fp8_hi_lo" (gfx950 hi + lo,
-        oracle.qrep.fp8_hi_lo).
+        oracle.q_representation.fp8_hi_lo).
     qk_acc_u: unit roundoff of each addition in the QK accumulation.
     qk_roundings: most roundings any product of q . K goes through on its way into the score
         (TOLERANCES.md: MMA instructions sum their terms in a tree or fused adder, so a term sees

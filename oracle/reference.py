@@ -9,7 +9,7 @@ A row with no valid key gives out = 0 exactly and lse = -inf.
 
 K_i = [code * scale (512), rope (64)] and V_i = code * scale are exact in float64. The query used
 is `q_ref` (float64 [n_q, H, 576]): the bf16 query widened exactly by default, or a profile's
-deterministic representation of it (see oracle.qrep). Work is vectorised over rows and keys;
+deterministic representation of it (see oracle.q_representation). Work is vectorised over rows and keys;
 the only loop is over memory-bounded chunks of rows. Runs on the device of the inputs.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel.emulated import run_emulated
+from kernel.backends.emulated import run_emulated
 from kernel.record import encode_records
 from oracle.reference import reference
 

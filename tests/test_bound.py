@@ -13,11 +13,11 @@ import torch
 from hypothesis import given, settings
 
 from conformance.mutants import CATALOGUE
-from kernel.emulated import run_emulated
+from kernel.backends.emulated import run_emulated
 from kernel.record import encode_records
 from oracle.bound import MODES, evaluate, gamma, half_ulp_bf16
 from oracle.profiles import BF16_Q_BF16_P, EXACT, GFX950
-from strategies.hyp import recipes
+from strategies.hypothesis_recipes import recipes
 from strategies.materialize import Problem, materialize
 from strategies.recipe import Recipe
 

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from kernel.emulated import (
+from kernel.backends.emulated import (
     MIN_HI_E8M0,
     bounded_read,
     load_slots,
@@ -18,7 +18,7 @@ from kernel.emulated import (
     tile_count,
 )
 from kernel.record import encode_records
-from oracle import qrep
+from oracle import q_representation as qrep
 from oracle.bound import evaluate
 from oracle.profiles import GFX950
 from strategies.materialize import materialize

@@ -1,4 +1,4 @@
-"""kernel.flashmla: the CSR -> fixed-width conversion, head padding, lse mapping and out= handling
+"""kernel.backends.flashmla: the CSR -> fixed-width conversion, head padding, lse mapping and out= handling
 (with a fake `flash_mla` module injected, so it runs on any CPU), availability on a machine
 without a Hopper GPU, and, on a machine with FlashMLA and an SM90 GPU, a smoke test of the real
 kernel against the float64 oracle and the `bf16-q-bf16-p` error bound.
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from kernel import flashmla
+from kernel.backends import flashmla
 from kernel.contract import ContractError
 from kernel.fp8 import decode_e4m3
 from kernel.record import LATENT_DIM, RECORD_BYTES, decode_records, encode_records

@@ -1,13 +1,13 @@
 """Compile-only checks of the FlyDSL gfx950 kernel, and a lane-level check of its data layout.
 
 - Every configuration (H 1..16 x has_invalid x return_lse) is compiled for gfx950 in its own
-  subprocess with flydsl's cache off, and its dumped ISA must pass kernel.flydsl_compile's
+  subprocess with flydsl's cache off, and its dumped ISA must pass kernel.backends.flydsl.compile's
   checks (scaled fp8 MFMA and LDS DMA present, no scratch or spills, registers and LDS within
   gfx950's budget at 2 waves per EU). Skipped, with the reason, when flydsl is not installed.
   FLYDSL_COMPILE_PER_PROCESS=K compiles K configurations per subprocess (default 1).
 - The ISA checker itself is tested on synthetic dumps (no flydsl needed).
 - A lane-level simulation runs one tile through the kernel's own layout functions
-  (kernel.flydsl_gfx950: DMA windows, operand addresses, P exchange, transposed V reads, output
+  (kernel.backends.flydsl.gfx950: DMA windows, operand addresses, P exchange, transposed V reads, output
   dims) under the documented hardware semantics (MFMA operand/result layouts, E8M0 scale lanes,
   ds_read_b64_tr_b8, LDS DMA lane order) and must reproduce a direct float64 computation of the
   same quantised numerics: a wrong token, dim, scale or lane anywhere changes the result.
@@ -23,10 +23,11 @@ import numpy as np
 import pytest
 import torch
 
-from kernel import flydsl_compile as fc
-from kernel import flydsl_gfx950 as K
+from kernel.backends.flydsl import compile as fc
+from kernel.backends.flydsl import gfx950 as K
 from kernel.fp8 import decode_e4m3, encode_e4m3, f32_exponent_field
-from kernel.registry import BackendUnavailable, gfx950_available, resolve
+from kernel.backend import BackendUnavailable, gfx950_available
+from kernel.registry import resolve
 
 HAVE_FLYDSL = importlib.util.find_spec("flydsl") is not None
 PER_PROCESS = max(1, int(os.environ.get("FLYDSL_COMPILE_PER_PROCESS", "1")))

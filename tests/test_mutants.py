@@ -5,7 +5,7 @@ For every mutant:
   "exact-steps" mode, or an exact check) and the mutant fails it;
 - a spare case: a problem outside its bug class on which the mutant agrees bit for bit with the
   emulated kernel (so the mutant is the minimal change it claims).
-Every kernel call gets freshly materialised tensors (a preallocated out is filled by the call).
+Every kernel call gets freshly materialized tensors (a preallocated out is filled by the call).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import pytest
 import torch
 
 from conformance import mutants
-from kernel import emulated
+from kernel.backends import emulated
 from kernel.record import RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, encode_records
-from kernel.registry import Backend, resolve
+from kernel.backend import Backend
+from kernel.registry import resolve
 from oracle.bound import evaluate
 from oracle.profiles import GFX950
 from strategies.materialize import Problem, materialize

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 
 from oracle.preconditions import check_call, has_violation
-from strategies.hyp import recipes, violating_recipes
+from strategies.hypothesis_recipes import recipes, violating_recipes
 from strategies.materialize import materialize
 from strategies.recipe import ROWS_BEYOND_4GIB, Recipe, RecipeError
 

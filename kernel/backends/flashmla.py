@@ -62,7 +62,7 @@ import torch
 
 from kernel.contract import CallInfo, ContractError, validate_call
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
-from kernel.registry import Backend, BackendUnavailable
+from kernel.backend import Backend, BackendUnavailable
 
 MODULE_NAME = "flash_mla"
 WHEEL = "sgl-flash-mla==1.0.0"

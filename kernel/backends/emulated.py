@@ -45,7 +45,7 @@ import torch
 from kernel.contract import validate_call
 from kernel.fp8 import decode_e4m3, e4m3_table, encode_e4m3, f32_exponent_field
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
-from kernel.registry import Backend
+from kernel.backend import Backend
 
 TILE = 128
 P_SHIFT = 8.0

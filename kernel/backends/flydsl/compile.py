@@ -29,7 +29,7 @@ it has one, else a directory it manages whose llvm/bin/ld.lld runs the system `l
 lld) or `python -m ziglang ld.lld` (pip install ziglang); otherwise it fails saying so.
 
 CLI:
-    python -m kernel.flydsl_compile --heads 1..16 --has-invalid 0,1 --return-lse 0,1 \\
+    python -m kernel.backends.flydsl.compile --heads 1..16 --has-invalid 0,1 --return-lse 0,1 \\
         [--jobs N] [--per-process K] [--json PATH] [--keep-isa DIR]
 """
 
@@ -49,7 +49,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 # ---------------------------------------------------------------- gfx950 limits (see docstring)
 GFX950_VGPRS_PER_SIMD_LANE = 512
@@ -369,7 +369,7 @@ class ConfigResult:
 
 def _worker(configs: Sequence[Config]) -> int:
     """Subprocess body: compile each configuration in turn, one JSON line per finished one."""
-    from kernel.flydsl_gfx950 import build_launcher, kernel_name
+    from kernel.backends.flydsl.gfx950 import build_launcher, kernel_name
 
     for h, hi, rl in configs:
         t0, c0 = time.perf_counter(), time.process_time()
@@ -390,11 +390,11 @@ def _find_isa(dump_dir: Path, name: str) -> Path | None:
 
 
 def _run_group(configs: Sequence[Config], rocm_path: Path, dump_root: Path, timeout: float) -> list[ConfigResult]:
-    from kernel.flydsl_gfx950 import kernel_name
+    from kernel.backends.flydsl.gfx950 import kernel_name
 
     dump_dir = Path(tempfile.mkdtemp(prefix="grp_", dir=dump_root))
     spec = ";".join(f"{h},{int(hi)},{int(rl)}" for h, hi, rl in configs)
-    cmd = [sys.executable, "-m", "kernel.flydsl_compile", "--worker", spec]
+    cmd = [sys.executable, "-m", "kernel.backends.flydsl.compile", "--worker", spec]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -508,7 +508,7 @@ def _format_table(results: Sequence[ConfigResult]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; exit status 0 when every configuration compiled and passed its checks,
     1 when one did not, 2 when the toolchain or flydsl is missing."""
-    ap = argparse.ArgumentParser(prog="python -m kernel.flydsl_compile", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m kernel.backends.flydsl.compile", description=__doc__.split("\n\n")[0])
     ap.add_argument("--heads", default="1..16", help="head counts: 1..16, 8, or 1,2,16 (default 1..16)")
     ap.add_argument("--has-invalid", default="0,1", help="0, 1 or 0,1 (default 0,1)")
     ap.add_argument("--return-lse", default="0,1", help="0, 1 or 0,1 (default 0,1)")

@@ -3,7 +3,7 @@
 flydsl (0.4.x) is imported on the first build, so the layout functions (shared with the
 lane-level simulator in tests/test_flydsl_compile.py) import without it.
 `build_launcher(heads, has_invalid, return_lse)` returns the `@flyc.jit` launcher of one
-configuration; the host wrapper (kernel/flydsl_host.py) calls it with raw device addresses.
+configuration; the host wrapper (kernel/backends/flydsl/host.py) calls it with raw device addresses.
 
 Algorithm (one 4-wave workgroup of 256 threads per query row, rows issued in reverse order so
 the long causal tail starts first; 128-token tiles over indices[indptr[q] : indptr[q + 1]]):
@@ -36,7 +36,7 @@ the long causal tail starts first; 128-token tiles over indices[indptr[q] : indp
                     over waves; out = bf16(o * (1 / l)) (0 for an empty row);
                     lse = ((m + log2 l) - 8) * ln 2 (-inf for an empty row), when asked.
 
-These are the groupings and formulas kernel/emulated.py documents, so the two are meant to
+These are the groupings and formulas kernel/backends/emulated.py documents, so the two are meant to
 differ only by what the emulator cannot know (MFMA internal rounding, v_exp/v_log ulps).
 
 Work split: wave w computes the scores of tokens [32w, 32w + 32) of the tile for every head,
@@ -191,7 +191,7 @@ def pv_token(kc: int, g: Any, j: Any) -> Any:
     """Tile token of PV K-chunk kc, lane group g, element j (MFMA k = 8g + j).
 
     Chunk kc = 2hf + sub holds the 32 tokens whose bit 6 is hf and bit 2 is sub (the grouping
-    kernel/emulated.py models): token = 64hf + 16g + 8(j >> 2) + 4sub + (j & 3).
+    kernel/backends/emulated.py models): token = 64hf + 16g + 8(j >> 2) + 4sub + (j & 3).
     """
     return (kc >> 1) * 64 + (kc & 1) * 4 + g * 16 + (j >> 2) * 8 + (j & 3)
 
@@ -284,7 +284,7 @@ class V:
     """An SSA scalar (i1/i32/i64/f32) with the operators this kernel needs.
 
     Integer arithmetic wraps; `>>` is a logical shift; comparisons are signed for integers and
-    ordered for floats; Python numbers are materialised as constants of the other operand's type.
+    ordered for floats; Python numbers are materialized as constants of the other operand's type.
     """
 
     __slots__ = ("v",)

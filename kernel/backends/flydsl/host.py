@@ -23,7 +23,7 @@ import torch
 
 from kernel.contract import MAX_HEADS, CallInfo, validate_call
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
-from kernel.registry import Backend, BackendUnavailable, gfx950_available
+from kernel.backend import Backend, BackendUnavailable, gfx950_available
 
 NAME = "flydsl"
 PROFILE = "gfx950"
@@ -114,7 +114,7 @@ _LAUNCHER_LOCK = threading.Lock()
 
 
 def _build_launcher(heads: int, has_invalid: bool, return_lse: bool) -> Launcher:
-    from kernel.flydsl_gfx950 import build_launcher
+    from kernel.backends.flydsl.gfx950 import build_launcher
 
     return build_launcher(heads, has_invalid, return_lse)
 

@@ -1,0 +1,1 @@
+"""Built-in kernels with the contract: `emulated` (torch), `flashmla` (Hopper), `flydsl` (gfx950)."""

@@ -279,7 +279,9 @@ def test_adapter_pads_heads_and_maps_outputs(fake: FakeFlashMLA, heads: int) -> 
     call = fake.calls[0]
     assert call["q"].shape == (8, 1, 64, 576)
     assert torch.equal(call["q"][:, 0, :heads], p["q"]) and not bool(call["q"][:, 0, heads:].any())
-    assert call["indices"].shape == (8, 1, 192)
+    # A short stream is padded to its own length (rounded to 64) without a host sync.
+    n_idx = p["indices"].numel()
+    assert call["indices"].shape == (8, 1, flashmla.round_up(n_idx, 64))
     assert out.shape == (8, heads, LATENT_DIM) and out.dtype == torch.bfloat16 and out.is_contiguous()
     assert lse is not None and lse.shape == (8, heads) and lse.dtype == torch.float32
     assert bool(torch.isneginf(lse[0]).all()) and bool(torch.isneginf(lse[6]).all())
@@ -598,3 +600,23 @@ def test_flashmla_smoke_against_bound() -> None:
             json.dump({"device": torch.cuda.get_device_name(), "profile": backend.profile, "mode": "exact-steps", "cases": report, "raw_writer": raw}, fh, indent=2, default=str)
     bad = [r["case"] + ": " + r["status"] for r in report if r["status"] != "ok"]
     assert not bad, "\n".join(bad)
+
+
+def test_sync_free_width_covers_every_row_and_gives_up_on_long_streams() -> None:
+    assert flashmla.sync_free_width(0, 64) == 64
+    assert flashmla.sync_free_width(1, 64) == 64
+    assert flashmla.sync_free_width(2048, 64) == 2048
+    assert flashmla.sync_free_width(2049, 128) == 2176
+    assert flashmla.sync_free_width(flashmla.SYNC_FREE_TOPK, 64) == flashmla.SYNC_FREE_TOPK
+    assert flashmla.sync_free_width(flashmla.SYNC_FREE_TOPK + 1, 64) is None
+    # An explicit width gives the same rows as the synced width, padded further with -1.
+    indices, indptr = make_stream([5, -3, 70, 0, 2], offset=4, seed=1, negative_every=3)
+    ix, ip = torch.tensor(indices, dtype=torch.int32), torch.tensor(indptr, dtype=torch.int32)
+    for has_invalid in (False, True):
+        synced = flashmla.csr_to_padded(ix, ip, has_invalid=has_invalid)
+        free = flashmla.csr_to_padded(ix, ip, has_invalid=has_invalid, width=flashmla.sync_free_width(ix.numel(), 64))
+        assert torch.equal(free.indices[:, : synced.width], synced.indices)
+        assert bool((free.indices[:, synced.width :] == -1).all())
+        assert torch.equal(free.lengths, synced.lengths)
+    with pytest.raises(ValueError):
+        flashmla.csr_to_padded(ix, ip, has_invalid=False, width=100)

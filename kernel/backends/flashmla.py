@@ -18,8 +18,11 @@ passes ``use_legacy=True`` and ``kv_format="V32"``:
 
 What the adapter does to present the contract (every step exact, all vectorised):
 - CSR -> fixed-width rows (`csr_to_padded`): row q's entries indices[indptr[q] : indptr[q+1]]
-  (a negative length is empty) left-aligned in a row of width W = max(64, ceil(max_len / 64) * 64)
-  and padded with -1. With has_invalid every entry < 0 becomes -1: the kernel treats exactly -1
+  (a negative length is empty) left-aligned in a row of width W and padded with -1. W is found
+  without a host sync when the stream is short (`sync_free_width`: no row of a well-formed stream
+  holds more entries than the stream, so W = round64(len(indices)) when that is at most
+  SYNC_FREE_TOPK = 4096 keys); otherwise W = max(64, ceil(max_len / 64) * 64), one host sync
+  for the longest row (its cost is small beside a kernel over >= 4096 keys). With has_invalid every entry < 0 becomes -1: the kernel treats exactly -1
   as masked and turns any other negative value into an out-of-bounds address. Without
   has_invalid entries pass unchanged (the contract makes them all valid rows).
 - Heads: FlashMLA takes 64 or 128 query heads; q (H in 1..16, any row/head strides) is copied
@@ -70,6 +73,7 @@ TOPK_BLOCK = 64  # FlashMLA's key block: topk must be a multiple of it
 HEAD_COUNTS = (64, 128)  # query heads FlashMLA's sparse decode takes
 KV_FORMAT = "V32"  # 656-byte records: 512 e4m3 + 4 f32 scales + 64 bf16 rope
 MASKED = -1  # the only index value FlashMLA masks
+SYNC_FREE_TOPK = 4096  # streams up to this many entries are padded without reading row lengths
 
 LIMITS = (
     "H in 1..16, run as 64 FlashMLA heads (zero heads padded, sliced off)",
@@ -91,7 +95,10 @@ LIMITS = (
         "softmax_scale <= 0 is passed as (-q, -scale) or (q = 0, scale = 1): FlashMLA takes the tile "
         "max before scaling and masks with -inf, which breaks for a non-positive scale"
     ),
-    "rows are padded with -1 to a multiple of 64 keys: the work is max row length x n_q",
+    (
+        "rows are padded with -1 to a multiple of 64 keys: the work is max row length x n_q (x the "
+        "stream length rounded to 64 when the stream holds <= 4096 entries: no host sync then)"
+    ),
     "masked slots read row 0 of the cache (bytes zeroed before use): the cache needs >= 1 row",
     (
         "not bitwise batch-invariant: the split-KV schedule (and the padded width) depends on the whole "
@@ -117,41 +124,67 @@ class PaddedRows:
     width: int
 
 
+def round_up(value: int, multiple: int) -> int:
+    """The smallest positive multiple of `multiple` that is >= value (at least `multiple`)."""
+    return max(multiple, -(-value // multiple) * multiple)
+
+
+def sync_free_width(n_indices: int, multiple: int, limit: int = SYNC_FREE_TOPK) -> int | None:
+    """A padded width known without reading device data, or None when the stream is too long.
+
+    No row of a well-formed stream holds more than n_indices entries (a row reaching past the
+    stream is broken, and csr_to_padded masks positions outside the buffer anyway), so
+    round_up(n_indices, multiple) covers every row. Used only while it is <= `limit` keys,
+    beyond which padding every row to the stream length would cost more than one host sync.
+    """
+    width = round_up(n_indices, multiple)
+    return width if width <= max(limit, multiple) else None
+
+
 def csr_to_padded(
     indices: torch.Tensor,
     indptr: torch.Tensor,
     *,
     has_invalid: bool,
     multiple: int = TOPK_BLOCK,
+    width: int | None = None,
 ) -> PaddedRows:
-    """The CSR stream as fixed-width rows padded with -1 (vectorised; one host sync for the width).
+    """The CSR stream as fixed-width rows padded with -1 (vectorised).
 
     indices: int32 1-D; indptr: int [n_q + 1]. Row q takes indices[indptr[q] : indptr[q + 1]]
-    (negative length: empty). Width = max(multiple, ceil(max_len / multiple) * multiple).
+    (negative length: empty). Width: `width` when given (a multiple of `multiple` that the
+    caller knows covers every row, e.g. sync_free_width; entries past it are dropped), else
+    max(multiple, ceil(max_len / multiple) * multiple), one host sync for max_len.
     With has_invalid every entry < 0 becomes -1; without it entries are copied unchanged.
     Positions outside the index buffer (a broken stream) become -1 rather than faulting.
     """
     if multiple < 1:
         raise ValueError(f"multiple must be >= 1, got {multiple}")
+    if width is not None and (width < 1 or width % multiple):
+        raise ValueError(f"width must be a positive multiple of {multiple}, got {width}")
     device = indices.device
-    ptr = indptr.to(device=device, dtype=torch.int64)
-    start = ptr[:-1]
-    lengths = (ptr[1:] - start).clamp_min(0)
-    n_q = lengths.numel()
-    max_len = int(lengths.max()) if n_q else 0
-    width = max(multiple, -(-max_len // multiple) * multiple)
-    offsets = torch.arange(width, device=device, dtype=torch.int64)
-    positions = start.unsqueeze(1) + offsets
     n_idx = indices.numel()
-    inside = (offsets < lengths.unsqueeze(1)) & (positions >= 0) & (positions < n_idx)
+    n_q = indptr.numel() - 1
+    # int32 arithmetic unless a position could leave int32 (host-known from the sizes).
+    wide = n_idx + (width or 0) >= 2**31 - 1 or width is None
+    ptr = indptr.to(device=device, dtype=torch.int64 if wide else torch.int32)
+    start, end = ptr[:-1], ptr[1:]
+    lengths = (end - start).clamp_min(0)
+    if width is None:
+        max_len = int(lengths.max()) if n_q else 0
+        width = round_up(max_len, multiple)
+        if n_idx + width < 2**31 - 1:
+            start, end = start.to(torch.int32), end.to(torch.int32)
+    positions = start.unsqueeze(1) + torch.arange(width, device=device, dtype=start.dtype)
+    clamped = positions.clamp(0, max(n_idx - 1, 0))
+    inside = (clamped == positions) & (positions < end.unsqueeze(1))
     if n_idx:
-        values = indices.reshape(-1)[positions.clamp(0, n_idx - 1)].to(torch.int32)
+        padded = torch.where(inside, indices.reshape(-1)[clamped], MASKED)
     else:
-        values = torch.zeros(positions.shape, dtype=torch.int32, device=device)
-    padded = torch.where(inside, values, MASKED)
+        padded = torch.full(positions.shape, MASKED, dtype=torch.int32, device=device)
     if has_invalid:
-        padded = torch.where(padded < 0, MASKED, padded)
-    return PaddedRows(indices=padded.to(torch.int32).contiguous(), lengths=lengths, width=width)
+        padded.clamp_min_(MASKED)  # every entry < 0 becomes -1 (entries are integers)
+    return PaddedRows(indices=padded.to(torch.int32).contiguous(), lengths=lengths.to(torch.int64), width=width)
 
 
 def pad_heads(q: torch.Tensor, heads_to: int, *, sign: float = 1.0) -> torch.Tensor:
@@ -254,7 +287,9 @@ def prepare_call(
         raise ValueError(f"padded_heads must be one of {HEAD_COUNTS}, got {padded_heads}")
     n_q, heads, _ = q.shape
     sign, scale = effective_scale(softmax_scale)
-    rows = csr_to_padded(indices, indptr, has_invalid=has_invalid)
+    rows = csr_to_padded(
+        indices, indptr, has_invalid=has_invalid, width=sync_free_width(indices.numel(), TOPK_BLOCK)
+    )
     return FlashMLACall(
         q=pad_heads(q, padded_heads, sign=sign),
         k_cache=cache_blocks(kv_cache, page_block_size),
@@ -403,6 +438,7 @@ __all__ = [
     "TOPK_BLOCK",
     "FlashMLACall",
     "PaddedRows",
+    "SYNC_FREE_TOPK",
     "cache_blocks",
     "csr_to_padded",
     "device_reason",
@@ -412,5 +448,7 @@ __all__ = [
     "map_lse",
     "pad_heads",
     "prepare_call",
+    "round_up",
     "run_flashmla",
+    "sync_free_width",
 ]

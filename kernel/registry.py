@@ -1,7 +1,8 @@
 """Backend catalogue: `resolve(name)` turns a kernel name into a `Backend` with the contract.
 
 Built-in names: `emulated` (the gfx950 algorithm in torch, any device), `flydsl` (the FlyDSL
-gfx950 kernel, MI355X only), `flashmla` (FlashMLA's Hopper sparse fp8 decode). Any other name of
+gfx950 kernel, MI355X only), `flashmla` (FlashMLA's Hopper sparse fp8 decode), `flashmla-prefill`
+(FlashMLA's Hopper sparse prefill over bf16 KV), `torch-sdpa` (PyTorch's fused SDPA kernels). Any other name of
 the form `package.module:attr` imports that attribute: either a `Backend`, or a plain callable
 with the contract, which may carry attributes `profile` (numerics profile name), `devices`
 (device types), `max_heads`, `head_counts` and `limits`.
@@ -18,7 +19,7 @@ import inspect
 from kernel.backend import Backend, BackendUnavailable, gfx950_available
 from kernel.contract import MAX_HEADS
 
-BUILTIN_NAMES = ("emulated", "flydsl", "flashmla")
+BUILTIN_NAMES = ("emulated", "flydsl", "flashmla", "flashmla-prefill", "torch-sdpa")
 
 
 def _wrap_external(spec: str, obj: object, profile: str | None) -> Backend:
@@ -68,6 +69,14 @@ def resolve(name: str, *, profile: str | None = None) -> Backend:
         from kernel.backends.flashmla import flashmla_backend
 
         backend = flashmla_backend()
+    elif name == "flashmla-prefill":
+        from kernel.backends.flashmla_prefill import flashmla_prefill_backend
+
+        backend = flashmla_prefill_backend()
+    elif name == "torch-sdpa":
+        from kernel.backends.torch_sdpa import torch_sdpa_backend
+
+        backend = torch_sdpa_backend()
     elif ":" in name:
         module_name, _, attr = name.partition(":")
         try:

@@ -1,0 +1,191 @@
+"""FlashMLA's Hopper sparse prefill (`flash_mla_sparse_fwd`, bf16 KV) as a backend with the contract.
+
+The kernel is the SM90 sparse prefill of `sgl-flash-mla==1.0.0` (the legacy extension; the
+current `use_legacy=False` prefill is SM100-only and refuses an H200 with "only supported on
+SM100f architectures", measured by scripts/peers_probe.py):
+
+    out, max_logits, lse = flash_mla.flash_mla_sparse_fwd(
+        q3,            # bf16 [s_q, 64 or 128, 576] (d_qk 576 on SM90), contiguous
+        kv,            # bf16 [s_kv, 1, 576]
+        indices,       # int32 [s_q, 1, topk], topk a multiple of 128; -1 or >= s_kv = masked
+        sm_scale, 512, topk_length=lengths,   # int32 [s_q]: only indices[q, :, :len] attended
+        use_legacy=True)
+    # out bf16 [s_q, h_q, 512]; lse f32 [s_q, h_q] natural log, +inf for a row without keys
+    # (out 0 there); max_logits f32 [s_q, h_q] (-inf for such a row)
+
+The contract's fp8_ds_mla records become bf16 KV exactly when every scale is a power of two
+(kernel.backends.gathered), so this kernel computes the contract's function. What the adapter
+does (all vectorised, no host sync when the stream holds <= 4096 entries):
+- gathers and dequantises only the records the rows consume, one bf16 KV row per slot of the
+  [n_q, W] padded block (W = a multiple of 128), and hands the kernel the slot positions
+  q * W + j as indices (-1 for an empty slot) with topk_length = the row lengths;
+- heads: q (H in 1..16, any strides) goes into a zero bf16 [n_q, 64, 576] buffer (a zero head is
+  sliced off); softmax_scale <= 0 as (-q, -scale) or (q = 0, scale = 1), as for `flashmla`;
+- lse +inf (no key) -> -inf; out= is filled by a copy.
+
+FlashMLA's numerics (SM90 sparse prefill, from its source and docs): QK is a bf16 x bf16 WGMMA
+with f32 accumulation over 576 dims; online softmax over 64-key blocks in base 2 (exp2f,
+ex2.approx), P rounded to bf16 for the PV WGMMA, f32 accumulation of o and l, out =
+bf16(o / l); no split-KV (one CTA owns a query row and its heads), so a row's result does not
+depend on the other rows of the call: `batch_invariant` is declared True and the suite holds
+that to the bit. The arithmetic is FlashMLA decode's, so the profile is `bf16-q-bf16-p`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from kernel.backend import Backend, BackendUnavailable
+from kernel.backends.flashmla import device_reason, effective_scale, load_flash_mla, map_lse, pad_heads
+from kernel.backends.gathered import gather_rows
+from kernel.contract import INT32_MAX, CallInfo, validate_call
+from kernel.record import HEAD_DIM, LATENT_DIM
+
+NAME = "flashmla-prefill"
+TOPK_MULTIPLE = 128  # the SM90 prefill asserts topk % (2 * B_TOPK) == 0 with B_TOPK = 64
+HEAD_COUNTS = (64, 128)
+
+LIMITS = (
+    "H in 1..16, run as 64 FlashMLA heads (zero heads padded, sliced off); the kernel takes h_q 64 or 128",
+    "CUDA devices of compute capability 9.x (SM90 legacy sparse prefill of sgl-flash-mla 1.0.0)",
+    "KV dequantised to bf16 by the adapter: exact for power-of-two scales; a raw (non-power-of-two) scale is rounded to bf16 (precondition violation)",
+    "every entry < 0 is masked (with or without has_invalid)",
+    "consumed indices must lie in [0, rows): the adapter's gather has no bound check (bounded_index_reads = False)",
+    "rows padded to a multiple of 128 slots; the kernel stops at each row's length (topk_length)",
+    "n_q x padded width must fit int32 (the slot positions are the kernel's KV indices)",
+    "softmax_scale <= 0 passed as (-q, -scale) or (q = 0, scale = 1), as for flashmla",
+)
+
+
+@dataclass
+class PrefillCall:
+    """Prepared inputs: q bf16 [n_q, H_pad, 576]; kv bf16 [n_q * W, 1, 576]; indices int32
+    [n_q, 1, W]; topk_length int32 [n_q]; softmax_scale > 0; heads: the caller's H."""
+
+    q: torch.Tensor
+    kv: torch.Tensor
+    indices: torch.Tensor
+    topk_length: torch.Tensor
+    softmax_scale: float
+    heads: int
+    n_q: int
+
+    def run(self, module: ModuleType) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """flash_mla_sparse_fwd on the prepared inputs: (out [n_q, H_pad, 512], max_logits, lse [n_q, H_pad])."""
+        return module.flash_mla_sparse_fwd(
+            self.q, self.kv, self.indices, self.softmax_scale, LATENT_DIM,
+            topk_length=self.topk_length, use_legacy=True,
+        )
+
+
+def prepare_prefill(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    padded_heads: int = HEAD_COUNTS[0],
+) -> PrefillCall:
+    """Build flash_mla_sparse_fwd's inputs from a contract call (module docstring); no validation."""
+    if padded_heads not in HEAD_COUNTS:
+        raise ValueError(f"padded_heads must be one of {HEAD_COUNTS}, got {padded_heads}")
+    n_q, heads, _ = q.shape
+    sign, scale = effective_scale(softmax_scale)
+    rows = gather_rows(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE)
+    width = rows.width
+    if n_q * width > INT32_MAX:
+        raise ValueError(f"n_q {n_q} x width {width} slots exceed int32 KV indices")
+    slot = torch.arange(n_q * width, device=q.device, dtype=torch.int32).view(n_q, width)
+    kv_index = torch.where(rows.valid, slot, -1).view(n_q, 1, width)
+    topk_length = rows.lengths.clamp_max(width).to(torch.int32)
+    return PrefillCall(
+        q=pad_heads(q, padded_heads, sign=sign).view(n_q, padded_heads, HEAD_DIM),
+        kv=rows.keys.view(n_q * width, 1, HEAD_DIM),
+        indices=kv_index,
+        topk_length=topk_length,
+        softmax_scale=scale,
+        heads=heads,
+        n_q=n_q,
+    )
+
+
+def run_flashmla_prefill(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+    padded_heads: int = HEAD_COUNTS[0],
+    module: ModuleType | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The sparse prefill with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None)."""
+    info = validate_call(
+        q, kv_cache, indices, indptr, softmax_scale,
+        has_invalid=has_invalid, return_lse=return_lse, out=out,
+    )
+    n_q, heads = info.n_q, info.heads
+    if n_q == 0:
+        result = out if out is not None else torch.empty(0, heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+        return result, (torch.empty(0, heads, dtype=torch.float32, device=q.device) if return_lse else None)
+    fm = load_flash_mla() if module is None else module
+    call = prepare_prefill(q, kv_cache, indices, indptr, softmax_scale, padded_heads=padded_heads)
+    out_raw, _max_logits, lse_raw = call.run(fm)
+    got = out_raw.view(n_q, -1, LATENT_DIM)[:, :heads]
+    if out is not None:
+        out.copy_(got)
+        result = out
+    else:
+        result = got.contiguous()
+    return result, (map_lse(lse_raw, n_q, heads) if return_lse else None)
+
+
+def _support(info: CallInfo) -> str:
+    if info.device.type == "cuda":
+        return device_reason(info.device).replace("flashmla:", f"{NAME}:", 1)
+    return ""
+
+
+def flashmla_prefill_backend(*, padded_heads: int = HEAD_COUNTS[0]) -> Backend:
+    """The `flashmla-prefill` backend; BackendUnavailable when `flash_mla` cannot be imported or
+    there is no CUDA device of compute capability 9.x."""
+    reasons = [r for r in (device_reason(),) if r]
+    try:
+        module = load_flash_mla()
+    except BackendUnavailable as err:
+        reasons.append(str(err))
+        module = None
+    if reasons:
+        raise BackendUnavailable("; ".join(r.replace("flashmla:", f"{NAME}:", 1) for r in reasons))
+
+    def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
+        return run_flashmla_prefill(
+            q, kv_cache, indices, indptr, softmax_scale,
+            has_invalid=has_invalid, return_lse=return_lse, out=out,
+            padded_heads=padded_heads, module=module,
+        )
+
+    return Backend(
+        name=NAME,
+        fn=kernel,
+        profile="bf16-q-bf16-p",
+        devices=("cuda",),
+        max_heads=16,
+        head_counts=None,
+        accepts_out=True,
+        bounded_index_reads=False,
+        batch_invariant=True,
+        extra_support=_support,
+        limits=LIMITS,
+    )
+
+
+__all__ = ["HEAD_COUNTS", "LIMITS", "NAME", "TOPK_MULTIPLE", "PrefillCall", "flashmla_prefill_backend", "prepare_prefill", "run_flashmla_prefill"]

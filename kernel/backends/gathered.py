@@ -1,0 +1,94 @@
+"""Keys gathered per query row and dequantised to bf16: the shared input step of the adapters to
+kernels that take dense or bf16 KV (FlashMLA's sparse prefill, PyTorch's SDPA).
+
+`gather_rows` turns a contract call's CSR stream into fixed-width rows of KV slots (no host sync
+for short streams, see kernel.backends.flashmla.sync_free_width) and reads only the records
+that a row consumes; `dequantise_bf16` turns records into bf16 K = [latent (512), rope (64)].
+
+Dequantisation follows FlashMLA's own V3.2 convention (legacy SM90 decode):
+latent = bf16(bf16(code) * bf16(scale)). For power-of-two scales (the pow2 and pow2-floor
+writers) every step is exact, so K equals the record's value; for a raw (non-power-of-two) scale
+the scale is rounded to bf16 and the product to bf16 (a precondition violation the suite reports,
+the same as for the `flashmla` backend).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernel.backends.flashmla import MASKED, csr_to_padded, sync_free_width
+from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
+
+SCALE_BLOCK = 128
+
+
+@dataclass(frozen=True)
+class GatheredRows:
+    """Fixed-width rows of keys for n_q query rows.
+
+    keys: bf16 [n_q, width, 576] dequantised K (V = keys[..., :512]); slots that hold no key carry
+        the decoded bytes of cache row 0 (or zeros when the cache is empty) and must be masked;
+    valid: bool [n_q, width], slot holds a key (inside the row, entry >= 0);
+    lengths: int64 [n_q] CSR row lengths (negative clamped to 0);
+    width: slots per row, a positive multiple of the `multiple` asked for.
+    """
+
+    keys: torch.Tensor
+    valid: torch.Tensor
+    lengths: torch.Tensor
+    width: int
+
+
+def dequantise_bf16(records: torch.Tensor) -> torch.Tensor:
+    """Records uint8 [N, 656] (contiguous) -> bf16 [N, 576]: [bf16(bf16(code) * bf16(scale)), rope].
+
+    Exact for power-of-two scales within bf16's range (module docstring). e4m3fn NaN codes decode
+    to NaN. Four elementwise launches, no host sync.
+    """
+    n = records.shape[0]
+    out = torch.empty(n, HEAD_DIM, dtype=torch.bfloat16, device=records.device)
+    if n == 0:
+        return out
+    codes = records[:, :SCALE_OFFSET].view(torch.float8_e4m3fn).to(torch.bfloat16)
+    scales = records[:, SCALE_OFFSET:ROPE_OFFSET].view(torch.float32).to(torch.bfloat16)
+    torch.mul(
+        codes.view(n, LATENT_DIM // SCALE_BLOCK, SCALE_BLOCK),
+        scales.unsqueeze(-1),
+        out=out[:, :LATENT_DIM].view(n, LATENT_DIM // SCALE_BLOCK, SCALE_BLOCK),
+    )
+    out[:, LATENT_DIM:] = records[:, ROPE_OFFSET:].view(torch.bfloat16)
+    return out
+
+
+def gather_rows(
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    kv_cache: torch.Tensor,
+    *,
+    multiple: int,
+) -> GatheredRows:
+    """The keys of each CSR row as a dense [n_q, width] block (see GatheredRows).
+
+    Every entry < 0 is masked (with has_invalid that is the contract; without it a negative entry
+    breaks the contract, and masking it is this adapter's choice). Only consumed entries are read
+    (an unconsumed stream position may hold anything). Width: round_up(len(indices), multiple)
+    when that is <= kernel.backends.flashmla.SYNC_FREE_TOPK (no host sync), else the longest row
+    rounded up (one host sync). Consumed entries >= rows are an out-of-bounds read: the caller
+    declares bounded_index_reads = False.
+    """
+    rows = csr_to_padded(
+        indices, indptr, has_invalid=True, multiple=multiple,
+        width=sync_free_width(indices.numel(), multiple),
+    )
+    valid = rows.indices >= 0
+    flat = kv_cache.reshape(-1, RECORD_BYTES)
+    if flat.shape[0] == 0:
+        flat = torch.zeros(1, RECORD_BYTES, dtype=torch.uint8, device=kv_cache.device)
+    slots = rows.indices.clamp_min(0).reshape(-1)
+    keys = dequantise_bf16(flat[slots]).view(rows.indices.shape[0], rows.width, HEAD_DIM)
+    return GatheredRows(keys=keys, valid=valid, lengths=rows.lengths, width=rows.width)
+
+
+__all__ = ["MASKED", "GatheredRows", "dequantise_bf16", "gather_rows"]

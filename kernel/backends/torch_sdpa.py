@@ -1,0 +1,125 @@
+"""PyTorch's own fused attention kernels over gathered, dequantised K/V, as a backend with the contract.
+
+A kernel from another project than FlashMLA: the memory-efficient attention of PyTorch (the
+CUTLASS-based kernel behind `F.scaled_dot_product_attention(..., backend=EFFICIENT_ATTENTION)`)
+on CUDA, and PyTorch's CPU flash attention on the CPU, both called through their aten ops so the
+log-sum-exp comes back:
+
+    # CUDA: q [n_q, 1, H, 576] bf16 (the H heads of a row are its "query positions": MQA with
+    # one KV head), K [n_q, 1, W, 576] bf16, V = K[..., :512], additive bias [n_q, 1, H, W]
+    # bf16 (0 for a key, -inf for an empty slot)
+    out, lse, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(q, K, V, bias, True, 0.0, False, scale=s)
+    # out [n_q, 1, H, 512]; lse f32 [n_q, 1, round32(H)] natural log
+    # CPU: the same with V = K (the CPU kernel wants one head size) and out[..., :512]
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, K, K, 0.0, False, attn_mask=bias, scale=s)
+
+The flash and cuDNN SDPA kernels refuse head size 576 (at most 256) on the H200 (measured by
+scripts/peers_probe.py), so the memory-efficient kernel is the one fused SDPA kernel that runs.
+Keys are gathered per slot and dequantised to bf16 by kernel.backends.gathered (exact for
+power-of-two scales). A row without a valid key gets out = 0 and lse = -inf from the adapter
+(the kernel itself returns out 0 and lse 0 for an all-masked row: measured).
+
+Numerics (from the kernel's source: PyTorch aten/src/ATen/native/transformers/cuda/mem_eff_attention):
+bf16 x bf16 tensor-core QK with f32 accumulation, the scale applied to the f32 scores, online
+softmax in f32 over key blocks (64 keys per block on SM80+ for head sizes > 128) with exp2f after
+a log2(e) multiply, P rounded to bf16 for the PV tensor-core product with f32 accumulation, l from
+the f32 P, out = bf16(o / l). That is the arithmetic of `bf16-q-bf16-p`. No split over keys, so a
+row's result does not depend on the other rows in the call except through the padded width
+(extra masked blocks leave o, m and l bit-unchanged): `batch_invariant` True.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from kernel.backend import Backend
+from kernel.backends.gathered import gather_rows
+from kernel.contract import validate_call
+from kernel.record import LATENT_DIM
+
+NAME = "torch-sdpa"
+KEY_MULTIPLE = 64  # padded keys per row: keeps the bias rows 16-element aligned
+
+LIMITS = (
+    "H in 1..16 (the row's heads are the kernel's query positions, one KV head)",
+    "CUDA: aten._scaled_dot_product_efficient_attention (PyTorch mem-efficient kernel); CPU: aten._scaled_dot_product_flash_attention_for_cpu",
+    "KV dequantised to bf16 by the adapter: exact for power-of-two scales; a raw (non-power-of-two) scale is rounded to bf16 (precondition violation)",
+    "every entry < 0 is masked (with or without has_invalid)",
+    "consumed indices must lie in [0, rows): the adapter's gather has no bound check (bounded_index_reads = False)",
+    "rows padded to a multiple of 64 keys with -inf bias: the work is n_q x padded width",
+    "rows without a valid key: out 0 and lse -inf set by the adapter",
+)
+
+
+def _attention(q4: torch.Tensor, keys: torch.Tensor, bias: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out [n_q, 1, H, 512] bf16, lse [n_q, H] f32 natural log) of the fused kernel of this device."""
+    heads = q4.shape[2]
+    if q4.device.type == "cuda":
+        res: Any = torch.ops.aten._scaled_dot_product_efficient_attention(
+            q4, keys, keys[..., :LATENT_DIM], bias, True, 0.0, False, scale=scale
+        )
+        return res[0], res[1][:, 0, :heads]
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q4, keys, keys, 0.0, False, attn_mask=bias, scale=scale
+    )
+    return out[..., :LATENT_DIM], lse[:, 0, :heads]
+
+
+def run_torch_sdpa(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """SDPA with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None)."""
+    info = validate_call(
+        q, kv_cache, indices, indptr, softmax_scale,
+        has_invalid=has_invalid, return_lse=return_lse, out=out,
+    )
+    n_q, heads = info.n_q, info.heads
+    if n_q == 0:
+        result = out if out is not None else torch.empty(0, heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+        return result, (torch.empty(0, heads, dtype=torch.float32, device=q.device) if return_lse else None)
+    rows = gather_rows(indices, indptr, kv_cache, multiple=KEY_MULTIPLE)
+    zero = torch.zeros((), dtype=torch.bfloat16, device=q.device)
+    ninf = torch.full((), float("-inf"), dtype=torch.bfloat16, device=q.device)
+    bias = torch.where(rows.valid, zero, ninf).view(n_q, 1, 1, rows.width).expand(n_q, 1, heads, rows.width).contiguous()
+    q4 = q.contiguous().view(n_q, 1, heads, q.shape[-1])
+    got, lse = _attention(q4, rows.keys.view(n_q, 1, rows.width, -1), bias, float(softmax_scale))
+    has_key = rows.valid.any(dim=1)
+    got = torch.where(has_key.view(n_q, 1, 1), got.view(n_q, heads, LATENT_DIM), zero)
+    if out is not None:
+        out.copy_(got)
+        result = out
+    else:
+        result = got
+    lse_out = None
+    if return_lse:
+        lse_out = torch.where(has_key.view(n_q, 1), lse.to(torch.float32), float("-inf"))
+    return result, lse_out
+
+
+def torch_sdpa_backend() -> Backend:
+    """The `torch-sdpa` backend (any CPU or CUDA device torch runs on)."""
+    return Backend(
+        name=NAME,
+        fn=run_torch_sdpa,
+        profile="bf16-q-bf16-p",
+        devices=("cpu", "cuda"),
+        max_heads=16,
+        head_counts=None,
+        accepts_out=True,
+        bounded_index_reads=False,
+        batch_invariant=True,
+        limits=LIMITS,
+    )
+
+
+__all__ = ["KEY_MULTIPLE", "LIMITS", "NAME", "run_torch_sdpa", "torch_sdpa_backend"]

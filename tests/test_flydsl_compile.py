@@ -279,7 +279,10 @@ def simulate_tile(q, recs, valid, heads, c_log2):
                 assert dst == K.lds_scale(w, tok)
                 lds[dst : dst + 4] = recs[tok, 512 + 4 * w : 516 + 4 * w]
                 writes[dst : dst + 4] += 1
-    assert (writes[: K.LDS_SCALE + 2048] == 1).all()  # every tile byte written exactly once
+    assert (writes[: K.LDS_SCALE] == 1).all()  # every latent byte written exactly once
+    for w in range(4):  # every scale word written once; the row padding never
+        row = K.LDS_SCALE + w * K.SCALE_ROW_BYTES
+        assert (writes[row : row + 512] == 1).all() and (writes[row + 512 : row + K.SCALE_ROW_BYTES] == 0).all()
 
     # ---- quantize_q (lane (t, g) of any wave; heads >= H are zero in q already)
     q32 = q.to(torch.float32)
@@ -388,15 +391,17 @@ def simulate_tile(q, recs, valid, heads, c_log2):
             b_el = []
             for lane in LANES:
                 t, g = lane % 16, lane // 16
+                sub = kc & 1
                 p_base = K.lds_p(t, K.pv_token(0, g, 0))
-                sv_base = K.lds_scale(w, K.pv_token(0, g, 0))
+                sv_base = K.lds_scale(w, K.pv_token(sub, g, 0))
                 offs = [4 * (K.pv_token(kc, 0, 4 * k) - K.pv_token(0, 0, 0)) for k in range(2)]
+                soffs = [K.lds_scale(0, K.pv_token(kc, 0, 4 * k)) - K.lds_scale(0, K.pv_token(sub, 0, 0)) for k in range(2)]
                 elems = []
                 for jj in range(8):
                     k, i = divmod(jj, 4)
                     tok = K.pv_token(kc, g, jj)
                     paddr = p_base + offs[k] + 4 * i
-                    saddr = sv_base + offs[k] + 4 * i
+                    saddr = sv_base + soffs[k] + 4 * i
                     assert paddr == K.lds_p(t, tok) and saddr == K.lds_scale(w, tok)
                     bits = int(lds[saddr : saddr + 4].view(np.int32)[0])
                     sv = _f32_of_bits(min(max(bits, 1), 0x43000000))
@@ -406,8 +411,8 @@ def simulate_tile(q, recs, valid, heads, c_log2):
                 addrs = []
                 for lane in LANES:
                     t, g = lane % 16, lane // 16
-                    base = K.tr8_address(w, 0, 0, t, g)
-                    addr = base + (K.tr8_address(0, kc, ch, 0, 0) - K.tr8_address(0, 0, 0, 0, 0))
+                    base = K.tr8_address(w, kc & 1, 0, t, g)  # one base per sub = kc & 1
+                    addr = base + (K.tr8_address(0, kc, ch, 0, 0) - K.tr8_address(0, kc & 1, 0, 0, 0))
                     assert addr == K.tr8_address(w, kc, ch, t, g)
                     addrs.append(addr)
                 a_el = []
@@ -455,6 +460,15 @@ def test_layout_splits_and_ranges():
                 for ch in range(8):
                     a = K.tr8_address(w, kc, ch, t, g)
                     assert K.LDS_K + w * K.LDS_K_BLOCK <= a < K.LDS_K + (w + 1) * K.LDS_K_BLOCK
+    # tile_masks: the output-layout token (s, g, r) is the rope row of lane 4g + r
+    for w in range(4):
+        for s in range(2):
+            for g in range(4):
+                for r in range(4):
+                    assert K.qk_out_token(w, s, g, r) == K.qk_row_token(w, s, 4 * g + r)
+    # the slot swizzle is an involution on 0..63 and each DMA window holds 64 distinct tokens
+    assert [K.token_slot(K.token_slot(x)) for x in range(64)] == list(range(64))
+    assert sorted(K.dma_token(hf, lane) for hf in range(2) for lane in LANES) == list(range(128))
     # every token of the tile appears once per (kc, lane group, j) and once in the QK layouts
     assert sorted(K.pv_token(kc, g, j) for kc in range(4) for g in range(4) for j in range(8)) == list(range(128))
     assert sorted(K.qk_out_token(w, s, g, r) for w in range(4) for s in range(2) for g in range(4) for r in range(4)) == list(range(128))

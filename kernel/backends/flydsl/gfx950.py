@@ -106,16 +106,21 @@ MAX_HEADS = 16
 
 # ---------------------------------------------------------------- LDS layout (bytes)
 # Latent tile: 4 column blocks (record bytes 128b .. 128b + 128), 16 KiB each, laid out as
-# [half (tokens 0-63 / 64-127)][16-byte chunk c (0..7)][token % 64][16 B], so one DMA
-# instruction fills one (half, chunk) window with every lane fetching its own token.
+# [half (tokens 0-63 / 64-127)][16-byte chunk c (0..7)][slot (64)][16 B], so one DMA
+# instruction fills one (half, chunk) window with every lane fetching its own token. Token
+# tok of a half sits in slot token_slot(tok % 64) (bit 2 ^= bit 4): the PV transposed reads
+# of lane groups 0/1 (and 2/3) then hit disjoint banks (see pipeline_model.py).
 LDS_K = 0
 LDS_K_BLOCK = 16384
 LDS_K_HALF = 8192
 LDS_K_CHUNK = 1024
-# Record scales as f32 bits, [block (4)][token (128)].
+# Record scales as f32 bits, [block (4)][half (2)][slot (64)] (slots as in the latent windows),
+# block rows padded to 576 bytes so the QK scale-word read (lane group g reads block g) spreads
+# over the 64 banks.
 LDS_SCALE = 65536
+SCALE_ROW_BYTES = TILE * 4 + 64
 # P rows, f32 [head (16)][token (128)], rows padded to 528 bytes (bank spread).
-LDS_P = LDS_SCALE + 4 * TILE * 4
+LDS_P = LDS_SCALE + 4 * SCALE_ROW_BYTES
 P_ROW_BYTES = TILE * 4 + 16
 # Per-head exchange slots, f32 [head (16)][wave (4)] (tile max, then l in the epilogue).
 LDS_X = LDS_P + MAX_HEADS * P_ROW_BYTES
@@ -152,14 +157,21 @@ def kernel_name(heads: int, has_invalid: bool, return_lse: bool) -> str:
 # workgroup's LDS base. Lane ids: t = lane % 16, g = lane // 16; w = wave.
 
 
+def token_slot(x: Any) -> Any:
+    """Slot (0..63) of a half's token x (0..63) in its DMA window: bit 2 flipped when bit 4 is
+    set (an involution, so it is also the token a window slot holds)."""
+    return x ^ ((x >> 2) & 4)
+
+
 def lds_k(block: Any, tok: Any, chunk: Any) -> Any:
     """LDS byte offset of 16-byte chunk `chunk` (0..7) of record block `block` of tile token `tok`."""
-    return LDS_K + block * LDS_K_BLOCK + (tok >> 6) * LDS_K_HALF + chunk * LDS_K_CHUNK + (tok & 63) * 16
+    return LDS_K + block * LDS_K_BLOCK + (tok >> 6) * LDS_K_HALF + chunk * LDS_K_CHUNK + token_slot(tok & 63) * 16
 
 
 def lds_scale(block: Any, tok: Any) -> Any:
-    """LDS byte offset of tile token `tok`'s f32 scale of record block `block`."""
-    return LDS_SCALE + block * (TILE * 4) + tok * 4
+    """LDS byte offset of tile token `tok`'s f32 scale of record block `block` (the same slot
+    order as the latent windows: the scale DMA lane fetches the same row as its latent DMA)."""
+    return LDS_SCALE + block * SCALE_ROW_BYTES + (tok >> 6) * 256 + token_slot(tok & 63) * 4
 
 
 def lds_p(head: Any, tok: Any) -> Any:
@@ -173,8 +185,9 @@ def lds_x(head: Any, wave: Any) -> Any:
 
 
 def dma_token(half: Any, lane: Any) -> Any:
-    """Tile token whose 16 bytes lane `lane` copies in the DMA windows of half `half` (0, 1)."""
-    return half * 64 + lane
+    """Tile token whose 16 bytes lane `lane` copies in the DMA windows of half `half` (0, 1):
+    the token window slot `lane` holds (lane l's bytes land at window + 16 l)."""
+    return half * 64 + token_slot(lane)
 
 
 def qk_row_token(wave: Any, s: int, t: Any) -> Any:
@@ -651,6 +664,8 @@ class _Ctx:
         self.t = self.lane & 15  # head (QK/PV output) or token row (QK A operand)
         self.g = self.lane >> 4  # lane group
         self.h_ok = self.t < heads
+        # ds_bpermute byte addresses of lanes 4g + r (tile_masks)
+        self.mask_src = [((self.g << 2) + r) << 2 for r in range(4)]
         # Long rows first: block b serves query row n_q - 1 - b.
         self.qi = args["n_q"] - 1 - V(as_ir_value(fx.block_idx.x))
         storage = fx.SharedAllocator().allocate(LDS_BYTES)
@@ -662,8 +677,11 @@ class _Ctx:
 def load_slots(c: _Ctx) -> None:
     """load_slots (part 1): this row's CSR slice and its bounded index buffer descriptor.
 
-    The descriptor's base is the row start clamped into the buffer and its size is the rest of
-    the buffer, so every index read stays inside the index buffer whatever indptr holds.
+    Row position p reads index-buffer entry beg + p, and 0 (KV row 0) where beg + p lies
+    outside the buffer (kernel/backends/emulated.py's bounded_read). The descriptor's base is
+    the row start clamped into the buffer and its size is the rest of the buffer, so every
+    index read stays inside the index buffer whatever indptr holds; `c.skew` = min(beg, 0)
+    shifts positions of a row that starts before the buffer (p + skew < 0 reads 0).
     """
     a = c.a
     row_ptr = a["iptr"] + (c.qi.i64() << 2)
@@ -672,6 +690,7 @@ def load_slots(c: _Ctx) -> None:
     n_idx = V(arith.shrui(a["idx_bytes"].v, cl(2).v))
     length = end - beg
     c.len = (length < 0).sel(0, length)
+    c.skew = (beg < 0).sel(beg, 0)  # wave-uniform; 0 for every row that starts inside the buffer
     # clamp(beg, 0, n_idx) in 64 bits
     beg64 = V(arith.extsi(_i64(), beg.v))
     beg64 = V(arith.maxsi(beg64.v, cl(0).v))
@@ -689,24 +708,29 @@ def load_slots(c: _Ctx) -> None:
 
 
 def idx_load1(c: _Ctx, pos: V) -> V:
-    """indices[beg + pos] (0 when outside the index buffer)."""
-    return V(rocdl.raw_ptr_buffer_load(_i32(), c.idx_rsrc, (pos << 2).v, ci(0).v))
+    """The slot word of row position pos >= 0: indices[beg + pos], 0 when beg + pos is outside
+    the index buffer (below it through the skew select, past it through the descriptor's
+    size), and -1 when pos >= len, so that slot_valid is `word >= 0` (load_slots' masking)."""
+    q = pos + c.skew  # descriptor-relative entry; < 0 only for a row starting before the buffer
+    raw = V(rocdl.raw_ptr_buffer_load(_i32(), c.idx_rsrc, (q.smax(0) << 2).v, ci(0).v))
+    return (pos < c.len).sel((q < 0).sel(0, raw), -1)
 
 
-def idx_load4(c: _Ctx, pos: V) -> ir.Value:
-    """indices[beg + pos .. beg + pos + 4) as vector<4xi32> (0 outside the index buffer)."""
-    return rocdl.raw_ptr_buffer_load(_vec(4, _i32()), c.idx_rsrc, (pos << 2).v, ci(0).v)
+def idx_load4(c: _Ctx, q: V) -> ir.Value:
+    """Descriptor-relative entries q .. q + 3 (q >= 0) as vector<4xi32> (0 past the buffer)."""
+    return rocdl.raw_ptr_buffer_load(_vec(4, _i32()), c.idx_rsrc, (q << 2).v, ci(0).v)
 
 
-def slot_valid(c: _Ctx, pos: V, slot: V) -> V:
-    """load_slots (masking): position inside the row and entry >= 0."""
-    return V(arith.andi((pos < c.len).v, (slot >= 0).v))
+def slot_valid(slot: V) -> V:
+    """load_slots (masking): a slot word (idx_load1) marks a masked position (>= len, or an
+    entry < 0) by its sign."""
+    return slot >= 0
 
 
-def row_address(c: _Ctx, pos: V, slot: V) -> V:
-    """64-bit address of the record a position reads: its cache row, or the zero record."""
+def row_address(c: _Ctx, slot: V) -> V:
+    """64-bit address of the record a slot word reads: its cache row, or the zero record."""
     row = c.a["kv"] + slot.i64() * RECORD_BYTES
-    return slot_valid(c, pos, slot).sel(row, c.a["zero"])
+    return slot_valid(slot).sel(row, c.a["zero"])
 
 
 def tile_count(c: _Ctx) -> V:
@@ -714,24 +738,28 @@ def tile_count(c: _Ctx) -> V:
     if not c.has_invalid:
         last = c.len
     else:
-        # One past the last position < len whose entry is >= 0. A step covers 4096 entries:
-        # wave w scans 1024 of them with 4 loads in flight (4 consecutive entries a lane).
-        n_scan = (c.len >> 12) + ((c.len & 4095).ne(0)).sel(1, 0)
+        # One past the last position < len whose entry is >= 0. Positions p < -skew (a row
+        # starting before the index buffer) read 0, a valid entry: last >= min(len, -skew).
+        # The rest of the row is descriptor entries q = p + skew in [0, len + skew), scanned
+        # 4096 a step: wave w scans 1024 of them with 4 loads in flight (4 consecutive a lane).
+        n_in = (c.len + c.skew).smax(0)
+        n_scan = (n_in >> 12) + ((n_in & 4095).ne(0)).sel(1, 0)
+        first = (ci(0) - c.skew).smin(c.len)  # 0 unless the row starts before the buffer
 
         def scan(it: V, st: list[ir.Value]) -> list[ir.Value]:
             best = V(st[0])
             starts = [(it << 12) + (c.wave << 10) + (k << 8) + (c.lane << 2) for k in range(4)]
-            words = [idx_load4(c, p0) for p0 in starts]
-            for p0, wv in zip(starts, words):
+            words = [idx_load4(c, q0) for q0 in starts]
+            for q0, wv in zip(starts, words):
                 for k in range(4):
-                    pk = p0 + k
-                    # all-ones when pk < len (both in [0, 2^31)) and the entry is >= 0; plain
-                    # integer ops keep the 16 conditions out of SGPR lane masks.
-                    keep = (pk - c.len).ashr(31) & ~vec_get(wv, k).ashr(31)
-                    best = best.smax((pk + 1) & keep)
+                    qk = q0 + k
+                    # all-ones when qk < len + skew (both in [0, 2^31)) and the entry is >= 0;
+                    # plain integer ops keep the 16 conditions out of SGPR lane masks.
+                    keep = (qk - n_in).ashr(31) & ~vec_get(wv, k).ashr(31)
+                    best = best.smax(((qk + 1) - c.skew) & keep)
             return [best.v]
 
-        last = V(for_loop(ci(0), n_scan, [ci(0).v], scan)[0])
+        last = V(for_loop(ci(0), n_scan, [first.v], scan)[0])
         for m in (1, 2, 4, 8, 16, 32):
             last = last.smax(lane_xor(last, c.lane, m))
         # Max over the 4 waves (slots used by nothing else).
@@ -813,16 +841,39 @@ def quantize_q(c: _Ctx) -> None:
 
 
 class _TileIdx:
-    """load_slots (part 2): the index words one tile needs, loaded a tile ahead."""
+    """load_slots (part 2): the index words one tile needs (issued two tiles ahead).
 
-    def __init__(self, c: _Ctx, tb: V) -> None:
+    dma[hf]: entry of token dma_token(hf, lane) (the latent / scale DMA lane's row);
+    arow[s]: entry of token qk_row_token(w, s, t) (the rope A-operand row).
+    """
+
+    def __init__(self, tb: V, dma: list[V], arow: list[V]) -> None:
         self.tb = tb
-        # DMA: lane l copies tokens l and 64 + l.
-        self.dma = [idx_load1(c, tb + dma_token(hf, c.lane)) for hf in range(2)]
-        # QK A operand (rope): token 32w + 16s + t.
-        self.arow = [idx_load1(c, tb + qk_row_token(c.wave, s, c.t)) for s in range(2)]
-        # QK output layout (masks): tokens 32w + 16s + 4g + r, r = 0..3 (consecutive).
-        self.dout = [idx_load4(c, tb + qk_out_token(c.wave, s, c.g, 0)) for s in range(2)]
+        self.dma = dma
+        self.arow = arow
+
+    @staticmethod
+    def load(c: _Ctx, tb: V) -> _TileIdx:
+        dma = [idx_load1(c, tb + dma_token(hf, c.lane)) for hf in range(2)]
+        arow = [idx_load1(c, tb + qk_row_token(c.wave, s, c.t)) for s in range(2)]
+        return _TileIdx(tb, dma, arow)
+
+    def words(self) -> list[ir.Value]:
+        return [x.v for x in self.dma + self.arow]
+
+    @staticmethod
+    def of_words(tb: V, words: Sequence[ir.Value]) -> _TileIdx:
+        return _TileIdx(tb, [V(words[0]), V(words[1])], [V(words[2]), V(words[3])])
+
+
+def tile_masks(c: _Ctx, ti: _TileIdx) -> list[V]:
+    """Entries of the QK output-layout tokens qk_out_token(w, s, g, r), (s, r) order: token
+    32w + 16s + 4g + r is the rope row of lane 4g + r (arow[s]), fetched by ds_bpermute."""
+    out: list[V] = []
+    for s in range(2):
+        for r in range(4):
+            out.append(V(rocdl.ds_bpermute(_i32(), c.mask_src[r].v, ti.arow[s].v)))
+    return out
 
 
 def issue_tile_dma(c: _Ctx, ti: _TileIdx) -> None:
@@ -832,7 +883,7 @@ def issue_tile_dma(c: _Ctx, ti: _TileIdx) -> None:
     being token 64hf + l's, so each lane streams from its own 64-bit row address.
     """
     for hf in range(2):
-        row = row_address(c, ti.tb + dma_token(hf, c.lane), ti.dma[hf])
+        row = row_address(c, ti.dma[hf])
         blk = row + (c.wave.i64() << 7)  # record bytes 128w .. 128w + 127
         for ch in range(8):
             # Wave-uniform window (M0); lane l's 16 bytes land at window + 16l.
@@ -849,7 +900,7 @@ def load_rope(c: _Ctx, ti: _TileIdx) -> list[ir.Value]:
     """The QK A operands of the rope MFMAs: token 32w + 16s + t, dims 8g.. and 32 + 8g.."""
     out: list[ir.Value] = []
     for s in range(2):
-        row = row_address(c, ti.tb + qk_row_token(c.wave, s, c.t), ti.arow[s])
+        row = row_address(c, ti.arow[s])
         for k in range(2):
             addr = row + ROPE_OFFSET + 64 * k + (c.g.i64() << 4)  # rope dims 32k + 8g .. + 7
             out.append(vec_bitcast(global_load(_vec(4, _i32()), addr, 16), 8, _bf16()))
@@ -901,13 +952,14 @@ def qk_scores(c: _Ctx, rope: list[ir.Value]) -> list[ir.Value]:
 
 
 def online_softmax(
-    c: _Ctx, tb: V, sacc: list[ir.Value], dout: list[ir.Value], m_old: V, l_old: V
+    c: _Ctx, tb: V, sacc: list[ir.Value], dout: list[V], m_old: V, l_old: V
 ) -> tuple[V, V, V, list[V]]:
     """online_softmax: tile max over the workgroup, P, alpha, and the new m and lane-partial l.
 
     x = s * c_log2 (masked: -1e30); m_new = max(m_old, tile max) (NaN scores do not take part
     in the max); alpha = exp2(m_old - m_new); P = exp2(x - max(m_new - 8, -1e20)) <= 2^8;
     l = l * alpha + (P_0 + P_1 + ... + P_7) over this lane's 8 tokens in (s, r) order.
+    `dout` holds the entries of tokens qk_out_token(w, s, g, r) in (s, r) order (tile_masks).
     Returns (m_new, l_new, alpha, P for tokens qk_out_token(w, s, g, r) in (s, r) order).
     """
     c_log2 = c.a["c_log2"]
@@ -916,7 +968,7 @@ def online_softmax(
     tmax = cf(float("-inf"))
     for s in range(2):
         for r in range(4):
-            ok = slot_valid(c, tb + qk_out_token(c.wave, s, c.g, r), vec_get(dout[s], r))
+            ok = slot_valid(dout[4 * s + r])
             x = ok.sel(vec_get(sacc[s], r) * c_log2, masked_x)
             xs.append(x)
             tmax = tmax.fmax(x)  # v_max_f32: a NaN operand yields the other one
@@ -979,24 +1031,27 @@ def pv_accumulate(c: _Ctx, o: list[ir.Value], after_reads: Callable[[], None]) -
     """
     out = list(o)
     pps: dict[int, ir.Value] = {}
-    # Per-lane bases plus immediate offsets (tr8_address, lds_p and lds_scale are affine in kc
-    # and ch; tests/test_flydsl_compile.py checks the split for every lane).
+    # Per-lane bases (one per sub = kc & 1: the slot swizzle flips token bit 2 with lane-group
+    # bit 0) plus immediate offsets (tr8_address, lds_p and lds_scale are affine in hf = kc >> 1
+    # and ch for a fixed sub; tests/test_flydsl_compile.py checks the split for every lane).
     with no_wrap():
-        tr_base = c.lds + tr8_address(c.wave, 0, 0, c.t, c.g)
+        tr_base = [c.lds + tr8_address(c.wave, sub, 0, c.t, c.g) for sub in range(2)]
         p_base = c.lds + lds_p(c.t, pv_token(0, c.g, 0))
-        sv_base = c.lds + lds_scale(c.wave, pv_token(0, c.g, 0))
+        sv_base = [c.lds + lds_scale(c.wave, pv_token(sub, c.g, 0)) for sub in range(2)]
 
     def issue(i: int) -> object:
         kc, ch = divmod(i, 8)
+        sub = kc & 1
         side = None
         with no_wrap():
             if ch == 0:
                 # P[tok][t] and block w's scale of tokens pv_token(kc, g, 4k .. 4k + 3), k = 0, 1
-                # (4 consecutive tokens each).
+                # (4 consecutive tokens, 4 consecutive slots each).
                 offs = [4 * (pv_token(kc, 0, 4 * k) - pv_token(0, 0, 0)) for k in range(2)]
+                soffs = [lds_scale(0, pv_token(kc, 0, 4 * k)) - lds_scale(0, pv_token(sub, 0, 0)) for k in range(2)]
                 side = ([lds_load(_vec(4, _f32()), p_base + off, 16) for off in offs],
-                        [lds_load(_vec(4, _i32()), sv_base + off, 16) for off in offs])
-            addr = tr_base + (tr8_address(0, kc, ch, 0, 0) - tr8_address(0, 0, 0, 0, 0))
+                        [lds_load(_vec(4, _i32()), sv_base[sub] + off, 16) for off in soffs])
+            addr = tr_base[sub] + (tr8_address(0, kc, ch, 0, 0) - tr8_address(0, sub, 0, 0, 0))
         raw = rocdl.ds_read_tr8_b64_(_vec(2, _i32()), lds_ptr(addr))
         return side, raw
 
@@ -1055,27 +1110,32 @@ def emit_kernel(heads: int, has_invalid: bool, return_lse: bool, source: str, ar
     nt = tile_count(c)
     quantize_q(c)
 
-    # Prologue: tile 0's indices, latent DMA and rope; then the loop carries
-    # (m, l, o[8], rope of the current tile[4], output-layout index words of the current tile[2]).
-    ti0 = _TileIdx(c, ci(0))
+    # Prologue: tile 0's indices, latent DMA, rope and mask entries, and tile 1's indices; the
+    # loop carries (m, l, o[8], rope of tile t [4], mask entries of tile t [8], index words of
+    # tile t + 1 [4]) and loads tile t + 2's index words at its top, so no index load is
+    # waited for within the tile that issues it.
+    ti0 = _TileIdx.load(c, ci(0))
     if_then(nt > 0, lambda: issue_tile_dma(c, ti0))
     rope0 = load_rope(c, ti0)
-    init = [cf(MASKED_SCORE).v, cf(0.0).v] + [zeros_f32x4() for _ in range(8)] + rope0 + ti0.dout
+    dout0 = tile_masks(c, ti0)
+    ti1 = _TileIdx.load(c, ci(TILE))
+    init = ([cf(MASKED_SCORE).v, cf(0.0).v] + [zeros_f32x4() for _ in range(8)] + rope0
+            + [x.v for x in dout0] + ti1.words())
 
     def tile(it: V, st: list[ir.Value]) -> list[ir.Value]:
         m_old, l_old = V(st[0]), V(st[1])
         o = st[2:10]
         rope = st[10:14]
-        dout = st[14:16]
+        dout = [V(x) for x in st[14:22]]
         tb = it << 7
-        # This tile's latent and scales (every wave's DMA) are in LDS.
+        nxt = _TileIdx.of_words(tb + TILE, st[22:26])
+        # This tile's latent and scales (every wave's DMA) and rope are in LDS / registers.
         wait_vm()
         barrier()
-        nxt = _TileIdx(c, tb + TILE)  # the next tile's index words, in flight during QK
+        # Tile t + 2's index words: first used at the end of tile t + 1.
+        nn = _TileIdx.load(c, tb + 2 * TILE)
         sacc = qk_scores(c, rope)
         m_new, l_new, alpha, ps = online_softmax(c, tb, sacc, dout, m_old, l_old)
-        # Past the last tile every position is masked, so these read only the zero record.
-        rope_n = load_rope(c, nxt)
         store_p(c, ps)
         o = [arith.mulf(x, vector.broadcast(_vec(4, _f32()), alpha.v)) for x in o]
         wait_lgkm()
@@ -1089,7 +1149,11 @@ def emit_kernel(heads: int, has_invalid: bool, return_lse: bool, source: str, ar
             if_then(not_last, lambda: issue_tile_dma(c, nxt))
 
         o = pv_accumulate(c, o, refill)
-        return [m_new.v, l_new.v] + list(o) + rope_n + nxt.dout
+        # The next tile's rope and mask entries (index words loaded a tile ago). Past the last
+        # tile every position is masked, so these read only the zero record.
+        rope_n = load_rope(c, nxt)
+        dout_n = tile_masks(c, nxt)
+        return [m_new.v, l_new.v] + list(o) + rope_n + [x.v for x in dout_n] + nn.words()
 
     fin = for_loop(ci(0), nt, init, tile)
     finalize(c, V(fin[0]), V(fin[1]), fin[2:10])

@@ -33,8 +33,8 @@ import torch
 from kernel.fp8 import e4m3_table
 from kernel.record import LATENT_DIM, SCALE_BLOCK
 from oracle import q_representation as qrep
-from oracle.profiles import NumericsProfile
-from oracle.reference import chunk_softmax
+from oracle.accumulation import FORMAT_MAX, gamma
+from oracle.profile_schema import NumericsProfile
 from oracle.rows import DEFAULT_KEY_BUDGET, KeyChunk, PreconditionError, iter_chunks, row_bounds
 
 Mode = Literal["float64", "exact-steps"]
@@ -57,15 +57,6 @@ class Evaluation:
     window: torch.Tensor
     mode: Mode
     profile: str
-
-
-def gamma(k: torch.Tensor | float, u: float) -> torch.Tensor | float:
-    """Higham's gamma_k = k u / (1 - k u) (k roundings of unit roundoff u); inf when k u >= 1."""
-    if isinstance(k, torch.Tensor):
-        ku = k.to(torch.float64) * u
-        return torch.where(ku < 1, ku / (1 - ku), torch.full_like(ku, float("inf")))
-    ku = k * u
-    return ku / (1 - ku) if ku < 1 else float("inf")
 
 
 def half_ulp_bf16(y: torch.Tensor) -> torch.Tensor:
@@ -97,6 +88,16 @@ def _q_representation_error(q: torch.Tensor, rep: qrep.QRepresentation, profile:
     return err
 
 
+def _check_scale(sigma: float, profile: NumericsProfile) -> None:
+    """PreconditionError where softmax_scale (or c_log2 = softmax_scale * log2 e) is not finite in
+    the profile's score format."""
+    limit = FORMAT_MAX[profile.score_format]
+    if not math.isfinite(sigma) or abs(sigma) * math.log2(math.e) * (1 + 2.0**-20) >= limit:
+        raise PreconditionError(
+            f"softmax_scale {sigma:g}: softmax_scale * log2(e) is not finite in {profile.score_format} (largest finite {limit:.3g})"
+        )
+
+
 def _check_chunk_preconditions(chunk: KeyChunk, profile: NumericsProfile, scale_model: str) -> None:
     """Raise PreconditionError where the profile's bound is not promised for these keys."""
     valid = chunk.valid.unsqueeze(-1)
@@ -120,7 +121,7 @@ def _check_chunk_preconditions(chunk: KeyChunk, profile: NumericsProfile, scale_
 
 @dataclass(frozen=True)
 class _ChunkStats:
-    """Mode-independent quantities of one chunk (keys, value statistics, counts)."""
+    """Mode-independent quantities of one chunk (keys, value statistics, counts, QK accumulation error)."""
 
     rows: torch.Tensor
     valid: torch.Tensor  # [R, 1, L]
@@ -134,39 +135,149 @@ class _ChunkStats:
     abs_code_sum: torch.Tensor | None
     n_valid: torch.Tensor  # [R, 1, 1]
     n_tiles: torch.Tensor  # [R, 1, 1]
+    tile_keys: torch.Tensor  # [R, 1, 1] keys per tile (the row's valid keys for a one-pass softmax)
+    qk_err: torch.Tensor  # [R, H, L] |sigma| gamma_k(u) sum_d |q_hat_d| |K_d|: the QK accumulation error (natural units)
 
 
-def _chunk_stats(chunk: KeyChunk, lengths: torch.Tensor, profile: NumericsProfile, code_table: torch.Tensor) -> _ChunkStats:
+def _chunk_stats(chunk: KeyChunk, lengths: torch.Tensor, profile: NumericsProfile, code_table: torch.Tensor,
+                 rep: qrep.QRepresentation, sigma: float) -> _ChunkStats:
     keys = torch.cat((chunk.k_latent, chunk.rope), dim=-1)
     values = chunk.latent
     values_abs = values.abs()
     v_mask = chunk.valid.unsqueeze(-1)
     row_len = lengths[chunk.rows].to(torch.float64).view(-1, 1, 1)
-    tile = profile.softmax_tile
-    return _ChunkStats(
+    n_valid = chunk.valid.sum(dim=1).to(torch.float64).view(-1, 1, 1)
+    n_tiles, tile_keys = _tile_counts(profile, n_valid, row_len)
+    keys_abs_t = keys.abs().transpose(1, 2)
+    # QK accumulation (TOLERANCES.md section 1): k = qk.roundings(m, I) + product roundings per key,
+    # m = the number of nonzero products of that (row, head, key)'s dot (zero terms add exactly)
+    qk_mag = torch.bmm(rep.magnitude[chunk.rows], keys_abs_t)  # [R, H, L] sum_d |q_hat_d| |K_d|
+    assert rep.terms is not None
+    nonzero = torch.bmm(rep.terms[chunk.rows], (keys != 0).to(torch.float64).transpose(1, 2))
+    k_qk = profile.qk.roundings(nonzero, float(profile.qk_instructions)) + profile.qk.product_roundings * (nonzero > 0)
+    qk_err = abs(sigma) * gamma(k_qk, profile.qk.u) * qk_mag
+    stats = _ChunkStats(
         rows=chunk.rows,
         valid=chunk.valid.unsqueeze(1),
         keys_t=keys.transpose(1, 2),
-        keys_abs_t=keys.abs().transpose(1, 2),
+        keys_abs_t=keys_abs_t,
         values=values,
         values_abs=values_abs,
         v_range=(values.masked_fill(~v_mask, float("-inf")).amax(dim=1) - values.masked_fill(~v_mask, float("inf")).amin(dim=1)).unsqueeze(1),
         abs_v_sum=values_abs.sum(dim=1).unsqueeze(1),
         abs_v_max=values_abs.amax(dim=1).unsqueeze(1),
         abs_code_sum=code_table[chunk.codes.to(torch.int64)].sum(dim=1).unsqueeze(1) if profile.p_format == "fp16_scaled" else None,
-        n_valid=chunk.valid.sum(dim=1).to(torch.float64).view(-1, 1, 1),
-        n_tiles=torch.ceil(row_len / tile) if tile else torch.ones_like(row_len),
+        n_valid=n_valid,
+        n_tiles=n_tiles,
+        tile_keys=tile_keys,
+        qk_err=qk_err,
     )
+    _check_f32_range(stats, qk_mag, profile)
+    return stats
+
+
+#: exp arguments above this are treated as overflowing (e^690 ~ 1e299 < f64 max)
+_EXP_CAP = 690.0
+
+
+def _log_expm1(x: torch.Tensor) -> torch.Tensor:
+    """ln(e^x - 1) for x >= 0 (f64), -inf at 0, without overflow for large x."""
+    big = x > 30
+    return torch.where(big, x + torch.log1p(-torch.exp(-x.clamp_min(30))), torch.log(torch.expm1(x.clamp_max(30))))
+
+
+def _exp_or_inf(x: torch.Tensor) -> torch.Tensor:
+    """e^x, with inf (not an overflowing intermediate) above _EXP_CAP."""
+    return torch.where(x > _EXP_CAP, torch.full_like(x, float("inf")), torch.exp(x.clamp_max(_EXP_CAP)))
+
+
+def round_bf16(y: torch.Tensor) -> torch.Tensor:
+    """One round-to-nearest-even of f64 values to bf16 (8 significant bits, subnormal spacing
+    2^-133), returned as f64. Exact: torch's own f64 -> bf16 cast rounds twice (through f32)."""
+    _, exponent = torch.frexp(y)
+    spacing = torch.pow(2.0, (exponent.clamp_min(-125) - 8).to(torch.float64))
+    return torch.round(y / spacing) * spacing
+
+
+def round_f32(y: torch.Tensor) -> torch.Tensor:
+    """One round-to-nearest-even of f64 values to f32, returned as f64."""
+    return y.to(torch.float32).to(torch.float64)
+
+
+def output_interval_bound(ref: torch.Tensor, d_pre: torch.Tensor, casts: tuple[str, ...]) -> torch.Tensor:
+    """Largest |bf16 output - ref| of a kernel whose pre-rounding value lies in [ref - d_pre,
+    ref + d_pre] and whose conversion to bf16 is one of `casts` ("direct": one RNE; "via_f32":
+    RNE to f32, then to bf16). Every cast is monotone, so the output lies between the roundings of
+    the interval's ends (TOLERANCES.md section 6)."""
+    lo, hi = ref - d_pre, ref + d_pre
+    lows, highs = [], []
+    for cast in casts:
+        if cast == "direct":
+            lows.append(round_bf16(lo))
+            highs.append(round_bf16(hi))
+        else:
+            lows.append(round_bf16(round_f32(lo)))
+            highs.append(round_bf16(round_f32(hi)))
+    low = torch.stack(lows).amin(dim=0)
+    high = torch.stack(highs).amax(dim=0)
+    bound = torch.maximum(ref - low, high - ref)
+    return torch.where(torch.isfinite(d_pre), bound, torch.full_like(bound, float("inf")))
+
+
+def _tile_counts(profile: NumericsProfile, n_valid: torch.Tensor, row_len: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n_tiles, keys per tile) [R, 1, 1]: tiles of the online softmax (one pass: a single tile)."""
+    tile = profile.softmax_tile
+    if tile is None:
+        return torch.ones_like(row_len), n_valid.clamp_min(1)
+    return torch.ceil(row_len / tile).clamp_min(1), torch.clamp(n_valid, 1, tile)
+
+
+def _o_l_roundings(profile: NumericsProfile, n_tiles: torch.Tensor, tile_keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Equivalent rounding counts (k_o, k_l) of the o and l accumulations over the whole row.
+
+    Every tile adds its keys into the accumulator (pv / l models, a tile's keys spread over
+    l_partials partial sums) and rescales it once (by alpha); a term of an early tile meets every
+    later tile's roundings, so k = n_tiles * (per-tile roundings + rescale), plus the products'
+    own roundings and the final combination of l's partial sums (TOLERANCES.md section 5)."""
+    pv, lacc = profile.pv, profile.l
+    pv_tile = pv.roundings(tile_keys, torch.ceil(tile_keys / pv.terms_per_instruction))
+    k_o = n_tiles * (pv_tile + profile.pv_rescale_roundings) + pv.product_roundings
+    l_keys = torch.ceil(tile_keys / profile.l_partials)
+    l_tile = lacc.roundings(l_keys, torch.ceil(l_keys / lacc.terms_per_instruction))
+    k_l = n_tiles * (l_tile + 1) + profile.l_final_roundings + lacc.product_roundings
+    return k_o, k_l
+
+
+def _check_f32_range(stats: _ChunkStats, qk_mag: torch.Tensor, profile: NumericsProfile) -> None:
+    """PreconditionError where the profile's score or PV arithmetic could overflow its format
+    (every partial sum of q . K is at most (1 + gamma) sum_d |q_d| |K_d|; every partial sum of o
+    at most n 2^p_shift max|v|)."""
+    limit = FORMAT_MAX[profile.score_format]
+    most = profile.qk.roundings(2.0 * LATENT_DIM + 64, float(profile.qk_instructions)) + profile.qk.product_roundings
+    gamma_qk = float(gamma(most, profile.qk.u))
+    if float(qk_mag.max()) * (1 + gamma_qk) >= limit:
+        raise PreconditionError(
+            f"a partial sum of q . K may overflow {profile.score_format} (sum_d |q_d| |K_d| = {float(qk_mag.max()):.3g}, "
+            f"largest finite {limit:.3g})"
+        )
+    growth = 2.0**profile.p_shift * float(stats.n_valid.max()) * float(stats.abs_v_max.max())
+    if growth * (1 + 2.0**-8) >= limit:
+        raise PreconditionError(f"the PV accumulation may overflow {profile.score_format} (n * 2^p_shift * max|v| = {growth:.3g})")
 
 
 def _chunk_bound(
-    stats: _ChunkStats, q_ref: torch.Tensor, q_err_weight: torch.Tensor, sigma: float, profile: NumericsProfile
+    stats: _ChunkStats, q_ref: torch.Tensor, q_rep_err: torch.Tensor | None, sigma: float, profile: NumericsProfile
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(out_ref, out_bound, lse_ref, lse_bound, window) of one chunk for one comparison mode."""
+    """(out_ref, out_bound, lse_ref, lse_bound, window) of one chunk for one comparison mode.
+
+    All bound arithmetic is finite for finite inputs: probabilities enter in the log domain, and
+    every exponential that could overflow is replaced by +inf only where a min() discards it."""
     rows, valid = stats.rows, stats.valid
     z = torch.bmm(q_ref[rows], stats.keys_t) * sigma
     z = z.masked_fill(~valid, float("-inf"))
-    score_err = torch.bmm(q_err_weight[rows], stats.keys_abs_t) * abs(sigma)
+    score_err = stats.qk_err
+    if q_rep_err is not None:
+        score_err = score_err + torch.bmm(q_rep_err[rows], stats.keys_abs_t) * abs(sigma)
     z_fin = z.masked_fill(~valid, 0.0)
     z_abs_max = z_fin.abs().amax(dim=-1, keepdim=True)
     if float(z_abs_max.max()) > profile.score_limit:
@@ -174,80 +285,94 @@ def _chunk_bound(
     z_max = z.amax(dim=-1, keepdim=True)
     z_min = z.masked_fill(~valid, float("inf")).amin(dim=-1, keepdim=True)
 
-    # Softmax-stage log-weight errors (natural units), per key.
+    # Softmax-stage log-weight errors (natural units), per key (TOLERANCES.md section 2).
     n_valid, n_tiles = stats.n_valid, stats.n_tiles
     u = profile.arith_u
     shift_ln = profile.p_shift * LN2
+    rescales = n_tiles - 1
     soft_err = (
         profile.score_roundings * u * z_fin.abs()
         + u * ((z_max - z_fin) + shift_ln)
         + (u * (z_abs_max + shift_ln) if profile.p_shift else 0.0)
         + profile.exp_rel_err
-        + (n_tiles - 1) * (profile.exp_rel_err + u * (z_max - z_min))
+        # each rescale: alpha = exp(m_old - m_new), one exp and one subtraction; the subtracted
+        # differences telescope to at most z_max - z_min over the row
+        + rescales * (profile.exp_rel_err + u) + (rescales > 0) * u * (z_max - z_min)
     )
     key_err = ((score_err + soft_err) * (1 + 2.0**-16)).masked_fill(~valid, 0.0)
     e_max = key_err.amax(dim=-1)  # [R, H]
 
-    probs, row_lse = chunk_softmax(z)
+    peak = z_max
+    log_total = torch.log(torch.exp(z - peak).sum(dim=-1, keepdim=True))
+    log_p = z - peak - log_total  # ln p_i, -inf at masked slots
+    probs = torch.exp(log_p)
+    row_lse = (peak + log_total).squeeze(-1)
     ref_out = torch.bmm(probs, stats.values)
     p_abs_v = torch.bmm(probs, stats.values_abs)
-    # Reweighting by factors within e^(+-E_i): |o' - o| <= e^Emax sum_i p_i (e^E_i - 1) |v_i - o|.
-    tilt = probs * torch.expm1(key_err)
+    # Reweighting by factors within e^(+-E_i): |o' - o| <= e^Emax sum_i p_i (e^E_i - 1) |v_i - o|,
+    # with p_i (e^E_i - 1) formed in the log domain (never 0 * inf).
+    log_tilt = log_p + _log_expm1(key_err)
+    tilt_overflow = (log_tilt > _EXP_CAP).any(dim=-1)  # [R, H]
+    tilt = torch.exp(log_tilt.clamp_max(_EXP_CAP))
     tilt_abs_v = torch.bmm(tilt, stats.values_abs)
-    tilt_mass = tilt.sum(dim=-1)
+    tilt_mass = torch.where(tilt_overflow, torch.full_like(e_max, float("inf")), tilt.sum(dim=-1))
     v_range, abs_v_sum, abs_v_max = stats.v_range, stats.abs_v_sum, stats.abs_v_max
 
-    if profile.softmax_tile:
-        n_o = n_tiles * profile.pv_roundings_per_tile
-        n_l = n_tiles * profile.l_roundings_per_tile + profile.l_final_roundings
-    else:
-        n_o = n_valid + 1
-        n_l = n_valid + 1
-    gamma_o = gamma(n_o, profile.pv_acc_u).view(-1, 1, 1)
-    gamma_l = gamma(n_l, profile.l_acc_u).view(-1, 1, 1)
+    k_o, k_l = _o_l_roundings(profile, n_tiles, stats.tile_keys)
+    gamma_o = gamma(k_o, profile.pv.u).view(-1, 1, 1)
+    gamma_l = gamma(k_l, profile.l.u).view(-1, 1, 1)
     p_max = 2.0**profile.p_shift
     exp_floor_out = n_valid.view(-1, 1, 1) * profile.exp_floor / p_max
+    # floors are absolute errors of P' in P units, divided by l >= p_max (1 - 2^-20): the largest
+    # key's own P; no reweighting factor enters (TOLERANCES.md section 4)
+    l_floor = (1 + 2.0**-16) / p_max
     window_plain = 2 * e_max
+    p_u = profile.p_u
 
     def out_bound_for(key_window: torch.Tensor, p_in_l: bool) -> torch.Tensor:
-        growth = torch.exp(key_window).unsqueeze(-1)
         w4 = (key_window / 4).unsqueeze(-1)
         extra = (key_window - window_plain).unsqueeze(-1) / 2  # extra per-key error (P rounding in l)
-        first_order = torch.exp(e_max.unsqueeze(-1) + extra) * (
+        first_order = _exp_or_inf(e_max.unsqueeze(-1) + extra) * (
             tilt_abs_v + tilt_mass.unsqueeze(-1) * ref_out.abs() + torch.expm1(extra) * (p_abs_v + ref_out.abs())
         )
+        first_order = torch.where(torch.isnan(first_order), torch.full_like(first_order, float("inf")), first_order)
         d_soft = torch.minimum(torch.tanh(w4) * v_range, first_order)
         # sum_i p'_i |v_id| over the kernel's weights p' <= p e^w, and never above max_i |v_id|
-        weighted = torch.minimum(growth * p_abs_v, abs_v_max)
+        weighted = torch.minimum(_exp_or_inf(key_window.unsqueeze(-1)) * p_abs_v, abs_v_max)
+        weighted = torch.where(torch.isnan(weighted), abs_v_max.expand_as(weighted), weighted)
         d_p = torch.zeros_like(p_abs_v)
         if profile.p_format == "fp16_scaled":
             assert stats.abs_code_sum is not None
             # P * scale_v is itself rounded to f32 when scale_v is not a power of two.
-            d_p = (profile.p_u + u) * weighted + profile.p_floor * growth * stats.abs_code_sum / p_max
+            d_p = (p_u + u) * weighted + profile.p_floor * l_floor * stats.abs_code_sum
         elif profile.p_format == "bf16":
-            floor = profile.p_floor * growth * abs_v_sum / p_max
-            d_p = floor if p_in_l else profile.p_u * weighted + floor
-        magnitude = weighted * (1 + profile.p_u) + d_p
+            floor = profile.p_floor * l_floor * abs_v_sum
+            d_p = floor if p_in_l else p_u * weighted + floor
+        elif profile.p_format in ("f32", "f64"):
+            d_p = p_u * weighted + profile.p_floor * abs_v_sum
+        magnitude = weighted * (1 + p_u) + d_p
         d_acc = (gamma_o + 1.01 * gamma_l + 2 * u) * magnitude + exp_floor_out * abs_v_max
         d_pre = d_soft + d_p + d_acc
-        return d_pre + half_ulp_bf16(ref_out.abs() + d_pre)
+        return output_interval_bound(ref_out, d_pre, profile.out_casts)
 
     if profile.p_format == "exact" or profile.p_rounded_in_l == "no":
         bound = out_bound_for(window_plain, p_in_l=False)
         lse_p = torch.zeros_like(e_max)
     elif profile.p_rounded_in_l == "yes":
-        bound = out_bound_for(window_plain + 2 * profile.p_u, p_in_l=True)
-        lse_p = torch.full_like(e_max, profile.p_u)
+        bound = out_bound_for(window_plain + 2 * p_u, p_in_l=True)
+        lse_p = torch.full_like(e_max, p_u)
     else:
         bound = torch.maximum(
             out_bound_for(window_plain, p_in_l=False),
-            out_bound_for(window_plain + 2 * profile.p_u, p_in_l=True),
+            out_bound_for(window_plain + 2 * p_u, p_in_l=True),
         )
-        lse_p = torch.full_like(e_max, profile.p_u)
+        lse_p = torch.full_like(e_max, p_u)
 
     n_keys = n_valid.view(-1, 1)
     lse_arith = profile.lse_extra_u * (row_lse.abs() + e_max + LN2 * (profile.p_shift + torch.log2(n_keys) + 2))
-    lse_b = tilt_mass + lse_p + 1.01 * gamma(n_l.view(-1, 1), profile.l_acc_u) + n_keys * profile.exp_floor / p_max + lse_arith
+    # |ln sum_i p_i e^eta_i| <= min(E_max, sum_i p_i (e^E_i - 1))  (TOLERANCES.md section 3)
+    reweight_lse = torch.minimum(e_max, tilt_mass)
+    lse_b = reweight_lse + lse_p + 1.01 * gamma(k_l.view(-1, 1), profile.l.u) + n_keys * profile.exp_floor / p_max + lse_arith
     return ref_out, bound, row_lse, lse_b, window_plain
 
 
@@ -276,20 +401,16 @@ def evaluate_modes(
             raise ValueError(f"unknown comparison mode {mode!r}; expected one of {MODES}")
     if not bool(torch.isfinite(q).all()):
         raise PreconditionError("q holds non-finite values")
+    sigma = float(softmax_scale)
+    _check_scale(sigma, profile)
     n_q, heads, _ = q.shape
     device = q.device
     rep = _representation(q, profile)
-    # Per-element weight of |K| in the score error: accumulation over every product of the dot
-    # (hi and lo are separate products) plus, in "float64" mode, the representation error of Q.
-    accumulation = float(gamma(profile.qk_roundings, profile.qk_acc_u)) * rep.magnitude
+    # per mode: the reference's query and, in "float64" mode, the representation error of Q
     per_mode = {
-        mode: (
-            rep.q_hat if mode == "exact-steps" else q.to(torch.float64),
-            accumulation if mode == "exact-steps" else accumulation + _q_representation_error(q, rep, profile),
-        )
+        mode: (rep.q_hat, None) if mode == "exact-steps" else (q.to(torch.float64), _q_representation_error(q, rep, profile))
         for mode in modes
     }
-    sigma = float(softmax_scale)
     results = {}
     for mode in modes:
         results[mode] = (
@@ -308,9 +429,9 @@ def evaluate_modes(
             continue
         chunk = KeyChunk(*(getattr(chunk, f)[has_key] for f in KeyChunk.__dataclass_fields__))
         _check_chunk_preconditions(chunk, profile, scale_model)
-        stats = _chunk_stats(chunk, lengths, profile, code_table)
-        for mode, (q_ref, q_err_weight) in per_mode.items():
-            for target, value in zip(results[mode], _chunk_bound(stats, q_ref, q_err_weight, sigma, profile), strict=True):
+        stats = _chunk_stats(chunk, lengths, profile, code_table, rep, sigma)
+        for mode, (q_ref, q_rep_err) in per_mode.items():
+            for target, value in zip(results[mode], _chunk_bound(stats, q_ref, q_rep_err, sigma, profile), strict=True):
                 target[chunk.rows] = value
     return {
         mode: Evaluation(out=r[0], out_bound=r[1], lse=r[2], lse_bound=r[3], window=r[4], mode=mode, profile=profile.name)

@@ -26,16 +26,19 @@ MIN_HI_E8M0 = LO_E8M0_OFFSET  # keeps s - 5 >= 0
 class QRepresentation:
     """q_hat: f64 [n_q, H, 576] the value QK sees; magnitude: f64 [n_q, H, 576] = |hi| + |lo|
     (scaled to q units, what the accumulation bound multiplies); e8m0: int64 [n_q, H, 4] hi bytes
-    (latent blocks), or None when the representation has no per-block scale."""
+    (latent blocks), or None when the representation has no per-block scale; terms: f64
+    [n_q, H, 576] the number of nonzero products each dim contributes to q . K (hi and lo are
+    separate products: 0, 1 or 2), what the accumulation bound counts as roundings."""
 
     q_hat: torch.Tensor
     magnitude: torch.Tensor
     e8m0: torch.Tensor | None
+    terms: torch.Tensor | None = None
 
 
 def hi_e8m0(block_amax: torch.Tensor) -> torch.Tensor:
     """E8M0 byte s = max(exp_field(amax) - 7, 5) of f64 block amaxes (exact bf16 values)."""
-    mantissa, exponent = torch.frexp(block_amax)  # amax = mantissa * 2^exponent, mantissa in [0.5, 1)
+    _mantissa, exponent = torch.frexp(block_amax)  # amax = mantissa * 2^exponent, mantissa in [0.5, 1)
     field = torch.where(block_amax >= 2.0**-126, exponent.to(torch.int64) + 126, torch.zeros_like(exponent, dtype=torch.int64))
     return torch.clamp_min(field - 7, MIN_HI_E8M0)
 
@@ -52,15 +55,17 @@ def fp8_hi_lo(q: torch.Tensor) -> QRepresentation:
     lo = decode_e4m3(encode_e4m3(((x - hi) * LO_FACTOR).to(torch.float32), saturate=False)) / LO_FACTOR
     latent_hat = ((hi + lo) / up).reshape(*lead, LATENT_DIM)
     latent_mag = ((hi.abs() + lo.abs()) / up).reshape(*lead, LATENT_DIM)
+    latent_terms = ((hi != 0).to(torch.float64) + (lo != 0).to(torch.float64)).reshape(*lead, LATENT_DIM)
     rope = q64[..., LATENT_DIM:]
     return QRepresentation(
         q_hat=torch.cat((latent_hat, rope), dim=-1),
         magnitude=torch.cat((latent_mag, rope.abs()), dim=-1),
         e8m0=s,
+        terms=torch.cat((latent_terms, (rope != 0).to(torch.float64)), dim=-1),
     )
 
 
 def exact(q: torch.Tensor) -> QRepresentation:
     """Q used as stored (bf16 widened exactly)."""
     q64 = q.to(torch.float64)
-    return QRepresentation(q_hat=q64, magnitude=q64.abs(), e8m0=None)
+    return QRepresentation(q_hat=q64, magnitude=q64.abs(), e8m0=None, terms=(q64 != 0).to(torch.float64))

@@ -1,0 +1,386 @@
+"""Reader of AMDGPU assembly text (LLVM's output for gfx950): instructions with operands and
+modifiers, labels, the kernel descriptor (.amdhsa_* directives) and the kernarg layout
+(.amdgpu_metadata .args). One kernel per file.
+
+Syntax follows LLVM's AMDGPU assembler (AMDGPUAsmParser / llvm/test/MC/AMDGPU/gfx950*.s):
+`mnemonic op, op, ... [mod[:value]] ...`; registers v5, v[4:7], s3, s[0:1], vcc, exec, m0;
+source modifiers -x, |x|; literals 0x..., decimal integers, float inline constants (1.0, ...).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, field
+
+from kernel.isa.errors import AsmParseError
+
+SPECIAL_SGPRS = {  # name -> (SGPR file index, dwords)
+    "vcc": (106, 2), "vcc_lo": (106, 1), "vcc_hi": (107, 1),
+    "exec": (126, 2), "exec_lo": (126, 1), "exec_hi": (127, 1),
+    "m0": (124, 1),
+    "flat_scratch": (102, 2),
+}
+FLOAT_INLINE = {"0.5": 0x3F000000, "-0.5": 0xBF000000, "1.0": 0x3F800000, "-1.0": 0xBF800000,
+                "2.0": 0x40000000, "-2.0": 0xC0000000, "4.0": 0x40800000, "-4.0": 0xC0800000,
+                "0.15915494": 0x3E22F983}
+FLAG_MODIFIERS = {"offen", "idxen", "glc", "slc", "nt", "sc0", "sc1", "lds", "clamp", "gds"}
+
+
+@dataclass(frozen=True)
+class Reg:
+    """A register operand: file 'v', 's' or 'a'; first index; number of dwords;
+    neg / abs source modifiers."""
+
+    file: str
+    index: int
+    count: int = 1
+    neg: bool = False
+    abs: bool = False
+
+
+@dataclass(frozen=True)
+class Imm:
+    """An immediate: 32-bit pattern `bits` (float inline constants as f32 bits), the integer
+    value `value` (signed, for inline integers), literal=True when it is not an inline constant."""
+
+    bits: int
+    value: int
+    literal: bool
+    is_float: bool = False
+    neg: bool = False
+
+
+@dataclass(frozen=True)
+class Label:
+    name: str
+
+
+@dataclass(frozen=True)
+class Special:
+    """A bare keyword operand ('off')."""
+
+    name: str
+
+
+Operand = Reg | Imm | Label | Special
+
+
+@dataclass
+class Instr:
+    """One instruction: index in the program, source line, mnemonic, operands, modifiers
+    (name -> value string or True), and the text as written."""
+
+    index: int
+    line: int
+    mnemonic: str
+    operands: list[Operand]
+    modifiers: dict[str, object]
+    text: str
+
+
+@dataclass
+class KernArg:
+    offset: int
+    size: int
+    value_kind: str
+
+
+@dataclass
+class KernelDescriptor:
+    """What the launch needs from the descriptor; sizes in bytes, counts in registers."""
+
+    name: str
+    group_segment_size: int
+    private_segment_size: int
+    kernarg_size: int
+    user_sgpr_count: int
+    kernarg_ptr_sgpr: int | None  # first SGPR of the kernarg segment pointer, when enabled
+    workgroup_id_x_sgpr: int | None
+    workgroup_id_y: bool
+    workgroup_id_z: bool
+    workitem_id_dims: int  # .amdhsa_system_vgpr_workitem_id: 0 = x only in v0
+    next_free_vgpr: int
+    next_free_sgpr: int
+    accum_offset: int
+    wavefront_size: int
+    args: list[KernArg]
+    directives: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Program:
+    """A parsed kernel: instructions in order, label -> instruction index, descriptor."""
+
+    instrs: list[Instr]
+    labels: dict[str, int]
+    descriptor: KernelDescriptor
+
+    def opcodes(self) -> list[str]:
+        return sorted({i.mnemonic for i in self.instrs})
+
+
+_REG_RE = re.compile(r"^([vsa])(?:(\d+)|\[(\d+):(\d+)\])$")
+_MOD_KV_RE = re.compile(r"(?<![\[\w])([a-z_][a-z_0-9]*):(\[[^\]]*\]|[^\s,]+)")
+
+
+def _parse_int(text: str) -> int:
+    t = text.strip()
+    neg = t.startswith("-")
+    if neg:
+        t = t[1:]
+    v = int(t, 16) if t.lower().startswith("0x") else int(t, 10)
+    return -v if neg else v
+
+
+def parse_operand(tok: str) -> Operand:
+    """One operand token -> Reg / Imm / Label / Special (AsmParseError when unreadable)."""
+    t = tok.strip()
+    neg = False
+    ab = False
+    if t.startswith("-") and not re.match(r"^-\d", t) and not re.match(r"^-0x", t):
+        neg, t = True, t[1:]
+    if t.startswith("|") and t.endswith("|"):
+        ab, t = True, t[1:-1]
+    if t.startswith("-") and re.match(r"^-[vs]", t):
+        neg, t = True, t[1:]
+    m = _REG_RE.match(t)
+    if m:
+        f = m.group(1)
+        if m.group(2) is not None:
+            return Reg(f, int(m.group(2)), 1, neg, ab)
+        lo, hi = int(m.group(3)), int(m.group(4))
+        return Reg(f, lo, hi - lo + 1, neg, ab)
+    if t in SPECIAL_SGPRS:
+        idx, n = SPECIAL_SGPRS[t]
+        return Reg("s", idx, n, neg, ab)
+    if t == "off":
+        return Special("off")
+    if t.startswith(".L") or re.match(r"^[A-Za-z_.][\w.$]*$", t) and not re.match(r"^\d", t):
+        if not neg and not ab:
+            return Label(t)
+    if t in FLOAT_INLINE:
+        bits = FLOAT_INLINE[t]
+        return Imm(bits ^ (0x80000000 if neg else 0), 0, False, True)
+    if re.match(r"^-?(0x[0-9a-fA-F]+|\d+)$", t):
+        v = _parse_int(t)
+        if neg:
+            v = -v
+        inline = -16 <= v <= 64
+        return Imm(v & 0xFFFFFFFF, v, not inline)
+    if re.match(r"^-?\d+\.\d+(e-?\d+)?$", t):
+        bits = struct.unpack("<I", struct.pack("<f", float(t)))[0]
+        return Imm(bits, 0, t not in FLOAT_INLINE, True)
+    raise AsmParseError(f"unreadable operand {tok!r}")
+
+
+def _split_commas(text: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if cur or parts:
+        parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _parse_waitcnt(rest: str, text: str) -> dict[str, object]:
+    """s_waitcnt operands -> {'vmcnt': n, 'expcnt': n, 'lgkmcnt': n} (absent counters: no wait)."""
+    out: dict[str, object] = {}
+    r = rest.strip()
+    if re.match(r"^(0x[0-9a-fA-F]+|\d+)$", r):
+        v = _parse_int(r)  # gfx9 SIMM16: vmcnt[3:0] | expcnt[6:4] | lgkmcnt[11:8] | vmcnt_hi[15:14]
+        out["vmcnt"] = (v & 0xF) | ((v >> 14) & 3) << 4
+        out["expcnt"] = (v >> 4) & 7
+        out["lgkmcnt"] = (v >> 8) & 0xF
+        return out
+    for part in re.split(r"[\s&,]+", r):
+        if not part:
+            continue
+        m = re.match(r"^(vmcnt|expcnt|lgkmcnt)\((\d+)\)$", part)
+        if not m:
+            raise AsmParseError(f"unreadable s_waitcnt operand {part!r} in `{text}`")
+        out[m.group(1)] = int(m.group(2))
+    return out
+
+
+def parse_instruction(text: str, index: int = 0, line: int = 0) -> Instr:
+    """`mnemonic operands modifiers` -> Instr."""
+    s = text.strip()
+    head, _, rest = s.partition(" ")
+    mnemonic = head.strip()
+    modifiers: dict[str, object] = {}
+
+    def _kv(m: re.Match) -> str:
+        key, val = m.group(1), m.group(2)
+        if key in ("s", "v", "a"):
+            return m.group(0)
+        modifiers[key] = val
+        return " "
+
+    if mnemonic == "s_waitcnt":
+        return Instr(index, line, mnemonic, [], _parse_waitcnt(rest, s), s)
+    rest = _MOD_KV_RE.sub(_kv, rest)
+    ops: list[Operand] = []
+    for part in _split_commas(rest):
+        toks = part.split()
+        for j, tk in enumerate(toks):
+            if tk in FLAG_MODIFIERS:
+                modifiers[tk] = True
+            elif j == 0:
+                ops.append(parse_operand(tk))
+            else:
+                raise AsmParseError(f"unreadable token {tk!r} in `{s}`")
+    return Instr(index, line, mnemonic, ops, modifiers, s)
+
+
+def modifier_list(value: object, n: int) -> list[int]:
+    """'[0,1,0]' -> [0, 1, 0] (length-checked); AsmParseError otherwise."""
+    if not isinstance(value, str) or not (value.startswith("[") and value.endswith("]")):
+        raise AsmParseError(f"modifier value {value!r} is not a list")
+    vals = [int(x) for x in value[1:-1].split(",")]
+    if len(vals) != n:
+        raise AsmParseError(f"modifier list {value!r} should have {n} entries")
+    return vals
+
+
+def _parse_args(meta: str) -> list[KernArg]:
+    args: list[KernArg] = []
+    m = re.search(r"^\s*\.args:\s*$", meta, re.MULTILINE)
+    if not m:
+        return args
+    block = meta[m.end():]
+    cur: dict[str, str] = {}
+    for line in block.splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        if not (s.startswith("- .") or s.startswith(".")) or (not s.startswith("- ") and not line.startswith(" " * 8)):
+            break
+        if s.startswith("- "):
+            if cur:
+                args.append(KernArg(int(cur[".offset"]), int(cur[".size"]), cur.get(".value_kind", "")))
+            cur = {}
+            s = s[2:]
+        k, _, v = s.partition(":")
+        cur[k.strip()] = v.strip()
+    if cur:
+        args.append(KernArg(int(cur[".offset"]), int(cur[".size"]), cur.get(".value_kind", "")))
+    return args
+
+
+def parse_program(text: str) -> Program:
+    """Parse the (single) kernel of an LLVM AMDGPU assembly file."""
+    instrs: list[Instr] = []
+    labels: dict[str, int] = {}
+    name = None
+    in_func = False
+    in_kd = False
+    in_meta = False
+    directives: dict[str, int] = {}
+    meta_lines: list[str] = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split(";", 1)[0].split("//", 1)[0].rstrip()
+        s = line.strip()
+        if s.startswith(".amdgpu_metadata"):
+            in_meta = True
+            continue
+        if s.startswith(".end_amdgpu_metadata"):
+            in_meta = False
+            continue
+        if in_meta:
+            meta_lines.append(raw)
+            continue
+        if not s:
+            continue
+        if s.startswith(".amdhsa_kernel"):
+            in_kd = True
+            continue
+        if s.startswith(".end_amdhsa_kernel"):
+            in_kd = False
+            continue
+        if in_kd:
+            parts = s.split()
+            if len(parts) >= 2 and parts[0].startswith(".amdhsa_"):
+                directives[parts[0]] = _parse_int(parts[1])
+            continue
+        if s.endswith(":") and not s.startswith("."):
+            lab = s[:-1]
+            if name is None and not lab.startswith(".L"):
+                name = lab
+                in_func = True
+                continue
+            if in_func:
+                labels[lab] = len(instrs)
+            continue
+        if s.endswith(":") and s.startswith(".L"):
+            if s.startswith(".Lfunc_end"):
+                in_func = False
+            elif in_func:
+                labels[s[:-1]] = len(instrs)
+            continue
+        if s.startswith("."):
+            continue
+        if in_func:
+            instrs.append(parse_instruction(s, len(instrs), lineno))
+    if name is None or not instrs:
+        raise AsmParseError("no kernel function found in the assembly text")
+    meta = "\n".join(meta_lines)
+    for key in (".amdhsa_group_segment_fixed_size", ".amdhsa_next_free_vgpr", ".amdhsa_next_free_sgpr"):
+        if key not in directives:
+            raise AsmParseError(f"kernel descriptor lacks {key}")
+    user_count = directives.get(".amdhsa_user_sgpr_count", 0)
+    nxt = 0
+    if directives.get(".amdhsa_user_sgpr_private_segment_buffer", 0):
+        nxt += 4
+    for key, n in ((".amdhsa_user_sgpr_dispatch_ptr", 2), (".amdhsa_user_sgpr_queue_ptr", 2)):
+        if directives.get(key, 0):
+            raise AsmParseError(f"{key} is enabled; the interpreter provides only the kernarg pointer")
+            nxt += n
+    kptr = None
+    if directives.get(".amdhsa_user_sgpr_kernarg_segment_ptr", 0):
+        kptr = nxt
+        nxt += 2
+    for key in (".amdhsa_user_sgpr_dispatch_id", ".amdhsa_user_sgpr_private_segment_size",
+                ".amdhsa_user_sgpr_kernarg_preload_length", ".amdhsa_enable_private_segment",
+                ".amdhsa_system_sgpr_workgroup_id_y", ".amdhsa_system_sgpr_workgroup_id_z",
+                ".amdhsa_system_sgpr_workgroup_info"):
+        if directives.get(key, 0):
+            raise AsmParseError(f"{key} is enabled; not modelled by the interpreter")
+    if nxt != user_count:
+        raise AsmParseError(f"user SGPR count {user_count} does not match the enabled user SGPRs ({nxt})")
+    wg_x = user_count if directives.get(".amdhsa_system_sgpr_workgroup_id_x", 0) else None
+    wsize = 64
+    mw = re.search(r"\.wavefront_size:\s+(\d+)", meta)
+    if mw:
+        wsize = int(mw.group(1))
+    mk = re.search(r"\.kernarg_segment_size:\s+(\d+)", meta)
+    kernarg_size = int(mk.group(1)) if mk else directives.get(".amdhsa_kernarg_size", 0)
+    desc = KernelDescriptor(
+        name=name,
+        group_segment_size=directives[".amdhsa_group_segment_fixed_size"],
+        private_segment_size=directives.get(".amdhsa_private_segment_fixed_size", 0),
+        kernarg_size=kernarg_size,
+        user_sgpr_count=user_count,
+        kernarg_ptr_sgpr=kptr,
+        workgroup_id_x_sgpr=wg_x,
+        workgroup_id_y=False,
+        workgroup_id_z=False,
+        workitem_id_dims=directives.get(".amdhsa_system_vgpr_workitem_id", 0),
+        next_free_vgpr=directives[".amdhsa_next_free_vgpr"],
+        next_free_sgpr=directives[".amdhsa_next_free_sgpr"],
+        accum_offset=directives.get(".amdhsa_accum_offset", directives[".amdhsa_next_free_vgpr"]),
+        wavefront_size=wsize,
+        args=_parse_args(meta),
+        directives=directives,
+    )
+    if desc.private_segment_size:
+        raise AsmParseError("the kernel uses scratch (private segment); not modelled")
+    return Program(instrs, labels, desc)

@@ -1,0 +1,118 @@
+"""Compiled ISA of the project's FlyDSL kernel, cached by kernel source hash.
+
+`kernel_asm(heads, has_invalid, return_lse)` returns the gfx950 assembly text of one
+configuration. It compiles with the FlyDSL compile-only driver of kernel.backends.flydsl.compile
+(`compile_configs`: its own subprocess per group, COMPILE_ONLY=1 ARCH=gfx950, flydsl's cache off,
+final ISA dumped, ld.lld from `ensure_toolchain`) and keeps the result under
+$FLYDSL_ISA_CACHE (default ~/.cache/sparse-mla-flydsl/isa)/<hash>/<label>.s, where <hash> covers
+kernel/backends/flydsl/gfx950.py and the flydsl version: each configuration of each kernel
+version is compiled once per machine (CI: once per run, or never with a restored cache).
+
+CLI: python -m kernel.isa.build --heads 1,5,8,16 --has-invalid 0,1 --return-lse 0,1
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+KERNEL_SOURCE = REPO_ROOT / "kernel" / "backends" / "flydsl" / "gfx950.py"
+
+
+class IsaBuildError(RuntimeError):
+    """The kernel could not be compiled to ISA here; the message says why."""
+
+
+def cache_root() -> Path:
+    env = os.environ.get("FLYDSL_ISA_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "sparse-mla-flydsl" / "isa"
+
+
+def source_hash() -> str:
+    """Hash of the kernel source and the flydsl version (the cache key)."""
+    from kernel.backends.flydsl.compile import flydsl_version
+
+    h = hashlib.sha256()
+    h.update(KERNEL_SOURCE.read_bytes())
+    h.update(str(flydsl_version()).encode())
+    return h.hexdigest()[:16]
+
+
+def label(heads: int, has_invalid: bool, return_lse: bool) -> str:
+    return f"h{heads}_i{int(has_invalid)}_l{int(return_lse)}"
+
+
+def cached_path(heads: int, has_invalid: bool, return_lse: bool) -> Path:
+    return cache_root() / source_hash() / f"{label(heads, has_invalid, return_lse)}.s"
+
+
+def build_many(configs: Sequence[tuple[int, bool, bool]], jobs: int = 1) -> dict[tuple[int, bool, bool], Path]:
+    """Compile the configurations missing from the cache (under a lock) and return every path."""
+    from kernel.backends.flydsl.compile import compile_configs
+
+    if shutil.which("python") is None and not os.path.exists(os.sys.executable):  # pragma: no cover
+        raise IsaBuildError("no Python interpreter for the compile subprocess")
+    root = cache_root() / source_hash()
+    root.mkdir(parents=True, exist_ok=True)
+    out: dict[tuple[int, bool, bool], Path] = {}
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        todo = [c for c in configs if not (root / f"{label(*c)}.s").exists()]
+        if todo:
+            try:
+                import flydsl  # noqa: F401
+            except ImportError as err:
+                raise IsaBuildError(f"flydsl is not installed ({err}); the ISA cannot be compiled") from err
+            dump = Path(tempfile.mkdtemp(prefix="isa_dump_"))
+            try:
+                results = compile_configs(todo, jobs=jobs, per_process=max(1, len(todo) // max(1, jobs)), dump_root=dump)
+                for res in results:
+                    cfg = (res.heads, res.has_invalid, res.return_lse)
+                    if not res.isa_path:
+                        raise IsaBuildError(f"{label(*cfg)} did not compile: {res.error or res.failures}")
+                    tmp = root / f".{label(*cfg)}.tmp"
+                    shutil.copyfile(res.isa_path, tmp)
+                    os.replace(tmp, root / f"{label(*cfg)}.s")
+            finally:
+                shutil.rmtree(dump, ignore_errors=True)
+    for c in configs:
+        out[c] = root / f"{label(*c)}.s"
+    return out
+
+
+def kernel_asm_path(heads: int, has_invalid: bool, return_lse: bool) -> Path:
+    return build_many([(heads, bool(has_invalid), bool(return_lse))])[(heads, bool(has_invalid), bool(return_lse))]
+
+
+def kernel_asm(heads: int, has_invalid: bool, return_lse: bool) -> str:
+    """Assembly text of one configuration (compiled on first use, then cached)."""
+    return kernel_asm_path(heads, has_invalid, return_lse).read_text()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from kernel.backends.flydsl.compile import all_configs, parse_flags, parse_heads
+
+    ap = argparse.ArgumentParser(prog="python -m kernel.isa.build", description="compile and cache the kernel's ISA")
+    ap.add_argument("--heads", default="1..16")
+    ap.add_argument("--has-invalid", default="0,1")
+    ap.add_argument("--return-lse", default="0,1")
+    ap.add_argument("--jobs", type=int, default=1)
+    a = ap.parse_args(argv)
+    cfgs = all_configs(parse_heads(a.heads), parse_flags(a.has_invalid), parse_flags(a.return_lse))
+    for cfg, path in build_many(cfgs, jobs=a.jobs).items():
+        print(label(*cfg), path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""A gfx950 kernel loaded from its assembly, launched on the interpreter.
+
+    k = IsaKernel.from_asm(text)
+    stats = k.launch(grid, args, buffers, checks="raise")
+
+`args` are the kernel's by-value arguments in .amdgpu_metadata .args order (Python ints are
+packed little-endian to the argument's size, Python floats as f32 (4 bytes) or f64 (8)); the
+kernarg segment is built from them and its address goes to the kernarg-pointer SGPRs.
+`buffers` are the CPU tensors the kernel may touch; an address outside all of them is a
+checker finding. Workgroups run one after the other (they share nothing but global memory).
+
+To run your own FlyDSL kernel: dump its ISA (FLYDSL_DEBUG_DUMP_ASM=1 FLYDSL_DUMP_DIR=... with
+COMPILE_ONLY=1 ARCH=gfx950, see kernel.isa.build), then IsaKernel.from_asm(open(path).read())
+and launch it with the raw device addresses its host wrapper would pass (tensor.data_ptr() of
+CPU tensors).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from kernel.isa.asm import Program, parse_program
+from kernel.isa.errors import Finding, IsaError
+from kernel.isa.interp import Decoded, decode, run_workgroup
+from kernel.isa.state import Checks, GlobalMemory
+
+
+@dataclass
+class LaunchStats:
+    """Work done by one launch: workgroups, instructions executed (all waves), seconds (wall),
+    findings collected (checks='collect')."""
+
+    workgroups: int
+    instructions: int
+    seconds: float
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def instructions_per_second(self) -> float:
+        return self.instructions / self.seconds if self.seconds > 0 else float("nan")
+
+
+def pack_kernargs(program: Program, args: Sequence[int | float]) -> np.ndarray:
+    """The kernarg segment (uint8, 16-byte multiple) for `args` in metadata order."""
+    desc = program.descriptor
+    if len(args) != len(desc.args):
+        raise IsaError(f"{desc.name} takes {len(desc.args)} kernel arguments, got {len(args)}")
+    size = max(desc.kernarg_size, max((a.offset + a.size for a in desc.args), default=0))
+    buf = bytearray((size + 15) // 16 * 16)
+    for a, v in zip(desc.args, args):
+        if a.value_kind not in ("by_value", "global_buffer"):
+            raise IsaError(f"kernel argument at offset {a.offset}: value kind {a.value_kind!r} not modelled")
+        if isinstance(v, float):
+            data = struct.pack("<f" if a.size == 4 else "<d", v)
+        else:
+            data = (int(v) & ((1 << (8 * a.size)) - 1)).to_bytes(a.size, "little")
+        buf[a.offset:a.offset + a.size] = data
+    return np.frombuffer(bytes(buf), dtype=np.uint8).copy()
+
+
+class IsaKernel:
+    """A decoded kernel ready to launch."""
+
+    def __init__(self, program: Program, threads: int | None = None) -> None:
+        self.program = program
+        self.decoded: Decoded = decode(program)
+        self.threads = threads or 256
+
+    @classmethod
+    def from_asm(cls, text: str, threads: int | None = None) -> "IsaKernel":
+        prog = parse_program(text)
+        if threads is None:
+            m = re.search(r"\.reqd_workgroup_size:\s*\n\s*-\s*(\d+)", text)
+            threads = int(m.group(1)) if m else None
+        return cls(prog, threads)
+
+    def launch(self, grid: int, args: Sequence[int | float], buffers: Sequence[tuple[torch.Tensor, str]],
+               checks: str | Checks = "raise", workgroups: Sequence[int] | None = None) -> LaunchStats:
+        """Run workgroups 0..grid-1 (or the listed ones); raise CheckFailed in 'raise' mode."""
+        chk = checks if isinstance(checks, Checks) else Checks(checks)
+        mem = GlobalMemory()
+        for t, name in buffers:
+            if t is not None:
+                mem.add_tensor(t, name)
+        karg = pack_kernargs(self.program, args)
+        mem.add_array(karg.ctypes.data, karg, "kernarg segment")
+        t0 = time.perf_counter()
+        n = 0
+        ids = list(range(grid)) if workgroups is None else list(workgroups)
+        for wg in ids:
+            n += run_workgroup(self.decoded, wg, karg.ctypes.data, mem, chk, self.threads).instructions
+        return LaunchStats(len(ids), n, time.perf_counter() - t0, chk.findings)

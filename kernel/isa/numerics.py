@@ -1,0 +1,179 @@
+"""Bit-level number formats and rounding for the gfx950 interpreter (numpy, lane vectors).
+
+Every function takes and returns numpy arrays of raw bits (uint32 / uint16 / uint8) or float64
+values; nothing here uses a library float8 cast (torch's changed between releases). Rounding is
+round-to-nearest-even everywhere (the kernel descriptor sets float_round_mode 0) and f32/f16
+denormals are kept (float_denorm_mode 3).
+
+Sources:
+- OCP 8-bit floating point specification v1.0 (E4M3: bias 7, no inf, NaN = S.1111.111, max 448);
+  gfx950 uses the OCP formats (LLVM AMDGPU: FeatureFP8ConversionInsts + "OCP" on gfx950).
+- IEEE 754-2008 binary32 / binary16; bfloat16 = the top 16 bits of binary32.
+- OCP Microscaling (MX) v1.0: E8M0 scale = 2^(e - 127), e = 0xFF is NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+F32_EXP_MASK = np.uint32(0x7F800000)
+F32_MANT_MASK = np.uint32(0x007FFFFF)
+F32_SIGN = np.uint32(0x80000000)
+
+
+def as_f32(bits: np.ndarray) -> np.ndarray:
+    """uint32 bits -> float32 values (a view; no conversion)."""
+    return np.ascontiguousarray(bits, dtype=np.uint32).view(np.float32)
+
+
+def f32_bits(vals: np.ndarray) -> np.ndarray:
+    """float32 values -> uint32 bits."""
+    return np.ascontiguousarray(vals, dtype=np.float32).view(np.uint32)
+
+
+def round_f64_to_f32(x: np.ndarray) -> np.ndarray:
+    """float64 -> float32, RNE (numpy's cast is IEEE RNE with subnormals)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(x, dtype=np.float64).astype(np.float32)
+
+
+def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Fused a*b + c of float32 arrays, rounded once to float32 (RNE).
+
+    a*b is exact in float64 (24 + 24 bits); s = fl64(p + c) and its exact error e (TwoSum) give
+    the exact result s + e. Rounding s alone to f32 is wrong only when s is exactly an f32
+    rounding midpoint and e != 0; that case is resolved toward the sign of e.
+    """
+    a64 = np.asarray(a, dtype=np.float32).astype(np.float64)
+    b64 = np.asarray(b, dtype=np.float32).astype(np.float64)
+    c64 = np.asarray(c, dtype=np.float32).astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = a64 * b64
+        s = p + c64
+        bb = s - p
+        e = (p - (s - bb)) + (c64 - bb)
+        r = s.astype(np.float32)
+        finite = np.isfinite(s) & np.isfinite(e)
+        if not np.any(finite & (e != 0)):
+            return r
+        r64 = r.astype(np.float64)
+        d = s - r64
+        toward = np.where(d > 0, np.float32(np.inf), np.float32(-np.inf)).astype(np.float32)
+        other = np.nextafter(r, toward).astype(np.float64)
+        mid = (r64 + other) * 0.5
+        at_mid = finite & (e != 0) & (d != 0) & (s == mid)
+        if np.any(at_mid):
+            nudged = np.nextafter(s, np.where(e > 0, np.inf, -np.inf))
+            r = np.where(at_mid, nudged.astype(np.float32), r)
+    return r
+
+
+# ------------------------------------------------------------------ fp8 e4m3 (OCP)
+
+def _e4m3_decode_table() -> np.ndarray:
+    out = np.zeros(256, dtype=np.float64)
+    for code in range(256):
+        s = -1.0 if code & 0x80 else 1.0
+        e = (code >> 3) & 0xF
+        m = code & 7
+        if e == 0xF and m == 7:
+            out[code] = np.nan
+        elif e == 0:
+            out[code] = s * m * 2.0**-9
+        else:
+            out[code] = s * (1 + m / 8.0) * 2.0 ** (e - 7)
+    return out
+
+
+E4M3_VALUES = _e4m3_decode_table()  # float64 value of every code (NaN for 0x7F / 0xFF)
+
+
+def e4m3_to_f64(codes: np.ndarray) -> np.ndarray:
+    """uint8 E4M3 codes -> float64 values (exact)."""
+    return E4M3_VALUES[np.asarray(codes, dtype=np.uint8)]
+
+
+def f32_to_e4m3(x: np.ndarray, saturate: bool = False) -> np.ndarray:
+    """float32 -> uint8 E4M3 code, RNE. Without saturation (gfx950's default) a value whose
+    rounded magnitude exceeds 448 (|x| > 464), an inf or a NaN gives NaN (sign | 0x7F); with it,
+    finite overflow gives +-448 (0x7E) and NaN stays NaN."""
+    x = np.asarray(x, dtype=np.float32)
+    bits = f32_bits(x)
+    sign = ((bits >> 24) & 0x80).astype(np.uint8)
+    ax = np.abs(x.astype(np.float64))
+    nan = np.isnan(ax)
+    # Quantum of the E4M3 grid at |x|: 2^(e - 3) for normals (e = floor(log2|x|) >= -6), 2^-9 below.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = np.floor(np.log2(np.where(ax > 0, ax, 1.0)))
+    e = np.clip(e, -6, 15)
+    q = np.exp2(e - 3)
+    r = np.round(np.where(nan | np.isinf(ax), 0.0, ax) / q) * q  # np.round is half-to-even; ax/q exact
+    over = (r > 448.0) | np.isinf(ax)
+    # encode r (a grid value <= 448 when not over)
+    rr = np.where(over | nan, 0.0, r)
+    with np.errstate(divide="ignore"):
+        re = np.floor(np.log2(np.where(rr > 0, rr, 1.0)))
+    normal = rr >= 2.0**-6
+    exp_field = np.where(normal, re + 7, 0).astype(np.int64)
+    mant = np.where(normal, rr / np.exp2(re) * 8 - 8, rr / 2.0**-9).astype(np.int64)
+    code = ((exp_field << 3) | mant).astype(np.uint8)
+    if saturate:
+        code = np.where(over & ~nan, np.uint8(0x7E), code)
+        code = np.where(nan, np.uint8(0x7F), code)
+    else:
+        code = np.where(over | nan, np.uint8(0x7F), code)
+    return (code | sign).astype(np.uint8)
+
+
+# ------------------------------------------------------------------ f16 / bf16
+
+def f32_to_f16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> binary16 bits, RNE (numpy's cast), subnormals kept, overflow -> inf."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(x, dtype=np.float32).astype(np.float16).view(np.uint16)
+
+
+def f16_bits_to_f64(bits: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(bits, dtype=np.uint16).view(np.float16).astype(np.float64)
+
+
+def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits, RNE on the bits; NaN -> quiet NaN with the same sign."""
+    b = f32_bits(np.asarray(x, dtype=np.float32)).astype(np.uint64)
+    nan = ((b & 0x7F800000) == 0x7F800000) & ((b & 0x007FFFFF) != 0)
+    rounded = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
+    quiet = ((b >> 16) | 0x40) & 0xFFFF
+    return np.where(nan, quiet, rounded).astype(np.uint16)
+
+
+def bf16_bits_to_f64(bits: np.ndarray) -> np.ndarray:
+    b = np.ascontiguousarray(bits, dtype=np.uint16).astype(np.uint32) << 16
+    return b.view(np.float32).astype(np.float64)
+
+
+def e8m0_to_f64(e: np.ndarray) -> np.ndarray:
+    """E8M0 byte -> 2^(e - 127) as float64 (exact for every e < 255); NaN for 0xFF."""
+    e = np.asarray(e, dtype=np.int64)
+    return np.where(e == 255, np.nan, np.ldexp(1.0, (e - 127).astype(np.int32)))
+
+
+# ------------------------------------------------------------------ transcendental (model)
+
+def exp2_f32(x: np.ndarray) -> np.ndarray:
+    """v_exp_f32 model: correctly rounded f32 of 2^x (float64 evaluation, then RNE).
+    Hardware: documented to 1 ulp (CDNA3/CDNA4 ISA, V_EXP_F32 "1 ULP accuracy")."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        return round_f64_to_f32(np.exp2(np.asarray(x, dtype=np.float32).astype(np.float64)))
+
+
+def log2_f32(x: np.ndarray) -> np.ndarray:
+    """v_log_f32 model: correctly rounded f32 of log2(x); log2(0) = -inf, x < 0 -> NaN.
+    Hardware: documented to 1 ulp (CDNA3/CDNA4 ISA, V_LOG_F32)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return round_f64_to_f32(np.log2(np.asarray(x, dtype=np.float32).astype(np.float64)))
+
+
+def rcp_f32(x: np.ndarray) -> np.ndarray:
+    """v_rcp_f32 model: correctly rounded f32 of 1/x (hardware: 1 ulp documented)."""
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        return round_f64_to_f32(1.0 / np.asarray(x, dtype=np.float32).astype(np.float64))

@@ -1,0 +1,166 @@
+"""MFMA semantics: v_mfma_f32_16x16x32_{f16,bf16} and v_mfma_scale_f32_16x16x128_f8f6f4 (fp8 E4M3
+operands, cbsz = blgp = 0).
+
+Lane layouts (wave64, lane l, t = l % 16, g = l // 16):
+- 16x16x32 f16/bf16 (IREE IREEGPUAttrs.cpp getSingleSubgroupLayout, MFMA_F32_16x16x32_F16:
+  thread {16, 4} strides {1, 16}, element {1, 8}; AMD matrix instruction calculator):
+  A[m = t][k = 8g + j] and B[k = 8g + j][n = t] in half j of the lane's 4 dwords.
+- 16x16x128 f8 scaled (IREE MFMA_SCALE_F32_16x16x128_B32: LHS thread {16, 4, 1} strides
+  {1, 16, 1}, element {1, 1, 32}; scales thread {16, 4}; Mojo MAX docs, CDNA4 block-scaled
+  MFMA: "lane_row = lane % 16, lane_k_group = lane / 16", one E8M0 scale per 32 elements):
+  A[m = t][k = 32g + j] in byte j (0..31) of the lane's 8 dwords, B[k = 32g + j][n = t];
+  the E8M0 scale of row m (column n) for k-block kb = k // 32 is byte 0 of lane m + 16 kb's
+  scale VGPR (op_sel = op_sel_hi = 0 picks byte 0).
+  F8_LAYOUT = "split" selects the alternative the kernel's source comment assumes
+  (k = 16g + j for j < 16, 64 + 16g + (j - 16) otherwise); see docs/isa.md.
+- D (all): D[m = 4g + r][n = t] in the lane's dword r.
+
+Arithmetic model (the gfx950 profile's conservative model): every product and the sum of all
+K products plus C is formed in float64 (exact whenever the terms' binary exponents span fits
+53 bits, as on every exact-arithmetic recipe) and rounded to f32 once per result element (RNE).
+The hardware's internal order and rounding are not documented; the error bound does not
+assume this model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kernel.isa import numerics as nm
+from kernel.isa.asm import Imm, Instr, Reg, modifier_list
+from kernel.isa.errors import UnknownInstruction
+from kernel.isa.operands import check_vgpr, require, vdst, write_v
+from kernel.isa.state import LANES, Wave
+
+Fn = Callable[[Wave, Any], int | None]
+MFMA: dict[str, Callable[[Instr, Any], Fn]] = {}
+U32 = np.uint32
+
+F8_LAYOUT = os.environ.get("FLYDSL_ISA_F8_LAYOUT", "contiguous")
+
+_l = np.arange(LANES)
+_T = _l % 16
+_G = _l // 16
+
+
+def _vreg_block(ins: Instr, op: Any, n: int) -> int:
+    require(isinstance(op, Reg) and op.file == "v" and op.count == n and not op.neg and not op.abs, ins, f"{n}-VGPR operand")
+    return op.index
+
+
+def _read_block(w: Wave, x: Any, idx: int, n: int) -> np.ndarray:
+    """[LANES, n] uint32 of v[idx .. idx + n)."""
+    if x.checks.on:
+        for i in range(n):
+            check_vgpr(w, x, idx + i)
+    return np.ascontiguousarray(w.v[idx:idx + n].T)
+
+
+def _acc(ins: Instr, op: Any) -> Callable[[Wave, Any], np.ndarray]:
+    """C operand as float64 [16, 16] (m, n); an inline 0 is a zero accumulator."""
+    if isinstance(op, Imm):
+        require(op.bits == 0, ins, "non-zero immediate accumulator")
+        z = np.zeros((16, 16))
+        return lambda w, x: z
+    idx = _vreg_block(ins, op, 4)
+
+    def get(w: Wave, x: Any) -> np.ndarray:
+        regs = _read_block(w, x, idx, 4).view(np.float32).astype(np.float64)  # [lane, r]
+        c = np.empty((16, 16))
+        c[4 * _G[:, None] + np.arange(4)[None, :], _T[:, None]] = regs
+        return c
+    return get
+
+
+def _store_d(w: Wave, dst: int, dmat: np.ndarray) -> None:
+    vals = nm.round_f64_to_f32(dmat)[4 * _G[:, None] + np.arange(4)[None, :], _T[:, None]]  # [lane, r]
+    for r in range(4):
+        write_v(w, dst + r, np.ascontiguousarray(vals[:, r]).view(U32))
+
+
+def _no_mods(ins: Instr, allowed: dict[str, str]) -> None:
+    for k, v in ins.modifiers.items():
+        if k not in allowed or str(v) != allowed[k]:
+            raise UnknownInstruction(f"`{ins.text}` (#{ins.index}): modifier {k}:{v} not modelled")
+
+
+def _mfma_16x16x32(ins: Instr, d: Any) -> Fn:
+    """D = A (16x32) * B (32x16) + C, f16 or bf16 inputs, f32 result."""
+    _no_mods(ins, {"cbsz": "0", "abid": "0", "blgp": "0"})
+    require(len(ins.operands) == 4, ins, "operand count")
+    dst = vdst(ins, ins.operands[0], 4)
+    ia = _vreg_block(ins, ins.operands[1], 4)
+    ib = _vreg_block(ins, ins.operands[2], 4)
+    c = _acc(ins, ins.operands[3])
+    dec = nm.bf16_bits_to_f64 if ins.mnemonic.endswith("bf16") else nm.f16_bits_to_f64
+    k_of = (8 * _G[:, None] + np.arange(8)[None, :])  # [lane, j]
+
+    def run(w: Wave, x: Any) -> None:
+        av = dec(_read_block(w, x, ia, 4).view(np.uint16))  # [lane, 8]
+        bv = dec(_read_block(w, x, ib, 4).view(np.uint16))
+        A = np.empty((16, 32))
+        B = np.empty((32, 16))
+        A[_T[:, None], k_of] = av
+        B[k_of, _T[:, None]] = bv
+        with np.errstate(all="ignore"):
+            _store_d(w, dst, A @ B + c(w, x))
+    return run
+
+
+def _k_of_f8() -> np.ndarray:
+    j = np.arange(32)[None, :]
+    if F8_LAYOUT == "contiguous":
+        return 32 * _G[:, None] + j
+    if F8_LAYOUT == "split":
+        return np.where(j < 16, 16 * _G[:, None] + j, 64 + 16 * _G[:, None] + (j - 16))
+    raise ValueError(f"FLYDSL_ISA_F8_LAYOUT must be contiguous or split, not {F8_LAYOUT!r}")
+
+
+def _mfma_scale(ins: Instr, d: Any) -> Fn:
+    """D = sum_k A[m,k] 2^(sa[m,kb]-127) B[k,n] 2^(sb[kb,n]-127) + C, E4M3 x E4M3."""
+    ms = dict(ins.modifiers)
+    sel = modifier_list(ms.pop("op_sel"), 3) if "op_sel" in ms else [0, 0, 0]
+    selhi = modifier_list(ms.pop("op_sel_hi"), 3) if "op_sel_hi" in ms else [0, 0, 0]
+    for k in ("cbsz", "blgp"):
+        if k in ms and str(ms.pop(k)) == "0":
+            pass
+    if ms or any(sel) or any(selhi):
+        raise UnknownInstruction(f"`{ins.text}` (#{ins.index}): modifiers {ins.modifiers} not modelled "
+                                 "(only fp8 E4M3 operands and scale byte 0)")
+    require(len(ins.operands) == 6, ins, "operand count")
+    dst = vdst(ins, ins.operands[0], 4)
+    ia = _vreg_block(ins, ins.operands[1], 8)
+    ib = _vreg_block(ins, ins.operands[2], 8)
+    c = _acc(ins, ins.operands[3])
+    sa_op, sb_op = ins.operands[4], ins.operands[5]
+    require(isinstance(sa_op, Reg) and sa_op.file == "v" and sa_op.count == 1, ins, "scale A operand")
+    require(isinstance(sb_op, Reg) and sb_op.file == "v" and sb_op.count == 1, ins, "scale B operand")
+    k_of = _k_of_f8()
+
+    def run(w: Wave, x: Any) -> None:
+        ab = _read_block(w, x, ia, 8).view(np.uint8)  # [lane, 32]
+        bb = _read_block(w, x, ib, 8).view(np.uint8)
+        if x.checks.on:
+            check_vgpr(w, x, sa_op.index, need=0x1)
+            check_vgpr(w, x, sb_op.index, need=0x1)
+        sa = nm.e8m0_to_f64(w.v[sa_op.index] & U32(0xFF))  # lane m + 16 kb -> scale (m, kb)
+        sb = nm.e8m0_to_f64(w.v[sb_op.index] & U32(0xFF))
+        A = np.empty((16, 128))
+        B = np.empty((128, 16))
+        A[_T[:, None], k_of] = nm.e4m3_to_f64(ab)
+        B[k_of, _T[:, None]] = nm.e4m3_to_f64(bb)
+        kb = np.arange(128) // 32
+        SA = sa[(np.arange(16)[:, None] + 16 * kb[None, :])]  # [m, k]
+        SB = sb[(np.arange(16)[None, :] + 16 * kb[:, None])]  # [k, n]
+        with np.errstate(all="ignore"):
+            _store_d(w, dst, (A * SA) @ (B * SB) + c(w, x))
+    return run
+
+
+MFMA["v_mfma_scale_f32_16x16x128_f8f6f4"] = _mfma_scale
+MFMA["v_mfma_f32_16x16x32_f16"] = _mfma_16x16x32
+MFMA["v_mfma_f32_16x16x32_bf16"] = _mfma_16x16x32

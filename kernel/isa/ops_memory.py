@@ -1,0 +1,322 @@
+"""Memory semantics: MUBUF buffer loads (V# range checks), FLAT-global loads/stores, the LDS
+DMA form global_load_lds_dword{,x4} (M0-addressed), and DS (LDS) reads/writes, the transposing
+ds_read_b64_tr_b8 and ds_bpermute_b32.
+
+Sources: CDNA3 ISA reference guide ch. 9 (buffer resource descriptor: base [47:0], stride
+[61:48], num_records word 2; "out-of-range" reads return 0, writes are dropped; range checking
+of raw (stride 0) buffers is per dword against num_records), ch. 10 (global instructions:
+address = VADDR64 + offset, or SADDR64 + VADDR32 + offset), ch. 11 (LDS: DS_BPERMUTE_B32,
+out-of-range LDS access); LLVM AMDGPUUsage / SIInstrInfo for the LDS DMA
+(LDS address = M0 + lane * bytes); the gfx950 transpose load ds_read_b64_tr_b8: each 16-lane
+group reads a 16 x 8-byte block and performs two interleaved 8x8 byte transposes (Mojo
+std.gpu.intrinsics.ds_read_tr8_b64 documentation; LLVM llvm.amdgcn.ds.read.tr8.b64): lane i of
+the group receives byte j = byte (i % 8) of the 8 bytes addressed by lane 2j + i // 8.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kernel.isa.asm import Imm, Instr, Reg
+from kernel.isa.errors import UnknownInstruction, UnsupportedOperands
+from kernel.isa.operands import (
+    is_off, lanes_of, report, require, src32, src64, ssrc, vdst, write_v,
+)
+from kernel.isa.state import LANE_IDS, LANES, M0, PendingOp, Wave
+
+Fn = Callable[[Wave, Any], int | None]
+MEM: dict[str, Callable[[Instr, Any], Fn]] = {}
+U32 = np.uint32
+
+
+def op(*names: str):
+    def deco(f):
+        for n in names:
+            MEM[n] = f
+        return f
+    return deco
+
+
+def _dwords(m: str, prefix: str) -> int:
+    s = m[len(prefix):]
+    if s == "":
+        return 1
+    if s.startswith("x") and s[1:].isdigit():
+        return int(s[1:])
+    raise UnknownInstruction(f"{m}: unknown width")
+
+
+def _offset(ins: Instr, allowed: tuple[str, ...]) -> int:
+    extra = [k for k in ins.modifiers if k not in allowed + ("offset",)]
+    if extra:
+        raise UnknownInstruction(f"`{ins.text}` (#{ins.index}): modifier(s) {extra} not modelled")
+    v = ins.modifiers.get("offset", 0)
+    return int(v, 0) if isinstance(v, str) else int(v)
+
+
+def _bytes_to_words(b: np.ndarray, n: int) -> np.ndarray:
+    """[lanes, 4n] uint8 -> [n, lanes] uint32."""
+    return np.ascontiguousarray(b).view("<u4").reshape(b.shape[0], n).T
+
+
+def _words_to_bytes(ws: list[np.ndarray]) -> np.ndarray:
+    return np.ascontiguousarray(np.stack(ws, axis=1).astype("<u4")).view(np.uint8).reshape(LANES, 4 * len(ws))
+
+
+def _mark_pending(w: Wave, x: Any, dst: int, n: int, lds: np.ndarray | None, pc: int) -> None:
+    tok = x.wg.next_token()
+    if dst >= 0:
+        w.vpend[dst:dst + n] = tok
+    w.vm.append(PendingOp(tok, lds, (dst, n) if dst >= 0 else None, pc))
+
+
+def _oob(x: Any, w: Wave, bad: np.ndarray, what: str) -> None:
+    if bad.any():
+        report(x, w, "out_of_bounds", lanes_of(bad), what)
+
+
+# ------------------------------------------------------------------ MUBUF
+
+@op("buffer_load_dword", "buffer_load_dwordx2", "buffer_load_dwordx3", "buffer_load_dwordx4")
+def _buffer_load(ins: Instr, d: Any) -> Fn:
+    n = _dwords(ins.mnemonic, "buffer_load_dword")
+    inst_off = _offset(ins, ("offen",))
+    offen = bool(ins.modifiers.get("offen"))
+    dst = vdst(ins, ins.operands[0], n)
+    vaddr = src32(ins, ins.operands[1]) if offen else None
+    rs = ins.operands[2]
+    require(isinstance(rs, Reg) and rs.file == "s" and rs.count == 4, ins, "resource descriptor")
+    rsrc = ssrc(ins, rs, 4)
+    soff = ssrc(ins, ins.operands[3], 1)
+
+    def run(w: Wave, x: Any) -> None:
+        desc = rsrc(w, x)
+        w0, w1, w2, w3 = [(desc >> (32 * i)) & 0xFFFFFFFF for i in range(4)]
+        base = w0 | ((w1 & 0xFFFF) << 32)
+        stride = (w1 >> 16) & 0x3FFF
+        if stride or (w1 >> 30) & 3 or (w3 >> 23) & 1:
+            raise UnsupportedOperands(f"`{ins.text}`: buffer with stride {stride} / swizzle / add_tid not modelled (word1 {w1:#x}, word3 {w3:#x})")
+        off = (vaddr(w, x).astype(np.int64) if vaddr else np.zeros(LANES, np.int64)) + inst_off
+        addr0 = np.uint64(base + soff(w, x)) + off.astype(np.uint64)
+        act = w.exec
+        words = []
+        for i in range(n):
+            inr = act & (off + 4 * i + 4 <= w2)
+            b, bad = x.mem.read(addr0 + np.uint64(4 * i), 4, inr)
+            _oob(x, w, bad, f"buffer load dword {i} inside the descriptor range (num_records {w2}) but outside every registered buffer")
+            words.append(np.ascontiguousarray(b).view("<u4").reshape(LANES))
+        for i in range(n):
+            write_v(w, dst + i, words[i])
+        _mark_pending(w, x, dst, n, None, w.pc)
+    return run
+
+
+# ------------------------------------------------------------------ global
+
+def _global_addr(ins: Instr, vop, sop):
+    """(getter of per-lane 64-bit address, description) for `vaddr, saddr|off`."""
+    if is_off(sop):
+        va = src64(ins, vop)
+        return lambda w, x: va(w, x)
+    v32 = src32(ins, vop)
+    s64 = ssrc(ins, sop, 2)
+    return lambda w, x: np.uint64(s64(w, x)) + v32(w, x).astype(np.uint64)
+
+
+@op("global_load_dword", "global_load_dwordx2", "global_load_dwordx3", "global_load_dwordx4")
+def _global_load(ins: Instr, d: Any) -> Fn:
+    n = _dwords(ins.mnemonic, "global_load_dword")
+    inst_off = _offset(ins, ())
+    dst = vdst(ins, ins.operands[0], n)
+    ga = _global_addr(ins, ins.operands[1], ins.operands[2])
+
+    def run(w: Wave, x: Any) -> None:
+        addr = ga(w, x) + np.uint64(inst_off & 0xFFFFFFFFFFFFFFFF) if inst_off >= 0 else ga(w, x) - np.uint64(-inst_off)
+        b, bad = x.mem.read(addr, 4 * n, w.exec)
+        _oob(x, w, bad, f"global load of {4 * n} bytes outside every registered tensor")
+        ws = _bytes_to_words(b, n)
+        for i in range(n):
+            write_v(w, dst + i, ws[i])
+        _mark_pending(w, x, dst, n, None, w.pc)
+    return run
+
+
+@op("global_store_dword", "global_store_dwordx2", "global_store_dwordx3", "global_store_dwordx4")
+def _global_store(ins: Instr, d: Any) -> Fn:
+    n = _dwords(ins.mnemonic, "global_store_dword")
+    inst_off = _offset(ins, ())
+    ga = _global_addr(ins, ins.operands[0], ins.operands[2])
+    dop = ins.operands[1]
+    require(isinstance(dop, Reg) and dop.file == "v" and dop.count == n, ins, "store data")
+    data = [src32(ins, Reg("v", dop.index + i)) for i in range(n)]
+
+    def run(w: Wave, x: Any) -> None:
+        addr = ga(w, x) + np.uint64(inst_off) if inst_off >= 0 else ga(w, x) - np.uint64(-inst_off)
+        b = _words_to_bytes([g(w, x) for g in data])
+        bad = x.mem.write(addr, b, w.exec)
+        _oob(x, w, bad, f"global store of {4 * n} bytes outside every registered tensor")
+        _mark_pending(w, x, -1, 0, None, w.pc)
+    return run
+
+
+@op("global_load_lds_dword", "global_load_lds_dwordx4")
+def _global_load_lds(ins: Instr, d: Any) -> Fn:
+    """LDS DMA: lane l's 4n bytes from its global address land at LDS M0 + 4n * l."""
+    n = _dwords(ins.mnemonic, "global_load_lds_dword")
+    inst_off = _offset(ins, ())
+    if inst_off:
+        raise UnknownInstruction(f"`{ins.text}`: an instruction offset on the LDS DMA form is not modelled")
+    ga = _global_addr(ins, ins.operands[0], ins.operands[1])
+    m0 = ssrc(ins, Reg("s", M0, 1), 1)
+    size = 4 * n
+    span = np.arange(size, dtype=np.int64)
+
+    def run(w: Wave, x: Any) -> None:
+        addr = ga(w, x)
+        b, bad = x.mem.read(addr, size, w.exec)
+        _oob(x, w, bad, f"LDS DMA source ({size} bytes) outside every registered tensor")
+        base = m0(w, x)
+        lanes = np.nonzero(w.exec)[0]
+        idx = (base + size * lanes.astype(np.int64))[:, None] + span
+        g = x.wg
+        inside = (idx >= 0).all(axis=1) & (idx < g.lds.size).all(axis=1)
+        if not inside.all():
+            report(x, w, "out_of_bounds", [int(v) for v in lanes[~inside]], f"LDS DMA destination outside the {g.lds.size}-byte allocation (M0 {base:#x})")
+        lanes, idx = lanes[inside], idx[inside]
+        g.lds[idx] = b[lanes]
+        flat = idx.reshape(-1)
+        tok = g.next_token()
+        g.lds_pending[flat] = tok
+        g.lds_writer[flat] = w.wid
+        g.lds_epoch[flat] = g.epoch
+        w.vm.append(PendingOp(tok, flat, None, w.pc))
+    return run
+
+
+# ------------------------------------------------------------------ DS
+
+def _lds_index(ins: Instr, w: Wave, x: Any, addr: np.ndarray, size: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """(active lanes inside the allocation, their byte indices [k, size]); reports the rest."""
+    act = w.exec
+    a = addr.astype(np.int64)
+    inside = act & (a >= 0) & (a + size <= x.wg.lds.size)
+    bad = act & ~inside
+    if bad.any():
+        report(x, w, "out_of_bounds", lanes_of(bad), f"LDS {what} of {size} bytes outside the {x.wg.lds.size}-byte allocation")
+    lanes = np.nonzero(inside)[0]
+    return lanes, a[lanes][:, None] + np.arange(size, dtype=np.int64)
+
+
+def check_lds_read(ins: Instr, w: Wave, x: Any, lanes: np.ndarray, idx: np.ndarray) -> None:
+    g = x.wg
+    pend = g.lds_pending[idx]
+    if pend.any():
+        bad = lanes[(pend != 0).any(axis=1)]
+        report(x, w, "dma_before_wait", [int(v) for v in bad],
+               "reads LDS bytes an LDS DMA (global_load_lds) wrote before the s_waitcnt vmcnt that covers it")
+    wr = g.lds_writer[idx]
+    race = (wr >= 0) & (wr != w.wid) & (g.lds_epoch[idx] == g.epoch)
+    if race.any():
+        rows = race.any(axis=1)
+        first = np.argwhere(race)[0]
+        report(x, w, "lds_race", [int(v) for v in lanes[rows]],
+               f"reads LDS byte {int(idx[first[0], first[1]])} written by wave {int(wr[first[0], first[1]])} with no barrier in between")
+
+
+def _lds_write(x: Any, w: Wave, idx: np.ndarray, data: np.ndarray) -> None:
+    g = x.wg
+    g.lds[idx] = data
+    g.lds_writer[idx] = w.wid
+    g.lds_epoch[idx] = g.epoch
+    g.lds_pending[idx] = 0
+
+
+@op("ds_read_b32", "ds_read_b64", "ds_read_b128")
+def _ds_read(ins: Instr, d: Any) -> Fn:
+    n = {"ds_read_b32": 1, "ds_read_b64": 2, "ds_read_b128": 4}[ins.mnemonic]
+    off = _offset(ins, ())
+    dst = vdst(ins, ins.operands[0], n)
+    va = src32(ins, ins.operands[1])
+
+    def run(w: Wave, x: Any) -> None:
+        lanes, idx = _lds_index(ins, w, x, va(w, x).astype(np.int64) + off, 4 * n, "read")
+        if x.checks.on:
+            check_lds_read(ins, w, x, lanes, idx)
+        b = np.zeros((LANES, 4 * n), dtype=np.uint8)
+        b[lanes] = x.wg.lds[idx]
+        ws = _bytes_to_words(b, n)
+        for i in range(n):
+            write_v(w, dst + i, ws[i])
+    return run
+
+
+@op("ds_write_b32", "ds_write_b64", "ds_write_b128")
+def _ds_write(ins: Instr, d: Any) -> Fn:
+    n = {"ds_write_b32": 1, "ds_write_b64": 2, "ds_write_b128": 4}[ins.mnemonic]
+    off = _offset(ins, ())
+    va = src32(ins, ins.operands[0])
+    dop = ins.operands[1]
+    require(isinstance(dop, Reg) and dop.file == "v" and dop.count == n, ins, "store data")
+    data = [src32(ins, Reg("v", dop.index + i)) for i in range(n)]
+
+    def run(w: Wave, x: Any) -> None:
+        lanes, idx = _lds_index(ins, w, x, va(w, x).astype(np.int64) + off, 4 * n, "write")
+        b = _words_to_bytes([g(w, x) for g in data])
+        # lanes in order: a later lane's bytes win where addresses coincide
+        _lds_write(x, w, idx.reshape(-1), b[lanes].reshape(-1))
+    return run
+
+
+@op("ds_read_b64_tr_b8")
+def _ds_read_tr8(ins: Instr, d: Any) -> Fn:
+    off = _offset(ins, ())
+    dst = vdst(ins, ins.operands[0], 2)
+    va = src32(ins, ins.operands[1])
+    i = np.arange(LANES)
+    grp = (i // 16) * 16
+    src_lane = grp[:, None] + 2 * np.arange(8)[None, :] + ((i % 16) // 8)[:, None]  # [lane, j]
+    src_byte = (i % 8)[:, None]
+
+    def run(w: Wave, x: Any) -> None:
+        if not w.exec.all():
+            raise UnsupportedOperands(f"`{ins.text}`: partial EXEC not modelled for the transpose load")
+        lanes, idx = _lds_index(ins, w, x, va(w, x).astype(np.int64) + off, 8, "transpose read")
+        if x.checks.on:
+            check_lds_read(ins, w, x, lanes, idx)
+        rows = np.zeros((LANES, 8), dtype=np.uint8)
+        rows[lanes] = x.wg.lds[idx]
+        out = rows[src_lane, src_byte]  # [lane, j]
+        ws = _bytes_to_words(np.ascontiguousarray(out), 2)
+        write_v(w, dst, ws[0])
+        write_v(w, dst + 1, ws[1])
+    return run
+
+
+@op("ds_bpermute_b32")
+def _ds_bpermute(ins: Instr, d: Any) -> Fn:
+    """D[l] = DATA[((ADDR[l] + offset) / 4) % 64]; 0 when that source lane is inactive."""
+    off = _offset(ins, ())
+    dst = vdst(ins, ins.operands[0])
+    va = src32(ins, ins.operands[1])
+    dop = ins.operands[2]
+    require(isinstance(dop, Reg) and dop.file == "v" and dop.count == 1, ins, "data operand")
+    didx = dop.index
+
+    def run(w: Wave, x: Any) -> None:
+        src = ((va(w, x).astype(np.int64) + off) >> 2) & 63
+        if x.checks.on:
+            from kernel.isa.operands import check_vgpr
+
+            used = np.zeros(LANES, dtype=bool)
+            used[src[w.exec]] = True
+            check_vgpr(w, x, didx, lanes=used & w.exec)
+        data = w.v[didx]
+        val = np.where(w.exec[src], data[src], U32(0))
+        write_v(w, dst, val)
+    return run
+
+
+_ = (Imm, LANE_IDS)

@@ -1,0 +1,654 @@
+"""VALU semantics (VOP1 / VOP2 / VOP3 / VOPC / VOP3P / SDWA forms the kernel uses).
+
+Each factory takes the decoded instruction and returns `fn(wave, executor)`; results are written
+on EXEC lanes only. Sources per opcode: the CDNA3 ISA reference guide ("AMD Instinct MI300
+Instruction Set Architecture", ch. 12 "Instructions", VOP1/VOP2/VOP3/VOPC/VOP3P opcode
+descriptions, which CDNA4 keeps for these opcodes) and LLVM's VOP*Instructions.td /
+llvm/test/MC/AMDGPU/gfx950_*.s for the gfx950 additions (permlane swaps, scaled conversions,
+v_cvt_pk_f32_fp8 forms). docs/isa.md lists every opcode with its source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kernel.isa import numerics as nm
+from kernel.isa.asm import Instr, Reg, modifier_list
+from kernel.isa.errors import UnknownInstruction, UnsupportedOperands
+from kernel.isa.operands import (
+    check_vgpr, lane_mask_src, require, sdst, src32, src64, src_pair, vdst, write_s, write_v, write_v64,
+)
+from kernel.isa.state import LANES, Wave, mask_to_int
+
+Fn = Callable[[Wave, Any], int | None]
+U32 = np.uint32
+M32 = np.uint64(0xFFFFFFFF)
+
+VALU: dict[str, Callable[[Instr, Any], Fn]] = {}
+
+
+def op(*names: str):
+    def deco(f):
+        for n in names:
+            VALU[n] = f
+        return f
+    return deco
+
+
+def base_name(m: str) -> tuple[str, str]:
+    for suf in ("_e32", "_e64", "_sdwa", "_dpp"):
+        if m.endswith(suf):
+            return m[: -len(suf)], suf[1:]
+    return m, ""
+
+
+def no_modifiers(ins: Instr, allowed: tuple[str, ...] = ()) -> None:
+    extra = [k for k in ins.modifiers if k not in allowed]
+    if extra:
+        raise UnknownInstruction(f"`{ins.text}` (#{ins.index}): modifier(s) {extra} not modelled for {ins.mnemonic}")
+
+
+def f32v(a: np.ndarray) -> np.ndarray:
+    return a.view(np.float32)
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32).view(U32)
+
+
+# ------------------------------------------------------------------ integer
+
+_INT2 = {
+    "v_add_u32": lambda a, b: a + b,
+    "v_sub_u32": lambda a, b: a - b,
+    "v_subrev_u32": lambda a, b: b - a,
+    "v_and_b32": lambda a, b: a & b,
+    "v_or_b32": lambda a, b: a | b,
+    "v_xor_b32": lambda a, b: a ^ b,
+    "v_lshlrev_b32": lambda a, b: b << (a & U32(31)),
+    "v_lshrrev_b32": lambda a, b: b >> (a & U32(31)),
+    "v_ashrrev_i32": lambda a, b: (b.view(np.int32) >> (a & U32(31)).astype(np.int32)).view(U32),
+    "v_max_i32": lambda a, b: np.maximum(a.view(np.int32), b.view(np.int32)).view(U32),
+    "v_min_i32": lambda a, b: np.minimum(a.view(np.int32), b.view(np.int32)).view(U32),
+    "v_max_u32": np.maximum,
+    "v_min_u32": np.minimum,
+    "v_mul_lo_u32": lambda a, b: ((a.astype(np.uint64) * b.astype(np.uint64)) & M32).astype(U32),
+    "v_mul_u32_u24": lambda a, b: ((a & U32(0xFFFFFF)).astype(np.uint64) * (b & U32(0xFFFFFF)).astype(np.uint64) & M32).astype(U32),
+}
+_INT3 = {
+    "v_add3_u32": lambda a, b, c: a + b + c,
+    "v_add_lshl_u32": lambda a, b, c: (a + b) << (c & U32(31)),
+    "v_lshl_add_u32": lambda a, b, c: (a << (b & U32(31))) + c,
+    "v_lshl_or_b32": lambda a, b, c: (a << (b & U32(31))) | c,
+    "v_and_or_b32": lambda a, b, c: (a & b) | c,
+    "v_or3_b32": lambda a, b, c: a | b | c,
+    "v_xor3_b32": lambda a, b, c: a ^ b ^ c,
+    "v_bfe_u32": lambda a, b, c: (a >> (b & U32(31))) & ((U32(1) << (c & U32(31))) - U32(1)),
+    "v_max3_i32": lambda a, b, c: np.maximum(np.maximum(a.view(np.int32), b.view(np.int32)), c.view(np.int32)).view(U32),
+    "v_min3_i32": lambda a, b, c: np.minimum(np.minimum(a.view(np.int32), b.view(np.int32)), c.view(np.int32)).view(U32),
+    "v_max3_u32": lambda a, b, c: np.maximum(np.maximum(a, b), c),
+    "v_min3_u32": lambda a, b, c: np.minimum(np.minimum(a, b), c),
+    "v_med3_i32": lambda a, b, c: _med3(a.view(np.int32), b.view(np.int32), c.view(np.int32)).view(U32),
+    "v_med3_u32": lambda a, b, c: _med3(a, b, c),
+    "v_mad_u32_u24": lambda a, b, c: (((a & U32(0xFFFFFF)).astype(np.uint64) * (b & U32(0xFFFFFF)).astype(np.uint64) + c.astype(np.uint64)) & M32).astype(U32),
+}
+
+
+def _med3(a, b, c):
+    return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
+
+
+def _int_factory(fn, n):
+    def make(ins: Instr, d: Any) -> Fn:
+        no_modifiers(ins)
+        require(len(ins.operands) == n + 1, ins, "operand count")
+        dst = vdst(ins, ins.operands[0])
+        srcs = [src32(ins, o) for o in ins.operands[1:]]
+        if n == 2:
+            s0, s1 = srcs
+
+            def run2(w: Wave, x: Any) -> None:
+                with np.errstate(over="ignore"):
+                    write_v(w, dst, fn(s0(w, x), s1(w, x)).astype(U32, copy=False))
+            return run2
+        s0, s1, s2 = srcs
+
+        def run3(w: Wave, x: Any) -> None:
+            with np.errstate(over="ignore"):
+                write_v(w, dst, fn(s0(w, x), s1(w, x), s2(w, x)).astype(U32, copy=False))
+        return run3
+    return make
+
+
+for _n, _f in _INT2.items():
+    VALU[_n] = _int_factory(_f, 2)
+for _n, _f in _INT3.items():
+    VALU[_n] = _int_factory(_f, 3)
+
+
+@op("v_mov_b32")
+def _mov(ins: Instr, d: Any) -> Fn:
+    no_modifiers(ins)
+    dst = vdst(ins, ins.operands[0])
+    s = src32(ins, ins.operands[1])
+    return lambda w, x: write_v(w, dst, s(w, x))
+
+
+@op("v_mov_b64")
+def _mov64(ins: Instr, d: Any) -> Fn:
+    no_modifiers(ins)
+    dst = vdst(ins, ins.operands[0], 2)
+    s = src64(ins, ins.operands[1])
+    return lambda w, x: write_v64(w, dst, s(w, x))
+
+
+@op("v_cndmask_b32")
+def _cndmask(ins: Instr, d: Any) -> Fn:
+    """D = mask[lane] ? S1 : S0 (mask = VCC or an SGPR pair)."""
+    no_modifiers(ins)
+    require(len(ins.operands) == 4, ins, "operand count")
+    dst = vdst(ins, ins.operands[0])
+    s0 = src32(ins, ins.operands[1], flt=True)
+    s1 = src32(ins, ins.operands[2], flt=True)
+    m = lane_mask_src(ins, ins.operands[3])
+    return lambda w, x: write_v(w, dst, np.where(m(w, x), s1(w, x), s0(w, x)))
+
+
+@op("v_readfirstlane_b32")
+def _readfirstlane(ins: Instr, d: Any) -> Fn:
+    """SDST = S0 of the lowest active lane (lane 0 when EXEC = 0)."""
+    no_modifiers(ins)
+    dst = sdst(ins, ins.operands[0])
+    src = ins.operands[1]
+    require(isinstance(src, Reg) and src.file == "v" and src.count == 1, ins, "source")
+    idx = src.index
+
+    def run(w: Wave, x: Any) -> None:
+        act = np.nonzero(w.exec)[0]
+        lane = int(act[0]) if act.size else 0
+        if x.checks.on:
+            check_vgpr(w, x, idx, lanes=np.arange(LANES) == lane)
+        write_s(w, dst, int(w.v[idx][lane]))
+    return run
+
+
+@op("v_addc_co_u32", "v_add_co_u32", "v_sub_co_u32", "v_subb_co_u32")
+def _addc(ins: Instr, d: Any) -> Fn:
+    """D = S0 + S1 (+ carry-in S2 for addc); SDST[lane] = carry out (borrow for sub)."""
+    no_modifiers(ins)
+    name = base_name(ins.mnemonic)[0]
+    carry_in = name in ("v_addc_co_u32", "v_subb_co_u32")
+    require(len(ins.operands) == (5 if carry_in else 4), ins, "operand count")
+    dst = vdst(ins, ins.operands[0])
+    cdst = sdst(ins, ins.operands[1], 2)
+    s0 = src32(ins, ins.operands[2])
+    s1 = src32(ins, ins.operands[3])
+    cin = lane_mask_src(ins, ins.operands[4]) if carry_in else None
+    sub = name.startswith("v_sub")
+
+    def run(w: Wave, x: Any) -> None:
+        a = s0(w, x).astype(np.int64)
+        b = s1(w, x).astype(np.int64)
+        c = cin(w, x).astype(np.int64) if cin else 0
+        r = a - b - c if sub else a + b + c
+        carry = (r < 0) if sub else (r > 0xFFFFFFFF)
+        write_v(w, dst, (r & 0xFFFFFFFF).astype(U32))
+        write_s(w, cdst, mask_to_int(carry & w.exec), 2)
+    return run
+
+
+@op("v_mad_u64_u32")
+def _mad64(ins: Instr, d: Any) -> Fn:
+    """{D1, D0} = S0 * S1 + S2 (u32 x u32 + u64); SDST[lane] = carry out of the 64-bit sum."""
+    no_modifiers(ins)
+    dst = vdst(ins, ins.operands[0], 2)
+    cdst = sdst(ins, ins.operands[1], 2)
+    s0 = src32(ins, ins.operands[2])
+    s1 = src32(ins, ins.operands[3])
+    s2 = src64(ins, ins.operands[4])
+
+    def run(w: Wave, x: Any) -> None:
+        p = s0(w, x).astype(np.uint64) * s1(w, x).astype(np.uint64)
+        c = s2(w, x)
+        r = p + c
+        write_v64(w, dst, r)
+        write_s(w, cdst, mask_to_int((r < c) & w.exec), 2)
+    return run
+
+
+@op("v_lshl_add_u64")
+def _lshl_add64(ins: Instr, d: Any) -> Fn:
+    """D64 = (S0_64 << S1[2:0]) + S2_64 (gfx940+; shift amount 0..4)."""
+    no_modifiers(ins)
+    dst = vdst(ins, ins.operands[0], 2)
+    s0 = src64(ins, ins.operands[1])
+    s1 = src32(ins, ins.operands[2])
+    s2 = src64(ins, ins.operands[3])
+
+    def run(w: Wave, x: Any) -> None:
+        sh = s1(w, x)
+        if (sh > 4).any():
+            raise UnsupportedOperands(f"`{ins.text}`: shift {int(sh.max())} > 4 (the instruction takes 0..4)")
+        write_v64(w, dst, (s0(w, x) << sh.astype(np.uint64)) + s2(w, x))
+    return run
+
+
+@op("v_lshlrev_b64", "v_lshrrev_b64")
+def _shift64(ins: Instr, d: Any) -> Fn:
+    no_modifiers(ins)
+    dst = vdst(ins, ins.operands[0], 2)
+    s0 = src32(ins, ins.operands[1])
+    s1 = src64(ins, ins.operands[2])
+    left = "lshl" in ins.mnemonic
+
+    def run(w: Wave, x: Any) -> None:
+        sh = (s0(w, x) & U32(63)).astype(np.uint64)
+        v = s1(w, x)
+        write_v64(w, dst, (v << sh) if left else (v >> sh))
+    return run
+
+
+# ------------------------------------------------------------------ compares
+
+_CMP = {
+    "eq": np.equal, "ne": np.not_equal, "lg": np.not_equal, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal,
+}
+
+
+def _cmp_factory(ins: Instr, d: Any) -> Fn:
+    """VOPC: SDST[lane] = S0 <op> S1 on active lanes, 0 on inactive lanes."""
+    no_modifiers(ins)
+    name, _enc = base_name(ins.mnemonic)
+    parts = name.split("_")  # v cmp <op> <type>
+    require(len(parts) == 4, ins, "compare form")
+    cop, ty = parts[2], parts[3]
+    require(cop in _CMP, ins, f"compare {cop}")
+    require(len(ins.operands) == 3, ins, "operand count")
+    dst = sdst(ins, ins.operands[0], 2)
+    fn = _CMP[cop]
+    if ty in ("u64", "i64"):
+        a, b = src64(ins, ins.operands[1]), src64(ins, ins.operands[2])
+        conv = (lambda v: v) if ty == "u64" else (lambda v: v.view(np.int64))
+    else:
+        require(ty in ("i32", "u32", "f32"), ins, f"compare type {ty}")
+        a, b = src32(ins, ins.operands[1], flt=ty == "f32"), src32(ins, ins.operands[2], flt=ty == "f32")
+        conv = {"i32": lambda v: v.view(np.int32), "u32": lambda v: v, "f32": lambda v: v.view(np.float32)}[ty]
+    if ty == "f32" and cop == "lg":
+        fn = lambda p, q: (p < q) | (p > q)  # noqa: E731  ordered not-equal
+
+    def run(w: Wave, x: Any) -> None:
+        with np.errstate(invalid="ignore"):
+            r = fn(conv(a(w, x)), conv(b(w, x)))
+        write_s(w, dst, mask_to_int(r & w.exec), 2)
+    return run
+
+
+for _c in _CMP:
+    for _t in ("i32", "u32", "f32", "u64", "i64"):
+        VALU[f"v_cmp_{_c}_{_t}"] = _cmp_factory
+
+
+# ------------------------------------------------------------------ f32 arithmetic
+
+def _fmax(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IEEE-mode maximum: a NaN operand yields the other operand (both NaN: quiet NaN);
+    -0 < +0 (CDNA ISA V_MAX_F32 with IEEE mode on, as the descriptor sets)."""
+    fa, fb = a.view(np.float32), b.view(np.float32)
+    r = np.fmax(fa, fb)
+    zero = (fa == 0) & (fb == 0)
+    if zero.any():
+        r = np.where(zero, np.where(np.signbit(fa) & np.signbit(fb), np.float32(-0.0), np.float32(0.0)), r)
+    r = np.where(np.isnan(fa) & np.isnan(fb), np.float32(np.nan), r)
+    return bits(r)
+
+
+def _fmin(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    fa, fb = a.view(np.float32), b.view(np.float32)
+    r = np.fmin(fa, fb)
+    zero = (fa == 0) & (fb == 0)
+    if zero.any():
+        r = np.where(zero, np.where(np.signbit(fa) | np.signbit(fb), np.float32(-0.0), np.float32(0.0)), r)
+    r = np.where(np.isnan(fa) & np.isnan(fb), np.float32(np.nan), r)
+    return bits(r)
+
+
+_F2 = {
+    "v_add_f32": lambda a, b: bits(f32v(a) + f32v(b)),
+    "v_sub_f32": lambda a, b: bits(f32v(a) - f32v(b)),
+    "v_subrev_f32": lambda a, b: bits(f32v(b) - f32v(a)),
+    "v_mul_f32": lambda a, b: bits(f32v(a) * f32v(b)),
+    "v_max_f32": _fmax,
+    "v_min_f32": _fmin,
+}
+_F3 = {
+    "v_max3_f32": lambda a, b, c: _fmax(_fmax(a, b), c),
+    "v_min3_f32": lambda a, b, c: _fmin(_fmin(a, b), c),
+    "v_fma_f32": lambda a, b, c: bits(nm.fma_f32(f32v(a), f32v(b), f32v(c))),
+}
+_F1 = {
+    "v_exp_f32": lambda a: bits(nm.exp2_f32(f32v(a))),
+    "v_log_f32": lambda a: bits(nm.log2_f32(f32v(a))),
+    "v_rcp_f32": lambda a: bits(nm.rcp_f32(f32v(a))),
+}
+
+
+def _float_factory(fn, n):
+    def make(ins: Instr, d: Any) -> Fn:
+        no_modifiers(ins)
+        require(len(ins.operands) == n + 1, ins, "operand count")
+        dst = vdst(ins, ins.operands[0])
+        srcs = [src32(ins, o, flt=True) for o in ins.operands[1:]]
+
+        def run(w: Wave, x: Any) -> None:
+            with np.errstate(all="ignore"):
+                write_v(w, dst, fn(*[s(w, x) for s in srcs]))
+        return run
+    return make
+
+
+for _tbl, _n in ((_F1, 1), (_F2, 2), (_F3, 3)):
+    for _k, _f in _tbl.items():
+        VALU[_k] = _float_factory(_f, _n)
+
+
+@op("v_fmac_f32")
+def _fmac(ins: Instr, d: Any) -> Fn:
+    """D = fma(S0, S1, D), one rounding."""
+    no_modifiers(ins)
+    dst = vdst(ins, ins.operands[0])
+    s0 = src32(ins, ins.operands[1], flt=True)
+    s1 = src32(ins, ins.operands[2], flt=True)
+    acc = src32(ins, Reg("v", dst), flt=True)
+
+    def run(w: Wave, x: Any) -> None:
+        with np.errstate(all="ignore"):
+            write_v(w, dst, bits(nm.fma_f32(f32v(s0(w, x)), f32v(s1(w, x)), f32v(acc(w, x)))))
+    return run
+
+
+def _exp_field(v: np.ndarray) -> np.ndarray:
+    return ((v >> U32(23)) & U32(0xFF)).astype(np.int64)
+
+
+@op("v_div_scale_f32")
+def _div_scale(ins: Instr, d: Any) -> Fn:
+    """V_DIV_SCALE_F32 D, VCC, S0, S1 (denominator), S2 (numerator). In the ordinary range
+    (both nonzero and finite, exponent(S2) - exponent(S1) < 96, S1 and S2/S1 and 1/S1 normal,
+    exponent(S2) > 23) D = S0 and VCC = 0. The pre-scaling branches are not modelled:
+    they raise UnsupportedOperands (CDNA3 ISA, V_DIV_SCALE_F32)."""
+    no_modifiers(ins)
+    dst = vdst(ins, ins.operands[0])
+    cdst = sdst(ins, ins.operands[1], 2)
+    s0 = src32(ins, ins.operands[2], flt=True)
+    s1 = src32(ins, ins.operands[3], flt=True)
+    s2 = src32(ins, ins.operands[4], flt=True)
+
+    def run(w: Wave, x: Any) -> None:
+        a, den, num = s0(w, x), s1(w, x), s2(w, x)
+        fd, fn_ = den.view(np.float32).astype(np.float64), num.view(np.float32).astype(np.float64)
+        ed, en = _exp_field(den), _exp_field(num)
+        with np.errstate(all="ignore"):
+            q = np.abs(fn_ / fd)
+            r = np.abs(1.0 / fd)
+        ordinary = (fd != 0) & (fn_ != 0) & (ed != 255) & (en != 255) & (en - ed < 96) & (ed != 0) \
+            & (q >= 2.0**-126) & (r >= 2.0**-126) & (en > 23)
+        bad = w.exec & ~ordinary
+        if bad.any():
+            raise UnsupportedOperands(f"`{ins.text}`: operands outside the modelled range on lanes {np.nonzero(bad)[0].tolist()[:8]} "
+                                      f"(denominator {fd[bad][0]!r}, numerator {fn_[bad][0]!r})")
+        write_v(w, dst, a)
+        write_s(w, cdst, 0, 2)
+    return run
+
+
+@op("v_div_fmas_f32")
+def _div_fmas(ins: Instr, d: Any) -> Fn:
+    """D = fma(S0, S1, S2), times 2^32 on lanes where VCC is set (CDNA3 ISA V_DIV_FMAS_F32)."""
+    no_modifiers(ins)
+    dst = vdst(ins, ins.operands[0])
+    s = [src32(ins, o, flt=True) for o in ins.operands[1:4]]
+    vcc = lane_mask_src(ins, Reg("s", 106, 2))
+
+    def run(w: Wave, x: Any) -> None:
+        with np.errstate(all="ignore"):
+            r = nm.fma_f32(f32v(s[0](w, x)), f32v(s[1](w, x)), f32v(s[2](w, x)))
+            m = vcc(w, x)
+            if (m & w.exec).any():
+                r = np.where(m, nm.round_f64_to_f32(r.astype(np.float64) * 2.0**32), r)
+        write_v(w, dst, bits(r))
+    return run
+
+
+@op("v_div_fixup_f32")
+def _div_fixup(ins: Instr, d: Any) -> Fn:
+    """V_DIV_FIXUP_F32 D, S0 (quotient), S1 (denominator), S2 (numerator): the IEEE special
+    cases (NaN, 0/0, inf/inf -> NaN; x/0 and inf/x -> +-inf; x/inf and 0/x -> +-0), else
+    D = |S0| with the sign of S1 * S2 (CDNA3 ISA V_DIV_FIXUP_F32)."""
+    no_modifiers(ins)
+    dst = vdst(ins, ins.operands[0])
+    q_, d_, n_ = (src32(ins, o, flt=True) for o in ins.operands[1:4])
+
+    def run(w: Wave, x: Any) -> None:
+        q, den, num = (f32v(g(w, x)).astype(np.float64) for g in (q_, d_, n_))
+        sign = np.signbit(den) ^ np.signbit(num)
+        mag = np.abs(q)
+        with np.errstate(all="ignore"):
+            mag = np.where((den == 0) | np.isinf(num), np.inf, mag)
+            mag = np.where(np.isinf(den) | (num == 0), 0.0, mag)
+            r = np.where(sign, -mag, mag)
+            r = np.where(np.isnan(q) | np.isnan(den) | np.isnan(num) | ((den == 0) & (num == 0))
+                         | (np.isinf(den) & np.isinf(num)), np.nan, r)
+        write_v(w, dst, bits(r.astype(np.float32)))
+    return run
+
+
+# ------------------------------------------------------------------ packed f32 (VOP3P)
+
+def _pk_sel(ins: Instr, nsrc: int) -> tuple[list[int], list[int], list[int], list[int]]:
+    ms = {k: ins.modifiers[k] for k in ins.modifiers}
+    op_sel = modifier_list(ms.pop("op_sel"), nsrc) if "op_sel" in ms else [0] * nsrc
+    op_sel_hi = modifier_list(ms.pop("op_sel_hi"), nsrc) if "op_sel_hi" in ms else [1] * nsrc
+    neg_lo = modifier_list(ms.pop("neg_lo"), nsrc) if "neg_lo" in ms else [0] * nsrc
+    neg_hi = modifier_list(ms.pop("neg_hi"), nsrc) if "neg_hi" in ms else [0] * nsrc
+    if ms:
+        raise UnknownInstruction(f"`{ins.text}`: modifier(s) {list(ms)} not modelled")
+    return op_sel, op_sel_hi, neg_lo, neg_hi
+
+
+@op("v_pk_mul_f32", "v_pk_add_f32", "v_pk_fma_f32")
+def _pk_f32(ins: Instr, d: Any) -> Fn:
+    """Packed f32 (gfx90a+): element 0 of D from the dwords op_sel picks, element 1 from those
+    op_sel_hi picks (default: lo, hi); neg_lo / neg_hi negate per element (LLVM VOP3P:
+    VOP3PInstructions.td, V_PK_*_F32; CDNA3 ISA VOP3P)."""
+    name = ins.mnemonic
+    nsrc = 3 if "fma" in name else 2
+    op_sel, op_sel_hi, neg_lo, neg_hi = _pk_sel(ins, nsrc)
+    require(len(ins.operands) == nsrc + 1, ins, "operand count")
+    dst = vdst(ins, ins.operands[0], 2)
+    pairs = []
+    for o in ins.operands[1:]:
+        require(isinstance(o, Reg) and o.count == 2 and not o.neg and not o.abs, ins, "packed source")
+        pairs.append(src_pair(ins, o))
+
+    def pick(vals, sel, neg):
+        v = vals[1] if sel else vals[0]
+        return (v ^ np.uint32(0x80000000)) if neg else v
+
+    def run(w: Wave, x: Any) -> None:
+        vals = [(p[0](w, x), p[1](w, x)) for p in pairs]
+        lo = [pick(vals[i], op_sel[i], neg_lo[i]).view(np.float32) for i in range(nsrc)]
+        hi = [pick(vals[i], op_sel_hi[i], neg_hi[i]).view(np.float32) for i in range(nsrc)]
+        with np.errstate(all="ignore"):
+            if nsrc == 3:
+                r0, r1 = nm.fma_f32(*lo), nm.fma_f32(*hi)
+            elif "mul" in name:
+                r0, r1 = lo[0] * lo[1], hi[0] * hi[1]
+            else:
+                r0, r1 = lo[0] + lo[1], hi[0] + hi[1]
+        write_v(w, dst, bits(r0))
+        write_v(w, dst + 1, bits(r1))
+    return run
+
+
+# ------------------------------------------------------------------ conversions
+
+@op("v_cvt_pk_fp8_f32")
+def _cvt_pk_fp8(ins: Instr, d: Any) -> Fn:
+    """D.word[op_sel[2]] = {e4m3(S1), e4m3(S0)} (byte 0 = S0), RNE, no saturation without clamp;
+    the other word of D is kept (LLVM VOP3Instructions.td V_CVT_PK_FP8_F32, gfx950 OCP FP8;
+    the op_sel:[0,0,1] form writes the high word)."""
+    ms = dict(ins.modifiers)
+    sel = modifier_list(ms.pop("op_sel"), 3) if "op_sel" in ms else [0, 0, 0]
+    if ms or sel[0] or sel[1]:
+        raise UnknownInstruction(f"`{ins.text}`: modifiers {ins.modifiers} not modelled")
+    dst = vdst(ins, ins.operands[0])
+    s0 = src32(ins, ins.operands[1], flt=True)
+    s1 = src32(ins, ins.operands[2], flt=True)
+    hi = sel[2]
+
+    def run(w: Wave, x: Any) -> None:
+        b0 = nm.f32_to_e4m3(f32v(s0(w, x))).astype(U32)
+        b1 = nm.f32_to_e4m3(f32v(s1(w, x))).astype(U32)
+        word = b0 | (b1 << U32(8))
+        prev = w.v[dst]  # the other word is kept, not read: its definedness carries over
+        if hi:
+            write_v(w, dst, (prev & U32(0xFFFF)) | (word << U32(16)), 0xC)
+        else:
+            write_v(w, dst, (prev & U32(0xFFFF0000)) | word, 0x3)
+    return run
+
+
+def _word_sel(ins: Instr) -> int:
+    """Which 16-bit word of S0 a v_cvt_pk_f32_fp8 reads: SDWA src0_sel WORD_0/WORD_1 or
+    VOP3 op_sel[0]."""
+    ms = dict(ins.modifiers)
+    sel = 0
+    if "src0_sel" in ms:
+        v = ms.pop("src0_sel")
+        if v not in ("WORD_0", "WORD_1"):
+            raise UnknownInstruction(f"`{ins.text}`: src0_sel:{v} not modelled")
+        sel = 1 if v == "WORD_1" else 0
+    if "op_sel" in ms:
+        s = modifier_list(ms.pop("op_sel"), 2)
+        if s[1]:
+            raise UnknownInstruction(f"`{ins.text}`: op_sel {s} not modelled")
+        sel = s[0]
+    if ms:
+        raise UnknownInstruction(f"`{ins.text}`: modifier(s) {list(ms)} not modelled")
+    return sel
+
+
+@op("v_cvt_pk_f32_fp8")
+def _cvt_pk_f32_fp8(ins: Instr, d: Any) -> Fn:
+    """{D+1, D} = f32(e4m3 byte 1, byte 0 of the selected word of S0), exact
+    (LLVM VOP1Instructions.td V_CVT_PK_F32_FP8; SDWA src0_sel WORD_1 reads bytes 2-3)."""
+    sel = _word_sel(ins)
+    dst = vdst(ins, ins.operands[0], 2)
+    s0 = src32(ins, ins.operands[1], need=0xC if sel else 0x3)
+    sh = U32(16 * sel)
+
+    def run(w: Wave, x: Any) -> None:
+        word = s0(w, x) >> sh
+        lo = nm.e4m3_to_f64((word & U32(0xFF)).astype(np.uint8)).astype(np.float32)
+        hi = nm.e4m3_to_f64(((word >> U32(8)) & U32(0xFF)).astype(np.uint8)).astype(np.float32)
+        write_v(w, dst, bits(lo))
+        write_v(w, dst + 1, bits(hi))
+    return run
+
+
+@op("v_cvt_scalef32_pk_f16_fp8")
+def _cvt_scalef32_pk_f16_fp8(ins: Instr, d: Any) -> Fn:
+    """D = {f16(e4m3(b1) * S1), f16(e4m3(b0) * S1)} for bytes b0, b1 of the word op_sel[0]
+    selects in S0; S1 is the f32 scale; one RNE rounding (LLVM VOP3Instructions.td
+    V_CVT_SCALEF32_PK_F16_FP8, gfx950)."""
+    ms = dict(ins.modifiers)
+    sel = modifier_list(ms.pop("op_sel"), 3) if "op_sel" in ms else [0, 0, 0]
+    if ms or sel[1] or sel[2]:
+        raise UnknownInstruction(f"`{ins.text}`: modifiers {ins.modifiers} not modelled")
+    dst = vdst(ins, ins.operands[0])
+    s0 = src32(ins, ins.operands[1], need=0xC if sel[0] else 0x3)
+    s1 = src32(ins, ins.operands[2], flt=True)
+    sh = U32(16 * sel[0])
+
+    def run(w: Wave, x: Any) -> None:
+        word = s0(w, x) >> sh
+        scale = f32v(s1(w, x)).astype(np.float64)
+        vals = [nm.e4m3_to_f64(((word >> U32(8 * i)) & U32(0xFF)).astype(np.uint8)) * scale for i in (0, 1)]
+        with np.errstate(all="ignore"):
+            h = [v.astype(np.float16).view(np.uint16).astype(U32) for v in vals]  # exact product, one RNE
+        write_v(w, dst, h[0] | (h[1] << U32(16)))
+    return run
+
+
+@op("v_cvt_pk_f16_f32", "v_cvt_pk_bf16_f32")
+def _cvt_pk_16(ins: Instr, d: Any) -> Fn:
+    """D = {cvt(S1), cvt(S0)} (low half from S0), RNE; bf16 NaN stays a quiet NaN
+    (gfx950: V_CVT_PK_BF16_F32; V_CVT_PK_F16_F32 honours the f16 RNE mode)."""
+    no_modifiers(ins)
+    dst = vdst(ins, ins.operands[0])
+    s0 = src32(ins, ins.operands[1], flt=True)
+    s1 = src32(ins, ins.operands[2], flt=True)
+    conv = nm.f32_to_bf16_bits if "bf16" in ins.mnemonic else nm.f32_to_f16_bits
+
+    def run(w: Wave, x: Any) -> None:
+        lo = conv(f32v(s0(w, x))).astype(U32)
+        hi = conv(f32v(s1(w, x))).astype(U32)
+        write_v(w, dst, lo | (hi << U32(16)))
+    return run
+
+
+# ------------------------------------------------------------------ cross-lane
+
+@op("v_permlane16_swap_b32", "v_permlane32_swap_b32")
+def _permlane_swap(ins: Instr, d: Any) -> Fn:
+    """gfx950: permlane16_swap swaps the odd 16-lane rows of VDST with the even rows of VSRC
+    (rows 1<->0, 3<->2); permlane32_swap swaps the upper 32 lanes of VDST with the lower 32 of
+    VSRC. Both registers are written (LLVM VOP1Instructions.td, GFX950 permlane swaps;
+    AMDGPUUsage). Requires a full EXEC (a partial EXEC is not modelled)."""
+    no_modifiers(ins)
+    a = vdst(ins, ins.operands[0])
+    b = vdst(ins, ins.operands[1])
+    span = 16 if "16" in ins.mnemonic else 32
+
+    def run(w: Wave, x: Any) -> None:
+        if not w.exec.all():
+            raise UnsupportedOperands(f"`{ins.text}`: partial EXEC not modelled")
+        if x.checks.on:
+            check_vgpr(w, x, a)
+            check_vgpr(w, x, b)
+        va, vb = w.v[a].copy(), w.v[b].copy()
+        for r0 in range(0, LANES, 2 * span):
+            hi = slice(r0 + span, r0 + 2 * span)
+            lo = slice(r0, r0 + span)
+            va[hi], vb[lo] = w.v[b][lo], w.v[a][hi]
+        w.v[a] = va
+        w.v[b] = vb
+    return run
+
+
+@op("v_bitop3_b32", "v_bitop3_b16")
+def _bitop3(ins: Instr, d: Any) -> Fn:
+    """gfx950 V_BITOP3_B32: bit i of D = TTBL[(S0[i] << 2) | (S1[i] << 1) | S2[i]] with the 8-bit
+    truth table `bitop3:` (LLVM SIISelLowering::getBitOp3: S0 = 0xF0, S1 = 0xCC, S2 = 0xAA)."""
+    ms = dict(ins.modifiers)
+    require("bitop3" in ms and len(ms) == 1 and ins.mnemonic == "v_bitop3_b32", ins, "bitop3 form")
+    tt = int(str(ms["bitop3"]), 0)
+    dst = vdst(ins, ins.operands[0])
+    s = [src32(ins, o) for o in ins.operands[1:4]]
+
+    def run(w: Wave, x: Any) -> None:
+        a, b, c = (g(w, x) for g in s)
+        na, nb, nc = ~a, ~b, ~c
+        r = np.zeros(LANES, dtype=U32)
+        for i in range(8):
+            if (tt >> i) & 1:
+                r |= (a if i & 4 else na) & (b if i & 2 else nb) & (c if i & 1 else nc)
+        write_v(w, dst, r)
+    return run
+
+
+VALU["v_xad_u32"] = _int_factory(lambda a, b, c: (a ^ b) + c, 3)

@@ -19,7 +19,7 @@ import inspect
 from kernel.backend import Backend, BackendUnavailable, gfx950_available
 from kernel.contract import MAX_HEADS
 
-BUILTIN_NAMES = ("emulated", "flydsl", "flashmla", "flashmla-prefill", "torch-sdpa")
+BUILTIN_NAMES = ("emulated", "flydsl", "flydsl-isa", "flashmla", "flashmla-prefill", "torch-sdpa")
 
 
 def _wrap_external(spec: str, obj: object, profile: str | None) -> Backend:
@@ -65,6 +65,10 @@ def resolve(name: str, *, profile: str | None = None) -> Backend:
         from kernel.backends.flydsl.host import flydsl_backend
 
         backend = flydsl_backend()
+    elif name == "flydsl-isa":
+        from kernel.isa.backend import flydsl_isa_backend
+
+        backend = flydsl_isa_backend()
     elif name == "flashmla":
         from kernel.backends.flashmla import flashmla_backend
 

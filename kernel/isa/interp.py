@@ -141,8 +141,12 @@ class Executor:
 
 @dataclass
 class WorkgroupResult:
+    """Instructions executed (all waves), barriers passed, and the final waves and LDS."""
+
     instructions: int
     barriers: int
+    waves: list[Wave]
+    workgroup: Workgroup
 
 
 def init_wave(dec: Decoded, wid: int, wgid: int, kernarg_addr: int) -> Wave:
@@ -168,13 +172,17 @@ def init_wave(dec: Decoded, wid: int, wgid: int, kernarg_addr: int) -> Wave:
 
 
 def run_workgroup(dec: Decoded, wgid: int, kernarg_addr: int, mem: GlobalMemory, checks: Checks,
-                  threads: int) -> WorkgroupResult:
-    """Execute workgroup `wgid` of `threads` work-items (a multiple of 64)."""
+                  threads: int, setup: Callable[[Wave], None] | None = None) -> WorkgroupResult:
+    """Execute workgroup `wgid` of `threads` work-items (a multiple of 64); `setup(wave)`, when
+    given, adjusts each wave's initial state (tests)."""
     if threads % LANES:
         raise UnknownInstruction(f"workgroup of {threads} threads is not a whole number of waves")
     wg = Workgroup(wgid, dec.program.descriptor.group_segment_size, checks)
     x = Executor(dec, mem, wg, checks)
     waves = [init_wave(dec, i, wgid, kernarg_addr) for i in range(threads // LANES)]
+    if setup is not None:
+        for w in waves:
+            setup(w)
     while True:
         live = [w for w in waves if not w.done]
         if not live:
@@ -186,4 +194,4 @@ def run_workgroup(dec: Decoded, wgid: int, kernarg_addr: int, mem: GlobalMemory,
             wg.epoch += 1
             for w in waiting:
                 w.at_barrier = False
-    return WorkgroupResult(sum(w.executed for w in waves), wg.epoch)
+    return WorkgroupResult(sum(w.executed for w in waves), wg.epoch, waves, wg)

@@ -172,12 +172,15 @@ def init_wave(dec: Decoded, wid: int, wgid: int, kernarg_addr: int) -> Wave:
 
 
 def run_workgroup(dec: Decoded, wgid: int, kernarg_addr: int, mem: GlobalMemory, checks: Checks,
-                  threads: int, setup: Callable[[Wave], None] | None = None) -> WorkgroupResult:
-    """Execute workgroup `wgid` of `threads` work-items (a multiple of 64); `setup(wave)`, when
-    given, adjusts each wave's initial state (tests)."""
+                  threads: int, setup: Callable[[Wave], None] | None = None,
+                  wg_setup: Callable[[Workgroup], None] | None = None) -> WorkgroupResult:
+    """Execute workgroup `wgid` of `threads` work-items (a multiple of 64); `setup(wave)` and
+    `wg_setup(workgroup)`, when given, adjust the initial state (tests)."""
     if threads % LANES:
         raise UnknownInstruction(f"workgroup of {threads} threads is not a whole number of waves")
     wg = Workgroup(wgid, dec.program.descriptor.group_segment_size, checks)
+    if wg_setup is not None:
+        wg_setup(wg)
     x = Executor(dec, mem, wg, checks)
     waves = [init_wave(dec, i, wgid, kernarg_addr) for i in range(threads // LANES)]
     if setup is not None:

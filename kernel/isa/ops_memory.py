@@ -99,8 +99,11 @@ def _buffer_load(ins: Instr, d: Any) -> Fn:
         stride = (w1 >> 16) & 0x3FFF
         if stride or (w1 >> 30) & 3 or (w3 >> 23) & 1:
             raise UnsupportedOperands(f"`{ins.text}`: buffer with stride {stride} / swizzle / add_tid not modelled (word1 {w1:#x}, word3 {w3:#x})")
+        so = soff(w, x)
+        if so:
+            raise UnsupportedOperands(f"`{ins.text}`: a non-zero SOFFSET ({so}) is not modelled (its role in the range check)")
         off = (vaddr(w, x).astype(np.int64) if vaddr else np.zeros(LANES, np.int64)) + inst_off
-        addr0 = np.uint64(base + soff(w, x)) + off.astype(np.uint64)
+        addr0 = np.uint64(base) + off.astype(np.uint64)
         act = w.exec
         words = []
         for i in range(n):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from kernel.record import LATENT_DIM
-from oracle.rows import DEFAULT_KEY_BUDGET, KeyChunk, iter_chunks
+from oracle.rows import REFERENCE_KEY_BUDGET, KeyBlock, KeyChunk, iter_chunks, iter_key_blocks
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,27 @@ def chunk_softmax(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return weights / total, (peak + torch.log(total)).squeeze(-1)
 
 
+def block_reference(q_ref: torch.Tensor, block: KeyBlock, softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out f64 [R, H, 512], lse f64 [R, H]) of one KeyBlock; a row without a valid key gets 0 / -inf.
+
+    z = scale * q . K (one batched f64 GEMM), softmax with the row max subtracted, out =
+    (exp(z - max) @ V) / sum exp(z - max): the division is applied to the [R, H, 512] result
+    rather than to the [R, H, L] weights (same value to f64 rounding).
+    """
+    scores = torch.bmm(q_ref[block.rows], block.keys.transpose(1, 2))
+    scores.mul_(float(softmax_scale))
+    scores.masked_fill_(~block.valid.unsqueeze(1), float("-inf"))
+    peak = scores.amax(dim=-1, keepdim=True)
+    scores.sub_(peak).exp_()
+    total = scores.sum(dim=-1, keepdim=True)
+    out = torch.bmm(scores, block.keys[..., :LATENT_DIM]).div_(total)
+    lse = (peak + torch.log(total)).squeeze(-1)
+    has_key = block.valid.any(dim=1).view(-1, 1)
+    out = torch.where(has_key.unsqueeze(-1), out, 0.0)
+    lse = torch.where(has_key, lse, float("-inf"))
+    return out, lse
+
+
 def reference(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -55,17 +76,23 @@ def reference(
     *,
     has_invalid: bool = False,
     q_ref: torch.Tensor | None = None,
-    key_budget: int = DEFAULT_KEY_BUDGET,
+    key_budget: int | None = None,
     scale_model: str = "stored",
 ) -> Reference:
     """The float64 reference (see module docstring); raises oracle.rows.PreconditionError on
     consumed positions or indices out of range. `scale_model` is oracle.rows.SCALE_MODELS
-    ("stored": the contract; "gfx950": the gfx950 kernel's documented handling of any scale)."""
+    ("stored": the contract; "gfx950": the gfx950 kernel's documented handling of any scale).
+    key_budget: key slots per chunk (default oracle.rows.REFERENCE_KEY_BUDGET for the device)."""
     n_q, heads, _ = q.shape
+    budget = key_budget or REFERENCE_KEY_BUDGET.get(q.device.type, REFERENCE_KEY_BUDGET["cpu"])
     q64 = q.to(torch.float64) if q_ref is None else q_ref
     out = torch.zeros(n_q, heads, LATENT_DIM, dtype=torch.float64, device=q.device)
     lse = torch.full((n_q, heads), float("-inf"), dtype=torch.float64, device=q.device)
-    for chunk in iter_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, scale_model=scale_model):
+    if scale_model == "stored":
+        for block in iter_key_blocks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=budget):
+            out[block.rows], lse[block.rows] = block_reference(q64, block, softmax_scale)
+        return Reference(out=out, lse=lse)
+    for chunk in iter_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=budget, scale_model=scale_model):
         if not bool(chunk.valid.any()):
             continue
         scores = chunk_scores(q64, chunk, softmax_scale)

@@ -17,6 +17,9 @@ from kernel.fp8 import decode_e4m3
 from kernel.record import RECORD_BYTES, decode_records
 
 DEFAULT_KEY_BUDGET = 1 << 15  # key slots (rows x padded length) per chunk
+# The reference's own chunk size per device type (key slots): a GPU holds 2^21 slots of f64 keys
+# (9.7 GB) easily and launches per chunk then cost nothing beside the arithmetic.
+REFERENCE_KEY_BUDGET = {"cpu": 1 << 15, "cuda": 1 << 21}
 SCALE_MODELS = ("stored", "gfx950")
 _SCALE_CAP_BITS = 0x43000000  # f32 bits of 2^7
 
@@ -158,6 +161,72 @@ def gather_chunk(
         codes=torch.where(mask, decoded.codes, torch.zeros((), dtype=torch.uint8, device=rows.device)),
         scales=torch.where(mask, decoded.scales, torch.zeros((), dtype=torch.float32, device=rows.device)),
     )
+
+
+@dataclass(frozen=True)
+class KeyBlock:
+    """The keys of a chunk of rows as the reference needs them (one f64 tensor, built in one pass).
+
+    rows:  int64 [R]           query rows of this chunk
+    valid: bool [R, L]         slot holds a key
+    keys:  f64 [R, L, 576]     [code * stored scale (512), rope (64)], exactly 0 at masked slots
+                               (V = keys[..., :512])
+    """
+
+    rows: torch.Tensor
+    valid: torch.Tensor
+    keys: torch.Tensor
+
+
+def gather_keys(
+    rows: torch.Tensor,
+    start: torch.Tensor,
+    length: torch.Tensor,
+    indices: torch.Tensor,
+    kv_cache: torch.Tensor,
+    *,
+    has_invalid: bool,
+) -> KeyBlock:
+    """Gather and decode the keys of `rows` under the "stored" scale model (the contract).
+
+    Same values as gather_chunk's k_latent / rope (code * scale and rope are exact in f64), with
+    fewer passes over memory: masked slots gather an all-zero record (so whatever row 0 holds,
+    NaN codes included, never reaches them), codes go e4m3 -> f32 (exact) and are multiplied by
+    the f64 scale straight into the key tensor.
+    """
+    row_len = length[rows]
+    width = int(row_len.max())
+    offsets = torch.arange(width, device=rows.device, dtype=torch.int64)
+    in_row = offsets.unsqueeze(0) < row_len.unsqueeze(1)
+    positions = torch.where(in_row, start[rows].unsqueeze(1) + offsets.unsqueeze(0), 0)
+    entries = indices[positions]
+    valid = in_row & (entries >= 0) if has_invalid else in_row
+    flat = kv_cache.reshape(-1, RECORD_BYTES)
+    records = flat[torch.where(valid, entries, 0)]
+    records.masked_fill_(~valid.unsqueeze(-1), 0)
+    n_rows = rows.numel()
+    keys = torch.empty(n_rows, width, 576, dtype=torch.float64, device=rows.device)
+    codes = records[..., :512].view(torch.float8_e4m3fn).to(torch.float32).view(n_rows, width, 4, 128)
+    scales = records[..., 512:528].view(torch.float32).to(torch.float64).unsqueeze(-1)
+    torch.mul(codes, scales, out=keys[..., :512].view(n_rows, width, 4, 128))
+    keys[..., 512:] = records[..., 528:].view(torch.bfloat16)
+    return KeyBlock(rows=rows, valid=valid, keys=keys)
+
+
+def iter_key_blocks(
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    kv_cache: torch.Tensor,
+    *,
+    has_invalid: bool,
+    key_budget: int,
+) -> Iterator[KeyBlock]:
+    """All non-empty rows' keys as KeyBlocks (after checking the stream's preconditions)."""
+    kv_rows = kv_cache.numel() // RECORD_BYTES
+    check_stream(indices, indptr, kv_rows, has_invalid=has_invalid)
+    start, length = row_bounds(indptr)
+    for rows in chunk_plan(length, key_budget):
+        yield gather_keys(rows, start, length, indices, kv_cache, has_invalid=has_invalid)
 
 
 def iter_chunks(

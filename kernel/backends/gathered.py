@@ -28,8 +28,8 @@ SCALE_BLOCK = 128
 class GatheredRows:
     """Fixed-width rows of keys for n_q query rows.
 
-    keys: bf16 [n_q, width, 576] dequantised K (V = keys[..., :512]); slots that hold no key carry
-        the decoded bytes of cache row 0 (or zeros when the cache is empty) and must be masked;
+    keys: bf16 [n_q, width, 576] dequantised K (V = keys[..., :512]); a slot that holds no key is
+        exactly 0 (whatever cache row 0 holds: NaN codes there cannot leak through a 0 weight);
     valid: bool [n_q, width], slot holds a key (inside the row, entry >= 0);
     lengths: int64 [n_q] CSR row lengths (negative clamped to 0);
     width: slots per row, a positive multiple of the `multiple` asked for.
@@ -86,8 +86,9 @@ def gather_rows(
     flat = kv_cache.reshape(-1, RECORD_BYTES)
     if flat.shape[0] == 0:
         flat = torch.zeros(1, RECORD_BYTES, dtype=torch.uint8, device=kv_cache.device)
-    slots = rows.indices.clamp_min(0).reshape(-1)
-    keys = dequantise_bf16(flat[slots]).view(rows.indices.shape[0], rows.width, HEAD_DIM)
+    records = flat[rows.indices.clamp_min(0).reshape(-1)]
+    records.masked_fill_(~valid.view(-1, 1), 0)  # an empty slot is an all-zero record: row 0's bytes never reach it
+    keys = dequantise_bf16(records).view(rows.indices.shape[0], rows.width, HEAD_DIM)
     return GatheredRows(keys=keys, valid=valid, lengths=rows.lengths, width=rows.width)
 
 

@@ -1,4 +1,4 @@
-"""`python -m conformance bench`: throughput of sparse MLA backends on realistic shapes.
+"""Throughput of sparse MLA backends on realistic shapes (the library of `python -m conformance bench`).
 
 Each backend runs the same call shape: n_q query rows (default 1, 64 and 1024), KEYS keys per
 row (default 2048) drawn uniformly from a cache of CACHE_ROWS records (default 1,048,576 on a
@@ -24,30 +24,25 @@ Kernels (--kernel, repeatable; default: flashmla, emulated, oracle):
 - `oracle`: oracle.reference.reference, the float64 reference, on the same device.
 
 Progress goes to stderr, the table to stdout, and the whole report as JSON to --json PATH.
-Exit codes: 0 every case ran (kernels of the default list that are unavailable here are
-reported and skipped), 1 a kernel asked for by --kernel was unavailable or a case raised,
-2 usage error.
+The report's "exit_code" is 0 when every case ran (kernels of the default list that are
+unavailable here are reported and skipped), 1 when a kernel asked for explicitly was
+unavailable or a case raised.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, TextIO
 
 import torch
 
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_DIM, encode_records
 from kernel.registry import BackendUnavailable, resolve
-from conformance.cli import non_negative_int, positive_int
 
 SCHEMA = 1
 DEFAULT_KERNELS = ("flashmla", "emulated", "oracle")
@@ -58,7 +53,6 @@ DEFAULT_KEYS = 2048
 DEFAULT_HEADS = 16
 DEFAULT_CACHE_ROWS = {"cuda": 1 << 20, "cpu": 1 << 16}
 SOFTMAX_SCALE = 576**-0.5
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 # Peak memory bandwidth (bytes/s) from vendor spec sheets, matched in order against the device
 # name (more specific names first).
@@ -75,61 +69,6 @@ PEAK_BANDWIDTH: tuple[tuple[str, float], ...] = (
     ("MI325X", 6.0e12),
     ("MI300X", 5.3e12),
 )
-
-
-# ------------------------------------------------------------------------------ arguments
-
-
-def _int_list(text: str) -> list[int]:
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts:
-        raise argparse.ArgumentTypeError("expected a comma-separated list of integers")
-    return [positive_int(p) for p in parts]
-
-
-def _heads(text: str) -> int:
-    value = positive_int(text)
-    if value > 16:
-        raise argparse.ArgumentTypeError(f"the contract allows 1..16 heads, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The bench options (shared by `python -m conformance bench` and `python -m conformance.bench`)."""
-    p.add_argument("--kernel", action="append", metavar="NAME", help=f"kernel to time (repeatable): a registry name, package.module:attr, or {ORACLE!r}; default {', '.join(DEFAULT_KERNELS)}")
-    p.add_argument("--n-q", type=_int_list, default=list(DEFAULT_N_Q), metavar="N,N,...", help="query rows per call (default 1,64,1024)")
-    p.add_argument("--keys", type=positive_int, default=DEFAULT_KEYS, metavar="K", help=f"keys per query row (default {DEFAULT_KEYS})")
-    p.add_argument("--heads", type=_heads, default=DEFAULT_HEADS, metavar="H", help=f"query heads, 1..16 (default {DEFAULT_HEADS})")
-    p.add_argument("--iters", type=positive_int, default=20, metavar="N", help="timed calls per case, at most (default 20)")
-    p.add_argument("--warmup", type=non_negative_int, default=3, metavar="N", help="untimed calls before timing (default 3)")
-    p.add_argument("--max-seconds", type=_seconds, default=10.0, metavar="S", help="wall-clock budget per case; timing stops after it (at least one timed call; default 10)")
-    p.add_argument("--cache-rows", type=positive_int, default=None, metavar="N", help="records in the KV cache (default 1,048,576 on a GPU, 65,536 on the CPU)")
-    p.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="data seed (default 0)")
-    p.add_argument("--no-native", action="store_true", help="skip the bare FlashMLA call at its native 64 heads")
-    p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry point: `python -m conformance.bench [options]`."""
-    parser = argparse.ArgumentParser(prog="python -m conformance.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return run(args)
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -489,7 +428,7 @@ def run_bench(
             "bytes_per_call": "n_q * keys * 656",
         },
         "results": [asdict(r) for r in results],
-        "exit_code": EXIT_FAILED if failed else EXIT_OK,
+        "exit_code": 1 if failed else 0,
     }
 
 
@@ -528,36 +467,3 @@ def render_table(report: dict[str, Any]) -> str:
         for label, note in notes:
             lines.append(f"note: {label}: {note}")
     return "\n".join(lines) + "\n"
-
-
-def run(args: argparse.Namespace) -> int:
-    """Handler of the `bench` subcommand; returns the exit code."""
-    explicit = bool(args.kernel)
-    kernels = list(dict.fromkeys(args.kernel)) if args.kernel else list(DEFAULT_KERNELS)
-    try:
-        device = torch.device(args.device) if args.device else None
-    except RuntimeError as err:
-        print(f"error: bad --device: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    if device is not None and device.type == "cuda" and not torch.cuda.is_available():
-        print("error: --device cuda asked for but torch sees no CUDA device", file=sys.stderr)
-        return EXIT_USAGE
-    for n_q in args.n_q:
-        if n_q * args.keys >= 2**31:
-            print(f"error: n_q {n_q} x keys {args.keys} index entries do not fit int32 positions", file=sys.stderr)
-            return EXIT_USAGE
-    report = run_bench(
-        kernels, args.n_q,
-        keys=args.keys, heads=args.heads, iters=args.iters, warmup=args.warmup,
-        max_seconds=args.max_seconds, cache_rows=args.cache_rows, device=device, seed=args.seed,
-        native=not args.no_native, explicit=explicit, progress=None if args.quiet else sys.stderr,
-    )
-    sys.stdout.write(render_table(report))
-    sys.stdout.flush()
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    return int(report["exit_code"])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

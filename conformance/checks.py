@@ -11,9 +11,8 @@ from hypothesis import reject
 from hypothesis.control import currently_in_test_context
 from hypothesis import target as hypothesis_target
 
-from conformance.harness import Verdict, compare, record, run_kernel
-from conformance.plugin import SuiteTarget, remember
-from oracle.bound import MODES, evaluate_modes
+from conformance.harness import Verdict, judge, record, run_kernel
+from conformance.target import SuiteTarget
 from oracle.preconditions import check_call, has_violation
 from strategies.materialize import Problem, materialize
 from strategies.recipe import Recipe
@@ -53,27 +52,20 @@ def supported(suite: SuiteTarget, problem: Problem) -> str:
 def differential(suite: SuiteTarget, recipe: Recipe, property_name: str = "differential", *, use_target: bool = True) -> list[Verdict]:
     """Run the kernel, then judge it against the reference in both comparison modes; raise
     AssertionError with every failure. Returns the verdicts (exact-steps first)."""
-    remember(recipe, property_name)
+    suite.judged.note(recipe, property_name)
     problem = materialize(recipe, suite.device)
     require_support(suite, problem)
     out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name)
-    verdicts = []
-    evaluations = evaluate_modes(
-        problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
-        profile=suite.profile, modes=MODES, has_invalid=problem.has_invalid,
-    )
-    for mode in MODES[::-1]:
-        evaluation = evaluations[mode]
-        verdict = compare(problem, out, lse, evaluation)
-        verdicts.append(verdict)
+    judgement = judge(problem, out, lse, suite.profile)
+    for mode, verdict in judgement.verdicts.items():
         if use_target:
             for label, value in ((f"out/{mode}", verdict.out_ratio), (f"lse/{mode}", verdict.lse_ratio)):
                 if math.isfinite(value):
                     hypothesis_target(value, label=label)
         record(property_name, suite.name, problem, outcome="pass" if verdict.ok else "fail", out_ratio=verdict.out_ratio, lse_ratio=verdict.lse_ratio, extra={"mode": mode})
-    failures = [v.message() for v in verdicts if not v.ok]
+    failures = judgement.messages()
     assert not failures, "kernel output outside the a-priori bound:\n" + "\n".join(failures)
-    return verdicts
+    return list(judgement.verdicts.values())
 
 
 def violation_run(suite: SuiteTarget, recipe: Recipe, property_name: str = "preconditions") -> dict[str, Any]:
@@ -85,7 +77,7 @@ def violation_run(suite: SuiteTarget, recipe: Recipe, property_name: str = "prec
     2^7 or a non-power-of-two scale the output must stay finite (the kernel clamps / drops the
     mantissa, it does not overflow).
     """
-    remember(recipe, property_name, expect="precondition")
+    suite.judged.note(recipe, property_name, expect="precondition")
     problem = materialize(recipe, suite.device)
     require_support(suite, problem)
     findings = check_call(problem.q, problem.kv_cache, problem.indices, problem.indptr, has_invalid=problem.has_invalid)

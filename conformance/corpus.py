@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.state import CORPUS_DIR
 from conformance.wal import atomic_write_text
 from strategies.recipe import Recipe, RecipeError
 
-CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
-PENDING_DIR = CORPUS_DIR / "pending"
 EXPECTATIONS = ("conform", "precondition")
 SUITE_VERSION = "0.1.0"
 

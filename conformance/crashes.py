@@ -24,8 +24,7 @@ loses nothing either; an unreadable write-ahead file is renamed `*.unreadable`, 
 Sessions mark their run folder with `session.json` (pid, host, start, finish) so that a session
 never takes the write-ahead file of another session that is still running.
 
-Environment: CONFORMANCE_PENDING_DIR overrides the pending corpus folder (default
-conformance/corpus/pending); CONFORMANCE_DIR and CONFORMANCE_RUN_ID as in conformance.harness.
+Folders and environment variables: conformance.state.
 This module imports torch only when it has a crash to record.
 """
 
@@ -40,37 +39,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from conformance.state import runs_root
 from conformance.wal import atomic_write_text
 
-PENDING_ENV = "CONFORMANCE_PENDING_DIR"
-STATE_DIR_ENV = "CONFORMANCE_DIR"  # conformance.harness.STATE_DIR_ENV (not imported: it pulls torch)
-RUN_ID_ENV = "CONFORMANCE_RUN_ID"  # conformance.harness.RUN_ID_ENV
 CRASH_CAUGHT_PREFIX = "process died during the kernel call"
 SESSION_FILE = "session.json"
 CRASHES_LOG = "crashes.jsonl"
-CORPUS_DIR = Path(__file__).resolve().parent / "corpus"  # conformance.corpus.CORPUS_DIR
-
-
-def pending_dir() -> Path:
-    """Where captured entries go: $CONFORMANCE_PENDING_DIR, else conformance/corpus/pending."""
-    value = os.environ.get(PENDING_ENV)
-    return Path(value) if value else CORPUS_DIR / "pending"
-
-
-def state_dir() -> Path:
-    """The state folder (runs, write-ahead files): $CONFORMANCE_DIR, else .conformance."""
-    return Path(os.environ.get(STATE_DIR_ENV, ".conformance"))
-
-
-def runs_root() -> Path:
-    """The folder holding one sub-folder per run."""
-    return state_dir() / "runs"
-
-
-def current_run_dir() -> Path | None:
-    """This session's run folder (not created), or None when no run id is set yet."""
-    run_id = os.environ.get(RUN_ID_ENV)
-    return runs_root() / run_id if run_id else None
 
 
 def _pid_alive(pid: int) -> bool:

@@ -1,5 +1,8 @@
 """Running a kernel on a problem and judging its output against the reference and bound.
 
+`judge` is the one judgement every front end uses (the suite's checks, `replay`, the soundness
+campaign): evaluate the reference and bound in each comparison mode, then `compare`.
+
 `run_kernel` records the recipe write-ahead, calls the kernel (always before any reference is
 built, so freed memory holding a right answer cannot hide a kernel that wrote nothing) and
 returns its outputs. `compare` checks the outputs against an `oracle.bound.Evaluation`:
@@ -13,40 +16,16 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from conformance.state import run_dir, worker_id
 from conformance.wal import in_flight
 from kernel.record import LATENT_DIM
-from oracle.bound import Evaluation
+from oracle.bound import MODES, Evaluation, Mode, evaluate_modes
+from oracle.profiles import NumericsProfile
 from strategies.materialize import Problem
-
-RUN_ID_ENV = "CONFORMANCE_RUN_ID"
-STATE_DIR_ENV = "CONFORMANCE_DIR"
-
-
-def state_dir() -> Path:
-    """Where runs, write-ahead files and pending corpus entries live (default .conformance/)."""
-    return Path(os.environ.get(STATE_DIR_ENV, ".conformance"))
-
-
-def worker_id() -> str:
-    """This process's xdist worker id, or "main"."""
-    return os.environ.get("PYTEST_XDIST_WORKER", "main")
-
-
-def run_dir() -> Path:
-    """This run's folder (the run id comes from the controller through the environment)."""
-    run_id = os.environ.get(RUN_ID_ENV)
-    if not run_id:
-        run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
-        os.environ[RUN_ID_ENV] = run_id
-    path = state_dir() / "runs" / run_id
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
 
 def run_kernel(
     problem: Problem,
@@ -181,6 +160,35 @@ def compare(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, evalu
                 f"[{mode}] {int(over.sum())} lse values exceed the bound (max |err|/bound = {verdict.lse_ratio:.3g}), first at (row, head) {_first(over)}"
             )
     return verdict
+
+
+@dataclass
+class Judgement:
+    """Verdicts and evaluations of one kernel call, keyed by comparison mode (exact-steps first)."""
+
+    verdicts: dict[str, Verdict]
+    evaluations: dict[str, Evaluation]
+
+    @property
+    def ok(self) -> bool:
+        return all(v.ok for v in self.verdicts.values())
+
+    def messages(self) -> list[str]:
+        """Each failing mode's message (failures and the worst element)."""
+        return [v.message() for v in self.verdicts.values() if not v.ok]
+
+
+def judge(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, profile: NumericsProfile, *, modes: tuple[Mode, ...] = MODES) -> Judgement:
+    """Evaluate the reference and a-priori bound of `profile` for `problem` in each of `modes`
+    and compare the kernel's outputs with each. Raises oracle.rows.PreconditionError when the
+    problem breaks a precondition (no bound is promised then)."""
+    evaluations = evaluate_modes(
+        problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
+        profile=profile, modes=modes, has_invalid=problem.has_invalid,
+    )
+    ordered = sorted(modes, key=lambda m: m != "exact-steps")
+    verdicts = {mode: compare(problem, out, lse, evaluations[mode]) for mode in ordered}
+    return Judgement(verdicts=verdicts, evaluations={m: evaluations[m] for m in ordered})
 
 
 def record(property_name: str, kernel_name: str, problem: Problem, *, outcome: str, out_ratio: float | None = None, lse_ratio: float | None = None, extra: dict[str, Any] | None = None) -> None:

@@ -1,6 +1,6 @@
 """Greedy minimisation of a failing recipe: smaller while it keeps failing the same way.
 
-"The same way" is the failure signature (conformance.cli_replay.failure_signature): the failure
+"The same way" is the failure signature (conformance.cli.replay.failure_signature): the failure
 messages with every number replaced, so "[exact-steps] 4 lse values exceed the bound ..." and
 "[exact-steps] 1 lse values exceed the bound ..." match, but an lse failure does not match an out
 failure, a crash does not match a raise, and a precondition recipe that stops violating its
@@ -172,17 +172,12 @@ def minimise(recipe: Any, check: Check, *, signature: frozenset[str] | None = No
 
 def in_process_check(suite: Any, expect: str, *, name: str = "minimise") -> Check:
     """A check running the replay diagnosis in this process (state in a temporary folder)."""
-    from conformance.cli_replay import diagnose, sandbox_state
+    from conformance.replay import diagnose, sandbox_state
     from conformance.corpus import CorpusEntry
 
     def check(recipe: Any) -> frozenset[str]:
-        from conformance.plugin import current
-
-        try:
-            with sandbox_state():
-                diag = diagnose(CorpusEntry(name=name, recipe=recipe, expect=expect), suite, findings=False)
-        finally:
-            current.recipe = None  # set by the checks; not a pytest test's failure
+        with sandbox_state():
+            diag = diagnose(CorpusEntry(name=name, recipe=recipe, expect=expect), suite, findings=False)
         return diag.signature
 
     return check
@@ -195,7 +190,7 @@ def isolated_check(*, kernel: str | None, profile: str | None, device: str | Non
     import tempfile
     from pathlib import Path
 
-    from conformance.cli_replay import run_isolated
+    from conformance.replay import run_isolated
     from conformance.corpus import CorpusEntry
 
     def check(recipe: Any) -> frozenset[str]:

@@ -5,7 +5,7 @@ Inputs, all in the run folder `<state dir>/runs/<run id>/` (every xdist worker w
   kernel, outcome, out_ratio / lse_ratio (|err| / bound, the largest over the call), mode,
   observed (precondition runs), recipe, time;
 - `failures-<worker>.jsonl`: one line per failing test whose recipe was saved to the pending
-  corpus (conformance.plugin);
+  corpus (conformance.suite.plugin);
 - `crashes.jsonl`: crashes recorded by conformance.crashes;
 - `session.json`: who ran it (conformance.crashes).
 
@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.crashes import CRASHES_LOG, read_session, runs_root
+from conformance.crashes import CRASHES_LOG, read_session
+from conformance.state import runs_root
 from conformance.wal import atomic_write_text
 
 SCHEMA = 1

@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis import target as hypothesis_target
 
-from conformance.harness import compare
+from conformance.harness import judge
 from kernel.registry import resolve
-from oracle.bound import MODES, evaluate_modes
+from oracle.bound import MODES
 from oracle.profiles import get_profile
 from oracle.rows import row_bounds
 from strategies.hypothesis_recipes import recipes
@@ -104,10 +104,7 @@ def run_campaign(kernel_name: str, problems: int, *, device: str = "cpu", max_to
         problem, owners = combine([materialize(recipe, device) for recipe in batch])
         out, lse = problem.call(backend)
         stats["problems"] += len(batch)
-        evaluations = evaluate_modes(problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale, profile=profile, has_invalid=problem.has_invalid)
-        for mode in MODES:
-            ev = evaluations[mode]
-            verdict = compare(problem, out, lse, ev)
+        for mode, verdict in judge(problem, out, lse, profile).verdicts.items():
             for name, value in (("out", verdict.out_ratio), ("lse", verdict.lse_ratio)):
                 key = f"{name}/{mode}"
                 if math.isfinite(value):

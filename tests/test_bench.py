@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance import bench, cli_bench
+from conformance import bench
+from conformance.cli import bench as cli_bench
+from conformance.cli import main as cli_main
 from kernel.record import RECORD_BYTES, decode_records
 
 TINY = ["--n-q", "1,3", "--keys", "130", "--heads", "2", "--cache-rows", "300", "--iters", "2", "--warmup", "1", "--device", "cpu"]
@@ -20,7 +22,7 @@ TINY = ["--n-q", "1,3", "--keys", "130", "--heads", "2", "--cache-rows", "300", 
 
 def test_bench_cpu_emulated_and_oracle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "bench.json"
-    code = bench.main(["--kernel", "emulated", "--kernel", "oracle", *TINY, "--json", str(path)])
+    code = cli_main(["bench", "--kernel", "emulated", "--kernel", "oracle", *TINY, "--json", str(path)])
     out, err = capsys.readouterr()
     assert code == 0
     report = json.loads(path.read_text())
@@ -49,20 +51,20 @@ def test_bench_cpu_emulated_and_oracle(tmp_path: Path, capsys: pytest.CaptureFix
 def test_bench_default_list_skips_unavailable_flashmla(capsys: pytest.CaptureFixture[str]) -> None:
     if torch.cuda.is_available():
         pytest.skip("checks the CPU-only answer")
-    code = bench.main([*TINY, "--n-q", "1", "--kernel", "oracle"])
+    code = cli_main(["bench", *TINY, "--n-q", "1", "--kernel", "oracle"])
     assert code == 0
     capsys.readouterr()
-    code = bench.main([*TINY, "--n-q", "1", "--quiet"])  # default list: flashmla, emulated, oracle
+    code = cli_main(["bench", *TINY, "--n-q", "1", "--quiet"])  # default list: flashmla, emulated, oracle
     out, err = capsys.readouterr()
     assert code == 0  # an unavailable kernel of the default list is reported, not a failure
     assert "skipped: flashmla: no CUDA device" in out and err == ""
-    code = bench.main([*TINY, "--n-q", "1", "--quiet", "--kernel", "flashmla"])
+    code = cli_main(["bench", *TINY, "--n-q", "1", "--quiet", "--kernel", "flashmla"])
     assert code == 1  # asked for by name: a failure
 
 
 def test_bench_reports_a_kernel_that_raises(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "b.json"
-    code = bench.main([*TINY, "--n-q", "2", "--kernel", "tests.test_bench:broken_kernel", "--kernel", "oracle", "--json", str(path), "--quiet"])
+    code = cli_main(["bench", *TINY, "--n-q", "2", "--kernel", "tests.test_bench:broken_kernel", "--kernel", "oracle", "--json", str(path), "--quiet"])
     assert code == 1
     results = json.loads(path.read_text())["results"]
     assert results[0]["status"].startswith("error: RuntimeError: boom") and results[0]["median_ms"] is None
@@ -81,7 +83,7 @@ def test_cli_bench_registers_subcommand(capsys: pytest.CaptureFixture[str]) -> N
     sub = parser.add_subparsers(dest="command", required=True)
     cli_bench.register(sub)
     args = parser.parse_args(["bench", "--kernel", "oracle", *TINY, "--n-q", "2", "--quiet"])
-    assert args.n_q == [2] and args.keys == 130 and args.func is bench.run
+    assert args.n_q == [2] and args.keys == 130 and args.func is cli_bench.run
     assert args.func(args) == 0
     assert "oracle (float64 reference)" in capsys.readouterr().out
 
@@ -91,7 +93,7 @@ def test_cli_bench_registers_subcommand(capsys: pytest.CaptureFixture[str]) -> N
     [["--n-q", "0"], ["--n-q", "a,b"], ["--heads", "17"], ["--keys", "-3"], ["--max-seconds", "0"]],
 )
 def test_bench_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert bench.main(argv) == 2
+    assert cli_main(["bench", *argv]) == 2
     assert "error" in capsys.readouterr().err
 
 

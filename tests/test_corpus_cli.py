@@ -12,7 +12,7 @@ from conformance.cli import main
 from conformance.corpus import CORPUS_DIR, load_entry, recipe_hash
 from strategies.recipe import Recipe
 
-BROKEN = "conformance.mutants:lse_base2"  # lse in log2 units: every non-empty row's lse is wrong
+BROKEN = "conformance.mutation.catalogue:lse_base2"  # lse in log2 units: every non-empty row's lse is wrong
 SMALL = {"seed": 5, "n_q": 3, "heads": 4, "row_lengths": [40, 0, 7], "cache_rows": 300, "return_lse": True, "q_pad": [3, 1],
          "latent": "heavy", "softmax_scale": "peaked"}
 
@@ -207,7 +207,7 @@ def test_minimise_keeps_a_precondition_entry_violating(tmp_path: Path, dirs: tup
                                                                 "latent": "above_cap"}, expect="precondition"))
     assert main(["corpus", "minimise", str(path), "--kernel", "emulated"]) == 1  # the promise holds: nothing to do
     assert "nothing to minimise" in capsys.readouterr().out
-    assert main(["corpus", "minimise", str(path), "--kernel", "conformance.mutants:scale_cap_missing"]) == 0  # inf output
+    assert main(["corpus", "minimise", str(path), "--kernel", "conformance.mutation.catalogue:scale_cap_missing"]) == 0  # inf output
     capsys.readouterr()
     small = load_entry(next(p for p in tmp_path.glob("*.json") if p != path))
     assert small.expect == "precondition" and small.recipe.latent == "above_cap"  # still violating, the same way

@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from conformance import crashes
+from conformance import crashes, state
 from conformance.cli import main
-from conformance.cli_replay import child_env
+from conformance.replay import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 SENTINEL_ENV = "CONFORMANCE_TEST_SUICIDE_SENTINEL"
 KERNEL = "tests.test_crash_recovery:suicidal_kernel"
-SELECT = ["conformance/test_corpus.py", "-k", "edge-single-key or edge-one-head"]
+SELECT = ["conformance/suite/test_corpus.py", "-k", "edge-single-key or edge-one-head"]
 
 
 def suicidal_kernel(q: Any, kv_cache: Any, indices: Any, indptr: Any, softmax_scale: float, *, has_invalid: bool = False,
@@ -50,7 +50,7 @@ suicidal_kernel.profile = "gfx950"  # type: ignore[attr-defined]
 
 def _env(tmp: Path) -> dict[str, str]:
     env = child_env(tmp / "state")
-    env[crashes.PENDING_ENV] = str(tmp / "pending")
+    env[state.PENDING_ENV] = str(tmp / "pending")
     env[SENTINEL_ENV] = str(tmp / "sentinel")
     env["OMP_NUM_THREADS"] = "1"
     env.pop("PYTEST_ADDOPTS", None)
@@ -89,7 +89,7 @@ def test_crash_under_xdist_is_recorded_by_the_controller(tmp_path: Path) -> None
     assert len(entries) == 1, output
     _check_entry(entries[0])
     assert "xdist worker gw" in entries[0]["provenance"]["caught"]
-    assert entries[0]["provenance"]["crash"].get("nodeid", "").startswith("conformance/test_corpus.py::test_corpus_entry")
+    assert entries[0]["provenance"]["crash"].get("nodeid", "").startswith("conformance/suite/test_corpus.py::test_corpus_entry")
     assert not _leftovers(tmp_path), output
     assert "crash entry" in output and "conformance report:" in output, output
     report = json.loads(next((tmp_path / "state").glob("runs/*/report.json")).read_text(encoding="utf-8"))
@@ -145,7 +145,7 @@ def _write_inflight(run_dir: Path, worker: str, recipe: dict[str, Any] | None = 
 
 
 def test_live_runs_are_left_alone_and_bad_files_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(crashes.STATE_DIR_ENV, str(tmp_path / "state"))
+    monkeypatch.setenv(state.STATE_DIR_ENV, str(tmp_path / "state"))
     root = tmp_path / "state" / "runs"
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -189,7 +189,7 @@ def test_a_nested_session_gets_a_run_of_its_own(tmp_path: Path) -> None:
         owner = {"pid": sleeper.pid, "host": __import__("socket").gethostname(), "finished": None, "kind": "pytest"}
         (live / crashes.SESSION_FILE).write_text(json.dumps(owner), encoding="utf-8")
         _write_inflight(live, "gw0")
-        env = {**_env(tmp_path), crashes.RUN_ID_ENV: live.name}
+        env = {**_env(tmp_path), state.RUN_ID_ENV: live.name}
         proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "tests/test_report.py"],
                               cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -64,11 +64,11 @@ EXTERNAL_MODULE = textwrap.dedent(
     '''
 )
 
-CORPUS = [f"conformance/test_corpus.py::test_corpus_entry[{name}]" for name in (
+CORPUS = [f"conformance/suite/test_corpus.py::test_corpus_entry[{name}]" for name in (
     "edge-single-key", "edge-empty-row", "edge-tile-129", "edge-padded-q-strides", "edge-preallocated-strided-out",
 )]
-HOST_VALIDATION = ["conformance/test_host_validation.py"]
-BIT_EXACT = ["conformance/test_gfx950_agreement.py::test_bit_exact_agreement_with_emulated"]
+HOST_VALIDATION = ["conformance/suite/test_host_validation.py"]
+BIT_EXACT = ["conformance/suite/test_gfx950_agreement.py::test_bit_exact_agreement_with_emulated"]
 
 
 @dataclass

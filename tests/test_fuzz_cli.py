@@ -10,7 +10,7 @@ import pytest
 
 from conformance.cli import main
 
-BROKEN = "conformance.mutants:lse_base2"
+BROKEN = "conformance.mutation.catalogue:lse_base2"
 
 
 @pytest.fixture()

@@ -1,4 +1,4 @@
-"""The broken-kernel catalogue (conformance.mutants): each mutant is caught, and is minimal.
+"""The broken-kernel catalogue (conformance.mutation.catalogue): each mutant is caught, and is minimal.
 
 For every mutant:
 - a kill case: a problem on which the unbroken emulated kernel passes the gfx950 oracle (bound in
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance import mutants
+from conformance.mutation import catalogue as mutants
 from kernel.backends import emulated
 from kernel.record import RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, encode_records
 from kernel.backend import Backend
@@ -253,7 +253,7 @@ def test_catalogue_shape() -> None:
         assert mutant.backend.profile == "gfx950"
         assert mutant.bug_class in mutants.BUG_CLASSES
         assert mutant.description and "\n" not in mutant.description
-        assert mutant.spec == f"conformance.mutants:{name}"
+        assert mutant.spec == f"conformance.mutation.catalogue:{name}"
         assert resolve(mutant.spec) is mutant.backend
     assert mutants.get_mutant(NAMES[0]) is mutants.CATALOGUE[NAMES[0]]
     with pytest.raises(KeyError, match="unknown mutant"):

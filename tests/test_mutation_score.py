@@ -24,8 +24,11 @@ from typing import Any
 
 import pytest
 
-from conformance import cli_mutation, mutation
-from conformance.mutation import Examples, PytestEvents, RunSpec, count_examples, judge, read_events
+from conformance.cli import mutation as cli_mutation
+from conformance.mutation import plugin as mutation_plugin
+from conformance.mutation import runner, score as scoring
+from conformance.mutation.runner import Examples, PytestEvents, RunSpec, count_examples, read_events
+from conformance.mutation.runner import judge_run as judge
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -66,47 +69,47 @@ FAKE_PYTEST = textwrap.dedent(
     print("leaked " + json.dumps(leaked))
     if mode in ("pass", "survive"):
         example("corpus:a", 1, modes=("float64", "exact-steps"))
-        test("conformance/test_corpus.py::test_corpus_entry[a]")
+        test("conformance/suite/test_corpus.py::test_corpus_entry[a]")
         example("differential", 2, modes=("float64", "exact-steps"))
         example("metamorphic_repeat", 3)
-        test("conformance/test_differential.py::test_differential")
+        test("conformance/suite/test_differential.py::test_differential")
         event(event="finish", time=time.time(), exitstatus=0, collected=2)
         print("2 passed")
         sys.exit(0)
     if mode == "kill3":  # third example fails, in its second mode line
         example("corpus:a", 1, modes=("float64", "exact-steps"))
-        test("conformance/test_corpus.py::test_corpus_entry[a]")
+        test("conformance/suite/test_corpus.py::test_corpus_entry[a]")
         example("differential", 2, modes=("float64", "exact-steps"))
         with open(os.path.join(run_dir, "examples-main.jsonl"), "a") as f:
             for mode_name, outcome in (("float64", "pass"), ("exact-steps", "fail")):
                 f.write(json.dumps({"property": "differential", "outcome": outcome, "recipe": {"seed": 9}, "mode": mode_name, "time": time.time()}) + "\n")
         time.sleep(0.05)
         example("differential", 9, outcome="fail", modes=("float64", "exact-steps"))  # Hypothesis's final replay
-        test("conformance/test_differential.py::test_differential", "failed", "AssertionError: kernel output outside the a-priori bound:")
+        test("conformance/suite/test_differential.py::test_differential", "failed", "AssertionError: kernel output outside the a-priori bound:")
         event(event="finish", time=time.time(), exitstatus=1, collected=5)
-        print("FAILED conformance/test_differential.py::test_differential - AssertionError: kernel output outside")
+        print("FAILED conformance/suite/test_differential.py::test_differential - AssertionError: kernel output outside")
         sys.exit(1)
     if mode == "unrecorded":  # killed by a test that records no example (host validation)
         example("corpus:a", 1, modes=("float64", "exact-steps"))
         example("corpus:b", 2, modes=("float64", "exact-steps"))
-        test("conformance/test_host_validation.py::test_bad_input_gets_clear_error[q_2d]", "failed", "AssertionError: q_2d: the error does not name 'q'")
+        test("conformance/suite/test_host_validation.py::test_bad_input_gets_clear_error[q_2d]", "failed", "AssertionError: q_2d: the error does not name 'q'")
         time.sleep(0.05)
         example("late", 3)  # after the failure: not counted
         sys.exit(1)
     if mode == "stdout-only":  # no plugin report: the short summary is the fallback
         os.remove(report)
-        print("FAILED conformance/test_x.py::test_y[1] - AssertionError: boom")
+        print("FAILED conformance/suite/test_x.py::test_y[1] - AssertionError: boom")
         sys.exit(1)
     if mode == "setup-error":
-        test("conformance/test_corpus.py::test_corpus_entry[a]", "failed", "RuntimeError: fixture broke", when="setup")
+        test("conformance/suite/test_corpus.py::test_corpus_entry[a]", "failed", "RuntimeError: fixture broke", when="setup")
         event(event="finish", time=time.time(), exitstatus=1, collected=1)
         sys.exit(1)
     if mode == "allskip":
-        test("conformance/test_corpus.py::test_corpus_entry[a]", "skipped", "kernel 'x' unavailable: declares no numerics profile", when="setup")
+        test("conformance/suite/test_corpus.py::test_corpus_entry[a]", "skipped", "kernel 'x' unavailable: declares no numerics profile", when="setup")
         event(event="finish", time=time.time(), exitstatus=0, collected=1)
         sys.exit(0)
     if mode == "collect-error":
-        event(event="collect_error", nodeid="conformance/test_corpus.py", time=time.time(), message="ImportError: no module")
+        event(event="collect_error", nodeid="conformance/suite/test_corpus.py", time=time.time(), message="ImportError: no module")
         event(event="finish", time=time.time(), exitstatus=2, collected=0)
         sys.exit(2)
     if mode == "crash":
@@ -129,9 +132,9 @@ def fake_pytest(tmp_path: Path) -> list[str]:
     return [sys.executable, str(script)]
 
 
-def _run(fake: list[str], tmp_path: Path, mode: str, role: str = "mutant", timeout_s: float = 60.0) -> mutation.RunResult:
+def _run(fake: list[str], tmp_path: Path, mode: str, role: str = "mutant", timeout_s: float = 60.0) -> runner.RunResult:
     run = RunSpec(mode, f"fake:{mode}", role)  # type: ignore[arg-type]
-    return mutation.run_one(run, work_dir=tmp_path / "work" / mode, profile="ci", timeout_s=timeout_s, command=fake)
+    return runner.run_one(run, work_dir=tmp_path / "work" / mode, profile="ci", timeout_s=timeout_s, command=fake)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,11 +189,11 @@ def test_read_events_and_summary_fallback(tmp_path: Path) -> None:
     assert ev.first_skip == "a::t2: why"
     assert read_events(tmp_path / "none.jsonl") == PytestEvents()
     summary = "x\nFAILED conformance/t.py::test_a[p-1] - AssertionError: a - b\nERROR conformance/t.py::test_b\n"
-    assert mutation.summary_failures(summary) == [("conformance/t.py::test_a[p-1]", "AssertionError: a - b"), ("conformance/t.py::test_b", "")]
+    assert runner.summary_failures(summary) == [("conformance/t.py::test_a[p-1]", "AssertionError: a - b"), ("conformance/t.py::test_b", "")]
 
 
 def _judge(role: str = "mutant", returncode: int | None = 1, timed_out: bool = False, events: PytestEvents | None = None,
-           examples: Examples | None = None, stdout: str = "") -> mutation.RunResult:
+           examples: Examples | None = None, stdout: str = "") -> runner.RunResult:
     return judge(name="m", spec="x:m", role=role, returncode=returncode, timed_out=timed_out, wall_s=9.0, started=100.0,  # type: ignore[arg-type]
                  events=events or PytestEvents(), examples=examples or Examples(), stdout=stdout)
 
@@ -231,14 +234,14 @@ def test_run_one_killed_counts_examples_until_the_failure(fake_pytest: list[str]
     monkeypatch.setenv("PYTEST_ADDOPTS", "-n 2")
     monkeypatch.setenv("CONFORMANCE_PENDING_DIR", str(tmp_path / "repo-pending"))
     r = _run(fake_pytest, tmp_path, "kill3")
-    assert r.status == "killed" and r.test == "conformance/test_differential.py::test_differential"
+    assert r.status == "killed" and r.test == "conformance/suite/test_differential.py::test_differential"
     assert r.examples == 3 and r.records == 8 and r.first_failure_from == "examples"
     assert r.first_failure_s is not None and 0 <= r.first_failure_s <= r.wall_s + 1
     assert r.hypothesis_profile == "ci-no-shrink" and r.message.startswith("AssertionError")
     log = Path(r.log).read_text()
     assert 'leaked []' in log
     argv = json.loads(next(line for line in log.splitlines() if line.startswith("argv "))[5:])
-    for required in ("-x", "--no-capture-corpus", "-p", "no:cacheprovider", "conformance.mutation"):
+    for required in ("-x", "--no-capture-corpus", "-p", "no:cacheprovider", "conformance.mutation.plugin"):
         assert required in argv
     assert argv[argv.index("--hypothesis-profile") + 1] == "ci" and argv[argv.index("--kernel") + 1] == "fake:kill3"
 
@@ -260,7 +263,7 @@ def test_run_one_verdicts(fake_pytest: list[str], tmp_path: Path, mode: str, rol
     r = _run(fake_pytest, tmp_path, mode, role)
     assert (r.status, r.examples) == (status, examples), r
     if mode == "stdout-only":
-        assert r.test == "conformance/test_x.py::test_y[1]" and r.first_failure_s is None
+        assert r.test == "conformance/suite/test_x.py::test_y[1]" and r.first_failure_s is None
     if mode == "unrecorded":
         assert r.first_failure_from == "pytest" and "host_validation" in str(r.test)
 
@@ -268,7 +271,7 @@ def test_run_one_verdicts(fake_pytest: list[str], tmp_path: Path, mode: str, rol
 def test_run_one_timeout_kills_the_run(fake_pytest: list[str], tmp_path: Path) -> None:
     t0 = time.perf_counter()
     r = _run(fake_pytest, tmp_path, "hang", timeout_s=3.0)
-    assert time.perf_counter() - t0 < 3.0 + mutation.KILL_GRACE_S + 5
+    assert time.perf_counter() - t0 < 3.0 + runner.KILL_GRACE_S + 5
     assert (r.status, r.label, r.ok, r.returncode) == ("timeout", "survived (timeout)", False, None)
     assert r.wall_s >= 3.0 and "no verdict within" in r.message
 
@@ -281,7 +284,7 @@ FAKE_SPECS = {"k1": "fake:kill3", "k2": "fake:unrecorded", "k3": "fake:kill3"}
 
 
 def test_score_in_parallel_and_its_reports(fake_pytest: list[str], tmp_path: Path) -> None:
-    runs = [RunSpec("emulated", "fake:pass", "baseline")] + mutation.select_runs(None, baseline=False, specs=FAKE_SPECS)
+    runs = [RunSpec("emulated", "fake:pass", "baseline")] + scoring.select_runs(None, baseline=False, specs=FAKE_SPECS)
     lines: list[str] = []
 
     class Sink:
@@ -292,7 +295,7 @@ def test_score_in_parallel_and_its_reports(fake_pytest: list[str], tmp_path: Pat
             pass
 
     t0 = time.perf_counter()
-    score = mutation.run_mutation_score(runs, jobs=2, command=fake_pytest, progress=Sink(), keep=tmp_path / "keep", command_line="cmd")  # type: ignore[arg-type]
+    score = scoring.run_mutation_score(runs, jobs=2, command=fake_pytest, progress=Sink(), keep=tmp_path / "keep", command_line="cmd")  # type: ignore[arg-type]
     assert time.perf_counter() - t0 < 60
     assert [r.name for r in score.mutants] == ["k1", "k2", "k3"] and score.baseline is not None
     assert score.ok and score.exit_code == 0 and len(score.killed) == 3
@@ -301,34 +304,34 @@ def test_score_in_parallel_and_its_reports(fake_pytest: list[str], tmp_path: Pat
     data = score.to_json()
     assert data["killed"] == 3 and data["total"] == 3 and data["ok"] and data["baseline"]["status"] == "passed"
     assert [m["examples"] for m in data["mutants"]] == [3, 2, 3]
-    table, markdown = mutation.format_table(score), mutation.format_markdown(score)
+    table, markdown = scoring.format_table(score), scoring.format_markdown(score)
     for text in (table, markdown):
         assert "k2" in text and "test_host_validation.py::test_bad_input_gets_clear_error[q_2d]" in text and "emulated (baseline)" in text
     assert markdown.count("\n|") >= 5
     # a survivor, or a failing baseline, makes the score fail
     score.mutants[1].status = "survived"
-    assert not score.ok and score.exit_code == 1 and "NOT KILLED: k2" in mutation.format_table(score)
+    assert not score.ok and score.exit_code == 1 and "NOT KILLED: k2" in scoring.format_table(score)
     score.mutants[1].status = "killed"
     score.baseline.status = "false_alarm"
     assert score.exit_code == 1
 
 
 def test_select_runs() -> None:
-    runs = mutation.select_runs(["k3", "k1"], specs=FAKE_SPECS)
+    runs = scoring.select_runs(["k3", "k1"], specs=FAKE_SPECS)
     assert [(r.name, r.role) for r in runs] == [("emulated", "baseline"), ("k1", "mutant"), ("k3", "mutant")]
     with pytest.raises(KeyError, match="unknown mutant.*nope"):
-        mutation.select_runs(["nope"], specs=FAKE_SPECS)
-    catalogue = mutation.select_runs(None, baseline=False)
-    assert len(catalogue) >= 22 and all(r.spec == f"conformance.mutants:{r.name}" for r in catalogue)
+        scoring.select_runs(["nope"], specs=FAKE_SPECS)
+    catalogue = scoring.select_runs(None, baseline=False)
+    assert len(catalogue) >= 22 and all(r.spec == f"conformance.mutation.catalogue:{r.name}" for r in catalogue)
 
 
 @pytest.mark.parametrize(("specs", "code"), [(FAKE_SPECS, 0), ({**FAKE_SPECS, "k4": "fake:survive"}, 1), ({"k5": "fake:hang"}, 1)])
 def test_cli_exit_codes(fake_pytest: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                         specs: dict[str, str], code: int) -> None:
-    real = mutation.run_mutation_score
-    monkeypatch.setattr(mutation, "catalogue_specs", lambda: dict(specs))
-    monkeypatch.setattr(mutation, "run_mutation_score", lambda runs, **kw: real(runs, **{**kw, "command": fake_pytest}))
-    monkeypatch.setattr(mutation, "BASELINE_KERNEL", "fake:pass")
+    real = scoring.run_mutation_score
+    monkeypatch.setattr(scoring, "catalogue_specs", lambda: dict(specs))
+    monkeypatch.setattr(scoring, "run_mutation_score", lambda runs, **kw: real(runs, **{**kw, "command": fake_pytest}))
+    monkeypatch.setattr(scoring, "BASELINE_KERNEL", "fake:pass")
     out_json, out_md = tmp_path / "score.json", tmp_path / "score.md"
     assert cli_mutation.main(["--jobs", "2", "--timeout", "3", "--json", str(out_json), "--markdown", str(out_md)]) == code
     stdout, stderr = capsys.readouterr()
@@ -346,7 +349,7 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown mutant" in capsys.readouterr().err
     assert cli_mutation.main(["--jobs", "0"]) == 2
     assert cli_mutation.main(["--list"]) == 0
-    assert "conformance.mutants:tail_unmasked" in capsys.readouterr().out
+    assert "conformance.mutation.catalogue:tail_unmasked" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -376,7 +379,7 @@ def test_order_puts_cheap_corpus_entries_first(tmp_path: Path) -> None:
         _item("test_gfx950_agreement.py", "test_bit_exact_agreement_with_emulated"),
         _item("test_host_validation.py", "test_bad_input_gets_clear_error", "q_2d"),
     ]
-    mutation.order_items(items)
+    mutation_plugin.order_items(items)
     assert [i.name for i in items] == [
         "test_corpus_entry[tiny]", "test_corpus_entry[big]", "test_corpus_entry[huge]",
         "test_bad_input_gets_clear_error[q_2d]", "test_bit_exact_agreement_with_emulated",
@@ -407,9 +410,9 @@ def test_plugin_in_a_real_pytest(tmp_path: Path) -> None:
     calls = {}
     for shrink in (False, True):
         report = tmp_path / f"events-{shrink}.jsonl"
-        env = mutation.child_env(dict(os.environ), state_dir=tmp_path / "state", run_id="r", report=report, shrink=shrink, threads=1)
+        env = runner.child_env(dict(os.environ), state_dir=tmp_path / "state", run_id="r", report=report, shrink=shrink, threads=1)
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "test_fake.py", "-x", "-q", "-p", "no:cacheprovider", "-p", mutation.PLUGIN, "--hypothesis-profile", "tiny"],
+            [sys.executable, "-m", "pytest", "test_fake.py", "-x", "-q", "-p", "no:cacheprovider", "-p", runner.PLUGIN, "--hypothesis-profile", "tiny"],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
         )
         assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -431,17 +434,17 @@ CI_RUN_TIMEOUT_S = 900.0
 @pytest.mark.xdist_group("mutation_score")
 def test_every_mutant_killed_and_emulated_passes(record_property: Any) -> None:
     """Under the ci profile the suite kills every catalogued mutant and passes emulated."""
-    runs = mutation.select_runs(None)
+    runs = scoring.select_runs(None)
     assert sum(r.role == "mutant" for r in runs) >= 22
     command = f"python -m conformance mutation-score --profile ci --jobs {CI_JOBS} --timeout {CI_RUN_TIMEOUT_S:g}"
-    score = mutation.run_mutation_score(runs, profile="ci", jobs=CI_JOBS, timeout_s=CI_RUN_TIMEOUT_S, progress=sys.stderr, command_line=command)
-    table = mutation.format_table(score)
+    score = scoring.run_mutation_score(runs, profile="ci", jobs=CI_JOBS, timeout_s=CI_RUN_TIMEOUT_S, progress=sys.stderr, command_line=command)
+    table = scoring.format_table(score)
     print(table)
     record_property("mutation_score", json.dumps(score.to_json(), sort_keys=True))
     out_dir = Path(os.environ.get("CONFORMANCE_DIR", REPO / ".conformance")) / "mutation-score"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "latest.json").write_text(json.dumps(score.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    (out_dir / "latest.md").write_text(mutation.format_markdown(score), encoding="utf-8")
+    (out_dir / "latest.md").write_text(scoring.format_markdown(score), encoding="utf-8")
     survivors = [f"{r.name}: {r.label}: {r.message}" for r in score.mutants if not r.ok]
     assert not survivors, "mutants not killed:\n" + "\n".join(survivors) + "\n\n" + table
     assert score.baseline is not None and score.baseline.ok, f"the emulated kernel does not pass the suite:\n{table}"

@@ -4,8 +4,9 @@ Each subcommand lives in its own module exposing ``register(subparsers) -> None`
 argparse sub-parser and sets its handler with ``parser.set_defaults(func=handler)``, where
 ``handler(args: argparse.Namespace) -> int`` returns the process exit code.
 
-To add a subcommand, write ``conformance/cli_<name>.py`` with ``register`` and append its module
-name to SUBCOMMAND_MODULES below (planned: replay, fuzz, corpus, report, bench, mutation-score).
+To add a subcommand, write ``conformance/cli/<name>.py`` with ``register`` and append its module
+name to SUBCOMMAND_MODULES below. Shared argparse types: conformance.cli.args. The subcommands
+import the core (conformance.*); nothing outside conformance.cli imports them.
 Exit codes, common to all subcommands: 0 success / clean, 1 the checked thing failed (violations,
 test failures), 2 unusable input or a usage error (argparse's own convention), 130 interrupted.
 """
@@ -14,52 +15,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import sys
 from collections.abc import Sequence
 
 SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "conformance.cli_preconditions",
-    "conformance.cli_replay",
-    "conformance.cli_fuzz",
-    "conformance.cli_corpus",
-    "conformance.cli_report",
-    "conformance.cli_bench",
-    "conformance.cli_mutation",
+    "conformance.cli.preconditions",
+    "conformance.cli.replay",
+    "conformance.cli.fuzz",
+    "conformance.cli.corpus",
+    "conformance.cli.report",
+    "conformance.cli.bench",
+    "conformance.cli.mutation",
 )
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,7 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conformance.crashes import CORPUS_DIR, is_crash_entry, pending_dir
+from conformance.crashes import is_crash_entry
+from conformance.state import CORPUS_DIR, pending_dir
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -157,7 +158,7 @@ def _reviewed_hashes(folder: Path) -> dict[str, Path]:
 
 def run_add(args: argparse.Namespace) -> int:
     """Handler of `corpus add`."""
-    from conformance.cli_replay import ReplayInputError, load_replayable
+    from conformance.replay import ReplayInputError, load_replayable
     from conformance.corpus import SUITE_VERSION, CorpusEntry, recipe_hash
     from conformance.wal import atomic_write_text
 
@@ -202,7 +203,7 @@ def run_add(args: argparse.Namespace) -> int:
 
 def run_minimise(args: argparse.Namespace) -> int:
     """Handler of `corpus minimise`."""
-    from conformance.cli_replay import ReplayInputError, load_replayable
+    from conformance.replay import ReplayInputError, load_replayable
     from conformance.corpus import CorpusEntry, save_entry
     from conformance.minimise import in_process_check, isolated_check, minimise
 
@@ -220,7 +221,7 @@ def run_minimise(args: argparse.Namespace) -> int:
         check = isolated_check(kernel=args.kernel, profile=args.profile, device=args.device, expect=entry.expect, timeout_s=args.timeout)
         where = "each candidate in a child process"
     else:
-        from conformance.plugin import TargetError, build_target
+        from conformance.target import TargetError, build_target
 
         try:
             suite = build_target(args.kernel, profile=args.profile, device=args.device)

@@ -31,7 +31,6 @@ the kernel, ...), 130 interrupted (the summary and report are still written).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -40,8 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from conformance.crashes import RUN_ID_ENV, current_run_dir, mark_session_finish, mark_session_start, pending_dir, recover_leftovers
-from conformance.cli import positive_float, positive_int
+from conformance.crashes import mark_session_finish, mark_session_start, recover_leftovers
+from conformance.state import RUN_ID_ENV, current_run_dir, pending_dir
+from conformance.cli.args import positive_float, positive_int
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 PROPERTIES = ("differential", "long_rows", "preconditions")
@@ -177,9 +177,9 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
     from hypothesis.errors import HypothesisException
 
     from conformance.checks import differential, violation_run
-    from conformance.cli_replay import failure_signature
+    from conformance.replay import failure_signature
     from conformance.corpus import new_entry, save_entry
-    from conformance.settings import PROFILES
+    from conformance.hypothesis_profiles import PROFILES
 
     strategies: dict[str, Any] = {}
     deadline = state.started + budget_s
@@ -277,7 +277,7 @@ def _minimise_failure(suite: Any, failure: Failure, budget_s: float, progress: P
                   f"{failure.recipe.total_keys} keys)", force=True)
     result = minimise(failure.recipe, in_process_check(suite, expect, name=f"fuzz:{failure.property}"), max_seconds=budget_s)
     if result.changed:
-        from conformance.cli_replay import diagnose, sandbox_state
+        from conformance.replay import diagnose, sandbox_state
         from conformance.corpus import CorpusEntry
 
         failure.recipe = result.recipe
@@ -286,14 +286,6 @@ def _minimise_failure(suite: Any, failure: Failure, budget_s: float, progress: P
             diag = diagnose(CorpusEntry(name="fuzz", recipe=result.recipe, expect=expect), suite, findings=False)
         if diag.reasons:
             failure.message = "\n".join(diag.reasons)
-
-
-def _forget_recipe() -> None:
-    """Clear conformance.plugin.current (set by the checks): a campaign run inside a pytest test
-    must not make the plugin save its last recipe as that test's failure."""
-    from conformance.plugin import current
-
-    current.recipe = None
 
 
 def _hash(recipe: Any) -> str:
@@ -338,7 +330,7 @@ def format_summary(state: Campaign, suite: Any, *, budget_s: float, hypothesis_p
 
 def run(args: argparse.Namespace) -> int:
     """Handler of `fuzz`; returns the exit code."""
-    from conformance.plugin import TargetError, build_target
+    from conformance.target import TargetError, build_target
 
     budget_s = args.seconds if args.seconds is not None else 60.0 * (args.minutes if args.minutes is not None else 5.0)
     properties = list(dict.fromkeys(args.property or PROPERTIES))
@@ -383,7 +375,6 @@ def run(args: argparse.Namespace) -> int:
             print("fuzz: interrupted", file=sys.stderr)
         print(format_summary(state, suite, budget_s=budget_s, hypothesis_profile=args.profile, report_path=report_path))
     finally:
-        _forget_recipe()
         if saved_run_id is None:
             os.environ.pop(RUN_ID_ENV, None)
         else:

@@ -1,7 +1,7 @@
 """`python -m conformance mutation-score`: the suite's strength, measured on the mutant catalogue.
 
 Runs the conformance suite (pytest in a subprocess, `-x`) against every broken kernel of
-`conformance.mutants.CATALOGUE` and once against the unbroken `emulated` kernel, which must
+`conformance.mutation.catalogue.CATALOGUE` and once against the unbroken `emulated` kernel, which must
 pass. Reports, per mutant: killed or survived, the test that killed it, the examples run until
 the first failure and the seconds to it. See conformance.mutation for the details and
 docs/mutation-score.md for measured numbers.
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from conformance import mutation
-from conformance.cli import positive_float, positive_int
+from conformance.mutation import score as scoring
+from conformance.cli.args import positive_float, positive_int
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -43,28 +43,28 @@ def register(subparsers: Any) -> None:
     p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1, metavar="N", help="suite runs in parallel (default: number of CPUs)")
     p.add_argument("--json", metavar="PATH", help="write the report as JSON here")
     p.add_argument("--markdown", metavar="PATH", help="write the report as a Markdown table here")
-    p.add_argument("--timeout", type=positive_float, default=mutation.DEFAULT_TIMEOUT_S, metavar="S",
-                   help=f"wall-clock seconds per suite run; past it a mutant is 'survived (timeout)' (default {mutation.DEFAULT_TIMEOUT_S:.0f})")
+    p.add_argument("--timeout", type=positive_float, default=scoring.DEFAULT_TIMEOUT_S, metavar="S",
+                   help=f"wall-clock seconds per suite run; past it a mutant is 'survived (timeout)' (default {scoring.DEFAULT_TIMEOUT_S:.0f})")
     p.add_argument("--device", default=None, help="--device of the suite runs (cpu or cuda; default: the suite's choice)")
     p.add_argument("--no-baseline", action="store_true", help="skip the run of the unbroken emulated kernel")
     p.add_argument("--shrink", action="store_true", help="keep Hypothesis's shrink phase (off by default: it only minimises a failure already found)")
     p.add_argument("--keep", metavar="DIR", help="keep each run's folder (state, events, pytest log) under DIR")
     p.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
-                   help="extra argument for every suite run, after the runner's own (repeatable; e.g. --pytest-arg=--ignore=conformance/test_corpus.py)")
+                   help="extra argument for every suite run, after the runner's own (repeatable; e.g. --pytest-arg=--ignore=conformance/suite/test_corpus.py)")
     p.add_argument("--list", action="store_true", help="list the catalogue and exit")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Handler of `mutation-score`; returns the exit code."""
-    specs = mutation.catalogue_specs()
+    specs = scoring.catalogue_specs()
     if args.list:
         for name, spec in specs.items():
             print(f"{name}\t{spec}")
         return EXIT_OK
     only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     try:
-        runs = mutation.select_runs(only, baseline=not args.no_baseline, specs=specs)
+        runs = scoring.select_runs(only, baseline=not args.no_baseline, specs=specs)
     except KeyError as err:
         print(f"mutation-score: {err.args[0]}", file=sys.stderr)
         return EXIT_USAGE
@@ -74,15 +74,15 @@ def run(args: argparse.Namespace) -> int:
     command_line = "python -m conformance mutation-score " + shlex.join(_rebuild(args))
     print(f"mutation-score: {len(runs)} suite runs ({sum(r.role == 'mutant' for r in runs)} mutants"
           f"{', emulated baseline' if not args.no_baseline else ''}), profile {args.profile}, {args.jobs} at a time", file=sys.stderr, flush=True)
-    score = mutation.run_mutation_score(
+    score = scoring.run_mutation_score(
         runs, profile=args.profile, jobs=args.jobs, timeout_s=args.timeout, device=args.device, shrink=args.shrink,
         progress=sys.stderr, extra=args.pytest_arg, keep=Path(args.keep) if args.keep else None, command_line=command_line.strip(),
     )
-    sys.stdout.write(mutation.format_table(score))
+    sys.stdout.write(scoring.format_table(score))
     if args.json:
         Path(args.json).write_text(json.dumps(score.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if args.markdown:
-        Path(args.markdown).write_text(mutation.format_markdown(score), encoding="utf-8")
+        Path(args.markdown).write_text(scoring.format_markdown(score), encoding="utf-8")
     return score.exit_code
 
 
@@ -102,7 +102,7 @@ def _rebuild(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m conformance.cli_mutation [options]`: the same as `python -m conformance
+    """`python -m conformance.cli.mutation [options]`: the same as `python -m conformance
     mutation-score [options]` (same options and exit codes), through the shared dispatcher."""
     from conformance import cli
 

@@ -27,7 +27,7 @@ from conformance.dumps import DumpError, load_dump
 from kernel.contract import ContractError
 from kernel.record import RECORD_BYTES
 from oracle import preconditions as pc
-from conformance.cli import positive_int
+from conformance.cli.args import positive_int
 
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_BAD_INPUT = 0, 1, 2
 SCHEMA = 1

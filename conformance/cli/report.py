@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conformance.crashes import runs_root
+from conformance.state import runs_root
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 

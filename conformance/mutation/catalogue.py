@@ -4,11 +4,11 @@ Each mutant is the emulated gfx950 kernel (`kernel.backends.emulated`) with one 
 replaced by a broken copy (the smallest change that reproduces the bug class), or the kernel
 wrapped. Every mutant is a module-level `Backend`, so
 
-    --kernel conformance.mutants:tail_unmasked   (the conformance suite's kernel option)
+    --kernel conformance.mutation.catalogue:tail_unmasked   (the conformance suite's kernel option)
 
 runs the conformance suite against it through `kernel.registry.resolve`, and an entry of
 `CATALOGUE` (name -> `Mutant`), whose names are stable snake_case identifiers: a mutation-score
-run iterates `CATALOGUE.items()` and resolves `Mutant.spec` (``conformance.mutants:NAME``).
+run iterates `CATALOGUE.items()` and resolves `Mutant.spec` (``conformance.mutation.catalogue:NAME``).
 
 A mutant declares the same numerics profile as the emulated kernel (gfx950): the bug must be
 caught by the oracle's bound or by an exact check, never by a profile mismatch.
@@ -49,7 +49,7 @@ from kernel.fp8 import decode_e4m3, e4m3_table, encode_e4m3, f32_exponent_field
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
 from kernel.backend import Backend
 
-MODULE = "conformance.mutants"
+MODULE = "conformance.mutation.catalogue"
 
 BugClass = Literal["addressing", "masking", "tiling", "layout", "quantization", "qk", "softmax", "pv", "finalize"]
 BUG_CLASSES: tuple[BugClass, ...] = ("addressing", "masking", "tiling", "layout", "quantization", "qk", "softmax", "pv", "finalize")
@@ -74,7 +74,7 @@ class Mutant:
 
     @property
     def spec(self) -> str:
-        """The `--kernel` spelling that resolves to this mutant (`conformance.mutants:NAME`)."""
+        """The `--kernel` spelling that resolves to this mutant (`conformance.mutation.catalogue:NAME`)."""
         return f"{MODULE}:{self.name}"
 
 

@@ -1,230 +1,39 @@
-"""Mutation score: how many catalogued broken kernels the conformance suite kills, and how fast.
+"""One mutation run: the conformance suite against one kernel in a subprocess, and its verdict.
 
-`run_mutation_score` runs the conformance suite (pytest in a subprocess) once against every
-mutant of `conformance.mutants.CATALOGUE` and once against the unbroken `emulated` kernel (the
-baseline, which must pass: no false alarms). Each run gets
-
-    python -m pytest conformance -x -q -rfE -p no:cacheprovider --no-capture-corpus
-        --hypothesis-profile PROFILE --kernel SPEC -p conformance.mutation [--device DEV]
-
-in its own fresh CONFORMANCE_DIR (a temporary folder) and its own CONFORMANCE_RUN_ID, so runs
-never mix their example records. `-x` stops a run at its first failing test: a mutant is
-*killed* when a test fails in its call phase, *survived* when the whole suite passes,
-*survived (timeout)* when the run exceeds the per-run timeout, and *error* when the run could
-not judge it (collection or fixture error, every test skipped, pytest usage error).
-
-This module is also the pytest plugin the runner loads into each subprocess
-(`-p conformance.mutation`). Loaded, it
-
-- orders the suite for fast kills (`ORDER`, `_sort_key`): corpus entries first, cheapest
-  recipe first (edge cases are the highest-yield examples per second), then host validation,
-  then gfx950 bit-exact agreement, then the Hypothesis properties in `PROPERTY_ORDER`
-  (highest yield per second first, measured on this catalogue), then anything else in
-  collection order. The test files are not edited;
-- drops Hypothesis's shrink and explain phases unless CONFORMANCE_MUTATION_SHRINK=1 (the
-  profile's generate phase, hence whether and where a mutant is killed, is unchanged; only the
-  time spent minimising the failing example after the kill is saved);
-- with CONFORMANCE_MUTATION_REPORT=PATH, appends JSON lines to PATH: one `start` event (the
-  Hypothesis profile actually loaded), one `report` event per failed phase and per call phase,
-  one `collect_error` per failed collection, one `finish` event (exit status). Times are
-  `time.time()` seconds (Unix epoch).
-
-Counting examples: the harness (`conformance.harness.record`) appends one JSON line per judged
-example to `<CONFORMANCE_DIR>/runs/<run id>/examples-<worker>.jsonl`; the differential check
-writes one line per comparison mode for the same kernel call, so consecutive lines of one
-property and recipe with distinct `mode`s count as one example. A mutant's *examples* are the
-examples recorded up to and including the first one whose outcome is "fail" (all recorded
-examples when the failure left no "fail" line: a kernel that raised, host validation, a
-precondition-run assertion). Its *first failure* time is that example's `time` minus the
-subprocess's start, else the end of the failing test as pytest reported it.
-
-Exit status of the command: 0 when every selected mutant is killed and the baseline (when run)
-passes, 1 otherwise, 2 on a usage error.
+`run_one` starts `python -m pytest conformance ... -p conformance.mutation.plugin` in a fresh
+state folder, with a wall-clock limit; `read_events` and `count_examples` parse what the run
+left behind and `judge_run` turns that into a `RunResult` (see conformance.mutation for the
+statuses and how examples are counted).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import datetime
 import json
 import os
 import shlex
-import shutil
 import signal
-import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, Literal
 
-import pytest
+from conformance.mutation.plugin import REPORT_ENV, SHRINK_ENV
+from conformance.state import PENDING_ENV, RUN_ID_ENV, STATE_DIR_ENV, scrubbed_env
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SUITE_PATH = "conformance"
-BASELINE_KERNEL = "emulated"
-PLUGIN = "conformance.mutation"
-REPORT_ENV = "CONFORMANCE_MUTATION_REPORT"
-SHRINK_ENV = "CONFORMANCE_MUTATION_SHRINK"
-STATE_DIR_ENV = "CONFORMANCE_DIR"  # conformance.harness.STATE_DIR_ENV (not imported: it pulls torch)
-RUN_ID_ENV = "CONFORMANCE_RUN_ID"  # conformance.harness.RUN_ID_ENV
-PENDING_ENV = "CONFORMANCE_PENDING_DIR"  # conformance.crashes.PENDING_ENV
-DEFAULT_TIMEOUT_S = 1200.0
+PLUGIN = "conformance.mutation.plugin"
 KILL_GRACE_S = 5.0
-
-# Environment a nested pytest must not inherit: it would believe it is an xdist worker of the
-# calling session (tests/test_mutation_score.py runs under `pytest -n auto`), pin the calling
-# session's GPU, or take extra options (-n, -k, ...) that break `-x` and the chosen order.
-_SCRUBBED_ENV_PREFIXES = ("PYTEST_XDIST_", "CONFORMANCE_GPU_")
-_SCRUBBED_ENV = ("PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", RUN_ID_ENV, STATE_DIR_ENV, REPORT_ENV, PENDING_ENV)
+# A nested pytest must also not take the calling session's extra options (-n, -k, ...) that
+# break `-x` and the chosen order.
+_EXTRA_SCRUBBED_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", REPORT_ENV, PENDING_ENV)
 
 RunStatus = Literal["killed", "survived", "timeout", "error", "passed", "false_alarm"]
 Role = Literal["mutant", "baseline"]
-
-
-# =============================================================================================
-# The pytest plugin (loaded in the subprocess with `-p conformance.mutation`).
-
-# (file name, test function) in run order; None as the function takes the whole file.
-CHEAP_STAGES: tuple[tuple[str, str | None], ...] = (
-    ("test_corpus.py", "test_corpus_entry"),
-    ("test_host_validation.py", None),
-    ("test_gfx950_agreement.py", "test_bit_exact_agreement_with_emulated"),
-)
-# The Hypothesis properties, in the order that kills fastest (measured on this catalogue with
-# the corpus left out, see docs/mutation-score.md): greedily the highest marginal yield per
-# second after the stages above, then total yield per second. The documented scale behaviour
-# is the only property killing qk_scale_mantissa (a mantissa kept where the gfx950 kernel drops
-# it shows only under a violated precondition) and kills 21 of the 22 mutants, so it comes
-# first although it is slow per example; then mutants killed / seconds for 25 ci examples of
-# the emulated kernel (one CPU thread): long rows 16 / 1.5 s, beyond 4 GiB 19 / 3.4 s (the only
-# property killing offset32), precondition runs 7 / 1.3 s, split and merge 15 / 3.3 s,
-# permuting keys 16 / 3.9 s, strides 2 / 0.8 s, differential 19 / 11 s, a row alone 1 / 0.9 s,
-# two runs 0 / 1.1 s. Properties not listed run after these, in collection order.
-PROPERTY_ORDER: tuple[tuple[str, str], ...] = (
-    ("test_gfx950_agreement.py", "test_documented_scale_behaviour"),
-    ("test_differential.py", "test_differential_long_rows"),
-    ("test_differential.py", "test_differential_beyond_4gib"),
-    ("test_preconditions.py", "test_precondition_violations"),
-    ("test_metamorphic.py", "test_split_and_merge"),
-    ("test_metamorphic.py", "test_permuting_keys"),
-    ("test_metamorphic.py", "test_strided_equals_contiguous"),
-    ("test_differential.py", "test_differential"),
-    ("test_metamorphic.py", "test_row_alone_equals_row_in_batch"),
-    ("test_metamorphic.py", "test_two_runs_bit_identical"),
-)
-ORDER: tuple[tuple[str, str | None], ...] = CHEAP_STAGES + PROPERTY_ORDER
-HUGE_CACHE_BYTES = 1 << 32
-RECORD_BYTES = 656
-
-
-def corpus_recipe_cost(path: Path) -> float:
-    """Estimated cost of replaying a corpus entry, in key-heads (sum of row lengths x heads);
-    a cache over 4 GiB adds 10^6 (its mapping and poisoned neighbours dominate). An unreadable
-    file costs 0 (it runs first, and fails or errors quickly)."""
-    try:
-        recipe = json.loads(Path(path).read_text(encoding="utf-8"))["recipe"]
-        keys = sum(max(int(x), 0) for x in recipe.get("row_lengths", ()))
-        cost = float(keys * int(recipe.get("heads", 1)))
-        if int(recipe.get("cache_rows", 0)) * RECORD_BYTES > HUGE_CACHE_BYTES:
-            cost += 1e6
-        return cost
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0.0
-
-
-def _sort_key(item: Any, index: int) -> tuple[int, float, int]:
-    """(stage, cost, collection index) of a collected item: see ORDER."""
-    file_name = Path(str(getattr(item, "path", getattr(item, "fspath", "")))).name
-    function = getattr(getattr(item, "function", None), "__name__", None) or item.name.split("[")[0]
-    for stage, (wanted_file, wanted_function) in enumerate(ORDER):
-        if file_name == wanted_file and wanted_function in (None, function):
-            cost = 0.0
-            if wanted_function == "test_corpus_entry":
-                callspec = getattr(item, "callspec", None)
-                path = callspec.params.get("path") if callspec is not None else None
-                cost = corpus_recipe_cost(Path(path)) if path is not None else 0.0
-            return stage, cost, index
-    return len(ORDER), 0.0, index
-
-
-def order_items(items: list[Any]) -> None:
-    """Reorder collected pytest items in place for fast kills (see ORDER)."""
-    keyed = sorted(((_sort_key(item, i), item) for i, item in enumerate(items)), key=lambda pair: pair[0])
-    items[:] = [item for _, item in keyed]
-
-
-def _emit(event: dict[str, Any]) -> None:
-    path = os.environ.get(REPORT_ENV)
-    if not path:
-        return
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(event, sort_keys=True) + "\n")
-
-
-def _first_line(report: Any) -> str:
-    """The first two non-empty lines of a report's failure or skip message (300 characters at most)."""
-    longrepr = getattr(report, "longrepr", None)
-    crash = getattr(longrepr, "reprcrash", None)
-    if crash is not None and getattr(crash, "message", None):
-        text = str(crash.message)
-    elif isinstance(longrepr, tuple) and len(longrepr) == 3:  # skip: (file, line, reason)
-        text = str(longrepr[2])
-    else:
-        text = str(longrepr or "")
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return " | ".join(lines[:2])[:300]
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_configure(config: pytest.Config) -> None:
-    """After Hypothesis loaded --hypothesis-profile: drop shrink/explain unless asked not to."""
-    profile = ""
-    try:
-        from hypothesis import Phase, settings
-
-        if os.environ.get(SHRINK_ENV) != "1":
-            current = settings.get_current_profile_name()
-            phases = tuple(p for p in settings.default.phases if p not in (Phase.shrink, Phase.explain))
-            name = f"{current}-no-shrink"
-            settings.register_profile(name, phases=phases)
-            settings.load_profile(name)
-        profile = settings.get_current_profile_name()
-        max_examples = settings.default.max_examples
-    except ImportError:  # no Hypothesis: nothing to change
-        max_examples = None
-    _emit({"event": "start", "time": time.time(), "hypothesis_profile": profile, "max_examples": max_examples})
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
-    order_items(items)
-
-
-def pytest_collectreport(report: Any) -> None:
-    if report.failed:
-        _emit({"event": "collect_error", "nodeid": report.nodeid, "time": time.time(), "message": _first_line(report)})
-
-
-def pytest_runtest_logreport(report: Any) -> None:
-    if report.when == "call" or report.outcome != "passed":
-        _emit({
-            "event": "report", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
-            "time": time.time(), "duration": float(report.duration), "message": _first_line(report) if report.outcome != "passed" else "",
-        })
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    _emit({"event": "finish", "time": time.time(), "exitstatus": int(exitstatus), "collected": int(session.testscollected)})
-
-
-# =============================================================================================
-# Parsing what a run left behind.
 
 
 @dataclass
@@ -426,7 +235,7 @@ class RunResult:
         return data
 
 
-def judge(
+def judge_run(
     *, name: str, spec: str, role: Role, returncode: int | None, timed_out: bool, wall_s: float, started: float,
     events: PytestEvents, examples: Examples, stdout: str = "",
 ) -> RunResult:
@@ -499,7 +308,7 @@ def child_env(base: dict[str, str], *, state_dir: Path, run_id: str, report: Pat
     entries (crash entries included) kept inside the run's state folder, never in the
     repository's corpus; PYTHONPATH starts with the repository root; `threads` (when given)
     caps torch's intra-op threads (OMP/MKL)."""
-    env = {k: v for k, v in base.items() if k not in _SCRUBBED_ENV and not k.startswith(_SCRUBBED_ENV_PREFIXES)}
+    env = scrubbed_env(base, _EXTRA_SCRUBBED_ENV)
     env[STATE_DIR_ENV] = str(state_dir)
     env[RUN_ID_ENV] = run_id
     env[REPORT_ENV] = str(report)
@@ -573,7 +382,7 @@ def run_one(
             raise
         wall_s = time.perf_counter() - t0
     stdout = log.read_text(encoding="utf-8", errors="replace")
-    result = judge(
+    result = judge_run(
         name=run.name, spec=run.spec, role=run.role, returncode=returncode, timed_out=timed_out, wall_s=wall_s,
         started=started, events=read_events(report), examples=count_examples(state_dir / "runs" / run_id), stdout=stdout,
     )
@@ -581,217 +390,3 @@ def run_one(
     return result
 
 
-# =============================================================================================
-# The whole score.
-
-
-@dataclass
-class Score:
-    """A mutation-score run: every result, and what it was run with.
-
-    mutants: results in catalogue order; baseline: the emulated run (None with no baseline);
-    wall_s: seconds the whole score took; jobs: runs in parallel; date: ISO local date-time of
-    the start; command: how to reproduce it."""
-
-    mutants: list[RunResult]
-    baseline: RunResult | None
-    profile: str
-    jobs: int
-    wall_s: float
-    date: str
-    command: str
-    shrink: bool = False
-
-    @property
-    def killed(self) -> list[RunResult]:
-        return [r for r in self.mutants if r.status == "killed"]
-
-    @property
-    def ok(self) -> bool:
-        """Every mutant killed and the baseline (when run) passed."""
-        return all(r.ok for r in self.mutants) and (self.baseline is None or self.baseline.ok)
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.ok else 1
-
-    def median_kill_s(self) -> float | None:
-        """Median seconds to the first failure over killed mutants (None if none killed)."""
-        times = [r.first_failure_s if r.first_failure_s is not None else r.wall_s for r in self.killed]
-        return statistics.median(times) if times else None
-
-    def median_kill_wall_s(self) -> float | None:
-        """Median wall seconds of the killed mutants' runs (start to process exit)."""
-        times = [r.wall_s for r in self.killed]
-        return statistics.median(times) if times else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": 1,
-            "date": self.date,
-            "command": self.command,
-            "profile": self.profile,
-            "jobs": self.jobs,
-            "shrink": self.shrink,
-            "cpus": os.cpu_count(),
-            "wall_s": self.wall_s,
-            "killed": len(self.killed),
-            "total": len(self.mutants),
-            "median_kill_s": self.median_kill_s(),
-            "median_kill_wall_s": self.median_kill_wall_s(),
-            "ok": self.ok,
-            "baseline": None if self.baseline is None else self.baseline.to_json(),
-            "mutants": [r.to_json() for r in self.mutants],
-        }
-
-
-def _fmt_s(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
-def _short_test(nodeid: str | None) -> str:
-    if not nodeid:
-        return "-"
-    return nodeid.removeprefix(f"{SUITE_PATH}/")
-
-
-def table_rows(score: Score) -> list[list[str]]:
-    """Rows (header first) of the result table: mutant, result, killed by, examples, first
-    failure (s), wall (s)."""
-    rows = [["mutant", "result", "killed by", "examples", "first failure (s)", "wall (s)"]]
-    for r in score.mutants:
-        rows.append([r.name, r.label, _short_test(r.test) if r.status == "killed" else (r.message[:60] or "-"),
-                     str(r.examples), _fmt_s(r.first_failure_s), _fmt_s(r.wall_s)])
-    if score.baseline is not None:
-        b = score.baseline
-        rows.append([f"{b.name} (baseline)", b.label, _short_test(b.test) if b.test else f"{b.tests} tests, {b.skipped} skipped",
-                     str(b.examples), _fmt_s(b.first_failure_s), _fmt_s(b.wall_s)])
-    return rows
-
-
-def summary_lines(score: Score) -> list[str]:
-    """The summary under the table (plain text)."""
-    lines = [f"killed {len(score.killed)}/{len(score.mutants)} mutants (profile {score.profile}, jobs {score.jobs}, shrinking {'on' if score.shrink else 'off'})"]
-    survivors = [r for r in score.mutants if not r.ok]
-    for r in survivors:
-        lines.append(f"NOT KILLED: {r.name} ({r.label}): {r.message or 'the whole suite passed'}")
-    median, median_wall = score.median_kill_s(), score.median_kill_wall_s()
-    if median is not None:
-        lines.append(f"median seconds to kill: {median:.1f} to the first failure, {median_wall:.1f} wall (per run, start to exit)")
-    if score.baseline is None:
-        lines.append("baseline: not run")
-    else:
-        b = score.baseline
-        extra = f"{b.tests} tests, {b.skipped} skipped, {b.examples} examples, {b.wall_s:.1f} s"
-        lines.append(f"baseline {b.name}: {b.label} ({extra})" + (f": {b.test} {b.message}" if not b.ok else ""))
-    lines.append(f"total wall time: {score.wall_s:.1f} s")
-    lines.append("result: " + ("PASS" if score.ok else "FAIL"))
-    return lines
-
-
-def format_table(score: Score) -> str:
-    """A plain-text, column-aligned table with its summary."""
-    rows = table_rows(score)
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    numeric = {3, 4, 5}
-    out = []
-    for n, row in enumerate(rows):
-        cells = [cell.rjust(w) if i in numeric else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
-        out.append("  ".join(cells).rstrip())
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out + [""] + summary_lines(score)) + "\n"
-
-
-def format_markdown(score: Score) -> str:
-    """A Markdown table with the command, date and summary."""
-    rows = table_rows(score)
-
-    def line(cells: Iterable[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-    out = [f"Mutation score, {score.date}: `{score.command}`", "", line(rows[0]),
-           "|---|---|---|---:|---:|---:|"]
-    out += [line(r[:2] + [f"`{r[2]}`" if "::" in r[2] else r[2]] + r[3:]) for r in rows[1:]]
-    out += [""] + [f"- {s}" for s in summary_lines(score)]
-    return "\n".join(out) + "\n"
-
-
-def progress_line(result: RunResult, done: int, total: int) -> str:
-    """One stderr line for a finished run."""
-    head = f"[{done}/{total}] {result.label:<18} {result.name}"
-    if result.status in ("killed", "false_alarm"):
-        return f"{head} by {_short_test(result.test)} after {result.examples} examples, {_fmt_s(result.first_failure_s)} s to the failure, {result.wall_s:.1f} s wall"
-    if result.status in ("passed", "survived"):
-        return f"{head}: {result.tests} tests, {result.examples} examples, {result.wall_s:.1f} s"
-    return f"{head}: {result.message} ({result.wall_s:.1f} s)"
-
-
-def catalogue_specs() -> dict[str, str]:
-    """{name: --kernel spec} of the catalogued mutants, in catalogue order (imports
-    conformance.mutants, hence torch)."""
-    from conformance.mutants import CATALOGUE
-
-    return {name: mutant.spec for name, mutant in CATALOGUE.items()}
-
-
-def select_runs(only: Sequence[str] | None, *, baseline: bool = True, specs: dict[str, str] | None = None) -> list[RunSpec]:
-    """The runs to make: the baseline first (it is the longest, so it starts first), then the
-    selected mutants in catalogue order. KeyError naming the unknown ones for a bad `only`.
-
-    specs: {name: --kernel spec} (default: the catalogue's)."""
-    known = dict(specs) if specs is not None else catalogue_specs()
-    chosen = list(known)
-    if only:
-        unknown = [n for n in only if n not in known]
-        if unknown:
-            raise KeyError(f"unknown mutant(s) {', '.join(unknown)}; known: {', '.join(known)}")
-        chosen = [n for n in known if n in set(only)]
-    runs = [RunSpec(BASELINE_KERNEL, BASELINE_KERNEL, "baseline")] if baseline else []
-    return runs + [RunSpec(n, known[n], "mutant") for n in chosen]
-
-
-def run_mutation_score(
-    runs: Sequence[RunSpec], *, profile: str = "ci", jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-    device: str | None = None, shrink: bool = False, progress: TextIO | None = None, command: Sequence[str] | None = None,
-    suite: Sequence[str] = (SUITE_PATH,), extra: Sequence[str] = (), keep: Path | None = None, command_line: str = "",
-    on_result: Callable[[RunResult], None] | None = None,
-) -> Score:
-    """Run every `runs` entry, `jobs` at a time (default: CPU count), and collect the score.
-
-    Each run works in its own subfolder of a temporary folder (of `keep` when given, which is
-    then left in place for inspection). When more than one run goes at a time, each
-    subprocess's torch gets one intra-op thread (OMP/MKL_NUM_THREADS, unless already set).
-    `progress` gets one line per finished run."""
-    jobs = max(1, jobs or os.cpu_count() or 1)
-    threads = 1 if jobs > 1 else None
-    date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    root = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="mutation-score-"))
-    root.mkdir(parents=True, exist_ok=True)
-    lock = threading.Lock()
-    results: dict[RunSpec, RunResult] = {}
-    t0 = time.perf_counter()
-    try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {
-                pool.submit(run_one, run, work_dir=root / run.name, profile=profile, timeout_s=timeout_s, device=device,
-                            shrink=shrink, threads=threads, command=command, suite=suite, extra=extra): run
-                for run in runs
-            }
-            for future in concurrent.futures.as_completed(futures):
-                run = futures[future]
-                result = future.result()
-                with lock:
-                    results[run] = result
-                    if progress is not None:
-                        print(progress_line(result, len(results), len(runs)), file=progress, flush=True)
-                if on_result is not None:
-                    on_result(result)
-    finally:
-        if keep is None:
-            shutil.rmtree(root, ignore_errors=True)
-    wall_s = time.perf_counter() - t0
-    baseline = next((results[r] for r in runs if r.role == "baseline"), None)
-    mutants = [results[r] for r in runs if r.role == "mutant"]
-    return Score(mutants=mutants, baseline=baseline, profile=profile, jobs=jobs, wall_s=wall_s, date=date,
-                 command=command_line, shrink=shrink)

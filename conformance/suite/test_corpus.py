@@ -12,7 +12,7 @@ import pytest
 
 from conformance.checks import differential, violation_run
 from conformance.corpus import CORPUS_DIR, corpus_files, load_entry
-from conformance.plugin import SuiteTarget
+from conformance.target import SuiteTarget
 
 ENTRIES = corpus_files(CORPUS_DIR)
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.checks import backend_limits, differential, size_limits
-from conformance.plugin import SuiteTarget
+from conformance.target import SuiteTarget
 from strategies.hypothesis_recipes import recipes
 
 

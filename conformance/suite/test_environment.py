@@ -9,7 +9,8 @@ import os
 import pytest
 import torch
 
-from conformance.plugin import GPU_LIST_ENV, GPU_VAR_ENV, SuiteTarget
+from conformance.suite.gpus import GPU_LIST_ENV, GPU_VAR_ENV
+from conformance.target import SuiteTarget
 
 
 @pytest.mark.parametrize("probe", range(4))

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from conformance.checks import backend_limits, require_support
 from conformance.harness import compare, record, run_kernel
-from conformance.plugin import SuiteTarget, remember
+from conformance.target import SuiteTarget
 from kernel.backends.emulated import run_emulated
 from oracle.bound import evaluate
 from strategies.hypothesis_recipes import recipes
@@ -41,7 +41,7 @@ def test_bit_exact_agreement_with_emulated(target: SuiteTarget, data: st.DataObj
     if target.name == "emulated":
         pytest.skip("the emulated kernel is the reference of this property")
     recipe = data.draw(recipes(max_n_q=32, max_total_keys=4096, exact=True, **backend_limits(target)), label="recipe")
-    remember(recipe, "gfx950_bit_exact")
+    target.judged.note(recipe, "gfx950_bit_exact")
     problem = materialize(recipe, target.device)
     require_support(target, problem)
     out, lse = run_kernel(problem, target.backend, property_name="gfx950_bit_exact", kernel_name=target.name)
@@ -85,7 +85,7 @@ def test_documented_scale_behaviour(target: SuiteTarget, data: st.DataObject) ->
     base = data.draw(recipes(max_n_q=16, max_total_keys=4096, **backend_limits(target)), label="recipe")
     kind = data.draw(st.sampled_from(("raw_writer", "above_cap_latent", "scale_above_cap", "scale_not_pow2", "zero_scale")), label="violation")
     recipe = _violating(base, kind)
-    remember(recipe, "gfx950_scale_behaviour", expect="precondition")
+    target.judged.note(recipe, "gfx950_scale_behaviour", expect="precondition")
     problem = materialize(recipe, target.device)
     require_support(target, problem)
     out, lse = run_kernel(problem, target.backend, property_name="gfx950_scale_behaviour", kernel_name=target.name, expect="precondition")

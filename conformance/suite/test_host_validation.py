@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from conformance.plugin import SuiteTarget
+from conformance.target import SuiteTarget
 from kernel.record import RECORD_BYTES
 from strategies.materialize import Problem, materialize
 from strategies.recipe import Recipe

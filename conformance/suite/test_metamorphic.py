@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from conformance.checks import backend_limits, require_support
 from conformance.harness import record, run_kernel
-from conformance.plugin import SuiteTarget, remember
+from conformance.target import SuiteTarget
 from oracle.bound import evaluate
 from strategies import rng
 from strategies.hypothesis_recipes import recipes
@@ -36,7 +36,7 @@ def _draw_problem(target: SuiteTarget, data: st.DataObject, prop: str, **overrid
     fields["row_lengths"] = [max(x, 0) for x in recipe.row_lengths]  # no overlapping rows
     fields.update(overrides)
     recipe = Recipe.from_json_dict(fields)
-    remember(recipe, prop)
+    target.judged.note(recipe, prop)
     problem = materialize(recipe, target.device)
     require_support(target, problem)
     return problem

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.checks import violation_run
-from conformance.plugin import SuiteTarget
+from conformance.target import SuiteTarget
 from strategies.hypothesis_recipes import violating_recipes
 
 

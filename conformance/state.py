@@ -1,0 +1,75 @@
+"""Where the suite keeps its state, and the environment variables that say so.
+
+Nothing here imports torch. Folders (none is created by the functions that name them, except
+`run_dir`):
+- the state folder `$CONFORMANCE_DIR` (default `.conformance/`): `runs/<run id>/` per run, each
+  holding write-ahead files, example records, failure and crash logs, the session marker and
+  the run report;
+- the reviewed corpus `conformance/corpus/` (shipped with the package);
+- the pending corpus `$CONFORMANCE_PENDING_DIR` (default `conformance/corpus/pending/`), where
+  failing and crashing recipes are saved for review.
+The run id `$CONFORMANCE_RUN_ID` is set by the session that owns the run (the pytest controller,
+`fuzz`, ...) and inherited by its workers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+STATE_DIR_ENV = "CONFORMANCE_DIR"
+RUN_ID_ENV = "CONFORMANCE_RUN_ID"
+PENDING_ENV = "CONFORMANCE_PENDING_DIR"
+CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
+# Variables a nested suite process must not inherit from the calling session: it would believe it
+# is an xdist worker of that session, pin that session's GPU, or write into that session's run.
+SESSION_ENV_PREFIXES = ("PYTEST_XDIST_", "CONFORMANCE_GPU_")
+SESSION_ENV = ("PYTEST_CURRENT_TEST", RUN_ID_ENV, STATE_DIR_ENV)
+
+
+def state_dir() -> Path:
+    """The state folder: $CONFORMANCE_DIR, else .conformance (relative to the working directory)."""
+    return Path(os.environ.get(STATE_DIR_ENV, ".conformance"))
+
+
+def runs_root() -> Path:
+    """The folder holding one sub-folder per run."""
+    return state_dir() / "runs"
+
+
+def pending_dir() -> Path:
+    """Where captured entries go: $CONFORMANCE_PENDING_DIR, else conformance/corpus/pending."""
+    value = os.environ.get(PENDING_ENV)
+    return Path(value) if value else CORPUS_DIR / "pending"
+
+
+def worker_id() -> str:
+    """This process's xdist worker id, or "main"."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+def current_run_dir() -> Path | None:
+    """This session's run folder (not created), or None when no run id is set yet."""
+    run_id = os.environ.get(RUN_ID_ENV)
+    return runs_root() / run_id if run_id else None
+
+
+def new_run_id(prefix: str = "") -> str:
+    """A fresh run id: `<prefix>YYYYmmdd-HHMMSS-<pid>`."""
+    return f"{prefix}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+def run_dir() -> Path:
+    """This run's folder, created; a process with no run id yet gets a fresh one."""
+    if not os.environ.get(RUN_ID_ENV):
+        os.environ[RUN_ID_ENV] = new_run_id()
+    path = runs_root() / os.environ[RUN_ID_ENV]
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def scrubbed_env(base: dict[str, str], extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """`base` without the calling session's variables (SESSION_ENV, SESSION_ENV_PREFIXES, `extra`)."""
+    drop = set(SESSION_ENV) | set(extra)
+    return {k: v for k, v in base.items() if k not in drop and not k.startswith(SESSION_ENV_PREFIXES)}

@@ -60,6 +60,8 @@ KIND_NEG_ROW_LEN = "negative_row_length"
 KIND_ROW0_NAN = "row0_nan_masked_reads"
 KIND_BAD_DTYPE = "bad_dtype"
 KIND_BAD_SHAPE = "bad_shape"
+KIND_SCALE_OVERFLOW = "softmax_scale_overflow_f32"
+KIND_SCORE_OVERFLOW = "score_overflow_f32"
 
 #: Every kind this module can report, in report order, with its severity.
 KINDS: dict[str, Severity] = {
@@ -71,6 +73,8 @@ KINDS: dict[str, Severity] = {
     KIND_SCALE_ABOVE_CAP: "violation",
     KIND_SCALE_NOT_POW2: "violation",
     KIND_NAN_CODES: "violation",
+    KIND_SCALE_OVERFLOW: "violation",
+    KIND_SCORE_OVERFLOW: "violation",
     KIND_NEG_ROW_LEN: "notice",
     KIND_ROW0_NAN: "notice",
 }
@@ -809,6 +813,12 @@ def row0_notice(kv_cache: torch.Tensor, scan: StreamScan, *, max_examples: int =
         "index_stream", {"row0_nan_codes": nan_codes})]
 
 
+F32_MAX = 3.4028234663852886e38
+#: relative slack on f32 partial sums of q . K: the conservative accumulation (1088 products,
+#: sequential or fused without guard bits, toward zero: oracle.accumulation) errs by < 2^-10
+_QK_SLACK = 1 + 2.0**-10
+
+
 def check_call(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -816,13 +826,15 @@ def check_call(
     indptr: torch.Tensor,
     *,
     has_invalid: bool,
+    softmax_scale: float | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     progress: Progress | None = None,
     max_examples: int = DEFAULT_MAX_EXAMPLES,
 ) -> list[Finding]:
     """Every precondition finding for one kernel call: the index stream, then the records of the
     consumed rows only (scope "consumed_rows"; bytes of unreferenced rows may hold anything), plus
-    the row0_nan_masked_reads notice.
+    the row0_nan_masked_reads notice, and, when `softmax_scale` is given, the f32 range of the
+    score arithmetic (softmax_scale_overflow_f32, score_overflow_f32; see `score_range_findings`).
 
     Raises ContractError (via kernel.contract.validate_call) when the call's shapes, dtypes or
     devices break the contract. progress gets (consumed rows done, consumed rows total).
@@ -832,4 +844,78 @@ def check_call(
     found = list(scan.findings)
     found += _check_records(kv_cache, scan.consumed.to(kv_cache.device), "consumed_rows", chunk_rows, progress, max_examples)
     found += row0_notice(kv_cache, scan, max_examples=max_examples)
+    if softmax_scale is not None and not any(f.kind in (KIND_INDEX_OOR, KIND_INDPTR_BEYOND) for f in found):
+        found += score_range_findings(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, max_examples=max_examples)
     return sort_findings(found)
+
+
+def score_range_findings(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool,
+    max_examples: int = DEFAULT_MAX_EXAMPLES,
+) -> list[Finding]:
+    """f32 overflow of the score arithmetic (TOLERANCES.md section 7), for an in-range stream.
+
+    - softmax_scale_overflow_f32: c_log2 = f32(softmax_scale * log2 e) is not finite (|scale| >=
+      ~2.36e38): every score of the call is inf or NaN.
+    - score_overflow_f32: for some (query row, head, key), sum_d |q_d| |K_d| (1 + 2^-10) reaches
+      f32's largest finite value, so a partial sum of q . K may overflow in f32 (K's latent as the
+      stored code * scale). Checked exactly per key, but only for query rows whose cheap bound
+      ||q||_1 * max|K| could reach it.
+    Vectorised over the oracle's padded row chunks; never raises for in-range inputs."""
+    from oracle.rows import iter_chunks  # the oracle's gathering step (no import cycle at module load)
+
+    found: list[Finding] = []
+    sigma = float(softmax_scale)
+    if not math.isfinite(sigma) or abs(sigma) * math.log2(math.e) * (1 + 2.0**-20) >= F32_MAX:
+        found.append(Finding(
+            KIND_SCALE_OVERFLOW, "violation", 1, "calls", [{"softmax_scale": _json_float(sigma)}],
+            f"softmax_scale {sigma:g}: c_log2 = softmax_scale * log2(e) overflows f32, so every score of the call is "
+            "inf or NaN and out and lse are NaN.", "input"))
+    q64 = q.to(torch.float64).abs()
+    n_q = q.shape[0]
+    if n_q == 0:
+        return found
+    kv = kv_cache.reshape(-1, RECORD_BYTES)
+    start = indptr[:-1].to(torch.int64)
+    length = (indptr[1:].to(torch.int64) - start).clamp_min(0)
+    # cheap bound per query row: ||q||_1 (over heads: the largest) times the largest |K| it may read
+    ids = indices.to(torch.int64)
+    usable = ids if not has_invalid else ids.clamp_min(0)
+    if usable.numel() == 0:
+        return found
+    recs = kv[usable.clamp(0, kv.shape[0] - 1).to(kv.device)]
+    scale = recs[:, SCALE_OFFSET:SCALE_OFFSET + 16].contiguous().view(torch.float32).abs().to(torch.float64).amax(dim=-1)
+    rope = recs[:, ROPE_OFFSET:].contiguous().view(torch.bfloat16).to(torch.float64).abs().amax(dim=-1)
+    k_max = float(torch.maximum(scale * 448.0, rope).max().cpu()) if recs.shape[0] else 0.0
+    q_l1 = q64.sum(dim=-1).amax(dim=-1)  # [n_q]
+    suspect = (q_l1 * k_max * _QK_SLACK >= F32_MAX) & (length > 0)
+    if not bool(suspect.any()):
+        return found
+    rows = torch.nonzero(suspect).flatten()
+    sub_ptr = torch.cat((torch.zeros(1, dtype=torch.int64), length[rows].cumsum(0)))
+    sub_idx = torch.cat([indices[int(start[r]):int(start[r] + length[r])] for r in rows.tolist()]) if rows.numel() else indices[:0]
+    bad_pairs = 0
+    examples: list[dict[str, Any]] = []
+    for chunk in iter_chunks(sub_idx, sub_ptr.to(torch.int32), kv_cache, has_invalid=has_invalid):
+        if not bool(chunk.valid.any()):
+            continue
+        keys = torch.cat((chunk.k_latent, chunk.rope), dim=-1).abs()  # [R, L, 576]
+        mag = torch.bmm(q64[rows[chunk.rows].to(q64.device)], keys.transpose(1, 2))  # [R, H, L]
+        over = (mag * _QK_SLACK >= F32_MAX) & chunk.valid.unsqueeze(1)
+        bad_pairs += int(over.any(dim=-1).sum())
+        for r_local, h, k in torch.nonzero(over).tolist()[: max(0, max_examples - len(examples))]:
+            examples.append({"query_row": int(rows[chunk.rows[r_local]]), "head": h, "kv_row": int(chunk.slots[r_local, k]),
+                             "sum_abs_q_times_abs_k": _json_float(float(mag[r_local, h, k]))})
+    if bad_pairs:
+        found.append(Finding(
+            KIND_SCORE_OVERFLOW, "violation", bad_pairs, "(query row, head) pairs", examples,
+            f"sum_d |q_d| |K_d| reaches f32's largest value {F32_MAX:.4g} (first: query row {examples[0]['query_row']}, head "
+            f"{examples[0]['head']}): a partial sum of q . K may overflow in f32, so that head's scores, out and lse may be inf or NaN.",
+            "consumed_rows"))
+    return found

@@ -12,7 +12,7 @@ import math
 import torch
 from hypothesis import given, settings
 
-from conformance.mutants import CATALOGUE
+from conformance.mutation.catalogue import CATALOGUE
 from kernel.backends.emulated import run_emulated
 from kernel.record import encode_records
 from oracle.bound import MODES, evaluate, gamma, half_ulp_bf16
@@ -94,7 +94,7 @@ def test_profiles_order_by_precision() -> None:
     problem = materialize(Recipe(seed=2, n_q=2, heads=2, row_lengths=(200, 77), cache_rows=1000), "cpu")
     args = (problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale)
     exact, gfx, bf16 = (evaluate(*args, profile=p) for p in (EXACT, GFX950, BF16_Q_BF16_P))
-    pre_rounding = lambda ev: ev.out_bound - half_ulp_bf16(ev.out.abs())  # noqa: E731
+    pre_rounding = lambda ev: ev.out_bound - half_ulp_bf16(ev.out.abs())
     assert float(pre_rounding(exact).max()) < 1e-3 * float(pre_rounding(gfx).max())
     assert float(gfx.lse_bound.max()) < float(bf16.lse_bound.max())
 
@@ -107,3 +107,112 @@ def test_gamma_and_half_ulp() -> None:
     # the bound is tight: rounding at the bottom of a binade reaches it
     x = torch.tensor([1.0 + 2.0**-8], dtype=torch.float64)
     assert float((x.to(torch.bfloat16).double() - x).abs()) == float(half_ulp_bf16(x))
+
+
+# --------------------------------------------------------------------------- soundness (issue 11)
+
+from oracle.accumulation import Accumulation
+from oracle.bound import output_interval_bound, round_bf16
+from oracle.profiles import FP32, PROFILES
+from oracle.rows import PreconditionError
+
+
+def _f32_rtz(y: torch.Tensor) -> torch.Tensor:
+    r = y.to(torch.float32)
+    return torch.where(r.double().abs() > y.abs(), torch.nextafter(r, torch.zeros_like(r)), r).double()
+
+
+def _sequential(terms: torch.Tensor, rtz: bool) -> torch.Tensor:
+    acc = torch.zeros(terms.shape[:-1], dtype=torch.float64)
+    for j in range(terms.shape[-1]):
+        acc = _f32_rtz(acc + terms[..., j]) if rtz else (acc + terms[..., j]).to(torch.float32).double()
+    return acc
+
+
+def _fused_truncate(terms: torch.Tensor, width: int, guard: int) -> torch.Tensor:
+    """An MMA-like adder: per instruction of `width` terms + accumulator, align to the largest
+    exponent keeping 24 + guard bits (truncating), add exactly, round toward zero to f32."""
+    acc = torch.zeros(terms.shape[:-1], dtype=torch.float64)
+    for s in range(0, terms.shape[-1], width):
+        group = torch.cat((acc.unsqueeze(-1), terms[..., s:s + width]), dim=-1)
+        _, e = torch.frexp(group.abs().amax(dim=-1, keepdim=True))
+        quantum = torch.pow(2.0, (e - 24 - guard).to(torch.float64))
+        aligned = torch.trunc(group / quantum) * quantum
+        acc = _f32_rtz(aligned.sum(dim=-1))
+    return acc
+
+
+def test_accumulation_models_bound_the_adversarial_dots() -> None:
+    """One dominant product and 575 products of 0.5625 ulp (the issue's adversarial dot), plus
+    random dots: sequential (nearest, toward zero) and fused adders without guard bits stay within
+    gamma_k(u) sum |t| of the model that declares them, and "unknown" covers them all."""
+    gen = torch.Generator().manual_seed(0)
+    adversarial = torch.full((1, 576), 0.5625 * 2.0**-23, dtype=torch.float64)
+    adversarial[0, 0] = 1.0
+    rand = (torch.randn(64, 576, generator=gen, dtype=torch.float64) * 2.0 ** torch.randint(-6, 6, (64, 576), generator=gen)).to(torch.float32).double()
+    for terms in (adversarial, rand, rand.abs()):
+        exact = terms.sum(dim=-1)
+        mag = terms.abs().sum(dim=-1)
+        m = torch.tensor(float(terms.shape[-1]))
+        cases = {
+            Accumulation("f32", "sequential", "nearest"): _sequential(terms, rtz=False),
+            Accumulation("f32", "sequential", "toward_zero"): _sequential(terms, rtz=True),
+            Accumulation("f32", "fused", "toward_zero", guard_bits=0, terms_per_instruction=16): _fused_truncate(terms, 16, 0),
+            Accumulation("f32", "fused", "toward_zero", guard_bits=3, terms_per_instruction=16): _fused_truncate(terms, 16, 3),
+        }
+        unknown = Accumulation("f32", "unknown", terms_per_instruction=16)
+        for model, computed in cases.items():
+            err = (computed - exact).abs()
+            for declared in (model, unknown):
+                bound = gamma(declared.roundings(m, torch.ceil(m / 16)), declared.u) * mag
+                assert bool((err <= bound).all()), (model, declared, float((err / bound).max()))
+
+
+def test_zero_terms_are_free() -> None:
+    acc = Accumulation("f32", "unknown", terms_per_instruction=128)
+    assert float(acc.roundings(torch.tensor(0.0), 10.0)) == 0
+    assert float(acc.roundings(torch.tensor(1.0), 10.0)) < float(acc.roundings(torch.tensor(1088.0), 10.0)) / 100
+
+
+def test_round_bf16_is_one_rounding() -> None:
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(100_000, generator=gen, dtype=torch.float64) * 2.0 ** torch.randint(-140, 20, (100_000,), generator=gen)
+    as_f32 = x.to(torch.float32)
+    assert torch.equal(round_bf16(as_f32.double()), as_f32.to(torch.bfloat16).double())
+    # the f64 value just above a bf16 midpoint that f32 rounds onto it: one rounding goes up, two go to even
+    y = torch.tensor([1.0 + 2.0**-8 + 2.0**-30], dtype=torch.float64)
+    assert float(round_bf16(y)) == 1.0 + 2.0**-7 and float(y.to(torch.bfloat16)) == 1.0
+    b = output_interval_bound(y, torch.zeros_like(y), ("direct", "via_f32"))
+    assert float(b) == float((y - 1.0).abs().max(), ) and float(b) >= float((y - y.to(torch.bfloat16).double()).abs())
+
+
+def test_extreme_scores_give_finite_bounds() -> None:
+    """softmax_scale 1e30 with q = 2^-80 (|score| ~4e8, inside score_limit): finite bounds in
+    every profile (no 0 * inf in the reweighting, no overflowing exp)."""
+    problem = materialize(Recipe(seed=3, n_q=2, heads=2, row_lengths=(40, 130), cache_rows=400), "cpu")
+    q = (problem.q.double() * 2.0**-80 / problem.q.double().abs().amax()).to(torch.bfloat16)
+    for profile in PROFILES.values():
+        ev = evaluate(q, problem.kv_cache, problem.indices, problem.indptr, 1e30, profile=profile)
+        assert bool(torch.isfinite(ev.out_bound).all()) and bool(torch.isfinite(ev.lse_bound).all()), profile.name
+        assert float(ev.out_bound.max()) <= float(ev.out.abs().max()) * 4 + 1e4, profile.name  # the window bound caps it
+
+
+def test_f32_overflow_is_a_precondition() -> None:
+    problem = materialize(Recipe(seed=4, n_q=1, heads=1, row_lengths=(20,), cache_rows=50, latent="large"), "cpu")
+    args = (problem.q, problem.kv_cache, problem.indices, problem.indptr)
+    for profile in (GFX950, FP32, BF16_Q_BF16_P):
+        try:
+            evaluate(*args, 1e39, profile=profile)
+        except PreconditionError as exc:
+            assert "log2(e) is not finite in f32" in str(exc)
+        else:
+            raise AssertionError(f"{profile.name}: softmax_scale 1e39 judged")
+    evaluate(*args, 1e39 * 1e-300, profile=EXACT)
+    big = torch.full_like(problem.q, 2.0**120)
+    for profile in (GFX950, FP32):
+        try:
+            evaluate(big, problem.kv_cache, problem.indices, problem.indptr, 1e-40, profile=profile)
+        except PreconditionError as exc:
+            assert "may overflow f32" in str(exc)
+        else:
+            raise AssertionError(f"{profile.name}: q . K beyond f32 judged")

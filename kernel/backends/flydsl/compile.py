@@ -338,6 +338,12 @@ def check_isa(text: str) -> tuple[IsaStats, list[str]]:
         failures.append(f"{st.sgprs} SGPRs > {GFX950_MAX_SGPRS}")
     if st.lds_bytes > LDS_BUDGET:
         failures.append(f"{st.lds_bytes} bytes of LDS > {LDS_BUDGET} ({WORKGROUPS_PER_CU} workgroups per CU)")
+    # The algorithm checks (kernel/backends/flydsl/isa_checks.py) apply to a dump of one of the
+    # kernel's configurations (its symbol name says which).
+    from kernel.backends.flydsl import isa_checks
+
+    if isa_checks.KERNEL_RE.search(text):
+        failures += [str(f) for f in isa_checks.check_kernel(text)]
     return st, failures
 
 
@@ -367,9 +373,29 @@ class ConfigResult:
         return config_label((self.heads, self.has_invalid, self.return_lse))
 
 
+def _kernel_module(source: str | None):  # type: ignore[no-untyped-def]
+    """The kernel module: kernel.backends.flydsl.gfx950, or a copy of it at `source` (a mutant
+    of the self-test, mutations.py), loaded under its own module name."""
+    if not source:
+        from kernel.backends.flydsl import gfx950
+
+        return gfx950
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("flydsl_gfx950_variant", source)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load a kernel module from {source}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _worker(configs: Sequence[Config]) -> int:
-    """Subprocess body: compile each configuration in turn, one JSON line per finished one."""
-    from kernel.backends.flydsl.gfx950 import build_launcher, kernel_name
+    """Subprocess body: compile each configuration in turn, one JSON line per finished one.
+    $FLYDSL_KERNEL_SOURCE names a copy of the kernel source to compile instead of gfx950.py."""
+    mod = _kernel_module(os.environ.get("FLYDSL_KERNEL_SOURCE"))
+    build_launcher, kernel_name = mod.build_launcher, mod.kernel_name
 
     for h, hi, rl in configs:
         t0, c0 = time.perf_counter(), time.process_time()
@@ -389,16 +415,22 @@ def _find_isa(dump_dir: Path, name: str) -> Path | None:
     return hits[-1] if hits else None
 
 
-def _run_group(configs: Sequence[Config], rocm_path: Path, dump_root: Path, timeout: float) -> list[ConfigResult]:
+def _run_group(configs: Sequence[Config], rocm_path: Path, dump_root: Path, timeout: float,
+               source: str | None = None) -> list[ConfigResult]:
     from kernel.backends.flydsl.gfx950 import kernel_name
 
     dump_dir = Path(tempfile.mkdtemp(prefix="grp_", dir=dump_root))
     spec = ";".join(f"{h},{int(hi)},{int(rl)}" for h, hi, rl in configs)
     cmd = [sys.executable, "-m", "kernel.backends.flydsl.compile", "--worker", spec]
+    env = compile_env(rocm_path, dump_dir)
+    if source:
+        env["FLYDSL_KERNEL_SOURCE"] = str(source)
+    else:
+        env.pop("FLYDSL_KERNEL_SOURCE", None)
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
-            cmd, env=compile_env(rocm_path, dump_dir), capture_output=True, text=True, timeout=timeout,
+            cmd, env=env, capture_output=True, text=True, timeout=timeout,
             cwd=str(REPO_ROOT), check=False,
         )
         stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
@@ -445,10 +477,12 @@ def compile_configs(
     per_process: int = 1,
     dump_root: Path | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
+    source: str | None = None,
 ) -> list[ConfigResult]:
     """Compile and check every configuration: `per_process` configurations per subprocess (a
     group whose process dies is retried one configuration per process), `jobs` subprocesses at
-    once. ISA dumps go under `dump_root` (a temporary directory when None; it is then removed)."""
+    once. ISA dumps go under `dump_root` (a temporary directory when None; it is then removed).
+    `source`: a copy of the kernel module to compile instead of gfx950.py (mutations.py)."""
     rocm_path = ensure_toolchain()
     own_root = dump_root is None
     root = Path(tempfile.mkdtemp(prefix="flydsl_isa_")) if own_root else Path(dump_root)
@@ -458,14 +492,14 @@ def compile_configs(
     out: dict[Config, ConfigResult] = {}
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, int(jobs))) as pool:
-            futures = [pool.submit(_run_group, g, rocm_path, root, timeout) for g in groups]
+            futures = [pool.submit(_run_group, g, rocm_path, root, timeout, source) for g in groups]
             for fut in futures:
                 for res in fut.result():
                     out[(res.heads, res.has_invalid, res.return_lse)] = res
         retry = [cfg for cfg, res in out.items() if not res.ok and res.seconds is None and res.configs_in_process > 1]
         if retry:
             with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, int(jobs))) as pool:
-                for fut in [pool.submit(_run_group, [cfg], rocm_path, root, timeout) for cfg in retry]:
+                for fut in [pool.submit(_run_group, [cfg], rocm_path, root, timeout, source) for cfg in retry]:
                     for res in fut.result():
                         out[(res.heads, res.has_invalid, res.return_lse)] = res
     finally:

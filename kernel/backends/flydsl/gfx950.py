@@ -505,8 +505,8 @@ def lds_store(value: ir.Value, addr: V, align: int) -> None:
     llvm.store(value, lds_ptr(addr), alignment=align)
 
 
-def global_load(ty: ir.Type, addr: V, align: int) -> ir.Value:
-    return llvm.load(ty, global_ptr(addr), alignment=align)
+def global_load(ty: ir.Type, addr: V, align: int, volatile: bool = False) -> ir.Value:
+    return llvm.load(ty, global_ptr(addr), alignment=align, volatile_=volatile)
 
 
 def global_store(value: ir.Value, addr: V, align: int) -> None:
@@ -896,14 +896,19 @@ def issue_tile_dma(c: _Ctx, ti: _TileIdx) -> None:
         rocdl.global_load_lds(global_ptr(src), lds_ptr(window), 4, 0)
 
 
-def load_rope(c: _Ctx, ti: _TileIdx) -> list[ir.Value]:
-    """The QK A operands of the rope MFMAs: token 32w + 16s + t, dims 8g.. and 32 + 8g.."""
+def load_rope(c: _Ctx, ti: _TileIdx, volatile: bool = False) -> list[ir.Value]:
+    """The QK A operands of the rope MFMAs: token 32w + 16s + t, dims 8g.. and 32 + 8g..
+
+    The prologue's copy is volatile: otherwise LLVM folds the loop-header phi of the prologue's
+    and the loop's rope loads into one load at the top of the tile (issued and waited for in
+    the same tile), undoing the prefetch.
+    """
     out: list[ir.Value] = []
     for s in range(2):
         row = row_address(c, ti.arow[s])
         for k in range(2):
             addr = row + ROPE_OFFSET + 64 * k + (c.g.i64() << 4)  # rope dims 32k + 8g .. + 7
-            out.append(vec_bitcast(global_load(_vec(4, _i32()), addr, 16), 8, _bf16()))
+            out.append(vec_bitcast(global_load(_vec(4, _i32()), addr, 16, volatile), 8, _bf16()))
     return out
 
 
@@ -1116,7 +1121,7 @@ def emit_kernel(heads: int, has_invalid: bool, return_lse: bool, source: str, ar
     # waited for within the tile that issues it.
     ti0 = _TileIdx.load(c, ci(0))
     if_then(nt > 0, lambda: issue_tile_dma(c, ti0))
-    rope0 = load_rope(c, ti0)
+    rope0 = load_rope(c, ti0, volatile=True)
     dout0 = tile_masks(c, ti0)
     ti1 = _TileIdx.load(c, ci(TILE))
     init = ([cf(MASKED_SCORE).v, cf(0.0).v] + [zeros_f32x4() for _ in range(8)] + rope0

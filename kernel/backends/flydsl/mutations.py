@@ -1,0 +1,307 @@
+"""Mutation self-test of the ISA checks: real bugs injected into a copy of the kernel source.
+
+Each `Mutation` replaces exact text of kernel/backends/flydsl/gfx950.py (each `old` must occur
+exactly once, so a kernel edit that moves the code makes the catalogue fail loudly instead of
+silently testing nothing). `run_mutations` writes each mutant to a temporary file, compiles it
+for the given configurations in a subprocess (compile.compile_configs(source=...)), and runs
+every check (compile.check_isa, which includes isa_checks.check_kernel). A mutant is *flagged*
+on a configuration when it compiled and at least one check failed; `expect` names the check ids
+(isa_checks module docstring) the bug is meant to trip, and the self-test requires one of them
+among the failures. A mutant that does not compile would not test the checks, so a compile
+failure is reported as such, not as flagged.
+
+CLI (prints the table docs/flydsl.md shows):
+    python -m kernel.backends.flydsl.mutations [--heads 5,16] [--has-invalid 1] [--return-lse 0] [--jobs 2] [--only ID,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernel.backends.flydsl import compile as fc
+
+KERNEL_SOURCE = Path(__file__).with_name("gfx950.py")
+_CHECK_ID = re.compile(r"^\[([a-z0-9_.]+)\]")
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One injected bug: `edits` are (old, new) exact replacements in gfx950.py; `expect` the
+    check ids meant to flag it; `applies` which configurations show it (None: all)."""
+
+    id: str
+    bug: str
+    edits: tuple[tuple[str, str], ...]
+    expect: tuple[str, ...]
+    applies: str | None = None  # "h<16": heads < 16 only; "l0": without return_lse only
+
+    def applies_to(self, cfg: fc.Config) -> bool:
+        h, _, rl = cfg
+        if self.applies == "h<16":
+            return h < 16
+        if self.applies == "l0":
+            return not rl
+        return True
+
+
+CATALOGUE: tuple[Mutation, ...] = (
+    Mutation(
+        "loop_top_sync_removed",
+        "loop-top vmcnt(0) + barrier removed: QK reads the tile while its DMA is in flight",
+        (("        wait_vm()\n        barrier()\n        # Tile t + 2's", "        # Tile t + 2's"),),
+        ("sync.dma_read", "counts.tile"),
+    ),
+    Mutation(
+        "record_offset_32bit",
+        "record offset slot * 656 computed in 32 bits (wraps past 4 GiB)",
+        (('row = c.a["kv"] + slot.i64() * RECORD_BYTES', 'row = c.a["kv"] + (slot * RECORD_BYTES).i64()'),),
+        ("kv64.mul",),
+    ),
+    Mutation(
+        "lo_scale_is_hi",
+        "lo MFMAs given the hi E8M0 scale (lo residual 32x too large)",
+        (("c.q_scale_lo = c.q_scale_hi - 5", "c.q_scale_lo = c.q_scale_hi"),),
+        ("mfma.lo_scale",),
+    ),
+    Mutation(
+        "lo_scale_minus_4",
+        "lo E8M0 = hi - 4 (lo residual 2x too large)",
+        (("c.q_scale_lo = c.q_scale_hi - 5", "c.q_scale_lo = c.q_scale_hi - 4"),),
+        ("mfma.lo_scale",),
+    ),
+    Mutation(
+        "dma_window_not_advanced",
+        "every chunk's DMA lands in chunk 0's window (no new M0 per DMA)",
+        (("                window = c.lds + lds_k(c.wave, dma_token(hf, 0), ch)",
+          "                window = c.lds + lds_k(c.wave, dma_token(hf, 0), 0)"),),
+        ("sync.m0",),
+    ),
+    Mutation(
+        "pv_operands_swapped",
+        "PV MFMA with A and B swapped (P' as the V operand)",
+        (("out[ch] = mfma_f16(e4m3x8_to_f16x8(raw), pps[kc], out[ch])", "out[ch] = mfma_f16(pps[kc], e4m3x8_to_f16x8(raw), out[ch])"),),
+        ("mfma.operands",),
+    ),
+    Mutation(
+        "qk_operands_swapped",
+        "QK hi MFMA with A and B swapped (Q as the K operand)",
+        (("x = mfma_scaled(a_op, c.q_hi[j], acc[s], 0, e8[s], 0, c.q_scale_hi)", "x = mfma_scaled(c.q_hi[j], a_op, acc[s], 0, e8[s], 0, c.q_scale_hi)"),),
+        ("mfma.operands",),
+    ),
+    Mutation(
+        "tr8_sub_offset_twice",
+        "tr8 address adds the odd K-chunk's offset on top of its own base (wrong tokens for kc 1, 3)",
+        (("addr = tr_base[sub] + (tr8_address(0, kc, ch, 0, 0) - tr8_address(0, sub, 0, 0, 0))",
+          "addr = tr_base[sub] + (tr8_address(0, kc, ch, 0, 0) - tr8_address(0, 0, 0, 0, 0))"),),
+        ("layout.tr8",),
+    ),
+    Mutation(
+        "refill_without_wait",
+        "next tile's DMA issued before this wave's tr8 reads of the block completed (WAR)",
+        (("            wait_lgkm()\n            if_then(not_last, lambda: issue_tile_dma(c, nxt))",
+          "            if_then(not_last, lambda: issue_tile_dma(c, nxt))"),),
+        ("sync.dma_war",),
+    ),
+    Mutation(
+        "tile_max_barrier_removed",
+        "tile max read before the other waves wrote theirs (barrier removed)",
+        (("    wait_lgkm()\n    barrier()\n    with no_wrap():\n        waves = ", "    wait_lgkm()\n    with no_wrap():\n        waves = "),),
+        ("counts.tile",),
+    ),
+    Mutation(
+        "masked_reads_cache_row",
+        "masked positions not zeroed: their loads read the cache row their index names",
+        (('    return slot_valid(slot).sel(row, c.a["zero"])', "    return row"),),
+        ("kv64.masked",),
+    ),
+    Mutation(
+        "masked_score_kept",
+        "masked positions keep their score instead of -1e30",
+        (("            x = ok.sel(vec_get(sacc[s], r) * c_log2, masked_x)", "            x = vec_get(sacc[s], r) * c_log2"),),
+        ("num.masked",),
+    ),
+    Mutation(
+        "rows_in_order",
+        "rows issued in order instead of reversed (long causal tail last)",
+        (('self.qi = args["n_q"] - 1 - V(as_ir_value(fx.block_idx.x))', 'self.qi = V(as_ir_value(fx.block_idx.x))'),),
+        ("row.order",),
+    ),
+    Mutation(
+        "rows_reversed_off_by_one",
+        "reverse row order off by one (n_q - block id)",
+        (('self.qi = args["n_q"] - 1 - V(as_ir_value(fx.block_idx.x))', 'self.qi = args["n_q"] - V(as_ir_value(fx.block_idx.x))'),),
+        ("row.order",),
+    ),
+    Mutation(
+        "p_shift_4",
+        "P shift 4 instead of 8 (P = exp2(x - m + 4))",
+        (("    m_shift = (m_new - P_SHIFT).fmax(M_FLOOR)", "    m_shift = (m_new - 4.0).fmax(M_FLOOR)"),),
+        ("num.p_shift",),
+    ),
+    Mutation(
+        "alpha_not_applied",
+        "running max change not rescaled (alpha = 1)",
+        (("    alpha = exp2(m_old - m_new)\n", "    alpha = cf(1.0)\n"),),
+        ("counts.tile",),
+    ),
+    Mutation(
+        "k_scale_not_masked",
+        "record scale E8M0 taken as bits >> 23 (sign bit not masked off)",
+        (("e8.append((scale_word >> 23) & 0xFF)", "e8.append(scale_word >> 23)"),),
+        ("mfma.k_scale",),
+    ),
+    Mutation(
+        "b_format_e5m2",
+        "Q operand of the scaled MFMA declared e5m2",
+        (("        _vec(4, _f32()), a, b, acc, fmt, fmt, sel_a", "        _vec(4, _f32()), a, b, acc, fmt, ir.Attribute.parse(\"#rocdl<matrix_format fp8_e5m2>\"), sel_a"),),
+        ("mfma.format",),
+    ),
+    Mutation(
+        "l_update_fused",
+        "l = l * alpha + sum P as one fused multiply-add (one rounding where emulated has two)",
+        (("    l_new = l_old * alpha + total\n",
+          "    l_new = V(__import__('flydsl._mlir.dialects.math', fromlist=['fma']).fma(l_old.v, alpha.v, total.v))\n"),),
+        ("num.fma",),
+    ),
+    Mutation(
+        "p_prime_rtz",
+        "P' converted to f16 toward zero (v_cvt_pkrtz_f16_f32)",
+        (("        out.append(V(arith.truncf(_f16(), prod.v)))",
+          "        out.append(V(vector.extract(rocdl.cvt_pkrtz(_vec(2, _f16()), prod.v, prod.v), [], [0])))"),),
+        ("num.rtz",),
+    ),
+    Mutation(
+        "head_guard_dropped",
+        "output stores of heads >= H not masked (writes past the row)",
+        (("    if_then(c.h_ok, store_out)", "    store_out()"),),
+        ("store.guard",),
+        applies="h<16",
+    ),
+    Mutation(
+        "lse_always_stored",
+        "lse computed and stored without return_lse (writes through a null pointer)",
+        (("    if c.return_lse:\n        lse = ", "    if True:\n        lse = "),),
+        ("counts.kernel",),
+        applies="l0",
+    ),
+)
+
+
+def mutant_source(m: Mutation, source: str) -> str:
+    """The kernel source with m's edits applied; ValueError when an `old` text does not occur
+    exactly once."""
+    out = source
+    for old, new in m.edits:
+        n = out.count(old)
+        if n != 1:
+            raise ValueError(f"mutation {m.id}: the text to replace occurs {n} times in gfx950.py: {old[:60]!r}")
+        out = out.replace(old, new)
+    return out
+
+
+@dataclass
+class MutantResult:
+    """One mutant on one configuration: compiled?, the check ids that failed, first messages."""
+
+    mutation: str
+    config: str
+    compiled: bool
+    checks: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def flagged(self) -> bool:
+        return self.compiled and bool(self.checks)
+
+
+def check_ids(failures: Sequence[str]) -> list[str]:
+    """Check ids of compile.check_isa failure strings ('[id] message'; budget failures -> 'budget')."""
+    out = []
+    for f in failures:
+        m = _CHECK_ID.match(f)
+        cid = m.group(1) if m else "budget"
+        if cid not in out:
+            out.append(cid)
+    return out
+
+
+def run_mutations(mutations: Sequence[Mutation], configs: Sequence[fc.Config], *, jobs: int = 1,
+                  timeout: float = fc.DEFAULT_TIMEOUT_S) -> list[MutantResult]:
+    """Compile and check every mutant on the configurations it applies to (one subprocess per
+    mutant compiles its configurations in turn), `jobs` mutants at once."""
+    import concurrent.futures
+
+    src = KERNEL_SOURCE.read_text()
+    work = [(m, [c for c in configs if m.applies_to(c)]) for m in mutations]
+    results: list[MutantResult] = []
+    with tempfile.TemporaryDirectory(prefix="flydsl_mutants_") as tmp:
+
+        def one(m: Mutation, cfgs: list[fc.Config]) -> list[MutantResult]:
+            path = Path(tmp) / f"{m.id}.py"
+            path.write_text(mutant_source(m, src))
+            res = fc.compile_configs(cfgs, per_process=len(cfgs), timeout=timeout, source=str(path))
+            out = []
+            for r in res:
+                compiled = r.stats is not None and not r.error
+                out.append(MutantResult(m.id, r.label, compiled, check_ids(r.failures) if compiled else [],
+                                        list(r.failures[:3]), r.error.splitlines()[-1] if r.error else ""))
+            return out
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            futs = [pool.submit(one, m, cfgs) for m, cfgs in work if cfgs]
+            for f in futs:
+                results += f.result()
+    return results
+
+
+def format_table(mutations: Sequence[Mutation], results: Sequence[MutantResult]) -> str:
+    """Markdown table: bug -> checks that flag it, per configuration."""
+    by = {(r.mutation, r.config): r for r in results}
+    configs = sorted({r.config for r in results})
+    lines = ["| mutant | bug | expected check | " + " | ".join(f"flagged by ({c})" for c in configs) + " |",
+             "| --- | --- | --- | " + " | ".join("---" for _ in configs) + " |"]
+    for m in mutations:
+        cells = []
+        for c in configs:
+            r = by.get((m.id, c))
+            if r is None:
+                cells.append("n/a")
+            elif not r.compiled:
+                cells.append("NOT COMPILED")
+            else:
+                cells.append(", ".join(r.checks) if r.checks else "**NOT FLAGGED**")
+        lines.append(f"| `{m.id}` | {m.bug} | {', '.join(m.expect)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kernel.backends.flydsl.mutations", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--heads", default="5,16")
+    ap.add_argument("--has-invalid", default="1")
+    ap.add_argument("--return-lse", default="0")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--only", default="", help="comma-separated mutation ids")
+    args = ap.parse_args(argv)
+    configs = fc.all_configs(fc.parse_heads(args.heads), fc.parse_flags(args.has_invalid), fc.parse_flags(args.return_lse))
+    muts = [m for m in CATALOGUE if not args.only or m.id in args.only.split(",")]
+    t0 = time.perf_counter()
+    res = run_mutations(muts, configs, jobs=args.jobs)
+    print(format_table(muts, res))
+    bad = [r for r in res if not r.flagged or not set(r.checks) & set(next(m for m in muts if m.id == r.mutation).expect)]
+    for r in bad:
+        print(f"{r.mutation} {r.config}: compiled={r.compiled} checks={r.checks} {r.error}", file=sys.stderr)
+    print(f"{len(muts)} mutants x {len(configs)} configurations: {len(res) - len(bad)}/{len(res)} flagged by an "
+          f"expected check; wall {time.perf_counter() - t0:.1f} s with {args.jobs} jobs")
+    return 0 if not bad else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -31,7 +31,7 @@ LIMITS = (
     "kv_cache must start at a 16-byte aligned address",
 )
 
-_KERNELS: dict[tuple[int, bool, bool], object] = {}
+_KERNELS: dict[tuple, object] = {}
 _LOCK = threading.Lock()
 last_stats: list = []  # LaunchStats of the most recent call (measurements)
 
@@ -41,11 +41,14 @@ def get_kernel(heads: int, has_invalid: bool, return_lse: bool):
     from kernel.isa.build import kernel_asm
     from kernel.isa.launch import IsaKernel
 
-    key = (int(heads), bool(has_invalid), bool(return_lse))
+    from kernel.isa import ops_matrix
+
+    cfg = (int(heads), bool(has_invalid), bool(return_lse))
+    key = cfg + (ops_matrix.F8_LAYOUT,)  # the MFMA operand layout is fixed at decode time
     with _LOCK:
         k = _KERNELS.get(key)
         if k is None:
-            k = IsaKernel.from_asm(kernel_asm(*key))
+            k = IsaKernel.from_asm(kernel_asm(*cfg))
             _KERNELS[key] = k
     return k
 

@@ -135,6 +135,23 @@ def src64(ins: Instr, op: Operand) -> Getter:
     return gs
 
 
+def src64_lo_checked(ins: Instr, op: Operand) -> tuple[Getter, int | None]:
+    """A 64-bit source whose high dword is not checked for definedness (its undefinedness is
+    propagated to the result's high dword by the caller instead, memcheck style); returns the
+    getter and the VGPR index of the high dword (None for SGPR / constant sources)."""
+    if isinstance(op, Reg) and op.file == "v" and op.count == 2 and not op.neg and not op.abs:
+        idx = op.index
+
+        def g(w: Wave, x: Any) -> np.ndarray:
+            if x.checks.on:
+                check_vgpr(w, x, idx)
+                if w.vpend[idx + 1]:
+                    check_vgpr(w, x, idx + 1, need=0)
+            return w.v[idx].astype(np.uint64) | (w.v[idx + 1].astype(np.uint64) << np.uint64(32))
+        return g, idx + 1
+    return src64(ins, op), None
+
+
 def src_pair(ins: Instr, op: Operand, need: int = 0xF) -> tuple[Getter, Getter]:
     """The two dwords of a 64-bit register operand as two 32-bit getters (packed-f32 ops)."""
     if not isinstance(op, Reg) or op.count != 2:

@@ -49,8 +49,11 @@ def _dwords(m: str, prefix: str) -> int:
     raise UnknownInstruction(f"{m}: unknown width")
 
 
+CACHE_POLICY = ("sc0", "sc1", "nt", "glc", "slc")  # coherence / temporal hints: no effect on values here
+
+
 def _offset(ins: Instr, allowed: tuple[str, ...]) -> int:
-    extra = [k for k in ins.modifiers if k not in allowed + ("offset",)]
+    extra = [k for k in ins.modifiers if k not in allowed + ("offset",) + (CACHE_POLICY if not ins.mnemonic.startswith("ds_") else ())]
     if extra:
         raise UnknownInstruction(f"`{ins.text}` (#{ins.index}): modifier(s) {extra} not modelled")
     v = ins.modifiers.get("offset", 0)

@@ -19,7 +19,8 @@ from kernel.isa import numerics as nm
 from kernel.isa.asm import Instr, Reg, modifier_list
 from kernel.isa.errors import UnknownInstruction, UnsupportedOperands
 from kernel.isa.operands import (
-    check_vgpr, lane_mask_src, require, sdst, src32, src64, src_pair, vdst, write_s, write_v, write_v64,
+    check_vgpr, lane_mask_src, require, sdst, src32, src64, src64_lo_checked, src_pair, vdst, write_s, write_v,
+    write_v64,
 )
 from kernel.isa.state import LANES, Wave, mask_to_int
 
@@ -208,13 +209,16 @@ def _mad64(ins: Instr, d: Any) -> Fn:
     cdst = sdst(ins, ins.operands[1], 2)
     s0 = src32(ins, ins.operands[2])
     s1 = src32(ins, ins.operands[3])
-    s2 = src64(ins, ins.operands[4])
+    s2, s2_hi = src64_lo_checked(ins, ins.operands[4])
 
     def run(w: Wave, x: Any) -> None:
         p = s0(w, x).astype(np.uint64) * s1(w, x).astype(np.uint64)
         c = s2(w, x)
         r = p + c
+        hi_def = w.vdef[s2_hi].copy() if s2_hi is not None else None
         write_v64(w, dst, r)
+        if hi_def is not None:  # an undefined high addend leaves D's high dword undefined (no read of it yet)
+            w.vdef[dst + 1][w.exec] &= hi_def[w.exec]
         write_s(w, cdst, mask_to_int((r < c) & w.exec), 2)
     return run
 
@@ -376,10 +380,12 @@ def _exp_field(v: np.ndarray) -> np.ndarray:
 
 @op("v_div_scale_f32")
 def _div_scale(ins: Instr, d: Any) -> Fn:
-    """V_DIV_SCALE_F32 D, VCC, S0, S1 (denominator), S2 (numerator). In the ordinary range
-    (both nonzero and finite, exponent(S2) - exponent(S1) < 96, S1 and S2/S1 and 1/S1 normal,
-    exponent(S2) > 23) D = S0 and VCC = 0. The pre-scaling branches are not modelled:
-    they raise UnsupportedOperands (CDNA3 ISA, V_DIV_SCALE_F32)."""
+    """V_DIV_SCALE_F32 D, VCC, S0, S1 (denominator), S2 (numerator), per the CDNA3 ISA
+    pseudocode: VCC = 0, D = S0; then the first matching case: S2 == 0 or S1 == 0 -> D = NaN;
+    exp(S2) - exp(S1) >= 96 -> VCC = 1, D = S0 * 2^64 if S0 == S1; S1 denormal -> D = S0 * 2^64;
+    1/S1 denormal and S2/S1 denormal -> VCC = 1, D = S0 * 2^64 if S0 == S1; 1/S1 denormal ->
+    D = S0 * 2^-64; S2/S1 denormal -> VCC = 1, D = S0 * 2^64 if S0 == S2; exp(S2) <= 23 ->
+    D = S0 * 2^64 (exp = biased exponent field)."""
     no_modifiers(ins)
     dst = vdst(ins, ins.operands[0])
     cdst = sdst(ins, ins.operands[1], 2)
@@ -389,19 +395,42 @@ def _div_scale(ins: Instr, d: Any) -> Fn:
 
     def run(w: Wave, x: Any) -> None:
         a, den, num = s0(w, x), s1(w, x), s2(w, x)
+        fa = a.view(np.float32).astype(np.float64)
         fd, fn_ = den.view(np.float32).astype(np.float64), num.view(np.float32).astype(np.float64)
         ed, en = _exp_field(den), _exp_field(num)
         with np.errstate(all="ignore"):
-            q = np.abs(fn_ / fd)
-            r = np.abs(1.0 / fd)
-        ordinary = (fd != 0) & (fn_ != 0) & (ed != 255) & (en != 255) & (en - ed < 96) & (ed != 0) \
-            & (q >= 2.0**-126) & (r >= 2.0**-126) & (en > 23)
-        bad = w.exec & ~ordinary
-        if bad.any():
-            raise UnsupportedOperands(f"`{ins.text}`: operands outside the modelled range on lanes {np.nonzero(bad)[0].tolist()[:8]} "
-                                      f"(denominator {fd[bad][0]!r}, numerator {fn_[bad][0]!r})")
-        write_v(w, dst, a)
-        write_s(w, cdst, 0, 2)
+            rcp_den = np.abs(1.0 / fd) < 2.0**-1022  # as f64 denormal
+            quo_den = (np.abs(fn_ / fd) < 2.0**-126) & (fn_ / fd != 0)
+        denorm_d = (ed == 0) & (fd != 0)
+        up = np.ldexp(fa, 64)
+        out = fa.copy()
+        vcc = np.zeros(LANES, dtype=bool)
+        done = np.zeros(LANES, dtype=bool)
+
+        def case(cond, val=None, setv=False):
+            nonlocal out, vcc, done
+            c = cond & ~done
+            if val is not None:
+                out = np.where(c, val, out)
+            if setv:
+                vcc = vcc | c
+            done = done | c
+
+        case((fn_ == 0) | (fd == 0), np.nan)
+        c = (en - ed >= 96) & ~done
+        case(c & (fa == fd), up, True)
+        case(c, None, True)
+        case(denorm_d, up)
+        c = rcp_den & quo_den & ~done
+        case(c & (fa == fd), up, True)
+        case(c, None, True)
+        case(rcp_den, np.ldexp(fa, -64))
+        c = quo_den & ~done
+        case(c & (fa == fn_), up, True)
+        case(c, None, True)
+        case(en <= 23, up)
+        write_v(w, dst, bits(nm.round_f64_to_f32(out)))
+        write_s(w, cdst, mask_to_int(vcc & w.exec), 2)
     return run
 
 
@@ -425,23 +454,32 @@ def _div_fmas(ins: Instr, d: Any) -> Fn:
 
 @op("v_div_fixup_f32")
 def _div_fixup(ins: Instr, d: Any) -> Fn:
-    """V_DIV_FIXUP_F32 D, S0 (quotient), S1 (denominator), S2 (numerator): the IEEE special
-    cases (NaN, 0/0, inf/inf -> NaN; x/0 and inf/x -> +-inf; x/inf and 0/x -> +-0), else
-    D = |S0| with the sign of S1 * S2 (CDNA3 ISA V_DIV_FIXUP_F32)."""
+    """V_DIV_FIXUP_F32 D, S0 (quotient), S1 (denominator), S2 (numerator), CDNA3 ISA pseudocode
+    order: S2 NaN -> S2 (quieted); S1 NaN -> S1; 0/0 or inf/inf -> NaN; S1 == 0 or |S2| == inf
+    -> +-inf; |S1| == inf or S2 == 0 -> +-0; exp(S2) - exp(S1) < -150 -> +-0 (underflow);
+    exp(S1) == 255 -> +-inf (overflow); else |S0| with the sign of S1 * S2."""
     no_modifiers(ins)
     dst = vdst(ins, ins.operands[0])
     q_, d_, n_ = (src32(ins, o, flt=True) for o in ins.operands[1:4])
 
     def run(w: Wave, x: Any) -> None:
-        q, den, num = (f32v(g(w, x)).astype(np.float64) for g in (q_, d_, n_))
+        qb, db, nb = (g(w, x) for g in (q_, d_, n_))
+        q, den, num = (f32v(v).astype(np.float64) for v in (qb, db, nb))
         sign = np.signbit(den) ^ np.signbit(num)
-        mag = np.abs(q)
+        ed, en = _exp_field(db), _exp_field(nb)
         with np.errstate(all="ignore"):
-            mag = np.where((den == 0) | np.isinf(num), np.inf, mag)
-            mag = np.where(np.isinf(den) | (num == 0), 0.0, mag)
+            mag = np.abs(q)
+            conds = [
+                (np.isnan(num), num), (np.isnan(den), den),
+                (((den == 0) & (num == 0)) | (np.isinf(den) & np.isinf(num)), np.nan),
+                ((den == 0) | np.isinf(num), np.where(sign, -np.inf, np.inf)),
+                (np.isinf(den) | (num == 0), np.where(sign, -0.0, 0.0)),
+                (en - ed < -150, np.where(sign, -0.0, 0.0)),
+                (ed == 255, np.where(sign, -np.inf, np.inf)),
+            ]
             r = np.where(sign, -mag, mag)
-            r = np.where(np.isnan(q) | np.isnan(den) | np.isnan(num) | ((den == 0) & (num == 0))
-                         | (np.isinf(den) & np.isinf(num)), np.nan, r)
+            for cond, val in reversed(conds):
+                r = np.where(cond, val, r)
         write_v(w, dst, bits(r.astype(np.float32)))
     return run
 

@@ -139,9 +139,13 @@ CASES = [
     Case("v_rcp_f32_e32 v2, v10", v={10: f32b(3.0)}, ev={2: 0x3EAAAAAB}),
     Case("v_div_scale_f32 v2, s[4:5], v10, v10, 1.0", v={10: f32b(3.0)}, ev={2: f32b(3.0)}, es={4: 0, 5: 0}),
     Case("v_div_scale_f32 v2, vcc, 1.0, v10, 1.0", v={10: f32b(3.0)}, ev={2: f32b(1.0)}, es={106: 0, 107: 0}),
+    Case("v_div_scale_f32 v2, s[4:5], v10, v10, 1.0", v={10: 0}, ev={2: 0x7FC00000}, es={4: 0, 5: 0}),  # zero denominator -> NaN
+    Case("v_div_scale_f32 v2, vcc, v10, v11, v10", v={10: f32b(2.0**-120), 11: f32b(2.0**-10)}, ev={2: f32b(2.0**-56)}, es={106: 0, 107: 0}),  # tiny numerator: x 2^64
+    Case("v_div_scale_f32 v2, vcc, v10, v11, v10", v={10: f32b(2.0**-130), 11: f32b(3.0)}, ev={2: f32b(2.0**-66)}, es={106: NEG1, 107: NEG1}),  # denormal quotient: VCC
     Case("v_div_fmas_f32 v2, v10, v11, v12", v={10: f32b(2.0), 11: f32b(3.0), 12: f32b(1.0)}, s={106: 0, 107: 0}, ev={2: f32b(7.0)}),
     Case("v_div_fixup_f32 v2, v10, v11, 1.0", v={10: 0x3EAAAAAB, 11: f32b(-3.0)}, ev={2: 0xBEAAAAAB}),
-    Case("v_div_fixup_f32 v2, v10, v11, 1.0", v={10: 0, 11: 0}, ev={2: 0x7F800000}),  # 1 / +0 = +inf
+    Case("v_div_fixup_f32 v2, v10, v11, 1.0", v={10: 0x7FC00000, 11: 0}, ev={2: 0x7F800000}),  # 1 / +0 = +inf even for a NaN quotient
+    Case("v_div_fixup_f32 v2, v10, v11, v12", v={10: f32b(1.0), 11: 0x80000000, 12: 0}, ev={2: 0x7FC00000}),  # 0 / -0 = NaN
     # ---------------- conversions
     Case("v_cvt_pk_bf16_f32 v2, v10, v11", v={10: f32b(1.0), 11: 0x3F818000}, ev={2: 0x3F823F80}),  # tie -> even
     Case("v_cvt_pk_bf16_f32 v2, v10, v11", v={10: 0x3F808000, 11: 0x7F800001}, ev={2: 0x7FC03F80}),  # tie -> even; sNaN -> qNaN

@@ -624,3 +624,53 @@ def get_mutant(name: str) -> Mutant:
         return CATALOGUE[name]
     except KeyError:
         raise KeyError(f"unknown mutant {name!r}; known: {', '.join(CATALOGUE)}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels written independently of the emulator (issue 11): precision defects, which must be
+# killed like the mutants above, and correct variants of other numerics, which must pass the
+# suite under the profile each declares. Kept out of CATALOGUE (whose entries are emulator stage
+# mutants with kill / spare cases in tests/test_mutants.py); a mutation-score run takes
+# PRECISION_DEFECTS as mutants and CORRECT_VARIANTS as further baselines.
+
+from conformance.mutation import independent as _independent
+from conformance.mutation import precision_defects as _precision
+
+
+@dataclass(frozen=True)
+class CorrectVariant:
+    """A correct kernel of some declared numerics: it must pass the whole suite.
+
+    name: module attribute and key; backend: its Backend (profile: the shipped profile that
+    describes it); description: one line; nightly: so slow on CPU that it runs in the nightly
+    Hypothesis profile on a GPU host only (the sequential-accumulation model loops over products)."""
+
+    name: str
+    backend: Backend
+    description: str
+    nightly: bool = False
+
+    @property
+    def spec(self) -> str:
+        return f"{MODULE}:{self.name}"
+
+
+PRECISION_DEFECTS: dict[str, Mutant] = {}
+for _name, (_switches, _bug_class, _description, _needs) in _precision.DEFECTS.items():
+    globals()[_name] = _precision.BACKENDS[_name]
+    PRECISION_DEFECTS[_name] = Mutant(name=_name, backend=_precision.BACKENDS[_name], description=_description,
+                                      bug_class=_bug_class, needs=_needs)  # type: ignore[arg-type]
+
+_VARIANT_TEXT = {
+    "float64_torch": "float64 throughout, torch's own f64 -> bf16 cast (rounds twice); profile exact",
+    "float32_torch": "plain torch float32: f32 matmuls, torch.softmax, torch.logsumexp; profile fp32",
+    "gfx950_sequential_rtz": "gfx950 algorithm, QK products accumulated one by one rounding toward zero, PV MFMAs toward zero; profile gfx950",
+    "gfx950_sequential_l": "gfx950 algorithm with l summed key by key in one f32 accumulator; profile gfx950-l-sequential",
+    "gfx950_reverse_tiles": "gfx950 algorithm visiting the tiles last to first; profile gfx950",
+    "flashmla_like_split": "bf16 Q, f32 QK, 64-key tiles, bf16 P for PV, up to 3 KV splits merged by lse; profile bf16-q-bf16-p",
+}
+CORRECT_VARIANTS: dict[str, CorrectVariant] = {}
+for _name, _fn in _independent.KERNELS.items():
+    _backend = _independent.as_backend(f"{MODULE}:{_name}", _fn)
+    globals()[_name] = _backend
+    CORRECT_VARIANTS[_name] = CorrectVariant(_name, _backend, _VARIANT_TEXT[_name], nightly=_name == "gfx950_sequential_rtz")

@@ -41,7 +41,7 @@ def _wrap_external(spec: str, obj: object, profile: str | None) -> Backend:
     return Backend(
         name=spec,
         fn=obj,  # type: ignore[arg-type]
-        profile=str(declared),
+        profile=declared,
         devices=tuple(getattr(obj, "devices", ("cpu", "cuda"))),
         max_heads=int(getattr(obj, "max_heads", MAX_HEADS)),
         head_counts=getattr(obj, "head_counts", None),
@@ -83,10 +83,16 @@ def resolve(name: str, *, profile: str | None = None) -> Backend:
         backend = torch_sdpa_backend()
     elif ":" in name:
         module_name, _, attr = name.partition(":")
+        if not module_name or not attr:
+            raise BackendUnavailable(f"kernel {name!r}: expected package.module:attr with both parts non-empty")
         try:
             module = importlib.import_module(module_name)
         except ImportError as err:
             raise BackendUnavailable(f"cannot import {module_name!r} for kernel {name!r}: {err}") from err
+        except SyntaxError as err:
+            raise BackendUnavailable(f"cannot import {module_name!r} for kernel {name!r}: syntax error in {err.filename}, line {err.lineno}: {err.msg}") from err
+        except Exception as err:  # noqa: BLE001 - any failure while importing the user's module is a usage error
+            raise BackendUnavailable(f"cannot import {module_name!r} for kernel {name!r}: {type(err).__name__} at import: {err}") from err
         try:
             obj = getattr(module, attr)
         except AttributeError as err:

@@ -708,12 +708,18 @@ def load_slots(c: _Ctx) -> None:
 
 
 def idx_load1(c: _Ctx, pos: V) -> V:
-    """The slot word of row position pos >= 0: indices[beg + pos], 0 when beg + pos is outside
-    the index buffer (below it through the skew select, past it through the descriptor's
-    size), and -1 when pos >= len, so that slot_valid is `word >= 0` (load_slots' masking)."""
+    """The raw index word of row position pos >= 0: descriptor entry max(pos + skew, 0) (0
+    past the index buffer); slot_word turns it into the position's slot word."""
     q = pos + c.skew  # descriptor-relative entry; < 0 only for a row starting before the buffer
-    raw = V(rocdl.raw_ptr_buffer_load(_i32(), c.idx_rsrc, (q.smax(0) << 2).v, ci(0).v))
-    return (pos < c.len).sel((q < 0).sel(0, raw), -1)
+    return V(rocdl.raw_ptr_buffer_load(_i32(), c.idx_rsrc, (q.smax(0) << 2).v, ci(0).v))
+
+
+def slot_word(c: _Ctx, pos: V, raw: V) -> V:
+    """The slot word of row position pos: indices[beg + pos], 0 when beg + pos is outside the
+    index buffer (below it: the skew select; past it: the descriptor returned 0), and -1 when
+    pos >= len, so that slot_valid is `word >= 0` (load_slots' masking). Applied where the word
+    is used, not where it is loaded, so no loop-carried word waits for its load early."""
+    return (pos < c.len).sel(((pos + c.skew) < 0).sel(0, raw), -1)
 
 
 def idx_load4(c: _Ctx, q: V) -> ir.Value:
@@ -843,27 +849,49 @@ def quantize_q(c: _Ctx) -> None:
 class _TileIdx:
     """load_slots (part 2): the index words one tile needs (issued two tiles ahead).
 
-    dma[hf]: entry of token dma_token(hf, lane) (the latent / scale DMA lane's row);
-    arow[s]: entry of token qk_row_token(w, s, t) (the rope A-operand row).
+    raw: the 4 loaded words (DMA halves hf = 0, 1, then rope rows s = 0, 1), carried through
+    the loop as loaded; dma[hf] / arow[s] (slot words, slot_word) are formed on first use:
+    dma[hf] of token dma_token(hf, lane) (the latent / scale DMA lane's row), arow[s] of token
+    qk_row_token(w, s, t) (the rope A-operand row).
     """
 
-    def __init__(self, tb: V, dma: list[V], arow: list[V]) -> None:
+    def __init__(self, c: _Ctx, tb: V, raw: list[V]) -> None:
+        self.c = c
         self.tb = tb
-        self.dma = dma
-        self.arow = arow
+        self.raw = raw
+        self._dma: list[V] | None = None
+        self._arow: list[V] | None = None
+
+    def _pos(self) -> list[V]:
+        c = self.c
+        return [self.tb + dma_token(hf, c.lane) for hf in range(2)] + [self.tb + qk_row_token(c.wave, s, c.t) for s in range(2)]
 
     @staticmethod
     def load(c: _Ctx, tb: V) -> _TileIdx:
-        dma = [idx_load1(c, tb + dma_token(hf, c.lane)) for hf in range(2)]
-        arow = [idx_load1(c, tb + qk_row_token(c.wave, s, c.t)) for s in range(2)]
-        return _TileIdx(tb, dma, arow)
+        ti = _TileIdx(c, tb, [])
+        ti.raw = [idx_load1(c, p) for p in ti._pos()]
+        return ti
+
+    @property
+    def dma(self) -> list[V]:
+        if self._dma is None:
+            pos = self._pos()
+            self._dma = [slot_word(self.c, pos[k], self.raw[k]) for k in range(2)]
+        return self._dma
+
+    @property
+    def arow(self) -> list[V]:
+        if self._arow is None:
+            pos = self._pos()
+            self._arow = [slot_word(self.c, pos[2 + k], self.raw[2 + k]) for k in range(2)]
+        return self._arow
 
     def words(self) -> list[ir.Value]:
-        return [x.v for x in self.dma + self.arow]
+        return [x.v for x in self.raw]
 
     @staticmethod
-    def of_words(tb: V, words: Sequence[ir.Value]) -> _TileIdx:
-        return _TileIdx(tb, [V(words[0]), V(words[1])], [V(words[2]), V(words[3])])
+    def of_words(c: _Ctx, tb: V, words: Sequence[ir.Value]) -> _TileIdx:
+        return _TileIdx(c, tb, [V(w) for w in words])
 
 
 def tile_masks(c: _Ctx, ti: _TileIdx) -> list[V]:
@@ -1032,7 +1060,8 @@ def pv_accumulate(c: _Ctx, o: list[ir.Value], after_reads: Callable[[], None]) -
     order kc = 0..3. ds_read_b64_tr_b8: lanes 2j, 2j+1 of group g address bytes 0..7 / 8..15
     of chunk ch (dims 16ch..16ch+15 of block w) of token pv_token(kc, g, j); lane t receives
     dim 16ch + t of those 8 tokens (byte j). `after_reads` runs once all of this wave's LDS
-    reads of the tile are issued (the DMA refill of block w goes there).
+    reads of the tile are issued, halfway through the MFMAs (the DMA refill of block w goes
+    there).
     """
     out = list(o)
     pps: dict[int, ir.Value] = {}
@@ -1044,30 +1073,53 @@ def pv_accumulate(c: _Ctx, o: list[ir.Value], after_reads: Callable[[], None]) -
         p_base = c.lds + lds_p(c.t, pv_token(0, c.g, 0))
         sv_base = [c.lds + lds_scale(c.wave, pv_token(sub, c.g, 0)) for sub in range(2)]
 
-    def issue(i: int) -> object:
+    def side(kc: int) -> tuple[list[ir.Value], list[ir.Value]]:
+        """P[tok][t] and block w's scale of tokens pv_token(kc, g, 4k .. 4k + 3), k = 0, 1 (4
+        consecutive tokens, 4 consecutive slots each)."""
+        sub = kc & 1
+        with no_wrap():
+            offs = [4 * (pv_token(kc, 0, 4 * k) - pv_token(0, 0, 0)) for k in range(2)]
+            soffs = [lds_scale(0, pv_token(kc, 0, 4 * k)) - lds_scale(0, pv_token(sub, 0, 0)) for k in range(2)]
+            return ([lds_load(_vec(4, _f32()), p_base + off, 16) for off in offs],
+                    [lds_load(_vec(4, _i32()), sv_base[sub] + off, 16) for off in soffs])
+
+    def tr8(i: int) -> ir.Value:
         kc, ch = divmod(i, 8)
         sub = kc & 1
-        side = None
         with no_wrap():
-            if ch == 0:
-                # P[tok][t] and block w's scale of tokens pv_token(kc, g, 4k .. 4k + 3), k = 0, 1
-                # (4 consecutive tokens, 4 consecutive slots each).
-                offs = [4 * (pv_token(kc, 0, 4 * k) - pv_token(0, 0, 0)) for k in range(2)]
-                soffs = [lds_scale(0, pv_token(kc, 0, 4 * k)) - lds_scale(0, pv_token(sub, 0, 0)) for k in range(2)]
-                side = ([lds_load(_vec(4, _f32()), p_base + off, 16) for off in offs],
-                        [lds_load(_vec(4, _i32()), sv_base[sub] + off, 16) for off in soffs])
             addr = tr_base[sub] + (tr8_address(0, kc, ch, 0, 0) - tr8_address(0, sub, 0, 0, 0))
-        raw = rocdl.ds_read_tr8_b64_(_vec(2, _i32()), lds_ptr(addr))
-        return side, raw
+        return rocdl.ds_read_tr8_b64_(_vec(2, _i32()), lds_ptr(addr))
 
-    def consume(i: int, data: object) -> None:
+    # K-chunks 0, 1 (tokens 0-63): tr8 reads pipelined 4 ahead of their MFMAs. The P' operands
+    # of K-chunks 2, 3 are read and formed during the first half (4 registers each), then every
+    # tr8 read of K-chunks 2, 3 is issued at once: all of this wave's reads of block w are
+    # issued halfway through PV and the refill (`after_reads`) overlaps the second half's 16
+    # MFMAs (the seed's refill point). MFMA order per output chunk stays kc = 0, 1, 2, 3.
+    half = 16
+    sides = {0: side(0)}
+    raws = {i: tr8(i) for i in range(4)}
+    for i in range(32):
         kc, ch = divmod(i, 8)
-        side, raw = data  # type: ignore[misc]
-        if ch == 0:
-            pps[kc] = scale_p(c, side[0], side[1])
-        out[ch] = mfma_f16(e4m3x8_to_f16x8(raw), pps[kc], out[ch])
-
-    pipelined(32, 4, issue, consume, drained=after_reads)
+        sched_fence()
+        if i == half:
+            for j in range(half, 32):
+                raws[j] = tr8(j)
+            sched_fence()
+            after_reads()
+        elif i + 4 < half:
+            if (i + 4) % 8 == 0:
+                sides[(i + 4) // 8] = side((i + 4) // 8)
+            raws[i + 4] = tr8(i + 4)
+        if i == 8:
+            sides[2], sides[3] = side(2), side(3)
+        sched_fence()
+        if ch == 0 and kc < 2:
+            pps[kc] = scale_p(c, *sides.pop(kc))
+        if i == 12:
+            for k in (2, 3):
+                pps[k] = scale_p(c, *sides.pop(k))
+        out[ch] = mfma_f16(e4m3x8_to_f16x8(raws.pop(i)), pps[kc], out[ch])
+    sched_fence()
     return out
 
 
@@ -1133,31 +1185,35 @@ def emit_kernel(heads: int, has_invalid: bool, return_lse: bool, source: str, ar
         rope = st[10:14]
         dout = [V(x) for x in st[14:22]]
         tb = it << 7
-        nxt = _TileIdx.of_words(tb + TILE, st[22:26])
+        nxt = _TileIdx.of_words(c, tb + TILE, st[22:26])
         # This tile's latent and scales (every wave's DMA) and rope are in LDS / registers.
         wait_vm()
         barrier()
         # Tile t + 2's index words: first used at the end of tile t + 1.
         nn = _TileIdx.load(c, tb + 2 * TILE)
         sacc = qk_scores(c, rope)
+        # The next tile's rope (this tile's is dead now; index words loaded a tile ago) and
+        # mask entries: in flight through softmax and PV. Past the last tile every position
+        # is masked, so these read only the zero record.
+        rope_n = load_rope(c, nxt)
+        dout_n = tile_masks(c, nxt)
         m_new, l_new, alpha, ps = online_softmax(c, tb, sacc, dout, m_old, l_old)
         store_p(c, ps)
         o = [arith.mulf(x, vector.broadcast(_vec(4, _f32()), alpha.v)) for x in o]
         wait_lgkm()
         barrier()
-        not_last = (it + 1) < nt
-
         def refill() -> None:
             # Block w of the LDS tile (and scale row w) is read only by this wave's PV, whose
-            # reads are all issued: once they have landed, stream in the next tile's block w.
+            # reads are all issued halfway through PV: once they have landed, stream in the
+            # next tile's block w while the second half's MFMAs run.
+            # Unconditional: after the last tile every position is masked and the copy reads
+            # only the zero record (nothing reads it). A branch here would join a path with and
+            # one without the 18 DMA loads, and LLVM's vmcnt for the loop-carried index words
+            # at the join would then wait for the DMA on the refill path.
             wait_lgkm()
-            if_then(not_last, lambda: issue_tile_dma(c, nxt))
+            issue_tile_dma(c, nxt)
 
         o = pv_accumulate(c, o, refill)
-        # The next tile's rope and mask entries (index words loaded a tile ago). Past the last
-        # tile every position is masked, so these read only the zero record.
-        rope_n = load_rope(c, nxt)
-        dout_n = tile_masks(c, nxt)
         return [m_new.v, l_new.v] + list(o) + rope_n + [x.v for x in dout_n] + nn.words()
 
     fin = for_loop(ci(0), nt, init, tile)

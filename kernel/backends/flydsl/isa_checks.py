@@ -10,7 +10,7 @@ counts.kernel    exact per-kernel counts (isa_expect)
 kv64.mul         the record offset: every use of 656 is a v_mad_u64_u32 (64-bit multiply-add),
                  never a 32/24-bit multiply; 8 of them in the kernel, {2, 4} per tile path
 kv64.masked      each record address feeds a v_cndmask_b32 pair (masked -> the zero record)
-kv64.form        every global load and LDS DMA addresses with a 64-bit VGPR pair and `off`
+kv64.form        every LDS DMA and KV (rope) load addresses with a 64-bit VGPR pair and `off`
 kv64.buffer      buffer instructions are loads through the one index descriptor (word 3 0x27000)
 sync.m0          an M0 write before every LDS DMA (since the previous DMA of its block)
 sync.barrier     no LDS operation outstanding (lgkmcnt) at any s_barrier
@@ -285,19 +285,30 @@ def check_kv64(k: Kernel) -> list[Failure]:
         if bad or len(readers) < len(dst):
             what = bad[0].text if bad else "no reader"
             out.append(Failure("kv64.masked", f"line {mad.line}: record address {mad.operands[0]} used unmasked by {what!r}"))
-    # address forms: every global load and LDS DMA (KV rows, Q) from a 64-bit VGPR address
+    # address forms: every LDS DMA and every KV load from a 64-bit VGPR address, `off`: the
+    # tile loop's global loads are its rope loads; outside it at least the prologue's 4 rope
+    # loads (Q loads may use an SGPR row base plus a 32-bit lane offset: Q is not the cache)
+    loop_ids = {i.index for i in prog.loop_instrs(k.tile_loop)} if k.tile_loop is not None else set()
+    wide_outside = 0
     for ins in prog.instrs:
         m = ins.mnemonic
-        if m.startswith("global_load"):
-            if m.startswith("global_load_lds"):
-                vaddr, tail = (ins.operands[0] if ins.operands else ""), ins.operands[1:]
-            else:
-                vaddr, tail = (ins.operands[1] if len(ins.operands) > 1 else ""), ins.operands[2:]
-            saddr = tail[-1] if tail else ""
-            if len(regs(vaddr)) != 2 or not vaddr.startswith("v[") or saddr != "off":
+        if not m.startswith("global_load"):
+            if m.startswith(("flat_", "scratch_")):
+                out.append(Failure("kv64.form", f"line {ins.line}: {m} (only global_ and buffer_ memory operations expected)"))
+            continue
+        if m.startswith("global_load_lds"):
+            vaddr, tail = (ins.operands[0] if ins.operands else ""), ins.operands[1:]
+        else:
+            vaddr, tail = (ins.operands[1] if len(ins.operands) > 1 else ""), ins.operands[2:]
+        wide = len(regs(vaddr)) == 2 and vaddr.startswith("v[") and (tail[-1] if tail else "") == "off"
+        if m.startswith("global_load_lds") or ins.index in loop_ids:
+            if not wide:
                 out.append(Failure("kv64.form", f"line {ins.line}: not the 64-bit `v[..], off` form: {ins.text}"))
-        elif m.startswith(("flat_", "scratch_")):
-            out.append(Failure("kv64.form", f"line {ins.line}: {m} (only global_ and buffer_ memory operations expected)"))
+        elif wide and m == "global_load_dwordx4":
+            wide_outside += 1
+    rope = E.SUBTILES * E.ROPE_HALVES
+    if wide_outside < rope:
+        out.append(Failure("kv64.form", f"{wide_outside} 64-bit-addressed 16-byte loads outside the tile loop, expected at least the prologue's {rope} rope loads"))
     # buffer instructions: loads through one descriptor built with word 3 = 0x27000
     rsrcs = set()
     for ins in prog.instrs:
@@ -667,6 +678,8 @@ def _is_head_compare(defs: Defs, d: Instr, heads: int) -> bool:
                         return True
         return False
     consts = [defs.const(d, op) for op in d.operands[1:3]]
+    if heads == 1 and "_eq_" in m:  # t < 1 is t == 0
+        return 0 in consts
     if "_gt_u32" in m or "_gt_i32" in m:
         return consts[0] == heads
     if "_lt_u32" in m or "_lt_i32" in m:

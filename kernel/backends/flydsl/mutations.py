@@ -105,8 +105,7 @@ CATALOGUE: tuple[Mutation, ...] = (
     Mutation(
         "refill_without_wait",
         "next tile's DMA issued before this wave's tr8 reads of the block completed (WAR)",
-        (("            wait_lgkm()\n            if_then(not_last, lambda: issue_tile_dma(c, nxt))",
-          "            if_then(not_last, lambda: issue_tile_dma(c, nxt))"),),
+        (("            wait_lgkm()\n            issue_tile_dma(c, nxt)", "            issue_tile_dma(c, nxt)"),),
         ("sync.dma_war",),
     ),
     Mutation(

@@ -40,12 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse argv (sys.argv[1:] when None), run the subcommand and return its exit code."""
-    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse: --help gives 0, usage errors 2
-        return int(exc.code or 0)
-    try:
+        parser = build_parser()  # imports every subcommand (torch among them): SIGINT may land here
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse: --help gives 0, usage errors 2
+            return int(exc.code or 0)
         return int(args.func(args))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

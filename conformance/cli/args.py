@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+from pathlib import Path
 
 
 def positive_int(text: str) -> int:
@@ -37,3 +39,55 @@ def positive_float(text: str) -> float:
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
+
+
+def finite_positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0 (no nan, no inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
+
+
+def output_file(text: str) -> str:
+    """argparse type: a path a report can be written to: not a folder, its folder exists and is
+    writable. (A full device is only seen when writing: see `write_output`.)"""
+    if not text:
+        raise argparse.ArgumentTypeError("empty path")
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; give a file path")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: folder {parent} does not exist")
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text}: folder {parent} is not writable")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text}: not writable")
+    return text
+
+
+class OutputError(OSError):
+    """A report file could not be written; the message names the file and why, in one line."""
+
+
+def write_output(path: str | Path, text: str) -> None:
+    """Write `text` (UTF-8) to `path`, atomically for regular files (a temporary file next to it,
+    then renamed), directly for device files such as /dev/stdout. OutputError (one line) when
+    that fails: a folder, a missing folder, no permission, a full device."""
+    from conformance.wal import atomic_write_text
+
+    target = Path(path)
+    try:
+        if target.exists() and not target.is_file():
+            if target.is_dir():
+                raise IsADirectoryError(21, "is a folder", str(target))
+            with open(target, "w", encoding="utf-8") as handle:  # a device or FIFO: no rename possible
+                handle.write(text)
+        else:
+            atomic_write_text(target, text)
+    except OSError as err:
+        raise OutputError(f"cannot write {target}: {err.strerror or err}") from err

@@ -17,7 +17,7 @@ import torch
 
 from conformance import bench
 from conformance.bench import DEFAULT_HEADS, DEFAULT_KEYS, DEFAULT_KERNELS, DEFAULT_N_Q, ORACLE, render_table, run_bench
-from conformance.cli.args import non_negative_int, positive_int
+from conformance.cli.args import OutputError, non_negative_int, output_file, positive_int, write_output
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -74,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="data seed (default 0)")
     p.add_argument("--no-native", action="store_true", help="skip the bare FlashMLA call at its native 64 heads")
-    p.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    p.add_argument("--json", type=output_file, metavar="PATH", help="also write the report as JSON to PATH (a file; its folder must exist)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -103,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(render_table(report))
     sys.stdout.flush()
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        try:
+            write_output(args.json, json.dumps(report, indent=2, allow_nan=False) + "\n")
+        except OutputError as err:
+            print(f"error: --json: {err}", file=sys.stderr)
+            return EXIT_USAGE
     return int(report["exit_code"])
 

@@ -3,8 +3,8 @@
 Hypothesis draws recipes for the chosen properties and judges each call exactly as the suite does
 (conformance.checks.differential, with target() on every output's error / bound so the search
 climbs toward large errors; conformance.checks.violation_run for precondition violations).
-The campaign runs in chunks of the Hypothesis profile's max_examples (ci 25, dev 40, nightly
-1000), each with a fresh seed (ci: seeds 0, 1, 2, ... so a campaign is reproducible), until the
+The campaign runs in chunks of the Hypothesis profile's max_examples (--hypothesis-profile: ci
+25, dev 40, nightly 1000), each with a fresh seed (ci: seeds 0, 1, 2, ... so a campaign is reproducible), until the
 budget is spent. Problem sizes ramp up: the first chunk draws at most 1024 keys per call, each
 next chunk 4x more, up to the suite's own limits (quick feedback, quick shrinks). A failure is shrunk by Hypothesis, for at most --shrink-seconds after it was
 found (the campaign may overrun its budget by that much), then saved to the pending corpus
@@ -61,8 +61,10 @@ def register(subparsers: Any) -> None:
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--minutes", type=positive_float, default=None, metavar="M", help="search budget in minutes (default 5)")
     budget.add_argument("--seconds", type=positive_float, default=None, metavar="S", help="search budget in seconds")
-    p.add_argument("--profile", choices=HYPOTHESIS_PROFILES, default="dev", help="Hypothesis profile: chunk size and seeding (default dev)")
-    p.add_argument("--numerics-profile", default=None, metavar="NAME", help="numerics profile for a kernel that declares none (or to override)")
+    p.add_argument("--hypothesis-profile", dest="hypothesis_profile", choices=HYPOTHESIS_PROFILES, default="dev",
+                   help="Hypothesis profile: chunk size and seeding (default dev)")
+    p.add_argument("--profile", "--numerics-profile", dest="numerics_profile", default=None, metavar="NAME",
+                   help="numerics profile for a kernel that declares none (or to override), as in pytest and replay")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available and the kernel runs there)")
     p.add_argument("--property", action="append", choices=PROPERTIES, default=None, help="property to fuzz (repeatable; default: all)")
     p.add_argument("--shrink-seconds", type=positive_float, default=None, metavar="S",
@@ -338,7 +340,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         suite = build_target(args.kernel, profile=args.numerics_profile, device=args.device)
     except TargetError as err:
-        print(f"fuzz: {err}", file=sys.stderr)
+        hint = (f" ({args.numerics_profile!r} is a Hypothesis profile: --hypothesis-profile {args.numerics_profile})"
+                if args.numerics_profile in HYPOTHESIS_PROFILES else "")
+        print(f"fuzz: {err}{hint}", file=sys.stderr)
         return EXIT_USAGE
 
     saved_run_id = os.environ.get(RUN_ID_ENV)
@@ -356,14 +360,14 @@ def run(args: argparse.Namespace) -> int:
 
             print("fuzz: recovered " + describe(line), file=sys.stderr)
         print(f"fuzz: kernel {suite.name} (profile {suite.profile.name}) on {suite.device}; properties {', '.join(properties)}; "
-              f"budget {budget_s:g} s (+ up to {shrink_s:g} s shrinking); Hypothesis profile {args.profile}; run folder {run_dir}", file=sys.stderr, flush=True)
+              f"budget {budget_s:g} s (+ up to {shrink_s:g} s shrinking); Hypothesis profile {args.hypothesis_profile}; run folder {run_dir}", file=sys.stderr, flush=True)
         try:
-            campaign(suite, state, budget_s=budget_s, hypothesis_profile=args.profile, properties=properties, shrink_s=shrink_s,
+            campaign(suite, state, budget_s=budget_s, hypothesis_profile=args.hypothesis_profile, properties=properties, shrink_s=shrink_s,
                              max_failures=args.max_failures, save=not args.no_save, progress=progress, chunk_examples=args.chunk_examples)
         except KeyboardInterrupt:
             interrupted = True
         progress.done()
-        mark_session_finish(run_dir, exitstatus=None)
+        mark_session_finish(run_dir, exitstatus=_exit_code(state, interrupted))
         report_path = None
         try:
             from conformance.report import write_report
@@ -373,12 +377,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"fuzz: run report not written: {type(err).__name__}: {err}", file=sys.stderr)
         if interrupted:
             print("fuzz: interrupted", file=sys.stderr)
-        print(format_summary(state, suite, budget_s=budget_s, hypothesis_profile=args.profile, report_path=report_path))
+        print(format_summary(state, suite, budget_s=budget_s, hypothesis_profile=args.hypothesis_profile, report_path=report_path))
     finally:
         if saved_run_id is None:
             os.environ.pop(RUN_ID_ENV, None)
         else:
             os.environ[RUN_ID_ENV] = saved_run_id
+    return _exit_code(state, interrupted)
+
+
+def _exit_code(state: Campaign, interrupted: bool) -> int:
+    """The campaign's exit code (see the module docstring); also recorded in session.json."""
     if interrupted:
         return 130
     if state.failures:

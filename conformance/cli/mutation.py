@@ -38,11 +38,14 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--profile", default="ci", help="Hypothesis profile of the suite runs (default: ci)")
-    p.add_argument("--only", metavar="NAME,...", help="only these mutants (comma-separated catalogue names)")
+    p.add_argument("--hypothesis-profile", dest="hypothesis_profile", default="ci", metavar="NAME",
+                   help="Hypothesis profile of the suite runs (default: ci)")
+    p.add_argument("--profile", dest="numerics_profile", default=None, metavar="NAME",
+                   help="numerics profile passed to every suite run (pytest's --profile; default: what each kernel declares)")
+    p.add_argument("--only", metavar="NAME,...", help="only these mutants (comma-separated catalogue names; at least one)")
     p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1, metavar="N", help="suite runs in parallel (default: number of CPUs)")
-    p.add_argument("--json", metavar="PATH", help="write the report as JSON here")
-    p.add_argument("--markdown", metavar="PATH", help="write the report as a Markdown table here")
+    p.add_argument("--json", type=output_file, metavar="PATH", help="write the report as JSON here (a file; its folder must exist)")
+    p.add_argument("--markdown", type=output_file, metavar="PATH", help="write the report as a Markdown table here (a file; its folder must exist)")
     p.add_argument("--timeout", type=positive_float, default=scoring.DEFAULT_TIMEOUT_S, metavar="S",
                    help=f"wall-clock seconds per suite run; past it a mutant is 'survived (timeout)' (default {scoring.DEFAULT_TIMEOUT_S:.0f})")
     p.add_argument("--device", default=None, help="--device of the suite runs (cpu or cuda; default: the suite's choice)")
@@ -62,7 +65,23 @@ def run(args: argparse.Namespace) -> int:
         for name, spec in specs.items():
             print(f"{name}\t{spec}")
         return EXIT_OK
-    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    only = None
+    if args.only is not None:
+        only = [n.strip() for n in args.only.split(",") if n.strip()]
+        if not only:
+            print(f"mutation-score: --only {args.only!r} names no mutant (give NAME,...; --list shows the catalogue)", file=sys.stderr)
+            return EXIT_USAGE
+    extra = list(args.pytest_arg)
+    if args.numerics_profile is not None:
+        from oracle.profiles import get_profile
+
+        try:
+            get_profile(args.numerics_profile)
+        except KeyError as err:
+            hint = f" (for the Hypothesis profile use --hypothesis-profile {args.numerics_profile})" if args.numerics_profile in ("ci", "dev", "nightly") else ""
+            print(f"mutation-score: --profile: {err.args[0] if err.args else err}{hint}", file=sys.stderr)
+            return EXIT_USAGE
+        extra = ["--profile", args.numerics_profile, *extra]
     try:
         runs = scoring.select_runs(only, baseline=not args.no_baseline, specs=specs)
     except KeyError as err:
@@ -73,22 +92,28 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     command_line = "python -m conformance mutation-score " + shlex.join(_rebuild(args))
     print(f"mutation-score: {len(runs)} suite runs ({sum(r.role == 'mutant' for r in runs)} mutants"
-          f"{', emulated baseline' if not args.no_baseline else ''}), profile {args.profile}, {args.jobs} at a time", file=sys.stderr, flush=True)
+          f"{', emulated baseline' if not args.no_baseline else ''}), Hypothesis profile {args.hypothesis_profile}, {args.jobs} at a time", file=sys.stderr, flush=True)
     score = scoring.run_mutation_score(
-        runs, profile=args.profile, jobs=args.jobs, timeout_s=args.timeout, device=args.device, shrink=args.shrink,
-        progress=sys.stderr, extra=args.pytest_arg, keep=Path(args.keep) if args.keep else None, command_line=command_line.strip(),
+        runs, profile=args.hypothesis_profile, jobs=args.jobs, timeout_s=args.timeout, device=args.device, shrink=args.shrink,
+        progress=sys.stderr, extra=extra, keep=Path(args.keep) if args.keep else None, command_line=command_line.strip(),
     )
     sys.stdout.write(scoring.format_table(score))
-    if args.json:
-        Path(args.json).write_text(json.dumps(score.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    if args.markdown:
-        Path(args.markdown).write_text(scoring.format_markdown(score), encoding="utf-8")
+    try:
+        if args.json:
+            write_output(args.json, json.dumps(score.to_json(), indent=2, sort_keys=True) + "\n")
+        if args.markdown:
+            write_output(args.markdown, scoring.format_markdown(score))
+    except OutputError as err:
+        print(f"mutation-score: {err}", file=sys.stderr)
+        return EXIT_USAGE
     return score.exit_code
 
 
 def _rebuild(args: argparse.Namespace) -> list[str]:
     """The options that change the measurement, as a command line that reproduces it."""
-    out = ["--profile", args.profile, "--jobs", str(args.jobs), "--timeout", f"{args.timeout:g}"]
+    out = ["--hypothesis-profile", args.hypothesis_profile, "--jobs", str(args.jobs), "--timeout", f"{args.timeout:g}"]
+    if args.numerics_profile:
+        out += ["--profile", args.numerics_profile]
     if args.only:
         out += ["--only", args.only]
     if args.device:

@@ -27,7 +27,7 @@ from conformance.dumps import DumpError, load_dump
 from kernel.contract import ContractError
 from kernel.record import RECORD_BYTES
 from oracle import preconditions as pc
-from conformance.cli.args import positive_int
+from conformance.cli.args import OutputError, output_file, positive_int, write_output
 
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_BAD_INPUT = 0, 1, 2
 SCHEMA = 1
@@ -52,7 +52,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cache-only", action="store_true", help="ignore any index stream inside KV_DUMP: scan every row, every row decides the verdict")
     p.add_argument("--consumed-only", action="store_true", help="with an index stream: read only the consumed rows, no whole-cache summary")
     p.add_argument("--format", choices=("table", "json", "markdown"), default="table", help="report format (default: table)")
-    p.add_argument("--output", metavar="PATH", help="write the report here instead of stdout")
+    p.add_argument("--output", type=output_file, metavar="PATH", help="write the report here instead of stdout (a file; its folder must exist)")
     p.add_argument("--chunk-rows", type=positive_int, default=pc.DEFAULT_CHUNK_ROWS, metavar="N", help=f"rows per scan chunk (default {pc.DEFAULT_CHUNK_ROWS}; memory ~ N * 1.2 KiB)")
     p.add_argument("--max-examples", type=positive_int, default=pc.DEFAULT_MAX_EXAMPLES, metavar="N", help="examples kept per finding")
     p.add_argument("--progress", action="store_true", help="show scan progress on stderr even when it is not a terminal")
@@ -108,7 +108,11 @@ def run(args: argparse.Namespace) -> int:
         return _fail(args, str(exc), exc.findings)
     except (ContractError, ValueError, OSError) as exc:
         return _fail(args, f"{args.kv_dump}: {exc}", [])
-    _emit(args, render(report, args.format))
+    try:
+        _emit(args, render(report, args.format))
+    except OutputError as err:
+        print(f"error: --output: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return int(report["exit_code"])
 
 
@@ -118,14 +122,14 @@ def _fail(args: argparse.Namespace, message: str, findings: list[pc.Finding]) ->
         doc = {"tool": "conformance preconditions", "schema": SCHEMA, "verdict": "error", "exit_code": EXIT_BAD_INPUT, "error": message, "findings": [f.to_dict() for f in findings]}
         try:
             _emit(args, json.dumps(doc, indent=2) + "\n")
-        except OSError:
+        except OSError:  # OutputError included: the error line above is what matters
             pass
     return EXIT_BAD_INPUT
 
 
 def _emit(args: argparse.Namespace, text: str) -> None:
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        write_output(args.output, text)
     elif not args.quiet:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -27,7 +27,8 @@ class Score:
 
     mutants: results in catalogue order; baseline: the emulated run (None with no baseline);
     wall_s: seconds the whole score took; jobs: runs in parallel; date: ISO local date-time of
-    the start; command: how to reproduce it."""
+    the start; command: how to reproduce it; profile: the Hypothesis profile of the suite runs
+    (`--hypothesis-profile`; the numerics profile, `--profile`, goes to the runs as a pytest option)."""
 
     mutants: list[RunResult]
     baseline: RunResult | None
@@ -66,7 +67,8 @@ class Score:
             "schema": 1,
             "date": self.date,
             "command": self.command,
-            "profile": self.profile,
+            "profile": self.profile,  # the Hypothesis profile (kept under this key for older readers)
+            "hypothesis_profile": self.profile,
             "jobs": self.jobs,
             "shrink": self.shrink,
             "cpus": os.cpu_count(),
@@ -107,7 +109,7 @@ def table_rows(score: Score) -> list[list[str]]:
 
 def summary_lines(score: Score) -> list[str]:
     """The summary under the table (plain text)."""
-    lines = [f"killed {len(score.killed)}/{len(score.mutants)} mutants (profile {score.profile}, jobs {score.jobs}, shrinking {'on' if score.shrink else 'off'})"]
+    lines = [f"killed {len(score.killed)}/{len(score.mutants)} mutants (Hypothesis profile {score.profile}, jobs {score.jobs}, shrinking {'on' if score.shrink else 'off'})"]
     survivors = [r for r in score.mutants if not r.ok]
     for r in survivors:
         lines.append(f"NOT KILLED: {r.name} ({r.label}): {r.message or 'the whole suite passed'}")

@@ -242,6 +242,63 @@ def out_dim(wave: Any, ch: int, g: Any) -> Any:
     return wave * 128 + ch * 16 + g * 4
 
 
+# ================================================================ index semantics
+# Written once for IR values (the kernel) and Python ints (tests/test_flydsl_index.py, which
+# checks them against kernel/backends/emulated.py's load_slots / tile_count).
+
+
+def _select(cond: Any, a: Any, b: Any) -> Any:
+    if isinstance(cond, bool):
+        return a if cond else b
+    return cond.sel(a, b)
+
+
+def _smax(x: Any, k: Any) -> Any:
+    return max(x, k) if isinstance(x, int) else x.smax(k)
+
+
+def _smin(x: Any, k: Any) -> Any:
+    return min(x, k) if isinstance(x, int) else x.smin(k)
+
+
+def _sign_mask(x: Any) -> Any:
+    """All ones (-1) when x < 0, else 0 (an arithmetic shift by 31 of an i32)."""
+    return (-1 if x < 0 else 0) if isinstance(x, int) else x.ashr(31)
+
+
+def row_skew(beg: Any) -> Any:
+    """min(beg, 0): row position p reads descriptor entry p + skew (the descriptor starts at
+    the row start clamped into the index buffer); p + skew < 0 lies before the buffer."""
+    return _select(beg < 0, beg, 0)
+
+
+def index_offset(pos: Any, skew: Any) -> Any:
+    """Descriptor entry the kernel loads for row position pos (clamped at 0; slot_word discards
+    what it reads when pos + skew < 0)."""
+    return _smax(pos + skew, 0)
+
+
+def slot_of(pos: Any, raw: Any, length: Any, skew: Any) -> Any:
+    """The slot word of row position pos given the loaded word: indices[beg + pos], 0 when
+    beg + pos is outside the index buffer (below it: this select; past it: the descriptor
+    returned 0), -1 when pos >= len (so a slot word < 0 marks a masked position)."""
+    return _select(pos < length, _select((pos + skew) < 0, 0, raw), -1)
+
+
+def scan_start(length: Any, skew: Any) -> tuple[Any, Any]:
+    """(entries to scan, initial last_valid) of the has_invalid scan: descriptor entries
+    [0, max(len + skew, 0)) hold the row's positions -skew ..; positions below -skew read 0, a
+    valid entry, so last_valid starts at min(-skew, len)."""
+    return _smax(length + skew, 0), _smin(0 - skew, length)
+
+
+def scan_candidate(q: Any, n_in: Any, skew: Any, entry: Any) -> Any:
+    """One past row position q - skew when descriptor entry q < n_in holds an entry >= 0, else
+    0 (integer masks: all ones when q < n_in, both in [0, 2^31), and entry >= 0)."""
+    keep = _sign_mask(q - n_in) & ~_sign_mask(entry)
+    return ((q + 1) - skew) & keep
+
+
 # ================================================================ tiny IR layer
 # Every helper below builds MLIR at the current insertion point (the kernel being traced).
 
@@ -348,6 +405,9 @@ class V:
 
     def __sub__(self, o: object) -> V:
         return self._bin(o, arith.subi, arith.subf)
+
+    def __rsub__(self, o: object) -> V:
+        return V(self._other(o)) - self
 
     def __mul__(self, o: object) -> V:
         return self._bin(o, arith.muli, arith.mulf)
@@ -690,7 +750,7 @@ def load_slots(c: _Ctx) -> None:
     n_idx = V(arith.shrui(a["idx_bytes"].v, cl(2).v))
     length = end - beg
     c.len = (length < 0).sel(0, length)
-    c.skew = (beg < 0).sel(beg, 0)  # wave-uniform; 0 for every row that starts inside the buffer
+    c.skew = row_skew(beg)  # wave-uniform; 0 for every row that starts inside the buffer
     # clamp(beg, 0, n_idx) in 64 bits
     beg64 = V(arith.extsi(_i64(), beg.v))
     beg64 = V(arith.maxsi(beg64.v, cl(0).v))
@@ -710,8 +770,8 @@ def load_slots(c: _Ctx) -> None:
 def idx_load1(c: _Ctx, pos: V) -> V:
     """The raw index word of row position pos >= 0: descriptor entry max(pos + skew, 0) (0
     past the index buffer); slot_word turns it into the position's slot word."""
-    q = pos + c.skew  # descriptor-relative entry; < 0 only for a row starting before the buffer
-    return V(rocdl.raw_ptr_buffer_load(_i32(), c.idx_rsrc, (q.smax(0) << 2).v, ci(0).v))
+    q = index_offset(pos, c.skew)  # descriptor entry; pos + skew < 0 only before the buffer
+    return V(rocdl.raw_ptr_buffer_load(_i32(), c.idx_rsrc, (q << 2).v, ci(0).v))
 
 
 def slot_word(c: _Ctx, pos: V, raw: V) -> V:
@@ -719,7 +779,7 @@ def slot_word(c: _Ctx, pos: V, raw: V) -> V:
     index buffer (below it: the skew select; past it: the descriptor returned 0), and -1 when
     pos >= len, so that slot_valid is `word >= 0` (load_slots' masking). Applied where the word
     is used, not where it is loaded, so no loop-carried word waits for its load early."""
-    return (pos < c.len).sel(((pos + c.skew) < 0).sel(0, raw), -1)
+    return slot_of(pos, raw, c.len, c.skew)
 
 
 def idx_load4(c: _Ctx, q: V) -> ir.Value:
@@ -748,9 +808,8 @@ def tile_count(c: _Ctx) -> V:
         # starting before the index buffer) read 0, a valid entry: last >= min(len, -skew).
         # The rest of the row is descriptor entries q = p + skew in [0, len + skew), scanned
         # 4096 a step: wave w scans 1024 of them with 4 loads in flight (4 consecutive a lane).
-        n_in = (c.len + c.skew).smax(0)
+        n_in, first = scan_start(c.len, c.skew)  # first: 0 unless the row starts before the buffer
         n_scan = (n_in >> 12) + ((n_in & 4095).ne(0)).sel(1, 0)
-        first = (ci(0) - c.skew).smin(c.len)  # 0 unless the row starts before the buffer
 
         def scan(it: V, st: list[ir.Value]) -> list[ir.Value]:
             best = V(st[0])
@@ -759,10 +818,8 @@ def tile_count(c: _Ctx) -> V:
             for q0, wv in zip(starts, words):
                 for k in range(4):
                     qk = q0 + k
-                    # all-ones when qk < len + skew (both in [0, 2^31)) and the entry is >= 0;
-                    # plain integer ops keep the 16 conditions out of SGPR lane masks.
-                    keep = (qk - n_in).ashr(31) & ~vec_get(wv, k).ashr(31)
-                    best = best.smax(((qk + 1) - c.skew) & keep)
+                    # plain integer ops keep the 16 conditions out of SGPR lane masks
+                    best = best.smax(scan_candidate(qk, n_in, c.skew, vec_get(wv, k)))
             return [best.v]
 
         last = V(for_loop(ci(0), n_scan, [first.v], scan)[0])

@@ -86,7 +86,7 @@ CATALOGUE: tuple[Mutation, ...] = (
     Mutation(
         "pv_operands_swapped",
         "PV MFMA with A and B swapped (P' as the V operand)",
-        (("out[ch] = mfma_f16(e4m3x8_to_f16x8(raw), pps[kc], out[ch])", "out[ch] = mfma_f16(pps[kc], e4m3x8_to_f16x8(raw), out[ch])"),),
+        (("out[ch] = mfma_f16(e4m3x8_to_f16x8(raws.pop(i)), pps[kc], out[ch])", "out[ch] = mfma_f16(pps[kc], e4m3x8_to_f16x8(raws.pop(i)), out[ch])"),),
         ("mfma.operands",),
     ),
     Mutation(

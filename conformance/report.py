@@ -15,6 +15,18 @@ error where the bound is 0, is written as the string "inf", an undefined one as 
 one colour per comparison mode (needs matplotlib, the optional extra `plots`; without it the PNG
 is skipped and the report says so).
 
+Status (`report["status"]`, with `report["status_reasons"]`, one line each), the first that applies:
+"crashes" (a process died in a kernel call), "failures" (failing tests with saved recipes or failing
+examples), "running" (the owning session has not finished and its process is alive), "unfinished"
+(session.json says it never finished and its process is gone: killed by SIGKILL, the OOM killer,
+a lost machine; or there is no session.json at all, so nothing says the run finished), "failed"
+(the session finished with a non-zero exit status: pytest 1 tests failed, 2 interrupted,
+3 internal error, 4 usage error, 5 no tests collected), else "clean". Only "clean" is clean.
+
+A folder is a run folder when it holds session.json or any file a run writes
+(examples-*.jsonl, failures-*.jsonl, crashes.jsonl, inflight-*.json); `write_report` refuses any
+other folder with NotARunFolder and writes nothing there.
+
 Precondition runs are grouped by the kinds violated; their observed behaviours by text with every
 number written N ("raised IndexError: index N is out of bounds ..."), with counts.
 
@@ -36,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.crashes import CRASHES_LOG, read_session
+from conformance.crashes import CRASHES_LOG, SESSION_FILE, read_session, run_is_live
 from conformance.state import runs_root
 from conformance.wal import atomic_write_text
 
@@ -46,6 +58,41 @@ OUTPUTS = ("out", "lse")
 RATIO_NOTE = ('ratios are max |err| / bound over one kernel call; an infinite ratio (an error where the bound is 0) '
               'is written as the string "inf", an undefined one (NaN) as null')
 NO_MODE = "unspecified"
+RUN_FILE_PATTERNS = (SESSION_FILE, "examples-*.jsonl", "failures-*.jsonl", CRASHES_LOG, "inflight-*.json")
+CLEAN = "clean"
+# pytest's exit statuses (pytest.ExitCode), for the reason line of a failed session
+_EXIT_MEANING = {1: "tests failed", 2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected", 130: "interrupted"}
+
+
+class NotARunFolder(FileNotFoundError):
+    """A folder that no run wrote (no session.json, no examples, failures, crashes or write-ahead
+    files); the message names it. Nothing is written into it."""
+
+
+def is_run_folder(path: Path) -> bool:
+    """True when `path` is a folder holding session.json or any file a run writes."""
+    return path.is_dir() and any(any(path.glob(pattern)) for pattern in RUN_FILE_PATTERNS)
+
+
+def session_problems(run_dir: Path, session: dict[str, Any] | None) -> tuple[str | None, list[str]]:
+    """(status or None, reasons) from the session marker alone: "running", "unfinished",
+    "failed" or None when the session finished with exit status 0 (or none recorded)."""
+    if session is None:
+        return "unfinished", [f"no {SESSION_FILE}: nothing says this run finished (a session that never started its marker, or not a suite run)"]
+    started = session.get("started")
+    when = datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds") if isinstance(started, int | float) else "?"
+    who = f"{session.get('kind', 'session')} pid {session.get('pid', '?')} on {session.get('host', '?')}, started {when}"
+    if not session.get("finished"):
+        if run_is_live(run_dir):
+            return "running", [f"the session ({who}) has not finished yet: its process is still running"]
+        return "unfinished", [f"the session ({who}) never finished: its process is gone (killed: SIGKILL, the OOM killer, a lost machine?)"]
+    status = session.get("exitstatus")
+    if isinstance(status, bool) or (status is not None and not isinstance(status, int)):
+        return "failed", [f"the session ({who}) recorded an unreadable exit status {status!r}"]
+    if status:
+        meaning = _EXIT_MEANING.get(int(status), "")
+        return "failed", [f"the session ({who}) exited with status {status}" + (f" ({meaning})" if meaning else "")]
+    return None, []
 _NUMBERS = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")  # behaviours are grouped with their numbers as N
 
 
@@ -259,7 +306,19 @@ def build_report(data: RunData) -> dict[str, Any]:
     recovered = [_clean(c) for c in data.crashes if c.get("origin_run")]
     failures = [_clean(f) for f in data.failures]
     failing_examples = sum(1 for outcome in example_outcome if outcome == "fail")
-    status = "crashes" if crashes_here else ("failures" if failures or failing_examples else "clean")
+    reasons: list[str] = []
+    if crashes_here:
+        reasons.append(f"{len(crashes_here)} crash(es): a process died during a kernel call")
+    if failures or failing_examples:
+        reasons.append(f"{len(failures)} failing test(s) with saved recipes, {failing_examples} failing example(s)")
+    session_status, session_reasons = session_problems(data.run_dir, data.session)
+    reasons += session_reasons
+    if crashes_here:
+        status = "crashes"
+    elif failures or failing_examples:
+        status = "failures"
+    else:
+        status = session_status or CLEAN
     report: dict[str, Any] = {
         "schema": SCHEMA,
         "run": run_name,
@@ -267,6 +326,7 @@ def build_report(data: RunData) -> dict[str, Any]:
         "generated": datetime.datetime.now().isoformat(timespec="seconds"),
         "session": _clean(data.session) if data.session else None,
         "status": status,
+        "status_reasons": reasons,
         "examples": sum(k["examples"] for k in kernels.values()),
         "failing_examples": failing_examples,
         "kernels": dict(sorted(kernels.items())),
@@ -308,6 +368,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     when = datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds") if isinstance(started, int | float) else "unknown"
     lines.append(f"- status: **{report['status']}**; {report['examples']} examples, {report['failing_examples']} failing, "
                  f"{len(report['failures'])} failing tests with saved recipes, {len(report['crashes'])} crashes")
+    for reason in report.get("status_reasons", []):
+        lines.append(f"- not clean: {reason}")
     lines.append(f"- run folder: `{report['run_dir']}`; started {when}; kind {session.get('kind', 'unknown')}"
                  + (f"; exit status {session['exitstatus']}" if session.get("exitstatus") is not None else ""))
     for note in report["notes"]:
@@ -432,9 +494,12 @@ class ReportFiles:
 
 def write_report(run_dir: Path, *, plot: bool = True) -> ReportFiles:
     """Aggregate the run folder and write report.json, report.md and (with matplotlib) report.png.
-    Raises FileNotFoundError when `run_dir` is not a folder."""
+    Raises FileNotFoundError when `run_dir` is not a folder, NotARunFolder (a FileNotFoundError)
+    when no run wrote it (then nothing is written)."""
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir}: no such run folder")
+    if not is_run_folder(run_dir):
+        raise NotARunFolder(f"{run_dir}: not a run folder (no {', '.join(RUN_FILE_PATTERNS)}); nothing written")
     data = load_run(run_dir)
     report = build_report(data)
     png: Path | None = None

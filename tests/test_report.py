@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conformance import crashes
 from conformance import report as rpt
 from conformance.cli import main
 
@@ -54,7 +57,7 @@ def run_dir(tmp_path: Path) -> Path:
     ]
     (run / "examples-gw0.jsonl").write_text("\n".join(gw0) + "\n", encoding="utf-8")
     (run / "examples-gw1.jsonl").write_text("\n".join(gw1) + "\n", encoding="utf-8")
-    failure = {"nodeid": "conformance/test_differential.py::test_differential", "kernel": "k:x", "property": "differential",
+    failure = {"nodeid": "conformance/suite/test_differential.py::test_differential", "kernel": "k:x", "property": "differential",
                "caught": "[exact-steps] 3 out elements exceed the bound", "entry": "/somewhere/pending/abc.json", "time": 2.0}
     (run / "failures-gw0.jsonl").write_text(json.dumps(failure) + "\n", encoding="utf-8")
     crash = {"run": run.name, "worker": "gw1", "entry": "/somewhere/pending/def.json", "kernel": "k:x", "property": "differential",
@@ -105,7 +108,7 @@ def test_markdown_names_everything(run_dir: Path) -> None:
     assert "| corpus (2 entries) | 2 |" in md
     assert "| out | exact-steps | inf | differential | fail |" in md
     assert "| preconditions | scale_not_pow2 | 2 | returned (x1); returned with N non-finite outputs (x1) | 3 |" in md
-    assert "`conformance/test_differential.py::test_differential`" in md and "`/somewhere/pending/abc.json`" in md
+    assert "`conformance/suite/test_differential.py::test_differential`" in md and "`/somewhere/pending/abc.json`" in md
     assert "xdist worker gw1 went down" in md and "`/somewhere/pending/def.json`" in md
     assert "run 19990101-000000-7" in md
     assert "1 unreadable line(s) skipped: examples-gw1.jsonl:6" in md
@@ -145,7 +148,97 @@ def test_cli_report(run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_clean_run(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
+    crashes.mark_session_start(run, kind="pytest")
+    crashes.mark_session_finish(run, exitstatus=0)
     (run / "examples-main.jsonl").write_text(_line("differential", "pass", RECIPE_A, mode="exact-steps", out=0.0, lse=0.0) + "\n", encoding="utf-8")
     files = rpt.write_report(run, plot=False)
     assert files.report["status"] == "clean" and files.report["examples"] == 1
     assert "None with a saved recipe." in files.md_path.read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 12, item 5: unfinished, failed and non-run folders are never "clean"
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    import os
+
+    from conformance.state import scrubbed_env
+
+    env = scrubbed_env(dict(os.environ))
+    env.update(CONFORMANCE_DIR=str(tmp_path / "state"), CONFORMANCE_PENDING_DIR=str(tmp_path / "pending"),
+               PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p))
+    return env
+
+
+def _report(run: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "conformance", "report", str(run), "--no-plot"], capture_output=True, text=True,
+                          env=_env(tmp_path), cwd=tmp_path, timeout=120, check=False)
+
+
+def test_a_run_killed_by_sigkill_is_unfinished(tmp_path: Path) -> None:
+    """A session that marked its start, recorded a passing example and was SIGKILLed."""
+    run = tmp_path / "state" / "runs" / "killed"
+    script = (f"import os, signal\nfrom pathlib import Path\nfrom conformance import crashes\nrun = Path({str(run)!r})\n"
+              "run.mkdir(parents=True)\ncrashes.mark_session_start(run, kind='pytest')\n"
+              f"(run / 'examples-gw0.jsonl').write_text({_line('differential', 'pass', RECIPE_A, mode='exact-steps', out=0.1, lse=0.0)!r} + '\\n')\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=_env(tmp_path), timeout=60, check=False)
+    assert proc.returncode == -9
+    result = _report(run, tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "status: **unfinished**" in result.stdout and "never finished" in result.stdout
+    assert "status unfinished" in result.stderr
+    assert _strict((run / "report.json").read_text(encoding="utf-8"))["status"] == "unfinished"
+
+
+def test_a_run_still_going_is_running(tmp_path: Path) -> None:
+    run = tmp_path / "live"
+    run.mkdir()
+    crashes.mark_session_start(run, kind="fuzz")
+    session = dict(crashes.read_session(run) or {}, pid=os.getppid())  # owned by another live process of this host
+    (run / crashes.SESSION_FILE).write_text(json.dumps(session), encoding="utf-8")
+    (run / "examples-main.jsonl").write_text(_line("differential", "pass", RECIPE_A) + "\n", encoding="utf-8")
+    report = rpt.write_report(run, plot=False).report
+    assert report["status"] == "running" and "still running" in report["status_reasons"][0]
+
+
+def test_a_folder_without_session_marker_is_not_clean(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "examples-main.jsonl").write_text(_line("differential", "pass", RECIPE_A) + "\n", encoding="utf-8")
+    report = rpt.write_report(run, plot=False).report
+    assert report["status"] == "unfinished" and "no session.json" in report["status_reasons"][0]
+
+
+def test_a_pytest_run_that_exited_1_is_failed(tmp_path: Path) -> None:
+    """A real pytest session (the plugin marks it) whose examples all passed but a test failed
+    without a saved recipe: pytest exits 1, the report says failed and exits 1."""
+    (tmp_path / "test_fails.py").write_text(
+        "from conformance.state import run_dir, worker_id\n"
+        "def test_records_a_pass():\n"
+        f"    (run_dir() / f'examples-{{worker_id()}}.jsonl').write_text({_line('differential', 'pass', RECIPE_A, out=0.1, lse=0.0)!r} + '\\n')\n"
+        "def test_fails():\n    assert False\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_fails.py"], capture_output=True, text=True,
+                          env=_env(tmp_path), cwd=tmp_path, timeout=300, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    runs = [p for p in (tmp_path / "state" / "runs").iterdir() if p.is_dir()]
+    assert len(runs) == 1, proc.stdout
+    assert "conformance report: failed" in proc.stdout  # the session's own summary line
+    result = _report(runs[0], tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "status: **failed**" in result.stdout and "exited with status 1 (tests failed)" in result.stdout
+
+
+def test_an_unrelated_folder_is_refused_and_left_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("hello\n", encoding="utf-8")
+    assert main(["report", str(folder), "--no-plot"]) == 2
+    err = capsys.readouterr().err
+    assert "not a run folder" in err and "nothing written" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+    with pytest.raises(rpt.NotARunFolder):
+        rpt.write_report(folder)

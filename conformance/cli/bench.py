@@ -10,13 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from conformance import bench
-from conformance.bench import DEFAULT_HEADS, DEFAULT_KEYS, DEFAULT_KERNELS, DEFAULT_N_Q, ORACLE, render_table, run_bench
+from conformance.bench import DEFAULT_HEADS, DEFAULT_KERNELS, DEFAULT_KEYS, DEFAULT_N_Q, ORACLE, render_table, run_bench
 from conformance.cli.args import OutputError, non_negative_int, output_file, positive_int, write_output
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

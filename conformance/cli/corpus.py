@@ -158,8 +158,8 @@ def _reviewed_hashes(folder: Path) -> dict[str, Path]:
 
 def run_add(args: argparse.Namespace) -> int:
     """Handler of `corpus add`."""
-    from conformance.replay import ReplayInputError, load_replayable
     from conformance.corpus import SUITE_VERSION, CorpusEntry, recipe_hash
+    from conformance.replay import ReplayInputError, load_replayable
     from conformance.wal import atomic_write_text
 
     reviewed, pending = _dirs(args)
@@ -203,9 +203,9 @@ def run_add(args: argparse.Namespace) -> int:
 
 def run_minimise(args: argparse.Namespace) -> int:
     """Handler of `corpus minimise`."""
-    from conformance.replay import ReplayInputError, load_replayable
     from conformance.corpus import CorpusEntry, save_entry
     from conformance.minimise import in_process_check, isolated_check, minimise
+    from conformance.replay import ReplayInputError, load_replayable
 
     source = Path(args.entry)
     try:

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from conformance.cli.args import positive_float, positive_int
 from conformance.crashes import mark_session_finish, mark_session_start, recover_leftovers
 from conformance.state import RUN_ID_ENV, current_run_dir, pending_dir
-from conformance.cli.args import positive_float, positive_int
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 PROPERTIES = ("differential", "long_rows", "preconditions")
@@ -179,9 +179,9 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
     from hypothesis.errors import HypothesisException
 
     from conformance.checks import differential, violation_run
-    from conformance.replay import failure_signature
     from conformance.corpus import new_entry, save_entry
     from conformance.hypothesis_profiles import PROFILES
+    from conformance.replay import failure_signature
 
     strategies: dict[str, Any] = {}
     deadline = state.started + budget_s
@@ -279,8 +279,8 @@ def _minimise_failure(suite: Any, failure: Failure, budget_s: float, progress: P
                   f"{failure.recipe.total_keys} keys)", force=True)
     result = minimise(failure.recipe, in_process_check(suite, expect, name=f"fuzz:{failure.property}"), max_seconds=budget_s)
     if result.changed:
-        from conformance.replay import diagnose, sandbox_state
         from conformance.corpus import CorpusEntry
+        from conformance.replay import diagnose, sandbox_state
 
         failure.recipe = result.recipe
         failure.minimised = result.accepted

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from conformance.cli.args import OutputError, output_file, positive_float, positive_int, write_output
 from conformance.mutation import score as scoring
-from conformance.cli.args import positive_float, positive_int
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 

@@ -18,16 +18,15 @@ import shutil
 import sys
 import textwrap
 import time
-from pathlib import Path
 from typing import Any, TextIO
 
 import torch
 
+from conformance.cli.args import OutputError, output_file, positive_int, write_output
 from conformance.dumps import DumpError, load_dump
 from kernel.contract import ContractError
 from kernel.record import RECORD_BYTES
 from oracle import preconditions as pc
-from conformance.cli.args import OutputError, output_file, positive_int, write_output
 
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_BAD_INPUT = 0, 1, 2
 SCHEMA = 1

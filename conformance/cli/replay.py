@@ -52,7 +52,6 @@ from conformance.replay import (
     sandbox_state,
 )
 
-
 # ---------------------------------------------------------------------------------------------
 # The subcommand
 

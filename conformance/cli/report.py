@@ -6,8 +6,14 @@ report is aggregated from every worker's files of the run (conformance.report) a
 report.json (strict JSON), report.md and, with matplotlib (the optional extra `plots`),
 report.png in the run folder; the Markdown is printed (--json prints the JSON instead).
 
-Exit codes: 0 the run is clean; 1 it had failing examples, failing tests or crashes; 2 no such
-run (or no run at all) or an unreadable folder.
+The status (conformance.report) is "clean" only for a run whose session finished with exit
+status 0 and that recorded no failure and no crash; a run killed before it finished
+("unfinished"), still running ("running"), or whose session exited non-zero ("failed") is not
+clean, and the report says why (`status_reasons`; the status line also goes to stderr).
+
+Exit codes: 0 the run is clean; 1 it is not (failing examples or tests, crashes, unfinished,
+still running, or its session exited non-zero); 2 no such run (or no run at all), a folder that is
+not a run folder (nothing is written into it) or an unreadable folder.
 """
 
 from __future__ import annotations
@@ -54,17 +60,20 @@ def resolve_run(arg: str | None) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of `report`."""
-    from conformance.report import write_report
+    from conformance.report import CLEAN, write_report
 
     try:
         run_dir = resolve_run(args.run_dir)
         files = write_report(run_dir, plot=not args.no_plot)
-    except (FileNotFoundError, NotADirectoryError, PermissionError) as err:
-        print(f"report: {err}", file=sys.stderr)
+    except OSError as err:  # no such folder, not a run folder, unreadable or read-only folder
+        print(f"report: {err.strerror + ': ' + str(err.filename) if err.filename and err.strerror else err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.json:
         print(json.dumps(files.report, indent=2, sort_keys=True, allow_nan=False))
     else:
         print(files.md_path.read_text(encoding="utf-8"))
         print(f"(written: {files.json_path}, {files.md_path}" + (f", {files.png_path}" if files.png_path else "") + ")")
-    return EXIT_OK if files.report["status"] == "clean" else EXIT_FAIL
+    status = files.report["status"]
+    if status != CLEAN:
+        print(f"report: {run_dir.name}: status {status}: " + "; ".join(files.report.get("status_reasons") or ["not clean"]), file=sys.stderr)
+    return EXIT_OK if status == CLEAN else EXIT_FAIL

@@ -620,3 +620,19 @@ def test_sync_free_width_covers_every_row_and_gives_up_on_long_streams() -> None
         assert torch.equal(free.lengths, synced.lengths)
     with pytest.raises(ValueError):
         flashmla.csr_to_padded(ix, ip, has_invalid=False, width=100)
+
+
+def test_backend_reuses_scheduler_metadata_per_shape(fake: FakeFlashMLA, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flashmla, "device_reason", lambda device=None: "")
+    backend = flashmla.flashmla_backend()
+    a = make_problem([5, 70], 3, seed=1)
+    b = make_problem([5, 70], 3, seed=2)  # same shapes, other data
+    c = make_problem([5, 70, 9], 3, seed=3)  # another batch size
+    for p in (a, b, c, a):
+        backend(**p, softmax_scale=0.05, return_lse=True)
+    scheds = [call["sched"] for call in fake.calls]
+    assert scheds[0] is scheds[1] is scheds[3] and scheds[2] is not scheds[0]
+    cache = flashmla.SchedCache(fake, capacity=1)
+    first = cache.get(flashmla.prepare_call(**a, softmax_scale=0.05))
+    cache.get(flashmla.prepare_call(**c, softmax_scale=0.05))
+    assert cache.get(flashmla.prepare_call(**a, softmax_scale=0.05)) is not first  # evicted

@@ -56,6 +56,7 @@ CASES = [
     Case("v_add_u32_e32 v2, v10, v11", v={10: NEG1, 11: 2}, ev={2: 1}),
     Case("v_add_u32_e32 v2, 0x304, v10", v={10: 0xFFFFFCFC}, ev={2: 0}),
     Case("v_sub_u32_e32 v2, v10, v11", v={10: 1, 11: 2}, ev={2: NEG1}),
+    Case("v_subrev_u32_e32 v2, s2, v10", v={10: 5}, s={2: 7}, ev={2: 0xFFFFFFFE}),
     Case("v_and_b32_e32 v2, v10, v11", v={10: 0xF0F0, 11: 0xFF00}, ev={2: 0xF000}),
     Case("v_or_b32_e32 v2, s4, v10", v={10: 0x0F}, s={4: 0xF0}, ev={2: 0xFF}),
     Case("v_xor_b32_e32 v2, 0x80, v10", v={10: 0xFF}, ev={2: 0x7F}),
@@ -123,6 +124,7 @@ CASES = [
     Case("v_add_f32_e32 v2, 0xc1000000, v10", v={10: f32b(10.0)}, ev={2: 0x40000000}),
     Case("v_sub_f32_e32 v2, v10, v11", v={10: f32b(1.0), 11: f32b(0.25)}, ev={2: 0x3F400000}),
     Case("v_mul_f32_e32 v2, 0x3f317218, v10", v={10: f32b(2.0)}, ev={2: 0x3FB17218}),
+    Case("v_mul_f32_e64 v2, -v10, |v11|", v={10: f32b(2.0), 11: f32b(-3.0)}, ev={2: 0xC0C00000}),
     Case("v_max_f32_e32 v2, 0xe0ad78ec, v10", v={10: 0x7FC00000}, ev={2: 0xE0AD78EC}),  # IEEE mode: NaN loses
     Case("v_max_f32_e32 v2, v10, v11", v={10: 0x80000000, 11: 0}, ev={2: 0}),  # -0 < +0
     Case("v_max3_f32 v2, v10, s4, v11", v={10: f32b(1.0), 11: f32b(3.0)}, s={4: f32b(-2.0)}, ev={2: f32b(3.0)}),
@@ -195,6 +197,11 @@ CASES = [
     Case("s_lshr_b32 s2, s3, 6", s={3: 0x3F}, es={2: 0}, escc=0),
     Case("s_lshr_b64 s[2:3], s[4:5], 2", s={4: 0, 5: 1}, es={2: 0x40000000, 3: 0}, escc=1),
     Case("s_max_i32 s2, s3, 0", s={3: 0xFFFFFFFB}, es={2: 0}, escc=0),
+    Case("s_min_i32 s2, s3, s4", s={3: 0xFFFFFFFB, 4: 3}, es={2: 0xFFFFFFFB}, escc=1),
+    Case("s_or_b32 m0, s3, 0xc00", s={3: 0x10}, es={124: 0xC10}, escc=1),
+    Case("s_cselect_b64 s[2:3], s[4:5], 0", s={4: 1, 5: 2}, scc=1, es={2: 1, 3: 2}),
+    Case("s_cselect_b64 s[2:3], s[4:5], 0", s={4: 1, 5: 2}, scc=0, es={2: 0, 3: 0}),
+    Case("s_cmp_lt_u32 s2, s3", s={2: 1, 3: NEG1}, escc=1),
     Case("s_mov_b32 m0, s3", s={3: 0x4000}, es={124: 0x4000}),
     Case("s_mov_b64 s[2:3], 0x50", es={2: 0x50, 3: 0}),
     Case("s_mov_b64 s[2:3], -1", es={2: NEG1, 3: NEG1}),
@@ -261,9 +268,21 @@ def test_branches() -> None:
     s_branch .LBB0_4
     s_mov_b32 s8, 5
     .LBB0_4:
+    s_mov_b64 vcc, 0
+    s_cbranch_vccz .LBB0_5
+    s_mov_b32 s9, 6
+    .LBB0_5:
+    s_cbranch_vccnz .LBB0_6
+    s_mov_b32 s10, 7
+    .LBB0_6:
     s_nop 1
     """
     # workgroup id 0 -> s2 = 0: scc1 not taken (s3 set), scc0 taken (s4 not set)
-    w = run_asm(body, setup=lambda w: [sset(w, i, 0) for i in (3, 4, 5, 8)]).waves[0]
-    assert (w.s[3], w.s[4], w.s[5], w.s[8]) == (1, 0, 3, 4)
+    w = run_asm(body, setup=lambda w: [sset(w, i, 0) for i in (3, 4, 5, 8, 9, 10)]).waves[0]
+    assert (w.s[3], w.s[4], w.s[5], w.s[8], w.s[9], w.s[10]) == (1, 0, 3, 4, 0, 7)
     assert w.s[6] == 0xFFFFFFFF and w.s[7] == 0xFFFFFFFF
+
+
+def test_endpgm_stops_the_wave() -> None:
+    w = run_asm("s_mov_b32 s3, 1\ns_endpgm\ns_mov_b32 s3, 2").waves[0]
+    assert w.s[3] == 1 and w.done

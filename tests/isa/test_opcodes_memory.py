@@ -47,8 +47,10 @@ def test_s_load_dword_x2_x8() -> None:
         s_load_dword s10, s[4:5], 0x4
         s_load_dwordx2 s[12:13], s[4:5], 0x8
         s_load_dwordx8 s[16:23], s[4:5], 0x20
+        s_load_dwordx4 s[24:27], s[4:5], 0x40
         s_waitcnt lgkmcnt(0)
     """, mem=mem, setup=lambda w: _addr_sgprs(w, 4, a)).waves[0]
+    assert w.s[24:28] == [0x1010 + i for i in range(4)]
     assert w.s[10] == 0x1001 and (w.s[12], w.s[13]) == (0x1002, 0x1003)
     assert w.s[16:24] == [0x1008 + i for i in range(8)]
 

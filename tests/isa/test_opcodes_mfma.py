@@ -26,15 +26,15 @@ def _set_block(w, base: int, dwords: np.ndarray) -> None:
         vset(w, base + i, dwords[:, i])
 
 
-@pytest.mark.parametrize("kind", ["f16", "bf16"])
-def test_mfma_16x16x32(kind: str) -> None:
+@pytest.mark.parametrize("opcode", ["v_mfma_f32_16x16x32_f16", "v_mfma_f32_16x16x32_bf16"])
+def test_mfma_16x16x32(opcode: str) -> None:
     """A[m][k] = 1 iff k == m (lane (t, g) half j holds A[t][8g + j]); B[k][n] = k + 16 n
     (lane (t, g) half j holds B[8g + j][t]); C = 0.5 -> D[m][n] = m + 16 n + 0.5, and lane
     (t, g) dword r holds D[4g + r][t]."""
     k = 8 * G[:, None] + np.arange(8)[None, :]
     a = (k == T[:, None]).astype(np.float32)
     b = (k + 16 * T[:, None]).astype(np.float32)
-    if kind == "f16":
+    if opcode.endswith("_f16"):
         ad, bd = _pack(a, np.float16), _pack(b, np.float16)
     else:
         ad = _pack((a.view(np.uint32) >> 16).astype(np.uint16), np.uint16)
@@ -45,7 +45,7 @@ def test_mfma_16x16x32(kind: str) -> None:
         _set_block(w, 14, bd)
         for r in range(4):
             vset(w, 20 + r, np.float32(0.5).view(np.uint32))
-    w = run_asm(f"v_mfma_f32_16x16x32_{kind} v[2:5], v[10:13], v[14:17], v[20:23]\ns_nop 7", setup=setup).waves[0]
+    w = run_asm(f"{opcode} v[2:5], v[10:13], v[14:17], v[20:23]\ns_nop 7", setup=setup).waves[0]
     got = np.stack([w.v[2 + r].view(np.float32) for r in range(4)], axis=1)  # [lane, r]
     want = (4 * G[:, None] + np.arange(4)[None, :]) + 16 * T[:, None] + 0.5
     assert (got == want).all()

@@ -176,8 +176,13 @@ def crash_entry(inflight: dict[str, Any], *, how: str, run: str, worker: str, no
         nodeid = inflight["pytest_current_test"].rsplit(" (", 1)[0]
     if nodeid:
         crash["nodeid"] = nodeid
+    kind = "crash"
+    if inflight.get("hung_after_s") is not None:
+        kind = "hung"
+        crash["hung_after_s"] = inflight["hung_after_s"]
+        how = f"hung: no return within {inflight.get('call_timeout_s')} s, killed after {inflight['hung_after_s']} s; {how}"
     return CorpusEntry(
-        name=f"crash-{_safe(prop)}-{recipe_hash(recipe)}",
+        name=f"{kind}-{_safe(prop)}-{recipe_hash(recipe)}",
         recipe=recipe,
         expect=expect,
         provenance={

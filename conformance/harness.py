@@ -20,12 +20,18 @@ from typing import Any
 
 import torch
 
-from conformance.state import run_dir, worker_id
-from conformance.wal import in_flight
+from conformance import input_guard
+from conformance.state import call_timeout_s, run_dir, worker_id
+from conformance.wal import atomic_write_text, in_flight, inflight_path
+from conformance.watchdog import limit_call
 from kernel.record import LATENT_DIM
 from oracle.bound import MODES, Evaluation, Mode, evaluate_modes
 from oracle.profiles import NumericsProfile
 from strategies.materialize import Problem
+
+class InputsModified(AssertionError):
+    """The kernel wrote into q, kv_cache, indices or indptr; the message names where."""
+
 
 def run_kernel(
     problem: Problem,
@@ -35,11 +41,18 @@ def run_kernel(
     kernel_name: str,
     out: torch.Tensor | None = None,
     expect: str = "conform",
+    timeout_s: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Call `kernel` on `problem` with the recipe written ahead (see conformance.wal).
+    """Call `kernel` on `problem` with the recipe written ahead (see conformance.wal), under the
+    per-call time limit (conformance.watchdog; `timeout_s`, default conformance.state.call_timeout_s()),
+    then check that the call left its inputs as they were (conformance.input_guard).
 
     `expect` ("conform" or "precondition") is how a crash entry made from the write-ahead file
-    will be judged when replayed."""
+    will be judged when replayed. Raises watchdog.KernelHung for a call past the soft limit and
+    InputsModified when the kernel wrote into an input; a call past the hard limit kills the
+    process (the write-ahead file, marked hung, becomes a crash entry)."""
+    limit = call_timeout_s() if timeout_s is None else timeout_s
+    worker = worker_id()
     entry = {
         "recipe": problem.recipe.to_json_dict(),
         "kernel": kernel_name,
@@ -48,11 +61,21 @@ def run_kernel(
         "nodeid": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0] or None,
         "device": str(problem.q.device),
         "started": time.time(),
+        "call_timeout_s": limit,
     }
-    with in_flight(run_dir(), worker_id(), entry):
+    before = input_guard.snapshot(problem.q, problem.kv_cache, problem.indices, problem.indptr)
+    folder = run_dir()
+
+    def mark_hung(elapsed_s: float) -> None:
+        atomic_write_text(inflight_path(folder, worker), json.dumps({**entry, "hung_after_s": round(elapsed_s, 1)}, sort_keys=True))
+
+    with in_flight(folder, worker, entry), limit_call(limit, mark_hung, hard_only=worker != "main"):
         result = problem.call(kernel, out=out)
         if problem.q.is_cuda:
             torch.cuda.synchronize(problem.q.device)
+    changed = before.changes(problem.q, problem.kv_cache, problem.indices, problem.indptr)
+    if changed:
+        raise InputsModified("; ".join(changed))
     return result
 
 

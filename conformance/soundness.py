@@ -28,7 +28,7 @@ from hypothesis import target as hypothesis_target
 from conformance.harness import judge
 from kernel.registry import resolve
 from oracle.bound import MODES
-from oracle.profiles import get_profile
+from oracle.profiles import load_profile
 from oracle.rows import row_bounds
 from strategies.hypothesis_recipes import recipes
 from strategies.materialize import Problem, materialize
@@ -91,7 +91,7 @@ def combine(problems: list[Problem]) -> tuple[Problem, torch.Tensor]:
 def run_campaign(kernel_name: str, problems: int, *, device: str = "cpu", max_total_keys: int = 2048, seed: int = 0, progress: bool = True) -> dict[str, Any]:
     """Judge `problems` Hypothesis-drawn problems; return the summary (see module docstring)."""
     backend = resolve(kernel_name)
-    profile = get_profile(backend.profile)
+    profile = load_profile(backend.profile)
     stats: dict[str, Any] = {
         "kernel": kernel_name, "profile": profile.name, "device": device, "problems": 0, "violations": [],
         "max_ratio": {f"{o}/{m}": 0.0 for o in ("out", "lse") for m in MODES}, "worst_recipe": {},

@@ -21,6 +21,8 @@ from pathlib import Path
 STATE_DIR_ENV = "CONFORMANCE_DIR"
 RUN_ID_ENV = "CONFORMANCE_RUN_ID"
 PENDING_ENV = "CONFORMANCE_PENDING_DIR"
+CALL_TIMEOUT_ENV = "CONFORMANCE_CALL_TIMEOUT"
+DEFAULT_CALL_TIMEOUT_S = 300.0
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 # Variables a nested suite process must not inherit from the calling session: it would believe it
 # is an xdist worker of that session, pin that session's GPU, or write into that session's run.
@@ -67,6 +69,22 @@ def run_dir() -> Path:
     path = runs_root() / os.environ[RUN_ID_ENV]
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def call_timeout_s() -> float:
+    """Seconds one kernel call may take (conformance.watchdog): $CONFORMANCE_CALL_TIMEOUT, else
+    DEFAULT_CALL_TIMEOUT_S; 0 means no limit. The pytest plugin sets the variable from
+    --call-timeout, so xdist workers inherit it. ValueError naming the variable when malformed."""
+    raw = os.environ.get(CALL_TIMEOUT_ENV)
+    if raw is None or raw == "":
+        return DEFAULT_CALL_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{CALL_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+    if not (value >= 0 and value != float("inf")):
+        raise ValueError(f"{CALL_TIMEOUT_ENV}={raw!r}: expected a finite number of seconds >= 0 (0: no limit)")
+    return value
 
 
 def scrubbed_env(base: dict[str, str], extra: tuple[str, ...] = ()) -> dict[str, str]:

@@ -53,15 +53,16 @@ class TargetError(RuntimeError):
     """The kernel under test cannot be used here; the message says why in one line."""
 
 
-def build_target(name: str | None, *, profile: str | None = None, device: str | None = None) -> SuiteTarget:
+def build_target(name: str | None, *, profile: str | None = None, device: str | None = None, check_only: bool = False) -> SuiteTarget:
     """Resolve a kernel (None: the machine's default) with its numerics profile and device;
     TargetError names the problem (unknown kernel, unavailable backend, unknown profile, bad or
-    unsupported device)."""
+    unsupported device). `check_only`: validate without selecting the GPU (no CUDA context is
+    created in this process)."""
     import torch
 
     from kernel.backend import BackendUnavailable
     from kernel.registry import default_kernel_name, resolve
-    from oracle.profiles import get_profile
+    from oracle.profiles import load_profile
 
     name = name or default_kernel_name()
     try:
@@ -69,9 +70,9 @@ def build_target(name: str | None, *, profile: str | None = None, device: str | 
     except BackendUnavailable as err:
         raise TargetError(f"kernel {name!r} unavailable: {err}") from err
     try:
-        numerics = get_profile(backend.profile)
-    except KeyError as err:
-        raise TargetError(str(err.args[0] if err.args else err)) from err
+        numerics = load_profile(backend.profile)
+    except (KeyError, TypeError, ValueError, OSError) as err:  # ProfileError is a ValueError
+        raise TargetError(f"numerics profile of kernel {name!r}: {err.args[0] if err.args else err}") from err
     wanted = device
     if wanted is None:
         wanted = "cuda" if torch.cuda.is_available() and "cuda" in backend.devices else "cpu"
@@ -84,5 +85,6 @@ def build_target(name: str | None, *, profile: str | None = None, device: str | 
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise TargetError(f"device {wanted!r} asked for but torch sees no GPU")
-        torch.cuda.set_device(dev.index or 0)
+        if not check_only:
+            torch.cuda.set_device(dev.index or 0)
     return SuiteTarget(name=name, backend=backend, device=dev, profile=numerics)

@@ -46,15 +46,3 @@ def in_flight(run_dir: Path, worker: str, entry: dict[str, Any]) -> Iterator[Non
         yield
     finally:
         path.unlink(missing_ok=True)
-
-
-def leftover_inflight(run_dir: Path) -> list[tuple[Path, dict[str, Any] | None]]:
-    """Write-ahead files left in `run_dir` by processes that died, with their parsed entries
-    (None when a file cannot be parsed, which an atomic write makes unlikely)."""
-    found: list[tuple[Path, dict[str, Any] | None]] = []
-    for path in sorted(run_dir.glob("inflight-*.json")):
-        try:
-            found.append((path, json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, json.JSONDecodeError):
-            found.append((path, None))
-    return found

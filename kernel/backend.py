@@ -21,7 +21,8 @@ class BackendUnavailable(RuntimeError):
 class Backend:
     """A kernel with the contract plus what it declares about itself.
 
-    profile: name of its numerics profile in `oracle.profiles`;
+    profile: its numerics profile: a shipped profile's name, a path to a profile file, or a
+        profile object (oracle.profiles.load_profile resolves each);
     devices: torch device types it runs on ("cpu", "cuda"; ROCm devices are "cuda" in torch);
     max_heads / head_counts: the H it accepts (head_counts None = every H in 1..max_heads);
     accepts_out: whether it fills a preallocated `out=`;
@@ -37,7 +38,7 @@ class Backend:
 
     name: str
     fn: KernelFn
-    profile: str
+    profile: object
     devices: tuple[str, ...]
     max_heads: int = MAX_HEADS
     head_counts: tuple[int, ...] | None = None

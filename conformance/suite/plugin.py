@@ -9,6 +9,20 @@ conftest.py. Options:
     --device DEV        cpu | cuda (default: cuda when available and the kernel runs there)
     --workers-per-gpu N with `-n auto`: xdist workers per visible GPU (default 1)
     --no-capture-corpus do not save failing recipes to the pending corpus
+    --call-timeout S    seconds one kernel call may take (default 300; 0: no limit); a hung call
+                        fails its test with a "hung" entry, and under xdist ends its worker,
+                        which is replaced (conformance.watchdog)
+
+A kernel the user named that cannot be used here (unknown name, import error, no profile, bad
+--profile or --device, a backend unavailable on this machine) is a usage error: the session
+stops before any test with one line naming the problem (exit 4).
+
+Crash containment under xdist: a worker that dies (GPU fault, abort, SIGKILL, a hang past the
+hard limit) fails the one test it was running, its in-flight recipe becomes a crash entry, and a
+replacement worker takes the remaining tests. The plugin makes `--dist load` the default and
+lifts xdist's cap on worker restarts, since worker replacement under grouped scheduling
+(`--dist loadgroup`) can hang or abort the session (pytest-xdist issues); cases that must not
+run concurrently (caches over 4 GiB) take a machine-wide lock instead (conformance.suite.locks).
 
 GPU pinning per worker: conformance.suite.gpus. Crash recovery and the run report:
 conformance.suite.session. A failing property test's last noted recipe (the target's
@@ -18,6 +32,7 @@ and logged to `<run>/failures-<worker>.jsonl` for the run report.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import time
@@ -26,7 +41,16 @@ from typing import Any
 import pytest
 
 from conformance.hypothesis_profiles import register_profiles
-from conformance.state import RUN_ID_ENV, current_run_dir, new_run_id, pending_dir, run_dir, worker_id
+from conformance.state import (
+    CALL_TIMEOUT_ENV,
+    DEFAULT_CALL_TIMEOUT_S,
+    RUN_ID_ENV,
+    current_run_dir,
+    new_run_id,
+    pending_dir,
+    run_dir,
+    worker_id,
+)
 from conformance.suite.gpus import pin_worker_gpu, publish_gpus, pytest_xdist_auto_num_workers  # noqa: F401 - hook
 from conformance.suite.session import (  # noqa: F401 - hooks
     pytest_handlecrashitem,
@@ -38,6 +62,7 @@ from conformance.suite.session import (  # noqa: F401 - hooks
 from conformance.target import SuiteTarget, TargetError, build_target
 
 FAILURES_LOG = "failures-{worker}.jsonl"
+MAX_WORKER_RESTARTS = 10_000
 
 register_profiles()
 
@@ -49,14 +74,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--device", default=None, help="device to run on: cpu or cuda (default: cuda when available)")
     group.addoption("--workers-per-gpu", type=int, default=1, help="with -n auto on a GPU machine: xdist workers per GPU")
     group.addoption("--no-capture-corpus", action="store_true", help="do not save failing recipes to conformance/corpus/pending")
+    group.addoption("--call-timeout", type=_seconds, default=None, metavar="S",
+                    help=f"seconds one kernel call may take (default {DEFAULT_CALL_TIMEOUT_S:g}; 0: no limit)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (0 <= value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text}")
+    return value
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Before xdist reads them: `--dist load` unless the user chose, no cap on worker restarts."""
+    option = config.option
+    if getattr(option, "numprocesses", None) and getattr(option, "dist", "no") == "no":
+        option.dist = "load"
+    if hasattr(option, "maxworkerrestart") and option.maxworkerrestart is None:
+        option.maxworkerrestart = MAX_WORKER_RESTARTS
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "huge_cache: cases with a KV cache larger than 4 GiB (grouped on one worker)")
+    config.addinivalue_line("markers", "huge_cache: cases with a KV cache larger than 4 GiB (one at a time per machine)")
+    timeout = config.getoption("--call-timeout")
+    if timeout is not None:
+        os.environ[CALL_TIMEOUT_ENV] = repr(timeout)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is not None:
         pin_worker_gpu(worker)
         return
+    _check_target(config)
     from conformance import crashes
 
     inherited = current_run_dir()
@@ -67,13 +118,25 @@ def pytest_configure(config: pytest.Config) -> None:
     publish_gpus()
 
 
+def _check_target(config: pytest.Config) -> None:
+    """Controller: a kernel, profile or device the user named that cannot be used is a usage error."""
+    named = [config.getoption(o) for o in ("--kernel", "--profile", "--device")]
+    if not any(named):
+        return
+    try:
+        build_target(*named[:1], profile=named[1], device=named[2], check_only=True)
+    except TargetError as err:
+        raise pytest.UsageError(f"conformance: {err}") from None
+
+
 @pytest.fixture(scope="session")
 def target(request: pytest.FixtureRequest) -> SuiteTarget:
-    """Resolve the kernel under test; skip every test with the reason when it cannot run here."""
+    """The kernel under test (the machine's default when none is named); a kernel that cannot run
+    here fails every test that needs it, with the reason."""
     try:
         return build_target(request.config.getoption("--kernel"), profile=request.config.getoption("--profile"), device=request.config.getoption("--device"))
     except TargetError as err:
-        pytest.skip(str(err))
+        pytest.fail(f"conformance: {err}", pytrace=False)
 
 
 @pytest.hookimpl(hookwrapper=True)

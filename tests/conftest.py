@@ -1,0 +1,14 @@
+"""The project's own tests group their xdist work (FlyDSL compile groups, the mutation score run)
+with `xdist_group` marks: with `-n`, they are scheduled `--dist loadgroup` unless told otherwise.
+(The conformance suite itself runs `--dist load`: see conformance.suite.plugin.)"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    option = config.option
+    if getattr(option, "numprocesses", None) and getattr(option, "dist", "no") in ("no", "load"):
+        option.dist = "loadgroup"

@@ -1,0 +1,177 @@
+"""A run that never lies: usage errors for unusable kernels, crashes and hangs contained under the
+default `pytest -n 2` scheduling, a per-call time limit, and kernels that write into their inputs.
+
+The misbehaving kernels are in tests/misbehaving_kernels.py. Suite runs happen in subprocesses
+with their own state folder and pending corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from conformance import state
+from conformance.harness import InputsModified, run_kernel
+from conformance.replay import child_env
+from conformance.watchdog import KernelHung, limit_call
+from strategies.materialize import materialize
+from strategies.recipe import Recipe
+
+REPO = Path(__file__).resolve().parents[1]
+MODULE = "tests.misbehaving_kernels"
+LONG_AND_SHORT = ["conformance/suite/test_corpus.py", "-k", "long-row-2048 or single-key or sixteen"]
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = child_env(tmp / "state")
+    env[state.PENDING_ENV] = str(tmp / "pending")
+    env["OMP_NUM_THREADS"] = "1"
+    env.pop("PYTEST_ADDOPTS", None)
+    return env
+
+
+def _suite(tmp: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    return subprocess.run(command, cwd=REPO, env=_env(tmp), capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _entries(tmp: Path) -> list[dict[str, Any]]:
+    folder = tmp / "pending"
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--kernel", "emulatd"], "unknown kernel 'emulatd'"),
+        (["--kernel", "no_such_module_here:kernel"], "cannot import 'no_such_module_here'"),
+        (["--kernel", f"{MODULE}:LONG_ROW"], "not a callable kernel"),
+        (["--kernel", f"{MODULE}:_longest_row"], "declares no numerics profile"),
+        (["--profile", "bogus"], "unknown numerics profile 'bogus'"),
+        (["--device", "tpu"], "bad device 'tpu'"),
+        (["--kernel", "flashmla"], "kernel 'flashmla' unavailable"),
+    ],
+)
+def test_an_unusable_kernel_is_a_usage_error(tmp_path: Path, args: list[str], named: str) -> None:
+    if args == ["--kernel", "flashmla"] and torch.cuda.is_available():
+        pytest.skip("flashmla may be usable on this machine")
+    proc = _suite(tmp_path, "-n", "2", "conformance", *args, timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 4, output  # pytest's usage-error exit code, before any test ran
+    errors = [line for line in output.splitlines() if line.startswith("ERROR: conformance:")]
+    assert len(errors) == 1 and named in errors[0], output
+    assert "passed" not in output and "skipped" not in output, output
+
+
+def test_a_crashing_kernel_fails_one_test_under_default_xdist(tmp_path: Path) -> None:
+    """`pytest -n 2` (the default scheduling): the worker that dies is replaced, the run finishes."""
+    proc = _suite(tmp_path, "-n", "2", *LONG_AND_SHORT, "--kernel", f"{MODULE}:kill_on_long_rows")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output
+    assert "1 failed, 2 passed" in output, output
+    entries = _entries(tmp_path)
+    assert len(entries) == 1 and entries[0]["provenance"]["crash"]["nodeid"].endswith("[edge-long-row-2048]"), output
+    report = json.loads(next((tmp_path / "state").glob("runs/*/report.json")).read_text(encoding="utf-8"))
+    assert report["status"] == "crashes" and len(report["crashes"]) == 1
+
+
+@pytest.mark.parametrize("kernel", ["hang_on_long_rows", "hang_in_native_code"])
+def test_a_hanging_kernel_fails_one_test_with_a_hung_entry(tmp_path: Path, kernel: str) -> None:
+    started = time.monotonic()
+    proc = _suite(tmp_path, "-n", "2", *LONG_AND_SHORT, "--kernel", f"{MODULE}:{kernel}", "--call-timeout", "3")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "1 failed, 2 passed" in output, output
+    entries = _entries(tmp_path)
+    assert len(entries) == 1, output
+    caught = entries[0]["provenance"]["caught"]
+    assert "hung: no return within 3.0 s" in caught and entries[0]["name"].startswith("hung-"), caught
+    assert entries[0]["provenance"]["crash"]["hung_after_s"] >= 3.0
+    assert time.monotonic() - started < 240
+
+
+def test_a_hang_without_xdist_fails_its_test_and_the_session_goes_on(tmp_path: Path) -> None:
+    proc = _suite(tmp_path, "-n", "0", *LONG_AND_SHORT, "--kernel", f"{MODULE}:hang_on_long_rows", "--call-timeout", "3")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "1 failed, 2 passed" in output, output
+    assert "the kernel call hung: no return within 3 s" in output, output
+    entries = _entries(tmp_path)
+    assert len(entries) == 1 and "hung" in entries[0]["provenance"]["caught"], output
+
+
+def test_soft_limit_raises_kernel_hung_and_is_not_an_exception() -> None:
+    started = time.monotonic()
+    with pytest.raises(KernelHung, match="no return within 0.5 s"):
+        with limit_call(0.5, grace_s=30):
+            time.sleep(30)
+    assert time.monotonic() - started < 5
+    assert not issubclass(KernelHung, Exception)
+    with limit_call(0):  # no limit
+        time.sleep(0.01)
+
+
+def test_hard_limit_marks_and_kills_the_process(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    code = (
+        "import time, pathlib\n"
+        "from conformance.watchdog import limit_call\n"
+        f"with limit_call(0.5, lambda s: pathlib.Path({str(marker)!r}).write_text(str(s)), hard_only=True):\n"
+        "    time.sleep(60)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert float(marker.read_text()) >= 0.5
+
+
+@pytest.fixture()
+def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(state.STATE_DIR_ENV, str(tmp_path / "state"))
+    monkeypatch.setenv(state.RUN_ID_ENV, "guard")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("kernel", "message"),
+    [
+        ("scribble_unread_record", "the kernel wrote into kv_cache at rows [{last}] (1 records changed)"),
+        ("zero_q_after", "the kernel wrote into q at (row, head, dim) [(0, 0, 0)"),
+        ("shift_indices_after", "the kernel wrote into indices at positions [0"),
+    ],
+)
+def test_writes_into_inputs_are_named(sandbox: Path, kernel: str, message: str) -> None:
+    from kernel.registry import resolve
+
+    recipe = Recipe(n_q=3, heads=2, row_lengths=(5, 0, 9), cache_rows=64, seed=7)
+    problem = materialize(recipe, torch.device("cpu"))
+    backend = resolve(f"{MODULE}:{kernel}")
+    with pytest.raises(InputsModified) as caught:
+        run_kernel(problem, backend, property_name="guard", kernel_name=kernel)
+    assert message.format(last=problem.kv_cache.shape[0] - 1) in str(caught.value)
+
+
+def test_a_clean_kernel_passes_the_input_guard(sandbox: Path) -> None:
+    from kernel.registry import resolve
+
+    recipe = Recipe(n_q=2, heads=3, row_lengths=(130, 1), cache_rows=300, seed=1)
+    problem = materialize(recipe, torch.device("cpu"))
+    out, _ = run_kernel(problem, resolve("emulated"), property_name="guard", kernel_name="emulated")
+    assert out.shape == (2, 3, 512)
+
+
+def test_call_timeout_environment_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(state.CALL_TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match="CONFORMANCE_CALL_TIMEOUT"):
+        state.call_timeout_s()
+    monkeypatch.setenv(state.CALL_TIMEOUT_ENV, "0")
+    assert state.call_timeout_s() == 0.0
+    monkeypatch.delenv(state.CALL_TIMEOUT_ENV)
+    assert state.call_timeout_s() == state.DEFAULT_CALL_TIMEOUT_S
+    assert os.environ.get(state.CALL_TIMEOUT_ENV) is None

@@ -175,7 +175,7 @@ def test_prefill_backend_unavailable_without_hopper() -> None:
 
 def test_torch_sdpa_backend_declarations() -> None:
     backend = resolve("torch-sdpa")
-    assert backend.name == "torch-sdpa" and backend.profile == "bf16-q-bf16-p"
+    assert backend.name == "torch-sdpa" and backend.profile.endswith("torch-sdpa-mem-eff.toml")
     assert "cpu" in backend.devices and "cuda" in backend.devices and backend.accepts_out
     assert backend.bounded_index_reads is False
 

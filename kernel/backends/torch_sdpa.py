@@ -23,13 +23,15 @@ Numerics (from the kernel's source: PyTorch aten/src/ATen/native/transformers/cu
 bf16 x bf16 tensor-core QK with f32 accumulation, the scale applied to the f32 scores, online
 softmax in f32 over key blocks (64 keys per block on SM80+ for head sizes > 128) with exp2f after
 a log2(e) multiply, P rounded to bf16 for the PV tensor-core product with f32 accumulation, l from
-the f32 P, out = bf16(o / l). That is the arithmetic of `bf16-q-bf16-p`. No split over keys, so a
+the f32 P, out = bf16(o / l): profile `oracle/profile_files/torch-sdpa-mem-eff.toml` (`bf16-q-bf16-p`
+with 128-key softmax blocks; PyTorch runs its "32x128 gmem" kernel for a value head dim of 512). No split over keys, so a
 row's result does not depend on the other rows in the call except through the padded width
 (extra masked blocks leave o, m and l bit-unchanged): `batch_invariant` True.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -41,6 +43,9 @@ from kernel.record import LATENT_DIM
 
 NAME = "torch-sdpa"
 KEY_MULTIPLE = 64  # padded keys per row: keeps the bias rows 16-element aligned
+
+# The numerics profile: a TOML file next to the shipped ones (oracle/profile_files/), given by path.
+PROFILE = str(Path(__file__).resolve().parents[2] / "oracle" / "profile_files" / "torch-sdpa-mem-eff.toml")
 
 LIMITS = (
     "H in 1..16 (the row's heads are the kernel's query positions, one KV head)",
@@ -111,7 +116,7 @@ def torch_sdpa_backend() -> Backend:
     return Backend(
         name=NAME,
         fn=run_torch_sdpa,
-        profile="bf16-q-bf16-p",
+        profile=PROFILE,
         devices=("cpu", "cuda"),
         max_heads=16,
         head_counts=None,
@@ -122,4 +127,4 @@ def torch_sdpa_backend() -> Backend:
     )
 
 
-__all__ = ["KEY_MULTIPLE", "LIMITS", "NAME", "run_torch_sdpa", "torch_sdpa_backend"]
+__all__ = ["PROFILE", "KEY_MULTIPLE", "LIMITS", "NAME", "run_torch_sdpa", "torch_sdpa_backend"]

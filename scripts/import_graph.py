@@ -1,0 +1,217 @@
+"""The project's import graph: layers, the rules it must keep, and a picture.
+
+Reads every module of the four packages with `ast` (imports inside functions count too: a lazy
+import is still a dependency) and checks:
+- no import cycle between modules;
+- layering: kernel -> oracle / strategies -> conformance core -> front ends; a module imports
+  only its own layer or lower ones (kernel.registry, the catalogue of backends, may import
+  kernel.backends; nothing in kernel imports kernel.registry except conformance and tests);
+- the core imports no front end (conformance.suite, conformance.cli, conformance.mutation), and
+  front ends do not import each other, with one allowed edge: the command line (conformance.cli)
+  runs the mutation score (conformance.mutation) for its `mutation-score` subcommand;
+  conformance.__main__ starts the command line.
+
+    python scripts/import_graph.py [--png docs/import-graph.png]
+
+Exit 0 when every rule holds, 1 with one line per broken rule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("kernel", "oracle", "strategies", "conformance")
+FRONT_ENDS = ("conformance.suite", "conformance.cli", "conformance.mutation")
+ENTRY_POINTS = {"conformance.__main__"}
+ALLOWED_FRONT_END_EDGES = {("conformance.cli", "conformance.mutation")}
+LAYER = {"kernel": 0, "oracle": 1, "strategies": 1, "conformance": 2}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found[module_name(path)] = path
+    return found
+
+
+def imports_of(name: str, path: Path, known: Iterable[str]) -> set[str]:
+    """Project modules `name` imports (the longest known prefix of each imported name)."""
+    known = set(known)
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            names = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        for imported in names:
+            parts = imported.split(".")
+            for cut in range(len(parts), 0, -1):
+                candidate = ".".join(parts[:cut])
+                if candidate in known:
+                    if candidate != name:
+                        targets.add(candidate)
+                    break
+    return targets
+
+
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    return {name: imports_of(name, path, found) for name, path in found.items()}
+
+
+def _is_front_end(name: str) -> str | None:
+    return next((f for f in FRONT_ENDS if name == f or name.startswith(f + ".")), None)
+
+
+def _parent_packages(name: str) -> set[str]:
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def problems(edges: dict[str, set[str]]) -> list[str]:
+    """One line per broken rule (empty when the graph keeps them all)."""
+    found: list[str] = []
+    for source, targets in sorted(edges.items()):
+        for target in sorted(targets):
+            if target in _parent_packages(source):
+                continue  # a package's __init__ runs first anyway; it is not a dependency
+            front = _is_front_end(target)
+            source_front = _is_front_end(source)
+            if front and source_front != front and source not in ENTRY_POINTS and (source_front, front) not in ALLOWED_FRONT_END_EDGES:
+                found.append(f"{source} imports the front end {target}")
+            if LAYER[source.split(".")[0]] < LAYER[target.split(".")[0]]:
+                found.append(f"{source} (layer {source.split('.')[0]}) imports the higher layer {target}")
+            if target == "kernel.registry" and source.startswith("kernel."):
+                found.append(f"{source} imports kernel.registry (only the catalogue imports backends)")
+    found += [f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(edges)]
+    return found
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module, as a cycle through it."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(e for e in edges.get(node, ()) if e not in _parent_packages(node)):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    sys.setrecursionlimit(10_000)
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def group_of(name: str) -> str:
+    if name in ENTRY_POINTS:
+        return "conformance.cli"
+    if name == "kernel.registry":
+        return name
+    front = _is_front_end(name)
+    if front:
+        return front
+    if name.startswith("kernel.backends") or name.startswith("kernel.isa"):
+        return ".".join(name.split(".")[:2])
+    return name.split(".")[0] if name.split(".")[0] != "conformance" else "conformance (core)"
+
+
+def draw(edges: dict[str, set[str]], path: Path) -> None:
+    """A picture of the graph between groups (packages, the backends, the core, each front end)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[str, set[str]] = {}
+    for source, targets in edges.items():
+        for target in targets:
+            a, b = group_of(source), group_of(target)
+            if a != b and target not in _parent_packages(source):
+                groups.setdefault(a, set()).add(b)
+    rows = [
+        ["conformance.suite", "conformance.cli", "conformance.mutation"],
+        ["conformance (core)"],
+        ["oracle", "strategies", "kernel.registry"],
+        ["kernel.backends", "kernel.isa"],
+        ["kernel"],
+    ]
+    pos = {}
+    for r, row in enumerate(rows):
+        for c, name in enumerate(row):
+            pos[name] = ((c + 1) / (len(row) + 1), 1 - (r + 0.5) / len(rows))
+    sizes = {}
+    for name in modules():
+        sizes[group_of(name)] = sizes.get(group_of(name), 0) + 1
+    fig, ax = plt.subplots(figsize=(11, 8))
+    for a, targets in groups.items():
+        for b in targets:
+            if a in pos and b in pos:
+                ax.annotate("", xy=pos[b], xytext=pos[a],
+                            arrowprops={"arrowstyle": "->", "color": "tab:red" if pos[b][1] > pos[a][1] else "0.45",
+                                        "shrinkA": 28, "shrinkB": 28, "connectionstyle": "arc3,rad=0.08"})
+    for name, (x, y) in pos.items():
+        ax.text(x, y, f"{name}\n{sizes.get(name, 0)} modules", ha="center", va="center", fontsize=10,
+                bbox={"boxstyle": "round", "facecolor": "#e8f0fe" if "conformance." in name else "#f4f4f4", "edgecolor": "0.3"})
+    ax.set_axis_off()
+    ax.set_title("Import graph between groups (arrow: imports; red would be an upward import)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--png", type=Path, help="write the picture here")
+    args = parser.parse_args(argv)
+    edges = graph()
+    if args.png:
+        draw(edges, args.png)
+    found = problems(edges)
+    for line in found:
+        print(line)
+    print(f"{len(edges)} modules, {sum(len(t) for t in edges.values())} imports, {len(found)} broken rules")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

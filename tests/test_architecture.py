@@ -1,0 +1,37 @@
+"""The layering holds: no import cycle, no upward import, the core imports no front end
+(scripts/import_graph.py states the rules; docs/import-graph.png is its picture)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "import_graph.py"
+
+
+def _load():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("import_graph", SCRIPT)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules["import_graph"] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_the_import_graph_keeps_its_rules() -> None:
+    graph = _load()
+    edges = graph.graph()
+    assert len(edges) > 50
+    assert graph.problems(edges) == []
+
+
+def test_the_rules_catch_a_core_module_importing_a_front_end() -> None:
+    graph = _load()
+    edges = graph.graph()
+    edges["conformance.checks"] = {*edges["conformance.checks"], "conformance.suite.plugin"}
+    edges["kernel.record"] = {*edges["kernel.record"], "oracle.bound"}
+    edges["kernel.fp8"] = {*edges["kernel.fp8"], "kernel.record"}
+    found = graph.problems(edges)
+    assert "conformance.checks imports the front end conformance.suite.plugin" in found
+    assert any(line.startswith("kernel.record (layer kernel) imports the higher layer oracle.bound") for line in found)
+    assert any(line.startswith("import cycle:") and "kernel.fp8" in line for line in found)

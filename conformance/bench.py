@@ -15,13 +15,21 @@ as a share of the device's peak memory bandwidth when the device is known by nam
 so the figure can exceed what DRAM alone would give at small shapes; it is a like-for-like
 measure between backends, not a DRAM measurement.
 
-Kernels (--kernel, repeatable; default: flashmla, emulated, oracle):
-- any registry name (`emulated`, `flydsl`, `flashmla`, `package.module:attr`), run through its
-  contract callable; `flashmla` times the whole adapter (CSR -> padded rows, H padded to 64,
-  scheduler, kernel, slicing) and adds a row `flashmla:h64-kernel` with the bare FlashMLA call
-  on prepared inputs at its native 64 heads, scheduler metadata reused as a server would
-  (--no-native leaves it out);
+Kernels (--kernel, repeatable; default: flashmla, flashmla-prefill, torch-sdpa, emulated, oracle):
+- any registry name (`emulated`, `flydsl`, `flashmla`, `flashmla-prefill`, `torch-sdpa`,
+  `package.module:attr`), run through its contract callable: the whole adapter. Each adapter to
+  an external kernel adds a row with the bare kernel on inputs the adapter prepared beforehand
+  (--no-native leaves them out): `flashmla:h64-kernel` (flash_mla_with_kvcache at its native 64
+  heads, scheduler metadata reused as a server would), `flashmla-prefill:h64-kernel`
+  (flash_mla_sparse_fwd on the prepared bf16 KV and slot indices, 64 heads),
+  `torch-sdpa:bare-kernel` (aten._scaled_dot_product_efficient_attention on the gathered keys
+  and bias; CUDA only);
 - `oracle`: oracle.reference.reference, the float64 reference, on the same device.
+
+Limits beside each row (when the device is known by name): gather = bytes per call / peak
+memory bandwidth; fp64 = FLOP per call / peak fp64 (tensor-core) rate (H200: 67 TFLOP/s, spec
+sheet). The oracle's limit is gather + fp64 (it must gather the records and do the arithmetic in
+float64); every other row's limit is the gather limit. "x LIMIT" is the median over the limit.
 
 Progress goes to stderr, the table to stdout, and the whole report as JSON to --json PATH.
 The report's "exit_code" is 0 when every case ran (kernels of the default list that are
@@ -45,9 +53,16 @@ from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_DIM, encode_records
 from kernel.registry import BackendUnavailable, resolve
 
 SCHEMA = 1
-DEFAULT_KERNELS = ("flashmla", "emulated", "oracle")
+DEFAULT_KERNELS = ("flashmla", "flashmla-prefill", "torch-sdpa", "emulated", "oracle")
 ORACLE = "oracle"
 NATIVE_SUFFIX = ":h64-kernel"
+BARE_SUFFIX = ":bare-kernel"
+# Bare-kernel row of each adapter to an external kernel: (suffix, heads the kernel runs, label, note).
+BARE_ROWS: dict[str, tuple[str, int | None, str, str]] = {
+    "flashmla": (NATIVE_SUFFIX, 64, "flashmla (bare kernel, native H64)", "flash_mla_with_kvcache on prepared inputs, 64 heads, scheduler metadata reused"),
+    "flashmla-prefill": (NATIVE_SUFFIX, 64, "flashmla-prefill (bare kernel, H64)", "flash_mla_sparse_fwd on the prepared bf16 KV, slot indices and topk_length, 64 heads"),
+    "torch-sdpa": (BARE_SUFFIX, None, "torch-sdpa (bare kernel)", "aten._scaled_dot_product_efficient_attention on the gathered bf16 keys and bias"),
+}
 DEFAULT_N_Q = (1, 64, 1024)
 DEFAULT_KEYS = 2048
 DEFAULT_HEADS = 16
@@ -68,6 +83,15 @@ PEAK_BANDWIDTH: tuple[tuple[str, float], ...] = (
     ("MI350X", 8.0e12),
     ("MI325X", 6.0e12),
     ("MI300X", 5.3e12),
+)
+
+# Peak fp64 rate (FLOP/s, tensor-core / matrix units) from vendor spec sheets, matched like
+# PEAK_BANDWIDTH; only devices whose sheet states it.
+PEAK_FP64: tuple[tuple[str, float], ...] = (
+    ("H200", 67e12),
+    ("H100 NVL", 60e12),
+    ("H100 PCIe", 51e12),
+    ("H100", 67e12),
 )
 
 
@@ -199,6 +223,22 @@ def peak_for_name(name: str) -> float | None:
     return None
 
 
+def fp64_peak_for_name(name: str) -> float | None:
+    """Peak fp64 FLOP/s of a device called `name` (PEAK_FP64), None if unknown."""
+    for key, value in PEAK_FP64:
+        if key.lower() in name.lower():
+            return value
+    return None
+
+
+def limits_ms(n_q: int, keys: int, heads: int, peak_bw: float | None, peak_fp64: float | None) -> tuple[float | None, float | None]:
+    """(gather limit, fp64 arithmetic limit) in ms of one call: n_q * keys * 656 B / peak
+    bandwidth, and 2 * H * n_q * keys * (576 + 512) FLOP / peak fp64 (None when unknown)."""
+    gather = None if peak_bw is None else n_q * keys * RECORD_BYTES / peak_bw * 1e3
+    arith = None if peak_fp64 is None else flops(n_q, keys, heads) / peak_fp64 * 1e3
+    return gather, arith
+
+
 def peak_bandwidth(device: torch.device) -> tuple[float | None, str]:
     """(peak bytes/s or None, device name) for `device`; CPUs are not in the table."""
     if device.type != "cuda":
@@ -215,6 +255,7 @@ def device_info(device: torch.device) -> dict[str, Any]:
         "name": name,
         "peak_bandwidth_bytes_per_s": peak,
         "peak_bandwidth_source": "vendor spec sheet, matched by device name" if peak else "unknown for this device",
+        "peak_fp64_flops_per_s": fp64_peak_for_name(name) if device.type == "cuda" else None,
         "torch": torch.__version__,
         "timer": timer_name(device),
     }
@@ -239,7 +280,9 @@ class CaseResult:
     Times in ms per call; bytes_per_call = n_q * keys * 656; gbps = bytes_per_call / median (1e9
     B/s); pct_peak = share of the device's peak bandwidth (None when unknown); flops_per_call =
     2 * heads * n_q * keys * (576 + 512) (QK and PV of the row's heads, padding not counted);
-    tflops = flops_per_call / median (1e12 FLOP/s)."""
+    tflops = flops_per_call / median (1e12 FLOP/s); gather_limit_ms / fp64_limit_ms = the call's
+    limits (module docstring), limit_ms = the row's limit (oracle: gather + fp64; others: gather),
+    x_limit = median / limit_ms (None where a limit is unknown)."""
 
     kernel: str
     label: str
@@ -257,6 +300,10 @@ class CaseResult:
     pct_peak: float | None = None
     flops_per_call: int = 0
     tflops: float | None = None
+    gather_limit_ms: float | None = None
+    fp64_limit_ms: float | None = None
+    limit_ms: float | None = None
+    x_limit: float | None = None
     note: str = ""
 
 
@@ -280,7 +327,7 @@ class _Runner:
         if device.type not in self.backend.devices:
             self.unavailable = f"{name} runs on {'/'.join(self.backend.devices)} devices, not {device.type}"
             return
-        if name == "flashmla" and native:
+        if name in ("flashmla", "flashmla-prefill") and native:
             from kernel.backends.flashmla import load_flash_mla
 
             self.module = load_flash_mla()
@@ -292,8 +339,13 @@ class _Runner:
         rows = [(self.name, self.name, "")]
         if self.name == "flashmla":
             rows[0] = (self.name, f"flashmla (adapter, H{heads} padded to 64)", "whole adapter: CSR -> padded rows, head padding, scheduler, kernel, slicing")
-            if self.module is not None:
-                rows.append((self.name + NATIVE_SUFFIX, "flashmla (bare kernel, native H64)", "flash_mla_with_kvcache on prepared inputs, 64 heads, scheduler metadata reused"))
+        elif self.name == "flashmla-prefill":
+            rows[0] = (self.name, f"flashmla-prefill (adapter, H{heads} pad 64)", "whole adapter: gather + bf16 dequantisation of the consumed records, head padding, kernel, slicing")
+        elif self.name == "torch-sdpa":
+            rows[0] = (self.name, "torch-sdpa (adapter)", "whole adapter: gather + bf16 dequantisation, bias, fused SDPA kernel, empty-row fix-up")
+        bare = BARE_ROWS.get(self.name)
+        if bare is not None and self.native and (self.module is not None or (self.name == "torch-sdpa" and self.device.type == "cuda")):
+            rows.append((self.name + bare[0], bare[2], bare[3]))
         return rows
 
     def callable_for(self, kernel_id: str, inputs: BenchInputs, heads: int, seed: int) -> tuple[Callable[[], object], str]:
@@ -303,6 +355,24 @@ class _Runner:
             from oracle.reference import reference
 
             return (lambda: reference(*args)), ""
+        if kernel_id == "flashmla-prefill" + NATIVE_SUFFIX:
+            from kernel.backends.flashmla_prefill import prepare_prefill
+
+            gen = _generator(inputs.q.device, seed + 7)
+            q64 = torch.randn(inputs.n_q, 64, inputs.q.shape[-1], generator=gen, device=inputs.q.device).to(torch.bfloat16)
+            pcall = prepare_prefill(q64, inputs.kv_cache, inputs.indices, inputs.indptr, inputs.softmax_scale)
+            return (lambda: pcall.run(self.module)), ""
+        if kernel_id == "torch-sdpa" + BARE_SUFFIX:
+            from kernel.backends.gathered import gather_rows
+            from kernel.backends.torch_sdpa import KEY_MULTIPLE
+
+            n_q, n_heads = inputs.q.shape[:2]
+            rows = gather_rows(inputs.indices, inputs.indptr, inputs.kv_cache, multiple=KEY_MULTIPLE)
+            bias = torch.where(rows.valid, 0.0, float("-inf")).to(torch.bfloat16).view(n_q, 1, 1, -1).expand(n_q, 1, n_heads, rows.width).contiguous()
+            q4 = inputs.q.contiguous().view(n_q, 1, n_heads, -1)
+            keys4 = rows.keys.view(n_q, 1, rows.width, -1)
+            scale = float(inputs.softmax_scale)
+            return (lambda: torch.ops.aten._scaled_dot_product_efficient_attention(q4, keys4, keys4[..., :LATENT_DIM], bias, True, 0.0, False, scale=scale)), ""
         if kernel_id.endswith(NATIVE_SUFFIX):
             from kernel.backends.flashmla import prepare_call
 
@@ -354,6 +424,7 @@ def run_bench(
     rows = cache_rows or DEFAULT_CACHE_ROWS.get(device.type, DEFAULT_CACHE_ROWS["cpu"])
     info = device_info(device)
     peak = info["peak_bandwidth_bytes_per_s"]
+    peak_fp64 = info["peak_fp64_flops_per_s"]
     _progress(progress, f"device {info['name']} ({device}); timer {info['timer']}" + ("" if device.type == "cuda" else " (CPU: wall clock per call, no device events)"))
     _progress(progress, f"building a {rows:,}-row cache ({rows * RECORD_BYTES / 2**30:.2f} GiB, pow2 writer) on {device}")
     t0 = time.perf_counter()
@@ -378,7 +449,10 @@ def run_bench(
                 continue
             for kernel_id, label, note in runner.variants(heads):
                 case_heads = 64 if kernel_id.endswith(NATIVE_SUFFIX) else heads
-                result = CaseResult(kernel_id, label, n_q, keys, case_heads, status="ok", bytes_per_call=bytes_per_call, flops_per_call=flops(n_q, keys, case_heads), note=note)
+                gather_ms, fp64_ms = limits_ms(n_q, keys, heads, peak, peak_fp64)
+                limit = gather_ms if kernel_id != ORACLE else (None if gather_ms is None or fp64_ms is None else gather_ms + fp64_ms)
+                result = CaseResult(kernel_id, label, n_q, keys, case_heads, status="ok", bytes_per_call=bytes_per_call, flops_per_call=flops(n_q, keys, case_heads),
+                                    gather_limit_ms=gather_ms, fp64_limit_ms=fp64_ms, limit_ms=limit, note=note)
                 try:
                     fn, refused = runner.callable_for(kernel_id, inputs, heads, seed)
                     if refused:
@@ -401,6 +475,7 @@ def run_bench(
                 result.gbps = bytes_per_call / (timing.median_ms * 1e-3) / 1e9
                 result.pct_peak = None if peak is None else 100.0 * bytes_per_call / (timing.median_ms * 1e-3) / peak
                 result.tflops = result.flops_per_call / (timing.median_ms * 1e-3) / 1e12
+                result.x_limit = None if not result.limit_ms else timing.median_ms / result.limit_ms
                 results.append(result)
                 _progress(progress, f"{label} n_q={n_q} keys={keys} H={case_heads}: median {timing.median_ms:.4f} ms over {result.iters} calls, {result.gbps:.4g} GB/s gathered")
         del inputs
@@ -448,18 +523,22 @@ def render_table(report: dict[str, Any]) -> str:
     lines = [
         f"device      {info['name']} ({info['device']}), torch {info['torch']}",
         f"peak BW     {peak_text}",
+        f"peak fp64   {_fmt(info.get('peak_fp64_flops_per_s') and info['peak_fp64_flops_per_s'] / 1e12, '.1f', 'unknown')}{' TFLOP/s (vendor spec sheet, matched by device name)' if info.get('peak_fp64_flops_per_s') else ''}",
+        "limits      GATHER = n_q * keys * 656 B / peak BW; FP64 = FLOP / peak fp64; LIMIT = GATHER + FP64 for the oracle, GATHER for the others; x LIMIT = median / LIMIT",
         f"timer       {timer}; median of up to {cfg['iters']} calls after {cfg['warmup']} warm-up calls, <= {cfg['max_seconds']:g} s per case",
         f"cache       {cfg['cache_rows']:,} records x {RECORD_BYTES} B = {cfg['cache_bytes'] / 2**30:.2f} GiB ({cfg['writer']} writer); indices {cfg['index_distribution']}",
         f"call        {cfg['keys']} keys per row, H {cfg['heads']}, softmax_scale {cfg['softmax_scale']:.6g}; bytes gathered = n_q * keys * 656; FLOP = 2 * H * n_q * keys * (576 + 512)",
         "",
     ]
-    header = f"{'KERNEL':<40} {'N_Q':>5} {'KEYS':>5} {'H':>3} {'CALLS':>5} {'MEDIAN ms':>11} {'MIN ms':>11} {'GB/s':>9} {'% PEAK':>7} {'TFLOP/s':>8}  STATUS"
+    header = (f"{'KERNEL':<40} {'N_Q':>5} {'KEYS':>5} {'H':>3} {'CALLS':>5} {'MEDIAN ms':>11} {'MIN ms':>11} {'GB/s':>9} {'% PEAK':>7} {'TFLOP/s':>8} "
+              f"{'GATHER ms':>10} {'FP64 ms':>9} {'x LIMIT':>8}  STATUS")
     lines.append(header)
     lines.append("-" * len(header))
     for r in report["results"]:
         lines.append(
             f"{r['label'][:40]:<40} {r['n_q']:>5} {r['keys']:>5} {r['heads']:>3} {r['iters']:>5} "
-            f"{_fmt(r['median_ms'], '.4f'):>11} {_fmt(r['min_ms'], '.4f'):>11} {_fmt(r['gbps'], '.4g'):>9} {_fmt(r['pct_peak'], '.1f'):>7} {_fmt(r['tflops'], '.4g'):>8}  {r['status']}"
+            f"{_fmt(r['median_ms'], '.4f'):>11} {_fmt(r['min_ms'], '.4f'):>11} {_fmt(r['gbps'], '.4g'):>9} {_fmt(r['pct_peak'], '.1f'):>7} {_fmt(r['tflops'], '.4g'):>8} "
+            f"{_fmt(r.get('gather_limit_ms'), '.4f'):>10} {_fmt(r.get('fp64_limit_ms'), '.4f'):>9} {_fmt(r.get('x_limit'), '.1f'):>8}  {r['status']}"
         )
     notes = sorted({(r["label"], r["note"]) for r in report["results"] if r["note"]})
     if notes:

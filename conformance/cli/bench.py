@@ -72,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-rows", type=positive_int, default=None, metavar="N", help="records in the KV cache (default 1,048,576 on a GPU, 65,536 on the CPU)")
     p.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="data seed (default 0)")
-    p.add_argument("--no-native", action="store_true", help="skip the bare FlashMLA call at its native 64 heads")
+    p.add_argument("--no-native", action="store_true", help="skip the bare-kernel rows (each external kernel alone on inputs its adapter prepared)")
     p.add_argument("--json", type=output_file, metavar="PATH", help="also write the report as JSON to PATH (a file; its folder must exist)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 

@@ -8,6 +8,11 @@ An entry is a JSON object:
 Entries live in conformance/corpus/*.json (reviewed, in git); failures captured automatically
 go to conformance/corpus/pending/ for review. File names are stable content hashes of the
 canonical recipe JSON, so the same failure found twice is stored once. Writes are atomic.
+
+Loading is strict: "recipe" and "expect" are required, "name" (default: the file's stem) must be
+a plain name (no path separator, no "..", no leading dot, no control character, at most 200
+characters), the file must be UTF-8; anything else is a CorpusError naming the file. A failed
+write (an unwritable or full folder) is a CorpusWriteError (an OSError) naming the folder.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +35,26 @@ SUITE_VERSION = "0.1.0"
 
 class CorpusError(ValueError):
     """A corpus file that cannot be used; the message names the file and the problem."""
+
+
+class CorpusWriteError(OSError):
+    """An entry could not be written (folder unwritable, missing and not creatable, device
+    full); the message names the folder, the reason and, for the pending folder, the variable
+    that moves it ($CONFORMANCE_PENDING_DIR)."""
+
+
+MAX_NAME = 200
+_BAD_NAME = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
+def check_name(name: object, source: str) -> str:
+    """`name` when it is a plain entry name (see the module docstring); CorpusError otherwise."""
+    if not isinstance(name, str) or not name.strip():
+        raise CorpusError(f"{source}: name must be a non-empty string, got {name!r}")
+    if _BAD_NAME.search(name) or ".." in name or name.startswith(".") or len(name) > MAX_NAME:
+        raise CorpusError(f"{source}: name {name[:80]!r} is not a plain name (no '/', '\\', '..', leading '.', control characters; "
+                          f"at most {MAX_NAME} characters)")
+    return name
 
 
 @dataclass(frozen=True)
@@ -68,15 +94,15 @@ def parse_entry(text: str, source: str) -> CorpusEntry:
         recipe = Recipe.from_json_dict(data["recipe"])
     except RecipeError as err:
         raise CorpusError(f"{source}: bad recipe: {err}") from err
-    expect = data.get("expect", "conform")
+    if "expect" not in data:
+        raise CorpusError(f"{source}: missing field 'expect' (one of {', '.join(EXPECTATIONS)}; `replay` and `corpus add` take --expect)")
+    expect = data["expect"]
     if expect not in EXPECTATIONS:
         raise CorpusError(f"{source}: expect must be one of {EXPECTATIONS}, got {expect!r}")
     provenance = data.get("provenance", {})
     if not isinstance(provenance, dict):
         raise CorpusError(f"{source}: provenance must be an object")
-    name = data.get("name") or Path(source).stem
-    if not isinstance(name, str):
-        raise CorpusError(f"{source}: name must be a string")
+    name = check_name(data["name"] if "name" in data else Path(source).stem, source)
     return CorpusEntry(name=name, recipe=recipe, expect=expect, provenance=provenance)
 
 
@@ -86,6 +112,8 @@ def load_entry(path: Path) -> CorpusEntry:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise CorpusError(f"{path}: cannot read ({err.strerror})") from err
+    except UnicodeDecodeError as err:
+        raise CorpusError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from err
     return parse_entry(text, str(path))
 
 
@@ -95,10 +123,20 @@ def corpus_files(directory: Path = CORPUS_DIR) -> list[Path]:
 
 
 def save_entry(entry: CorpusEntry, directory: Path) -> Path:
-    """Write `entry` atomically as <directory>/<recipe hash>.json; an existing file is kept."""
+    """Write `entry` atomically as <directory>/<recipe hash>.json (the folder is created); an
+    existing file is kept. CorpusWriteError (an OSError) naming the folder when it cannot be
+    written; nothing partial is left."""
+    from conformance.state import PENDING_ENV, pending_dir
+
     path = directory / f"{recipe_hash(entry.recipe)}.json"
-    if not path.exists():
-        atomic_write_text(path, entry.to_json())
+    try:
+        if not path.exists():
+            atomic_write_text(path, entry.to_json())
+    except OSError as err:
+        hint = f" (set ${PENDING_ENV} to a writable folder)" if directory.resolve() == pending_dir().resolve() else ""
+        failure = CorpusWriteError(f"cannot save corpus entry {path.name} in {directory}: {err.strerror or err}{hint}")
+        failure.errno = err.errno
+        raise failure from err
     return path
 
 

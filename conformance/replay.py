@@ -63,6 +63,8 @@ def load_replayable(path: Path, *, expect: str | None = None) -> tuple[Any, str]
     except json.JSONDecodeError as err:
         raise ReplayInputError(f"{path}: not valid JSON ({err})") from None
     if isinstance(data, dict) and "recipe" in data:
+        if expect is not None and "expect" not in data:  # --expect supplies what the entry lacks
+            text = json.dumps({**data, "expect": expect})
         try:
             entry = parse_entry(text, str(path))
         except CorpusError as err:
@@ -296,11 +298,20 @@ def diagnose(entry: Any, suite: Any, *, top: int = DEFAULT_TOP, findings: bool =
         diag.outcome = "fail"
         diag.reasons.append(f"the kernel raised {type(err).__name__}: {str(err)[:500]}")
         return diag
+    unusable = _unusable_outputs(out, lse)
+    if unusable:
+        diag.outcome = "fail"
+        diag.reasons.append(unusable)
+        return diag
     try:
         judgement = judge(problem, out, lse, suite.profile)
     except PreconditionError as err:
         diag.outcome = "fail"
         diag.reasons.append(f"no bound is promised for this recipe ({err}): it breaks a precondition, so its entry should expect 'precondition'")
+        return diag
+    except Exception as err:  # noqa: BLE001 - outputs the comparison cannot read are a failure of the kernel, not of replay
+        diag.outcome = "fail"
+        diag.reasons.append(f"the kernel's outputs cannot be compared: {type(err).__name__}: {str(err)[:300]}")
         return diag
     for mode, verdict in judgement.verdicts.items():
         evaluation = judgement.evaluations[mode]
@@ -313,6 +324,17 @@ def diagnose(entry: Any, suite: Any, *, top: int = DEFAULT_TOP, findings: bool =
     diag.reasons = list(dict.fromkeys(diag.reasons))
     diag.outcome = "fail" if diag.reasons else "pass"
     return diag
+
+
+def _unusable_outputs(out: Any, lse: Any) -> str | None:
+    """Why the kernel's returned tensors hold no data to compare (meta or otherwise storage-less
+    tensors), or None. Wrong types and shapes are left to conformance.harness.compare."""
+    import torch
+
+    for name, value in (("out", out), ("lse", lse)):
+        if isinstance(value, torch.Tensor) and value.device.type == "meta":
+            return f"the kernel returned {name} on the meta device (a tensor with no data): nothing to compare"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -388,6 +410,8 @@ def run_isolated(path: Path, *, kernel: str | None, profile: str | None, device:
     """Replay `path` in a child process (`python -m conformance replay --no-isolate`) with its
     own state folder. A child killed by a signal or past `timeout_s` seconds gives a diagnosis
     with outcome "crash" and what it had in flight."""
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout_s}")
     state = Path(tempfile.mkdtemp(prefix="conformance-isolated-"))
     result_path = state / "diagnosis.json"
     command = [sys.executable, "-m", "conformance", "replay", str(path), "--no-isolate", "--json", str(result_path), "--top", str(top)]
@@ -444,8 +468,16 @@ def _places(comparison: dict[str, Any]) -> list[tuple[int, ...]]:
     return [tuple(e[k] for k in ("row", "head", "dim") if k in e) for e in comparison.get("top_elements", [])]
 
 
-def format_header(entry: Any, kind: str, path: Path, suite: Any) -> str:
-    """What is replayed, against what."""
+def caught_with(entry: Any) -> str | None:
+    """The kernel an entry's provenance names (None for none, "any", "default", "unknown")."""
+    kernel = (entry.provenance or {}).get("kernel")
+    return str(kernel) if kernel and str(kernel) not in ("any", "default", "unknown", "?") else None
+
+
+def format_header(entry: Any, kind: str, path: Path, suite: Any, *, kernel_given: bool = True) -> str:
+    """What is replayed, against what. Without --kernel (`kernel_given` False) the header says
+    the kernel is the machine's default, and, for an entry caught with another kernel, that the
+    replay does not run that kernel."""
     r = entry.recipe
     prov = entry.provenance or {}
     lines = [f"replay {path} ({'bare recipe' if kind == 'recipe' else entry_status(path) + ' entry'})",
@@ -453,10 +485,12 @@ def format_header(entry: Any, kind: str, path: Path, suite: Any) -> str:
     if prov:
         lines.append(f"  caught: {str(prov.get('caught', '?'))[:300]}")
         lines.append(f"          kernel {prov.get('kernel', '?')}, property {prov.get('property', '?')}, {prov.get('date', '?')}")
-    lines.append(f"  kernel: {suite.name} (profile {suite.profile.name}) on {suite.device}")
-    caught_with = prov.get("kernel")
-    if caught_with and caught_with not in ("any", "default", suite.name):
-        lines.append(f"          (caught with kernel {caught_with}; --kernel {caught_with} replays against it)")
+    default = "" if kernel_given else ", the machine's default: no --kernel given"
+    lines.append(f"  kernel: {suite.name} (profile {suite.profile.name}) on {suite.device}{default}")
+    other = caught_with(entry)
+    if other and other != suite.name:
+        lines.append(f"  NOTE:   the entry was caught with kernel {other}; this replay runs {suite.name}, not {other} "
+                     f"(--kernel {other} replays against it)")
     lengths = list(r.row_lengths)
     shown = lengths if len(lengths) <= 12 else lengths[:12] + ["..."]
     lines.append(f"  recipe: n_q {r.n_q}, heads {r.heads}, row lengths {shown} ({r.total_keys} keys), cache rows {r.cache_rows}, seed {r.seed}")
@@ -515,7 +549,7 @@ def format_diagnosis(diag: Diagnosis) -> str:
         ("skip", "conform"): "SKIPPED", ("skip", "precondition"): "SKIPPED",
     }
     verdict = verdicts.get((diag.outcome, diag.expect), {"fail": "FAILS", "crash": "CRASH"}.get(diag.outcome, diag.outcome.upper()))
-    lines.append(f"verdict: {verdict}")
+    lines.append(f"verdict: {verdict} (kernel {diag.kernel})")
     for reason in diag.reasons:
         for i, line in enumerate(str(reason).splitlines()):
             lines.append(("  - " if i == 0 else "    ") + line)

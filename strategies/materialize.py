@@ -10,6 +10,7 @@ are written, so a cache over 4 GiB costs almost no RAM on a CPU (untouched pages
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +18,7 @@ import torch
 from kernel.fp8 import round_f32_to_bf16
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_DIM, ROPE_OFFSET, SCALE_OFFSET, encode_records
 from strategies import rng
-from strategies.recipe import ROWS_BEYOND_4GIB, Recipe
+from strategies.recipe import ROWS_BEYOND_4GIB, MemoryEstimate, Recipe, RecipeTooLarge, memory_estimate
 
 HEAD_DIM = LATENT_DIM + ROPE_DIM
 SMALL_CACHE_BYTES = 64 * 2**20
@@ -213,9 +214,101 @@ def _corrupt(recipe: Recipe, records: torch.Tensor, entries: torch.Tensor, consu
         records[:, SCALE_OFFSET:ROPE_OFFSET] = scales.view(torch.uint8).view(-1, 16)
 
 
-def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
-    """Build the problem of `recipe` on `device` (see the module docstring)."""
+MEMORY_LIMIT_ENV = "CONFORMANCE_MEMORY_LIMIT"
+HOST_MEMORY_FRACTION = 0.5  # of the RAM available now (MemAvailable)
+DEVICE_MEMORY_FRACTION = 0.8  # of the accelerator's free memory now
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "8GiB", "8G" (binary), "8GB" (decimal), "512M", "1e9" or a plain integer;
+    ValueError naming the text otherwise. "0" means no limit."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _UNITS:
+        raise ValueError(f"not a size: {text!r} (bytes, or a number with K, M, G, T, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def format_size(n: int) -> str:
+    """"1.5 GiB" etc."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _available_ram() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_AVPHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_limit(device: torch.device | str = "cpu") -> tuple[int | None, int | None, str]:
+    """(host limit, device limit, where they come from), bytes; None means unlimited / unknown.
+
+    $CONFORMANCE_MEMORY_LIMIT (a size, see parse_size; 0 = no limit) sets both; otherwise host:
+    HOST_MEMORY_FRACTION of the RAM available now, device: DEVICE_MEMORY_FRACTION of the
+    accelerator's free memory now. ValueError for a malformed variable."""
     device = torch.device(device)
+    value = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    if value:
+        try:
+            limit = parse_size(value)
+        except ValueError as err:
+            raise ValueError(f"${MEMORY_LIMIT_ENV}: {err}") from None
+        return (limit or None), (limit or None), f"${MEMORY_LIMIT_ENV}={value}"
+    ram = _available_ram()
+    host = int(ram * HOST_MEMORY_FRACTION) if ram else None
+    dev: int | None = None
+    if device.type != "cpu":
+        try:
+            free, _ = torch.cuda.mem_get_info(device)
+            dev = int(free * DEVICE_MEMORY_FRACTION)
+        except (RuntimeError, AssertionError, ValueError):
+            dev = None
+    how = (f"{HOST_MEMORY_FRACTION:.0%} of available RAM" + (f", {DEVICE_MEMORY_FRACTION:.0%} of free {device.type} memory" if device.type != "cpu" else "")
+           + f"; set ${MEMORY_LIMIT_ENV} or --memory-limit")
+    return host, dev, how
+
+
+def check_memory(recipe: Recipe, device: torch.device | str = "cpu") -> MemoryEstimate:
+    """The recipe's memory estimate (strategies.recipe.memory_estimate) when it fits the limits
+    (memory_limit); RecipeTooLarge naming the estimate and the limit otherwise."""
+    device = torch.device(device)
+    estimate = memory_estimate(recipe, device.type)
+    try:
+        host_limit, dev_limit, how = memory_limit(device)
+    except ValueError as err:
+        raise RecipeTooLarge(str(err)) from None
+    biggest = max(estimate.parts, key=lambda k: estimate.parts[k])
+    for kind, need, limit in (("host", estimate.host_bytes, host_limit), (device.type, estimate.device_bytes, dev_limit)):
+        if limit is not None and need > limit:
+            raise RecipeTooLarge(
+                f"recipe too large: needs about {format_size(need)} of {kind} memory (estimate; largest part {biggest} "
+                f"{format_size(estimate.parts[biggest])}, {recipe.total_keys:,} keys, {recipe.cache_rows:,} cache rows), "
+                f"limit {format_size(limit)} ({how})")
+    return estimate
+
+
+def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
+    """Build the problem of `recipe` on `device` (see the module docstring). The recipe's memory
+    estimate is checked first (check_memory): RecipeTooLarge before anything is allocated."""
+    device = torch.device(device)
+    check_memory(recipe, device)
     indptr, pair_rows, pair_offsets, pair_positions = _stream(recipe)
     n_idx = int(indptr.max()) if indptr.numel() else 0
     pair_ids = pair_rows * _ID_STRIDE + pair_offsets

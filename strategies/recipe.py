@@ -42,7 +42,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from kernel.record import WRITERS
+from kernel.record import RECORD_BYTES, WRITERS
 
 RECIPE_VERSION = 1
 INDEX_PATTERNS = ("uniform", "clustered", "duplicates", "sorted", "reversed", "tail", "beyond_4gib")
@@ -58,6 +58,11 @@ ROWS_BEYOND_4GIB = (4 * 2**30) // 656 + 1  # first row whose record starts past 
 
 class RecipeError(ValueError):
     """A recipe that is not valid; the message names the field and the problem."""
+
+
+class RecipeTooLarge(RecipeError):
+    """A valid recipe whose estimated memory (strategies.recipe.memory_estimate) exceeds the limit
+    (strategies.materialize.memory_limit); the message names the estimate and the limit."""
 
 
 @dataclass(frozen=True)
@@ -224,3 +229,66 @@ def _validate(r: Recipe) -> None:
         need(c.get("kind") in CORRUPTIONS, f"corruption kind must be one of {CORRUPTIONS}, got {c.get('kind')!r}")
         need(_is_int(c.get("count", 1)) and c.get("count", 1) >= 1, f"corruption count must be a positive int, got {c.get('count')!r}")
         need(set(c) <= {"kind", "count"}, f"corruption fields are kind and count, got {sorted(c)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory estimate (bytes), before anything is materialised
+
+# Measured with ru_maxrss on the CPU (torch 2.13, one row of 100k-400k keys): building the index
+# stream costs ~90 B per index entry, generating and encoding a referenced KV row ~28 KiB, the
+# float64 reference and bound ~16 KiB per key slot of the chunk in flight. Rounded up.
+STREAM_BYTES_PER_ENTRY = 128
+ROW_BYTES_PER_REFERENCED_ROW = 32 * 1024
+REFERENCE_BYTES_PER_KEY_SLOT = 16 * 1024
+Q_BYTES_PER_ELEMENT = 32  # f64 generation temporaries + bf16 q, per (row, head, 576)
+OUT_BYTES_PER_ELEMENT = 40  # bf16 out + f64 reference out and bound per mode, per (row, head, 512)
+SMALL_CACHE_BYTES_ = 64 * 2**20  # strategies.materialize.SMALL_CACHE_BYTES: caches up to this are zero-filled
+# Key slots the reference evaluates at once per device type: mirrors oracle.rows.REFERENCE_KEY_BUDGET
+# (a chunk holds at least one whole row, so the longest row may exceed it).
+REFERENCE_KEY_BUDGET_ = {"cpu": 1 << 15, "cuda": 1 << 21}
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Estimated peak bytes of materialising a recipe and judging one call of it.
+
+    host_bytes: CPU RAM (everything when the device is the CPU); device_bytes: memory of the
+    accelerator (0 on the CPU); parts: the terms, in bytes, for the message."""
+
+    host_bytes: int
+    device_bytes: int
+    parts: dict[str, int]
+
+
+def memory_estimate(recipe: Recipe, device_type: str = "cpu") -> MemoryEstimate:
+    """Estimate the memory of `materialize(recipe, device)` plus the kernel call and the float64
+    reference of one judgement, without building anything (O(n_q) time). Conservative: the
+    referenced rows are counted as min(keys, cache_rows) (every key a distinct row)."""
+    pointer, n_idx, longest = recipe.stream_offset, recipe.stream_offset, 0
+    for length in recipe.row_lengths:
+        pointer += length
+        n_idx = max(n_idx, pointer)
+        longest = max(longest, length)
+    keys = recipe.total_keys
+    referenced = min(keys, recipe.cache_rows)
+    cache_full = recipe.cache_rows * RECORD_BYTES
+    # a big cache is torch.empty: on the CPU only the written pages (referenced rows, neighbours)
+    # become resident; on an accelerator the whole allocation is real
+    cache_resident = cache_full if cache_full <= SMALL_CACHE_BYTES_ else min(cache_full, (3 * referenced + 2) * RECORD_BYTES)
+    pad_rows, pad_heads = recipe.q_pad
+    q_elems = recipe.n_q * (recipe.heads + pad_heads) * 576 + recipe.n_q * pad_rows
+    out_elems = recipe.n_q * recipe.heads * 512
+    budget = REFERENCE_KEY_BUDGET_.get(device_type, REFERENCE_KEY_BUDGET_["cuda"])
+    slots = max(min(recipe.n_q * longest, budget), longest)
+    parts = {
+        "index stream": STREAM_BYTES_PER_ENTRY * (n_idx + keys),
+        "referenced rows": ROW_BYTES_PER_REFERENCED_ROW * referenced,
+        "kv cache": cache_resident if device_type == "cpu" else cache_full,
+        "q": Q_BYTES_PER_ELEMENT * q_elems,
+        "out": OUT_BYTES_PER_ELEMENT * out_elems,
+        "reference": REFERENCE_BYTES_PER_KEY_SLOT * slots,
+    }
+    if device_type == "cpu":
+        return MemoryEstimate(host_bytes=sum(parts.values()), device_bytes=0, parts=parts)
+    on_device = ("referenced rows", "kv cache", "q", "out", "reference")
+    return MemoryEstimate(host_bytes=parts["index stream"] + 8 * n_idx, device_bytes=sum(parts[k] for k in on_device), parts=parts)

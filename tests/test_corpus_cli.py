@@ -209,6 +209,96 @@ def test_minimise_keeps_a_precondition_entry_violating(tmp_path: Path, dirs: tup
     assert "nothing to minimise" in capsys.readouterr().out
     assert main(["corpus", "minimise", str(path), "--kernel", "conformance.mutation.catalogue:scale_cap_missing"]) == 0  # inf output
     capsys.readouterr()
-    small = load_entry(next(p for p in tmp_path.glob("*.json") if p != path))
+    assert [p for p in tmp_path.glob("*.json") if p != path] == []  # nothing written next to the original
+    small = load_entry(next(dirs[1].glob("*.json")))  # the pending folder
     assert small.expect == "precondition" and small.recipe.latent == "above_cap"  # still violating, the same way
     assert (small.recipe.heads, small.recipe.total_keys) == (1, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 12 (items 7, 8): strict loading, clear write errors, minimise honours the folders
+
+
+def test_an_entry_without_expect_is_refused(tmp_path: Path, dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    data = _entry("no-expect", SMALL)
+    del data["expect"]
+    path = _write(tmp_path / "no-expect.json", data)
+    assert main(["replay", str(path), "--kernel", "emulated"]) == 2
+    err = capsys.readouterr().err
+    assert "missing field 'expect'" in err and str(path) in err and len(err.strip().splitlines()) == 1
+    assert main(["replay", str(path), "--kernel", "emulated", "--expect", "conform"]) == 0  # --expect supplies it
+    capsys.readouterr()
+    assert _corpus(dirs[0], "add", str(path)) == 2
+    assert "missing field 'expect'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["../../evil", "a/b", ".hidden", "a\\b", "x" * 201, ""])
+def test_an_entry_name_that_is_a_path_is_refused(name: str, tmp_path: Path, dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path / "named.json", _entry(name, SMALL))
+    assert _corpus(dirs[0], "add", str(path)) == 2
+    assert "name" in capsys.readouterr().err
+    assert list(dirs[0].glob("*.json")) == []
+    good = _write(tmp_path / "good.json", _entry("fine", SMALL))
+    assert _corpus(dirs[0], "add", str(good), "--name", "../x") == 2
+    assert "not a plain name" in capsys.readouterr().err
+
+
+def test_a_non_utf8_file_in_pending_does_not_hide_the_others(dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    reviewed, pending = dirs
+    _write(pending / "good.json", _entry("good-one", SMALL))
+    (pending / "bad.json").write_bytes(b"\xff\xfe{\"name\": 1}")
+    assert _corpus(reviewed, "list") == 2
+    captured = capsys.readouterr()
+    assert "good-one" in captured.out and "1 unreadable" in captured.out
+    assert "bad.json: not UTF-8 text" in captured.err and "Traceback" not in captured.err
+
+
+def test_save_entry_into_an_unwritable_folder_is_a_corpus_write_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conformance.corpus import CorpusWriteError, new_entry, save_entry
+
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("x", encoding="utf-8")
+    monkeypatch.setenv("CONFORMANCE_PENDING_DIR", str(blocked / "pending"))
+    entry = new_entry(Recipe.from_json_dict(SMALL), caught="t", kernel="k", property_name="p")
+    with pytest.raises(CorpusWriteError) as info:
+        save_entry(entry, blocked / "pending")
+    assert isinstance(info.value, OSError) and str(blocked / "pending") in str(info.value)
+    assert "CONFORMANCE_PENDING_DIR" in str(info.value) and len(str(info.value).splitlines()) == 1
+
+
+def test_minimise_writes_to_pending_and_honours_corpus(tmp_path: Path, dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """The smaller entry of a reviewed entry goes to the pending folder, not next to it; with
+    --corpus naming a folder that already holds the smaller recipe, nothing is written."""
+    reviewed, pending = dirs
+    other = tmp_path / "other-reviewed"
+    other.mkdir()
+    original = _write(reviewed / "big.json", _entry("lse-bug", SMALL))
+    assert main(["corpus", "--corpus", str(other), "minimise", str(original), "--kernel", BROKEN, "--max-tries", "60"]) == 0
+    out = capsys.readouterr().out
+    assert sorted(p.name for p in reviewed.glob("*.json")) == ["big.json"]  # the reviewed folder is untouched
+    written = list(pending.glob("*.json"))
+    assert len(written) == 1 and "pending folder" in out and f"--corpus {other}" in out
+    # the same smaller recipe already reviewed in --corpus: nothing new
+    written[0].rename(other / written[0].name)
+    assert main(["corpus", "--corpus", str(other), "minimise", str(original), "--kernel", BROKEN, "--max-tries", "60"]) == 0
+    assert "already in the reviewed corpus" in capsys.readouterr().out
+    assert list(pending.glob("*.json")) == []
+
+
+def test_replay_without_kernel_says_which_kernel_ran(tmp_path: Path, dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    data = _entry("caught-elsewhere", SMALL)
+    data["provenance"]["kernel"] = "flashmla"
+    path = _write(tmp_path / "elsewhere.json", data)
+    from kernel.registry import default_kernel_name
+
+    default = default_kernel_name()
+    if default != "emulated":
+        pytest.skip("the machine's default kernel is not emulated")
+    assert main(["replay", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "the machine's default: no --kernel given" in out
+    assert "NOTE:   the entry was caught with kernel flashmla; this replay runs emulated, not flashmla" in out
+    assert "verdict: CONFORMS" in out and out.rstrip().endswith("(kernel emulated)")
+    assert main(["replay", str(path), "--kernel", "emulated"]) == 0
+    out = capsys.readouterr().out
+    assert "no --kernel given" not in out and "NOTE:" in out

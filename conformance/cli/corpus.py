@@ -7,8 +7,11 @@
     minimise ENTRY --kernel NAME
                           shrink a failing entry while it keeps failing the same way (greedy
                           passes: fewer rows, shorter rows, fewer heads, simpler distributions,
-                          no padding; see conformance.minimise) and write the smaller entry next
-                          to the original (content-hash name, atomic); the original is kept
+                          no padding; see conformance.minimise) and write the smaller entry into
+                          the pending folder (--pending; content-hash name, atomic) for review,
+                          never into the reviewed corpus: `corpus add` moves it there after
+                          review. When the reviewed corpus (--corpus) already holds the same
+                          recipe, nothing is written. The original is kept
     recover               turn write-ahead files left by dead processes into crash entries now
                           (pytest sessions do this at their start)
 
@@ -31,6 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from conformance.cli.args import finite_positive_seconds
 from conformance.crashes import is_crash_entry
 from conformance.state import CORPUS_DIR, pending_dir
 
@@ -76,7 +80,10 @@ def register(subparsers: Any) -> None:
     q.add_argument("--isolate", dest="isolate", action="store_true", default=None,
                    help="check each candidate in a child process (default for crash entries)")
     q.add_argument("--no-isolate", dest="isolate", action="store_false", help="check candidates in this process")
-    q.add_argument("--timeout", type=float, default=120.0, metavar="S", help="with --isolate: seconds before a hung candidate counts as hung")
+    q.add_argument("--timeout", type=finite_positive_seconds, default=120.0, metavar="S", help="with --isolate: seconds before a hung candidate counts as hung")
+    q.add_argument("--memory-limit", metavar="SIZE", default=None,
+                   help="refuse an entry whose memory estimate exceeds SIZE (e.g. 8GiB; 0: no limit; default: half the available RAM, "
+                        "or $CONFORMANCE_MEMORY_LIMIT)")
     q.set_defaults(func=run_minimise)
 
     q = sub.add_parser("recover", parents=[folders], help="turn leftover write-ahead files of dead processes into crash entries now")
@@ -169,6 +176,14 @@ def run_add(args: argparse.Namespace) -> int:
     except ReplayInputError as err:
         print(f"corpus add: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.name is not None:
+        from conformance.corpus import CorpusError, check_name
+
+        try:
+            check_name(args.name, "--name")
+        except CorpusError as err:
+            print(f"corpus add: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     digest = recipe_hash(entry.recipe)
     if kind == "recipe":
         if not args.caught:
@@ -207,7 +222,19 @@ def run_minimise(args: argparse.Namespace) -> int:
     from conformance.minimise import in_process_check, isolated_check, minimise
     from conformance.replay import ReplayInputError, load_replayable
 
+    reviewed, pending = _dirs(args)
     source = Path(args.entry)
+    if args.memory_limit is not None:
+        import os
+
+        from strategies.materialize import MEMORY_LIMIT_ENV, parse_size
+
+        try:
+            parse_size(args.memory_limit)
+        except ValueError as err:
+            print(f"corpus minimise: --memory-limit: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        os.environ[MEMORY_LIMIT_ENV] = args.memory_limit  # inherited by --isolate children
     try:
         entry, _ = load_replayable(source)
     except ReplayInputError as err:
@@ -227,6 +254,14 @@ def run_minimise(args: argparse.Namespace) -> int:
             suite = build_target(args.kernel, profile=args.profile, device=args.device)
         except TargetError as err:
             print(f"corpus minimise: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        from strategies.materialize import check_memory
+        from strategies.recipe import RecipeError
+
+        try:
+            check_memory(entry.recipe, suite.device)
+        except RecipeError as err:
+            print(f"corpus minimise: {source}: {err}", file=sys.stderr)
             return EXIT_BAD_INPUT
         check = in_process_check(suite, entry.expect, name=entry.name)
         where = "in this process"
@@ -253,8 +288,19 @@ def run_minimise(args: argparse.Namespace) -> int:
     provenance = {**(entry.provenance or {}), "minimised_from": source.name, "minimised_with": args.kernel,
                   "minimised_on": datetime.date.today().isoformat(), "minimised_steps": result.accepted}
     smaller = CorpusEntry(name=f"{base}-min", recipe=small, expect=entry.expect, provenance=provenance)
-    target = save_entry(smaller, source.resolve().parent)
-    print(f"wrote the smaller entry {target} ({summary}); the original {source} is kept")
+    from conformance.corpus import CorpusWriteError, recipe_hash
+
+    existing = _reviewed_hashes(reviewed).get(recipe_hash(small))
+    if existing is not None:
+        print(f"the smaller recipe is already in the reviewed corpus as {existing} ({summary}); nothing written")
+        return EXIT_OK
+    try:
+        target = save_entry(smaller, pending)
+    except CorpusWriteError as err:
+        print(f"corpus minimise: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"wrote the smaller entry {target} to the pending folder ({summary}); the original {source} is kept; "
+          f"after review: python -m conformance corpus add {target}" + (f" --corpus {reviewed}" if args.corpus else ""))
     print(f"replay: python -m conformance replay {target} --kernel {args.kernel}")
     return EXIT_OK
 

@@ -21,6 +21,16 @@ abort, SIGKILL) is reported ("the process died with signal 9 (SIGKILL) during th
 call") instead of taking the command down; crash entries (provenance from conformance.crashes)
 are isolated by default (--no-isolate to run them in-process).
 
+Without --kernel the machine's default kernel runs (`flydsl` on gfx950, else `emulated`), not
+the kernel named in the entry's provenance: the header says "the machine's default: no --kernel
+given", an entry caught with another kernel gets a NOTE line naming both, and the verdict line
+ends with the kernel that ran.
+
+Before anything is built the recipe's memory estimate (strategies.recipe.memory_estimate) is
+checked against the limit: by default half the RAM available now (and 80 % of a GPU's free
+memory), else --memory-limit SIZE or $CONFORMANCE_MEMORY_LIMIT (e.g. 8GiB; 0 = no limit). A
+recipe over it is refused with one line naming the estimate and the limit (exit 2).
+
 Exit codes: 0 conforms (conform entries) or the contract's promises hold (precondition entries),
 also when the kernel declares it does not take this call (printed as SKIPPED); 1 it fails (out
 of bound, wrong types, the kernel raised, the process died or hung); 2 a malformed file (one line
@@ -35,6 +45,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from conformance.cli.args import OutputError, finite_positive_seconds, output_file, write_output
 from conformance.crashes import is_crash_entry
 from conformance.replay import (
     DEFAULT_ISOLATE_TIMEOUT_S,
@@ -72,22 +83,51 @@ def register(subparsers: Any) -> None:
     p.add_argument("--isolate", dest="isolate", action="store_true", default=None,
                    help="run in a child process so a crash is reported instead of killing this one (default for crash entries)")
     p.add_argument("--no-isolate", dest="isolate", action="store_false", help="run in this process even for a crash entry")
-    p.add_argument("--timeout", type=float, default=DEFAULT_ISOLATE_TIMEOUT_S, metavar="S", help="with --isolate: seconds before a hung child is killed")
+    p.add_argument("--timeout", type=finite_positive_seconds, default=DEFAULT_ISOLATE_TIMEOUT_S, metavar="S",
+                   help=f"with --isolate: seconds before a hung child is killed (default {DEFAULT_ISOLATE_TIMEOUT_S:g})")
+    p.add_argument("--memory-limit", metavar="SIZE", default=None,
+                   help="refuse a recipe whose memory estimate exceeds SIZE (e.g. 8GiB; 0: no limit; default: half the available RAM, "
+                        "or $CONFORMANCE_MEMORY_LIMIT)")
     p.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N", help=f"worst elements / rows / heads / dims listed (default {DEFAULT_TOP})")
-    p.add_argument("--json", metavar="PATH", help="also write the diagnosis as JSON here")
+    p.add_argument("--json", type=output_file, metavar="PATH", help="also write the diagnosis as JSON here (a file; its folder must exist)")
     p.set_defaults(func=run)
 
 
-def _write_json(path: str | None, diag: Diagnosis) -> None:
+def _write_json(path: str | None, diag: Diagnosis) -> int | None:
+    """Write the diagnosis to `path` (when given); EXIT_BAD_INPUT after one line when that fails."""
     if path:
-        from conformance.wal import atomic_write_text
+        try:
+            write_output(path, json.dumps(diag.to_json_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n")
+        except OutputError as err:
+            print(f"replay: --json: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    return None
 
-        atomic_write_text(Path(path), json.dumps(diag.to_json_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+def _memory_limit_option(value: str | None) -> str | None:
+    """Apply --memory-limit (through the environment, so an --isolate child inherits it); an
+    error line for a malformed size, else None."""
+    if value is None:
+        return None
+    import os
+
+    from strategies.materialize import MEMORY_LIMIT_ENV, parse_size
+
+    try:
+        parse_size(value)
+    except ValueError as err:
+        return f"--memory-limit: {err}"
+    os.environ[MEMORY_LIMIT_ENV] = value
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
     """Handler of `replay`; returns the exit code."""
     path = Path(args.file)
+    problem = _memory_limit_option(args.memory_limit)
+    if problem:
+        print(f"replay: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         entry, kind = load_replayable(path, expect=args.expect)
     except ReplayInputError as err:
@@ -104,19 +144,28 @@ def run(args: argparse.Namespace) -> int:
             return result.returncode if result.returncode in (EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT) else EXIT_FAIL
         if result.diagnosis.outcome == "crash":
             print(format_diagnosis(result.diagnosis))
-        _write_json(args.json, result.diagnosis)
-        return result.diagnosis.exit_code
+        return _write_json(args.json, result.diagnosis) or result.diagnosis.exit_code
 
     from conformance.target import TargetError, build_target
+    from strategies.materialize import check_memory
+    from strategies.recipe import RecipeError
 
     try:
         suite = build_target(args.kernel, profile=args.profile, device=args.device)
     except TargetError as err:
         print(f"replay: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(format_header(entry, kind, path, suite), flush=True)
-    with sandbox_state():
-        diag = diagnose(entry, suite, top=max(1, args.top))
+    try:
+        check_memory(entry.recipe, suite.device)
+    except RecipeError as err:
+        print(f"replay: {path}: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(format_header(entry, kind, path, suite, kernel_given=args.kernel is not None), flush=True)
+    try:
+        with sandbox_state():
+            diag = diagnose(entry, suite, top=max(1, args.top))
+    except RecipeError as err:  # the recipe cannot be built here (too large once the device is known, ...)
+        print(f"replay: {path}: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     print(format_diagnosis(diag))
-    _write_json(args.json, diag)
-    return diag.exit_code
+    return _write_json(args.json, diag) or diag.exit_code

@@ -56,38 +56,59 @@ def cached_path(heads: int, has_invalid: bool, return_lse: bool) -> Path:
     return cache_root() / source_hash() / f"{label(heads, has_invalid, return_lse)}.s"
 
 
-def build_many(configs: Sequence[tuple[int, bool, bool]], jobs: int = 1) -> dict[tuple[int, bool, bool], Path]:
-    """Compile the configurations missing from the cache (under a lock) and return every path."""
+def _compile_into(root: Path, todo: Sequence[tuple[int, bool, bool]], jobs: int) -> None:
     from kernel.backends.flydsl.compile import compile_configs
 
-    if shutil.which("python") is None and not os.path.exists(os.sys.executable):  # pragma: no cover
-        raise IsaBuildError("no Python interpreter for the compile subprocess")
+    try:
+        import flydsl  # noqa: F401
+    except ImportError as err:
+        raise IsaBuildError(f"flydsl is not installed ({err}); the ISA cannot be compiled") from err
+    dump = Path(tempfile.mkdtemp(prefix="isa_dump_"))
+    try:
+        results = compile_configs(list(todo), jobs=jobs, per_process=max(1, len(todo) // max(1, jobs)), dump_root=dump)
+        for res in results:
+            cfg = (res.heads, res.has_invalid, res.return_lse)
+            if not res.isa_path:
+                raise IsaBuildError(f"{label(*cfg)} did not compile: {res.error or res.failures}")
+            tmp = root / f".{label(*cfg)}.{os.getpid()}.tmp"
+            shutil.copyfile(res.isa_path, tmp)
+            os.replace(tmp, root / f"{label(*cfg)}.s")
+    finally:
+        shutil.rmtree(dump, ignore_errors=True)
+
+
+def build_many(configs: Sequence[tuple[int, bool, bool]], jobs: int = 1) -> dict[tuple[int, bool, bool], Path]:
+    """Compile the configurations missing from the cache and return every path. One lock file
+    per configuration: this process compiles the ones it can lock at once (in one batch), then
+    waits for those another process is compiling (and compiles any that process left missing)."""
     root = cache_root() / source_hash()
     root.mkdir(parents=True, exist_ok=True)
-    out: dict[tuple[int, bool, bool], Path] = {}
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        todo = [c for c in configs if not (root / f"{label(*c)}.s").exists()]
-        if todo:
-            try:
-                import flydsl  # noqa: F401
-            except ImportError as err:
-                raise IsaBuildError(f"flydsl is not installed ({err}); the ISA cannot be compiled") from err
-            dump = Path(tempfile.mkdtemp(prefix="isa_dump_"))
-            try:
-                results = compile_configs(todo, jobs=jobs, per_process=max(1, len(todo) // max(1, jobs)), dump_root=dump)
-                for res in results:
-                    cfg = (res.heads, res.has_invalid, res.return_lse)
-                    if not res.isa_path:
-                        raise IsaBuildError(f"{label(*cfg)} did not compile: {res.error or res.failures}")
-                    tmp = root / f".{label(*cfg)}.tmp"
-                    shutil.copyfile(res.isa_path, tmp)
-                    os.replace(tmp, root / f"{label(*cfg)}.s")
-            finally:
-                shutil.rmtree(dump, ignore_errors=True)
-    for c in configs:
-        out[c] = root / f"{label(*c)}.s"
-    return out
+    path = {c: root / f"{label(*c)}.s" for c in configs}
+    todo = sorted({c for c in configs if not path[c].exists()})
+    if todo:
+        held, busy = [], []
+        try:
+            for c in todo:
+                fh = open(root / f".{label(*c)}.lock", "w")
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    fh.close()
+                    busy.append(c)
+                    continue
+                held.append((c, fh))
+            mine = [c for c, _ in held if not path[c].exists()]
+            if mine:
+                _compile_into(root, mine, jobs)
+        finally:
+            for _, fh in held:
+                fh.close()
+        for c in busy:
+            with open(root / f".{label(*c)}.lock", "w") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)  # the other process is compiling it
+                if not path[c].exists():
+                    _compile_into(root, [c], 1)
+    return dict(path)
 
 
 def kernel_asm_path(heads: int, has_invalid: bool, return_lse: bool) -> Path:

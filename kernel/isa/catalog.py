@@ -64,6 +64,12 @@ OPCODES: dict[str, tuple[str, str]] = {
     "s_cmp_ge_u32": ("SCC = S0 >= S1 unsigned", "ISA3 SOPC"),
     "s_cmp_lt_i32": ("SCC = S0 < S1 signed", "ISA3 SOPC"),
     "s_cmp_lt_u32": ("SCC = S0 < S1 unsigned", "ISA3 SOPC"),
+    "s_cmp_gt_i32": ("SCC = S0 > S1 signed", "ISA3 SOPC"),
+    "s_cmp_gt_u32": ("SCC = S0 > S1 unsigned", "ISA3 SOPC"),
+    "s_cmp_le_i32": ("SCC = S0 <= S1 signed", "ISA3 SOPC"),
+    "s_cmp_le_u32": ("SCC = S0 <= S1 unsigned", "ISA3 SOPC"),
+    "s_cmp_eq_i32": ("SCC = S0 == S1", "ISA3 SOPC"),
+    "s_cmp_lg_i32": ("SCC = S0 != S1", "ISA3 SOPC"),
     # ---------------- VALU integer
     "v_mov_b32_e32": ("D = S0", "ISA3 VOP1"),
     "v_mov_b64_e32": ("D64 = S0 (gfx940+)", "ISA3 VOP1; LLVM VOP1Instructions.td"),

@@ -177,6 +177,9 @@ def crash_entry(inflight: dict[str, Any], *, how: str, run: str, worker: str, no
     if nodeid:
         crash["nodeid"] = nodeid
     kind = "crash"
+    if inflight.get("device_fault"):
+        crash["device_fault"] = inflight["device_fault"]
+        how = f"device fault: {inflight['device_fault']}; {how}"
     if inflight.get("hung_after_s") is not None:
         kind = "hung"
         crash["hung_after_s"] = inflight["hung_after_s"]

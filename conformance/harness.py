@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,8 @@ from typing import Any
 import torch
 
 from conformance import input_guard
+from conformance.device_fault import describe as describe_fault
+from conformance.device_fault import is_device_fault
 from conformance.state import call_timeout_s, run_dir, worker_id
 from conformance.wal import atomic_write_text, in_flight, inflight_path
 from conformance.watchdog import limit_call
@@ -50,7 +53,8 @@ def run_kernel(
     `expect` ("conform" or "precondition") is how a crash entry made from the write-ahead file
     will be judged when replayed. Raises watchdog.KernelHung for a call past the soft limit and
     InputsModified when the kernel wrote into an input; a call past the hard limit kills the
-    process (the write-ahead file, marked hung, becomes a crash entry)."""
+    process (the write-ahead file, marked hung, becomes a crash entry), and so does a device fault
+    in an xdist worker (conformance.device_fault: marked with the fault)."""
     limit = call_timeout_s() if timeout_s is None else timeout_s
     worker = worker_id()
     entry = {
@@ -66,13 +70,20 @@ def run_kernel(
     before = input_guard.snapshot(problem.q, problem.kv_cache, problem.indices, problem.indptr)
     folder = run_dir()
 
-    def mark_hung(elapsed_s: float) -> None:
-        atomic_write_text(inflight_path(folder, worker), json.dumps({**entry, "hung_after_s": round(elapsed_s, 1)}, sort_keys=True))
+    def mark(**what: object) -> None:
+        atomic_write_text(inflight_path(folder, worker), json.dumps({**entry, **what}, sort_keys=True))
 
-    with in_flight(folder, worker, entry), limit_call(limit, mark_hung, hard_only=worker != "main"):
-        result = problem.call(kernel, out=out)
-        if problem.q.is_cuda:
-            torch.cuda.synchronize(problem.q.device)
+    with in_flight(folder, worker, entry), limit_call(limit, lambda s: mark(hung_after_s=round(s, 1)), hard_only=worker != "main"):
+        try:
+            result = problem.call(kernel, out=out)
+            if problem.q.is_cuda:
+                torch.cuda.synchronize(problem.q.device)
+        except Exception as err:
+            if worker != "main" and is_device_fault(err):
+                # the GPU context of this worker is broken: keep the record, end the worker
+                mark(device_fault=describe_fault(err))
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise
     changed = before.changes(problem.q, problem.kv_cache, problem.indices, problem.indptr)
     if changed:
         raise InputsModified("; ".join(changed))

@@ -10,7 +10,9 @@ each computes the emulated kernel's result except for what its name says.
   row reads unless it is indexed);
 - `zero_q_after`: zeroes q after computing; `shift_indices_after`: adds 1 to indices after computing;
 - `device_assert_on_long_rows` (CUDA): indexes a device tensor out of range for rows >= 1024
-  keys, which trips a device-side assert and poisons the CUDA context of its process.
+  keys, which trips a device-side assert and poisons the CUDA context of its process;
+- `fake_device_fault_on_long_rows`: raises the driver's device-side-assert error message for
+  rows >= 1024 keys on any device (the containment path, testable without a GPU).
 """
 
 from __future__ import annotations
@@ -97,4 +99,12 @@ def device_assert_on_long_rows(q, kv_cache, indices, indptr, softmax_scale, *, h
         bad = torch.full((1,), 1 << 20, dtype=torch.int64, device=q.device)
         table[bad] = 1.0  # out-of-range index: device-side assert
         torch.cuda.synchronize(q.device)
+    return _emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+
+
+@_declare
+def fake_device_fault_on_long_rows(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
+    """Raises the driver's device-side-assert error for rows >= 1024 keys (on any device)."""
+    if _longest_row(indptr) >= LONG_ROW:
+        raise RuntimeError("CUDA error: device-side assert triggered\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
     return _emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)

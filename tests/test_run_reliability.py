@@ -175,3 +175,14 @@ def test_call_timeout_environment_is_validated(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.delenv(state.CALL_TIMEOUT_ENV)
     assert state.call_timeout_s() == state.DEFAULT_CALL_TIMEOUT_S
     assert os.environ.get(state.CALL_TIMEOUT_ENV) is None
+
+
+def test_a_device_fault_ends_its_worker_and_later_tests_pass(tmp_path: Path) -> None:
+    """A device-side assert breaks the worker's GPU context: the worker is ended and replaced."""
+    proc = _suite(tmp_path, "-n", "2", *LONG_AND_SHORT, "--kernel", f"{MODULE}:fake_device_fault_on_long_rows")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "1 failed, 2 passed" in output, output
+    entries = _entries(tmp_path)
+    assert len(entries) == 1, output
+    assert "device fault: RuntimeError: CUDA error: device-side assert triggered" in entries[0]["provenance"]["caught"]
+    assert entries[0]["provenance"]["crash"]["device_fault"].startswith("RuntimeError: CUDA error")

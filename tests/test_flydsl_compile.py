@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 import torch
 
+from kernel.backend import BackendUnavailable, gfx950_available
 from kernel.backends.flydsl import compile as fc
 from kernel.backends.flydsl import gfx950 as K
 from kernel.fp8 import decode_e4m3, encode_e4m3, f32_exponent_field
-from kernel.backend import BackendUnavailable, gfx950_available
 from kernel.registry import resolve
 
 HAVE_FLYDSL = importlib.util.find_spec("flydsl") is not None

@@ -54,7 +54,7 @@ def kernel_row(indices: list[int], beg: int, end: int, has_invalid: bool) -> tup
         for p in range(t * K.TILE, (t + 1) * K.TILE):
             word = K.slot_of(p, _read(indices, base, size, K.index_offset(p, skew)), length, skew)
             masked.append(word < 0)
-            slots.append(0 if word < 0 else word)
+            slots.append(max(word, 0))
         tiles.append((slots, masked))
     return nt, tiles
 

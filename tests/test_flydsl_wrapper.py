@@ -10,10 +10,10 @@ import sys
 import pytest
 import torch
 
+from kernel.backend import Backend, BackendUnavailable, gfx950_available
 from kernel.backends.flydsl import host as fh
 from kernel.contract import CallInfo, ContractError
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
-from kernel.backend import Backend, BackendUnavailable, gfx950_available
 
 
 def make_call(n_q: int = 3, heads: int = 4, rows: int = 10, n_idx: int = 20, q: torch.Tensor | None = None):

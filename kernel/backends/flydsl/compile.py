@@ -6,6 +6,11 @@ dumped; the ISA is then checked statically:
 
 - the kernel uses v_mfma_scale_f32_16x16x128_f8f6f4 and global_load_lds_dwordx4 (and the other
   instructions the design names: ds_read_b64_tr_b8, the f16 and bf16 16x16x32 MFMAs);
+- for a dump of one of the kernel's configurations (its symbol name says which), every check of
+  kernel/backends/flydsl/isa_checks.py: exact instruction counts derived from the algorithm,
+  the 64-bit KV path, waits / M0 / barriers (a dataflow over the control-flow graph), MFMA
+  operands and scales, the LDS layout, numerics (denormals, no FMA, no round-toward-zero),
+  store guards and the reverse row order; failures read "[check id] message";
 - no scratch: .private_segment_fixed_size == 0, .vgpr_spill_count == .sgpr_spill_count == 0,
   no scratch_* instruction, no private segment enabled;
 - registers and LDS fit gfx950 at 2 waves per EU (SIMD), i.e. two 4-wave workgroups per CU.
@@ -31,6 +36,9 @@ lld) or `python -m ziglang ld.lld` (pip install ziglang); otherwise it fails say
 CLI:
     python -m kernel.backends.flydsl.compile --heads 1..16 --has-invalid 0,1 --return-lse 0,1 \\
         [--jobs N] [--per-process K] [--json PATH] [--keep-isa DIR]
+
+`compile_configs(..., source=PATH)` (and $FLYDSL_KERNEL_SOURCE in the worker) compiles a copy of
+the kernel module instead of gfx950.py: the mutation self-test (mutations.py) uses it.
 """
 
 from __future__ import annotations

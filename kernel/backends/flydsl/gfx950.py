@@ -10,11 +10,13 @@ the long causal tail starts first; 128-token tiles over indices[indptr[q] : indp
 
     tile_count      nt = ceil(len / 128); with has_invalid, a scan of the row (split over the
                     4 waves) finds the last entry >= 0 and nt = ceil(last_valid / 128).
-    load_slots      index reads through a buffer descriptor based at the row start (clamped
-                    into the index buffer) and sized to the rest of it (a tail tile never reads
-                    past its end); a position is masked when it is >= len or its entry is < 0
-                    (with or without has_invalid). A masked position's loads read the host's
-                    zero record (656 zero bytes) instead of a cache row: K, V, rope, scale 0.
+    load_slots      position p of a row reads index-buffer entry indptr[q] + p, and 0 (KV row
+                    0, a valid key) where that lies outside the buffer (below it: a negative
+                    indptr start; past it), as emulated's bounded reads; the reads go through a
+                    buffer descriptor based at the row start clamped into the index buffer and
+                    sized to the rest of it. A position is masked when it is >= len or its
+                    entry is < 0 (with or without has_invalid). A masked position's loads read
+                    the host's zero record (656 zero bytes) instead of a cache row.
     quantize_q      Q per (head, 128-dim block): E8M0 byte s = max(exp_field(amax) - 7, 5),
                     hi = e4m3(RNE(q * 2^(127-s))), lo = e4m3(RNE((q * 2^(127-s) - hi) * 32))
                     with E8M0 s - 5 (always >= 0).
@@ -43,7 +45,13 @@ Work split: wave w computes the scores of tokens [32w, 32w + 32) of the tile for
 and in PV owns output dims [128w, 128w + 128), which is exactly record scale block w. The
 latent tile is filled by global_load_lds_dwordx4 DMA from 64-bit row addresses (the cache may
 exceed 4 GiB): wave w fills block w (and block w's scale words, global_load_lds_dword) for all
-128 tokens, the next tile's copy issued as soon as its own PV reads of block w are done.
+128 tokens. Memory pipeline per tile t (kernel/backends/flydsl/pipeline_model.py models it):
+loop top vmcnt(0) + barrier; tile t + 2's index words issued; QK; tile t + 1's rope loads
+and mask entries issued (their index words arrived a tile ago); softmax; PV, whose reads of
+block w are all issued by its halfway point, where the refill DMA of tile t + 1 goes out under
+the second half's 16 MFMAs (every tile: after the last one it copies the zero record). In the
+LDS tile, token x of a half sits in slot x ^ ((x >> 2) & 4), so the PV transposed reads are
+bank-conflict free (64 cycles per tile under a 64-bank model instead of 128).
 
 Deliberate differences from the seed kernel: (1) a masked position contributes exactly zero
 whatever the cache holds (its loads read the zero record, and its score is -1e30 before the

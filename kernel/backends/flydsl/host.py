@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
+from kernel.backend import Backend, BackendUnavailable, gfx950_available
 from kernel.contract import MAX_HEADS, CallInfo, validate_call
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
-from kernel.backend import Backend, BackendUnavailable, gfx950_available
 
 NAME = "flydsl"
 PROFILE = "gfx950"

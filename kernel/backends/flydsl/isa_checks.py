@@ -589,9 +589,9 @@ def check_numerics(k: Kernel) -> list[Failure]:
     hi = max(div_hi) if div_hi else -1
     for ins in prog.instrs:
         m = ins.mnemonic
-        if m.startswith(("v_fma", "v_pk_fma", "v_mac_", "v_mad_f32", "v_fmac", "v_mad_legacy", "v_fma_mix", "v_mad_mix", "v_dot")):
-            if not lo <= ins.index <= hi:
-                out.append(Failure("num.fma", f"line {ins.line}: {m} outside the f32 division"))
+        fused = m.startswith(("v_fma", "v_pk_fma", "v_mac_", "v_mad_f32", "v_fmac", "v_mad_legacy", "v_mad_mix", "v_dot"))
+        if fused and not lo <= ins.index <= hi:
+            out.append(Failure("num.fma", f"line {ins.line}: {m} outside the f32 division"))
     if k.tile_loop is None:
         return out
     defs = Defs(prog, k.tile_loop)
@@ -602,9 +602,9 @@ def check_numerics(k: Kernel) -> list[Failure]:
     for ins in body:
         m = ins.mnemonic
         consts = [defs.const(ins, op) for op in ins.operands[1:]]
-        if m.startswith("v_add_f32") and _f32_bits(-8.0) in consts:
-            minus8 += 1
-        elif m.startswith(("v_sub_f32", "v_subrev_f32")) and _f32_bits(8.0) in consts:
+        if (m.startswith("v_add_f32") and _f32_bits(-8.0) in consts) or (
+            m.startswith(("v_sub_f32", "v_subrev_f32")) and _f32_bits(8.0) in consts
+        ):
             minus8 += 1
         if m.startswith("v_max_f32") and _f32_bits(-1.0e20) in consts:
             floor += 1
@@ -680,6 +680,8 @@ def _is_head_compare(defs: Defs, d: Instr, heads: int) -> bool:
     consts = [defs.const(d, op) for op in d.operands[1:3]]
     if heads == 1 and "_eq_" in m:  # t < 1 is t == 0
         return 0 in consts
+    if heads == 15 and "_ne_" in m:  # t = lane & 15: t < 15 is t != 15
+        return 15 in consts
     if "_gt_u32" in m or "_gt_i32" in m:
         return consts[0] == heads
     if "_lt_u32" in m or "_lt_i32" in m:
@@ -718,9 +720,9 @@ def check_row_order(k: Kernel) -> list[Failure]:
     for ins in prog.instrs[:400]:
         if ins.mnemonic.startswith("s_load_dword") and ins.operands[1:2] == ["s[0:1]"]:
             base = _literal(ins.operands[2])
-            for k, r in enumerate(regs(ins.operands[0])):
+            for word, r in enumerate(regs(ins.operands[0])):
                 val.pop(r, None)
-                if base is not None and base + 4 * k == 56:
+                if base is not None and base + 4 * word == 56:
                     val[r] = (1, 0, 0)
             continue
         m, ops = ins.mnemonic, ins.operands

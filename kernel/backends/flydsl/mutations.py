@@ -11,7 +11,7 @@ among the failures. A mutant that does not compile would not test the checks, so
 failure is reported as such, not as flagged.
 
 CLI (prints the table docs/flydsl.md shows):
-    python -m kernel.backends.flydsl.mutations [--heads 5,16] [--has-invalid 1] [--return-lse 0] [--jobs 2] [--only ID,...]
+    python -m kernel.backends.flydsl.mutations [--configs h5_i1_l0,h16_i0_l1] [--jobs 2] [--only ID,...]
 """
 
 from __future__ import annotations
@@ -283,13 +283,16 @@ def format_table(mutations: Sequence[Mutation], results: Sequence[MutantResult])
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kernel.backends.flydsl.mutations", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--heads", default="5,16")
-    ap.add_argument("--has-invalid", default="1")
-    ap.add_argument("--return-lse", default="0")
+    ap.add_argument("--configs", default="h5_i1_l0,h16_i0_l1", help="configuration labels hH_iI_lL (default: the CI pair)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated mutation ids")
     args = ap.parse_args(argv)
-    configs = fc.all_configs(fc.parse_heads(args.heads), fc.parse_flags(args.has_invalid), fc.parse_flags(args.return_lse))
+    configs = []
+    for label in args.configs.split(","):
+        m = re.fullmatch(r"h(\d+)_i([01])_l([01])", label.strip())
+        if not m or not 1 <= int(m.group(1)) <= 16:
+            ap.error(f"bad configuration label {label!r} (expected e.g. h5_i1_l0)")
+        configs.append((int(m.group(1)), m.group(2) == "1", m.group(3) == "1"))
     muts = [m for m in CATALOGUE if not args.only or m.id in args.only.split(",")]
     t0 = time.perf_counter()
     res = run_mutations(muts, configs, jobs=args.jobs)

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kernel.backends.flydsl import gfx950 as K
-from kernel.backends.flydsl.isa_parse import Instr, Program, iteration_paths, parse_program, regs
+from kernel.backends.flydsl.isa_parse import Instr, Program, iteration_paths, parse_program
 
 LANES = range(64)
 BANKS = 64
@@ -442,5 +442,40 @@ def estimate_seed(costs: Costs = Costs()) -> Estimate:
     return simulate(prog.instrs[:-2], ds_cost_function(seed_layout()), costs)
 
 
-# silence an unused-import warning for regs (kept for callers inspecting operands)
-_ = regs
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the bank table of the three layouts and the scoreboard estimates of the seed's
+    structure and of each ISA dump given (`--isa PATH[:before]`: ':before' reads it with the
+    unswizzled layout's banks)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m kernel.backends.flydsl.pipeline_model")
+    ap.add_argument("--isa", action="append", default=[], help="final ISA dump (append ':before' for the old layout)")
+    ap.add_argument("--latency", default="500,1000,2000", help="VMEM latencies in cycles")
+    args = ap.parse_args(argv)
+    print("| read pattern (per wave, per tile) | " + " | ".join(lay.name for lay in (unswizzled_layout(), current_layout(), seed_layout())) + " |")
+    print("| --- | --- | --- | --- |")
+    pats = [{p.name: p for p in tile_patterns(lay)} for lay in (unswizzled_layout(), current_layout(), seed_layout())]
+    for name in pats[0]:
+        cells = [f"{d[name].count} x {d[name].cycles_each} = {d[name].per_tile}" if name in d else "-" for d in pats]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print()
+    print("| tile loop | VMEM latency | cycles per tile | MFMA busy | LDS busy | exposed VMEM wait | exposed LDS wait |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for lat in (int(x) for x in args.latency.split(",")):
+        costs = Costs(vm_latency=lat)
+        rows = [("seed structure (documented)", estimate_seed(costs))]
+        for spec in args.isa:
+            path, _, tag = spec.partition(":")
+            lay = unswizzled_layout() if tag == "before" else current_layout()
+            with open(path) as fh:
+                rows.append((f"{path.split('/')[-2]}{' (before)' if tag == 'before' else ''}", estimate_isa(fh.read(), lay, costs)))
+        for name, e in rows:
+            vm = sum(c for _, w, c in e.stalls if "vmcnt" in w)
+            print(f"| {name} | {lat} | {e.cycles} | {e.mfma_busy} | {e.lds_busy} | {vm} | {e.exposed_wait - vm} |")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

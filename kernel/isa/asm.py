@@ -156,9 +156,8 @@ def parse_operand(tok: str) -> Operand:
         return Reg("s", idx, n, neg, ab)
     if t == "off":
         return Special("off")
-    if t.startswith(".L") or re.match(r"^[A-Za-z_.][\w.$]*$", t) and not re.match(r"^\d", t):
-        if not neg and not ab:
-            return Label(t)
+    if (t.startswith(".L") or re.match(r"^[A-Za-z_.][\w.$]*$", t)) and not neg and not ab:
+        return Label(t)
     if t in FLOAT_INLINE:
         bits = FLOAT_INLINE[t]
         return Imm(bits ^ (0x80000000 if neg else 0), 0, False, True)
@@ -262,7 +261,7 @@ def _parse_args(meta: str) -> list[KernArg]:
         s = line.strip()
         if not s:
             continue
-        if not (s.startswith("- .") or s.startswith(".")) or (not s.startswith("- ") and not line.startswith(" " * 8)):
+        if not s.startswith(("- .", ".")) or (not s.startswith("- ") and not line.startswith(" " * 8)):
             break
         if s.startswith("- "):
             if cur:

@@ -38,10 +38,9 @@ last_stats: list = []  # LaunchStats of the most recent call (measurements)
 
 def get_kernel(heads: int, has_invalid: bool, return_lse: bool):
     """The decoded IsaKernel of a configuration (compiled and cached on first use)."""
+    from kernel.isa import ops_matrix
     from kernel.isa.build import kernel_asm
     from kernel.isa.launch import IsaKernel
-
-    from kernel.isa import ops_matrix
 
     cfg = (int(heads), bool(has_invalid), bool(return_lse))
     key = cfg + (ops_matrix.F8_LAYOUT,)  # the MFMA operand layout is fixed at decode time

@@ -89,7 +89,7 @@ def build_many(configs: Sequence[tuple[int, bool, bool]], jobs: int = 1) -> dict
         held, busy = [], []
         try:
             for c in todo:
-                fh = open(root / f".{label(*c)}.lock", "w")
+                fh = open(root / f".{label(*c)}.lock", "w")  # noqa: SIM115  held across the compile
                 try:
                     fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:

@@ -74,7 +74,7 @@ class IsaKernel:
         self.threads = threads or 256
 
     @classmethod
-    def from_asm(cls, text: str, threads: int | None = None) -> "IsaKernel":
+    def from_asm(cls, text: str, threads: int | None = None) -> IsaKernel:
         prog = parse_program(text)
         if threads is None:
             m = re.search(r"\.reqd_workgroup_size:\s*\n\s*-\s*(\d+)", text)

@@ -23,7 +23,15 @@ import numpy as np
 from kernel.isa.asm import Imm, Instr, Reg
 from kernel.isa.errors import UnknownInstruction, UnsupportedOperands
 from kernel.isa.operands import (
-    is_off, lanes_of, report, require, src32, src64, ssrc, vdst, write_v,
+    is_off,
+    lanes_of,
+    report,
+    require,
+    src32,
+    src64,
+    ssrc,
+    vdst,
+    write_v,
 )
 from kernel.isa.state import LANE_IDS, LANES, M0, PendingOp, Wave
 

@@ -92,9 +92,9 @@ def _sop2_table(name: str, width: int) -> Callable[[int, int, Wave, Any], tuple[
     if name == "s_min_i32":
         return lambda a, b, w, x: ((a if _s32(a) < _s32(b) else b), int(_s32(a) < _s32(b)))
     if name == "s_max_u32":
-        return lambda a, b, w, x: ((a if a > b else b), int(a > b))
+        return lambda a, b, w, x: ((max(b, a)), int(a > b))
     if name == "s_min_u32":
-        return lambda a, b, w, x: ((a if a < b else b), int(a < b))
+        return lambda a, b, w, x: ((min(b, a)), int(a < b))
     if name in ("s_lshl1_add_u32", "s_lshl2_add_u32", "s_lshl3_add_u32", "s_lshl4_add_u32"):
         k = int(name[6])
         return lambda a, b, w, x: ((((a << k) & M32) + b) & M32, int(((a << k) & M32) + b > M32))
@@ -312,7 +312,7 @@ def _s_load(ins: Instr, d: Any) -> Fn:
     off_op = ins.operands[2]
     if isinstance(off_op, Imm):
         off_v = off_op.value
-        off = lambda w, x: off_v  # noqa: E731
+        off = lambda w, x: off_v
     else:
         off = ssrc(ins, off_op, 1)
 

@@ -19,7 +19,17 @@ from kernel.isa import numerics as nm
 from kernel.isa.asm import Instr, Reg, modifier_list
 from kernel.isa.errors import UnknownInstruction, UnsupportedOperands
 from kernel.isa.operands import (
-    check_vgpr, lane_mask_src, require, sdst, src32, src64, src64_lo_checked, src_pair, vdst, write_s, write_v,
+    check_vgpr,
+    lane_mask_src,
+    require,
+    sdst,
+    src32,
+    src64,
+    src64_lo_checked,
+    src_pair,
+    vdst,
+    write_s,
+    write_v,
     write_v64,
 )
 from kernel.isa.state import LANES, Wave, mask_to_int
@@ -282,7 +292,7 @@ def _cmp_factory(ins: Instr, d: Any) -> Fn:
         a, b = src32(ins, ins.operands[1], flt=ty == "f32"), src32(ins, ins.operands[2], flt=ty == "f32")
         conv = {"i32": lambda v: v.view(np.int32), "u32": lambda v: v, "f32": lambda v: v.view(np.float32)}[ty]
     if ty == "f32" and cop == "lg":
-        fn = lambda p, q: (p < q) | (p > q)  # noqa: E731  ordered not-equal
+        fn = lambda p, q: (p < q) | (p > q)
 
     def run(w: Wave, x: Any) -> None:
         with np.errstate(invalid="ignore"):

@@ -38,7 +38,7 @@ def _findings(body: str, **kw):
 
 
 def test_lds_race_without_barrier() -> None:
-    r, f = _findings(EXCHANGE.format(barrier="s_nop 0"), threads=128)
+    _, f = _findings(EXCHANGE.format(barrier="s_nop 0"), threads=128)
     assert [x.kind for x in f] == ["lds_race"]
     assert f[0].wave == 1 and f[0].text == "ds_read_b32 v2, v1" and f[0].lanes == list(range(64))
     assert f[0].pc == 10  # instruction index (labels take none)
@@ -155,7 +155,7 @@ def test_dma_by_another_wave_needs_wait_and_barrier() -> None:
         .LBB0_2:
         s_waitcnt vmcnt(0)
     """
-    setup = lambda w: _v64(w, 10, a + 4 * (LANE % 64))  # noqa: E731
+    setup = lambda w: _v64(w, 10, a + 4 * (LANE % 64))
     _, f = _findings(body.format(wait="s_nop 0"), mem=mem, setup=setup, threads=128)
     # the issuing wave waits only after the barrier: its data lands with no barrier before the
     # reader (wave 0 runs first in this phase, so this shows as a race on the landed bytes)

@@ -22,11 +22,11 @@ import torch
 
 pytest.importorskip("flydsl")
 
-import kernel.isa.ops_matrix as om  # noqa: E402
-from kernel.backends.emulated import run_emulated  # noqa: E402
-from kernel.isa.backend import flydsl_isa_sparse_mla, last_stats  # noqa: E402
-from strategies.materialize import materialize  # noqa: E402
-from strategies.recipe import Recipe  # noqa: E402
+import kernel.isa.ops_matrix as om
+from kernel.backends.emulated import run_emulated
+from kernel.isa.backend import flydsl_isa_sparse_mla, last_stats
+from strategies.materialize import materialize
+from strategies.recipe import Recipe
 
 CI_CONFIGS = [(1, False, False), (5, True, True), (8, False, True), (16, True, False)]
 ALL_CONFIGS = [(h, hi, rl) for h in (1, 5, 8, 16) for hi in (False, True) for rl in (False, True)]

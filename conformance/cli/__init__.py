@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "conformance.cli.preconditions",
@@ -38,10 +39,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Remember a SIGINT during the block and raise KeyboardInterrupt after it, not inside it:
+    a KeyboardInterrupt raised inside a C extension's import (torch importing numpy) can be
+    swallowed there, and the command would then run on as if never interrupted. Does nothing
+    off the main thread or where SIGINT is ignored."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None):
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse argv (sys.argv[1:] when None), run the subcommand and return its exit code."""
     try:
-        parser = build_parser()  # imports every subcommand (torch among them): SIGINT may land here
+        with _sigint_deferred():
+            parser = build_parser()  # imports every subcommand, torch among them
         try:
             args = parser.parse_args(argv)
         except SystemExit as exc:  # argparse: --help gives 0, usage errors 2

@@ -1,8 +1,9 @@
 """The `bench` subcommand of `python -m conformance`: options and the table (measurement: conformance.bench).
 
 Exit codes: 0 every case ran (kernels of the default list that are unavailable here are
-reported and skipped), 1 a kernel asked for by --kernel was unavailable or a case raised,
-2 usage error.
+reported and skipped), 1 a built-in kernel asked for by --kernel is unavailable on this machine
+or a case raised, 2 usage error (an unknown kernel name, a `package.module:attr` that cannot be
+imported or is not callable, a bad option or output path).
 """
 
 from __future__ import annotations
@@ -77,10 +78,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
+def _unusable_name(kernels: list[str]) -> str | None:
+    """One line for the first `package.module:attr` name that cannot be imported (empty parts, an
+    import or syntax error, no such attribute, not callable): a usage error. Built-in names that
+    are unavailable on this machine are not: they are reported as skipped rows (exit 1)."""
+    from kernel.backend import BackendUnavailable
+    from kernel.registry import BUILTIN_NAMES, resolve
+
+    for name in kernels:
+        if name == ORACLE or name in BUILTIN_NAMES:
+            continue
+        try:
+            resolve(name, profile="exact")  # bench needs no numerics profile: supply one so only the name is checked
+        except BackendUnavailable as err:
+            return f"--kernel {name}: {err}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Handler of the `bench` subcommand; returns the exit code."""
     explicit = bool(args.kernel)
     kernels = list(dict.fromkeys(args.kernel)) if args.kernel else list(DEFAULT_KERNELS)
+    problem = _unusable_name(kernels) if explicit else None
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         device = torch.device(args.device) if args.device else None
     except RuntimeError as err:

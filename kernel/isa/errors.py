@@ -28,7 +28,7 @@ FINDING_KINDS = (
     "lds_race",  # LDS read of bytes another wave wrote since the last barrier both passed
     "dma_before_wait",  # LDS read of bytes an LDS DMA (global_load_lds) wrote before the s_waitcnt covering it
     "uninitialized_read",  # register read before any write (per lane, per byte)
-    "vgpr_before_wait",  # VGPR read while a load into it is outstanding (no s_waitcnt yet)
+    "register_before_wait",  # VGPR / SGPR read while a load into it is outstanding (no s_waitcnt covering it)
 )
 
 

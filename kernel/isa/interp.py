@@ -102,6 +102,11 @@ class Executor:
             i, n = op.vgprs
             sl = w.vpend[i:i + n]
             sl[sl == op.token] = 0
+        if op.sgprs is not None:
+            i, n = op.sgprs
+            for j in range(i, i + n):
+                if w.spend[j] == op.token:
+                    w.spend[j] = 0
 
     def run_wave(self, w: Wave) -> None:
         code = self.code
@@ -126,6 +131,8 @@ class Executor:
                 else:  # ENDPGM
                     while w.vm:
                         self.retire(w, w.vm.popleft())
+                    while w.lgkm:
+                        self.retire(w, w.lgkm.popleft())
                     w.done = True
                     break
                 if n > MAX_INSTRUCTIONS_PER_WAVE:

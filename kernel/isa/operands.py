@@ -41,13 +41,16 @@ def check_vgpr(w: Wave, x: Any, idx: int, need: int = 0xF, lanes: np.ndarray | N
     if bad.any():
         report(x, w, "uninitialized_read", lanes_of(bad), f"v{idx} read before any write")
     if w.vpend[idx]:
-        report(x, w, "vgpr_before_wait", lanes_of(m), f"v{idx} read while a load into it is outstanding (no s_waitcnt vmcnt covering it)")
+        report(x, w, "register_before_wait", lanes_of(m), f"v{idx} read while a load into it is outstanding (no s_waitcnt covering it)")
 
 
 def check_sgpr(w: Wave, x: Any, idx: int, n: int) -> None:
     for i in range(idx, idx + n):
         if not w.sdef[i]:
             report(x, w, "uninitialized_read", [], f"s{i} read before any write")
+            return
+        if w.spend[i]:
+            report(x, w, "register_before_wait", [], f"s{i} read while a scalar load into it is outstanding (no s_waitcnt lgkmcnt(0))")
             return
 
 
@@ -194,6 +197,7 @@ def write_s(w: Wave, idx: int, val: int, count: int = 1) -> None:
     for i in range(count):
         w.s[idx + i] = (val >> (32 * i)) & 0xFFFFFFFF
         w.sdef[idx + i] = True
+        w.spend[idx + i] = 0
     if idx <= EXEC + 1 and idx + count > EXEC:
         w.set_exec_from_sgprs()
 
@@ -212,7 +216,7 @@ def ssrc(ins: Instr, op: Operand, count: int = 1) -> SGetter:
     idx = op.index
     if count == 1:
         def g(w: Wave, x: Any) -> int:
-            if x.checks.on and not w.sdef[idx]:
+            if x.checks.on and (not w.sdef[idx] or w.spend[idx]):
                 check_sgpr(w, x, idx, 1)
             return w.s[idx]
         return g

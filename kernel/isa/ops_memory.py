@@ -84,6 +84,14 @@ def _mark_pending(w: Wave, x: Any, dst: int, n: int, lds: np.ndarray | None, pc:
     w.vm.append(PendingOp(tok, lds, (dst, n) if dst >= 0 else None, pc))
 
 
+def _mark_lgkm(w: Wave, x: Any, dst: int, n: int, pc: int) -> None:
+    """An LDS operation counted by lgkmcnt; dst >= 0: its VGPR destinations stay pending."""
+    tok = x.wg.next_token()
+    if dst >= 0:
+        w.vpend[dst:dst + n] = tok
+    w.lgkm.append(PendingOp(tok, None, (dst, n) if dst >= 0 else None, pc))
+
+
 def _oob(x: Any, w: Wave, bad: np.ndarray, what: str) -> None:
     if bad.any():
         report(x, w, "out_of_bounds", lanes_of(bad), what)
@@ -264,6 +272,7 @@ def _ds_read(ins: Instr, d: Any) -> Fn:
         ws = _bytes_to_words(b, n)
         for i in range(n):
             write_v(w, dst + i, ws[i])
+        _mark_lgkm(w, x, dst, n, w.pc)
     return run
 
 
@@ -281,6 +290,7 @@ def _ds_write(ins: Instr, d: Any) -> Fn:
         b = _words_to_bytes([g(w, x) for g in data])
         # lanes in order: a later lane's bytes win where addresses coincide
         _lds_write(x, w, idx.reshape(-1), b[lanes].reshape(-1))
+        _mark_lgkm(w, x, -1, 0, w.pc)
     return run
 
 
@@ -306,6 +316,7 @@ def _ds_read_tr8(ins: Instr, d: Any) -> Fn:
         ws = _bytes_to_words(np.ascontiguousarray(out), 2)
         write_v(w, dst, ws[0])
         write_v(w, dst + 1, ws[1])
+        _mark_lgkm(w, x, dst, 2, w.pc)
     return run
 
 
@@ -330,6 +341,7 @@ def _ds_bpermute(ins: Instr, d: Any) -> Fn:
         data = w.v[didx]
         val = np.where(w.exec[src], data[src], U32(0))
         write_v(w, dst, val)
+        _mark_lgkm(w, x, dst, 1, w.pc)
     return run
 
 

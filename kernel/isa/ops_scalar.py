@@ -14,7 +14,7 @@ from typing import Any
 from kernel.isa.asm import Imm, Instr, Label, Reg
 from kernel.isa.errors import Finding, UnknownInstruction
 from kernel.isa.operands import report, require, sdst, ssrc, write_s
-from kernel.isa.state import Wave, int_to_mask
+from kernel.isa.state import PendingOp, Wave, int_to_mask
 
 BARRIER = -1
 ENDPGM = -2
@@ -285,17 +285,30 @@ def _endpgm(ins: Instr, d: Any) -> Fn:
 
 @op("s_waitcnt")
 def _waitcnt(ins: Instr, d: Any) -> Fn:
-    """Retire the oldest outstanding VMEM operations until at most vmcnt remain (in order,
-    gfx9); LDS and SMEM operations complete at issue in this model, so lgkmcnt waits are
-    satisfied immediately (the checkers track VMEM only)."""
+    """vmcnt(n): retire the oldest VMEM operations until at most n remain (in order, gfx9).
+    lgkmcnt(n): LDS operations return in order, SMEM ones in any order, so after the wait the
+    LDS operations except the newest n are sure to be done, and SMEM ones only when n = 0.
+    (Values land at issue in this model; the counters drive the checkers.)"""
     vm = ins.modifiers.get("vmcnt")
-    if vm is None:
-        return lambda w, x: None
-    n = int(vm)
+    lg = ins.modifiers.get("lgkmcnt")
+    nv = None if vm is None else int(vm)
+    nl = None if lg is None else int(lg)
 
     def run(w: Wave, x: Any) -> None:
-        while len(w.vm) > n:
-            x.retire(w, w.vm.popleft())
+        if nv is not None:
+            while len(w.vm) > nv:
+                x.retire(w, w.vm.popleft())
+        if nl is not None and w.lgkm:
+            if nl == 0:
+                while w.lgkm:
+                    x.retire(w, w.lgkm.popleft())
+            else:
+                ds = [op for op in w.lgkm if not op.smem]
+                done = ds[: max(0, len(ds) - nl)]
+                for op in done:
+                    x.retire(w, op)
+                ids = {id(op) for op in done}
+                w.lgkm = type(w.lgkm)(op for op in w.lgkm if id(op) not in ids)
     return run
 
 
@@ -325,6 +338,10 @@ def _s_load(ins: Instr, d: Any) -> Fn:
             data = bytes(4 * n)
         vals = int.from_bytes(data, "little")
         write_s(w, dst, vals, n)
+        tok = x.wg.next_token()
+        for i in range(n):
+            w.spend[dst + i] = tok
+        w.lgkm.append(PendingOp(tok, None, None, w.pc, sgprs=(dst, n), smem=True))
     return run
 
 

@@ -141,6 +141,8 @@ class PendingOp:
     lds_bytes: np.ndarray | None
     vgprs: tuple[int, int] | None
     pc: int
+    sgprs: tuple[int, int] | None = None
+    smem: bool = False  # SMEM returns out of order: only lgkmcnt(0) is sure to cover it
 
 
 class Wave:
@@ -160,6 +162,8 @@ class Wave:
         self.done = False
         self.at_barrier = False
         self.vm: deque[PendingOp] = deque()
+        self.lgkm: deque[PendingOp] = deque()  # LDS (in order) and SMEM operations
+        self.spend = [0] * SGPR_FILE  # token of an outstanding SMEM load into the SGPR, 0 none
         self.executed = 0
 
     # ---- scalar registers

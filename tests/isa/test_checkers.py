@@ -174,7 +174,36 @@ def test_vgpr_read_before_its_load_completes() -> None:
         v_mov_b32_e32 v5, v3
         s_waitcnt vmcnt(0)
     """, mem=mem, setup=lambda w: _v64(w, 10, a + 4 * LANE))
-    assert [x.kind for x in f] == ["vgpr_before_wait"] and f[0].pc == 4 and "v3" in f[0].detail
+    assert [x.kind for x in f] == ["register_before_wait"] and f[0].pc == 4 and "v3" in f[0].detail
+
+
+def test_lds_and_smem_results_need_their_lgkmcnt_wait() -> None:
+    """LDS reads return in order (lgkmcnt(1) covers all but the newest); SMEM only at lgkmcnt(0)."""
+    _, f = _findings("""
+        v_lshlrev_b32_e32 v1, 2, v0
+        ds_read_b32 v2, v1
+        ds_read_b32 v3, v1 offset:256
+        s_waitcnt lgkmcnt(1)
+        v_mov_b32_e32 v4, v2
+        v_mov_b32_e32 v5, v3
+        s_waitcnt lgkmcnt(0)
+        v_mov_b32_e32 v6, v3
+    """, lds_init=np.zeros(1024, dtype=np.uint8))
+    assert [x.kind for x in f] == ["register_before_wait"] and f[0].pc == 5 and "v3" in f[0].detail
+    mem, a = _buffer()
+
+    def setup(w):
+        sset(w, 4, a & 0xFFFFFFFF)
+        sset(w, 5, a >> 32)
+    _, f = _findings("""
+        s_load_dword s10, s[4:5], 0x0
+        ds_read_b32 v2, v0
+        s_waitcnt lgkmcnt(1)
+        s_add_u32 s11, s10, 1
+        s_waitcnt lgkmcnt(0)
+        s_add_u32 s12, s10, 1
+    """, mem=mem, setup=setup)
+    assert [x.kind for x in f] == ["register_before_wait"] and f[0].pc == 3 and "s10" in f[0].detail
 
 
 def test_raise_mode_names_instruction_and_lanes() -> None:

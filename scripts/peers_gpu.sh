@@ -17,18 +17,18 @@ LOGS=$PWD/peers-logs; mkdir -p "$LOGS"
 {
 nvidia-smi -L
 echo "=== bench ($(date +%T))"
-timeout 200 python3 scripts/peers_bench.py --json "$OUT/bench.json" 2> "$LOGS/bench.err"
+timeout 150 python3 scripts/peers_bench.py --json "$OUT/bench.json" 2> "$LOGS/bench.err"
 echo "rc=$?"; tail -3 "$LOGS/bench.err"
 for k in flashmla flashmla-prefill torch-sdpa; do
   echo "=== suite $k ($(date +%T))"
   before=$(ls .conformance/runs 2>/dev/null)
-  CI=1 timeout 170 python3 -m pytest conformance --kernel "$k" -n 4 -q -rfE -p no:cacheprovider > "$LOGS/suite-$k.log" 2>&1
+  CI=1 timeout 120 python3 -m pytest conformance --kernel "$k" -n 4 -q -rfE -p no:cacheprovider > "$LOGS/suite-$k.log" 2>&1
   echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$LOGS/suite-$k.log" | head -20; tail -1 "$LOGS/suite-$k.log"
   for d in $(ls .conformance/runs 2>/dev/null); do echo "$before" | grep -qx "$d" || echo "suite $k run folder $d"; done
 done
 echo "=== fuzz x4 concurrent, ${FUZZ_S} s each, nightly profile ($(date +%T))"
 for k in emulated flashmla flashmla-prefill torch-sdpa; do
-  timeout $((FUZZ_S + 90)) python3 -m conformance fuzz --kernel "$k" --seconds "$FUZZ_S" --profile nightly --shrink-seconds 30 > "$LOGS/fuzz-$k.txt" 2> "$LOGS/fuzz-$k.err" &
+  timeout $((FUZZ_S + 60)) python3 -m conformance fuzz --kernel "$k" --seconds "$FUZZ_S" --profile nightly --shrink-seconds 30 > "$LOGS/fuzz-$k.txt" 2> "$LOGS/fuzz-$k.err" &
 done
 wait
 for k in emulated flashmla flashmla-prefill torch-sdpa; do echo "--- fuzz $k"; cat "$LOGS/fuzz-$k.txt"; tail -2 "$LOGS/fuzz-$k.err"; done

@@ -27,7 +27,7 @@ def _report(state: Path) -> dict:
 
 
 def test_fuzz_emulated_finds_nothing(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["fuzz", "--kernel", "emulated", "--seconds", "10", "--profile", "ci", "--chunk-examples", "4"])
+    code = main(["fuzz", "--kernel", "emulated", "--seconds", "10", "--hypothesis-profile", "ci", "--chunk-examples", "4"])
     captured = capsys.readouterr()
     assert code == 0, captured.out + captured.err
     assert "no failures found" in captured.out
@@ -41,7 +41,7 @@ def test_fuzz_emulated_finds_nothing(state: Path, capsys: pytest.CaptureFixture[
 
 
 def test_fuzz_broken_kernel_finds_and_saves_a_failure(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["fuzz", "--kernel", BROKEN, "--seconds", "10", "--shrink-seconds", "5", "--max-failures", "1", "--profile", "ci", "--property", "long_rows"])
+    code = main(["fuzz", "--kernel", BROKEN, "--seconds", "10", "--shrink-seconds", "5", "--max-failures", "1", "--hypothesis-profile", "ci", "--property", "long_rows"])
     captured = capsys.readouterr()
     assert code == 1, captured.out + captured.err
     assert "FAILURES: 1 distinct" in captured.out and "lse values exceed the bound" in captured.out
@@ -63,3 +63,19 @@ def test_fuzz_usage_errors(state: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "cannot import 'nope'" in capsys.readouterr().err
     assert main(["fuzz", "--kernel", "emulated", "--seconds", "-1"]) == 2
     assert "must be a positive number" in capsys.readouterr().err
+
+
+def test_fuzz_profile_options_mean_what_they_mean_elsewhere(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--profile is the numerics profile (as in pytest and replay), --hypothesis-profile the
+    Hypothesis one; a Hypothesis profile name given to --profile gets a hint."""
+    assert main(["fuzz", "--kernel", "emulated", "--seconds", "1", "--profile", "ci"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown numerics profile 'ci'" in err and "--hypothesis-profile ci" in err
+    assert main(["fuzz", "--kernel", "emulated", "--seconds", "1", "--hypothesis-profile", "bogus"]) == 2
+    assert "invalid choice: 'bogus'" in capsys.readouterr().err
+    code = main(["fuzz", "--kernel", "emulated", "--seconds", "2", "--profile", "exact", "--hypothesis-profile", "ci",
+                 "--chunk-examples", "2", "--property", "differential"])
+    err = capsys.readouterr().err
+    assert code in (0, 1) and "fuzz: kernel emulated (profile exact) on cpu" in err and "Hypothesis profile ci" in err
+    session = json.loads(next((state / "state").glob("runs/fuzz-*/session.json")).read_text(encoding="utf-8"))
+    assert session["finished"] and session["exitstatus"] == code  # the report can tell a failed campaign

@@ -26,7 +26,8 @@ import pytest
 
 from conformance.cli import mutation as cli_mutation
 from conformance.mutation import plugin as mutation_plugin
-from conformance.mutation import runner, score as scoring
+from conformance.mutation import runner
+from conformance.mutation import score as scoring
 from conformance.mutation.runner import Examples, PytestEvents, RunSpec, count_examples, read_events
 from conformance.mutation.runner import judge_run as judge
 
@@ -338,7 +339,8 @@ def test_cli_exit_codes(fake_pytest: list[str], tmp_path: Path, monkeypatch: pyt
     assert "killed" in stdout and "mutant" in stdout
     assert len([x for x in stderr.splitlines() if x.startswith("[")]) == len(specs) + 1
     data = json.loads(out_json.read_text())
-    assert data["ok"] is (code == 0) and data["profile"] == "ci" and data["jobs"] == 2
+    assert data["ok"] is (code == 0) and data["profile"] == data["hypothesis_profile"] == "ci" and data["jobs"] == 2
+    assert "--hypothesis-profile ci" in data["command"]
     assert "mutation-score" in data["command"] and out_md.read_text().startswith("Mutation score")
     if "k5" in specs:
         assert "survived (timeout)" in stdout
@@ -350,6 +352,13 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_mutation.main(["--jobs", "0"]) == 2
     assert cli_mutation.main(["--list"]) == 0
     assert "conformance.mutation.catalogue:tail_unmasked" in capsys.readouterr().out
+    for empty in ("", ",", " , "):
+        assert cli_mutation.main(["--only", empty]) == 2
+        assert "names no mutant" in capsys.readouterr().err
+    assert cli_mutation.main(["--profile", "ci", "--only", "p_bf16"]) == 2  # --profile is the numerics profile now
+    assert "--hypothesis-profile ci" in capsys.readouterr().err
+    assert cli_mutation.main(["--json", str(Path.cwd())]) == 2  # a folder
+    assert "is a folder" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------
@@ -436,7 +445,7 @@ def test_every_mutant_killed_and_emulated_passes(record_property: Any) -> None:
     """Under the ci profile the suite kills every catalogued mutant and passes emulated."""
     runs = scoring.select_runs(None)
     assert sum(r.role == "mutant" for r in runs) >= 22
-    command = f"python -m conformance mutation-score --profile ci --jobs {CI_JOBS} --timeout {CI_RUN_TIMEOUT_S:g}"
+    command = f"python -m conformance mutation-score --hypothesis-profile ci --jobs {CI_JOBS} --timeout {CI_RUN_TIMEOUT_S:g}"
     score = scoring.run_mutation_score(runs, profile="ci", jobs=CI_JOBS, timeout_s=CI_RUN_TIMEOUT_S, progress=sys.stderr, command_line=command)
     table = scoring.format_table(score)
     print(table)

@@ -33,8 +33,10 @@ What the adapter does to present the contract (every step exact, all vectorised)
 - KV cache: the flat [rows, 656] records viewed as [rows / bs, bs, 1, 656] uint8 (bs = 1 by
   default; 64 when asked and rows % 64 == 0). Flat row r is block r // bs, slot r % bs, which is
   what FlashMLA's index means (block * page_block_size + offset), so indices pass unchanged.
-- Scheduler metadata: kept per call shape by the backend (SchedCache), as a server keeps it;
-  a fresh FlashMLASchedMeta per call made the adapter 5.7x slower than the bare kernel at n_q 1.
+- Scheduler metadata: kept per call shape by the backend (SchedCache), as a server keeps it.
+  Measured on an H200 (docs/peers.md): the adapter costs 1.66x its bare kernel at n_q 1024 and
+  1.22x at 4096, but 5.5x at n_q 1 (0.44 vs 0.08 ms), where the call is host-bound by the ~20
+  small launches of the conversions below, not by a host sync (none for streams <= 4096 entries).
 - Outputs: out[:, 0, :H] (copied into `out=` when given, whatever its strides), lse
   [:, 0, :H] with FlashMLA's +inf of a row without keys mapped to the contract's -inf.
 

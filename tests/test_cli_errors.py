@@ -1,0 +1,173 @@
+"""Bad input gets one line and exit 2, never a traceback (issue 12, item 7): unusable kernel
+names, output paths that cannot be written, a non-finite timeout, a kernel returning meta
+tensors, SIGINT while the command starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conformance.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+ENTRY = REPO / "conformance" / "corpus" / "edge-single-key.json"
+BAD_MODULES = {
+    "badimport_k12": 'raise RuntimeError("boom while importing")\n',
+    "badsyntax_k12": "def kernel(:\n    pass\n",
+    "metakernel_k12": (
+        "import torch\n"
+        "def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):\n"
+        "    o = torch.empty((q.shape[0], q.shape[1], 512), dtype=torch.bfloat16, device='meta')\n"
+        "    return o, (torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device='meta') if return_lse else None)\n"
+        "kernel.profile = 'gfx950'\n"
+    ),
+}
+
+
+@pytest.fixture()
+def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name, text in BAD_MODULES.items():
+        (tmp_path / f"{name}.py").write_text(text, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("CONFORMANCE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("CONFORMANCE_PENDING_DIR", str(tmp_path / "pending"))
+    return tmp_path
+
+
+def _one_line(err: str) -> str:
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+KERNELS = [("badimport_k12:kernel", "RuntimeError at import: boom while importing"),
+           ("badsyntax_k12:kernel", "syntax error in"),
+           (":", "both parts non-empty"), ("mod:", "both parts non-empty"), (":attr", "both parts non-empty")]
+COMMANDS = {
+    "replay": lambda k: ["replay", str(ENTRY), "--kernel", k],
+    "fuzz": lambda k: ["fuzz", "--kernel", k, "--seconds", "1"],
+    "minimise": lambda k: ["corpus", "minimise", str(ENTRY), "--kernel", k],
+    "bench": lambda k: ["bench", "--kernel", k, "--n-q", "1", "--keys", "4", "--iters", "1", "--warmup", "0", "--cache-rows", "64", "--quiet"],
+}
+
+
+@pytest.mark.parametrize(("kernel", "message"), KERNELS)
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_unusable_kernel_names(command: str, kernel: str, message: str, modules: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(COMMANDS[command](kernel)) == 2
+    captured = capsys.readouterr()
+    assert message in _one_line(captured.err)
+
+
+def test_registry_says_why(modules: Path) -> None:
+    from kernel.backend import BackendUnavailable
+    from kernel.registry import resolve
+
+    for kernel, message in KERNELS:
+        with pytest.raises(BackendUnavailable, match=message):
+            resolve(kernel)
+
+
+@pytest.fixture()
+def kv_dump(tmp_path: Path) -> Path:
+    path = tmp_path / "kv.npy"
+    np.save(path, np.zeros((4, 656), dtype=np.uint8))
+    return path
+
+
+@pytest.mark.parametrize("where", ["missing-folder", "folder", "full-device"])
+def test_preconditions_output_that_cannot_be_written(where: str, kv_dump: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if where == "full-device" and not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    target = {"missing-folder": str(tmp_path / "nope" / "r.txt"), "folder": str(tmp_path), "full-device": "/dev/full"}[where]
+    assert main(["preconditions", str(kv_dump), "--output", target]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    expected = {"missing-folder": "does not exist", "folder": "is a folder", "full-device": "No space left on device"}[where]
+    assert expected in err
+
+
+def test_preconditions_output_still_works(kv_dump: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    code = main(["preconditions", str(kv_dump), "--output", str(out), "--format", "json", "--quiet"])
+    assert code in (0, 1) and json.loads(out.read_text(encoding="utf-8"))["exit_code"] == code  # zero records: zero scales
+
+
+@pytest.mark.parametrize("argv", [
+    ["replay", str(ENTRY), "--kernel", "emulated", "--json", "{dir}"],
+    ["bench", "--kernel", "emulated", "--n-q", "1", "--keys", "4", "--iters", "1", "--warmup", "0", "--cache-rows", "64", "--quiet", "--json", "{dir}"],
+    ["mutation-score", "--only", "p_bf16", "--json", "{dir}"],
+    ["mutation-score", "--only", "p_bf16", "--markdown", "{dir}/missing/x.md"],
+])
+def test_json_to_a_folder_is_a_usage_error(argv: list[str], modules: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([a.replace("{dir}", str(modules)) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and ("is a folder" in err or "does not exist" in err)
+
+
+def test_replay_json_to_a_full_device(modules: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    assert main(["replay", str(ENTRY), "--kernel", "emulated", "--json", "/dev/full"]) == 2
+    assert "cannot write /dev/full: No space left on device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "soon"])
+def test_replay_timeout_must_be_finite(value: str, modules: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(ENTRY), "--isolate", "--timeout", value]) == 2
+    assert "--timeout" in capsys.readouterr().err
+
+
+def test_replay_of_a_kernel_returning_meta_tensors(modules: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(ENTRY), "--kernel", "metakernel_k12:kernel"]) == 1
+    captured = capsys.readouterr()
+    assert "verdict: FAILS" in captured.out and "on the meta device" in captured.out and "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize("delay", [0.4, 0.6, 0.8, 1.0])
+def test_sigint_while_replay_starts(delay: float, modules: Path) -> None:
+    """SIGINT in the first second (while torch and numpy are imported) exits 130 with one line,
+    and is never swallowed (the command does not run on to a verdict)."""
+    from conformance.state import scrubbed_env
+
+    env = {**scrubbed_env(dict(os.environ)), "PYTHONPATH": str(REPO), "CONFORMANCE_DIR": str(modules / "state")}
+    proc = subprocess.Popen([sys.executable, "-m", "conformance", "replay", str(ENTRY), "--kernel", "emulated"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    if "init_import_site" in err:
+        pytest.skip("the signal came while the interpreter itself started (before any project code)")
+    if proc.returncode == 0 and "verdict:" in out and delay >= 1.0:
+        pytest.skip("the replay finished before the signal (a fast machine)")
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and "interrupted" in err
+
+
+def test_pending_dir_unwritable_is_a_clear_oserror(modules: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conformance.corpus import CorpusWriteError, new_entry, save_entry
+    from conformance.state import pending_dir
+    from strategies.recipe import Recipe
+
+    locked = modules / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as a user who can write anywhere")
+        monkeypatch.setenv("CONFORMANCE_PENDING_DIR", str(locked / "pending"))
+        entry = new_entry(Recipe(seed=1, n_q=1, heads=1, row_lengths=(2,), cache_rows=4), caught="t", kernel="k", property_name="p")
+        with pytest.raises(CorpusWriteError, match=r"cannot save corpus entry .* set \$CONFORMANCE_PENDING_DIR"):
+            save_entry(entry, pending_dir())
+    finally:
+        locked.chmod(0o700)
+        shutil.rmtree(locked, ignore_errors=True)

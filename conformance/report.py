@@ -60,8 +60,11 @@ RATIO_NOTE = ('ratios are max |err| / bound over one kernel call; an infinite ra
 NO_MODE = "unspecified"
 RUN_FILE_PATTERNS = (SESSION_FILE, "examples-*.jsonl", "failures-*.jsonl", CRASHES_LOG, "inflight-*.json")
 CLEAN = "clean"
-# pytest's exit statuses (pytest.ExitCode), for the reason line of a failed session
-_EXIT_MEANING = {1: "tests failed", 2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected", 130: "interrupted"}
+# what a session's exit status means, per session kind (pytest: pytest.ExitCode; fuzz: conformance.cli.fuzz)
+_EXIT_MEANING = {
+    "pytest": {1: "tests failed", 2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"},
+    "fuzz": {1: "failures found", 2: "the campaign could not run", 130: "interrupted"},
+}
 
 
 class NotARunFolder(FileNotFoundError):
@@ -90,7 +93,7 @@ def session_problems(run_dir: Path, session: dict[str, Any] | None) -> tuple[str
     if isinstance(status, bool) or (status is not None and not isinstance(status, int)):
         return "failed", [f"the session ({who}) recorded an unreadable exit status {status!r}"]
     if status:
-        meaning = _EXIT_MEANING.get(int(status), "")
+        meaning = _EXIT_MEANING.get(str(session.get("kind")), {}).get(int(status), "")
         return "failed", [f"the session ({who}) exited with status {status}" + (f" ({meaning})" if meaning else "")]
     return None, []
 _NUMBERS = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")  # behaviours are grouped with their numbers as N

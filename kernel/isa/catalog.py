@@ -9,6 +9,7 @@ Source keys (full references in docs/isa.md):
          llvm/test/MC/AMDGPU/gfx950_*.s (gfx950 forms, operand syntax)
   IREE   IREE compiler/.../IREEGPUAttrs.cpp getSingleSubgroupLayout (MFMA lane layouts)
   MOJO   Modular MAX/Mojo docs: std.gpu.intrinsics.ds_read_tr8_b64; CDNA4 block-scaled MFMA
+  TRITON Triton lib/Dialect/TritonGPU/IR/LinearLayoutConversions.cpp (scaled MFMA layouts)
   OCP    OCP 8-bit floating point v1.0 / Microscaling v1.0 (E4M3, E8M0)
 """
 
@@ -165,7 +166,7 @@ OPCODES: dict[str, tuple[str, str]] = {
     # ---------------- MFMA
     "v_mfma_f32_16x16x32_f16": ("D = A B + C; A[t][8g+j], B[8g+j][t], D[4g+r][t]; exact sum, one f32 rounding", "IREE MFMA_F32_16x16x32_F16 layout; profile model"),
     "v_mfma_f32_16x16x32_bf16": ("as the f16 form with bf16 inputs", "IREE MFMA_F32_16x16x32_BF16 layout; profile model"),
-    "v_mfma_scale_f32_16x16x128_f8f6f4": ("D = sum A 2^(sa-127) B 2^(sb-127) + C; E4M3; A[t][32g+j]; scale of (row, k-block kb) in lane row + 16 kb", "IREE MFMA_SCALE_F32_16x16x128_B32; MOJO block-scaled MFMA; OCP MX"),
+    "v_mfma_scale_f32_16x16x128_f8f6f4": ("D = sum A 2^(sa-127) B 2^(sb-127) + C; E4M3; byte j of lane (t, g): K = 16g+j (j<16) / 64+16g+j-16; scale of (row, K block kb) in lane row + 16 kb; exact sum, one rounding", "TRITON chooseScaledMfmaScaleLayout (fp8: two 16-element K blocks per lane); IREE / MOJO disagree (F1); OCP MX"),
 }
 
 

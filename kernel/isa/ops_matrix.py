@@ -5,14 +5,17 @@ Lane layouts (wave64, lane l, t = l % 16, g = l // 16):
 - 16x16x32 f16/bf16 (IREE IREEGPUAttrs.cpp getSingleSubgroupLayout, MFMA_F32_16x16x32_F16:
   thread {16, 4} strides {1, 16}, element {1, 8}; AMD matrix instruction calculator):
   A[m = t][k = 8g + j] and B[k = 8g + j][n = t] in half j of the lane's 4 dwords.
-- 16x16x128 f8 scaled (IREE MFMA_SCALE_F32_16x16x128_B32: LHS thread {16, 4, 1} strides
-  {1, 16, 1}, element {1, 1, 32}; scales thread {16, 4}; Mojo MAX docs, CDNA4 block-scaled
-  MFMA: "lane_row = lane % 16, lane_k_group = lane / 16", one E8M0 scale per 32 elements):
-  A[m = t][k = 32g + j] in byte j (0..31) of the lane's 8 dwords, B[k = 32g + j][n = t];
-  the E8M0 scale of row m (column n) for k-block kb = k // 32 is byte 0 of lane m + 16 kb's
+- 16x16x128 scaled, fp8 operands (cbsz = blgp = 0): Triton's
+  LinearLayoutConversions.cpp (chooseScaledMfmaScaleLayout: "each lane takes 32 elements from
+  A/B along K ... for mxfp6/mxfp8, there are 2 16-consecutive elements blocks, so 2 scale
+  elements are required"; the 16x16 scale lanes: lane t + 16 kb holds the scale of row/column t
+  for K block kb): byte j of lane (t, g) is K = 16g + j for j < 16 and 64 + 16g + (j - 16) for
+  j >= 16 (F8_LAYOUT "split", the default; the layout the kernel's source assumes too).
+  IREE's getSingleSubgroupLayout(MFMA_SCALE_F32_16x16x128_B32) gives one layout for every
+  element type, K = 32g + j (F8_LAYOUT "contiguous"; it is Triton's and Modular's layout for
+  fp4, where 32 elements are 16 bytes); the sources disagree for fp8, see docs/isa.md.
+  The E8M0 scale of row m (column n) for K block kb = k // 32 is byte 0 of lane m + 16 kb's
   scale VGPR (op_sel = op_sel_hi = 0 picks byte 0).
-  F8_LAYOUT = "split" selects the alternative the kernel's source comment assumes
-  (k = 16g + j for j < 16, 64 + 16g + (j - 16) otherwise); see docs/isa.md.
 - D (all): D[m = 4g + r][n = t] in the lane's dword r.
 
 Arithmetic model (the gfx950 profile's conservative model): every product and the sum of all
@@ -40,7 +43,7 @@ Fn = Callable[[Wave, Any], int | None]
 MFMA: dict[str, Callable[[Instr, Any], Fn]] = {}
 U32 = np.uint32
 
-F8_LAYOUT = os.environ.get("FLYDSL_ISA_F8_LAYOUT", "contiguous")
+F8_LAYOUT = os.environ.get("FLYDSL_ISA_F8_LAYOUT", "split")
 
 _l = np.arange(LANES)
 _T = _l % 16

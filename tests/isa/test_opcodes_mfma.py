@@ -69,8 +69,8 @@ def _scaled_setup(k_of):
     return setup
 
 
-def test_mfma_scale_16x16x128_documented_layout(monkeypatch) -> None:
-    """Documented layout (IREE MFMA_SCALE_F32_16x16x128_B32): lane (t, g) byte j = K index 32 g + j."""
+def test_mfma_scale_16x16x128_contiguous_layout(monkeypatch) -> None:
+    """IREE's layout table (MFMA_SCALE_F32_16x16x128_B32, all element types): lane (t, g) byte j = K 32 g + j."""
     monkeypatch.setattr(om, "F8_LAYOUT", "contiguous")
     k_of = 32 * G[:, None] + np.arange(32)[None, :]
     w = run_asm("v_mfma_scale_f32_16x16x128_f8f6f4 v[2:5], v[10:17], v[18:25], 0, v26, v27 op_sel_hi:[0,0,0]\ns_nop 7",
@@ -82,8 +82,8 @@ def test_mfma_scale_16x16x128_documented_layout(monkeypatch) -> None:
     assert (got == want).all()
 
 
-def test_mfma_scale_16x16x128_split_layout(monkeypatch) -> None:
-    """The alternative the kernel assumes: byte j < 16 is K = 16 g + j, byte 16 + j is 64 + 16 g + j."""
+def test_mfma_scale_16x16x128_fp8_layout(monkeypatch) -> None:
+    """Triton's fp8 layout (the default): byte j < 16 is K = 16 g + j, byte 16 + j is 64 + 16 g + j."""
     monkeypatch.setattr(om, "F8_LAYOUT", "split")
     j = np.arange(32)[None, :]
     k_of = np.where(j < 16, 16 * G[:, None] + j, 64 + 16 * G[:, None] + (j - 16))

@@ -34,12 +34,14 @@ from kernel.fp8 import e4m3_table
 from kernel.record import LATENT_DIM, SCALE_BLOCK
 from oracle import q_representation as qrep
 from oracle.accumulation import FORMAT_MAX, gamma
+from oracle.binary import pow2
 from oracle.profile_schema import NumericsProfile
 from oracle.rows import DEFAULT_KEY_BUDGET, KeyChunk, PreconditionError, iter_chunks, row_bounds
 
 Mode = Literal["float64", "exact-steps"]
 MODES: tuple[Mode, ...] = ("float64", "exact-steps")
 LN2 = math.log(2.0)
+U64 = 2.0**-53
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class Evaluation:
 def half_ulp_bf16(y: torch.Tensor) -> torch.Tensor:
     """Largest error of rounding any value of magnitude <= y (f64, >= 0) to bf16 (RNE)."""
     _, exponent = torch.frexp(y)
-    normal = torch.pow(2.0, (exponent - 9).to(torch.float64))
+    normal = pow2(exponent - 9)
     return torch.where(y >= 2.0**-126, normal, torch.full_like(y, 2.0**-134))
 
 
@@ -82,7 +84,7 @@ def _q_representation_error(q: torch.Tensor, rep: qrep.QRepresentation, profile:
     err = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
     if profile.q_representation == "fp8_hi_lo":
         assert rep.e8m0 is not None
-        unit = torch.pow(2.0, (rep.e8m0 - 127).to(torch.float64)).repeat_interleave(SCALE_BLOCK, dim=-1)
+        unit = pow2(rep.e8m0 - 127).repeat_interleave(SCALE_BLOCK, dim=-1)
         x = q[..., :LATENT_DIM].to(torch.float64).abs() / unit
         err[..., :LATENT_DIM] = torch.where(x < 2.0**-7, unit * 2.0**-15, 0.0)
     return err
@@ -137,6 +139,7 @@ class _ChunkStats:
     n_tiles: torch.Tensor  # [R, 1, 1]
     tile_keys: torch.Tensor  # [R, 1, 1] keys per tile (the row's valid keys for a one-pass softmax)
     qk_err: torch.Tensor  # [R, H, L] |sigma| gamma_k(u) sum_d |q_hat_d| |K_d|: the QK accumulation error (natural units)
+    ref_qk_err: torch.Tensor  # [R, H, L] the float64 reference's own score error, |sigma| gamma_(m+1)(2^-53) sum_d |q_d| |K_d|
 
 
 def _chunk_stats(chunk: KeyChunk, lengths: torch.Tensor, profile: NumericsProfile, code_table: torch.Tensor,
@@ -171,6 +174,7 @@ def _chunk_stats(chunk: KeyChunk, lengths: torch.Tensor, profile: NumericsProfil
         n_tiles=n_tiles,
         tile_keys=tile_keys,
         qk_err=qk_err,
+        ref_qk_err=abs(sigma) * gamma(nonzero + 1, U64) * qk_mag,
     )
     _check_f32_range(stats, qk_mag, profile)
     return stats
@@ -195,7 +199,7 @@ def round_bf16(y: torch.Tensor) -> torch.Tensor:
     """One round-to-nearest-even of f64 values to bf16 (8 significant bits, subnormal spacing
     2^-133), returned as f64. Exact: torch's own f64 -> bf16 cast rounds twice (through f32)."""
     _, exponent = torch.frexp(y)
-    spacing = torch.pow(2.0, (exponent.clamp_min(-125) - 8).to(torch.float64))
+    spacing = pow2(exponent.clamp_min(-125) - 8)
     return torch.round(y / spacing) * spacing
 
 
@@ -299,7 +303,10 @@ def _chunk_bound(
         # differences telescope to at most z_max - z_min over the row
         + rescales * (profile.exp_rel_err + u) + (rescales > 0) * u * (z_max - z_min)
     )
-    key_err = ((score_err + soft_err) * (1 + 2.0**-16)).masked_fill(~valid, 0.0)
+    # The reference is itself computed in float64 (oracle.reference: bmm, exp(z - z_max), sum,
+    # divide, bmm): its own error enters like a kernel's (TOLERANCES.md section 6, "the reference").
+    ref_err = stats.ref_qk_err + U64 * (2 * z_fin.abs() + (z_max - z_fin)) + 4 * U64
+    key_err = ((score_err + soft_err + ref_err) * (1 + 2.0**-16)).masked_fill(~valid, 0.0)
     e_max = key_err.amax(dim=-1)  # [R, H]
 
     peak = z_max
@@ -328,6 +335,7 @@ def _chunk_bound(
     l_floor = (1 + 2.0**-16) / p_max
     window_plain = 2 * e_max
     p_u = profile.p_u
+    gamma_ref = gamma(2 * n_valid + 4, U64).view(-1, 1, 1)  # the reference's sums of exp and of p v, its division
 
     def out_bound_for(key_window: torch.Tensor, p_in_l: bool) -> torch.Tensor:
         w4 = (key_window / 4).unsqueeze(-1)
@@ -351,7 +359,7 @@ def _chunk_bound(
         elif profile.p_format in ("f32", "f64"):
             d_p = p_u * weighted + profile.p_floor * abs_v_sum
         magnitude = weighted * (1 + p_u) + d_p
-        d_acc = (gamma_o + 1.01 * gamma_l + 2 * u) * magnitude + exp_floor_out * abs_v_max
+        d_acc = (gamma_o + 1.01 * gamma_l + 2 * u + gamma_ref) * magnitude + exp_floor_out * abs_v_max
         d_pre = d_soft + d_p + d_acc
         return output_interval_bound(ref_out, d_pre, profile.out_casts)
 
@@ -372,7 +380,8 @@ def _chunk_bound(
     lse_arith = profile.lse_extra_u * (row_lse.abs() + e_max + LN2 * (profile.p_shift + torch.log2(n_keys) + 2))
     # |ln sum_i p_i e^eta_i| <= min(E_max, sum_i p_i (e^E_i - 1))  (TOLERANCES.md section 3)
     reweight_lse = torch.minimum(e_max, tilt_mass)
-    lse_b = reweight_lse + lse_p + 1.01 * gamma(k_l.view(-1, 1), profile.l.u) + n_keys * profile.exp_floor / p_max + lse_arith
+    lse_ref = gamma(n_keys + 2, U64) + U64 * row_lse.abs()  # the reference's sum, log and addition
+    lse_b = reweight_lse + lse_p + 1.01 * gamma(k_l.view(-1, 1), profile.l.u) + n_keys * profile.exp_floor / p_max + lse_arith + lse_ref
     return ref_out, bound, row_lse, lse_b, window_plain
 
 

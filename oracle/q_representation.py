@@ -16,6 +16,7 @@ import torch
 
 from kernel.fp8 import decode_e4m3, encode_e4m3
 from kernel.record import LATENT_DIM, N_SCALE_BLOCKS, SCALE_BLOCK
+from oracle.binary import pow2
 
 LO_FACTOR = 32.0
 LO_E8M0_OFFSET = 5
@@ -49,7 +50,7 @@ def fp8_hi_lo(q: torch.Tensor) -> QRepresentation:
     lead = q64.shape[:-1]
     latent = q64[..., :LATENT_DIM].reshape(*lead, N_SCALE_BLOCKS, SCALE_BLOCK)
     s = hi_e8m0(latent.abs().amax(dim=-1))
-    up = torch.pow(2.0, (127 - s).to(torch.float64)).unsqueeze(-1)
+    up = pow2(127 - s).unsqueeze(-1)
     x = latent * up
     hi = decode_e4m3(encode_e4m3(x.to(torch.float32), saturate=False))
     lo = decode_e4m3(encode_e4m3(((x - hi) * LO_FACTOR).to(torch.float32), saturate=False)) / LO_FACTOR

@@ -126,7 +126,7 @@ def resolve_kernel(spec: str, profile_spec: str | None):  # type: ignore[no-unty
         declared = getattr(getattr(importlib.import_module(module), attr), "profile", None)
     backend = resolve(spec, profile="exact" if declared is not None or profile_spec is not None else None)
     chosen = profile_spec if profile_spec is not None else (declared if declared is not None else backend.profile)
-    return backend.fn, load_profile(chosen)
+    return backend, load_profile(chosen)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,12 +142,19 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     kernel, profile = resolve_kernel(args.kernel, args.profile)
+    unsupported = 0
     rng = random.Random(args.seed)
     ratios: dict[str, list[torch.Tensor]] = {f"{q}/{m}": [] for q in ("out", "lse") for m in MODES}
     skipped, start, problems = 0, time.monotonic(), []
     for _ in range(args.problems):
         recipe = draw_recipe(rng, args.max_row)
         problem = materialize(recipe, args.device)
+        if hasattr(kernel, "supports") and not kernel.supports(
+            problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
+            has_invalid=problem.has_invalid, return_lse=problem.return_lse, out=problem.out,
+        ):
+            unsupported += 1
+            continue
         try:
             evs = evaluate_modes(problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
                                  profile=profile, has_invalid=problem.has_invalid)
@@ -162,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         problems.append((problem, float(torch.cat([ratios["lse/exact-steps"][-1], torch.zeros(1, dtype=torch.float64)]).max())))
     summary = {
         "kernel": args.kernel, "profile": profile.name, "device": args.device, "problems": args.problems,
-        "skipped_preconditions": skipped, "seed": args.seed, "max_row": args.max_row, "wall_s": round(time.monotonic() - start, 1),
+        "skipped_preconditions": skipped, "unsupported": unsupported, "seed": args.seed, "max_row": args.max_row, "wall_s": round(time.monotonic() - start, 1),
         "ratios": {k: _summary(v) for k, v in ratios.items()},
     }
     if args.shares and problems:

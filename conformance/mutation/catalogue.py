@@ -671,6 +671,6 @@ _VARIANT_TEXT = {
 }
 CORRECT_VARIANTS: dict[str, CorrectVariant] = {}
 for _name, _fn in _independent.KERNELS.items():
-    _backend = _independent.as_backend(f"{MODULE}:{_name}", _fn)
+    _backend = _independent.as_backend(f"{MODULE}:{_name}", _fn, batch_invariant=_name not in _independent.BATCH_DEPENDENT)
     globals()[_name] = _backend
     CORRECT_VARIANTS[_name] = CorrectVariant(_name, _backend, _VARIANT_TEXT[_name], nightly=_name == "gfx950_sequential_rtz")

@@ -23,7 +23,8 @@ mutation catalogue lists them as correct variants that must pass the suite.
 The gfx950-algorithm kernels share `Gfx950Algorithm`, whose switches also build the precision
 defects of conformance.mutation.precision_defects. Loops run over tiles, over the 1088 product
 positions of a sequential dot, or over the keys of a tile where the accumulation order is the
-point (sequential l); every loop body is vectorised over rows, heads and keys.
+point (sequential l); every loop body is vectorised over rows, heads and keys. Calls are checked
+against the contract with kernel.contract.validate_call (shared contract code, not the emulator).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from kernel.backend import Backend
+from kernel.contract import validate_call
 
 RECORD = 656
 LATENT = 512
@@ -102,6 +104,7 @@ def _finish(out_f: torch.Tensor, lse: torch.Tensor, return_lse: bool, out: torch
 
 
 def _plain(q, kv_cache, indices, indptr, softmax_scale, dtype, has_invalid, return_lse, out):  # type: ignore[no-untyped-def]
+    validate_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     g = gather(kv_cache, indices, indptr, has_invalid)
     scale = g.scales.to(dtype).repeat_interleave(BLOCK, dim=-1)
     values = g.codes.to(dtype) * scale
@@ -156,11 +159,16 @@ def bf16_toward_zero(y: torch.Tensor) -> torch.Tensor:
     return bits.view(torch.float32).to(torch.bfloat16)
 
 
+def _pow2(k: torch.Tensor) -> torch.Tensor:
+    """2^k (f64) from its bits for integer k in [-1022, 1023] (torch.pow is not exact on CUDA)."""
+    return ((k.to(torch.int64).clamp(-1022, 1023) + 1023) << 52).view(torch.float64)
+
+
 def round_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
     """RNE of f32 values to `bits` explicit mantissa bits (normal range), as f32."""
     m, e = torch.frexp(x)
     step = 2.0 ** (bits + 1)
-    return torch.ldexp(torch.round(m * step) / step, e)
+    return (torch.round(m.double() * step) / step * _pow2(e)).to(torch.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,7 +211,7 @@ class Gfx950Algorithm:
         _, e = torch.frexp(amax)
         field = torch.where(amax >= 2.0**-126, e.to(torch.int64) + 126, 0)
         s = (field - 7).clamp_min(5)
-        unit = torch.pow(2.0, (s - 127).to(torch.float64)).to(torch.float32)
+        unit = _pow2(s - 127).to(torch.float32)
         x = lat / unit
         hi = x.to(torch.float8_e4m3fn).to(torch.float32)
         lo = ((x - hi) * 32).to(torch.float8_e4m3fn).to(torch.float32)
@@ -215,7 +223,7 @@ class Gfx950Algorithm:
         """s f32 [n_q, H, L]: q . K as the kernel accumulates it."""
         hi, lo, unit = self._quantize_q(q)
         n_q, heads = q.shape[:2]
-        e8 = torch.pow(2.0, (((g.scale_bits >> 23) & 0xFF) - 127).to(torch.float64))  # [n_q, L, 4]
+        e8 = _pow2(((g.scale_bits >> 23) & 0xFF) - 127)  # [n_q, L, 4]
         kq = q[..., LATENT:].to(torch.float32)
         kr = g.rope
         if self.rope_fp8:
@@ -257,6 +265,7 @@ class Gfx950Algorithm:
         return x.to(torch.bfloat16).to(torch.float32) if self.l_bf16 else x
 
     def __call__(self, q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
+        validate_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
         g = gather(kv_cache, indices, indptr, has_invalid, multiple=BLOCK)
         n_q, heads = q.shape[:2]
         dev = q.device
@@ -355,6 +364,7 @@ def defect(**switches: object):  # type: ignore[no-untyped-def]
 def flashmla_like_split(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
     """bf16 Q, f32 QK, 64-key tiles, exp2 online softmax, bf16 P for PV, l from the f32 P, up to
     3 KV splits per row combined in f32 through their lse."""
+    validate_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     tile = 64
     g = gather(kv_cache, indices, indptr, has_invalid, multiple=tile)
     n_q, heads = q.shape[:2]
@@ -405,6 +415,10 @@ def as_backend(name: str, fn, *, batch_invariant: bool = True) -> Backend:  # ty
                    bounded_index_reads=True, batch_invariant=batch_invariant,
                    limits=("H in 1..16", "an out-of-range consumed index raises IndexError"))
 
+
+#: kernels whose result for a row depends on the rest of the batch: BLAS blocking follows the padded
+#: shape, and the split count follows the longest row (the suite then compares by the bound)
+BATCH_DEPENDENT = frozenset({"float64_torch", "float32_torch", "flashmla_like_split"})
 
 #: name -> the kernel; each passes the suite under the profile it declares
 KERNELS = {

@@ -439,7 +439,11 @@ def run_isolated(path: Path, *, kernel: str | None, profile: str | None, device:
             where = "during the kernel call" if inflight else "outside the kernel call"
             how = how or f"the process died with signal {-returncode} ({signal_name(-returncode)}) {where}"
             kind_of_crash = "hung" if how.startswith("hung") else f"signal {-returncode}"
-            diagnosis = Diagnosis(name=path.stem, expect=expect or "?", kernel=kernel or "default", profile=profile or "?", device=device or "?",
+            if not kernel:
+                from kernel.registry import default_kernel_name
+
+                kernel = f"{default_kernel_name()} (the machine's default)"
+            diagnosis = Diagnosis(name=path.stem, expect=expect or "?", kernel=kernel, profile=profile or "?", device=device or "?",
                                   outcome="crash", reasons=[how], crash={"kind": kind_of_crash, "returncode": returncode, "in_flight": inflight})
         return IsolatedResult(returncode, stdout, stderr, diagnosis)
     finally:

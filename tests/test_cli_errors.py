@@ -171,3 +171,19 @@ def test_pending_dir_unwritable_is_a_clear_oserror(modules: Path, monkeypatch: p
     finally:
         locked.chmod(0o700)
         shutil.rmtree(locked, ignore_errors=True)
+
+
+@pytest.mark.xfail(reason="needs the guarded save_entry in conformance/suite/plugin.py pytest_runtest_makereport (the lead's file)", strict=False)
+def test_pytest_with_an_unwritable_pending_dir_fails_the_test_not_the_session(tmp_path: Path) -> None:
+    """A failing test whose recipe cannot be saved stays one failed test (exit 1), with the
+    reason in its report, not an INTERNALERROR (exit 3)."""
+    from conformance.state import scrubbed_env
+
+    env = {**scrubbed_env(dict(os.environ)), "PYTHONPATH": str(REPO), "CONFORMANCE_DIR": str(tmp_path / "state"),
+           "CONFORMANCE_PENDING_DIR": str(tmp_path / "a-file" / "pending")}
+    (tmp_path / "a-file").write_text("not a folder", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "conformance/suite/test_corpus.py",
+                           "--kernel", "conformance.mutation.catalogue:rope_ignored", "-k", "single-key"],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=300, check=False)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "INTERNALERROR" not in proc.stdout and "cannot save corpus entry" in proc.stdout

@@ -3,7 +3,8 @@
 - Every configuration (H 1..16 x has_invalid x return_lse) is compiled for gfx950 in its own
   subprocess with flydsl's cache off, and its dumped ISA must pass kernel.backends.flydsl.compile's
   checks (scaled fp8 MFMA and LDS DMA present, no scratch or spills, registers and LDS within
-  gfx950's budget at 2 waves per EU). Skipped, with the reason, when flydsl is not installed.
+  gfx950's budget at 2 waves per EU) and every algorithm check of isa_checks.py (exact counts,
+  64-bit KV path, waits and M0, MFMA operands, layout, numerics, guards, row order). Skipped, with the reason, when flydsl is not installed.
   FLYDSL_COMPILE_PER_PROCESS=K compiles K configurations per subprocess (default 1).
 - The ISA checker itself is tested on synthetic dumps (no flydsl needed).
 - A lane-level simulation runs one tile through the kernel's own layout functions

@@ -173,7 +173,6 @@ def test_pending_dir_unwritable_is_a_clear_oserror(modules: Path, monkeypatch: p
         shutil.rmtree(locked, ignore_errors=True)
 
 
-@pytest.mark.xfail(reason="needs the guarded save_entry in conformance/suite/plugin.py pytest_runtest_makereport (the lead's file)", strict=False)
 def test_pytest_with_an_unwritable_pending_dir_fails_the_test_not_the_session(tmp_path: Path) -> None:
     """A failing test whose recipe cannot be saved stays one failed test (exit 1), with the
     reason in its report, not an INTERNALERROR (exit 3)."""

@@ -156,7 +156,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         lines = str(call.excinfo.value).splitlines() if call.excinfo else []
         caught = (lines[0] if lines else type(call.excinfo.value).__name__ if call.excinfo else "failure")[:500]
         entry = new_entry(judged.recipe, caught=f"{item.nodeid}: {caught}", kernel=kernel, property_name=judged.property_name, expect=judged.expect)
-        path = save_entry(entry, pending_dir())
+        try:
+            path = save_entry(entry, pending_dir())
+        except OSError as err:  # CorpusWriteError names the folder and $CONFORMANCE_PENDING_DIR
+            report.sections.append(("conformance corpus", f"failing recipe not saved: {err}\nrecipe: {judged.recipe.to_json()}"))
+            judged.clear()
+            return
         report.sections.append(("conformance corpus", f"failing recipe saved to {path}"))
         try:
             _log_failure({"nodeid": item.nodeid, "kernel": kernel, "property": judged.property_name, "expect": judged.expect,

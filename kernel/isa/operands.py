@@ -36,10 +36,16 @@ def report(x: Any, w: Wave, kind: str, lanes: list[int], detail: str) -> None:
 
 def check_vgpr(w: Wave, x: Any, idx: int, need: int = 0xF, lanes: np.ndarray | None = None) -> None:
     """Definedness (bytes `need`) and outstanding-load checks of v[idx] on `lanes` (default EXEC)."""
+    if w.vfull[idx] and not w.vpend[idx]:
+        return
     m = w.exec if lanes is None else lanes
-    bad = m & ((w.vdef[idx] & need) != need)
-    if bad.any():
-        report(x, w, "uninitialized_read", lanes_of(bad), f"v{idx} read before any write")
+    d = w.vdef[idx]
+    if (d == 0xF).all():
+        w.vfull[idx] = True
+    else:
+        bad = m & ((d & need) != need)
+        if bad.any():
+            report(x, w, "uninitialized_read", lanes_of(bad), f"v{idx} read before any write")
     if w.vpend[idx]:
         report(x, w, "register_before_wait", lanes_of(m), f"v{idx} read while a load into it is outstanding (no s_waitcnt covering it)")
 
@@ -176,7 +182,12 @@ def write_v(w: Wave, idx: int, val: np.ndarray, bytemask: int = 0xF) -> None:
     m = w.exec
     if m.all():
         w.v[idx] = val
-        w.vdef[idx] |= bytemask
+        if bytemask == 0xF:
+            if not w.vfull[idx]:
+                w.vdef[idx] = 0xF
+                w.vfull[idx] = True
+        else:
+            w.vdef[idx] |= bytemask
     else:
         np.copyto(w.v[idx], val.astype(np.uint32, copy=False), where=m)
         w.vdef[idx][m] |= bytemask

@@ -121,15 +121,13 @@ def _int_factory(fn, n):
         if n == 2:
             s0, s1 = srcs
 
-            def run2(w: Wave, x: Any) -> None:
-                with np.errstate(over="ignore"):
-                    write_v(w, dst, fn(s0(w, x), s1(w, x)).astype(U32, copy=False))
+            def run2(w: Wave, x: Any) -> None:  # uint32 array arithmetic wraps silently
+                write_v(w, dst, fn(s0(w, x), s1(w, x)).astype(U32, copy=False))
             return run2
         s0, s1, s2 = srcs
 
         def run3(w: Wave, x: Any) -> None:
-            with np.errstate(over="ignore"):
-                write_v(w, dst, fn(s0(w, x), s1(w, x), s2(w, x)).astype(U32, copy=False))
+            write_v(w, dst, fn(s0(w, x), s1(w, x), s2(w, x)).astype(U32, copy=False))
         return run3
     return make
 
@@ -229,6 +227,7 @@ def _mad64(ins: Instr, d: Any) -> Fn:
         write_v64(w, dst, r)
         if hi_def is not None:  # an undefined high addend leaves D's high dword undefined (no read of it yet)
             w.vdef[dst + 1][w.exec] &= hi_def[w.exec]
+            w.vfull[dst + 1] = False
         write_s(w, cdst, mask_to_int((r < c) & w.exec), 2)
     return run
 

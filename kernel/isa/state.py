@@ -153,6 +153,7 @@ class Wave:
         self.v = np.zeros((n_vgpr, LANES), dtype=np.uint32)
         self.vdef = np.zeros((n_vgpr, LANES), dtype=np.uint8)  # defined bytes, bit b = byte b
         self.vpend = np.zeros(n_vgpr, dtype=np.int64)  # token of an outstanding load into it, 0 none
+        self.vfull = [False] * n_vgpr  # cache: every byte of every lane defined (fast check path)
         self.s = [0] * SGPR_FILE
         self.sdef = [False] * SGPR_FILE
         self.scc = 0

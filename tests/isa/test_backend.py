@@ -7,10 +7,10 @@ import torch
 
 pytest.importorskip("flydsl")
 
-from kernel.backends.emulated import run_emulated  # noqa: E402
-from kernel.registry import BUILTIN_NAMES, resolve  # noqa: E402
-from strategies.materialize import materialize  # noqa: E402
-from strategies.recipe import Recipe  # noqa: E402
+from kernel.backends.emulated import run_emulated
+from kernel.registry import BUILTIN_NAMES, resolve
+from strategies.materialize import materialize
+from strategies.recipe import Recipe
 
 
 def test_registry_resolves_flydsl_isa() -> None:

@@ -76,6 +76,8 @@ def gather(kv_cache: torch.Tensor, indices: torch.Tensor, indptr: torch.Tensor, 
     flat = indices.to(device=device, dtype=torch.int64)
     ids = torch.where(inside, flat[pos.clamp(0, max(flat.numel() - 1, 0))] if flat.numel() else torch.zeros_like(pos), 0)
     valid = inside & (ids >= 0) if has_invalid else inside
+    if bool((valid & ((ids < 0) | (ids >= kv.shape[0]))).any()):  # before the gather: no device-side assert on GPUs
+        raise IndexError(f"a consumed index lies outside the cache's {kv.shape[0]} rows")
     rec = kv[torch.where(valid, ids, 0)]
     codes = rec[..., :LATENT].contiguous().view(torch.float8_e4m3fn).to(torch.float32)
     scales = rec[..., LATENT:LATENT + 16].contiguous().view(torch.float32)

@@ -481,3 +481,19 @@ def test_big_cache_whole_scan(tmp_path) -> None:
     assert found[pc.KIND_SCALE_BAD].details["by_class"] == {"zero": 4 * first}
     del kv, mm
     path.unlink()
+
+
+def test_f32_overflow_findings() -> None:
+    """softmax_scale 1e39 (c_log2 = inf in f32) and q = 2^120 against latent 16384 (q . K beyond
+    f32): both reported when check_call gets the softmax scale; nothing for an ordinary call."""
+    from strategies.materialize import materialize
+    from strategies.recipe import Recipe
+
+    p = materialize(Recipe(seed=1, n_q=2, heads=2, row_lengths=(5, 9), cache_rows=100, latent="large"), "cpu")
+    assert pc.check_call(p.q, p.kv_cache, p.indices, p.indptr, has_invalid=False, softmax_scale=0.04) == []
+    kinds = [f.kind for f in pc.check_call(p.q, p.kv_cache, p.indices, p.indptr, has_invalid=False, softmax_scale=1e39)]
+    assert kinds == [pc.KIND_SCALE_OVERFLOW]
+    big = torch.full_like(p.q, 2.0**120)
+    found = pc.check_call(big, p.kv_cache, p.indices, p.indptr, has_invalid=False, softmax_scale=1e-40)
+    assert [f.kind for f in found] == [pc.KIND_SCORE_OVERFLOW]
+    assert found[0].count == 4 and found[0].examples[0]["sum_abs_q_times_abs_k"] >= pc.F32_MAX

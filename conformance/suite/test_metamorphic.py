@@ -125,8 +125,16 @@ def test_split_and_merge(target: SuiteTarget, data: st.DataObject) -> None:
         + drift * (weights.unsqueeze(-1) * ob).sum(dim=1)
         + (o[:, 0] - o[:, 1]).abs() * w_prod * (drift - 1) * drift
     )
+    # The merge itself is evaluated in float64 (logaddexp, exp, a 2-term sum), whose rounding is
+    # not in any kernel bound: per weight a relative error of at most (|ls_i| + 5 |L| + 8) * 2^-53
+    # (|L| the merged lse; exp and logaddexp within 2 ulps on every device), plus 2 * 2^-53 for
+    # the products and the sum (TOLERANCES.md, section 9).
+    eps = 2.0**-53
+    scale = (ls.abs().nan_to_num(posinf=0.0, neginf=0.0).amax(dim=1) + 5 * safe.abs() + 10).unsqueeze(-1)
+    evaluation = eps * scale * (weights.unsqueeze(-1) * o.abs()).sum(dim=1)
+    tol = tol + evaluation
     diff = (out.double() - merged).abs()
-    lse_tol = full_b.lse_bound.to(o.device) + lb.amax(dim=1)
+    lse_tol = full_b.lse_bound.to(o.device) + lb.amax(dim=1) + 4 * eps * (1 + safe.abs())
     empty = torch.isneginf(lse)
     lse_ok = bool((empty == torch.isneginf(merged_lse)).all()) and bool(
         (torch.where(empty, 0.0, (lse.double() - merged_lse).abs()) <= lse_tol).all()

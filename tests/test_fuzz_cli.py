@@ -27,7 +27,7 @@ def _report(state: Path) -> dict:
 
 
 def test_fuzz_emulated_finds_nothing(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["fuzz", "--kernel", "emulated", "--seconds", "10", "--hypothesis-profile", "ci", "--chunk-examples", "4"])
+    code = main(["fuzz", "--kernel", "emulated", "--seconds", "20", "--hypothesis-profile", "ci", "--chunk-examples", "2"])
     captured = capsys.readouterr()
     assert code == 0, captured.out + captured.err
     assert "no failures found" in captured.out

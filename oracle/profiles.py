@@ -38,26 +38,34 @@ __all__ = [
 ]
 
 PROFILE_DIR = Path(__file__).with_name("profile_files")
-#: shipped profiles, in the order they are listed (files with `extends` after their bases)
-_SHIPPED = ("gfx950", "bf16-q-bf16-p", "exact", "fp32", "gfx950-l-sequential")
 
 PROFILES: dict[str, NumericsProfile] = {}
 
 
 def _shipped_base(name: str) -> NumericsProfile:
+    """A base named by `extends`: a shipped profile (loaded on first use) or a .toml path."""
     if name in PROFILES:
         return PROFILES[name]
+    if (PROFILE_DIR / f"{name}.toml").is_file():
+        return _load_shipped(name)
     path = Path(name)
     if path.suffix == ".toml":
         return read_profile_file(path, resolve_base=_shipped_base)
-    raise KeyError(f"unknown base profile {name!r}; known: {', '.join(PROFILES)}")
+    raise KeyError(f"unknown base profile {name!r}; known: {', '.join(sorted(p.stem for p in PROFILE_DIR.glob('*.toml')))}")
 
 
-for _name in _SHIPPED:
-    _profile = read_profile_file(PROFILE_DIR / f"{_name}.toml", resolve_base=_shipped_base)
-    if _profile.name != _name:
-        raise ProfileError(f"{PROFILE_DIR / _name}.toml: name {_profile.name!r} differs from its file name")
-    PROFILES[_name] = _profile
+def _load_shipped(name: str) -> NumericsProfile:
+    profile = read_profile_file(PROFILE_DIR / f"{name}.toml", resolve_base=_shipped_base)
+    if profile.name != name:
+        raise ProfileError(f"{PROFILE_DIR / name}.toml: name {profile.name!r} differs from its file name")
+    PROFILES[name] = profile
+    return profile
+
+
+# every file in oracle/profile_files/ is a shipped profile; the hardware ones first, then the rest by name
+for _name in ("gfx950", "bf16-q-bf16-p", "exact", "fp32", *sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))):
+    if _name not in PROFILES and (PROFILE_DIR / f"{_name}.toml").is_file():
+        _load_shipped(_name)
 
 GFX950 = PROFILES["gfx950"]
 BF16_Q_BF16_P = PROFILES["bf16-q-bf16-p"]

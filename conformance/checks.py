@@ -68,19 +68,22 @@ def differential(suite: SuiteTarget, recipe: Recipe, property_name: str = "diffe
     return list(judgement.verdicts.values())
 
 
-def violation_run(suite: SuiteTarget, recipe: Recipe, property_name: str = "preconditions") -> dict[str, Any]:
+def violation_run(suite: SuiteTarget, recipe: Recipe, property_name: str = "preconditions", *, problem: Problem | None = None) -> dict[str, Any]:
     """Run a precondition-violating recipe where it is safe and return what was observed.
 
     Safe: never an out-of-range index on a backend whose index reads can fault. Only what the
     contract still promises fails: the call must not raise for a violated data precondition
     (an out-of-range index may raise on a backend with bounded reads), and under a scale above
     2^7 or a non-power-of-two scale the output must stay finite (the kernel clamps / drops the
-    mantissa, it does not overflow).
+    mantissa, it does not overflow). `problem`: the recipe already materialized on the target's
+    device (not built again).
     """
     suite.judged.note(recipe, property_name, expect="precondition")
-    problem = materialize(recipe, suite.device)
+    if problem is None:
+        problem = materialize(recipe, suite.device)
     require_support(suite, problem)
-    findings = check_call(problem.q, problem.kv_cache, problem.indices, problem.indptr, has_invalid=problem.has_invalid)
+    findings = check_call(problem.q, problem.kv_cache, problem.indices, problem.indptr, has_invalid=problem.has_invalid,
+                          softmax_scale=problem.softmax_scale)
     kinds = sorted({f.kind for f in findings if f.severity == "violation"})
     assert has_violation(findings), f"recipe meant to violate a precondition reports none: {recipe.to_json()}"
     observed: dict[str, Any] = {"kinds": kinds}

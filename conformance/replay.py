@@ -255,7 +255,8 @@ def _findings(problem: Any) -> tuple[list[dict[str, Any]], list[str], str | None
     from oracle.preconditions import KINDS, check_call
 
     try:
-        found = check_call(problem.q, problem.kv_cache, problem.indices, problem.indptr, has_invalid=problem.has_invalid)
+        found = check_call(problem.q, problem.kv_cache, problem.indices, problem.indptr, has_invalid=problem.has_invalid,
+                           softmax_scale=problem.softmax_scale)
     except ContractError as err:
         return [], [], f"the call breaks the contract: {err}"
     kinds = {f.kind for f in found}
@@ -270,7 +271,8 @@ def diagnose(entry: Any, suite: Any, *, top: int = DEFAULT_TOP, findings: bool =
     import torch
 
     from conformance.checks import supported, violation_run
-    from conformance.harness import judge, run_kernel
+    from conformance.harness import InputsModified, judge, run_kernel
+    from conformance.watchdog import KernelHung
     from oracle.rows import PreconditionError
     from strategies.materialize import materialize
 
@@ -286,14 +288,22 @@ def diagnose(entry: Any, suite: Any, *, top: int = DEFAULT_TOP, findings: bool =
     property_name = f"replay:{entry.name}"
     if entry.expect == "precondition":
         try:
-            diag.observed = violation_run(suite, entry.recipe, property_name=property_name)
+            diag.observed = violation_run(suite, entry.recipe, property_name=property_name, problem=problem)
         except pytest.skip.Exception as err:
             diag.outcome, diag.reasons = "skip", [str(err.msg)]
-        except AssertionError as err:
+        except (AssertionError, KernelHung) as err:
             diag.outcome, diag.reasons = "fail", [str(err)]
         return diag
     try:
         out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name)
+    except KernelHung as err:
+        diag.outcome = "fail"
+        diag.reasons.append(str(err))
+        return diag
+    except InputsModified as err:
+        diag.outcome = "fail"
+        diag.reasons.append(str(err))
+        return diag
     except Exception as err:  # noqa: BLE001 - a raising kernel is a diagnosis, not a crash of replay
         diag.outcome = "fail"
         diag.reasons.append(f"the kernel raised {type(err).__name__}: {str(err)[:500]}")

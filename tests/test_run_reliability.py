@@ -186,3 +186,16 @@ def test_a_device_fault_ends_its_worker_and_later_tests_pass(tmp_path: Path) -> 
     assert len(entries) == 1, output
     assert "device fault: RuntimeError: CUDA error: device-side assert triggered" in entries[0]["provenance"]["caught"]
     assert entries[0]["provenance"]["crash"]["device_fault"].startswith("RuntimeError: CUDA error")
+
+
+def test_fuzz_keeps_its_budget_against_a_hanging_kernel(tmp_path: Path) -> None:
+    started = time.monotonic()
+    command = [sys.executable, "-m", "conformance", "fuzz", "--kernel", f"{MODULE}:hang_on_long_rows", "--seconds", "6",
+               "--hypothesis-profile", "ci", "--property", "long_rows"]
+    proc = subprocess.run(command, cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=240, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output
+    assert time.monotonic() - started < 90, output  # 6 s of search, a call cut at the budget + 5 s, start-up
+    assert "the kernel call hung" in output, output
+    entries = _entries(tmp_path)
+    assert len(entries) == 1 and "hung" in entries[0]["provenance"]["caught"], output

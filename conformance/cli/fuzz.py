@@ -41,7 +41,8 @@ from typing import Any, TextIO
 
 from conformance.cli.args import positive_float, positive_int
 from conformance.crashes import mark_session_finish, mark_session_start, recover_leftovers
-from conformance.state import RUN_ID_ENV, current_run_dir, pending_dir
+from conformance.state import CALL_TIMEOUT_ENV, RUN_ID_ENV, call_timeout_s, current_run_dir, pending_dir
+from conformance.watchdog import KernelHung
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 PROPERTIES = ("differential", "long_rows", "preconditions")
@@ -146,6 +147,7 @@ class Campaign:
                 f"distinct failures {len(self.failures)}  max err/bound {ratios}{state}")
 
 
+HUNG_GRACE_S = 5.0  # seconds a call may run past the budget before it counts as hung
 RAMP_KEYS = 1024  # total keys of the first chunk's problems; x4 per chunk up to the suite's sizes
 
 
@@ -185,6 +187,8 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
 
     strategies: dict[str, Any] = {}
     deadline = state.started + budget_s
+    configured_env = os.environ.get(CALL_TIMEOUT_ENV)
+    configured_timeout = call_timeout_s()
     base = PROFILES[hypothesis_profile]
     chunk_settings = settings(
         parent=base, max_examples=chunk_examples or base.max_examples, database=None, derandomize=False, deadline=None,
@@ -199,6 +203,9 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
         if time.monotonic() >= stop_at[0]:
             return  # out of time: the rest of the chunk passes without running (draws stay consistent)
         name = f"fuzz:{prop}"
+        # no call may outlive the budget: the per-call limit shrinks to what is left (+ grace)
+        left = max(HUNG_GRACE_S, stop_at[0] - time.monotonic() + HUNG_GRACE_S)
+        os.environ[CALL_TIMEOUT_ENV] = repr(min(configured_timeout or left, left))
         try:
             if prop == "preconditions":
                 violation_run(suite, recipe, name)
@@ -212,6 +219,14 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
             state.examples[prop] += 1
         except HypothesisException:
             raise  # a rejection (the backend does not take the call): not an example
+        except KernelHung as err:
+            # not shrunk (every candidate could hang for the whole limit): saved as found, campaign over
+            state.examples[prop] += 1
+            state.outcomes[prop]["fail"] += 1
+            message = str(err)
+            chunk_failures[failure_signature(message)] = Failure(prop, recipe, message, failure_signature(message), time.monotonic())
+            state.stopped = f"a kernel call hung ({message}); the campaign stops"
+            raise
         except Exception as err:
             state.examples[prop] += 1
             state.outcomes[prop]["fail"] += 1
@@ -244,17 +259,23 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
             body(data)
 
         test = seed(chunk_seed)(chunk_settings(given(data=st.data())(chunk_test)))
+        hung = False
         try:
             test()
+        except KernelHung:
+            hung = True
         except Exception as err:  # noqa: BLE001 - the failures were tracked in the body; anything else is reported
             if not chunk_failures:
                 state.stopped = f"Hypothesis stopped: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
                 break
+        finally:
+            _restore_timeout(configured_env)
         state.shrinking = False
         for key, failure in chunk_failures.items():
             if key in state.failures:
                 continue
-            _minimise_failure(suite, failure, shrink_s, progress)
+            if not hung:
+                _minimise_failure(suite, failure, shrink_s, progress)
             if save:
                 expect = "precondition" if failure.property == "preconditions" else "conform"
                 first = failure.message.strip().splitlines()
@@ -266,7 +287,16 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
                 failure.new = not existed
             state.failures[key] = failure
         progress.show(state.status(budget_s), force=True)
+        if hung:
+            break
     return state
+
+
+def _restore_timeout(value: str | None) -> None:
+    if value is None:
+        os.environ.pop(CALL_TIMEOUT_ENV, None)
+    else:
+        os.environ[CALL_TIMEOUT_ENV] = value
 
 
 def _minimise_failure(suite: Any, failure: Failure, budget_s: float, progress: ProgressLine) -> None:

@@ -102,11 +102,6 @@ def candidates(recipe: Any) -> Iterator[tuple[str, dict[str, Any]]]:
                 yield f"{smaller} cache rows", {**base, "cache_rows": smaller}
 
 
-def size_key(recipe: Any) -> tuple[int, ...]:
-    """A rough size for reports (keys, rows, heads)."""
-    return (recipe.total_keys, recipe.n_q, recipe.heads)
-
-
 @dataclass
 class MinimiseResult:
     """The smallest recipe found, what was accepted on the way, and why it stopped."""

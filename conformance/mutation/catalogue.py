@@ -613,11 +613,6 @@ lse_shift_missing = _stage_mutant(
 )
 
 
-def mutant_names() -> tuple[str, ...]:
-    """The catalogue's names in a stable order (registration order)."""
-    return tuple(CATALOGUE)
-
-
 def get_mutant(name: str) -> Mutant:
     """The mutant called `name`; KeyError naming the known ones otherwise."""
     try:

@@ -516,11 +516,6 @@ def compile_configs(
     return [out[cfg] for cfg in configs]
 
 
-def compile_and_check(heads: int, has_invalid: bool, return_lse: bool, *, timeout: float = DEFAULT_TIMEOUT_S) -> ConfigResult:
-    """One configuration, compiled in its own subprocess and checked."""
-    return compile_configs([(heads, has_invalid, return_lse)], timeout=timeout)[0]
-
-
 # ================================================================ CLI
 
 

@@ -311,10 +311,6 @@ def scan_candidate(q: Any, n_in: Any, skew: Any, entry: Any) -> Any:
 # Every helper below builds MLIR at the current insertion point (the kernel being traced).
 
 
-def _i1() -> ir.Type:
-    return ir.IntegerType.get_signless(1)
-
-
 def _i16() -> ir.Type:
     return ir.IntegerType.get_signless(16)
 

@@ -59,9 +59,24 @@ NATIVE_SUFFIX = ":h64-kernel"
 BARE_SUFFIX = ":bare-kernel"
 # Bare-kernel row of each adapter to an external kernel: (suffix, heads the kernel runs, label, note).
 BARE_ROWS: dict[str, tuple[str, int | None, str, str]] = {
-    "flashmla": (NATIVE_SUFFIX, 64, "flashmla (bare kernel, native H64)", "flash_mla_with_kvcache on prepared inputs, 64 heads, scheduler metadata reused"),
-    "flashmla-prefill": (NATIVE_SUFFIX, 64, "flashmla-prefill (bare kernel, H64)", "flash_mla_sparse_fwd on the prepared bf16 KV, slot indices and topk_length, 64 heads"),
-    "torch-sdpa": (BARE_SUFFIX, None, "torch-sdpa (bare kernel)", "aten._scaled_dot_product_efficient_attention on the gathered bf16 keys and bias"),
+    "flashmla": (
+        NATIVE_SUFFIX,
+        64,
+        "flashmla (bare kernel, native H64)",
+        "flash_mla_with_kvcache on prepared inputs, 64 heads, scheduler metadata reused",
+    ),
+    "flashmla-prefill": (
+        NATIVE_SUFFIX,
+        64,
+        "flashmla-prefill (bare kernel, H64)",
+        "flash_mla_sparse_fwd on the prepared bf16 KV, slot indices and topk_length, 64 heads",
+    ),
+    "torch-sdpa": (
+        BARE_SUFFIX,
+        None,
+        "torch-sdpa (bare kernel)",
+        "aten._scaled_dot_product_efficient_attention on the gathered bf16 keys and bias",
+    ),
 }
 DEFAULT_N_Q = (1, 64, 1024)
 DEFAULT_KEYS = 2048
@@ -338,11 +353,23 @@ class _Runner:
             return [(ORACLE, "oracle (float64 reference)", "oracle.reference.reference, float64 on the device")]
         rows = [(self.name, self.name, "")]
         if self.name == "flashmla":
-            rows[0] = (self.name, f"flashmla (adapter, H{heads} padded to 64)", "whole adapter: CSR -> padded rows, head padding, scheduler, kernel, slicing")
+            rows[0] = (
+                self.name,
+                f"flashmla (adapter, H{heads} padded to 64)",
+                "whole adapter: CSR -> padded rows, head padding, scheduler, kernel, slicing",
+            )
         elif self.name == "flashmla-prefill":
-            rows[0] = (self.name, f"flashmla-prefill (adapter, H{heads} pad 64)", "whole adapter: gather + bf16 dequantisation of the consumed records, head padding, kernel, slicing")
+            rows[0] = (
+                self.name,
+                f"flashmla-prefill (adapter, H{heads} pad 64)",
+                "whole adapter: gather + bf16 dequantisation of the consumed records, head padding, kernel, slicing",
+            )
         elif self.name == "torch-sdpa":
-            rows[0] = (self.name, "torch-sdpa (adapter)", "whole adapter: gather + bf16 dequantisation, bias, fused SDPA kernel, empty-row fix-up")
+            rows[0] = (
+                self.name,
+                "torch-sdpa (adapter)",
+                "whole adapter: gather + bf16 dequantisation, bias, fused SDPA kernel, empty-row fix-up",
+            )
         bare = BARE_ROWS.get(self.name)
         if bare is not None and self.native and (self.module is not None or (self.name == "torch-sdpa" and self.device.type == "cuda")):
             rows.append((self.name + bare[0], bare[2], bare[3]))
@@ -368,11 +395,21 @@ class _Runner:
 
             n_q, n_heads = inputs.q.shape[:2]
             rows = gather_rows(inputs.indices, inputs.indptr, inputs.kv_cache, multiple=KEY_MULTIPLE)
-            bias = torch.where(rows.valid, 0.0, float("-inf")).to(torch.bfloat16).view(n_q, 1, 1, -1).expand(n_q, 1, n_heads, rows.width).contiguous()
+            bias = (
+                torch.where(rows.valid, 0.0, float("-inf"))
+                .to(torch.bfloat16)
+                .view(n_q, 1, 1, -1)
+                .expand(n_q, 1, n_heads, rows.width)
+                .contiguous()
+            )
             q4 = inputs.q.contiguous().view(n_q, 1, n_heads, -1)
             keys4 = rows.keys.view(n_q, 1, rows.width, -1)
             scale = float(inputs.softmax_scale)
-            return (lambda: torch.ops.aten._scaled_dot_product_efficient_attention(q4, keys4, keys4[..., :LATENT_DIM], bias, True, 0.0, False, scale=scale)), ""
+            return (
+                lambda: torch.ops.aten._scaled_dot_product_efficient_attention(
+                    q4, keys4, keys4[..., :LATENT_DIM], bias, True, 0.0, False, scale=scale
+                )
+            ), ""
         if kernel_id.endswith(NATIVE_SUFFIX):
             from kernel.backends.flashmla import prepare_call
 
@@ -425,7 +462,11 @@ def run_bench(
     info = device_info(device)
     peak = info["peak_bandwidth_bytes_per_s"]
     peak_fp64 = info["peak_fp64_flops_per_s"]
-    _progress(progress, f"device {info['name']} ({device}); timer {info['timer']}" + ("" if device.type == "cuda" else " (CPU: wall clock per call, no device events)"))
+    _progress(
+        progress,
+        f"device {info['name']} ({device}); timer {info['timer']}"
+        + ("" if device.type == "cuda" else " (CPU: wall clock per call, no device events)"),
+    )
     _progress(progress, f"building a {rows:,}-row cache ({rows * RECORD_BYTES / 2**30:.2f} GiB, pow2 writer) on {device}")
     t0 = time.perf_counter()
     cache = build_cache(rows, device, seed=seed)
@@ -445,14 +486,30 @@ def run_bench(
         bytes_per_call = n_q * keys * RECORD_BYTES
         for runner in runners:
             if runner.unavailable:
-                results.append(CaseResult(runner.name, runner.name, n_q, keys, heads, status=f"skipped: {runner.unavailable}", bytes_per_call=bytes_per_call))
+                results.append(
+                    CaseResult(
+                        runner.name, runner.name, n_q, keys, heads, status=f"skipped: {runner.unavailable}", bytes_per_call=bytes_per_call
+                    )
+                )
                 continue
             for kernel_id, label, note in runner.variants(heads):
                 case_heads = 64 if kernel_id.endswith(NATIVE_SUFFIX) else heads
                 gather_ms, fp64_ms = limits_ms(n_q, keys, heads, peak, peak_fp64)
                 limit = gather_ms if kernel_id != ORACLE else (None if gather_ms is None or fp64_ms is None else gather_ms + fp64_ms)
-                result = CaseResult(kernel_id, label, n_q, keys, case_heads, status="ok", bytes_per_call=bytes_per_call, flops_per_call=flops(n_q, keys, case_heads),
-                                    gather_limit_ms=gather_ms, fp64_limit_ms=fp64_ms, limit_ms=limit, note=note)
+                result = CaseResult(
+                    kernel_id,
+                    label,
+                    n_q,
+                    keys,
+                    case_heads,
+                    status="ok",
+                    bytes_per_call=bytes_per_call,
+                    flops_per_call=flops(n_q, keys, case_heads),
+                    gather_limit_ms=gather_ms,
+                    fp64_limit_ms=fp64_ms,
+                    limit_ms=limit,
+                    note=note,
+                )
                 try:
                     fn, refused = runner.callable_for(kernel_id, inputs, heads, seed)
                     if refused:
@@ -477,7 +534,10 @@ def run_bench(
                 result.tflops = result.flops_per_call / (timing.median_ms * 1e-3) / 1e12
                 result.x_limit = None if not result.limit_ms else timing.median_ms / result.limit_ms
                 results.append(result)
-                _progress(progress, f"{label} n_q={n_q} keys={keys} H={case_heads}: median {timing.median_ms:.4f} ms over {result.iters} calls, {result.gbps:.4g} GB/s gathered")
+                _progress(
+                    progress,
+                    f"{label} n_q={n_q} keys={keys} H={case_heads}: median {timing.median_ms:.4f} ms over {result.iters} calls, {result.gbps:.4g} GB/s gathered",
+                )
         del inputs
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -519,7 +579,11 @@ def render_table(report: dict[str, Any]) -> str:
     info, cfg = report["device"], report["config"]
     peak = info["peak_bandwidth_bytes_per_s"]
     peak_text = f"{peak / 1e12:.2f} TB/s ({info['peak_bandwidth_source']})" if peak else "unknown"
-    timer = "CUDA events around each call (device time)" if info["timer"] == "cuda-events" else "time.perf_counter around each call (CPU device: wall clock, no device events)"
+    timer = (
+        "CUDA events around each call (device time)"
+        if info["timer"] == "cuda-events"
+        else "time.perf_counter around each call (CPU device: wall clock, no device events)"
+    )
     lines = [
         f"device      {info['name']} ({info['device']}), torch {info['torch']}",
         f"peak BW     {peak_text}",
@@ -530,8 +594,10 @@ def render_table(report: dict[str, Any]) -> str:
         f"call        {cfg['keys']} keys per row, H {cfg['heads']}, softmax_scale {cfg['softmax_scale']:.6g}; bytes gathered = n_q * keys * 656; FLOP = 2 * H * n_q * keys * (576 + 512)",
         "",
     ]
-    header = (f"{'KERNEL':<40} {'N_Q':>5} {'KEYS':>5} {'H':>3} {'CALLS':>5} {'MEDIAN ms':>11} {'MIN ms':>11} {'GB/s':>9} {'% PEAK':>7} {'TFLOP/s':>8} "
-              f"{'GATHER ms':>10} {'FP64 ms':>9} {'x LIMIT':>8}  STATUS")
+    header = (
+        f"{'KERNEL':<40} {'N_Q':>5} {'KEYS':>5} {'H':>3} {'CALLS':>5} {'MEDIAN ms':>11} {'MIN ms':>11} {'GB/s':>9} {'% PEAK':>7} {'TFLOP/s':>8} "
+        f"{'GATHER ms':>10} {'FP64 ms':>9} {'x LIMIT':>8}  STATUS"
+    )
     lines.append(header)
     lines.append("-" * len(header))
     for r in report["results"]:

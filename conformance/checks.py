@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import torch
 import pytest
+import torch
 from hypothesis import reject
-from hypothesis.control import currently_in_test_context
 from hypothesis import target as hypothesis_target
+from hypothesis.control import currently_in_test_context
 
 from conformance.harness import Verdict, judge, record, run_kernel
 from conformance.target import SuiteTarget
@@ -43,8 +43,14 @@ def require_support(suite: SuiteTarget, problem: Problem) -> None:
 def supported(suite: SuiteTarget, problem: Problem) -> str:
     """Empty when the backend takes this call, else the reason it does not."""
     support = suite.backend.supports(
-        problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
-        has_invalid=problem.has_invalid, return_lse=problem.return_lse, out=problem.out,
+        problem.q,
+        problem.kv_cache,
+        problem.indices,
+        problem.indptr,
+        problem.softmax_scale,
+        has_invalid=problem.has_invalid,
+        return_lse=problem.return_lse,
+        out=problem.out,
     )
     return "" if support.ok else support.reason
 
@@ -62,13 +68,23 @@ def differential(suite: SuiteTarget, recipe: Recipe, property_name: str = "diffe
             for label, value in ((f"out/{mode}", verdict.out_ratio), (f"lse/{mode}", verdict.lse_ratio)):
                 if math.isfinite(value):
                     hypothesis_target(value, label=label)
-        record(property_name, suite.name, problem, outcome="pass" if verdict.ok else "fail", out_ratio=verdict.out_ratio, lse_ratio=verdict.lse_ratio, extra={"mode": mode})
+        record(
+            property_name,
+            suite.name,
+            problem,
+            outcome="pass" if verdict.ok else "fail",
+            out_ratio=verdict.out_ratio,
+            lse_ratio=verdict.lse_ratio,
+            extra={"mode": mode},
+        )
     failures = judgement.messages()
     assert not failures, "kernel output outside the a-priori bound:\n" + "\n".join(failures)
     return list(judgement.verdicts.values())
 
 
-def violation_run(suite: SuiteTarget, recipe: Recipe, property_name: str = "preconditions", *, problem: Problem | None = None) -> dict[str, Any]:
+def violation_run(
+    suite: SuiteTarget, recipe: Recipe, property_name: str = "preconditions", *, problem: Problem | None = None
+) -> dict[str, Any]:
     """Run a precondition-violating recipe where it is safe and return what was observed.
 
     Safe: never an out-of-range index on a backend whose index reads can fault. Only what the
@@ -82,8 +98,9 @@ def violation_run(suite: SuiteTarget, recipe: Recipe, property_name: str = "prec
     if problem is None:
         problem = materialize(recipe, suite.device)
     require_support(suite, problem)
-    findings = check_call(problem.q, problem.kv_cache, problem.indices, problem.indptr, has_invalid=problem.has_invalid,
-                          softmax_scale=problem.softmax_scale)
+    findings = check_call(
+        problem.q, problem.kv_cache, problem.indices, problem.indptr, has_invalid=problem.has_invalid, softmax_scale=problem.softmax_scale
+    )
     kinds = sorted({f.kind for f in findings if f.severity == "violation"})
     assert has_violation(findings), f"recipe meant to violate a precondition reports none: {recipe.to_json()}"
     observed: dict[str, Any] = {"kinds": kinds}
@@ -105,5 +122,7 @@ def violation_run(suite: SuiteTarget, recipe: Recipe, property_name: str = "prec
     record(property_name, suite.name, problem, outcome="observed", extra={"observed": observed})
     promised_finite = {"scale_above_cap", "scale_not_pow2"}
     if set(kinds) <= promised_finite:
-        assert bool(finite.all()), f"under {kinds} the output must stay finite (the kernel clamps the scale / drops its mantissa); got {observed['non_finite_out']} non-finite values"
+        assert bool(finite.all()), (
+            f"under {kinds} the output must stay finite (the kernel clamps the scale / drops its mantissa); got {observed['non_finite_out']} non-finite values"
+        )
     return observed

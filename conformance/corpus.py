@@ -52,8 +52,10 @@ def check_name(name: object, source: str) -> str:
     if not isinstance(name, str) or not name.strip():
         raise CorpusError(f"{source}: name must be a non-empty string, got {name!r}")
     if _BAD_NAME.search(name) or ".." in name or name.startswith(".") or len(name) > MAX_NAME:
-        raise CorpusError(f"{source}: name {name[:80]!r} is not a plain name (no '/', '\\', '..', leading '.', control characters; "
-                          f"at most {MAX_NAME} characters)")
+        raise CorpusError(
+            f"{source}: name {name[:80]!r} is not a plain name (no '/', '\\', '..', leading '.', control characters; "
+            f"at most {MAX_NAME} characters)"
+        )
     return name
 
 
@@ -140,7 +142,9 @@ def save_entry(entry: CorpusEntry, directory: Path) -> Path:
     return path
 
 
-def new_entry(recipe: Recipe, *, caught: str, kernel: str, property_name: str, expect: str = "conform", name: str | None = None) -> CorpusEntry:
+def new_entry(
+    recipe: Recipe, *, caught: str, kernel: str, property_name: str, expect: str = "conform", name: str | None = None
+) -> CorpusEntry:
     """An entry with today's provenance."""
     return CorpusEntry(
         name=name or f"{property_name}-{recipe_hash(recipe)}",

@@ -137,7 +137,7 @@ def run_is_live(run_dir: Path) -> bool:
 
 
 def infer_expect(recipe_fields: dict[str, Any]) -> str:
-    """"precondition" when a recipe (plain JSON fields) breaks a precondition by construction (raw
+    """ "precondition" when a recipe (plain JSON fields) breaks a precondition by construction (raw
     writer, latent above the cap, corruptions, negative entries without has_invalid), else
     "conform". Used when a write-ahead file does not record the expectation."""
     if recipe_fields.get("writer") == "raw" or recipe_fields.get("latent") == "above_cap" or recipe_fields.get("corruptions"):
@@ -265,10 +265,17 @@ def record_crash(
     else:
         destination.mkdir(parents=True, exist_ok=True)
         path, written = save_crash_entry(entry, destination)
-        line.update({
-            "entry": str(path), "new": written, "kernel": entry.provenance["kernel"], "property": entry.provenance["property"],
-            "expect": entry.expect, "name": entry.name, "caught": entry.provenance["caught"],
-        })
+        line.update(
+            {
+                "entry": str(path),
+                "new": written,
+                "kernel": entry.provenance["kernel"],
+                "property": entry.provenance["property"],
+                "expect": entry.expect,
+                "name": entry.name,
+                "caught": entry.provenance["caught"],
+            }
+        )
         inflight_file.unlink(missing_ok=True)
     _append_log(run_dir, line)
     if recovering_run is not None and recovering_run.resolve() != run_dir.resolve():
@@ -306,7 +313,9 @@ def recover_worker(run_dir: Path, worker: str, *, error: str, destination: Path)
     return record_crash(path, how=f"xdist worker {worker} went down: {error}".strip(), destination=destination)
 
 
-def recover_leftovers(current_run: str | None, destination: Path, *, root: Path | None = None, recovering_run: Path | None = None) -> list[dict[str, Any]]:
+def recover_leftovers(
+    current_run: str | None, destination: Path, *, root: Path | None = None, recovering_run: Path | None = None
+) -> list[dict[str, Any]]:
     """Record every write-ahead file left in earlier run folders under `root` (default
     runs_root()): skips the current run and runs whose owner may still be alive."""
     root = runs_root() if root is None else root
@@ -333,5 +342,7 @@ def describe(line: dict[str, Any]) -> str:
     if line.get("entry") is None:
         return f"crash in run {line.get('run')} worker {line.get('worker')}: {line.get('error')}"
     state = "saved" if line.get("new") else "already saved"
-    return (f"crash: {line.get('caught')}; kernel {line.get('kernel')}, property {line.get('property')}, "
-            f"expect {line.get('expect')}: entry {state} as {line.get('entry')}")
+    return (
+        f"crash: {line.get('caught')}; kernel {line.get('kernel')}, property {line.get('property')}, "
+        f"expect {line.get('expect')}: entry {state} as {line.get('entry')}"
+    )

@@ -128,7 +128,7 @@ def _head(path: Path, n: int) -> bytes:
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
-    """"npy", "pt" or "safetensors" from the magic bytes; DumpError when the file is none of them
+    """ "npy", "pt" or "safetensors" from the magic bytes; DumpError when the file is none of them
     or its extension promises another format."""
     p = Path(path)
     size = _file_size(p)
@@ -145,7 +145,12 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     elif len(head) >= 9 and head[8:9] == b"{":
         fmt = "safetensors"
     else:
-        expected = {".npy": "the .npy magic \\x93NUMPY", ".pt": "a torch.save zip archive (PK\\x03\\x04)", ".pth": "a torch.save zip archive (PK\\x03\\x04)", ".safetensors": "a safetensors header (8-byte length, then '{')"}.get(ext)
+        expected = {
+            ".npy": "the .npy magic \\x93NUMPY",
+            ".pt": "a torch.save zip archive (PK\\x03\\x04)",
+            ".pth": "a torch.save zip archive (PK\\x03\\x04)",
+            ".safetensors": "a safetensors header (8-byte length, then '{')",
+        }.get(ext)
         what = f"expected {expected}" if expected else "not a .npy, torch.save (.pt) or .safetensors file"
         raise DumpError(p, f"unrecognised format: {what}, found first bytes {head[:8]!r}")
     wanted = {".npy": "npy", ".pt": "pt", ".pth": "pt", ".safetensors": "safetensors"}.get(ext)
@@ -241,7 +246,12 @@ def _safetensors_entry(path: Path, name: str, meta: Any, data_start: int, data_s
         raise DumpError(path, f"{bad}: dtype {dtype_name!r}")
     if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
         raise DumpError(path, f"{bad}: shape {shape!r}")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets) and 0 <= offsets[0] <= offsets[1]):
+    if not (
+        isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+        and 0 <= offsets[0] <= offsets[1]
+    ):
         raise DumpError(path, f"{bad}: data_offsets {offsets!r}")
     tdtype = SAFETENSORS_DTYPES.get(dtype_name)
     begin, end = offsets
@@ -273,7 +283,9 @@ def _check_zip(path: Path, size: int) -> None:
         raise DumpError(path, f"truncated or corrupt torch.save zip archive ({_one_line(exc)})") from None
     for info in members:
         if info.header_offset + info.compress_size > size:
-            raise DumpError(path, f"truncated or corrupt torch.save zip archive (member {info.filename!r} ends past the file's {size} bytes)")
+            raise DumpError(
+                path, f"truncated or corrupt torch.save zip archive (member {info.filename!r} ends past the file's {size} bytes)"
+            )
 
 
 def _pt_entries(path: Path) -> dict[str, _Entry]:
@@ -361,7 +373,15 @@ def _check_role(path: Path, name: str, entry: _Entry, role: str) -> None:
     label = f"{path}[{name}]" if name else str(path)
     if entry.dtype is None:
         expected = "uint8" if role == "kv_cache" else "int32"
-        finding = Finding("bad_dtype", "violation", 1, "arrays", [{"array": label, "dtype": entry.dtype_name, "expected": expected}], f"{label}: {role} must be {expected}, got {entry.dtype_name}", "input")
+        finding = Finding(
+            "bad_dtype",
+            "violation",
+            1,
+            "arrays",
+            [{"array": label, "dtype": entry.dtype_name, "expected": expected}],
+            f"{label}: {role} must be {expected}, got {entry.dtype_name}",
+            "input",
+        )
         raise DumpError(path, f"wrong dtype for {role}{_key_note(name)}: {entry.dtype_name}, expected {expected}", [finding])
     meta = torch.empty(entry.shape, dtype=entry.dtype, device="meta")
     findings = check_arrays(**{role: meta}, names={role: label})
@@ -381,7 +401,9 @@ def _key_note(name: str) -> str:
     return f" (tensor {name!r})" if name else ""
 
 
-def load_array(path: str | os.PathLike[str], role: str, key: str | None = None, *, _files: _Files | None = None) -> tuple[torch.Tensor, str]:
+def load_array(
+    path: str | os.PathLike[str], role: str, key: str | None = None, *, _files: _Files | None = None
+) -> tuple[torch.Tensor, str]:
     """Memory-map the tensor playing `role` ("kv_cache", "indices", "indptr") from a dump file.
 
     Returns (tensor on the CPU, source label). Raises DumpError for every problem (missing,

@@ -32,6 +32,7 @@ from oracle.bound import MODES, Evaluation, Mode, evaluate_modes
 from oracle.profiles import NumericsProfile
 from strategies.materialize import Problem
 
+
 class InputsModified(AssertionError):
     """The kernel wrote into q, kv_cache, indices or indptr; the message names where."""
 
@@ -154,7 +155,9 @@ def compare(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, evalu
     bound = evaluation.out_bound.to(got.device)
     bad = ~torch.isfinite(got) & torch.isfinite(ref)
     if bool(bad.any()):
-        verdict.failures.append(f"[{mode}] out has {int(bad.sum())} non-finite values where the reference is finite, first at (row, head, dim) {_first(bad)}")
+        verdict.failures.append(
+            f"[{mode}] out has {int(bad.sum())} non-finite values where the reference is finite, first at (row, head, dim) {_first(bad)}"
+        )
     if bool((got == 0).all()) and bool((ref != 0).any()):
         verdict.failures.append(f"[{mode}] out is all zeros but the reference is not")
     err = (got - ref).abs().nan_to_num(nan=float("inf"))
@@ -171,8 +174,13 @@ def compare(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, evalu
         row, rest = divmod(flat, ratio.shape[1] * ratio.shape[2])
         head, dim = divmod(rest, ratio.shape[2])
         verdict.worst = {
-            "row": row, "head": head, "dim": dim, "mode": mode,
-            "out": float(got[row, head, dim]), "ref": float(ref[row, head, dim]), "bound": float(bound[row, head, dim]),
+            "row": row,
+            "head": head,
+            "dim": dim,
+            "mode": mode,
+            "out": float(got[row, head, dim]),
+            "ref": float(ref[row, head, dim]),
+            "bound": float(bound[row, head, dim]),
         }
     if problem.return_lse and lse is not None:
         got_lse = lse.to(torch.float64)
@@ -181,7 +189,9 @@ def compare(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, evalu
         empty = torch.isneginf(ref_lse)
         wrong_empty = empty & ~torch.isneginf(got_lse)
         if bool(wrong_empty.any()):
-            verdict.failures.append(f"[{mode}] lse of an empty row is not -inf, first at (row, head) {_first(wrong_empty)} = {float(got_lse[tuple(_first(wrong_empty))])}")
+            verdict.failures.append(
+                f"[{mode}] lse of an empty row is not -inf, first at (row, head) {_first(wrong_empty)} = {float(got_lse[tuple(_first(wrong_empty))])}"
+            )
         not_finite = ~empty & ~torch.isfinite(got_lse)
         if bool(not_finite.any()):
             verdict.failures.append(f"[{mode}] lse is not finite where the reference is, first at (row, head) {_first(not_finite)}")
@@ -212,20 +222,37 @@ class Judgement:
         return [v.message() for v in self.verdicts.values() if not v.ok]
 
 
-def judge(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, profile: NumericsProfile, *, modes: tuple[Mode, ...] = MODES) -> Judgement:
+def judge(
+    problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, profile: NumericsProfile, *, modes: tuple[Mode, ...] = MODES
+) -> Judgement:
     """Evaluate the reference and a-priori bound of `profile` for `problem` in each of `modes`
     and compare the kernel's outputs with each. Raises oracle.rows.PreconditionError when the
     problem breaks a precondition (no bound is promised then)."""
     evaluations = evaluate_modes(
-        problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
-        profile=profile, modes=modes, has_invalid=problem.has_invalid,
+        problem.q,
+        problem.kv_cache,
+        problem.indices,
+        problem.indptr,
+        problem.softmax_scale,
+        profile=profile,
+        modes=modes,
+        has_invalid=problem.has_invalid,
     )
     ordered = sorted(modes, key=lambda m: m != "exact-steps")
     verdicts = {mode: compare(problem, out, lse, evaluations[mode]) for mode in ordered}
     return Judgement(verdicts=verdicts, evaluations={m: evaluations[m] for m in ordered})
 
 
-def record(property_name: str, kernel_name: str, problem: Problem, *, outcome: str, out_ratio: float | None = None, lse_ratio: float | None = None, extra: dict[str, Any] | None = None) -> None:
+def record(
+    property_name: str,
+    kernel_name: str,
+    problem: Problem,
+    *,
+    outcome: str,
+    out_ratio: float | None = None,
+    lse_ratio: float | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
     """Append one example's result to this worker's JSON-lines file of the run (for reports).
 
     lse_ratio is None when the call returned no lse."""

@@ -28,4 +28,3 @@ def register_profiles() -> None:
     for name, profile in PROFILES.items():
         settings.register_profile(name, profile)
     settings.load_profile("ci" if os.environ.get("CI") else "dev")
-

@@ -47,9 +47,9 @@ def record_checksums(kv_cache: torch.Tensor, rows: torch.Tensor | None = None) -
     weights = _weights(kv_cache.device)
     sums = torch.empty(count, dtype=torch.int64, device=kv_cache.device)
     for start in range(0, count, CHUNK_RECORDS):
-        part = kv_cache[start:start + CHUNK_RECORDS] if rows is None else kv_cache[rows[start:start + CHUNK_RECORDS]]
+        part = kv_cache[start : start + CHUNK_RECORDS] if rows is None else kv_cache[rows[start : start + CHUNK_RECORDS]]
         words = part.contiguous().view(torch.int32).to(torch.int64)
-        sums[start:start + words.shape[0]] = (words * weights).sum(dim=1)
+        sums[start : start + words.shape[0]] = (words * weights).sum(dim=1)
     return sums
 
 
@@ -113,5 +113,6 @@ class InputSnapshot:
 def snapshot(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, indptr: torch.Tensor) -> InputSnapshot:
     """Copy q, indices and indptr and checksum every record of kv_cache (see module docstring)."""
     rows = checked_rows(kv_cache, indices)
-    return InputSnapshot(q=_bytes(q), indices=_bytes(indices), indptr=_bytes(indptr),
-                         kv_checksums=record_checksums(kv_cache, rows), kv_rows=rows)
+    return InputSnapshot(
+        q=_bytes(q), indices=_bytes(indices), indptr=_bytes(indptr), kv_checksums=record_checksums(kv_cache, rows), kv_rows=rows
+    )

@@ -64,7 +64,7 @@ def candidates(recipe: Any) -> Iterator[tuple[str, dict[str, Any]]]:
         yield "second half of the rows", with_rows(lengths[half:])
         if n <= 32:
             for i in range(n):
-                yield f"row {i} dropped", with_rows(lengths[:i] + lengths[i + 1:])
+                yield f"row {i} dropped", with_rows(lengths[:i] + lengths[i + 1 :])
     heads = base["heads"]
     for h in sorted({1, heads // 2, heads - 1}):
         if 1 <= h < heads:
@@ -88,7 +88,7 @@ def candidates(recipe: Any) -> Iterator[tuple[str, dict[str, Any]]]:
         yield "no corruptions", {**base, "corruptions": []}
         for i, c in enumerate(corruptions):
             if len(corruptions) > 1:
-                yield f"corruption {i} dropped", {**base, "corruptions": corruptions[:i] + corruptions[i + 1:]}
+                yield f"corruption {i} dropped", {**base, "corruptions": corruptions[:i] + corruptions[i + 1 :]}
             if c.get("count", 1) > 1:
                 fewer = [dict(x) for x in corruptions]
                 fewer[i]["count"] = 1
@@ -118,8 +118,15 @@ class MinimiseResult:
         return bool(self.accepted)
 
 
-def minimise(recipe: Any, check: Check, *, signature: frozenset[str] | None = None, max_tries: int = 300, max_seconds: float = 300.0,
-             log: Callable[[str], None] | None = None) -> MinimiseResult:
+def minimise(
+    recipe: Any,
+    check: Check,
+    *,
+    signature: frozenset[str] | None = None,
+    max_tries: int = 300,
+    max_seconds: float = 300.0,
+    log: Callable[[str], None] | None = None,
+) -> MinimiseResult:
     """Greedily shrink `recipe` while `check(candidate)` returns the same failure signature as
     `check(recipe)` (or `signature` when given). `check` returns an empty set for a passing
     recipe. Budget: `max_tries` candidate checks, `max_seconds` wall-clock seconds."""
@@ -167,8 +174,8 @@ def minimise(recipe: Any, check: Check, *, signature: frozenset[str] | None = No
 
 def in_process_check(suite: Any, expect: str, *, name: str = "minimise") -> Check:
     """A check running the replay diagnosis in this process (state in a temporary folder)."""
-    from conformance.replay import diagnose, sandbox_state
     from conformance.corpus import CorpusEntry
+    from conformance.replay import diagnose, sandbox_state
 
     def check(recipe: Any) -> frozenset[str]:
         with sandbox_state():
@@ -185,8 +192,8 @@ def isolated_check(*, kernel: str | None, profile: str | None, device: str | Non
     import tempfile
     from pathlib import Path
 
-    from conformance.replay import run_isolated
     from conformance.corpus import CorpusEntry
+    from conformance.replay import run_isolated
 
     def check(recipe: Any) -> frozenset[str]:
         with tempfile.TemporaryDirectory(prefix="conformance-minimise-") as folder:

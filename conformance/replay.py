@@ -85,7 +85,7 @@ def load_replayable(path: Path, *, expect: str | None = None) -> tuple[Any, str]
 
 
 def entry_status(path: Path) -> str:
-    """"pending", "reviewed" or "file" (outside the corpus) for an entry's path."""
+    """ "pending", "reviewed" or "file" (outside the corpus) for an entry's path."""
     resolved = path.resolve()
     if resolved.parent == pending_dir().resolve():
         return "pending"
@@ -226,15 +226,21 @@ def comparison_details(output: str, got: Any, ref: Any, bound: Any, *, mode: str
     flat = int(torch.argmax(ratio))
     at = [int(x) for x in torch.unravel_index(torch.tensor(flat), ratio.shape)]
     finite_err = err[torch.isfinite(err)]
-    stats.update({
-        "max_err": _num(float(err.max())),
-        "max_finite_err": _num(float(finite_err.max())) if finite_err.numel() else None,
-        "max_bound": _num(float(bound.max())),
-        "worst_ratio": _num(float(ratio.reshape(-1)[flat])),
-        "worst_at": dict(zip(names, at, strict=True)),
-        "worst": {"got": _num(float(got.reshape(-1)[flat])), "ref": _num(float(ref.reshape(-1)[flat])),
-                  "err": _num(float(err.reshape(-1)[flat])), "bound": _num(float(bound.reshape(-1)[flat]))},
-    })
+    stats.update(
+        {
+            "max_err": _num(float(err.max())),
+            "max_finite_err": _num(float(finite_err.max())) if finite_err.numel() else None,
+            "max_bound": _num(float(bound.max())),
+            "worst_ratio": _num(float(ratio.reshape(-1)[flat])),
+            "worst_at": dict(zip(names, at, strict=True)),
+            "worst": {
+                "got": _num(float(got.reshape(-1)[flat])),
+                "ref": _num(float(ref.reshape(-1)[flat])),
+                "err": _num(float(err.reshape(-1)[flat])),
+                "bound": _num(float(bound.reshape(-1)[flat])),
+            },
+        }
+    )
     over = ratio > 1
     n_over = int(over.sum())
     stats["exceeding"] = n_over
@@ -243,8 +249,16 @@ def comparison_details(output: str, got: Any, ref: Any, bound: Any, *, mode: str
         elements = []
         for value, i in zip(values.tolist(), idx.tolist(), strict=True):
             where = [int(x) for x in torch.unravel_index(torch.tensor(i), ratio.shape)]
-            elements.append({**dict(zip(names, where, strict=True)), "got": _num(float(got.reshape(-1)[i])), "ref": _num(float(ref.reshape(-1)[i])),
-                             "err": _num(float(err.reshape(-1)[i])), "bound": _num(float(bound.reshape(-1)[i])), "ratio": _num(float(value))})
+            elements.append(
+                {
+                    **dict(zip(names, where, strict=True)),
+                    "got": _num(float(got.reshape(-1)[i])),
+                    "ref": _num(float(ref.reshape(-1)[i])),
+                    "err": _num(float(err.reshape(-1)[i])),
+                    "bound": _num(float(bound.reshape(-1)[i])),
+                    "ratio": _num(float(value)),
+                }
+            )
         stats["top_elements"] = elements
         stats["by"] = {names[axis]: _top_groups(over, ratio, names, axis, top) for axis in range(len(names))}
     return stats
@@ -255,8 +269,14 @@ def _findings(problem: Any) -> tuple[list[dict[str, Any]], list[str], str | None
     from oracle.preconditions import KINDS, check_call
 
     try:
-        found = check_call(problem.q, problem.kv_cache, problem.indices, problem.indptr, has_invalid=problem.has_invalid,
-                           softmax_scale=problem.softmax_scale)
+        found = check_call(
+            problem.q,
+            problem.kv_cache,
+            problem.indices,
+            problem.indptr,
+            has_invalid=problem.has_invalid,
+            softmax_scale=problem.softmax_scale,
+        )
     except ContractError as err:
         return [], [], f"the call breaks the contract: {err}"
     kinds = {f.kind for f in found}
@@ -317,7 +337,9 @@ def diagnose(entry: Any, suite: Any, *, top: int = DEFAULT_TOP, findings: bool =
         judgement = judge(problem, out, lse, suite.profile)
     except PreconditionError as err:
         diag.outcome = "fail"
-        diag.reasons.append(f"no bound is promised for this recipe ({err}): it breaks a precondition, so its entry should expect 'precondition'")
+        diag.reasons.append(
+            f"no bound is promised for this recipe ({err}): it breaks a precondition, so its entry should expect 'precondition'"
+        )
         return diag
     except Exception as err:  # noqa: BLE001 - outputs the comparison cannot read are a failure of the kernel, not of replay
         diag.outcome = "fail"
@@ -386,7 +408,7 @@ def child_env(state: Path | None = None) -> dict[str, str]:
 
 
 def signal_name(number: int) -> str:
-    """"SIGKILL" for 9, etc.; "signal N" when unknown."""
+    """ "SIGKILL" for 9, etc.; "signal N" when unknown."""
     try:
         return signal.Signals(number).name
     except ValueError:
@@ -415,8 +437,16 @@ class IsolatedResult:
     diagnosis: Diagnosis | None
 
 
-def run_isolated(path: Path, *, kernel: str | None, profile: str | None, device: str | None, expect: str | None = None,
-                 top: int = DEFAULT_TOP, timeout_s: float = DEFAULT_ISOLATE_TIMEOUT_S) -> IsolatedResult:
+def run_isolated(
+    path: Path,
+    *,
+    kernel: str | None,
+    profile: str | None,
+    device: str | None,
+    expect: str | None = None,
+    top: int = DEFAULT_TOP,
+    timeout_s: float = DEFAULT_ISOLATE_TIMEOUT_S,
+) -> IsolatedResult:
     """Replay `path` in a child process (`python -m conformance replay --no-isolate`) with its
     own state folder. A child killed by a signal or past `timeout_s` seconds gives a diagnosis
     with outcome "crash" and what it had in flight."""
@@ -453,8 +483,16 @@ def run_isolated(path: Path, *, kernel: str | None, profile: str | None, device:
                 from kernel.registry import default_kernel_name
 
                 kernel = f"{default_kernel_name()} (the machine's default)"
-            diagnosis = Diagnosis(name=path.stem, expect=expect or "?", kernel=kernel, profile=profile or "?", device=device or "?",
-                                  outcome="crash", reasons=[how], crash={"kind": kind_of_crash, "returncode": returncode, "in_flight": inflight})
+            diagnosis = Diagnosis(
+                name=path.stem,
+                expect=expect or "?",
+                kernel=kernel,
+                profile=profile or "?",
+                device=device or "?",
+                outcome="crash",
+                reasons=[how],
+                crash={"kind": kind_of_crash, "returncode": returncode, "in_flight": inflight},
+            )
         return IsolatedResult(returncode, stdout, stderr, diagnosis)
     finally:
         shutil.rmtree(state, ignore_errors=True)
@@ -494,8 +532,10 @@ def format_header(entry: Any, kind: str, path: Path, suite: Any, *, kernel_given
     replay does not run that kernel."""
     r = entry.recipe
     prov = entry.provenance or {}
-    lines = [f"replay {path} ({'bare recipe' if kind == 'recipe' else entry_status(path) + ' entry'})",
-             f"  entry:  {entry.name}, expect {entry.expect}"]
+    lines = [
+        f"replay {path} ({'bare recipe' if kind == 'recipe' else entry_status(path) + ' entry'})",
+        f"  entry:  {entry.name}, expect {entry.expect}",
+    ]
     if prov:
         lines.append(f"  caught: {str(prov.get('caught', '?'))[:300]}")
         lines.append(f"          kernel {prov.get('kernel', '?')}, property {prov.get('property', '?')}, {prov.get('date', '?')}")
@@ -503,14 +543,20 @@ def format_header(entry: Any, kind: str, path: Path, suite: Any, *, kernel_given
     lines.append(f"  kernel: {suite.name} (profile {suite.profile.name}) on {suite.device}{default}")
     other = caught_with(entry)
     if other and other != suite.name:
-        lines.append(f"  NOTE:   the entry was caught with kernel {other}; this replay runs {suite.name}, not {other} "
-                     f"(--kernel {other} replays against it)")
+        lines.append(
+            f"  NOTE:   the entry was caught with kernel {other}; this replay runs {suite.name}, not {other} "
+            f"(--kernel {other} replays against it)"
+        )
     lengths = list(r.row_lengths)
     shown = lengths if len(lengths) <= 12 else lengths[:12] + ["..."]
-    lines.append(f"  recipe: n_q {r.n_q}, heads {r.heads}, row lengths {shown} ({r.total_keys} keys), cache rows {r.cache_rows}, seed {r.seed}")
-    lines.append(f"          index {r.index_pattern}, invalid {r.invalid_pattern} (has_invalid {r.has_invalid}), latent {r.latent}, rope {r.rope}, q {r.q}, "
-                 f"softmax_scale {r.softmax_scale}, writer {r.writer}, q_pad {list(r.q_pad)}, out_pad {r.out_pad and list(r.out_pad)}, "
-                 f"return_lse {r.return_lse}, poison {r.poison}" + (f", corruptions {list(r.corruptions)}" if r.corruptions else ""))
+    lines.append(
+        f"  recipe: n_q {r.n_q}, heads {r.heads}, row lengths {shown} ({r.total_keys} keys), cache rows {r.cache_rows}, seed {r.seed}"
+    )
+    lines.append(
+        f"          index {r.index_pattern}, invalid {r.invalid_pattern} (has_invalid {r.has_invalid}), latent {r.latent}, rope {r.rope}, q {r.q}, "
+        f"softmax_scale {r.softmax_scale}, writer {r.writer}, q_pad {list(r.q_pad)}, out_pad {r.out_pad and list(r.out_pad)}, "
+        f"return_lse {r.return_lse}, poison {r.poison}" + (f", corruptions {list(r.corruptions)}" if r.corruptions else "")
+    )
     return "\n".join(lines)
 
 
@@ -529,38 +575,49 @@ def format_diagnosis(diag: Diagnosis) -> str:
             lines.append(f"  hold:    {', '.join(diag.holds)}")
     if diag.comparisons:
         lines.append("comparison with the float64 reference (err = |kernel - reference|, bound = the profile's a-priori bound):")
-        lines.append(f"  {'mode':<12} {'output':<6} {'max |err|':>10} {'max bound':>10} {'worst err/bound':>16}  {'at':<28} {'exceeding':>12}")
+        lines.append(
+            f"  {'mode':<12} {'output':<6} {'max |err|':>10} {'max bound':>10} {'worst err/bound':>16}  {'at':<28} {'exceeding':>12}"
+        )
         for c in diag.comparisons:
             if "worst_ratio" not in c:
                 lines.append(f"  {c['mode']:<12} {c['output']:<6} (empty)")
                 continue
-            lines.append(f"  {c['mode']:<12} {c['output']:<6} {_g(c['max_err']):>10} {_g(c['max_bound']):>10} {_g(c['worst_ratio']):>16}  "
-                         f"{_where(c['worst_at']):<28} {c['exceeding']:>5} / {c['elements']}")
+            lines.append(
+                f"  {c['mode']:<12} {c['output']:<6} {_g(c['max_err']):>10} {_g(c['max_bound']):>10} {_g(c['worst_ratio']):>16}  "
+                f"{_where(c['worst_at']):<28} {c['exceeding']:>5} / {c['elements']}"
+            )
         shown: dict[str, dict[str, Any]] = {}
         for c in diag.comparisons:
             if not c.get("exceeding"):
                 continue
             before = shown.get(c["output"])
             if before is not None and before["exceeding"] == c["exceeding"] and _places(before) == _places(c):
-                lines.append(f"  [{c['mode']}] {c['output']}: the same {c['exceeding']} values exceed as in [{before['mode']}] "
-                             f"(worst err/bound {_g(c['worst_ratio'])})")
+                lines.append(
+                    f"  [{c['mode']}] {c['output']}: the same {c['exceeding']} values exceed as in [{before['mode']}] "
+                    f"(worst err/bound {_g(c['worst_ratio'])})"
+                )
                 continue
             shown[c["output"]] = c
             lines.append(f"  [{c['mode']}] {c['output']}: {c['exceeding']} of {c['elements']} values exceed the bound; worst:")
             for e in c["top_elements"]:
-                lines.append(f"    {_where(e):<28} got {_g(e['got'])}, ref {_g(e['ref'])}, err {_g(e['err'])}, bound {_g(e['bound'])}, err/bound {_g(e['ratio'])}")
+                lines.append(
+                    f"    {_where(e):<28} got {_g(e['got'])}, ref {_g(e['ref'])}, err {_g(e['err'])}, bound {_g(e['bound'])}, err/bound {_g(e['ratio'])}"
+                )
             for name, groups in c["by"].items():
                 listed = "; ".join(f"{name} {g[name]}: {g['exceeding']} over, max {_g(g['max_ratio'])}" for g in groups)
                 lines.append(f"    by {name:<4} {listed}")
     if diag.observed is not None:
-        lines.append(f"behaviour under the violation: {diag.observed.get('behaviour', '?')} (violated: {', '.join(diag.observed.get('kinds', [])) or '-'})")
+        lines.append(
+            f"behaviour under the violation: {diag.observed.get('behaviour', '?')} (violated: {', '.join(diag.observed.get('kinds', [])) or '-'})"
+        )
     if diag.crash and diag.crash.get("in_flight"):
         f = diag.crash["in_flight"]
         lines.append(f"in flight when it died: kernel {f.get('kernel')}, property {f.get('property')}, device {f.get('device')}")
     verdicts = {
         ("pass", "conform"): "CONFORMS: every value within the bound in both comparison modes",
         ("pass", "precondition"): "PROMISES HOLD: the kernel did what the contract still promises under the violation",
-        ("skip", "conform"): "SKIPPED", ("skip", "precondition"): "SKIPPED",
+        ("skip", "conform"): "SKIPPED",
+        ("skip", "precondition"): "SKIPPED",
     }
     verdict = verdicts.get((diag.outcome, diag.expect), {"fail": "FAILS", "crash": "CRASH"}.get(diag.outcome, diag.outcome.upper()))
     lines.append(f"verdict: {verdict} (kernel {diag.kernel})")
@@ -568,5 +625,3 @@ def format_diagnosis(diag: Diagnosis) -> str:
         for i, line in enumerate(str(reason).splitlines()):
             lines.append(("  - " if i == 0 else "    ") + line)
     return "\n".join(lines)
-
-

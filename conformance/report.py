@@ -55,8 +55,10 @@ from conformance.wal import atomic_write_text
 SCHEMA = 1
 REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "report.png"
 OUTPUTS = ("out", "lse")
-RATIO_NOTE = ('ratios are max |err| / bound over one kernel call; an infinite ratio (an error where the bound is 0) '
-              'is written as the string "inf", an undefined one (NaN) as null')
+RATIO_NOTE = (
+    "ratios are max |err| / bound over one kernel call; an infinite ratio (an error where the bound is 0) "
+    'is written as the string "inf", an undefined one (NaN) as null'
+)
 NO_MODE = "unspecified"
 RUN_FILE_PATTERNS = (SESSION_FILE, "examples-*.jsonl", "failures-*.jsonl", CRASHES_LOG, "inflight-*.json")
 CLEAN = "clean"
@@ -81,7 +83,9 @@ def session_problems(run_dir: Path, session: dict[str, Any] | None) -> tuple[str
     """(status or None, reasons) from the session marker alone: "running", "unfinished",
     "failed" or None when the session finished with exit status 0 (or none recorded)."""
     if session is None:
-        return "unfinished", [f"no {SESSION_FILE}: nothing says this run finished (a session that never started its marker, or not a suite run)"]
+        return "unfinished", [
+            f"no {SESSION_FILE}: nothing says this run finished (a session that never started its marker, or not a suite run)"
+        ]
     started = session.get("started")
     when = datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds") if isinstance(started, int | float) else "?"
     who = f"{session.get('kind', 'session')} pid {session.get('pid', '?')} on {session.get('host', '?')}, started {when}"
@@ -96,6 +100,8 @@ def session_problems(run_dir: Path, session: dict[str, Any] | None) -> tuple[str
         meaning = _EXIT_MEANING.get(str(session.get("kind")), {}).get(int(status), "")
         return "failed", [f"the session ({who}) exited with status {status}" + (f" ({meaning})" if meaning else "")]
     return None, []
+
+
 _NUMBERS = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")  # behaviours are grouped with their numbers as N
 
 
@@ -226,13 +232,17 @@ def _returns_lse(line: dict[str, Any]) -> bool:
 
 def collect_ratios(data: RunData) -> dict[str, dict[str, dict[str, dict[str, list[float]]]]]:
     """kernel -> property group -> output -> mode -> every recorded ratio (for histograms)."""
-    ratios: dict[str, dict[str, dict[str, dict[str, list[float]]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
+    ratios: dict[str, dict[str, dict[str, dict[str, list[float]]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    )
     for line in data.examples:
         for output in OUTPUTS:
             value = _as_ratio(line.get(f"{output}_ratio"))
             if value is None or (output == "lse" and not _returns_lse(line)):
                 continue
-            ratios[str(line.get("kernel"))][property_group(str(line.get("property")))][output][str(line.get("mode") or NO_MODE)].append(value)
+            ratios[str(line.get("kernel"))][property_group(str(line.get("property")))][output][str(line.get("mode") or NO_MODE)].append(
+                value
+            )
     return ratios
 
 
@@ -296,12 +306,21 @@ def build_report(data: RunData) -> dict[str, Any]:
             if wk != kernel:
                 continue
             k["largest_ratio"].setdefault(output, {})[mode] = {
-                "ratio": _finite_or_tag(value), "property": line.get("property"), "outcome": line.get("outcome"), "recipe": line.get("recipe"),
+                "ratio": _finite_or_tag(value),
+                "property": line.get("property"),
+                "outcome": line.get("outcome"),
+                "recipe": line.get("recipe"),
             }
         k["preconditions"] = [
-            {"property": group, "kinds": list(kinds), "examples": v["examples"], "behaviours": dict(sorted(v["behaviours"].items())),
-             "non_finite_out_max": v["non_finite_out_max"]}
-            for (wk, group, kinds), v in sorted(preconditions.items()) if wk == kernel
+            {
+                "property": group,
+                "kinds": list(kinds),
+                "examples": v["examples"],
+                "behaviours": dict(sorted(v["behaviours"].items())),
+                "non_finite_out_max": v["non_finite_out_max"],
+            }
+            for (wk, group, kinds), v in sorted(preconditions.items())
+            if wk == kernel
         ]
 
     run_name = data.run_dir.name
@@ -369,12 +388,16 @@ def render_markdown(report: dict[str, Any]) -> str:
     session = report.get("session") or {}
     started = session.get("started")
     when = datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds") if isinstance(started, int | float) else "unknown"
-    lines.append(f"- status: **{report['status']}**; {report['examples']} examples, {report['failing_examples']} failing, "
-                 f"{len(report['failures'])} failing tests with saved recipes, {len(report['crashes'])} crashes")
+    lines.append(
+        f"- status: **{report['status']}**; {report['examples']} examples, {report['failing_examples']} failing, "
+        f"{len(report['failures'])} failing tests with saved recipes, {len(report['crashes'])} crashes"
+    )
     for reason in report.get("status_reasons", []):
         lines.append(f"- not clean: {reason}")
-    lines.append(f"- run folder: `{report['run_dir']}`; started {when}; kind {session.get('kind', 'unknown')}"
-                 + (f"; exit status {session['exitstatus']}" if session.get("exitstatus") is not None else ""))
+    lines.append(
+        f"- run folder: `{report['run_dir']}`; started {when}; kind {session.get('kind', 'unknown')}"
+        + (f"; exit status {session['exitstatus']}" if session.get("exitstatus") is not None else "")
+    )
     for note in report["notes"]:
         lines.append(f"- note: {note}")
     plot = report.get("plot") or {}
@@ -398,17 +421,28 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {name} | {p['examples']} | {outcomes} | {cells[0]} | {cells[1]} |")
         lines.append("")
         if k["largest_ratio"]:
-            lines += ["Largest error / bound per output and comparison mode:", "", "| output | mode | ratio | property | outcome |", "|---|---|---:|---|---|"]
+            lines += [
+                "Largest error / bound per output and comparison mode:",
+                "",
+                "| output | mode | ratio | property | outcome |",
+                "|---|---|---:|---|---|",
+            ]
             for output, by_mode in k["largest_ratio"].items():
                 for mode, v in by_mode.items():
                     lines.append(f"| {output} | {mode} | {_fmt(v['ratio'])} | {v['property']} | {v['outcome']} |")
             lines.append("")
         if k["preconditions"]:
-            lines += ["Precondition violations and the behaviour observed:", "",
-                      "| property | violated | examples | behaviour observed | most non-finite outputs |", "|---|---|---:|---|---:|"]
+            lines += [
+                "Precondition violations and the behaviour observed:",
+                "",
+                "| property | violated | examples | behaviour observed | most non-finite outputs |",
+                "|---|---|---:|---|---:|",
+            ]
             for v in k["preconditions"]:
                 behaviours = "; ".join(f"{b} (x{n})" for b, n in v["behaviours"].items())
-                lines.append(f"| {v['property']} | {', '.join(v['kinds']) or '-'} | {v['examples']} | {behaviours} | {v['non_finite_out_max']} |")
+                lines.append(
+                    f"| {v['property']} | {', '.join(v['kinds']) or '-'} | {v['examples']} | {behaviours} | {v['non_finite_out_max']} |"
+                )
             lines.append("")
     if not report["kernels"]:
         lines += ["No examples recorded.", ""]
@@ -419,7 +453,10 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append(f"- `{f.get('nodeid')}` ({f.get('kernel')}, {f.get('property')}): {f.get('caught')}")
             lines.append(f"  - recipe: `{f.get('entry')}`")
     else:
-        lines.append("None with a saved recipe." + (f" ({report['failing_examples']} failing examples recorded.)" if report["failing_examples"] else ""))
+        lines.append(
+            "None with a saved recipe."
+            + (f" ({report['failing_examples']} failing examples recorded.)" if report["failing_examples"] else "")
+        )
     lines.append("")
     lines.append("## Crashes")
     lines.append("")
@@ -522,13 +559,19 @@ def summary_line(files: ReportFiles) -> str:
     r = files.report
     worst = []
     for kernel, k in r["kernels"].items():
-        ratios = [f"{output} {_fmt(v['ratio'])}" for output, by_mode in k["largest_ratio"].items()
-                  for mode, v in by_mode.items() if mode == "exact-steps"]
+        ratios = [
+            f"{output} {_fmt(v['ratio'])}"
+            for output, by_mode in k["largest_ratio"].items()
+            for mode, v in by_mode.items()
+            if mode == "exact-steps"
+        ]
         if ratios:
             worst.append(f"{kernel}: {' / '.join(ratios)}")
     ratio = f", max err/bound (exact-steps) {'; '.join(worst)}" if worst else ""
-    return (f"conformance report: {r['status']}, {r['examples']} examples, {r['failing_examples']} failing, "
-            f"{len(r['crashes'])} crashes{ratio} -> {files.md_path}")
+    return (
+        f"conformance report: {r['status']}, {r['examples']} examples, {r['failing_examples']} failing, "
+        f"{len(r['crashes'])} crashes{ratio} -> {files.md_path}"
+    )
 
 
 def latest_run(root: Path | None = None) -> Path | None:

@@ -88,17 +88,31 @@ def combine(problems: list[Problem]) -> tuple[Problem, torch.Tensor]:
     return combined, torch.cat(owners)
 
 
-def run_campaign(kernel_name: str, problems: int, *, device: str = "cpu", max_total_keys: int = 2048, seed: int = 0, progress: bool = True) -> dict[str, Any]:
+def run_campaign(
+    kernel_name: str, problems: int, *, device: str = "cpu", max_total_keys: int = 2048, seed: int = 0, progress: bool = True
+) -> dict[str, Any]:
     """Judge `problems` Hypothesis-drawn problems; return the summary (see module docstring)."""
     backend = resolve(kernel_name)
     profile = load_profile(backend.profile)
     stats: dict[str, Any] = {
-        "kernel": kernel_name, "profile": profile.name, "device": device, "problems": 0, "violations": [],
-        "max_ratio": {f"{o}/{m}": 0.0 for o in ("out", "lse") for m in MODES}, "worst_recipe": {},
+        "kernel": kernel_name,
+        "profile": profile.name,
+        "device": device,
+        "problems": 0,
+        "violations": [],
+        "max_ratio": {f"{o}/{m}": 0.0 for o in ("out", "lse") for m in MODES},
+        "worst_recipe": {},
     }
     started = time.time()
 
-    @settings(max_examples=max(1, problems // BATCH), deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck), phases=("generate", "target"))
+    @settings(
+        max_examples=max(1, problems // BATCH),
+        deadline=None,
+        database=None,
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+        phases=("generate", "target"),
+    )
     @given(batch=recipe_batches(size=BATCH, max_total_keys=max_total_keys))
     def probe(batch):  # type: ignore[no-untyped-def]
         problem, owners = combine([materialize(recipe, device) for recipe in batch])
@@ -119,7 +133,12 @@ def run_campaign(kernel_name: str, problems: int, *, device: str = "cpu", max_to
         if progress:
             rate = stats["problems"] / (time.time() - started)
             ratios = " ".join(f"{k}={v:.3g}" for k, v in stats["max_ratio"].items())
-            print(f"\r{stats['problems']}/{problems} problems, {rate:.1f}/s, violations {len(stats['violations'])}, max {ratios}", file=sys.stderr, end="", flush=True)
+            print(
+                f"\r{stats['problems']}/{problems} problems, {rate:.1f}/s, violations {len(stats['violations'])}, max {ratios}",
+                file=sys.stderr,
+                end="",
+                flush=True,
+            )
 
     torch.manual_seed(seed)
     probe()
@@ -132,9 +151,15 @@ def run_campaign(kernel_name: str, problems: int, *, device: str = "cpu", max_to
 def merge(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """One summary of several campaigns (e.g. parallel processes): counts add, maxima combine."""
     merged: dict[str, Any] = {
-        "kernel": summaries[0]["kernel"], "profile": summaries[0]["profile"], "device": summaries[0]["device"],
-        "problems": sum(s["problems"] for s in summaries), "violations": [v for s in summaries for v in s["violations"]],
-        "max_ratio": {}, "worst_recipe": {}, "seconds": max(s.get("seconds", 0.0) for s in summaries), "campaigns": len(summaries),
+        "kernel": summaries[0]["kernel"],
+        "profile": summaries[0]["profile"],
+        "device": summaries[0]["device"],
+        "problems": sum(s["problems"] for s in summaries),
+        "violations": [v for s in summaries for v in s["violations"]],
+        "max_ratio": {},
+        "worst_recipe": {},
+        "seconds": max(s.get("seconds", 0.0) for s in summaries),
+        "campaigns": len(summaries),
     }
     for key in summaries[0]["max_ratio"]:
         best = max(summaries, key=lambda s: s["max_ratio"][key])
@@ -151,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--max-total-keys", type=int, default=2048)
     parser.add_argument("--json", default=None, help="write the summary here")
-    parser.add_argument("--merge", nargs="+", default=None, metavar="SUMMARY", help="merge summaries of earlier campaigns instead of running one")
+    parser.add_argument(
+        "--merge", nargs="+", default=None, metavar="SUMMARY", help="merge summaries of earlier campaigns instead of running one"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     args = parser.parse_args(argv)
     if args.merge:

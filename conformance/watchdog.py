@@ -71,6 +71,7 @@ def limit_call(
     thread = threading.Thread(target=watchdog, name="conformance-call-watchdog", daemon=True)
     previous = None
     if soft:
+
         def on_alarm(signum: int, frame: object) -> None:
             raise KernelHung(timeout_s)
 

@@ -82,8 +82,15 @@ class Backend:
         """Whether this backend takes the call; the reason when it does not."""
         try:
             info = validate_call(
-                q, kv_cache, indices, indptr, softmax_scale,
-                has_invalid=has_invalid, return_lse=return_lse, out=out, max_heads=self.max_heads,
+                q,
+                kv_cache,
+                indices,
+                indptr,
+                softmax_scale,
+                has_invalid=has_invalid,
+                return_lse=return_lse,
+                out=out,
+                max_heads=self.max_heads,
             )
         except ContractError as err:
             return Support(False, str(err))

@@ -30,8 +30,7 @@ def _wrap_external(spec: str, obj: object, profile: str | None) -> Backend:
     declared = profile or getattr(obj, "profile", None)
     if not declared:
         raise BackendUnavailable(
-            f"{spec} declares no numerics profile: give the callable a `profile` attribute "
-            "or pass one (--profile NAME)"
+            f"{spec} declares no numerics profile: give the callable a `profile` attribute or pass one (--profile NAME)"
         )
     try:
         params = inspect.signature(obj).parameters
@@ -90,7 +89,9 @@ def resolve(name: str, *, profile: str | None = None) -> Backend:
         except ImportError as err:
             raise BackendUnavailable(f"cannot import {module_name!r} for kernel {name!r}: {err}") from err
         except SyntaxError as err:
-            raise BackendUnavailable(f"cannot import {module_name!r} for kernel {name!r}: syntax error in {err.filename}, line {err.lineno}: {err.msg}") from err
+            raise BackendUnavailable(
+                f"cannot import {module_name!r} for kernel {name!r}: syntax error in {err.filename}, line {err.lineno}: {err.msg}"
+            ) from err
         except Exception as err:  # noqa: BLE001 - any failure while importing the user's module is a usage error
             raise BackendUnavailable(f"cannot import {module_name!r} for kernel {name!r}: {type(err).__name__} at import: {err}") from err
         try:
@@ -99,9 +100,7 @@ def resolve(name: str, *, profile: str | None = None) -> Backend:
             raise BackendUnavailable(f"module {module_name!r} has no attribute {attr!r}") from err
         return _wrap_external(name, obj, profile)
     else:
-        raise BackendUnavailable(
-            f"unknown kernel {name!r}: use one of {', '.join(BUILTIN_NAMES)} or package.module:attr"
-        )
+        raise BackendUnavailable(f"unknown kernel {name!r}: use one of {', '.join(BUILTIN_NAMES)} or package.module:attr")
     if profile is not None and profile != backend.profile:
         backend = Backend(**{**backend.__dict__, "profile": profile})
     return backend

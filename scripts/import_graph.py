@@ -187,12 +187,28 @@ def draw(edges: dict[str, set[str]], path: Path) -> None:
     for a, targets in groups.items():
         for b in targets:
             if a in pos and b in pos:
-                ax.annotate("", xy=pos[b], xytext=pos[a],
-                            arrowprops={"arrowstyle": "->", "color": "tab:red" if pos[b][1] > pos[a][1] else "0.45",
-                                        "shrinkA": 28, "shrinkB": 28, "connectionstyle": "arc3,rad=0.08"})
+                ax.annotate(
+                    "",
+                    xy=pos[b],
+                    xytext=pos[a],
+                    arrowprops={
+                        "arrowstyle": "->",
+                        "color": "tab:red" if pos[b][1] > pos[a][1] else "0.45",
+                        "shrinkA": 28,
+                        "shrinkB": 28,
+                        "connectionstyle": "arc3,rad=0.08",
+                    },
+                )
     for name, (x, y) in pos.items():
-        ax.text(x, y, f"{name}\n{sizes.get(name, 0)} modules", ha="center", va="center", fontsize=10,
-                bbox={"boxstyle": "round", "facecolor": "#e8f0fe" if "conformance." in name else "#f4f4f4", "edgecolor": "0.3"})
+        ax.text(
+            x,
+            y,
+            f"{name}\n{sizes.get(name, 0)} modules",
+            ha="center",
+            va="center",
+            fontsize=10,
+            bbox={"boxstyle": "round", "facecolor": "#e8f0fe" if "conformance." in name else "#f4f4f4", "edgecolor": "0.3"},
+        )
     ax.set_axis_off()
     ax.set_title("Import graph between groups (arrow: imports; red would be an upward import)")
     fig.tight_layout()

@@ -90,11 +90,19 @@ def bare_kernel(name: str, inputs: Any, seed: int) -> Callable[[], object] | Non
 
         n_q, heads = inputs.q.shape[:2]
         rows = gather_rows(inputs.indices, inputs.indptr, inputs.kv_cache, multiple=KEY_MULTIPLE)
-        bias = torch.where(rows.valid, 0.0, float("-inf")).to(torch.bfloat16).view(n_q, 1, 1, -1).expand(n_q, 1, heads, rows.width).contiguous()
+        bias = (
+            torch.where(rows.valid, 0.0, float("-inf"))
+            .to(torch.bfloat16)
+            .view(n_q, 1, 1, -1)
+            .expand(n_q, 1, heads, rows.width)
+            .contiguous()
+        )
         q4 = inputs.q.contiguous().view(n_q, 1, heads, -1)
         keys = rows.keys.view(n_q, 1, rows.width, -1)
         scale = float(inputs.softmax_scale)
-        return lambda: torch.ops.aten._scaled_dot_product_efficient_attention(q4, keys, keys[..., :LATENT_DIM], bias, True, 0.0, False, scale=scale)
+        return lambda: torch.ops.aten._scaled_dot_product_efficient_attention(
+            q4, keys, keys[..., :LATENT_DIM], bias, True, 0.0, False, scale=scale
+        )
     return None
 
 
@@ -115,8 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     peak_fp64 = fp64_peak(name)
     cache = build_cache(args.cache_rows, device, seed=args.seed)
     results: list[dict[str, Any]] = []
-    header = f"{'KERNEL':<22} {'N_Q':>5} {'MEDIAN ms':>10} {'MIN ms':>9} {'GB/s':>8}  {'gather lim ms':>13} {'fp64 lim ms':>11} {'x limit':>8}"
-    print(f"device {name}; peak {peak_bw and peak_bw / 1e12} TB/s, fp64 {peak_fp64 and peak_fp64 / 1e12} TFLOP/s (spec sheets); keys {args.keys}, H {args.heads}, cache {args.cache_rows} rows")
+    header = (
+        f"{'KERNEL':<22} {'N_Q':>5} {'MEDIAN ms':>10} {'MIN ms':>9} {'GB/s':>8}  {'gather lim ms':>13} {'fp64 lim ms':>11} {'x limit':>8}"
+    )
+    print(
+        f"device {name}; peak {peak_bw and peak_bw / 1e12} TB/s, fp64 {peak_fp64 and peak_fp64 / 1e12} TFLOP/s (spec sheets); keys {args.keys}, H {args.heads}, cache {args.cache_rows} rows"
+    )
     print(header)
     print("-" * len(header))
     for n_q in [int(x) for x in args.n_q.split(",")]:
@@ -126,7 +138,14 @@ def main(argv: list[str] | None = None) -> int:
         gather_ms = None if peak_bw is None else nbytes / peak_bw * 1e3
         fp64_ms = None if peak_fp64 is None else flops / peak_fp64 * 1e3
         for row, fn in cases(inputs, args.heads, args.seed):
-            entry: dict[str, Any] = {"kernel": row, "n_q": n_q, "keys": args.keys, "heads": args.heads, "gather_limit_ms": gather_ms, "fp64_limit_ms": fp64_ms}
+            entry: dict[str, Any] = {
+                "kernel": row,
+                "n_q": n_q,
+                "keys": args.keys,
+                "heads": args.heads,
+                "gather_limit_ms": gather_ms,
+                "fp64_limit_ms": fp64_ms,
+            }
             try:
                 timing = time_calls(fn, device, warmup=args.warmup, iters=args.iters, max_seconds=args.max_seconds)
             except Exception as err:  # noqa: BLE001 - report and go on
@@ -135,12 +154,21 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(entry)
                 continue
             limit = (gather_ms or 0) + (fp64_ms or 0) if row == "oracle" else gather_ms
-            entry.update(status="ok", median_ms=timing.median_ms, min_ms=timing.min_ms, samples_ms=timing.samples_ms,
-                         gbps=nbytes / (timing.median_ms * 1e-3) / 1e9, limit_ms=limit,
-                         x_limit=None if not limit else timing.median_ms / limit)
+            entry.update(
+                status="ok",
+                median_ms=timing.median_ms,
+                min_ms=timing.min_ms,
+                samples_ms=timing.samples_ms,
+                gbps=nbytes / (timing.median_ms * 1e-3) / 1e9,
+                limit_ms=limit,
+                x_limit=None if not limit else timing.median_ms / limit,
+            )
             results.append(entry)
-            print(f"{row:<22} {n_q:>5} {timing.median_ms:>10.4f} {timing.min_ms:>9.4f} {entry['gbps']:>8.1f}  "
-                  f"{gather_ms or float('nan'):>13.4f} {fp64_ms or float('nan'):>11.4f} {entry['x_limit'] or float('nan'):>8.1f}", flush=True)
+            print(
+                f"{row:<22} {n_q:>5} {timing.median_ms:>10.4f} {timing.min_ms:>9.4f} {entry['gbps']:>8.1f}  "
+                f"{gather_ms or float('nan'):>13.4f} {fp64_ms or float('nan'):>11.4f} {entry['x_limit'] or float('nan'):>8.1f}",
+                flush=True,
+            )
         del inputs
         if device.type == "cuda":
             torch.cuda.empty_cache()

@@ -24,9 +24,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-LENGTH_CLASSES = ((-10**9, -1, "negative"), (0, 0, "0"), (1, 1, "1"), (2, 63, "2-63"), (64, 64, "64"),
-                  (65, 127, "65-127"), (128, 128, "128"), (129, 2047, "129-2047"), (2048, 2048, "2048"),
-                  (2049, 10**12, ">2048"))
+LENGTH_CLASSES = (
+    (-(10**9), -1, "negative"),
+    (0, 0, "0"),
+    (1, 1, "1"),
+    (2, 63, "2-63"),
+    (64, 64, "64"),
+    (65, 127, "65-127"),
+    (128, 128, "128"),
+    (129, 2047, "129-2047"),
+    (2048, 2048, "2048"),
+    (2049, 10**12, ">2048"),
+)
 
 
 def length_class(n: int) -> str:
@@ -41,7 +50,19 @@ def recipe_features(recipe: dict[str, Any]) -> dict[str, set[str]]:
     """feature name -> the values this recipe exercises."""
     feats: dict[str, set[str]] = {}
     feats["row_length_class"] = {length_class(int(x)) for x in recipe.get("row_lengths", [])}
-    for key in ("index_pattern", "invalid_pattern", "writer", "latent", "q", "rope", "softmax_scale", "heads", "has_invalid", "return_lse", "poison"):
+    for key in (
+        "index_pattern",
+        "invalid_pattern",
+        "writer",
+        "latent",
+        "q",
+        "rope",
+        "softmax_scale",
+        "heads",
+        "has_invalid",
+        "return_lse",
+        "poison",
+    ):
         if key in recipe:
             feats[key] = {str(recipe[key])}
     feats["corruption"] = {str(c.get("kind", c)) if isinstance(c, dict) else str(c) for c in recipe.get("corruptions", [])} or {"none"}

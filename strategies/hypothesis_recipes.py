@@ -115,7 +115,9 @@ def recipes(
 
 
 @st.composite
-def violating_recipes(draw: st.DrawFn, *, allow_out_of_range: bool, max_total_keys: int = 4096, heads: tuple[int, ...] | None = None) -> Recipe:
+def violating_recipes(
+    draw: st.DrawFn, *, allow_out_of_range: bool, max_total_keys: int = 4096, heads: tuple[int, ...] | None = None
+) -> Recipe:
     """A recipe that breaks exactly one precondition the host cannot check.
 
     Kinds: raw (non-pow2) writer, scale above 2^7 (latent above 57344 or a corrupted scale),

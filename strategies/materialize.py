@@ -90,7 +90,9 @@ def _index_values(recipe: Recipe, pair_rows: torch.Tensor, pair_ids: torch.Tenso
     raise AssertionError(pattern)
 
 
-def _apply_invalid(recipe: Recipe, values: torch.Tensor, pair_rows: torch.Tensor, pair_offsets: torch.Tensor, pair_ids: torch.Tensor) -> torch.Tensor:
+def _apply_invalid(
+    recipe: Recipe, values: torch.Tensor, pair_rows: torch.Tensor, pair_offsets: torch.Tensor, pair_ids: torch.Tensor
+) -> torch.Tensor:
     pattern = recipe.invalid_pattern
     if pattern == "none" or values.numel() == 0:
         return values
@@ -154,7 +156,9 @@ def _query(recipe: Recipe, device: torch.device) -> torch.Tensor:
     dist = recipe.q
     if dist == "exact":
         head_ids = torch.arange(n_q * heads, dtype=torch.int64, device=device).view(n_q, heads, 1)
-        at = torch.cat((rng.integers(seed, "q_at", head_ids, LATENT_DIM), LATENT_DIM + rng.integers(seed, "q_rope_at", head_ids, ROPE_DIM)), dim=-1)
+        at = torch.cat(
+            (rng.integers(seed, "q_at", head_ids, LATENT_DIM), LATENT_DIM + rng.integers(seed, "q_rope_at", head_ids, ROPE_DIM)), dim=-1
+        )
         sign = (2 * rng.integers(seed, "q_sign", torch.cat((head_ids * 2, head_ids * 2 + 1), dim=-1), 2) - 1).to(torch.float64)
         x = torch.zeros(n_q, heads, HEAD_DIM, dtype=torch.float64, device=device).scatter_(2, at, sign)
     elif dist == "large":
@@ -194,7 +198,11 @@ def _corrupt(recipe: Recipe, records: torch.Tensor, entries: torch.Tensor, consu
         kind, count = corruption["kind"], int(corruption.get("count", 1))
         if kind == "index_out_of_range":
             positions = torch.nonzero(consumed & (entries >= 0)).squeeze(1)
-            chosen = positions[rng.integers(recipe.seed, f"corrupt{number}", torch.arange(count), max(positions.numel(), 1))] if positions.numel() else positions
+            chosen = (
+                positions[rng.integers(recipe.seed, f"corrupt{number}", torch.arange(count), max(positions.numel(), 1))]
+                if positions.numel()
+                else positions
+            )
             entries[chosen] = recipe.cache_rows + rng.integers(recipe.seed, f"oob{number}", torch.arange(chosen.numel()), 1000)
             continue
         if records.shape[0] == 0:
@@ -217,8 +225,21 @@ def _corrupt(recipe: Recipe, records: torch.Tensor, entries: torch.Tensor, consu
 MEMORY_LIMIT_ENV = "CONFORMANCE_MEMORY_LIMIT"
 HOST_MEMORY_FRACTION = 0.5  # of the RAM available now (MemAvailable)
 DEVICE_MEMORY_FRACTION = 0.8  # of the accelerator's free memory now
-_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "k": 2**10,
+    "m": 2**20,
+    "g": 2**30,
+    "t": 2**40,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def parse_size(text: str) -> int:
@@ -234,7 +255,7 @@ def parse_size(text: str) -> int:
 
 
 def format_size(n: int) -> str:
-    """"1.5 GiB" etc."""
+    """ "1.5 GiB" etc."""
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if value < 1024 or unit == "TiB":
@@ -280,8 +301,11 @@ def memory_limit(device: torch.device | str = "cpu") -> tuple[int | None, int | 
             dev = int(free * DEVICE_MEMORY_FRACTION)
         except (RuntimeError, AssertionError, ValueError):
             dev = None
-    how = (f"{HOST_MEMORY_FRACTION:.0%} of available RAM" + (f", {DEVICE_MEMORY_FRACTION:.0%} of free {device.type} memory" if device.type != "cpu" else "")
-           + f"; set ${MEMORY_LIMIT_ENV} or --memory-limit")
+    how = (
+        f"{HOST_MEMORY_FRACTION:.0%} of available RAM"
+        + (f", {DEVICE_MEMORY_FRACTION:.0%} of free {device.type} memory" if device.type != "cpu" else "")
+        + f"; set ${MEMORY_LIMIT_ENV} or --memory-limit"
+    )
     return host, dev, how
 
 
@@ -300,7 +324,8 @@ def check_memory(recipe: Recipe, device: torch.device | str = "cpu") -> MemoryEs
             raise RecipeTooLarge(
                 f"recipe too large: needs about {format_size(need)} of {kind} memory (estimate; largest part {biggest} "
                 f"{format_size(estimate.parts[biggest])}, {recipe.total_keys:,} keys, {recipe.cache_rows:,} cache rows), "
-                f"limit {format_size(limit)} ({how})")
+                f"limit {format_size(limit)} ({how})"
+            )
     return estimate
 
 

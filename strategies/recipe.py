@@ -204,7 +204,9 @@ def _validate(r: Recipe) -> None:
     need(r.rope in ROPE_DISTS, f"rope must be one of {ROPE_DISTS}, got {r.rope!r}")
     need(r.q in Q_DISTS, f"q must be one of {Q_DISTS}, got {r.q!r}")
     if isinstance(r.softmax_scale, str):
-        need(r.softmax_scale in SOFTMAX_SCALES, f"softmax_scale must be one of {tuple(SOFTMAX_SCALES)} or a number, got {r.softmax_scale!r}")
+        need(
+            r.softmax_scale in SOFTMAX_SCALES, f"softmax_scale must be one of {tuple(SOFTMAX_SCALES)} or a number, got {r.softmax_scale!r}"
+        )
     else:
         need(
             isinstance(r.softmax_scale, int | float) and not isinstance(r.softmax_scale, bool) and math.isfinite(r.softmax_scale),

@@ -38,7 +38,9 @@ def test_bench_cpu_emulated_and_oracle(tmp_path: Path, capsys: pytest.CaptureFix
         assert r["bytes_per_call"] == r["n_q"] * 130 * RECORD_BYTES
         assert math.isclose(r["gbps"], r["bytes_per_call"] / (r["median_ms"] * 1e-3) / 1e9, rel_tol=1e-9)
         assert r["pct_peak"] is None
-        assert r["flops_per_call"] == 2 * 2 * r["n_q"] * 130 * 1088 and math.isclose(r["tflops"], r["flops_per_call"] / (r["median_ms"] * 1e-3) / 1e12, rel_tol=1e-9)
+        assert r["flops_per_call"] == 2 * 2 * r["n_q"] * 130 * 1088 and math.isclose(
+            r["tflops"], r["flops_per_call"] / (r["median_ms"] * 1e-3) / 1e12, rel_tol=1e-9
+        )
     # the table on stdout: header, one line per case, the CPU timer said plainly
     assert "KERNEL" in out and "GB/s" in out and "% PEAK" in out and "TFLOP/s" in out
     assert "perf_counter" in out and "no device events" in out and "peak BW     unknown" in out
@@ -64,7 +66,9 @@ def test_bench_default_list_skips_unavailable_flashmla(capsys: pytest.CaptureFix
 
 def test_bench_reports_a_kernel_that_raises(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "b.json"
-    code = cli_main(["bench", *TINY, "--n-q", "2", "--kernel", "tests.test_bench:broken_kernel", "--kernel", "oracle", "--json", str(path), "--quiet"])
+    code = cli_main(
+        ["bench", *TINY, "--n-q", "2", "--kernel", "tests.test_bench:broken_kernel", "--kernel", "oracle", "--json", str(path), "--quiet"]
+    )
     assert code == 1
     results = json.loads(path.read_text())["results"]
     assert results[0]["status"].startswith("error: RuntimeError: boom") and results[0]["median_ms"] is None

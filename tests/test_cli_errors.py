@@ -49,14 +49,33 @@ def _one_line(err: str) -> str:
     return lines[0]
 
 
-KERNELS = [("badimport_k12:kernel", "RuntimeError at import: boom while importing"),
-           ("badsyntax_k12:kernel", "syntax error in"),
-           (":", "both parts non-empty"), ("mod:", "both parts non-empty"), (":attr", "both parts non-empty")]
+KERNELS = [
+    ("badimport_k12:kernel", "RuntimeError at import: boom while importing"),
+    ("badsyntax_k12:kernel", "syntax error in"),
+    (":", "both parts non-empty"),
+    ("mod:", "both parts non-empty"),
+    (":attr", "both parts non-empty"),
+]
 COMMANDS = {
     "replay": lambda k: ["replay", str(ENTRY), "--kernel", k],
     "fuzz": lambda k: ["fuzz", "--kernel", k, "--seconds", "1"],
     "minimise": lambda k: ["corpus", "minimise", str(ENTRY), "--kernel", k],
-    "bench": lambda k: ["bench", "--kernel", k, "--n-q", "1", "--keys", "4", "--iters", "1", "--warmup", "0", "--cache-rows", "64", "--quiet"],
+    "bench": lambda k: [
+        "bench",
+        "--kernel",
+        k,
+        "--n-q",
+        "1",
+        "--keys",
+        "4",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--cache-rows",
+        "64",
+        "--quiet",
+    ],
 }
 
 
@@ -102,12 +121,32 @@ def test_preconditions_output_still_works(kv_dump: Path, tmp_path: Path) -> None
     assert code in (0, 1) and json.loads(out.read_text(encoding="utf-8"))["exit_code"] == code  # zero records: zero scales
 
 
-@pytest.mark.parametrize("argv", [
-    ["replay", str(ENTRY), "--kernel", "emulated", "--json", "{dir}"],
-    ["bench", "--kernel", "emulated", "--n-q", "1", "--keys", "4", "--iters", "1", "--warmup", "0", "--cache-rows", "64", "--quiet", "--json", "{dir}"],
-    ["mutation-score", "--only", "p_bf16", "--json", "{dir}"],
-    ["mutation-score", "--only", "p_bf16", "--markdown", "{dir}/missing/x.md"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["replay", str(ENTRY), "--kernel", "emulated", "--json", "{dir}"],
+        [
+            "bench",
+            "--kernel",
+            "emulated",
+            "--n-q",
+            "1",
+            "--keys",
+            "4",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--cache-rows",
+            "64",
+            "--quiet",
+            "--json",
+            "{dir}",
+        ],
+        ["mutation-score", "--only", "p_bf16", "--json", "{dir}"],
+        ["mutation-score", "--only", "p_bf16", "--markdown", "{dir}/missing/x.md"],
+    ],
+)
 def test_json_to_a_folder_is_a_usage_error(argv: list[str], modules: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([a.replace("{dir}", str(modules)) for a in argv]) == 2
     err = capsys.readouterr().err
@@ -140,8 +179,14 @@ def test_sigint_while_replay_starts(delay: float, modules: Path) -> None:
     from conformance.state import scrubbed_env
 
     env = {**scrubbed_env(dict(os.environ)), "PYTHONPATH": str(REPO), "CONFORMANCE_DIR": str(modules / "state")}
-    proc = subprocess.Popen([sys.executable, "-m", "conformance", "replay", str(ENTRY), "--kernel", "emulated"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conformance", "replay", str(ENTRY), "--kernel", "emulated"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
@@ -178,11 +223,33 @@ def test_pytest_with_an_unwritable_pending_dir_fails_the_test_not_the_session(tm
     reason in its report, not an INTERNALERROR (exit 3)."""
     from conformance.state import scrubbed_env
 
-    env = {**scrubbed_env(dict(os.environ)), "PYTHONPATH": str(REPO), "CONFORMANCE_DIR": str(tmp_path / "state"),
-           "CONFORMANCE_PENDING_DIR": str(tmp_path / "a-file" / "pending")}
+    env = {
+        **scrubbed_env(dict(os.environ)),
+        "PYTHONPATH": str(REPO),
+        "CONFORMANCE_DIR": str(tmp_path / "state"),
+        "CONFORMANCE_PENDING_DIR": str(tmp_path / "a-file" / "pending"),
+    }
     (tmp_path / "a-file").write_text("not a folder", encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "conformance/suite/test_corpus.py",
-                           "--kernel", "conformance.mutation.catalogue:rope_ignored", "-k", "single-key"],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=300, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "conformance/suite/test_corpus.py",
+            "--kernel",
+            "conformance.mutation.catalogue:rope_ignored",
+            "-k",
+            "single-key",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert "INTERNALERROR" not in proc.stdout and "cannot save corpus entry" in proc.stdout

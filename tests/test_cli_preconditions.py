@@ -53,7 +53,14 @@ def run_cli(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, s
 
 def run_subprocess(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "conformance", "preconditions", *map(str, args)], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "conformance", "preconditions", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +100,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     data = (d / "clean.npy").read_bytes()
     (d / "truncated.npy").write_bytes(data[: len(data) // 2])
     out["truncated_npy"] = d / "truncated.npy"
-    save_safetensors(d / "multi.safetensors", {"kv_cache": unref, "indices": np.array([1, 2, 3], np.int32), "indptr": np.array([0, 3], np.int32)})
+    save_safetensors(
+        d / "multi.safetensors", {"kv_cache": unref, "indices": np.array([1, 2, 3], np.int32), "indptr": np.array([0, 3], np.int32)}
+    )
     out["multi_st"] = d / "multi.safetensors"
     save_safetensors(d / "two.safetensors", {"a": clean, "b": clean})
     out["ambiguous_st"] = d / "two.safetensors"
@@ -165,12 +174,17 @@ def test_not_pow2_consequence_in_table(files: dict[str, Path], capsys: pytest.Ca
 
 
 @pytest.mark.parametrize("fmt", ["table", "json", "markdown"])
-@pytest.mark.parametrize(("idx", "ptr", "kind", "code"), [
-    ("idx_oor", "ptr_oor", "index_out_of_range", 1),
-    ("idx_ok", "ptr_beyond", "indptr_beyond_stream", 1),
-    ("idx_ok", "ptr_negative", "negative_row_length", 0),
-])
-def test_index_stream_findings(files: dict[str, Path], idx: str, ptr: str, kind: str, code: int, fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("idx", "ptr", "kind", "code"),
+    [
+        ("idx_oor", "ptr_oor", "index_out_of_range", 1),
+        ("idx_ok", "ptr_beyond", "indptr_beyond_stream", 1),
+        ("idx_ok", "ptr_negative", "negative_row_length", 0),
+    ],
+)
+def test_index_stream_findings(
+    files: dict[str, Path], idx: str, ptr: str, kind: str, code: int, fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     got, out, err = run_cli(files["clean"], "--indices", files[idx], "--indptr", files[ptr], "--format", fmt, capsys=capsys)
     assert got == code and err == ""
     if fmt == "json":
@@ -196,7 +210,9 @@ def test_consumed_rows_only_vs_whole_cache(files: dict[str, Path], capsys: pytes
     assert code == 0 and doc["verdict"] == "clean" and doc["findings"] == []
     assert [(f["kind"], f["scope"], f["examples"][0]["row"]) for f in doc["whole_cache_summary"]] == [("scale_not_pow2", "all_rows", 40)]
     assert doc["inputs"]["indptr"].startswith("none given")
-    code, out, _ = run_cli(files["unreferenced_violation"], "--indices", files["idx_ok"], "--consumed-only", "--format", "json", capsys=capsys)
+    code, out, _ = run_cli(
+        files["unreferenced_violation"], "--indices", files["idx_ok"], "--consumed-only", "--format", "json", capsys=capsys
+    )
     doc = json.loads(out)
     assert code == 0 and doc["whole_cache_summary"] is None and doc["scan"]["rows_read"] == 4
     code, out, _ = run_cli(files["unreferenced_violation"], "--indices", files["idx_ok"], capsys=capsys)

@@ -13,14 +13,27 @@ from conformance.corpus import CORPUS_DIR, load_entry, recipe_hash
 from strategies.recipe import Recipe
 
 BROKEN = "conformance.mutation.catalogue:lse_base2"  # lse in log2 units: every non-empty row's lse is wrong
-SMALL = {"seed": 5, "n_q": 3, "heads": 4, "row_lengths": [40, 0, 7], "cache_rows": 300, "return_lse": True, "q_pad": [3, 1],
-         "latent": "heavy", "softmax_scale": "peaked"}
+SMALL = {
+    "seed": 5,
+    "n_q": 3,
+    "heads": 4,
+    "row_lengths": [40, 0, 7],
+    "cache_rows": 300,
+    "return_lse": True,
+    "q_pad": [3, 1],
+    "latent": "heavy",
+    "softmax_scale": "peaked",
+}
 
 
 def _entry(name: str, recipe: dict[str, Any], *, expect: str = "conform", caught: str = "test") -> dict[str, Any]:
     full = Recipe.from_json_dict(recipe).to_json_dict()
-    return {"name": name, "recipe": full, "expect": expect,
-            "provenance": {"caught": caught, "kernel": "any", "date": "2026-01-01", "suite_version": "0.1.0", "property": "test"}}
+    return {
+        "name": name,
+        "recipe": full,
+        "expect": expect,
+        "provenance": {"caught": caught, "kernel": "any", "date": "2026-01-01", "suite_version": "0.1.0", "property": "test"},
+    }
 
 
 def _write(path: Path, data: Any) -> Path:
@@ -79,8 +92,10 @@ def test_replay_failing_entry_names_where(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_replay_precondition_entry_and_bare_recipe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    raw = _write(tmp_path / "raw.json", _entry("raw", {"seed": 4, "n_q": 1, "heads": 2, "row_lengths": [20], "cache_rows": 64, "writer": "raw"},
-                                                expect="precondition"))
+    raw = _write(
+        tmp_path / "raw.json",
+        _entry("raw", {"seed": 4, "n_q": 1, "heads": 2, "row_lengths": [20], "cache_rows": 64, "writer": "raw"}, expect="precondition"),
+    )
     code = main(["replay", str(raw), "--kernel", "emulated"])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -104,13 +119,18 @@ MALFORMED: dict[str, tuple[str | None, str]] = {
 
 
 @pytest.mark.parametrize("name", sorted(MALFORMED))
-def test_malformed_files_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, dirs: tuple[Path, Path]) -> None:
+def test_malformed_files_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, dirs: tuple[Path, Path]
+) -> None:
     text, problem = MALFORMED[name]
     path = tmp_path / name
     if text is not None:
         path.write_text(text, encoding="utf-8")
-    for argv in (["replay", str(path), "--kernel", "emulated"], ["corpus", "add", str(path)],
-                 ["corpus", "minimise", str(path), "--kernel", "emulated"]):
+    for argv in (
+        ["replay", str(path), "--kernel", "emulated"],
+        ["corpus", "add", str(path)],
+        ["corpus", "minimise", str(path), "--kernel", "emulated"],
+    ):
         assert main(argv) == 2, argv
         captured = capsys.readouterr()
         lines = captured.err.strip().splitlines()
@@ -171,7 +191,12 @@ def test_add_imports_a_recipe_with_provenance(dirs: tuple[Path, Path], tmp_path:
     source = _write(tmp_path / "server.json", raw)
     assert _corpus(reviewed, "add", str(source)) == 2
     assert "a bare recipe needs its provenance: --caught" in capsys.readouterr().err
-    assert _corpus(reviewed, "add", str(source), "--caught", "dumped from a vLLM 0.26 server", "--kernel", "flydsl", "--property", "server-dump") == 0
+    assert (
+        _corpus(
+            reviewed, "add", str(source), "--caught", "dumped from a vLLM 0.26 server", "--kernel", "flydsl", "--property", "server-dump"
+        )
+        == 0
+    )
     capsys.readouterr()
     entry = load_entry(reviewed / f"{recipe_hash(Recipe.from_json_dict(raw))}.json")
     assert entry.expect == "precondition"  # inferred: the raw writer breaks the pow2 precondition
@@ -203,8 +228,14 @@ def test_minimise_shrinks_while_failing_the_same_way(dirs: tuple[Path, Path], ca
 
 
 def test_minimise_keeps_a_precondition_entry_violating(tmp_path: Path, dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    path = _write(tmp_path / "above.json", _entry("above-cap", {"seed": 4, "n_q": 2, "heads": 2, "row_lengths": [20, 3], "cache_rows": 64,
-                                                                "latent": "above_cap"}, expect="precondition"))
+    path = _write(
+        tmp_path / "above.json",
+        _entry(
+            "above-cap",
+            {"seed": 4, "n_q": 2, "heads": 2, "row_lengths": [20, 3], "cache_rows": 64, "latent": "above_cap"},
+            expect="precondition",
+        ),
+    )
     assert main(["corpus", "minimise", str(path), "--kernel", "emulated"]) == 1  # the promise holds: nothing to do
     assert "nothing to minimise" in capsys.readouterr().out
     assert main(["corpus", "minimise", str(path), "--kernel", "conformance.mutation.catalogue:scale_cap_missing"]) == 0  # inf output
@@ -233,7 +264,9 @@ def test_an_entry_without_expect_is_refused(tmp_path: Path, dirs: tuple[Path, Pa
 
 
 @pytest.mark.parametrize("name", ["../../evil", "a/b", ".hidden", "a\\b", "x" * 201, ""])
-def test_an_entry_name_that_is_a_path_is_refused(name: str, tmp_path: Path, dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_entry_name_that_is_a_path_is_refused(
+    name: str, tmp_path: Path, dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _write(tmp_path / "named.json", _entry(name, SMALL))
     assert _corpus(dirs[0], "add", str(path)) == 2
     assert "name" in capsys.readouterr().err
@@ -246,7 +279,7 @@ def test_an_entry_name_that_is_a_path_is_refused(name: str, tmp_path: Path, dirs
 def test_a_non_utf8_file_in_pending_does_not_hide_the_others(dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     reviewed, pending = dirs
     _write(pending / "good.json", _entry("good-one", SMALL))
-    (pending / "bad.json").write_bytes(b"\xff\xfe{\"name\": 1}")
+    (pending / "bad.json").write_bytes(b'\xff\xfe{"name": 1}')
     assert _corpus(reviewed, "list") == 2
     captured = capsys.readouterr()
     assert "good-one" in captured.out and "1 unreadable" in captured.out

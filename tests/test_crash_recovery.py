@@ -30,8 +30,17 @@ KERNEL = "tests.test_crash_recovery:suicidal_kernel"
 SELECT = ["conformance/suite/test_corpus.py", "-k", "edge-single-key or edge-one-head"]
 
 
-def suicidal_kernel(q: Any, kv_cache: Any, indices: Any, indptr: Any, softmax_scale: float, *, has_invalid: bool = False,
-                    return_lse: bool = False, out: Any = None) -> Any:
+def suicidal_kernel(
+    q: Any,
+    kv_cache: Any,
+    indices: Any,
+    indptr: Any,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: Any = None,
+) -> Any:
     """The emulated kernel, except that the first call (see the module docstring) SIGKILLs the process."""
     sentinel = os.environ.get(SENTINEL_ENV)
     if sentinel and not os.path.exists(sentinel):
@@ -97,7 +106,9 @@ def test_crash_under_xdist_is_recorded_by_the_controller(tmp_path: Path) -> None
     assert Path(report["crashes"][0]["entry"]).exists()
 
 
-def test_crash_without_xdist_is_recovered_by_the_next_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_crash_without_xdist_is_recovered_by_the_next_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     first = _pytest(tmp_path, "-n", "0")
     assert first.returncode == -signal.SIGKILL, first.stdout + first.stderr
     left = _leftovers(tmp_path)
@@ -139,8 +150,12 @@ def _write_inflight(run_dir: Path, worker: str, recipe: dict[str, Any] | None = 
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / f"inflight-{worker}.json"
     recipe = recipe or {"seed": 1, "n_q": 1, "heads": 1, "row_lengths": [3], "cache_rows": 8}
-    path.write_text(text if text is not None else json.dumps({"recipe": recipe, "kernel": "k:x", "property": "differential", "device": "cpu", "started": 1.0}),
-                    encoding="utf-8")
+    path.write_text(
+        text
+        if text is not None
+        else json.dumps({"recipe": recipe, "kernel": "k:x", "property": "differential", "device": "cpu", "started": 1.0}),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -190,8 +205,15 @@ def test_a_nested_session_gets_a_run_of_its_own(tmp_path: Path) -> None:
         (live / crashes.SESSION_FILE).write_text(json.dumps(owner), encoding="utf-8")
         _write_inflight(live, "gw0")
         env = {**_env(tmp_path), state.RUN_ID_ENV: live.name}
-        proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "tests/test_report.py"],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "tests/test_report.py"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert json.loads((live / crashes.SESSION_FILE).read_text(encoding="utf-8")) == owner
         assert (live / "inflight-gw0.json").exists()

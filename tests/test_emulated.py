@@ -97,10 +97,17 @@ def _single_key(latent_value: float, rope0: float = 0.0) -> tuple[torch.Tensor, 
     return latent, rope
 
 
-def _call(records: torch.Tensor, q: torch.Tensor, entries: list[int], scale: float = 0.1, has_invalid: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def _call(
+    records: torch.Tensor, q: torch.Tensor, entries: list[int], scale: float = 0.1, has_invalid: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     out, lse = run_emulated(
-        q, records, torch.tensor(entries, dtype=torch.int32), torch.tensor([0, len(entries)], dtype=torch.int32), scale,
-        has_invalid=has_invalid, return_lse=True,
+        q,
+        records,
+        torch.tensor(entries, dtype=torch.int32),
+        torch.tensor([0, len(entries)], dtype=torch.int32),
+        scale,
+        has_invalid=has_invalid,
+        return_lse=True,
     )
     assert lse is not None
     return out, lse
@@ -146,13 +153,25 @@ def test_a_leading_tile_of_minus_one_changes_nothing() -> None:
     p = materialize(recipe, "cpu")
     shifted = torch.cat((torch.full((128,), -1, dtype=torch.int32), p.indices))
     out, lse = run_emulated(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, has_invalid=True, return_lse=True)
-    out2, lse2 = run_emulated(p.q, p.kv_cache, shifted, p.indptr + torch.tensor([0, 128], dtype=torch.int32), p.softmax_scale, has_invalid=True, return_lse=True)
+    out2, lse2 = run_emulated(
+        p.q, p.kv_cache, shifted, p.indptr + torch.tensor([0, 128], dtype=torch.int32), p.softmax_scale, has_invalid=True, return_lse=True
+    )
     assert torch.equal(out.view(torch.int16), out2.view(torch.int16))
     assert torch.equal(lse, lse2)
 
 
 def test_nan_poisoned_row_0_behind_masked_positions_changes_nothing() -> None:
-    recipe = Recipe(seed=4, n_q=3, heads=2, row_lengths=(200, 130, 7), cache_rows=500, has_invalid=True, invalid_pattern="scattered", invalid_permille=300, poison=True)
+    recipe = Recipe(
+        seed=4,
+        n_q=3,
+        heads=2,
+        row_lengths=(200, 130, 7),
+        cache_rows=500,
+        has_invalid=True,
+        invalid_pattern="scattered",
+        invalid_permille=300,
+        poison=True,
+    )
     p = materialize(recipe, "cpu")
     assert int(p.poison_rows[0]) == 0 and bool((p.kv_cache[0] == 0xFF).any())
     out, lse = run_emulated(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, has_invalid=True, return_lse=True)
@@ -178,7 +197,16 @@ def test_keys_at_tile_edges_are_counted() -> None:
 
 
 def test_within_bound_on_a_mixed_batch() -> None:
-    recipe = Recipe(seed=5, n_q=6, heads=5, row_lengths=(0, 1, 127, 128, 129, 700), cache_rows=3000, has_invalid=True, invalid_pattern="tail", poison=True)
+    recipe = Recipe(
+        seed=5,
+        n_q=6,
+        heads=5,
+        row_lengths=(0, 1, 127, 128, 129, 700),
+        cache_rows=3000,
+        has_invalid=True,
+        invalid_pattern="tail",
+        poison=True,
+    )
     p = materialize(recipe, "cpu")
     out, lse = run_emulated(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, has_invalid=True, return_lse=True)
     ev = evaluate(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, profile=GFX950, has_invalid=True)

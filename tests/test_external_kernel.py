@@ -64,9 +64,16 @@ EXTERNAL_MODULE = textwrap.dedent(
     '''
 )
 
-CORPUS = [f"conformance/suite/test_corpus.py::test_corpus_entry[{name}]" for name in (
-    "edge-single-key", "edge-empty-row", "edge-tile-129", "edge-padded-q-strides", "edge-preallocated-strided-out",
-)]
+CORPUS = [
+    f"conformance/suite/test_corpus.py::test_corpus_entry[{name}]"
+    for name in (
+        "edge-single-key",
+        "edge-empty-row",
+        "edge-tile-129",
+        "edge-padded-q-strides",
+        "edge-preallocated-strided-out",
+    )
+]
 HOST_VALIDATION = ["conformance/suite/test_host_validation.py"]
 BIT_EXACT = ["conformance/suite/test_gfx950_agreement.py::test_bit_exact_agreement_with_emulated"]
 
@@ -92,13 +99,30 @@ def external_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_suite(folder: Path, attr: str, tests: list[str], *extra: str) -> SuiteRun:
     """Run the given suite tests against `MODULE:attr` in a subprocess (PYTHONPATH = folder + repo)."""
     junit = folder / f"junit-{attr}-{len(extra)}.xml"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "CONFORMANCE_")) and k not in ("PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST_XDIST_", "CONFORMANCE_")) and k not in ("PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST")
+    }
     env["PYTHONPATH"] = os.pathsep.join([str(folder), str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["CONFORMANCE_DIR"] = str(folder / "state")
     env.setdefault("OMP_NUM_THREADS", "1")
     argv = [
-        sys.executable, "-m", "pytest", *tests, "-q", "-rs", "-p", "no:cacheprovider", "--no-capture-corpus",
-        "--hypothesis-profile", "ci", "--kernel", f"{MODULE}:{attr}", f"--junitxml={junit}", *extra,
+        sys.executable,
+        "-m",
+        "pytest",
+        *tests,
+        "-q",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
+        "--no-capture-corpus",
+        "--hypothesis-profile",
+        "ci",
+        "--kernel",
+        f"{MODULE}:{attr}",
+        f"--junitxml={junit}",
+        *extra,
     ]
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
     run = SuiteRun(proc.returncode, proc.stdout + proc.stderr)

@@ -44,7 +44,9 @@ def padded_by_loop(indices: list[int], indptr: list[int], *, has_invalid: bool, 
     return [r + [-1] * (width - len(r)) for r in rows]
 
 
-def make_stream(lengths: list[int], *, offset: int = 0, seed: int = 0, negative_every: int = 0, duplicates: bool = False) -> tuple[list[int], list[int]]:
+def make_stream(
+    lengths: list[int], *, offset: int = 0, seed: int = 0, negative_every: int = 0, duplicates: bool = False
+) -> tuple[list[int], list[int]]:
     """(indices, indptr) with the given row lengths (negative steps the pointer back)."""
     gen = torch.Generator().manual_seed(seed)
     ptr = [offset]
@@ -80,9 +82,7 @@ STREAMS = {
 @pytest.mark.parametrize("name", sorted(STREAMS))
 def test_csr_to_padded_matches_loop(name: str, has_invalid: bool) -> None:
     indices, indptr = make_stream(**STREAMS[name])
-    got = flashmla.csr_to_padded(
-        torch.tensor(indices, dtype=torch.int32), torch.tensor(indptr, dtype=torch.int32), has_invalid=has_invalid
-    )
+    got = flashmla.csr_to_padded(torch.tensor(indices, dtype=torch.int32), torch.tensor(indptr, dtype=torch.int32), has_invalid=has_invalid)
     want = padded_by_loop(indices, indptr, has_invalid=has_invalid)
     assert got.indices.dtype == torch.int32 and got.indices.is_contiguous()
     assert got.indices.tolist() == want
@@ -94,7 +94,9 @@ def test_csr_to_padded_matches_loop(name: str, has_invalid: bool) -> None:
 
 def test_csr_to_padded_widths_and_random_streams() -> None:
     for longest, width in ((0, 64), (1, 64), (63, 64), (64, 64), (65, 128), (129, 192), (2048, 2048)):
-        rows = flashmla.csr_to_padded(torch.arange(longest, dtype=torch.int32), torch.tensor([0, longest], dtype=torch.int32), has_invalid=False)
+        rows = flashmla.csr_to_padded(
+            torch.arange(longest, dtype=torch.int32), torch.tensor([0, longest], dtype=torch.int32), has_invalid=False
+        )
         assert rows.width == width
     gen = torch.Generator().manual_seed(5)
     for trial in range(20):
@@ -105,7 +107,9 @@ def test_csr_to_padded_widths_and_random_streams() -> None:
         if min(indptr) < 0:
             continue
         for has_invalid in (False, True):
-            got = flashmla.csr_to_padded(torch.tensor(indices, dtype=torch.int32), torch.tensor(indptr, dtype=torch.int32), has_invalid=has_invalid)
+            got = flashmla.csr_to_padded(
+                torch.tensor(indices, dtype=torch.int32), torch.tensor(indptr, dtype=torch.int32), has_invalid=has_invalid
+            )
             assert got.indices.tolist() == padded_by_loop(indices, indptr, has_invalid=has_invalid)
 
 
@@ -167,7 +171,9 @@ def flashmla_k_latent(codes_value: torch.Tensor, scales: torch.Tensor) -> torch.
     return (codes_value * scale_bf16).to(torch.float32).to(torch.bfloat16).to(torch.float64)
 
 
-def dense_softmax(q: torch.Tensor, rows: torch.Tensor, idx: torch.Tensor, scale: float, *, k_model: str = "exact") -> tuple[torch.Tensor, torch.Tensor]:
+def dense_softmax(
+    q: torch.Tensor, rows: torch.Tensor, idx: torch.Tensor, scale: float, *, k_model: str = "exact"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """float64 attention of q [b, H, 576] over the padded index rows idx [b, W] (< 0: masked) of
     the flat records rows [N, 656]: (out f64 [b, H, 512], lse f64 [b, H], -inf without keys).
 
@@ -208,8 +214,39 @@ class FakeFlashMLA(types.ModuleType):
     def get_mla_metadata(self, *args: Any, **kwargs: Any) -> tuple[FakeSched, None]:
         return FakeSched(), None
 
-    def flash_mla_with_kvcache(self, q, k_cache, block_table=None, cache_seqlens=None, head_dim_v=512, tile_scheduler_metadata=None, num_splits=None, softmax_scale=None, causal=False, is_fp8_kvcache=None, indices=None, use_legacy=False, kv_format=None, **extra):  # type: ignore[no-untyped-def]
-        self.calls.append({"q": q.clone(), "k_cache": k_cache, "indices": indices.clone(), "softmax_scale": softmax_scale, "head_dim_v": head_dim_v, "use_legacy": use_legacy, "kv_format": kv_format, "is_fp8_kvcache": is_fp8_kvcache, "num_splits": num_splits, "block_table": block_table, "sched": tile_scheduler_metadata, "extra": extra})
+    def flash_mla_with_kvcache(
+        self,
+        q,
+        k_cache,
+        block_table=None,
+        cache_seqlens=None,
+        head_dim_v=512,
+        tile_scheduler_metadata=None,
+        num_splits=None,
+        softmax_scale=None,
+        causal=False,
+        is_fp8_kvcache=None,
+        indices=None,
+        use_legacy=False,
+        kv_format=None,
+        **extra,
+    ):  # type: ignore[no-untyped-def]
+        self.calls.append(
+            {
+                "q": q.clone(),
+                "k_cache": k_cache,
+                "indices": indices.clone(),
+                "softmax_scale": softmax_scale,
+                "head_dim_v": head_dim_v,
+                "use_legacy": use_legacy,
+                "kv_format": kv_format,
+                "is_fp8_kvcache": is_fp8_kvcache,
+                "num_splits": num_splits,
+                "block_table": block_table,
+                "sched": tile_scheduler_metadata,
+                "extra": extra,
+            }
+        )
         b, s_q, h_q, d = q.shape
         assert q.dtype == torch.bfloat16 and q.is_contiguous() and s_q == 1 and d == 576 and h_q in (64, 128)
         assert k_cache.dtype in (torch.uint8, torch.int8) and k_cache.dim() == 4 and k_cache.shape[2] == 1
@@ -236,7 +273,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeFlashMLA:
     return module
 
 
-def make_problem(lengths: list[int], heads: int, *, seed: int = 0, rows: int = 300, negative_every: int = 0, q_pad: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+def make_problem(
+    lengths: list[int], heads: int, *, seed: int = 0, rows: int = 300, negative_every: int = 0, q_pad: tuple[int, int] = (0, 0)
+) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(seed)
     latent = torch.randn(rows, LATENT_DIM, generator=gen) * 2.0 ** torch.randint(-3, 4, (rows, 1), generator=gen)
     kv = encode_records(latent, torch.randn(rows, 64, generator=gen).to(torch.bfloat16), "pow2")
@@ -332,7 +371,9 @@ def test_adapter_validates_and_handles_no_rows(fake: FakeFlashMLA) -> None:
         flashmla.run_flashmla(p["q"].expand(1, 17, 576), p["kv_cache"], p["indices"], p["indptr"], 0.1)
     with pytest.raises(ContractError):
         flashmla.run_flashmla(p["q"], p["kv_cache"], p["indices"].to(torch.int64), p["indptr"], 0.1)
-    out, lse = flashmla.run_flashmla(torch.zeros(0, 2, 576, dtype=torch.bfloat16), p["kv_cache"], p["indices"], torch.zeros(1, dtype=torch.int32), 0.1, return_lse=True)
+    out, lse = flashmla.run_flashmla(
+        torch.zeros(0, 2, 576, dtype=torch.bfloat16), p["kv_cache"], p["indices"], torch.zeros(1, dtype=torch.int32), 0.1, return_lse=True
+    )
     assert out.shape == (0, 2, 512) and lse is not None and lse.shape == (0, 2)
     assert not fake.calls
 
@@ -399,20 +440,83 @@ def smoke_recipes() -> list[tuple[str, dict[str, Any]]]:
     mixed = [0, 1, 63, 64, 65, 2048]
     return [
         ("mixed_h16_pow2", dict(base, seed=1, n_q=6, heads=16, row_lengths=mixed)),
-        ("mixed_h3_invalid_floor", dict(base, seed=2, n_q=6, heads=3, row_lengths=mixed, has_invalid=True, invalid_pattern="scattered", invalid_permille=250, writer="pow2-floor")),
-        ("h1_n64_strided_peaked", dict(base, seed=3, n_q=64, heads=1, row_lengths=[mixed[i % 6] for i in range(64)], softmax_scale="peaked", q_pad=[7, 3], out_pad=[5, 9])),
+        (
+            "mixed_h3_invalid_floor",
+            dict(
+                base,
+                seed=2,
+                n_q=6,
+                heads=3,
+                row_lengths=mixed,
+                has_invalid=True,
+                invalid_pattern="scattered",
+                invalid_permille=250,
+                writer="pow2-floor",
+            ),
+        ),
+        (
+            "h1_n64_strided_peaked",
+            dict(
+                base,
+                seed=3,
+                n_q=64,
+                heads=1,
+                row_lengths=[mixed[i % 6] for i in range(64)],
+                softmax_scale="peaked",
+                q_pad=[7, 3],
+                out_pad=[5, 9],
+            ),
+        ),
         ("h16_n16_2048_heavy_flat", dict(base, seed=4, n_q=16, heads=16, row_lengths=[2048] * 16, latent="heavy", softmax_scale="flat")),
         ("neg_lengths_offset", dict(base, seed=5, n_q=8, heads=3, row_lengths=[5, -3, 70, 0, -2, 129, 64, 1], stream_offset=20)),
         ("all_invalid", dict(base, seed=6, n_q=4, heads=16, row_lengths=[64, 65, 1, 0], has_invalid=True, invalid_pattern="all")),
-        ("poison_tail_invalid", dict(base, seed=7, n_q=8, heads=3, row_lengths=[1, 63, 64, 65, 200, 0, 128, 2048], has_invalid=True, invalid_pattern="tail", poison=True)),
-        ("duplicates_floor", dict(base, seed=8, n_q=8, heads=16, row_lengths=[2048, 64, 65, 1, 300, 5, 63, 1000], index_pattern="duplicates", writer="pow2-floor")),
+        (
+            "poison_tail_invalid",
+            dict(
+                base,
+                seed=7,
+                n_q=8,
+                heads=3,
+                row_lengths=[1, 63, 64, 65, 200, 0, 128, 2048],
+                has_invalid=True,
+                invalid_pattern="tail",
+                poison=True,
+            ),
+        ),
+        (
+            "duplicates_floor",
+            dict(
+                base,
+                seed=8,
+                n_q=8,
+                heads=16,
+                row_lengths=[2048, 64, 65, 1, 300, 5, 63, 1000],
+                index_pattern="duplicates",
+                writer="pow2-floor",
+            ),
+        ),
         ("large_scores", dict(base, seed=9, n_q=8, heads=16, row_lengths=[2048, 64, 65, 1, 300, 5, 63, 1000], q="large", latent="large")),
-        ("zero_and_tiny_blocks", dict(base, seed=10, n_q=8, heads=3, row_lengths=[2048, 64, 65, 1, 300, 5, 63, 1000], q="tiny_blocks", latent="zero_blocks", rope="tiny")),
+        (
+            "zero_and_tiny_blocks",
+            dict(
+                base,
+                seed=10,
+                n_q=8,
+                heads=3,
+                row_lengths=[2048, 64, 65, 1, 300, 5, 63, 1000],
+                q="tiny_blocks",
+                latent="zero_blocks",
+                rope="tiny",
+            ),
+        ),
         ("negative_scale", dict(base, seed=11, n_q=4, heads=3, row_lengths=[100, 2048, 1, 0], softmax_scale=-0.06)),
         ("zero_scale", dict(base, seed=12, n_q=4, heads=3, row_lengths=[100, 2048, 1, 0], softmax_scale=0.0)),
         ("n1_2048_split", dict(base, seed=13, n_q=1, heads=16, row_lengths=[2048])),
         ("n64_64_unsplit", dict(base, seed=14, n_q=64, heads=16, row_lengths=[64] * 64)),
-        ("beyond_4gib", dict(base, seed=15, n_q=4, heads=16, row_lengths=[2048, 65, 64, 1], index_pattern="beyond_4gib", cache_rows=6_600_000)),
+        (
+            "beyond_4gib",
+            dict(base, seed=15, n_q=4, heads=16, row_lengths=[2048, 65, 64, 1], index_pattern="beyond_4gib", cache_rows=6_600_000),
+        ),
     ]
 
 
@@ -458,7 +562,9 @@ def _variant(row: dict[str, Any], key: str, fn: Any) -> None:
 
 def _shape_with_block_64(problem: Any, module: Any) -> str:
     args = (problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale)
-    return str(tuple(flashmla.run_flashmla(*args, has_invalid=problem.has_invalid, return_lse=True, page_block_size=64, module=module)[0].shape))
+    return str(
+        tuple(flashmla.run_flashmla(*args, has_invalid=problem.has_invalid, return_lse=True, page_block_size=64, module=module)[0].shape)
+    )
 
 
 def _invariance_checks(row: dict[str, Any], backend: Any, module: Any, problem: Any, out: torch.Tensor, lse: torch.Tensor) -> None:
@@ -484,7 +590,9 @@ def _invariance_checks(row: dict[str, Any], backend: Any, module: Any, problem: 
     _variant(row, "heads128_max_abs_diff", heads128)
 
 
-def run_smoke(backend: Any, module: Any, device: torch.device, cases: list[tuple[str, dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+def run_smoke(
+    backend: Any, module: Any, device: torch.device, cases: list[tuple[str, dict[str, Any]]] | None = None
+) -> list[dict[str, Any]]:
     """Run `backend` on the smoke recipes and judge each against the bf16-q-bf16-p bound (mode
     exact-steps); one dict per case with error/bound ratios, exactness of empty rows, NaNs, and
     (reported only) run-to-run determinism and page-block-64 / 128-head invariance."""
@@ -498,7 +606,15 @@ def run_smoke(backend: Any, module: Any, device: torch.device, cases: list[tuple
     for name, fields in cases if cases is not None else smoke_recipes():
         recipe = Recipe.from_json_dict(fields)
         problem = materialize(recipe, device)
-        row: dict[str, Any] = {"case": name, "n_q": recipe.n_q, "heads": recipe.heads, "has_invalid": recipe.has_invalid, "writer": recipe.writer, "max_len": max(recipe.row_lengths), "recipe": fields}
+        row: dict[str, Any] = {
+            "case": name,
+            "n_q": recipe.n_q,
+            "heads": recipe.heads,
+            "has_invalid": recipe.has_invalid,
+            "writer": recipe.writer,
+            "max_len": max(recipe.row_lengths),
+            "recipe": fields,
+        }
         args = (problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale)
         rows = problem.kv_cache.numel() // RECORD_BYTES
         try:
@@ -511,7 +627,9 @@ def run_smoke(backend: Any, module: Any, device: torch.device, cases: list[tuple
             _invariance_checks(row, backend, module, problem, out, lse)
             ev = evaluate(*args, profile=profile, mode="exact-steps", has_invalid=problem.has_invalid)
             row.update(_compare(problem, out, lse, ev))
-            row["status"] = "ok" if row["out_over"] == 0 and row["lse_over"] == 0 and row["empty_rows_exact"] and row["nan_out"] == 0 else "OVER BOUND"
+            row["status"] = (
+                "ok" if row["out_over"] == 0 and row["lse_over"] == 0 and row["empty_rows_exact"] and row["nan_out"] == 0 else "OVER BOUND"
+            )
         except Exception as err:  # noqa: BLE001 -- report every case; the caller fails on any non-ok status
             row["status"] = f"error: {type(err).__name__}: {err}"
             if rows % 64 == 0:  # does the kernel run at all with 64-row page blocks?
@@ -531,8 +649,22 @@ def raw_writer_probe(backend: Any, device: torch.device, max_len: int = 2048) ->
 
     found = []
     for name, fields in (
-        ("raw_h16_mixed", {"seed": 21, "n_q": 6, "heads": 16, "row_lengths": [1, 63, 64, 65, 300, 2048], "cache_rows": 40_000, "writer": "raw"}),
-        ("raw_h3_heavy", {"seed": 22, "n_q": 6, "heads": 3, "row_lengths": [2048, 2048, 100, 1, 64, 65], "cache_rows": 40_000, "writer": "raw", "latent": "heavy"}),
+        (
+            "raw_h16_mixed",
+            {"seed": 21, "n_q": 6, "heads": 16, "row_lengths": [1, 63, 64, 65, 300, 2048], "cache_rows": 40_000, "writer": "raw"},
+        ),
+        (
+            "raw_h3_heavy",
+            {
+                "seed": 22,
+                "n_q": 6,
+                "heads": 3,
+                "row_lengths": [2048, 2048, 100, 1, 64, 65],
+                "cache_rows": 40_000,
+                "writer": "raw",
+                "latent": "heavy",
+            },
+        ),
     ):
         fields["row_lengths"] = [min(x, max_len) for x in fields["row_lengths"]]  # type: ignore[attr-defined]
         problem = materialize(Recipe.from_json_dict(fields), device)
@@ -556,7 +688,9 @@ def raw_writer_probe(backend: Any, device: torch.device, max_len: int = 2048) ->
 def smoke_table(report: list[dict[str, Any]]) -> str:
     """The smoke report as text, one line per case."""
     nan = float("nan")
-    lines = [f"{'case':<26} {'n_q':>4} {'H':>3} {'inv':>4} {'out err/bound':>14} {'lse err/bound':>14} {'max|dout|':>10} {'det':>4} {'bs64':>5} {'h128 diff':>10}  status"]
+    lines = [
+        f"{'case':<26} {'n_q':>4} {'H':>3} {'inv':>4} {'out err/bound':>14} {'lse err/bound':>14} {'max|dout|':>10} {'det':>4} {'bs64':>5} {'h128 diff':>10}  status"
+    ]
     for r in report:
         lines.append(
             f"{r['case']:<26} {r['n_q']:>4} {r['heads']:>3} {str(r['has_invalid'])[0]:>4} {r.get('out_ratio', nan):>14.4g} {r.get('lse_ratio', nan):>14.4g} "
@@ -570,7 +704,11 @@ def test_smoke_path_with_fake_kernel(fake: FakeFlashMLA, monkeypatch: pytest.Mon
     which must sit inside the bound on small cases."""
     monkeypatch.setattr(flashmla, "device_reason", lambda device=None: "")
     backend = flashmla.flashmla_backend()
-    cases = [(n, dict(f, cache_rows=1024)) for n, f in smoke_recipes() if n in ("mixed_h3_invalid_floor", "neg_lengths_offset", "all_invalid", "negative_scale")]
+    cases = [
+        (n, dict(f, cache_rows=1024))
+        for n, f in smoke_recipes()
+        if n in ("mixed_h3_invalid_floor", "neg_lengths_offset", "all_invalid", "negative_scale")
+    ]
     for _, f in cases:
         f["row_lengths"] = [min(x, 130) for x in f["row_lengths"]]
     report = run_smoke(backend, fake, torch.device("cpu"), cases)
@@ -597,7 +735,18 @@ def test_flashmla_smoke_against_bound() -> None:
     path = os.environ.get("FLASHMLA_SMOKE_JSON")
     if path:
         with open(path, "w", encoding="utf-8") as fh:
-            json.dump({"device": torch.cuda.get_device_name(), "profile": backend.profile, "mode": "exact-steps", "cases": report, "raw_writer": raw}, fh, indent=2, default=str)
+            json.dump(
+                {
+                    "device": torch.cuda.get_device_name(),
+                    "profile": backend.profile,
+                    "mode": "exact-steps",
+                    "cases": report,
+                    "raw_writer": raw,
+                },
+                fh,
+                indent=2,
+                default=str,
+            )
     bad = [r["case"] + ": " + r["status"] for r in report if r["status"] != "ok"]
     assert not bad, "\n".join(bad)
 

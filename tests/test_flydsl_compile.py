@@ -129,7 +129,9 @@ def test_isa_checker_agpr_rule_and_granule():
 
 
 def test_isa_checker_flags_missing_instructions_and_scratch():
-    text = synth().replace("global_load_lds_dwordx4", "global_load_dwordx4").replace("s_endpgm", "scratch_store_dword v1, v2, off\n\ts_endpgm")
+    text = (
+        synth().replace("global_load_lds_dwordx4", "global_load_dwordx4").replace("s_endpgm", "scratch_store_dword v1, v2, off\n\ts_endpgm")
+    )
     _, failures = fc.check_isa(text)
     assert any("global_load_lds_dwordx4 not used" in f for f in failures)
     assert any("scratch instructions" in f for f in failures)
@@ -252,7 +254,7 @@ def reference_tile(q, recs, valid, heads, c_log2):
     sv_bits = np.clip(sbits.view(np.int32), 1, 0x43000000).astype(np.int32).view(np.float32).astype(np.float64)
     out = np.zeros((16, 512))
     for blk in range(4):
-        pp = (torch.from_numpy(p * sv_bits[:, blk : blk + 1]).to(torch.float16).double().numpy())  # [tok, h]
+        pp = torch.from_numpy(p * sv_bits[:, blk : blk + 1]).to(torch.float16).double().numpy()  # [tok, h]
         out[:, 128 * blk : 128 * blk + 128] = pp.T @ codes[:, 128 * blk : 128 * blk + 128]
     return scores, e8, out / l[:, None], m, l
 

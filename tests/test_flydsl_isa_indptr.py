@@ -27,9 +27,24 @@ from strategies.recipe import Recipe
 def test_negative_and_past_the_end_indptr_bit_exact(cfg, monkeypatch):
     h, hi, rl = cfg
     monkeypatch.setattr(om, "F8_LAYOUT", "split")
-    p = materialize(Recipe(seed=11, n_q=3, heads=h, row_lengths=(0, 37, 200), cache_rows=400, latent="exact",
-                           rope="exact", q="exact", softmax_scale="exact", has_invalid=hi, return_lse=rl,
-                           invalid_pattern="scattered" if hi else "none", invalid_permille=200 if hi else 0), "cpu")
+    p = materialize(
+        Recipe(
+            seed=11,
+            n_q=3,
+            heads=h,
+            row_lengths=(0, 37, 200),
+            cache_rows=400,
+            latent="exact",
+            rope="exact",
+            q="exact",
+            softmax_scale="exact",
+            has_invalid=hi,
+            return_lse=rl,
+            invalid_pattern="scattered" if hi else "none",
+            invalid_permille=200 if hi else 0,
+        ),
+        "cpu",
+    )
     n = p.indices.numel()
     # row 0 starts 5 entries before the buffer (positions 0..4 read KV row 0), row 2 runs 150
     # entries past its end (those read KV row 0 too)

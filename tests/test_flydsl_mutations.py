@@ -83,8 +83,12 @@ def test_lds_read_after_dma_needs_wait_and_barrier():
 
 
 def test_dma_needs_m0_and_no_outstanding_lds_reads():
-    assert _sync("\ts_mov_b32 m0, s4\n\tglobal_load_lds_dwordx4 v[2:3], off\n\tglobal_load_lds_dwordx4 v[4:5], off\n\ts_endpgm\n") == ["sync.m0"]
-    assert _sync("\tds_read_b64_tr_b8 v[6:7], v1\n\ts_mov_b32 m0, s4\n\tglobal_load_lds_dwordx4 v[2:3], off\n\ts_endpgm\n") == ["sync.dma_war"]
+    assert _sync("\ts_mov_b32 m0, s4\n\tglobal_load_lds_dwordx4 v[2:3], off\n\tglobal_load_lds_dwordx4 v[4:5], off\n\ts_endpgm\n") == [
+        "sync.m0"
+    ]
+    assert _sync("\tds_read_b64_tr_b8 v[6:7], v1\n\ts_mov_b32 m0, s4\n\tglobal_load_lds_dwordx4 v[2:3], off\n\ts_endpgm\n") == [
+        "sync.dma_war"
+    ]
 
 
 def test_dataflow_joins_paths_around_a_loop():

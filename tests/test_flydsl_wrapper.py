@@ -96,8 +96,9 @@ def test_support_predicate_refuses_cpu(monkeypatch):
     q, kv, idx, iptr = make_call()
     s = b.supports(q, kv, idx, iptr, 0.1)
     assert not s and "cuda" in s.reason
-    info = CallInfo(n_q=1, heads=1, n_indices=0, kv_rows=1, device=torch.device("cpu"),
-                    has_invalid=False, return_lse=False, out_given=False)
+    info = CallInfo(
+        n_q=1, heads=1, n_indices=0, kv_rows=1, device=torch.device("cpu"), has_invalid=False, return_lse=False, out_given=False
+    )
     assert "gfx950" in fh._extra_support(info)
     # 17 heads is refused by the contract check with max_heads=16
     q17, kv, idx, iptr = make_call(heads=17)

@@ -41,7 +41,23 @@ def test_fuzz_emulated_finds_nothing(state: Path, capsys: pytest.CaptureFixture[
 
 
 def test_fuzz_broken_kernel_finds_and_saves_a_failure(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["fuzz", "--kernel", BROKEN, "--seconds", "10", "--shrink-seconds", "5", "--max-failures", "1", "--hypothesis-profile", "ci", "--property", "long_rows"])
+    code = main(
+        [
+            "fuzz",
+            "--kernel",
+            BROKEN,
+            "--seconds",
+            "10",
+            "--shrink-seconds",
+            "5",
+            "--max-failures",
+            "1",
+            "--hypothesis-profile",
+            "ci",
+            "--property",
+            "long_rows",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 1, captured.out + captured.err
     assert "FAILURES: 1 distinct" in captured.out and "lse values exceed the bound" in captured.out
@@ -73,8 +89,23 @@ def test_fuzz_profile_options_mean_what_they_mean_elsewhere(state: Path, capsys:
     assert "unknown numerics profile 'ci'" in err and "--hypothesis-profile ci" in err
     assert main(["fuzz", "--kernel", "emulated", "--seconds", "1", "--hypothesis-profile", "bogus"]) == 2
     assert "invalid choice: 'bogus'" in capsys.readouterr().err
-    code = main(["fuzz", "--kernel", "emulated", "--seconds", "2", "--profile", "exact", "--hypothesis-profile", "ci",
-                 "--chunk-examples", "2", "--property", "differential"])
+    code = main(
+        [
+            "fuzz",
+            "--kernel",
+            "emulated",
+            "--seconds",
+            "2",
+            "--profile",
+            "exact",
+            "--hypothesis-profile",
+            "ci",
+            "--chunk-examples",
+            "2",
+            "--property",
+            "differential",
+        ]
+    )
     err = capsys.readouterr().err
     assert code in (0, 1) and "fuzz: kernel emulated (profile exact) on cpu" in err and "Hypothesis profile ci" in err
     session = json.loads(next((state / "state").glob("runs/fuzz-*/session.json")).read_text(encoding="utf-8"))

@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from conformance.mutation import catalogue as mutants
+from kernel.backend import Backend
 from kernel.backends import emulated
 from kernel.record import RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, encode_records
-from kernel.backend import Backend
 from kernel.registry import resolve
 from oracle.bound import evaluate
 from oracle.profiles import GFX950
@@ -65,7 +65,9 @@ def failures(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, *, c
 
     Rows with no valid key must give out exactly 0 and lse exactly -inf; elsewhere out and lse
     must be finite and within the gfx950 a-priori bound of the exact-steps reference."""
-    ev = evaluate(problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale, profile=GFX950, has_invalid=problem.has_invalid)
+    ev = evaluate(
+        problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale, profile=GFX950, has_invalid=problem.has_invalid
+    )
     found: list[str] = []
     empty = torch.isneginf(ev.lse)  # [n_q, H]
     out64 = out.to(torch.float64)
@@ -277,7 +279,9 @@ def test_knob_defaults_reproduce_the_stages() -> None:
         finalize=mutants._finalize,
     )
     copy = emulated.emulated_backend(stages, name="copy")
-    build = recipe(row_lengths=(300, 0, 77, 129), has_invalid=True, invalid_pattern="scattered", invalid_permille=150, poison=True, rope="large")
+    build = recipe(
+        row_lengths=(300, 0, 77, 129), has_invalid=True, invalid_pattern="scattered", invalid_permille=150, poison=True, rope="large"
+    )
     want, want_lse = build().call(EMULATED)
     got, got_lse = build().call(copy)
     assert torch.equal(_bits(got), _bits(want))

@@ -96,7 +96,9 @@ def test_reference_matches_exact_rationals_on_60_cases() -> None:
     kinds = {"empty": 0, "duplicates": 0, "negative_entries": 0}
     for seed in range(CASES):
         problem = materialize(_case(seed), "cpu")
-        ref = reference(problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale, has_invalid=problem.has_invalid)
+        ref = reference(
+            problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale, has_invalid=problem.has_invalid
+        )
         exact_out, exact_lse = _exact(problem)
         _, length = row_bounds(problem.indptr)
         kinds["empty"] += int((length == 0).sum())
@@ -127,15 +129,28 @@ def test_reference_matches_exact_rationals_on_60_cases() -> None:
 
 
 def test_chunking_does_not_change_the_result() -> None:
-    recipe = Recipe(seed=5, n_q=7, heads=3, row_lengths=(0, 300, 1, 129, 70, 5, 2000), cache_rows=4000, has_invalid=True, invalid_pattern="scattered", invalid_permille=100)
+    recipe = Recipe(
+        seed=5,
+        n_q=7,
+        heads=3,
+        row_lengths=(0, 300, 1, 129, 70, 5, 2000),
+        cache_rows=4000,
+        has_invalid=True,
+        invalid_pattern="scattered",
+        invalid_permille=100,
+    )
     p = materialize(recipe, "cpu")
-    results = [reference(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, has_invalid=True, key_budget=b) for b in (64, 1000, 1 << 20)]
+    results = [
+        reference(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, has_invalid=True, key_budget=b) for b in (64, 1000, 1 << 20)
+    ]
     scale = decode_records(p.kv_cache).latent.abs().max()  # bounds every |v|, hence every |out|
     for other in results[1:]:
         # chunks group rows differently, so bmm may sum in another order: float64 noise only
         assert float((results[0].out - other.out).abs().max()) <= 1e-13 * float(scale)
         assert torch.equal(torch.isneginf(results[0].lse), torch.isneginf(other.lse))
-        assert float((results[0].lse - other.lse).nan_to_num(0.0).abs().max()) <= 1e-13 * float(results[0].lse.nan_to_num(0.0, neginf=0.0).abs().max() + 1)
+        assert float((results[0].lse - other.lse).nan_to_num(0.0).abs().max()) <= 1e-13 * float(
+            results[0].lse.nan_to_num(0.0, neginf=0.0).abs().max() + 1
+        )
 
 
 def test_out_of_range_positions_and_indices_are_refused() -> None:

@@ -18,7 +18,9 @@ from kernel.registry import BackendUnavailable, resolve
 from oracle.reference import reference
 
 
-def make_problem(lengths: list[int], heads: int, *, seed: int = 0, rows: int = 300, negative_every: int = 0, writer: str = "pow2") -> dict[str, Any]:
+def make_problem(
+    lengths: list[int], heads: int, *, seed: int = 0, rows: int = 300, negative_every: int = 0, writer: str = "pow2"
+) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(seed)
     latent = torch.randn(rows, LATENT_DIM, generator=gen) * 2.0 ** torch.randint(-3, 4, (rows, 1), generator=gen)
     kv = encode_records(latent, torch.randn(rows, 64, generator=gen).to(torch.bfloat16), writer)  # type: ignore[arg-type]
@@ -32,7 +34,9 @@ def make_problem(lengths: list[int], heads: int, *, seed: int = 0, rows: int = 3
     return {"q": q, "kv_cache": kv, "indices": idx, "indptr": torch.tensor(ptr, dtype=torch.int32)}
 
 
-def check_against_oracle(p: dict[str, Any], out: torch.Tensor, lse: torch.Tensor | None, scale: float, *, has_invalid: bool, out_tol: float, lse_tol: float) -> None:
+def check_against_oracle(
+    p: dict[str, Any], out: torch.Tensor, lse: torch.Tensor | None, scale: float, *, has_invalid: bool, out_tol: float, lse_tol: float
+) -> None:
     ref = reference(p["q"], p["kv_cache"], p["indices"], p["indptr"], scale, has_invalid=has_invalid)
     empty = torch.isneginf(ref.lse)
     err = (out.to(torch.float64) - ref.out).abs()
@@ -97,8 +101,12 @@ class FakePrefill(types.ModuleType):
     def has_legacy(self) -> bool:
         return True
 
-    def flash_mla_sparse_fwd(self, q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None, use_legacy=False, return_log2_lse=None):  # type: ignore[no-untyped-def]
-        self.calls.append({"q": q, "kv": kv, "indices": indices, "topk_length": topk_length, "sm_scale": sm_scale, "use_legacy": use_legacy})
+    def flash_mla_sparse_fwd(
+        self, q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None, use_legacy=False, return_log2_lse=None
+    ):  # type: ignore[no-untyped-def]
+        self.calls.append(
+            {"q": q, "kv": kv, "indices": indices, "topk_length": topk_length, "sm_scale": sm_scale, "use_legacy": use_legacy}
+        )
         s_q, h_q, d = q.shape
         assert use_legacy and d_v == 512 and q.dtype == torch.bfloat16 and d == 576 and h_q in (64, 128) and q.is_contiguous()
         assert kv.dtype == torch.bfloat16 and kv.dim() == 3 and kv.shape[1:] == (1, 576)

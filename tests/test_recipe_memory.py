@@ -43,7 +43,9 @@ def test_every_shipped_corpus_entry_fits_in_a_gib() -> None:
     assert worst < 2**30
 
 
-@pytest.mark.parametrize(("text", "value"), [("8GiB", 8 * 2**30), ("8G", 8 * 2**30), ("8GB", 8 * 10**9), ("512m", 512 * 2**20), ("1e9", 10**9), ("0", 0)])
+@pytest.mark.parametrize(
+    ("text", "value"), [("8GiB", 8 * 2**30), ("8G", 8 * 2**30), ("8GB", 8 * 10**9), ("512m", 512 * 2**20), ("1e9", 10**9), ("0", 0)]
+)
 def test_parse_size(text: str, value: int) -> None:
     assert mat.parse_size(text) == value
 
@@ -73,12 +75,23 @@ def _entry(tmp_path: Path) -> Path:
     import json
 
     path = tmp_path / "huge.json"
-    path.write_text(json.dumps({"name": "huge", "expect": "conform", "recipe": HUGE,
-                                "provenance": {"caught": "issue 12", "kernel": "emulated", "property": "x"}}), encoding="utf-8")
+    path.write_text(
+        json.dumps(
+            {
+                "name": "huge",
+                "expect": "conform",
+                "recipe": HUGE,
+                "provenance": {"caught": "issue 12", "kernel": "emulated", "property": "x"},
+            }
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
-def test_replay_of_a_huge_recipe_exits_2_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_of_a_huge_recipe_exits_2_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("CONFORMANCE_DIR", str(tmp_path / "state"))
     path = _entry(tmp_path)
     assert main(["replay", str(path), "--kernel", "emulated"]) == 2
@@ -98,7 +111,17 @@ def test_replay_isolated_of_a_huge_recipe_exits_2(tmp_path: Path) -> None:
 
     env = {**scrubbed_env(dict(os.environ)), "CONFORMANCE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(REPO)}
     code = "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30)); from conformance.cli import main; sys.exit(main(sys.argv[1:]))"
-    proc = subprocess.run([sys.executable, "-c", code, "replay", str(_entry(tmp_path)), "--kernel", "emulated", "--isolate", "--memory-limit", "2GiB"],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "replay", str(_entry(tmp_path)), "--kernel", "emulated", "--isolate", "--memory-limit", "2GiB"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "recipe too large" in proc.stderr and "limit 2.0 GiB ($CONFORMANCE_MEMORY_LIMIT=2GiB)" in proc.stderr and "Traceback" not in proc.stderr
+    assert (
+        "recipe too large" in proc.stderr
+        and "limit 2.0 GiB ($CONFORMANCE_MEMORY_LIMIT=2GiB)" in proc.stderr
+        and "Traceback" not in proc.stderr
+    )

@@ -60,13 +60,19 @@ def test_missing_fields_and_bad_json() -> None:
 
 
 def test_materialisation_is_deterministic() -> None:
-    recipe = Recipe.from_json_dict({**BASE, "index_pattern": "sorted", "has_invalid": True, "invalid_pattern": "scattered", "invalid_permille": 200, "poison": True})
+    recipe = Recipe.from_json_dict(
+        {**BASE, "index_pattern": "sorted", "has_invalid": True, "invalid_pattern": "scattered", "invalid_permille": 200, "poison": True}
+    )
     assert _bytes(materialize(recipe)) == _bytes(materialize(recipe))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU to compare devices")
 def test_cpu_and_gpu_build_the_same_bits() -> None:
-    for pattern, latent, q in (("uniform", "normal", "normal"), ("duplicates", "outliers", "tiny_blocks"), ("reversed", "max57344", "exact")):
+    for pattern, latent, q in (
+        ("uniform", "normal", "normal"),
+        ("duplicates", "outliers", "tiny_blocks"),
+        ("reversed", "max57344", "exact"),
+    ):
         recipe = Recipe.from_json_dict({**BASE, "index_pattern": pattern, "latent": latent, "q": q, "poison": True, "q_pad": [2, 3]})
         assert _bytes(materialize(recipe, "cpu")) == _bytes(materialize(recipe, "cuda")), pattern
 

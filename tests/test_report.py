@@ -20,8 +20,19 @@ RECIPE_B = {"seed": 2, "n_q": 2, "heads": 1, "row_lengths": [3, 0], "cache_rows"
 RECIPE_C = {"seed": 3, "n_q": 1, "heads": 1, "row_lengths": [9], "cache_rows": 64, "writer": "raw"}
 
 
-def _line(prop: str, outcome: str, recipe: dict[str, Any], *, mode: str | None = None, out: Any = None, lse: Any = None, **extra: Any) -> str:
-    data = {"property": prop, "kernel": "k:x", "outcome": outcome, "recipe": recipe, "out_ratio": out, "lse_ratio": lse, "time": 1.0, **extra}
+def _line(
+    prop: str, outcome: str, recipe: dict[str, Any], *, mode: str | None = None, out: Any = None, lse: Any = None, **extra: Any
+) -> str:
+    data = {
+        "property": prop,
+        "kernel": "k:x",
+        "outcome": outcome,
+        "recipe": recipe,
+        "out_ratio": out,
+        "lse_ratio": lse,
+        "time": 1.0,
+        **extra,
+    }
     if mode:
         data["mode"] = mode
     return json.dumps(data)  # Python's json writes Infinity / NaN, as conformance.harness.record does
@@ -51,20 +62,40 @@ def run_dir(tmp_path: Path) -> Path:
         _line("differential", "pass", RECIPE_A, mode="exact-steps", out=0.3, lse=0.5),  # the same recipe again: another example
         _line("differential", "pass", RECIPE_A, mode="float64", out=0.3, lse=0.5),
         _line("preconditions", "observed", RECIPE_C, observed={"kinds": ["scale_not_pow2"], "behaviour": "returned", "non_finite_out": 0}),
-        _line("preconditions", "observed", RECIPE_C, observed={"kinds": ["scale_not_pow2"], "behaviour": "returned with 3 non-finite outputs", "non_finite_out": 3}),
+        _line(
+            "preconditions",
+            "observed",
+            RECIPE_C,
+            observed={"kinds": ["scale_not_pow2"], "behaviour": "returned with 3 non-finite outputs", "non_finite_out": 3},
+        ),
         _line("corpus:edge-two", "raised", RECIPE_C, observed={"kinds": ["index_out_of_range"], "behaviour": "raised IndexError: boom"}),
         '{"property": "differential", "kernel": "k:x", "outc',  # a worker killed mid-write
     ]
     (run / "examples-gw0.jsonl").write_text("\n".join(gw0) + "\n", encoding="utf-8")
     (run / "examples-gw1.jsonl").write_text("\n".join(gw1) + "\n", encoding="utf-8")
-    failure = {"nodeid": "conformance/suite/test_differential.py::test_differential", "kernel": "k:x", "property": "differential",
-               "caught": "[exact-steps] 3 out elements exceed the bound", "entry": "/somewhere/pending/abc.json", "time": 2.0}
+    failure = {
+        "nodeid": "conformance/suite/test_differential.py::test_differential",
+        "kernel": "k:x",
+        "property": "differential",
+        "caught": "[exact-steps] 3 out elements exceed the bound",
+        "entry": "/somewhere/pending/abc.json",
+        "time": 2.0,
+    }
     (run / "failures-gw0.jsonl").write_text(json.dumps(failure) + "\n", encoding="utf-8")
-    crash = {"run": run.name, "worker": "gw1", "entry": "/somewhere/pending/def.json", "kernel": "k:x", "property": "differential",
-             "caught": "process died during the kernel call (xdist worker gw1 went down: Not properly terminated)", "new": True}
+    crash = {
+        "run": run.name,
+        "worker": "gw1",
+        "entry": "/somewhere/pending/def.json",
+        "kernel": "k:x",
+        "property": "differential",
+        "caught": "process died during the kernel call (xdist worker gw1 went down: Not properly terminated)",
+        "new": True,
+    }
     recovered = {**crash, "run": "19990101-000000-7", "origin_run": "19990101-000000-7", "entry": "/somewhere/pending/ghi.json"}
     (run / "crashes.jsonl").write_text(json.dumps(crash) + "\n" + json.dumps(recovered) + "\n", encoding="utf-8")
-    (run / "session.json").write_text(json.dumps({"pid": 1, "kind": "pytest", "started": 1.0, "finished": 2.0, "exitstatus": 1}), encoding="utf-8")
+    (run / "session.json").write_text(
+        json.dumps({"pid": 1, "kind": "pytest", "started": 1.0, "finished": 2.0, "exitstatus": 1}), encoding="utf-8"
+    )
     return run
 
 
@@ -87,7 +118,7 @@ def test_aggregates_worker_files_into_strict_json(run_dir: Path) -> None:
     assert k["largest_ratio"]["out"]["exact-steps"]["recipe"]["seed"] == 2
     out_es = props["differential"]["ratios"]["out"]["exact-steps"]
     assert out_es["max"] == "inf" and out_es["infinite"] == 1 and out_es["over_bound"] == 1 and out_es["examples"] == 3
-    assert any("string \"inf\"" in note for note in data["notes"])
+    assert any('string "inf"' in note for note in data["notes"])
     # precondition behaviour, grouped by the kinds violated
     pre = {(p["property"], tuple(p["kinds"])): p for p in k["preconditions"]}
     assert pre[("preconditions", ("scale_not_pow2",))]["behaviours"] == {"returned": 1, "returned with N non-finite outputs": 1}
@@ -150,7 +181,9 @@ def test_clean_run(tmp_path: Path) -> None:
     run.mkdir()
     crashes.mark_session_start(run, kind="pytest")
     crashes.mark_session_finish(run, exitstatus=0)
-    (run / "examples-main.jsonl").write_text(_line("differential", "pass", RECIPE_A, mode="exact-steps", out=0.0, lse=0.0) + "\n", encoding="utf-8")
+    (run / "examples-main.jsonl").write_text(
+        _line("differential", "pass", RECIPE_A, mode="exact-steps", out=0.0, lse=0.0) + "\n", encoding="utf-8"
+    )
     files = rpt.write_report(run, plot=False)
     assert files.report["status"] == "clean" and files.report["examples"] == 1
     assert "None with a saved recipe." in files.md_path.read_text(encoding="utf-8")
@@ -168,23 +201,35 @@ def _env(tmp_path: Path) -> dict[str, str]:
     from conformance.state import scrubbed_env
 
     env = scrubbed_env(dict(os.environ))
-    env.update(CONFORMANCE_DIR=str(tmp_path / "state"), CONFORMANCE_PENDING_DIR=str(tmp_path / "pending"),
-               PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p))
+    env.update(
+        CONFORMANCE_DIR=str(tmp_path / "state"),
+        CONFORMANCE_PENDING_DIR=str(tmp_path / "pending"),
+        PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
+    )
     return env
 
 
 def _report(run: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "conformance", "report", str(run), "--no-plot"], capture_output=True, text=True,
-                          env=_env(tmp_path), cwd=tmp_path, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "conformance", "report", str(run), "--no-plot"],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_a_run_killed_by_sigkill_is_unfinished(tmp_path: Path) -> None:
     """A session that marked its start, recorded a passing example and was SIGKILLed."""
     run = tmp_path / "state" / "runs" / "killed"
-    script = (f"import os, signal\nfrom pathlib import Path\nfrom conformance import crashes\nrun = Path({str(run)!r})\n"
-              "run.mkdir(parents=True)\ncrashes.mark_session_start(run, kind='pytest')\n"
-              f"(run / 'examples-gw0.jsonl').write_text({_line('differential', 'pass', RECIPE_A, mode='exact-steps', out=0.1, lse=0.0)!r} + '\\n')\n"
-              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    script = (
+        f"import os, signal\nfrom pathlib import Path\nfrom conformance import crashes\nrun = Path({str(run)!r})\n"
+        "run.mkdir(parents=True)\ncrashes.mark_session_start(run, kind='pytest')\n"
+        f"(run / 'examples-gw0.jsonl').write_text({_line('differential', 'pass', RECIPE_A, mode='exact-steps', out=0.1, lse=0.0)!r} + '\\n')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", script], env=_env(tmp_path), timeout=60, check=False)
     assert proc.returncode == -9
     result = _report(run, tmp_path)
@@ -220,9 +265,18 @@ def test_a_pytest_run_that_exited_1_is_failed(tmp_path: Path) -> None:
         "from conformance.state import run_dir, worker_id\n"
         "def test_records_a_pass():\n"
         f"    (run_dir() / f'examples-{{worker_id()}}.jsonl').write_text({_line('differential', 'pass', RECIPE_A, out=0.1, lse=0.0)!r} + '\\n')\n"
-        "def test_fails():\n    assert False\n", encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_fails.py"], capture_output=True, text=True,
-                          env=_env(tmp_path), cwd=tmp_path, timeout=300, check=False)
+        "def test_fails():\n    assert False\n",
+        encoding="utf-8",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_fails.py"],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     runs = [p for p in (tmp_path / "state" / "runs").iterdir() if p.is_dir()]
     assert len(runs) == 1, proc.stdout

@@ -190,8 +190,20 @@ def test_a_device_fault_ends_its_worker_and_later_tests_pass(tmp_path: Path) -> 
 
 def test_fuzz_keeps_its_budget_against_a_hanging_kernel(tmp_path: Path) -> None:
     started = time.monotonic()
-    command = [sys.executable, "-m", "conformance", "fuzz", "--kernel", f"{MODULE}:hang_on_long_rows", "--seconds", "6",
-               "--hypothesis-profile", "ci", "--property", "long_rows"]
+    command = [
+        sys.executable,
+        "-m",
+        "conformance",
+        "fuzz",
+        "--kernel",
+        f"{MODULE}:hang_on_long_rows",
+        "--seconds",
+        "6",
+        "--hypothesis-profile",
+        "ci",
+        "--property",
+        "long_rows",
+    ]
     proc = subprocess.run(command, cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=240, check=False)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output

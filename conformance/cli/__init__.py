@@ -32,7 +32,10 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every registered subcommand."""
-    parser = argparse.ArgumentParser(prog="python -m conformance", description="Differential fuzzing and conformance suite for sparse MLA kernels over fp8_ds_mla KV records.")
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance",
+        description="Differential fuzzing and conformance suite for sparse MLA kernels over fp8_ds_mla KV records.",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(subparsers)

@@ -63,17 +63,36 @@ def _seconds(text: str) -> float:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The bench options."""
-    p.add_argument("--kernel", action="append", metavar="NAME", help=f"kernel to time (repeatable): a registry name, package.module:attr, or {ORACLE!r}; default {', '.join(DEFAULT_KERNELS)}")
+    p.add_argument(
+        "--kernel",
+        action="append",
+        metavar="NAME",
+        help=f"kernel to time (repeatable): a registry name, package.module:attr, or {ORACLE!r}; default {', '.join(DEFAULT_KERNELS)}",
+    )
     p.add_argument("--n-q", type=_int_list, default=list(DEFAULT_N_Q), metavar="N,N,...", help="query rows per call (default 1,64,1024)")
     p.add_argument("--keys", type=positive_int, default=DEFAULT_KEYS, metavar="K", help=f"keys per query row (default {DEFAULT_KEYS})")
     p.add_argument("--heads", type=_heads, default=DEFAULT_HEADS, metavar="H", help=f"query heads, 1..16 (default {DEFAULT_HEADS})")
     p.add_argument("--iters", type=positive_int, default=20, metavar="N", help="timed calls per case, at most (default 20)")
     p.add_argument("--warmup", type=non_negative_int, default=3, metavar="N", help="untimed calls before timing (default 3)")
-    p.add_argument("--max-seconds", type=_seconds, default=10.0, metavar="S", help="wall-clock budget per case; timing stops after it (at least one timed call; default 10)")
-    p.add_argument("--cache-rows", type=positive_int, default=None, metavar="N", help="records in the KV cache (default 1,048,576 on a GPU, 65,536 on the CPU)")
+    p.add_argument(
+        "--max-seconds",
+        type=_seconds,
+        default=10.0,
+        metavar="S",
+        help="wall-clock budget per case; timing stops after it (at least one timed call; default 10)",
+    )
+    p.add_argument(
+        "--cache-rows",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="records in the KV cache (default 1,048,576 on a GPU, 65,536 on the CPU)",
+    )
     p.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="data seed (default 0)")
-    p.add_argument("--no-native", action="store_true", help="skip the bare-kernel rows (each external kernel alone on inputs its adapter prepared)")
+    p.add_argument(
+        "--no-native", action="store_true", help="skip the bare-kernel rows (each external kernel alone on inputs its adapter prepared)"
+    )
     p.add_argument("--json", type=output_file, metavar="PATH", help="also write the report as JSON to PATH (a file; its folder must exist)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
@@ -116,10 +135,19 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: n_q {n_q} x keys {args.keys} index entries do not fit int32 positions", file=sys.stderr)
             return EXIT_USAGE
     report = run_bench(
-        kernels, args.n_q,
-        keys=args.keys, heads=args.heads, iters=args.iters, warmup=args.warmup,
-        max_seconds=args.max_seconds, cache_rows=args.cache_rows, device=device, seed=args.seed,
-        native=not args.no_native, explicit=explicit, progress=None if args.quiet else sys.stderr,
+        kernels,
+        args.n_q,
+        keys=args.keys,
+        heads=args.heads,
+        iters=args.iters,
+        warmup=args.warmup,
+        max_seconds=args.max_seconds,
+        cache_rows=args.cache_rows,
+        device=device,
+        seed=args.seed,
+        native=not args.no_native,
+        explicit=explicit,
+        progress=None if args.quiet else sys.stderr,
     )
     sys.stdout.write(render_table(report))
     sys.stdout.flush()
@@ -130,4 +158,3 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: --json: {err}", file=sys.stderr)
             return EXIT_USAGE
     return int(report["exit_code"])
-

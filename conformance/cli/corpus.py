@@ -43,10 +43,16 @@ EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
 def register(subparsers: Any) -> None:
     """Add the `corpus` subcommand (and its own subcommands) to an argparse subparsers object."""
-    p = subparsers.add_parser("corpus", help="list, add, minimise corpus entries; recover crashes", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "corpus",
+        help="list, add, minimise corpus entries; recover crashes",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--corpus", metavar="DIR", default=None, help="reviewed corpus folder (default conformance/corpus)")
-    p.add_argument("--pending", metavar="DIR", default=None, help="pending folder (default $CONFORMANCE_PENDING_DIR or conformance/corpus/pending)")
+    p.add_argument(
+        "--pending", metavar="DIR", default=None, help="pending folder (default $CONFORMANCE_PENDING_DIR or conformance/corpus/pending)"
+    )
     sub = p.add_subparsers(dest="corpus_command", metavar="ACTION", required=True)
     # the folder options are also accepted after the action (`corpus list --corpus DIR`)
     folders = argparse.ArgumentParser(add_help=False)
@@ -60,30 +66,51 @@ def register(subparsers: Any) -> None:
     q.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     q.set_defaults(func=run_list)
 
-    q = sub.add_parser("add", parents=[folders], help="validate and move a pending entry into the reviewed corpus, or import an entry / recipe")
+    q = sub.add_parser(
+        "add", parents=[folders], help="validate and move a pending entry into the reviewed corpus, or import an entry / recipe"
+    )
     q.add_argument("file", metavar="FILE", help="a corpus entry or a bare recipe JSON")
     q.add_argument("--name", default=None, help="entry name (default: the entry's, or <property>-<hash> for a recipe)")
-    q.add_argument("--expect", choices=("conform", "precondition"), default=None, help="expectation (default: the entry's, or inferred for a recipe)")
+    q.add_argument(
+        "--expect", choices=("conform", "precondition"), default=None, help="expectation (default: the entry's, or inferred for a recipe)"
+    )
     q.add_argument("--caught", default=None, help="for a bare recipe: how it was found (required)")
     q.add_argument("--kernel", default=None, help="for a bare recipe: the kernel it was found with (default 'any')")
     q.add_argument("--property", default=None, help="for a bare recipe: the property or source (default 'imported')")
     q.add_argument("--keep", action="store_true", help="copy a pending entry instead of moving it")
     q.set_defaults(func=run_add)
 
-    q = sub.add_parser("minimise", aliases=["minimize"], parents=[folders], help="shrink a failing entry while it keeps failing the same way")
+    q = sub.add_parser(
+        "minimise", aliases=["minimize"], parents=[folders], help="shrink a failing entry while it keeps failing the same way"
+    )
     q.add_argument("entry", metavar="ENTRY", help="a corpus entry (or bare recipe) that fails with --kernel")
     q.add_argument("--kernel", required=True, help="kernel it fails with: emulated, flydsl, flashmla or package.module:attr")
     q.add_argument("--profile", default=None, help="numerics profile for a kernel that declares none (or to override)")
     q.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available and the kernel runs there)")
     q.add_argument("--max-tries", type=int, default=300, metavar="N", help="candidate checks at most (default 300)")
     q.add_argument("--max-seconds", type=float, default=600.0, metavar="S", help="wall-clock budget (default 600)")
-    q.add_argument("--isolate", dest="isolate", action="store_true", default=None,
-                   help="check each candidate in a child process (default for crash entries)")
+    q.add_argument(
+        "--isolate",
+        dest="isolate",
+        action="store_true",
+        default=None,
+        help="check each candidate in a child process (default for crash entries)",
+    )
     q.add_argument("--no-isolate", dest="isolate", action="store_false", help="check candidates in this process")
-    q.add_argument("--timeout", type=finite_positive_seconds, default=120.0, metavar="S", help="with --isolate: seconds before a hung candidate counts as hung")
-    q.add_argument("--memory-limit", metavar="SIZE", default=None,
-                   help="refuse an entry whose memory estimate exceeds SIZE (e.g. 8GiB; 0: no limit; default: half the available RAM, "
-                        "or $CONFORMANCE_MEMORY_LIMIT)")
+    q.add_argument(
+        "--timeout",
+        type=finite_positive_seconds,
+        default=120.0,
+        metavar="S",
+        help="with --isolate: seconds before a hung candidate counts as hung",
+    )
+    q.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        default=None,
+        help="refuse an entry whose memory estimate exceeds SIZE (e.g. 8GiB; 0: no limit; default: half the available RAM, "
+        "or $CONFORMANCE_MEMORY_LIMIT)",
+    )
     q.set_defaults(func=run_minimise)
 
     q = sub.add_parser("recover", parents=[folders], help="turn leftover write-ahead files of dead processes into crash entries now")
@@ -131,10 +158,19 @@ def run_list(args: argparse.Namespace) -> int:
                 errors.append(str(err))
                 continue
             prov = entry.provenance or {}
-            rows.append({
-                "name": entry.name, "expect": entry.expect, "status": status, "crash": is_crash_entry(prov), "file": _rel(path),
-                "kernel": prov.get("kernel"), "property": prov.get("property"), "date": prov.get("date"), "caught": prov.get("caught"),
-            })
+            rows.append(
+                {
+                    "name": entry.name,
+                    "expect": entry.expect,
+                    "status": status,
+                    "crash": is_crash_entry(prov),
+                    "file": _rel(path),
+                    "kernel": prov.get("kernel"),
+                    "property": prov.get("property"),
+                    "date": prov.get("date"),
+                    "caught": prov.get("caught"),
+                }
+            )
     if args.json:
         for row in rows:
             print(json.dumps(row, sort_keys=True))
@@ -144,7 +180,9 @@ def run_list(args: argparse.Namespace) -> int:
             prov = f"{'CRASH ' if row['crash'] else ''}{row['property'] or '?'} ({row['kernel'] or '?'}, {row['date'] or '?'}): {row['caught'] or '?'}"
             print(f"{_short(row['name'], 40):<40} {row['expect']:<12} {row['status']:<9} {_short(prov, 70):<70} {row['file']}")
         counts = {s: sum(1 for r in rows if r["status"] == s) for s, _ in folders}
-        print(f"{len(rows)} entries ({', '.join(f'{n} {s}' for s, n in counts.items())})" + (f", {len(errors)} unreadable" if errors else ""))
+        print(
+            f"{len(rows)} entries ({', '.join(f'{n} {s}' for s, n in counts.items())})" + (f", {len(errors)} unreadable" if errors else "")
+        )
     for error in errors:
         print(f"corpus: {error}", file=sys.stderr)
     return EXIT_BAD_INPUT if errors else EXIT_OK
@@ -187,24 +225,40 @@ def run_add(args: argparse.Namespace) -> int:
     digest = recipe_hash(entry.recipe)
     if kind == "recipe":
         if not args.caught:
-            print(f"corpus add: {source}: a bare recipe needs its provenance: --caught 'how it was found' (and --kernel, --property)", file=sys.stderr)
+            print(
+                f"corpus add: {source}: a bare recipe needs its provenance: --caught 'how it was found' (and --kernel, --property)",
+                file=sys.stderr,
+            )
             return EXIT_BAD_INPUT
         prop = args.property or "imported"
         entry = CorpusEntry(
-            name=args.name or f"{prop}-{digest}", recipe=entry.recipe, expect=entry.expect,
-            provenance={"caught": args.caught, "kernel": args.kernel or "any", "property": prop,
-                        "date": datetime.date.today().isoformat(), "suite_version": SUITE_VERSION, "imported_from": str(source)},
+            name=args.name or f"{prop}-{digest}",
+            recipe=entry.recipe,
+            expect=entry.expect,
+            provenance={
+                "caught": args.caught,
+                "kernel": args.kernel or "any",
+                "property": prop,
+                "date": datetime.date.today().isoformat(),
+                "suite_version": SUITE_VERSION,
+                "imported_from": str(source),
+            },
         )
     else:
         stray = [flag for flag, value in (("--caught", args.caught), ("--kernel", args.kernel), ("--property", args.property)) if value]
         if stray:
-            print(f"corpus add: {source} is a corpus entry with its own provenance; {', '.join(stray)} apply to bare recipes only", file=sys.stderr)
+            print(
+                f"corpus add: {source} is a corpus entry with its own provenance; {', '.join(stray)} apply to bare recipes only",
+                file=sys.stderr,
+            )
             return EXIT_BAD_INPUT
         if args.name:
             entry = CorpusEntry(name=args.name, recipe=entry.recipe, expect=entry.expect, provenance=entry.provenance)
     existing = _reviewed_hashes(reviewed).get(digest)
     if existing is not None:
-        print(f"corpus add: {source}: the same recipe is already in the reviewed corpus as {existing}; nothing written, {source} left as is")
+        print(
+            f"corpus add: {source}: the same recipe is already in the reviewed corpus as {existing}; nothing written, {source} left as is"
+        )
         return EXIT_OK
     target = reviewed / f"{digest}.json"
     atomic_write_text(target, entry.to_json())
@@ -266,8 +320,12 @@ def run_minimise(args: argparse.Namespace) -> int:
         check = in_process_check(suite, entry.expect, name=entry.name)
         where = "in this process"
     r = entry.recipe
-    print(f"minimising {source} ({entry.name}, expect {entry.expect}) against {args.kernel}, {where}: "
-          f"n_q {r.n_q}, heads {r.heads}, {r.total_keys} keys", file=sys.stderr, flush=True)
+    print(
+        f"minimising {source} ({entry.name}, expect {entry.expect}) against {args.kernel}, {where}: "
+        f"n_q {r.n_q}, heads {r.heads}, {r.total_keys} keys",
+        file=sys.stderr,
+        flush=True,
+    )
     signature = check(r)
     if not signature:
         print(f"corpus minimise: {source} does not fail with kernel {args.kernel}: nothing to minimise")
@@ -276,17 +334,30 @@ def run_minimise(args: argparse.Namespace) -> int:
         print(f"corpus minimise: kernel {args.kernel} does not take the call of {source}: nothing to minimise")
         return EXIT_FAIL
     print("fails as: " + "; ".join(sorted(signature)), file=sys.stderr)
-    result = minimise(r, check, signature=signature, max_tries=args.max_tries, max_seconds=args.max_seconds,
-                      log=lambda line: print(line, file=sys.stderr, flush=True))
+    result = minimise(
+        r,
+        check,
+        signature=signature,
+        max_tries=args.max_tries,
+        max_seconds=args.max_seconds,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     small = result.recipe
-    summary = (f"{result.tries} candidates tried in {result.seconds:.1f} s ({result.stopped}); "
-               f"n_q {r.n_q} -> {small.n_q}, heads {r.heads} -> {small.heads}, keys {r.total_keys} -> {small.total_keys}")
+    summary = (
+        f"{result.tries} candidates tried in {result.seconds:.1f} s ({result.stopped}); "
+        f"n_q {r.n_q} -> {small.n_q}, heads {r.heads} -> {small.heads}, keys {r.total_keys} -> {small.total_keys}"
+    )
     if not result.changed:
         print(f"{source} is already minimal for these passes: {summary}; nothing written")
         return EXIT_OK
     base = entry.name.removesuffix("-min")
-    provenance = {**(entry.provenance or {}), "minimised_from": source.name, "minimised_with": args.kernel,
-                  "minimised_on": datetime.date.today().isoformat(), "minimised_steps": result.accepted}
+    provenance = {
+        **(entry.provenance or {}),
+        "minimised_from": source.name,
+        "minimised_with": args.kernel,
+        "minimised_on": datetime.date.today().isoformat(),
+        "minimised_steps": result.accepted,
+    }
     smaller = CorpusEntry(name=f"{base}-min", recipe=small, expect=entry.expect, provenance=provenance)
     from conformance.corpus import CorpusWriteError, recipe_hash
 
@@ -299,8 +370,10 @@ def run_minimise(args: argparse.Namespace) -> int:
     except CorpusWriteError as err:
         print(f"corpus minimise: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(f"wrote the smaller entry {target} to the pending folder ({summary}); the original {source} is kept; "
-          f"after review: python -m conformance corpus add {target}" + (f" --corpus {reviewed}" if args.corpus else ""))
+    print(
+        f"wrote the smaller entry {target} to the pending folder ({summary}); the original {source} is kept; "
+        f"after review: python -m conformance corpus add {target}" + (f" --corpus {reviewed}" if args.corpus else "")
+    )
     print(f"replay: python -m conformance replay {target} --kernel {args.kernel}")
     return EXIT_OK
 

@@ -62,17 +62,38 @@ def register(subparsers: Any) -> None:
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--minutes", type=positive_float, default=None, metavar="M", help="search budget in minutes (default 5)")
     budget.add_argument("--seconds", type=positive_float, default=None, metavar="S", help="search budget in seconds")
-    p.add_argument("--hypothesis-profile", dest="hypothesis_profile", choices=HYPOTHESIS_PROFILES, default="dev",
-                   help="Hypothesis profile: chunk size and seeding (default dev)")
-    p.add_argument("--profile", "--numerics-profile", dest="numerics_profile", default=None, metavar="NAME",
-                   help="numerics profile for a kernel that declares none (or to override), as in pytest and replay")
+    p.add_argument(
+        "--hypothesis-profile",
+        dest="hypothesis_profile",
+        choices=HYPOTHESIS_PROFILES,
+        default="dev",
+        help="Hypothesis profile: chunk size and seeding (default dev)",
+    )
+    p.add_argument(
+        "--profile",
+        "--numerics-profile",
+        dest="numerics_profile",
+        default=None,
+        metavar="NAME",
+        help="numerics profile for a kernel that declares none (or to override), as in pytest and replay",
+    )
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available and the kernel runs there)")
     p.add_argument("--property", action="append", choices=PROPERTIES, default=None, help="property to fuzz (repeatable; default: all)")
-    p.add_argument("--shrink-seconds", type=positive_float, default=None, metavar="S",
-                   help="longest shrink of one failure, from when it is found (default: max(30, 20%% of the budget))")
+    p.add_argument(
+        "--shrink-seconds",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="longest shrink of one failure, from when it is found (default: max(30, 20%% of the budget))",
+    )
     p.add_argument("--max-failures", type=positive_int, default=5, metavar="N", help="stop after N distinct failures (default 5)")
-    p.add_argument("--chunk-examples", type=positive_int, default=None, metavar="N",
-                   help="examples per chunk (default: the Hypothesis profile's max_examples); smaller chunks ramp sizes up sooner")
+    p.add_argument(
+        "--chunk-examples",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="examples per chunk (default: the Hypothesis profile's max_examples); smaller chunks ramp sizes up sooner",
+    )
     p.add_argument("--no-save", action="store_true", help="do not write failures to the pending corpus (report them only)")
     p.set_defaults(func=run)
 
@@ -143,8 +164,10 @@ class Campaign:
         fails = sum(c["fail"] for c in self.outcomes.values())
         ratios = " ".join(f"{k} {v:.3g}" for k, v in self.max_ratio.items() if k.endswith("exact-steps"))
         state = " shrinking" if self.shrinking else ""
-        return (f"fuzz {elapsed:6.1f}/{budget:.0f} s  chunk {self.chunks}  examples {total}  failing {fails}  "
-                f"distinct failures {len(self.failures)}  max err/bound {ratios}{state}")
+        return (
+            f"fuzz {elapsed:6.1f}/{budget:.0f} s  chunk {self.chunks}  examples {total}  failing {fails}  "
+            f"distinct failures {len(self.failures)}  max err/bound {ratios}{state}"
+        )
 
 
 HUNG_GRACE_S = 5.0  # seconds a call may run past the budget before it counts as hung
@@ -166,14 +189,26 @@ def _fuzz_strategies(suite: Any, properties: list[str], chunk: int = 99) -> dict
     made = {
         "differential": lambda: recipes(**general, **limits),
         "long_rows": lambda: recipes(max_n_q=4, max_row=long_keys, max_total_keys=long_keys, **limits),
-        "preconditions": lambda: violating_recipes(allow_out_of_range=suite.backend.bounded_index_reads, max_total_keys=min(4096, cap),
-                                                   heads=suite.backend.head_counts),
+        "preconditions": lambda: violating_recipes(
+            allow_out_of_range=suite.backend.bounded_index_reads, max_total_keys=min(4096, cap), heads=suite.backend.head_counts
+        ),
     }
     return {name: made[name]() for name in properties}
 
 
-def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile: str, properties: list[str], shrink_s: float,
-             max_failures: int, save: bool, progress: ProgressLine, chunk_examples: int | None = None) -> Campaign:
+def campaign(
+    suite: Any,
+    state: Campaign,
+    *,
+    budget_s: float,
+    hypothesis_profile: str,
+    properties: list[str],
+    shrink_s: float,
+    max_failures: int,
+    save: bool,
+    progress: ProgressLine,
+    chunk_examples: int | None = None,
+) -> Campaign:
     """Run the campaign (see the module docstring) into `state` (its counters and failures stay
     valid when the campaign is interrupted); returns `state`."""
     from hypothesis import HealthCheck, Verbosity, given, seed, settings
@@ -191,8 +226,15 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
     configured_timeout = call_timeout_s()
     base = PROFILES[hypothesis_profile]
     chunk_settings = settings(
-        parent=base, max_examples=chunk_examples or base.max_examples, database=None, derandomize=False, deadline=None,
-        verbosity=Verbosity.quiet, print_blob=False, suppress_health_check=list(HealthCheck), report_multiple_bugs=True,
+        parent=base,
+        max_examples=chunk_examples or base.max_examples,
+        database=None,
+        derandomize=False,
+        deadline=None,
+        verbosity=Verbosity.quiet,
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=True,
     )
     chunk_failures: dict[frozenset[str], Failure] = {}
     stop_at = [deadline]
@@ -255,6 +297,7 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
         strategies.update(_fuzz_strategies(suite, properties, chunk - 1))
         stop_at[0] = deadline
         state.shrinking = False
+
         def chunk_test(data: Any) -> None:
             body(data)
 
@@ -280,7 +323,9 @@ def campaign(suite: Any, state: Campaign, *, budget_s: float, hypothesis_profile
                 expect = "precondition" if failure.property == "preconditions" else "conform"
                 first = failure.message.strip().splitlines()
                 caught = f"fuzz {failure.property}: {(first[1] if len(first) > 1 and first[0].startswith('kernel output') else first[0]) if first else 'failure'}"
-                entry = new_entry(failure.recipe, caught=caught[:500], kernel=suite.name, property_name=f"fuzz:{failure.property}", expect=expect)
+                entry = new_entry(
+                    failure.recipe, caught=caught[:500], kernel=suite.name, property_name=f"fuzz:{failure.property}", expect=expect
+                )
                 directory = pending_dir()
                 existed = (directory / f"{_hash(failure.recipe)}.json").exists()
                 failure.path = save_entry(entry, directory)
@@ -305,8 +350,11 @@ def _minimise_failure(suite: Any, failure: Failure, budget_s: float, progress: P
     from conformance.minimise import in_process_check, minimise
 
     expect = "precondition" if failure.property == "preconditions" else "conform"
-    progress.show(f"fuzz: minimising the {failure.property} failure (n_q {failure.recipe.n_q}, heads {failure.recipe.heads}, "
-                  f"{failure.recipe.total_keys} keys)", force=True)
+    progress.show(
+        f"fuzz: minimising the {failure.property} failure (n_q {failure.recipe.n_q}, heads {failure.recipe.heads}, "
+        f"{failure.recipe.total_keys} keys)",
+        force=True,
+    )
     result = minimise(failure.recipe, in_process_check(suite, expect, name=f"fuzz:{failure.property}"), max_seconds=budget_s)
     if result.changed:
         from conformance.corpus import CorpusEntry
@@ -330,8 +378,12 @@ def format_summary(state: Campaign, suite: Any, *, budget_s: float, hypothesis_p
     """The end-of-campaign summary (stdout)."""
     elapsed = time.monotonic() - state.started
     seeds = f"{state.seeds[:8]}{' ...' if len(state.seeds) > 8 else ''}"
-    lines = [(f"fuzz summary: kernel {suite.name} (profile {suite.profile.name}) on {suite.device}, Hypothesis profile {hypothesis_profile}, "
-              f"{elapsed:.1f} s (budget {budget_s:g} s), {state.chunks} chunk(s), seeds {seeds}")]
+    lines = [
+        (
+            f"fuzz summary: kernel {suite.name} (profile {suite.profile.name}) on {suite.device}, Hypothesis profile {hypothesis_profile}, "
+            f"{elapsed:.1f} s (budget {budget_s:g} s), {state.chunks} chunk(s), seeds {seeds}"
+        )
+    ]
     lines.append(f"  {'property':<14} {'examples':>8} {'pass':>6} {'fail':>6} {'observed':>9}")
     for prop in sorted(set(state.examples) | set(state.outcomes)):
         o = state.outcomes[prop]
@@ -347,9 +399,11 @@ def format_summary(state: Campaign, suite: Any, *, budget_s: float, hypothesis_p
             r = failure.recipe
             first = [line for line in failure.message.splitlines() if line.strip() and not line.startswith("kernel output outside")]
             lines.append(f"  - {failure.property}: {(first[0] if first else '')[:300]}")
-            lines.append(f"    shrunk recipe: n_q {r.n_q}, heads {r.heads}, row lengths {list(r.row_lengths)[:8]}{' ...' if r.n_q > 8 else ''} "
-                         f"({r.total_keys} keys), latent {r.latent}, q {r.q}, writer {r.writer}"
-                         + (f" (greedy passes after Hypothesis: {len(failure.minimised)} steps)" if failure.minimised else ""))
+            lines.append(
+                f"    shrunk recipe: n_q {r.n_q}, heads {r.heads}, row lengths {list(r.row_lengths)[:8]}{' ...' if r.n_q > 8 else ''} "
+                f"({r.total_keys} keys), latent {r.latent}, q {r.q}, writer {r.writer}"
+                + (f" (greedy passes after Hypothesis: {len(failure.minimised)} steps)" if failure.minimised else "")
+            )
             if failure.path is not None:
                 lines.append(f"    saved to {failure.path}{'' if failure.new else ' (already there)'}")
                 lines.append(f"    replay: python -m conformance replay {failure.path} --kernel {suite.name}")
@@ -370,8 +424,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         suite = build_target(args.kernel, profile=args.numerics_profile, device=args.device)
     except TargetError as err:
-        hint = (f" ({args.numerics_profile!r} is a Hypothesis profile: --hypothesis-profile {args.numerics_profile})"
-                if args.numerics_profile in HYPOTHESIS_PROFILES else "")
+        hint = (
+            f" ({args.numerics_profile!r} is a Hypothesis profile: --hypothesis-profile {args.numerics_profile})"
+            if args.numerics_profile in HYPOTHESIS_PROFILES
+            else ""
+        )
         print(f"fuzz: {err}{hint}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -389,11 +446,25 @@ def run(args: argparse.Namespace) -> int:
             from conformance.crashes import describe
 
             print("fuzz: recovered " + describe(line), file=sys.stderr)
-        print(f"fuzz: kernel {suite.name} (profile {suite.profile.name}) on {suite.device}; properties {', '.join(properties)}; "
-              f"budget {budget_s:g} s (+ up to {shrink_s:g} s shrinking); Hypothesis profile {args.hypothesis_profile}; run folder {run_dir}", file=sys.stderr, flush=True)
+        print(
+            f"fuzz: kernel {suite.name} (profile {suite.profile.name}) on {suite.device}; properties {', '.join(properties)}; "
+            f"budget {budget_s:g} s (+ up to {shrink_s:g} s shrinking); Hypothesis profile {args.hypothesis_profile}; run folder {run_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
-            campaign(suite, state, budget_s=budget_s, hypothesis_profile=args.hypothesis_profile, properties=properties, shrink_s=shrink_s,
-                             max_failures=args.max_failures, save=not args.no_save, progress=progress, chunk_examples=args.chunk_examples)
+            campaign(
+                suite,
+                state,
+                budget_s=budget_s,
+                hypothesis_profile=args.hypothesis_profile,
+                properties=properties,
+                shrink_s=shrink_s,
+                max_failures=args.max_failures,
+                save=not args.no_save,
+                progress=progress,
+                chunk_examples=args.chunk_examples,
+            )
         except KeyboardInterrupt:
             interrupted = True
         progress.done()

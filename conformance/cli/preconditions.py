@@ -48,14 +48,26 @@ def register(subparsers: Any) -> None:
     p.add_argument("--indices-key", metavar="NAME", help="tensor name of the indices in a multi-tensor file")
     p.add_argument("--indptr-key", metavar="NAME", help="tensor name of indptr in a multi-tensor file")
     p.add_argument("--has-invalid", action="store_true", help="entries < 0 are masked (the kernel's has_invalid=True)")
-    p.add_argument("--cache-only", action="store_true", help="ignore any index stream inside KV_DUMP: scan every row, every row decides the verdict")
+    p.add_argument(
+        "--cache-only", action="store_true", help="ignore any index stream inside KV_DUMP: scan every row, every row decides the verdict"
+    )
     p.add_argument("--consumed-only", action="store_true", help="with an index stream: read only the consumed rows, no whole-cache summary")
     p.add_argument("--format", choices=("table", "json", "markdown"), default="table", help="report format (default: table)")
-    p.add_argument("--output", type=output_file, metavar="PATH", help="write the report here instead of stdout (a file; its folder must exist)")
-    p.add_argument("--chunk-rows", type=positive_int, default=pc.DEFAULT_CHUNK_ROWS, metavar="N", help=f"rows per scan chunk (default {pc.DEFAULT_CHUNK_ROWS}; memory ~ N * 1.2 KiB)")
+    p.add_argument(
+        "--output", type=output_file, metavar="PATH", help="write the report here instead of stdout (a file; its folder must exist)"
+    )
+    p.add_argument(
+        "--chunk-rows",
+        type=positive_int,
+        default=pc.DEFAULT_CHUNK_ROWS,
+        metavar="N",
+        help=f"rows per scan chunk (default {pc.DEFAULT_CHUNK_ROWS}; memory ~ N * 1.2 KiB)",
+    )
     p.add_argument("--max-examples", type=positive_int, default=pc.DEFAULT_MAX_EXAMPLES, metavar="N", help="examples kept per finding")
     p.add_argument("--progress", action="store_true", help="show scan progress on stderr even when it is not a terminal")
-    p.add_argument("--quiet", action="store_true", help="no progress and nothing on stdout (the report still goes to --output); exit code only")
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress and nothing on stdout (the report still goes to --output); exit code only"
+    )
     p.set_defaults(func=run)
 
 
@@ -102,7 +114,14 @@ def run(args: argparse.Namespace) -> int:
             indptr_key=args.indptr_key,
             stream_from_kv_file=not args.cache_only,
         )
-        report = build_report(dump, has_invalid=args.has_invalid, chunk_rows=args.chunk_rows, consumed_only=args.consumed_only, max_examples=args.max_examples, progress=show_progress)
+        report = build_report(
+            dump,
+            has_invalid=args.has_invalid,
+            chunk_rows=args.chunk_rows,
+            consumed_only=args.consumed_only,
+            max_examples=args.max_examples,
+            progress=show_progress,
+        )
     except DumpError as exc:
         return _fail(args, str(exc), exc.findings)
     except (ContractError, ValueError, OSError) as exc:
@@ -118,7 +137,14 @@ def run(args: argparse.Namespace) -> int:
 def _fail(args: argparse.Namespace, message: str, findings: list[pc.Finding]) -> int:
     print(f"error: {message}", file=sys.stderr)
     if args.format == "json":
-        doc = {"tool": "conformance preconditions", "schema": SCHEMA, "verdict": "error", "exit_code": EXIT_BAD_INPUT, "error": message, "findings": [f.to_dict() for f in findings]}
+        doc = {
+            "tool": "conformance preconditions",
+            "schema": SCHEMA,
+            "verdict": "error",
+            "exit_code": EXIT_BAD_INPUT,
+            "error": message,
+            "findings": [f.to_dict() for f in findings],
+        }
         try:
             _emit(args, json.dumps(doc, indent=2) + "\n")
         except OSError:  # OutputError included: the error line above is what matters
@@ -137,7 +163,15 @@ def _emit(args: argparse.Namespace, text: str) -> None:
 # --------------------------------------------------------------------------- the report
 
 
-def build_report(dump: Any, *, has_invalid: bool, chunk_rows: int = pc.DEFAULT_CHUNK_ROWS, consumed_only: bool = False, max_examples: int = pc.DEFAULT_MAX_EXAMPLES, progress: bool = False) -> dict[str, Any]:
+def build_report(
+    dump: Any,
+    *,
+    has_invalid: bool,
+    chunk_rows: int = pc.DEFAULT_CHUNK_ROWS,
+    consumed_only: bool = False,
+    max_examples: int = pc.DEFAULT_MAX_EXAMPLES,
+    progress: bool = False,
+) -> dict[str, Any]:
     """Scan a loaded `conformance.dumps.Dump`; return the report as a JSON-serialisable dict.
 
     Keys: inputs, mode ("all_rows" or "consumed_rows"), verdict ("clean" / "violation"),
@@ -166,14 +200,20 @@ def build_report(dump: Any, *, has_invalid: bool, chunk_rows: int = pc.DEFAULT_C
         n_q = dump.indptr.numel() - 1
         inputs.update(indices=dump.sources.get("indices"), n_indices=dump.indices.numel(), indptr=dump.sources.get("indptr"), n_q=n_q)
         idx_progress = ProgressLine(sys.stderr, "index stream", "entries") if progress else None
-        scan = pc.scan_index_stream(dump.indices, dump.indptr, kv_rows, has_invalid=has_invalid, progress=idx_progress, max_examples=max_examples)
+        scan = pc.scan_index_stream(
+            dump.indices, dump.indptr, kv_rows, has_invalid=has_invalid, progress=idx_progress, max_examples=max_examples
+        )
         inputs.update(consumed_rows=int(scan.consumed.numel()), consumed_entries=scan.consumed_entries)
         findings = list(scan.findings)
         if consumed_only:
-            findings += pc.check_records(kv, scan.consumed, chunk_rows=chunk_rows, progress=rec_progress, max_examples=max_examples, scope="consumed_rows")
+            findings += pc.check_records(
+                kv, scan.consumed, chunk_rows=chunk_rows, progress=rec_progress, max_examples=max_examples, scope="consumed_rows"
+            )
             rows_read = int(scan.consumed.numel())
         else:
-            consumed, whole = pc.check_records_split(kv, scan.consumed, chunk_rows=chunk_rows, progress=rec_progress, max_examples=max_examples)
+            consumed, whole = pc.check_records_split(
+                kv, scan.consumed, chunk_rows=chunk_rows, progress=rec_progress, max_examples=max_examples
+            )
             findings += consumed
             rows_read = kv_rows
         findings += pc.row0_notice(kv, scan, max_examples=max_examples)
@@ -270,7 +310,10 @@ def _table(report: dict[str, Any]) -> str:
             out.append(f"  {f['severity']:<10} {f['scope']:<14} {f['kind']:<32} {f['count']:,} {f['unit']}")
         for f in fs:
             out.append("")
-            out.append(f"  [{f['severity']}] {f['kind']} ({f['scope']}): {f['count']:,} {f['unit']}" + (f"  {f['details']}" if f["details"] else ""))
+            out.append(
+                f"  [{f['severity']}] {f['kind']} ({f['scope']}): {f['count']:,} {f['unit']}"
+                + (f"  {f['details']}" if f["details"] else "")
+            )
             out.extend(textwrap.wrap(f["consequence"], width=width, initial_indent="    consequence: ", subsequent_indent="      "))
             for ex in f["examples"]:
                 out.extend(textwrap.wrap(_example_text(ex), width=width, initial_indent="    - ", subsequent_indent="      "))

@@ -76,19 +76,37 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file", metavar="ENTRY_OR_RECIPE.json", help="a corpus entry or a bare recipe")
-    p.add_argument("--kernel", default=None, help="kernel: emulated, flydsl, flashmla or package.module:attr (default: the machine's default)")
+    p.add_argument(
+        "--kernel", default=None, help="kernel: emulated, flydsl, flashmla or package.module:attr (default: the machine's default)"
+    )
     p.add_argument("--profile", default=None, help="numerics profile for a kernel that declares none (or to override)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available and the kernel runs there)")
     p.add_argument("--expect", choices=("conform", "precondition"), default=None, help="override the entry's expectation")
-    p.add_argument("--isolate", dest="isolate", action="store_true", default=None,
-                   help="run in a child process so a crash is reported instead of killing this one (default for crash entries)")
+    p.add_argument(
+        "--isolate",
+        dest="isolate",
+        action="store_true",
+        default=None,
+        help="run in a child process so a crash is reported instead of killing this one (default for crash entries)",
+    )
     p.add_argument("--no-isolate", dest="isolate", action="store_false", help="run in this process even for a crash entry")
-    p.add_argument("--timeout", type=finite_positive_seconds, default=DEFAULT_ISOLATE_TIMEOUT_S, metavar="S",
-                   help=f"with --isolate: seconds before a hung child is killed (default {DEFAULT_ISOLATE_TIMEOUT_S:g})")
-    p.add_argument("--memory-limit", metavar="SIZE", default=None,
-                   help="refuse a recipe whose memory estimate exceeds SIZE (e.g. 8GiB; 0: no limit; default: half the available RAM, "
-                        "or $CONFORMANCE_MEMORY_LIMIT)")
-    p.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N", help=f"worst elements / rows / heads / dims listed (default {DEFAULT_TOP})")
+    p.add_argument(
+        "--timeout",
+        type=finite_positive_seconds,
+        default=DEFAULT_ISOLATE_TIMEOUT_S,
+        metavar="S",
+        help=f"with --isolate: seconds before a hung child is killed (default {DEFAULT_ISOLATE_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        default=None,
+        help="refuse a recipe whose memory estimate exceeds SIZE (e.g. 8GiB; 0: no limit; default: half the available RAM, "
+        "or $CONFORMANCE_MEMORY_LIMIT)",
+    )
+    p.add_argument(
+        "--top", type=int, default=DEFAULT_TOP, metavar="N", help=f"worst elements / rows / heads / dims listed (default {DEFAULT_TOP})"
+    )
     p.add_argument("--json", type=output_file, metavar="PATH", help="also write the diagnosis as JSON here (a file; its folder must exist)")
     p.set_defaults(func=run)
 
@@ -137,7 +155,9 @@ def run(args: argparse.Namespace) -> int:
     if isolate:
         if args.isolate is None:
             print("replay: crash entry: running in a child process (--no-isolate to run here)", flush=True)
-        result = run_isolated(path, kernel=args.kernel, profile=args.profile, device=args.device, expect=args.expect, top=args.top, timeout_s=args.timeout)
+        result = run_isolated(
+            path, kernel=args.kernel, profile=args.profile, device=args.device, expect=args.expect, top=args.top, timeout_s=args.timeout
+        )
         sys.stdout.write(result.stdout)
         sys.stderr.write(result.stderr)
         if result.diagnosis is None:

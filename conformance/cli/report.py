@@ -31,8 +31,12 @@ EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
 def register(subparsers: Any) -> None:
     """Add the `report` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser("report", help="render a run's report (default: the last run)", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "report",
+        help="render a run's report (default: the last run)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("run_dir", metavar="RUN_DIR", nargs="?", default=None, help="run folder or run id (default: the last run)")
     p.add_argument("--json", action="store_true", help="print report.json instead of the Markdown")
     p.add_argument("--no-plot", action="store_true", help="do not draw report.png")
@@ -75,5 +79,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"(written: {files.json_path}, {files.md_path}" + (f", {files.png_path}" if files.png_path else "") + ")")
     status = files.report["status"]
     if status != CLEAN:
-        print(f"report: {run_dir.name}: status {status}: " + "; ".join(files.report.get("status_reasons") or ["not clean"]), file=sys.stderr)
+        print(
+            f"report: {run_dir.name}: status {status}: " + "; ".join(files.report.get("status_reasons") or ["not clean"]), file=sys.stderr
+        )
     return EXIT_OK if status == CLEAN else EXIT_FAIL

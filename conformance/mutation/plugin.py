@@ -153,13 +153,18 @@ def pytest_collectreport(report: Any) -> None:
 
 def pytest_runtest_logreport(report: Any) -> None:
     if report.when == "call" or report.outcome != "passed":
-        _emit({
-            "event": "report", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
-            "time": time.time(), "duration": float(report.duration), "message": _first_line(report) if report.outcome != "passed" else "",
-        })
+        _emit(
+            {
+                "event": "report",
+                "nodeid": report.nodeid,
+                "when": report.when,
+                "outcome": report.outcome,
+                "time": time.time(),
+                "duration": float(report.duration),
+                "message": _first_line(report) if report.outcome != "passed" else "",
+            }
+        )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _emit({"event": "finish", "time": time.time(), "exitstatus": int(exitstatus), "collected": int(session.testscollected)})
-
-

@@ -83,16 +83,22 @@ def count_examples(run_dir: Path) -> Examples:
             recipe = json.dumps(line.get("recipe"), sort_keys=True)
             mode = line.get("mode")
             if (
-                previous is not None and mode is not None and previous["modes"]
-                and previous["property"] == line.get("property") and previous["recipe"] == recipe
+                previous is not None
+                and mode is not None
+                and previous["modes"]
+                and previous["property"] == line.get("property")
+                and previous["recipe"] == recipe
                 and mode not in previous["modes"]
             ):
                 previous["modes"].add(mode)
                 previous["failed"] = previous["failed"] or line.get("outcome") == "fail"
                 continue
             previous = {
-                "property": line.get("property"), "recipe": recipe, "modes": {mode} if mode is not None else set(),
-                "failed": line.get("outcome") == "fail", "time": float(line.get("time") or 0.0),
+                "property": line.get("property"),
+                "recipe": recipe,
+                "modes": {mode} if mode is not None else set(),
+                "failed": line.get("outcome") == "fail",
+                "time": float(line.get("time") or 0.0),
             }
             groups.append(previous)
     groups.sort(key=lambda g: g["time"])
@@ -173,7 +179,7 @@ def summary_failures(stdout: str) -> list[tuple[str, str]]:
     for line in stdout.splitlines():
         for tag in ("FAILED ", "ERROR "):
             if line.startswith(tag):
-                rest = line[len(tag):]
+                rest = line[len(tag) :]
                 nodeid, _, message = rest.partition(" - ")
                 found.append((nodeid.strip(), message.strip()))
     return found
@@ -236,15 +242,32 @@ class RunResult:
 
 
 def judge_run(
-    *, name: str, spec: str, role: Role, returncode: int | None, timed_out: bool, wall_s: float, started: float,
-    events: PytestEvents, examples: Examples, stdout: str = "",
+    *,
+    name: str,
+    spec: str,
+    role: Role,
+    returncode: int | None,
+    timed_out: bool,
+    wall_s: float,
+    started: float,
+    events: PytestEvents,
+    examples: Examples,
+    stdout: str = "",
 ) -> RunResult:
     """The verdict of one run from what it left behind (pure: no I/O).
 
     started: Unix time the subprocess was started (for first_failure_s)."""
-    result = RunResult(name=name, spec=spec, role=role, status="error", wall_s=wall_s, returncode=returncode,
-                       hypothesis_profile=events.hypothesis_profile, tests=events.passed + events.failed,
-                       skipped=events.skipped)
+    result = RunResult(
+        name=name,
+        spec=spec,
+        role=role,
+        status="error",
+        wall_s=wall_s,
+        returncode=returncode,
+        hypothesis_profile=events.hypothesis_profile,
+        tests=events.passed + events.failed,
+        skipped=events.skipped,
+    )
     failure = events.first_failure
     if failure is None and not timed_out and returncode == 1:
         fallback = summary_failures(stdout)
@@ -322,12 +345,30 @@ def child_env(base: dict[str, str], *, state_dir: Path, run_id: str, report: Pat
 
 
 def suite_args(
-    spec: str, *, profile: str, device: str | None = None, suite: Sequence[str] = (SUITE_PATH,), extra: Sequence[str] = (),
+    spec: str,
+    *,
+    profile: str,
+    device: str | None = None,
+    suite: Sequence[str] = (SUITE_PATH,),
+    extra: Sequence[str] = (),
 ) -> list[str]:
     """The pytest arguments of one run (after `python -m pytest`); `extra` goes last (so it can
     override, e.g. `--maxfail=100` for a kill matrix, or add `--ignore=...`)."""
-    args = [*suite, "-x", "-q", "-rfE", "-p", "no:cacheprovider", "-p", PLUGIN, "--no-capture-corpus",
-            "--hypothesis-profile", profile, "--kernel", spec]
+    args = [
+        *suite,
+        "-x",
+        "-q",
+        "-rfE",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        PLUGIN,
+        "--no-capture-corpus",
+        "--hypothesis-profile",
+        profile,
+        "--kernel",
+        spec,
+    ]
     if device:
         args += ["--device", device]
     return args + list(extra)
@@ -348,9 +389,18 @@ def _terminate(process: subprocess.Popen[bytes]) -> None:
 
 
 def run_one(
-    run: RunSpec, *, work_dir: Path, profile: str, timeout_s: float, device: str | None = None,
-    shrink: bool = False, threads: int | None = None, command: Sequence[str] | None = None,
-    suite: Sequence[str] = (SUITE_PATH,), extra: Sequence[str] = (), cwd: Path = REPO_ROOT,
+    run: RunSpec,
+    *,
+    work_dir: Path,
+    profile: str,
+    timeout_s: float,
+    device: str | None = None,
+    shrink: bool = False,
+    threads: int | None = None,
+    command: Sequence[str] | None = None,
+    suite: Sequence[str] = (SUITE_PATH,),
+    extra: Sequence[str] = (),
+    cwd: Path = REPO_ROOT,
 ) -> RunResult:
     """Run the suite against one kernel in a subprocess and judge it.
 
@@ -369,7 +419,9 @@ def run_one(
         out.flush()
         started = time.time()
         t0 = time.perf_counter()
-        process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         timed_out = False
         try:
             returncode: int | None = process.wait(timeout=timeout_s)
@@ -383,10 +435,16 @@ def run_one(
         wall_s = time.perf_counter() - t0
     stdout = log.read_text(encoding="utf-8", errors="replace")
     result = judge_run(
-        name=run.name, spec=run.spec, role=run.role, returncode=returncode, timed_out=timed_out, wall_s=wall_s,
-        started=started, events=read_events(report), examples=count_examples(state_dir / "runs" / run_id), stdout=stdout,
+        name=run.name,
+        spec=run.spec,
+        role=run.role,
+        returncode=returncode,
+        timed_out=timed_out,
+        wall_s=wall_s,
+        started=started,
+        events=read_events(report),
+        examples=count_examples(state_dir / "runs" / run_id),
+        stdout=stdout,
     )
     result.log = str(log)
     return result
-
-

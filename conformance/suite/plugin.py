@@ -74,8 +74,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--device", default=None, help="device to run on: cpu or cuda (default: cuda when available)")
     group.addoption("--workers-per-gpu", type=int, default=1, help="with -n auto on a GPU machine: xdist workers per GPU")
     group.addoption("--no-capture-corpus", action="store_true", help="do not save failing recipes to conformance/corpus/pending")
-    group.addoption("--call-timeout", type=_seconds, default=None, metavar="S",
-                    help=f"seconds one kernel call may take (default {DEFAULT_CALL_TIMEOUT_S:g}; 0: no limit)")
+    group.addoption(
+        "--call-timeout",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help=f"seconds one kernel call may take (default {DEFAULT_CALL_TIMEOUT_S:g}; 0: no limit)",
+    )
 
 
 def _seconds(text: str) -> float:
@@ -134,7 +139,9 @@ def target(request: pytest.FixtureRequest) -> SuiteTarget:
     """The kernel under test (the machine's default when none is named); a kernel that cannot run
     here fails every test that needs it, with the reason."""
     try:
-        return build_target(request.config.getoption("--kernel"), profile=request.config.getoption("--profile"), device=request.config.getoption("--device"))
+        return build_target(
+            request.config.getoption("--kernel"), profile=request.config.getoption("--profile"), device=request.config.getoption("--device")
+        )
     except TargetError as err:
         pytest.fail(f"conformance: {err}", pytrace=False)
 
@@ -155,7 +162,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         kernel = item.config.getoption("--kernel") or "default"
         lines = str(call.excinfo.value).splitlines() if call.excinfo else []
         caught = (lines[0] if lines else type(call.excinfo.value).__name__ if call.excinfo else "failure")[:500]
-        entry = new_entry(judged.recipe, caught=f"{item.nodeid}: {caught}", kernel=kernel, property_name=judged.property_name, expect=judged.expect)
+        entry = new_entry(
+            judged.recipe, caught=f"{item.nodeid}: {caught}", kernel=kernel, property_name=judged.property_name, expect=judged.expect
+        )
         try:
             path = save_entry(entry, pending_dir())
         except OSError as err:  # CorpusWriteError names the folder and $CONFORMANCE_PENDING_DIR
@@ -164,8 +173,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             return
         report.sections.append(("conformance corpus", f"failing recipe saved to {path}"))
         try:
-            _log_failure({"nodeid": item.nodeid, "kernel": kernel, "property": judged.property_name, "expect": judged.expect,
-                          "caught": caught, "entry": str(path), "time": time.time()})
+            _log_failure(
+                {
+                    "nodeid": item.nodeid,
+                    "kernel": kernel,
+                    "property": judged.property_name,
+                    "expect": judged.expect,
+                    "caught": caught,
+                    "entry": str(path),
+                    "time": time.time(),
+                }
+            )
         except OSError as err:  # the entry is saved; only the report line is missing
             report.sections.append(("conformance report", f"failure not logged for the run report: {err}"))
     judged.clear()

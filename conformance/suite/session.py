@@ -51,7 +51,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         for line in crashes.recover_leftovers(run.name, _crash_destination(config, run), recovering_run=run):
             _say(config, "conformance: recovered " + crashes.describe(line))
     except Exception as err:  # noqa: BLE001 - a read-only state folder (or any surprise) must not stop the tests
-        _say(config, f"conformance: crash recovery skipped ({type(err).__name__}: {err}); leftover write-ahead files stay for a later session")
+        _say(
+            config,
+            f"conformance: crash recovery skipped ({type(err).__name__}: {err}); leftover write-ahead files stay for a later session",
+        )
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -68,7 +71,10 @@ def pytest_testnodedown(node: Any, error: object | None) -> None:
     try:
         line = crashes.recover_worker(run, worker, error=reason, destination=_crash_destination(config, run))
     except Exception as err:  # noqa: BLE001 - the write-ahead file stays; the next session records it
-        _say(config, f"\nconformance: worker {worker} crash not recorded now ({type(err).__name__}: {err}); its write-ahead file stays for the next session")
+        _say(
+            config,
+            f"\nconformance: worker {worker} crash not recorded now ({type(err).__name__}: {err}); its write-ahead file stays for the next session",
+        )
         return
     if line is not None:
         config.stash.setdefault(_CRASHES_KEY, {})[worker] = line

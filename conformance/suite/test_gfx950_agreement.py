@@ -48,10 +48,15 @@ def test_bit_exact_agreement_with_emulated(target: SuiteTarget, data: st.DataObj
     out = out.clone()
     lse = None if lse is None else lse.clone()
     expected, expected_lse = run_emulated(
-        problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
-        has_invalid=problem.has_invalid, return_lse=problem.return_lse,
+        problem.q,
+        problem.kv_cache,
+        problem.indices,
+        problem.indptr,
+        problem.softmax_scale,
+        has_invalid=problem.has_invalid,
+        return_lse=problem.return_lse,
     )
-    same = (out.view(torch.int16) == expected.view(torch.int16))
+    same = out.view(torch.int16) == expected.view(torch.int16)
     record("gfx950_bit_exact", target.name, problem, outcome="pass" if bool(same.all()) else "fail")
     if not bool(same.all()):
         where = [int(x) for x in torch.nonzero(~same)[0].tolist()]
@@ -65,7 +70,9 @@ def test_bit_exact_agreement_with_emulated(target: SuiteTarget, data: st.DataObj
         assert bool((torch.isneginf(lse) == empty).all()), "lse -inf positions differ from the emulated kernel"
         diff = torch.where(empty, 0.0, (lse.double() - expected_lse.double()).abs())
         allowed = LSE_AGREEMENT * (expected_lse.double().abs().nan_to_num(0.0, neginf=0.0) + 16)
-        assert bool((diff <= allowed).all()), f"lse differs from the emulated kernel by {float(diff.max()):.3g} (allowed {float(allowed.max()):.3g})"
+        assert bool((diff <= allowed).all()), (
+            f"lse differs from the emulated kernel by {float(diff.max()):.3g} (allowed {float(allowed.max()):.3g})"
+        )
 
 
 def _violating(recipe: Recipe, kind: str) -> Recipe:
@@ -83,17 +90,34 @@ def _violating(recipe: Recipe, kind: str) -> Recipe:
 def test_documented_scale_behaviour(target: SuiteTarget, data: st.DataObject) -> None:
     _need_gfx950(target)
     base = data.draw(recipes(max_n_q=16, max_total_keys=4096, **backend_limits(target)), label="recipe")
-    kind = data.draw(st.sampled_from(("raw_writer", "above_cap_latent", "scale_above_cap", "scale_not_pow2", "zero_scale")), label="violation")
+    kind = data.draw(
+        st.sampled_from(("raw_writer", "above_cap_latent", "scale_above_cap", "scale_not_pow2", "zero_scale")), label="violation"
+    )
     recipe = _violating(base, kind)
     target.judged.note(recipe, "gfx950_scale_behaviour", expect="precondition")
     problem = materialize(recipe, target.device)
     require_support(target, problem)
     out, lse = run_kernel(problem, target.backend, property_name="gfx950_scale_behaviour", kernel_name=target.name, expect="precondition")
     evaluation = evaluate(
-        problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
-        profile=target.profile, mode="exact-steps", has_invalid=problem.has_invalid, scale_model="gfx950",
+        problem.q,
+        problem.kv_cache,
+        problem.indices,
+        problem.indptr,
+        problem.softmax_scale,
+        profile=target.profile,
+        mode="exact-steps",
+        has_invalid=problem.has_invalid,
+        scale_model="gfx950",
     )
     verdict = compare(problem, out, lse, evaluation)
-    record("gfx950_scale_behaviour", target.name, problem, outcome="pass" if verdict.ok else "fail", out_ratio=verdict.out_ratio, lse_ratio=verdict.lse_ratio, extra={"mode": "exact-steps"})
+    record(
+        "gfx950_scale_behaviour",
+        target.name,
+        problem,
+        outcome="pass" if verdict.ok else "fail",
+        out_ratio=verdict.out_ratio,
+        lse_ratio=verdict.lse_ratio,
+        extra={"mode": "exact-steps"},
+    )
     assert verdict.ok, f"under {kind} the kernel departs from the gfx950 documented scale behaviour:\n{verdict.message()}"
     assert math.isfinite(verdict.out_ratio)

@@ -18,8 +18,14 @@ BASE = Recipe(seed=7, n_q=3, heads=2, row_lengths=(4, 0, 130), cache_rows=300, r
 
 def _args(p: Problem) -> dict[str, object]:
     return {
-        "q": p.q, "kv_cache": p.kv_cache, "indices": p.indices, "indptr": p.indptr,
-        "softmax_scale": p.softmax_scale, "has_invalid": False, "return_lse": True, "out": None,
+        "q": p.q,
+        "kv_cache": p.kv_cache,
+        "indices": p.indices,
+        "indptr": p.indptr,
+        "softmax_scale": p.softmax_scale,
+        "has_invalid": False,
+        "return_lse": True,
+        "out": None,
     }
 
 
@@ -50,7 +56,10 @@ BAD_INPUTS: dict[str, tuple[str, Callable[[Problem], dict[str, object]]]] = {
     "softmax_scale_string": ("softmax_scale", _with(softmax_scale=lambda p: "0.04")),
     "out_float32": ("out", _with(out=lambda p: torch.empty(3, 2, 512, device=p.q.device))),
     "out_wrong_shape": ("out", _with(out=lambda p: torch.empty(3, 2, 511, dtype=torch.bfloat16, device=p.q.device))),
-    "out_overlapping_heads": ("out", _with(out=lambda p: torch.empty(3, 1, 512, dtype=torch.bfloat16, device=p.q.device).expand(3, 2, 512))),
+    "out_overlapping_heads": (
+        "out",
+        _with(out=lambda p: torch.empty(3, 1, 512, dtype=torch.bfloat16, device=p.q.device).expand(3, 2, 512)),
+    ),
 }
 
 

@@ -50,7 +50,9 @@ def _run(target: SuiteTarget, problem: Problem, prop: str, **changes: object) ->
 
 def _bound(target: SuiteTarget, problem: Problem, **changes: object):  # type: ignore[no-untyped-def]
     p = dataclasses.replace(problem, **changes) if changes else problem
-    return evaluate(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, profile=target.profile, mode="exact-steps", has_invalid=p.has_invalid)
+    return evaluate(
+        p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, profile=target.profile, mode="exact-steps", has_invalid=p.has_invalid
+    )
 
 
 def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -164,8 +166,14 @@ def test_row_alone_equals_row_in_batch(target: SuiteTarget, data: st.DataObject)
         ok = bool(((out[row : row + 1].double() - out_1.double()).abs() <= 2 * bound.out_bound.to(out.device)).all())
         if lse is not None and lse_1 is not None:
             empty = torch.isneginf(lse_1)
-            ok = ok and bool((torch.isneginf(lse[row : row + 1]) == empty).all()) and bool(
-                (torch.where(empty, 0.0, (lse[row : row + 1].double() - lse_1.double()).abs()) <= 2 * bound.lse_bound.to(lse.device)).all()
+            ok = (
+                ok
+                and bool((torch.isneginf(lse[row : row + 1]) == empty).all())
+                and bool(
+                    (
+                        torch.where(empty, 0.0, (lse[row : row + 1].double() - lse_1.double()).abs()) <= 2 * bound.lse_bound.to(lse.device)
+                    ).all()
+                )
             )
         how = "within twice the bound (the backend declares batch-dependent results)"
     record("metamorphic_alone", target.name, problem, outcome="pass" if ok else "fail")

@@ -42,10 +42,10 @@ from dataclasses import dataclass
 
 import torch
 
+from kernel.backend import Backend
 from kernel.contract import validate_call
 from kernel.fp8 import decode_e4m3, e4m3_table, encode_e4m3, f32_exponent_field
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
-from kernel.backend import Backend
 
 TILE = 128
 P_SHIFT = 8.0
@@ -221,7 +221,9 @@ class SoftmaxState:
     o: torch.Tensor
 
 
-def online_softmax(state: SoftmaxState, scores: torch.Tensor, masked: torch.Tensor, c_log2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def online_softmax(
+    state: SoftmaxState, scores: torch.Tensor, masked: torch.Tensor, c_log2: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Update m and l for one tile; return (P f32 [R, H, 128], alpha f32 [R, H]) for pv_accumulate.
 
     x = s * c_log2 (masked keys: -1e30), m_new = max(m_old, tile max), alpha = exp2(m_old - m_new),
@@ -255,7 +257,9 @@ def scale_p(p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> tor
     return (p.unsqueeze(-1) * scale_v.unsqueeze(1)).to(torch.float16)
 
 
-def pv_accumulate(o: torch.Tensor, alpha: torch.Tensor, p_scaled: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+def pv_accumulate(
+    o: torch.Tensor, alpha: torch.Tensor, p_scaled: torch.Tensor, records: torch.Tensor, masked: torch.Tensor
+) -> torch.Tensor:
     """o = f32(o * alpha), then o += V^T P' by 4 f16 MFMAs (32 keys each) per 128-dim block.
 
     V codes of masked keys are zeroed, so a NaN row they fall back to cannot reach o."""
@@ -371,8 +375,15 @@ def emulated_backend(stages: Stages = DEFAULT_STAGES, name: str = "emulated") ->
 
     def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
         return run_emulated(
-            q, kv_cache, indices, indptr, softmax_scale,
-            has_invalid=has_invalid, return_lse=return_lse, out=out, stages=stages,
+            q,
+            kv_cache,
+            indices,
+            indptr,
+            softmax_scale,
+            has_invalid=has_invalid,
+            return_lse=return_lse,
+            out=out,
+            stages=stages,
         )
 
     return Backend(

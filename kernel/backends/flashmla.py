@@ -67,9 +67,9 @@ from typing import Any
 
 import torch
 
+from kernel.backend import Backend, BackendUnavailable
 from kernel.contract import CallInfo, ContractError, validate_call
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
-from kernel.backend import Backend, BackendUnavailable
 
 MODULE_NAME = "flash_mla"
 WHEEL = "sgl-flash-mla==1.0.0"
@@ -291,9 +291,7 @@ def prepare_call(
         raise ValueError(f"padded_heads must be one of {HEAD_COUNTS}, got {padded_heads}")
     n_q, heads, _ = q.shape
     sign, scale = effective_scale(softmax_scale)
-    rows = csr_to_padded(
-        indices, indptr, has_invalid=has_invalid, width=sync_free_width(indices.numel(), TOPK_BLOCK)
-    )
+    rows = csr_to_padded(indices, indptr, has_invalid=has_invalid, width=sync_free_width(indices.numel(), TOPK_BLOCK))
     return FlashMLACall(
         q=pad_heads(q, padded_heads, sign=sign),
         k_cache=cache_blocks(kv_cache, page_block_size),
@@ -320,7 +318,7 @@ class SchedCache:
         self.capacity = capacity
         self._entries: dict[tuple[Any, ...], Any] = {}
 
-    def get(self, call: "FlashMLACall") -> Any:
+    def get(self, call: FlashMLACall) -> Any:
         """The FlashMLASchedMeta for `call`'s shapes (empty and filled by FlashMLA on first use)."""
         key = (tuple(call.q.shape), tuple(call.indices.shape), tuple(call.k_cache.shape[1:]), call.q.device)
         sched = self._entries.get(key)
@@ -355,9 +353,7 @@ def load_flash_mla() -> ModuleType:
     try:
         module = importlib.import_module(MODULE_NAME)
     except Exception as err:  # ImportError, or OSError / RuntimeError from loading the .so
-        raise BackendUnavailable(
-            f"flashmla: cannot import {MODULE_NAME!r} ({type(err).__name__}: {err}); install {WHEEL}"
-        ) from err
+        raise BackendUnavailable(f"flashmla: cannot import {MODULE_NAME!r} ({type(err).__name__}: {err}); install {WHEEL}") from err
     has_legacy = getattr(module, "has_legacy", None)
     if callable(has_legacy) and not has_legacy():
         raise BackendUnavailable(
@@ -403,8 +399,14 @@ def run_flashmla(
     sched_cache: scheduler metadata reused per call shape (None: a fresh one per call).
     """
     info = validate_call(
-        q, kv_cache, indices, indptr, softmax_scale,
-        has_invalid=has_invalid, return_lse=return_lse, out=out,
+        q,
+        kv_cache,
+        indices,
+        indptr,
+        softmax_scale,
+        has_invalid=has_invalid,
+        return_lse=return_lse,
+        out=out,
     )
     n_q, heads = info.n_q, info.heads
     if n_q == 0:
@@ -415,8 +417,14 @@ def run_flashmla(
         raise ContractError("kv_cache has no rows: FlashMLA reads row 0 for masked slots")
     fm = load_flash_mla() if module is None else module
     call = prepare_call(
-        q, kv_cache, indices, indptr, softmax_scale,
-        has_invalid=has_invalid, padded_heads=padded_heads, page_block_size=page_block_size,
+        q,
+        kv_cache,
+        indices,
+        indptr,
+        softmax_scale,
+        has_invalid=has_invalid,
+        padded_heads=padded_heads,
+        page_block_size=page_block_size,
     )
     out_raw, lse_raw = call.run(fm, None if sched_cache is None else sched_cache.get(call))
     got = out_raw.reshape(n_q, -1, LATENT_DIM)[:, :heads]
@@ -457,9 +465,17 @@ def flashmla_backend(*, padded_heads: int = HEAD_COUNTS[0], page_block_size: int
 
     def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
         return run_flashmla(
-            q, kv_cache, indices, indptr, softmax_scale,
-            has_invalid=has_invalid, return_lse=return_lse, out=out,
-            padded_heads=padded_heads, page_block_size=page_block_size, module=module,
+            q,
+            kv_cache,
+            indices,
+            indptr,
+            softmax_scale,
+            has_invalid=has_invalid,
+            return_lse=return_lse,
+            out=out,
+            padded_heads=padded_heads,
+            page_block_size=page_block_size,
+            module=module,
             sched_cache=sched_cache,
         )
 

@@ -34,8 +34,8 @@ that to the bit. The arithmetic is FlashMLA decode's without the split-KV combin
 
 from __future__ import annotations
 
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -82,8 +82,13 @@ class PrefillCall:
     def run(self, module: ModuleType) -> tuple[torch.Tensor, Any, torch.Tensor]:
         """flash_mla_sparse_fwd on the prepared inputs: (out [n_q, H_pad, 512], max_logits, lse [n_q, H_pad])."""
         return module.flash_mla_sparse_fwd(
-            self.q, self.kv, self.indices, self.softmax_scale, LATENT_DIM,
-            topk_length=self.topk_length, use_legacy=True,
+            self.q,
+            self.kv,
+            self.indices,
+            self.softmax_scale,
+            LATENT_DIM,
+            topk_length=self.topk_length,
+            use_legacy=True,
         )
 
 
@@ -134,8 +139,14 @@ def run_flashmla_prefill(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The sparse prefill with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None)."""
     info = validate_call(
-        q, kv_cache, indices, indptr, softmax_scale,
-        has_invalid=has_invalid, return_lse=return_lse, out=out,
+        q,
+        kv_cache,
+        indices,
+        indptr,
+        softmax_scale,
+        has_invalid=has_invalid,
+        return_lse=return_lse,
+        out=out,
     )
     n_q, heads = info.n_q, info.heads
     if n_q == 0:
@@ -173,9 +184,16 @@ def flashmla_prefill_backend(*, padded_heads: int = HEAD_COUNTS[0]) -> Backend:
 
     def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
         return run_flashmla_prefill(
-            q, kv_cache, indices, indptr, softmax_scale,
-            has_invalid=has_invalid, return_lse=return_lse, out=out,
-            padded_heads=padded_heads, module=module,
+            q,
+            kv_cache,
+            indices,
+            indptr,
+            softmax_scale,
+            has_invalid=has_invalid,
+            return_lse=return_lse,
+            out=out,
+            padded_heads=padded_heads,
+            module=module,
         )
 
     return Backend(
@@ -193,4 +211,14 @@ def flashmla_prefill_backend(*, padded_heads: int = HEAD_COUNTS[0]) -> Backend:
     )
 
 
-__all__ = ["PROFILE", "HEAD_COUNTS", "LIMITS", "NAME", "TOPK_MULTIPLE", "PrefillCall", "flashmla_prefill_backend", "prepare_prefill", "run_flashmla_prefill"]
+__all__ = [
+    "PROFILE",
+    "HEAD_COUNTS",
+    "LIMITS",
+    "NAME",
+    "TOPK_MULTIPLE",
+    "PrefillCall",
+    "flashmla_prefill_backend",
+    "prepare_prefill",
+    "run_flashmla_prefill",
+]

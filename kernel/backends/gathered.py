@@ -79,7 +79,10 @@ def gather_rows(
     declares bounded_index_reads = False.
     """
     rows = csr_to_padded(
-        indices, indptr, has_invalid=True, multiple=multiple,
+        indices,
+        indptr,
+        has_invalid=True,
+        multiple=multiple,
         width=sync_free_width(indices.numel(), multiple),
     )
     valid = rows.indices >= 0

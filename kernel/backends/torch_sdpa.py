@@ -66,9 +66,7 @@ def _attention(q4: torch.Tensor, keys: torch.Tensor, bias: torch.Tensor, scale: 
             q4, keys, keys[..., :LATENT_DIM], bias, True, 0.0, False, scale=scale
         )
         return res[0], res[1][:, 0, :heads]
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q4, keys, keys, 0.0, False, attn_mask=bias, scale=scale
-    )
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q4, keys, keys, 0.0, False, attn_mask=bias, scale=scale)
     return out[..., :LATENT_DIM], lse[:, 0, :heads]
 
 
@@ -85,8 +83,14 @@ def run_torch_sdpa(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """SDPA with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None)."""
     info = validate_call(
-        q, kv_cache, indices, indptr, softmax_scale,
-        has_invalid=has_invalid, return_lse=return_lse, out=out,
+        q,
+        kv_cache,
+        indices,
+        indptr,
+        softmax_scale,
+        has_invalid=has_invalid,
+        return_lse=return_lse,
+        out=out,
     )
     n_q, heads = info.n_q, info.heads
     if n_q == 0:

@@ -16,14 +16,26 @@ from dataclasses import dataclass, field
 from kernel.isa.errors import AsmParseError
 
 SPECIAL_SGPRS = {  # name -> (SGPR file index, dwords)
-    "vcc": (106, 2), "vcc_lo": (106, 1), "vcc_hi": (107, 1),
-    "exec": (126, 2), "exec_lo": (126, 1), "exec_hi": (127, 1),
+    "vcc": (106, 2),
+    "vcc_lo": (106, 1),
+    "vcc_hi": (107, 1),
+    "exec": (126, 2),
+    "exec_lo": (126, 1),
+    "exec_hi": (127, 1),
     "m0": (124, 1),
     "flat_scratch": (102, 2),
 }
-FLOAT_INLINE = {"0.5": 0x3F000000, "-0.5": 0xBF000000, "1.0": 0x3F800000, "-1.0": 0xBF800000,
-                "2.0": 0x40000000, "-2.0": 0xC0000000, "4.0": 0x40800000, "-4.0": 0xC0800000,
-                "0.15915494": 0x3E22F983}
+FLOAT_INLINE = {
+    "0.5": 0x3F000000,
+    "-0.5": 0xBF000000,
+    "1.0": 0x3F800000,
+    "-1.0": 0xBF800000,
+    "2.0": 0x40000000,
+    "-2.0": 0xC0000000,
+    "4.0": 0x40800000,
+    "-4.0": 0xC0800000,
+    "0.15915494": 0x3E22F983,
+}
 FLAG_MODIFIERS = {"offen", "idxen", "glc", "slc", "nt", "sc0", "sc1", "lds", "clamp", "gds"}
 
 
@@ -255,7 +267,7 @@ def _parse_args(meta: str) -> list[KernArg]:
     m = re.search(r"^\s*\.args:\s*$", meta, re.MULTILINE)
     if not m:
         return args
-    block = meta[m.end():]
+    block = meta[m.end() :]
     cur: dict[str, str] = {}
     for line in block.splitlines():
         s = line.strip()
@@ -347,10 +359,15 @@ def parse_program(text: str) -> Program:
     if directives.get(".amdhsa_user_sgpr_kernarg_segment_ptr", 0):
         kptr = nxt
         nxt += 2
-    for key in (".amdhsa_user_sgpr_dispatch_id", ".amdhsa_user_sgpr_private_segment_size",
-                ".amdhsa_user_sgpr_kernarg_preload_length", ".amdhsa_enable_private_segment",
-                ".amdhsa_system_sgpr_workgroup_id_y", ".amdhsa_system_sgpr_workgroup_id_z",
-                ".amdhsa_system_sgpr_workgroup_info"):
+    for key in (
+        ".amdhsa_user_sgpr_dispatch_id",
+        ".amdhsa_user_sgpr_private_segment_size",
+        ".amdhsa_user_sgpr_kernarg_preload_length",
+        ".amdhsa_enable_private_segment",
+        ".amdhsa_system_sgpr_workgroup_id_y",
+        ".amdhsa_system_sgpr_workgroup_id_z",
+        ".amdhsa_system_sgpr_workgroup_info",
+    ):
         if directives.get(key, 0):
             raise AsmParseError(f"{key} is enabled; not modelled by the interpreter")
     if nxt != user_count:

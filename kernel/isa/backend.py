@@ -52,19 +52,33 @@ def get_kernel(heads: int, has_invalid: bool, return_lse: bool):
     return k
 
 
-def flydsl_isa_sparse_mla(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, indptr: torch.Tensor,
-                          softmax_scale: float, *, has_invalid: bool = False, return_lse: bool = False,
-                          out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def flydsl_isa_sparse_mla(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The kernel contract's call, executed instruction by instruction (CPU tensors)."""
     from kernel.backends.flydsl.host import plan_call
 
-    plan = plan_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid,
-                     return_lse=return_lse, out=out)
+    plan = plan_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     if plan.n_q == 0:
         return plan.out, plan.lse
     kern = get_kernel(*plan.key)
-    buffers = [(plan.q_run, "q"), (plan.kv_cache, "kv_cache"), (plan.indices, "indices"), (plan.indptr, "indptr"),
-               (plan.out_run, "out"), (plan.lse, "lse"), (plan.zero, "zero record")]
+    buffers = [
+        (plan.q_run, "q"),
+        (plan.kv_cache, "kv_cache"),
+        (plan.indices, "indices"),
+        (plan.indptr, "indptr"),
+        (plan.out_run, "out"),
+        (plan.lse, "lse"),
+        (plan.zero, "zero record"),
+    ]
     stats = kern.launch(plan.n_q, plan.args, buffers, checks=os.environ.get("FLYDSL_ISA_CHECKS", "raise"))
     last_stats[:] = [stats]
     if plan.copy_back:
@@ -74,8 +88,10 @@ def flydsl_isa_sparse_mla(q: torch.Tensor, kv_cache: torch.Tensor, indices: torc
 
 def _extra_support(info: CallInfo) -> str:
     if info.n_indices > MAX_TOTAL_KEYS or info.n_q > MAX_ROWS:
-        return (f"{NAME} takes at most {MAX_TOTAL_KEYS} index entries and {MAX_ROWS} query rows "
-                f"(interpreter speed); got {info.n_indices} and {info.n_q}")
+        return (
+            f"{NAME} takes at most {MAX_TOTAL_KEYS} index entries and {MAX_ROWS} query rows "
+            f"(interpreter speed); got {info.n_indices} and {info.n_q}"
+        )
     return ""
 
 

@@ -21,7 +21,10 @@ OPCODES: dict[str, tuple[str, str]] = {
     "s_load_dwordx2": ("SDST[0:1] = MEM[SBASE + offset], 2 dwords", "ISA3 SMEM"),
     "s_load_dwordx4": ("SDST[0:3] = MEM[SBASE + offset], 4 dwords", "ISA3 SMEM"),
     "s_load_dwordx8": ("SDST[0:7] = MEM[SBASE + offset], 8 dwords", "ISA3 SMEM"),
-    "s_waitcnt": ("wait until at most vmcnt VMEM ops (in order) / lgkmcnt LDS+SMEM ops are outstanding", "ISA3 SOPP; LLVM AMDGPUBaseInfo (gfx9 fields)"),
+    "s_waitcnt": (
+        "wait until at most vmcnt VMEM ops (in order) / lgkmcnt LDS+SMEM ops are outstanding",
+        "ISA3 SOPP; LLVM AMDGPUBaseInfo (gfx9 fields)",
+    ),
     "s_barrier": ("wait until every live wave of the workgroup reaches the barrier", "ISA3 SOPP"),
     "s_nop": ("no operation (hazard padding)", "ISA3 SOPP"),
     "s_endpgm": ("end of the wave", "ISA3 SOPP"),
@@ -102,7 +105,10 @@ OPCODES: dict[str, tuple[str, str]] = {
     "v_and_or_b32": ("D = (S0 & S1) | S2", "ISA3 VOP3"),
     "v_or3_b32": ("D = S0 | S1 | S2", "ISA3 VOP3"),
     "v_xad_u32": ("D = (S0 ^ S1) + S2", "ISA3 VOP3"),
-    "v_bitop3_b32": ("bit i of D = TTBL[(S0[i] << 2) | (S1[i] << 1) | S2[i]], TTBL = bitop3:imm8", "LLVM VOP3Instructions.td / SIISelLowering getBitOp3 (gfx950)"),
+    "v_bitop3_b32": (
+        "bit i of D = TTBL[(S0[i] << 2) | (S1[i] << 1) | S2[i]], TTBL = bitop3:imm8",
+        "LLVM VOP3Instructions.td / SIISelLowering getBitOp3 (gfx950)",
+    ),
     "v_bfe_u32": ("D = (S0 >> S1[4:0]) & ((1 << S2[4:0]) - 1)", "ISA3 VOP3"),
     "v_max3_i32": ("D = max(S0, S1, S2) signed", "ISA3 VOP3"),
     "v_max3_u32": ("D = max(S0, S1, S2) unsigned", "ISA3 VOP3"),
@@ -137,36 +143,72 @@ OPCODES: dict[str, tuple[str, str]] = {
     "v_div_scale_f32": ("division pre-scale: D = S0 or S0 * 2^+-64, VCC per the ISA pseudocode", "ISA3 VOP3b V_DIV_SCALE_F32"),
     "v_div_fmas_f32": ("D = fma(S0, S1, S2), times 2^32 where VCC", "ISA3 VOP3 V_DIV_FMAS_F32"),
     "v_div_fixup_f32": ("division special cases (NaN, 0, inf, under/overflow), else |S0| signed", "ISA3 VOP3 V_DIV_FIXUP_F32"),
-    "v_pk_mul_f32": ("2 x f32 multiply; op_sel / op_sel_hi pick each element's dwords, neg_lo/hi negate", "LLVM VOP3PInstructions.td (gfx90a+ V_PK_MUL_F32)"),
-    "v_pk_add_f32": ("2 x f32 add; op_sel / op_sel_hi / neg_lo / neg_hi as v_pk_mul_f32", "LLVM VOP3PInstructions.td (gfx90a+ V_PK_ADD_F32)"),
+    "v_pk_mul_f32": (
+        "2 x f32 multiply; op_sel / op_sel_hi pick each element's dwords, neg_lo/hi negate",
+        "LLVM VOP3PInstructions.td (gfx90a+ V_PK_MUL_F32)",
+    ),
+    "v_pk_add_f32": (
+        "2 x f32 add; op_sel / op_sel_hi / neg_lo / neg_hi as v_pk_mul_f32",
+        "LLVM VOP3PInstructions.td (gfx90a+ V_PK_ADD_F32)",
+    ),
     # ---------------- conversions
-    "v_cvt_pk_fp8_f32": ("D.word[op_sel[2]] = {e4m3(S1), e4m3(S0)}, RNE, no saturation (NaN on overflow); other word kept", "LLVM VOP3Instructions.td V_CVT_PK_FP8_F32 (gfx950: OCP E4M3); OCP"),
+    "v_cvt_pk_fp8_f32": (
+        "D.word[op_sel[2]] = {e4m3(S1), e4m3(S0)}, RNE, no saturation (NaN on overflow); other word kept",
+        "LLVM VOP3Instructions.td V_CVT_PK_FP8_F32 (gfx950: OCP E4M3); OCP",
+    ),
     "v_cvt_pk_f32_fp8_e32": ("{D1, D0} = f32(e4m3 bytes 1, 0 of S0), exact", "LLVM VOP1Instructions.td V_CVT_PK_F32_FP8; OCP"),
     "v_cvt_pk_f32_fp8_sdwa": ("as _e32 on the word src0_sel picks (WORD_1 = bytes 2, 3)", "LLVM VOP1Instructions.td (SDWA form); OCP"),
-    "v_cvt_scalef32_pk_f16_fp8": ("D = {f16(e4m3(b1) * S1), f16(e4m3(b0) * S1)}, word op_sel[0] of S0, one RNE", "LLVM VOP3Instructions.td (gfx950 V_CVT_SCALEF32_PK_F16_FP8); OCP"),
+    "v_cvt_scalef32_pk_f16_fp8": (
+        "D = {f16(e4m3(b1) * S1), f16(e4m3(b0) * S1)}, word op_sel[0] of S0, one RNE",
+        "LLVM VOP3Instructions.td (gfx950 V_CVT_SCALEF32_PK_F16_FP8); OCP",
+    ),
     "v_cvt_pk_f16_f32": ("D = {f16(S1), f16(S0)}, RNE", "ISA3 VOP3"),
     "v_cvt_pk_bf16_f32": ("D = {bf16(S1), bf16(S0)}, RNE, NaN quieted", "LLVM VOP3Instructions.td (gfx950 V_CVT_PK_BF16_F32)"),
     # ---------------- cross-lane
-    "v_permlane16_swap_b32_e32": ("swap odd 16-lane rows of VDST with even rows of VSRC", "LLVM VOP1Instructions.td (gfx950 V_PERMLANE16_SWAP_B32)"),
-    "v_permlane32_swap_b32_e32": ("swap lanes 32-63 of VDST with lanes 0-31 of VSRC", "LLVM VOP1Instructions.td (gfx950 V_PERMLANE32_SWAP_B32)"),
+    "v_permlane16_swap_b32_e32": (
+        "swap odd 16-lane rows of VDST with even rows of VSRC",
+        "LLVM VOP1Instructions.td (gfx950 V_PERMLANE16_SWAP_B32)",
+    ),
+    "v_permlane32_swap_b32_e32": (
+        "swap lanes 32-63 of VDST with lanes 0-31 of VSRC",
+        "LLVM VOP1Instructions.td (gfx950 V_PERMLANE32_SWAP_B32)",
+    ),
     "ds_bpermute_b32": ("D[l] = DATA[((ADDR[l] + offset) / 4) % 64]; 0 from an inactive lane", "ISA3 LDS (DS_BPERMUTE_B32)"),
     # ---------------- memory
-    "buffer_load_dword": ("D = MEM32[V#.base + VADDR + offset] when offset + 4 <= num_records, else 0", "ISA3 ch. 9 (buffer descriptor, range checking)"),
+    "buffer_load_dword": (
+        "D = MEM32[V#.base + VADDR + offset] when offset + 4 <= num_records, else 0",
+        "ISA3 ch. 9 (buffer descriptor, range checking)",
+    ),
     "buffer_load_dwordx4": ("4 dwords, each range-checked against num_records (0 when out of range)", "ISA3 ch. 9"),
     "global_load_dwordx4": ("D[0:3] = MEM[VADDR64 + offset] (sc0/sc1 cache bits: no effect on values)", "ISA3 ch. 10"),
     "global_store_dword": ("MEM32[SADDR64 + VADDR32 + offset] = DATA", "ISA3 ch. 10"),
     "global_store_dwordx2": ("MEM64[VADDR64 + offset] = DATA[0:1]", "ISA3 ch. 10"),
-    "global_load_lds_dword": ("LDS DMA: lane l's dword from VADDR64 lands at LDS M0 + 4 l (vmcnt)", "LLVM AMDGPUUsage / SIInstrInfo (LDS DMA)"),
-    "global_load_lds_dwordx4": ("LDS DMA: lane l's 16 bytes land at LDS M0 + 16 l (gfx950; vmcnt)", "LLVM gfx950 global_load_lds_dwordx4; MC tests"),
+    "global_load_lds_dword": (
+        "LDS DMA: lane l's dword from VADDR64 lands at LDS M0 + 4 l (vmcnt)",
+        "LLVM AMDGPUUsage / SIInstrInfo (LDS DMA)",
+    ),
+    "global_load_lds_dwordx4": (
+        "LDS DMA: lane l's 16 bytes land at LDS M0 + 16 l (gfx950; vmcnt)",
+        "LLVM gfx950 global_load_lds_dwordx4; MC tests",
+    ),
     "ds_read_b32": ("D = LDS32[ADDR + offset]", "ISA3 ch. 11"),
     "ds_read_b128": ("D[0:3] = LDS128[ADDR + offset]", "ISA3 ch. 11"),
     "ds_write_b32": ("LDS32[ADDR + offset] = DATA", "ISA3 ch. 11"),
     "ds_write_b128": ("LDS128[ADDR + offset] = DATA[0:3]", "ISA3 ch. 11"),
-    "ds_read_b64_tr_b8": ("per 16 lanes: lane i gets byte j = byte (i % 8) of the 8 bytes lane 2j + i // 8 addresses", "MOJO ds_read_tr8_b64; LLVM llvm.amdgcn.ds.read.tr8.b64 (gfx950)"),
+    "ds_read_b64_tr_b8": (
+        "per 16 lanes: lane i gets byte j = byte (i % 8) of the 8 bytes lane 2j + i // 8 addresses",
+        "MOJO ds_read_tr8_b64; LLVM llvm.amdgcn.ds.read.tr8.b64 (gfx950)",
+    ),
     # ---------------- MFMA
-    "v_mfma_f32_16x16x32_f16": ("D = A B + C; A[t][8g+j], B[8g+j][t], D[4g+r][t]; exact sum, one f32 rounding", "IREE MFMA_F32_16x16x32_F16 layout; profile model"),
+    "v_mfma_f32_16x16x32_f16": (
+        "D = A B + C; A[t][8g+j], B[8g+j][t], D[4g+r][t]; exact sum, one f32 rounding",
+        "IREE MFMA_F32_16x16x32_F16 layout; profile model",
+    ),
     "v_mfma_f32_16x16x32_bf16": ("as the f16 form with bf16 inputs", "IREE MFMA_F32_16x16x32_BF16 layout; profile model"),
-    "v_mfma_scale_f32_16x16x128_f8f6f4": ("D = sum A 2^(sa-127) B 2^(sb-127) + C; E4M3; byte j of lane (t, g): K = 16g+j (j<16) / 64+16g+j-16; scale of (row, K block kb) in lane row + 16 kb; exact sum, one rounding", "TRITON chooseScaledMfmaScaleLayout (fp8: two 16-element K blocks per lane); IREE / MOJO disagree (F1); OCP MX"),
+    "v_mfma_scale_f32_16x16x128_f8f6f4": (
+        "D = sum A 2^(sa-127) B 2^(sb-127) + C; E4M3; byte j of lane (t, g): K = 16g+j (j<16) / 64+16g+j-16; scale of (row, K block kb) in lane row + 16 kb; exact sum, one rounding",
+        "TRITON chooseScaledMfmaScaleLayout (fp8: two 16-element K blocks per lane); IREE / MOJO disagree (F1); OCP MX",
+    ),
 }
 
 

@@ -100,7 +100,7 @@ class Executor:
             g.lds_epoch[landed] = g.epoch  # the bytes count as written when the wait covers them
         if op.vgprs is not None:
             i, n = op.vgprs
-            sl = w.vpend[i:i + n]
+            sl = w.vpend[i : i + n]
             sl[sl == op.token] = 0
         if op.sgprs is not None:
             i, n = op.sgprs
@@ -178,9 +178,16 @@ def init_wave(dec: Decoded, wid: int, wgid: int, kernarg_addr: int) -> Wave:
     return w
 
 
-def run_workgroup(dec: Decoded, wgid: int, kernarg_addr: int, mem: GlobalMemory, checks: Checks,
-                  threads: int, setup: Callable[[Wave], None] | None = None,
-                  wg_setup: Callable[[Workgroup], None] | None = None) -> WorkgroupResult:
+def run_workgroup(
+    dec: Decoded,
+    wgid: int,
+    kernarg_addr: int,
+    mem: GlobalMemory,
+    checks: Checks,
+    threads: int,
+    setup: Callable[[Wave], None] | None = None,
+    wg_setup: Callable[[Workgroup], None] | None = None,
+) -> WorkgroupResult:
     """Execute workgroup `wgid` of `threads` work-items (a multiple of 64); `setup(wave)` and
     `wg_setup(workgroup)`, when given, adjust the initial state (tests)."""
     if threads % LANES:

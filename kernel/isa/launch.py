@@ -61,7 +61,7 @@ def pack_kernargs(program: Program, args: Sequence[int | float]) -> np.ndarray:
             data = struct.pack("<f" if a.size == 4 else "<d", v)
         else:
             data = (int(v) & ((1 << (8 * a.size)) - 1)).to_bytes(a.size, "little")
-        buf[a.offset:a.offset + a.size] = data
+        buf[a.offset : a.offset + a.size] = data
     return np.frombuffer(bytes(buf), dtype=np.uint8).copy()
 
 
@@ -81,8 +81,14 @@ class IsaKernel:
             threads = int(m.group(1)) if m else None
         return cls(prog, threads)
 
-    def launch(self, grid: int, args: Sequence[int | float], buffers: Sequence[tuple[torch.Tensor, str]],
-               checks: str | Checks = "raise", workgroups: Sequence[int] | None = None) -> LaunchStats:
+    def launch(
+        self,
+        grid: int,
+        args: Sequence[int | float],
+        buffers: Sequence[tuple[torch.Tensor, str]],
+        checks: str | Checks = "raise",
+        workgroups: Sequence[int] | None = None,
+    ) -> LaunchStats:
         """Run workgroups 0..grid-1 (or the listed ones); raise CheckFailed in 'raise' mode."""
         chk = checks if isinstance(checks, Checks) else Checks(checks)
         mem = GlobalMemory()

@@ -70,6 +70,7 @@ def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------ fp8 e4m3 (OCP)
 
+
 def _e4m3_decode_table() -> np.ndarray:
     out = np.zeros(256, dtype=np.float64)
     for code in range(256):
@@ -127,6 +128,7 @@ def f32_to_e4m3(x: np.ndarray, saturate: bool = False) -> np.ndarray:
 
 # ------------------------------------------------------------------ f16 / bf16
 
+
 def f32_to_f16_bits(x: np.ndarray) -> np.ndarray:
     """float32 -> binary16 bits, RNE (numpy's cast), subnormals kept, overflow -> inf."""
     with np.errstate(over="ignore", invalid="ignore"):
@@ -158,6 +160,7 @@ def e8m0_to_f64(e: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ transcendental (model)
+
 
 def exp2_f32(x: np.ndarray) -> np.ndarray:
     """v_exp_f32 model: correctly rounded f32 of 2^x (float64 evaluation, then RNE).

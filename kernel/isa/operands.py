@@ -97,15 +97,18 @@ def src32(ins: Instr, op: Operand, flt: bool = False, need: int = 0xF) -> Getter
 
     if op.file == "v":
         if neg or ab:
+
             def g(w: Wave, x: Any) -> np.ndarray:
                 if x.checks.on:
                     check_vgpr(w, x, idx, need)
                 return mod(w.v[idx])
         else:
+
             def g(w: Wave, x: Any) -> np.ndarray:
                 if x.checks.on:
                     check_vgpr(w, x, idx, need)
                 return w.v[idx]
+
         return g
 
     def gs(w: Wave, x: Any) -> np.ndarray:
@@ -129,11 +132,13 @@ def src64(ins: Instr, op: Operand) -> Getter:
         raise UnknownInstruction(f"`{ins.text}`: operand {op} is not a 64-bit source")
     idx = op.index
     if op.file == "v":
+
         def g(w: Wave, x: Any) -> np.ndarray:
             if x.checks.on:
                 check_vgpr(w, x, idx)
                 check_vgpr(w, x, idx + 1)
             return w.v[idx].astype(np.uint64) | (w.v[idx + 1].astype(np.uint64) << np.uint64(32))
+
         return g
 
     def gs(w: Wave, x: Any) -> np.ndarray:
@@ -157,6 +162,7 @@ def src64_lo_checked(ins: Instr, op: Operand) -> tuple[Getter, int | None]:
                 if w.vpend[idx + 1]:
                     check_vgpr(w, x, idx + 1, need=0)
             return w.v[idx].astype(np.uint64) | (w.v[idx + 1].astype(np.uint64) << np.uint64(32))
+
         return g, idx + 1
     return src64(ins, op), None
 
@@ -226,10 +232,12 @@ def ssrc(ins: Instr, op: Operand, count: int = 1) -> SGetter:
         raise UnknownInstruction(f"`{ins.text}`: operand {op} is not a {count}-dword scalar source")
     idx = op.index
     if count == 1:
+
         def g(w: Wave, x: Any) -> int:
             if x.checks.on and (not w.sdef[idx] or w.spend[idx]):
                 check_sgpr(w, x, idx, 1)
             return w.s[idx]
+
         return g
 
     def g2(w: Wave, x: Any) -> int:

@@ -60,7 +60,7 @@ def _read_block(w: Wave, x: Any, idx: int, n: int) -> np.ndarray:
     if x.checks.on:
         for i in range(n):
             check_vgpr(w, x, idx + i)
-    return np.ascontiguousarray(w.v[idx:idx + n].T)
+    return np.ascontiguousarray(w.v[idx : idx + n].T)
 
 
 def _acc(ins: Instr, op: Any) -> Callable[[Wave, Any], np.ndarray]:
@@ -76,6 +76,7 @@ def _acc(ins: Instr, op: Any) -> Callable[[Wave, Any], np.ndarray]:
         c = np.empty((16, 16))
         c[4 * _G[:, None] + np.arange(4)[None, :], _T[:, None]] = regs
         return c
+
     return get
 
 
@@ -100,7 +101,7 @@ def _mfma_16x16x32(ins: Instr, d: Any) -> Fn:
     ib = _vreg_block(ins, ins.operands[2], 4)
     c = _acc(ins, ins.operands[3])
     dec = nm.bf16_bits_to_f64 if ins.mnemonic.endswith("bf16") else nm.f16_bits_to_f64
-    k_of = (8 * _G[:, None] + np.arange(8)[None, :])  # [lane, j]
+    k_of = 8 * _G[:, None] + np.arange(8)[None, :]  # [lane, j]
 
     def run(w: Wave, x: Any) -> None:
         av = dec(_read_block(w, x, ia, 4).view(np.uint16))  # [lane, 8]
@@ -111,6 +112,7 @@ def _mfma_16x16x32(ins: Instr, d: Any) -> Fn:
         B[k_of, _T[:, None]] = bv
         with np.errstate(all="ignore"):
             _store_d(w, dst, A @ B + c(w, x))
+
     return run
 
 
@@ -132,8 +134,9 @@ def _mfma_scale(ins: Instr, d: Any) -> Fn:
         if k in ms and str(ms.pop(k)) == "0":
             pass
     if ms or any(sel) or any(selhi):
-        raise UnknownInstruction(f"`{ins.text}` (#{ins.index}): modifiers {ins.modifiers} not modelled "
-                                 "(only fp8 E4M3 operands and scale byte 0)")
+        raise UnknownInstruction(
+            f"`{ins.text}` (#{ins.index}): modifiers {ins.modifiers} not modelled (only fp8 E4M3 operands and scale byte 0)"
+        )
     require(len(ins.operands) == 6, ins, "operand count")
     dst = vdst(ins, ins.operands[0], 4)
     ia = _vreg_block(ins, ins.operands[1], 8)
@@ -161,6 +164,7 @@ def _mfma_scale(ins: Instr, d: Any) -> Fn:
         SB = sb[(np.arange(16)[None, :] + 16 * kb[:, None])]  # [k, n]
         with np.errstate(all="ignore"):
             _store_d(w, dst, (A * SA) @ (B * SB) + c(w, x))
+
     return run
 
 

@@ -45,11 +45,12 @@ def op(*names: str):
         for n in names:
             MEM[n] = f
         return f
+
     return deco
 
 
 def _dwords(m: str, prefix: str) -> int:
-    s = m[len(prefix):]
+    s = m[len(prefix) :]
     if s == "":
         return 1
     if s.startswith("x") and s[1:].isdigit():
@@ -80,7 +81,7 @@ def _words_to_bytes(ws: list[np.ndarray]) -> np.ndarray:
 def _mark_pending(w: Wave, x: Any, dst: int, n: int, lds: np.ndarray | None, pc: int) -> None:
     tok = x.wg.next_token()
     if dst >= 0:
-        w.vpend[dst:dst + n] = tok
+        w.vpend[dst : dst + n] = tok
     w.vm.append(PendingOp(tok, lds, (dst, n) if dst >= 0 else None, pc))
 
 
@@ -88,7 +89,7 @@ def _mark_lgkm(w: Wave, x: Any, dst: int, n: int, pc: int) -> None:
     """An LDS operation counted by lgkmcnt; dst >= 0: its VGPR destinations stay pending."""
     tok = x.wg.next_token()
     if dst >= 0:
-        w.vpend[dst:dst + n] = tok
+        w.vpend[dst : dst + n] = tok
     w.lgkm.append(PendingOp(tok, None, (dst, n) if dst >= 0 else None, pc))
 
 
@@ -98,6 +99,7 @@ def _oob(x: Any, w: Wave, bad: np.ndarray, what: str) -> None:
 
 
 # ------------------------------------------------------------------ MUBUF
+
 
 @op("buffer_load_dword", "buffer_load_dwordx2", "buffer_load_dwordx3", "buffer_load_dwordx4")
 def _buffer_load(ins: Instr, d: Any) -> Fn:
@@ -117,7 +119,9 @@ def _buffer_load(ins: Instr, d: Any) -> Fn:
         base = w0 | ((w1 & 0xFFFF) << 32)
         stride = (w1 >> 16) & 0x3FFF
         if stride or (w1 >> 30) & 3 or (w3 >> 23) & 1:
-            raise UnsupportedOperands(f"`{ins.text}`: buffer with stride {stride} / swizzle / add_tid not modelled (word1 {w1:#x}, word3 {w3:#x})")
+            raise UnsupportedOperands(
+                f"`{ins.text}`: buffer with stride {stride} / swizzle / add_tid not modelled (word1 {w1:#x}, word3 {w3:#x})"
+            )
         so = soff(w, x)
         if so:
             raise UnsupportedOperands(f"`{ins.text}`: a non-zero SOFFSET ({so}) is not modelled (its role in the range check)")
@@ -133,10 +137,12 @@ def _buffer_load(ins: Instr, d: Any) -> Fn:
         for i in range(n):
             write_v(w, dst + i, words[i])
         _mark_pending(w, x, dst, n, None, w.pc)
+
     return run
 
 
 # ------------------------------------------------------------------ global
+
 
 def _global_addr(ins: Instr, vop, sop):
     """(getter of per-lane 64-bit address, description) for `vaddr, saddr|off`."""
@@ -163,6 +169,7 @@ def _global_load(ins: Instr, d: Any) -> Fn:
         for i in range(n):
             write_v(w, dst + i, ws[i])
         _mark_pending(w, x, dst, n, None, w.pc)
+
     return run
 
 
@@ -181,6 +188,7 @@ def _global_store(ins: Instr, d: Any) -> Fn:
         bad = x.mem.write(addr, b, w.exec)
         _oob(x, w, bad, f"global store of {4 * n} bytes outside every registered tensor")
         _mark_pending(w, x, -1, 0, None, w.pc)
+
     return run
 
 
@@ -206,7 +214,13 @@ def _global_load_lds(ins: Instr, d: Any) -> Fn:
         g = x.wg
         inside = (idx >= 0).all(axis=1) & (idx < g.lds.size).all(axis=1)
         if not inside.all():
-            report(x, w, "out_of_bounds", [int(v) for v in lanes[~inside]], f"LDS DMA destination outside the {g.lds.size}-byte allocation (M0 {base:#x})")
+            report(
+                x,
+                w,
+                "out_of_bounds",
+                [int(v) for v in lanes[~inside]],
+                f"LDS DMA destination outside the {g.lds.size}-byte allocation (M0 {base:#x})",
+            )
         lanes, idx = lanes[inside], idx[inside]
         g.lds[idx] = b[lanes]
         flat = idx.reshape(-1)
@@ -215,10 +229,12 @@ def _global_load_lds(ins: Instr, d: Any) -> Fn:
         g.lds_writer[flat] = w.wid
         g.lds_epoch[flat] = g.epoch
         w.vm.append(PendingOp(tok, flat, None, w.pc))
+
     return run
 
 
 # ------------------------------------------------------------------ DS
+
 
 def _lds_index(ins: Instr, w: Wave, x: Any, addr: np.ndarray, size: int, what: str) -> tuple[np.ndarray, np.ndarray]:
     """(active lanes inside the allocation, their byte indices [k, size]); reports the rest."""
@@ -237,15 +253,25 @@ def check_lds_read(ins: Instr, w: Wave, x: Any, lanes: np.ndarray, idx: np.ndarr
     pend = g.lds_pending[idx]
     if pend.any():
         bad = lanes[(pend != 0).any(axis=1)]
-        report(x, w, "dma_before_wait", [int(v) for v in bad],
-               "reads LDS bytes an LDS DMA (global_load_lds) wrote before the s_waitcnt vmcnt that covers it")
+        report(
+            x,
+            w,
+            "dma_before_wait",
+            [int(v) for v in bad],
+            "reads LDS bytes an LDS DMA (global_load_lds) wrote before the s_waitcnt vmcnt that covers it",
+        )
     wr = g.lds_writer[idx]
     race = (wr >= 0) & (wr != w.wid) & (g.lds_epoch[idx] == g.epoch)
     if race.any():
         rows = race.any(axis=1)
         first = np.argwhere(race)[0]
-        report(x, w, "lds_race", [int(v) for v in lanes[rows]],
-               f"reads LDS byte {int(idx[first[0], first[1]])} written by wave {int(wr[first[0], first[1]])} with no barrier in between")
+        report(
+            x,
+            w,
+            "lds_race",
+            [int(v) for v in lanes[rows]],
+            f"reads LDS byte {int(idx[first[0], first[1]])} written by wave {int(wr[first[0], first[1]])} with no barrier in between",
+        )
 
 
 def _lds_write(x: Any, w: Wave, idx: np.ndarray, data: np.ndarray) -> None:
@@ -273,6 +299,7 @@ def _ds_read(ins: Instr, d: Any) -> Fn:
         for i in range(n):
             write_v(w, dst + i, ws[i])
         _mark_lgkm(w, x, dst, n, w.pc)
+
     return run
 
 
@@ -291,6 +318,7 @@ def _ds_write(ins: Instr, d: Any) -> Fn:
         # lanes in order: a later lane's bytes win where addresses coincide
         _lds_write(x, w, idx.reshape(-1), b[lanes].reshape(-1))
         _mark_lgkm(w, x, -1, 0, w.pc)
+
     return run
 
 
@@ -317,6 +345,7 @@ def _ds_read_tr8(ins: Instr, d: Any) -> Fn:
         write_v(w, dst, ws[0])
         write_v(w, dst + 1, ws[1])
         _mark_lgkm(w, x, dst, 2, w.pc)
+
     return run
 
 
@@ -342,6 +371,7 @@ def _ds_bpermute(ins: Instr, d: Any) -> Fn:
         val = np.where(w.exec[src], data[src], U32(0))
         write_v(w, dst, val)
         _mark_lgkm(w, x, dst, 1, w.pc)
+
     return run
 
 

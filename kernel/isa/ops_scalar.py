@@ -29,6 +29,7 @@ def op(*names: str):
         for n in names:
             SALU[n] = f
         return f
+
     return deco
 
 
@@ -61,8 +62,10 @@ def _sop2_table(name: str, width: int) -> Callable[[int, int, Wave, Any], tuple[
         "s_nor": lambda a, b, w, x: (~(a | b) & mask, int((~(a | b) & mask) != 0)),
         "s_lshl": lambda a, b, w, x: ((a << (b & (width - 1))) & mask, int(((a << (b & (width - 1))) & mask) != 0)),
         "s_lshr": lambda a, b, w, x: (a >> (b & (width - 1)), int((a >> (b & (width - 1))) != 0)),
-        "s_ashr": lambda a, b, w, x: (((a - (1 << width) if a >> (width - 1) else a) >> (b & (width - 1))) & mask,
-                                     int(((((a - (1 << width) if a >> (width - 1) else a) >> (b & (width - 1))) & mask)) != 0)),
+        "s_ashr": lambda a, b, w, x: (
+            ((a - (1 << width) if a >> (width - 1) else a) >> (b & (width - 1))) & mask,
+            int((((a - (1 << width) if a >> (width - 1) else a) >> (b & (width - 1))) & mask) != 0),
+        ),
     }
     base = name.rsplit("_", 1)[0]
     if base in t:
@@ -99,16 +102,37 @@ def _sop2_table(name: str, width: int) -> Callable[[int, int, Wave, Any], tuple[
         k = int(name[6])
         return lambda a, b, w, x: ((((a << k) & M32) + b) & M32, int(((a << k) & M32) + b > M32))
     if name == "s_bfe_u32":
-        return lambda a, b, w, x: ((a >> (b & 31)) & ((1 << ((b >> 16) & 0x7F)) - 1) & M32,
-                                   int(((a >> (b & 31)) & ((1 << ((b >> 16) & 0x7F)) - 1)) != 0))
+        return lambda a, b, w, x: (
+            (a >> (b & 31)) & ((1 << ((b >> 16) & 0x7F)) - 1) & M32,
+            int(((a >> (b & 31)) & ((1 << ((b >> 16) & 0x7F)) - 1)) != 0),
+        )
     raise KeyError(name)
 
 
 _SOP2 = [f"{p}_b32" for p in ("s_and", "s_or", "s_xor", "s_andn2", "s_orn2", "s_nand", "s_nor", "s_lshl", "s_lshr")]
 _SOP2 += [f"{p}_b64" for p in ("s_and", "s_or", "s_xor", "s_andn2", "s_orn2", "s_nand", "s_nor", "s_lshl", "s_lshr")]
-_SOP2 += ["s_ashr_i32", "s_ashr_i64", "s_add_u32", "s_sub_u32", "s_addc_u32", "s_subb_u32", "s_add_i32", "s_sub_i32",
-          "s_mul_i32", "s_mul_hi_u32", "s_mul_hi_i32", "s_max_i32", "s_min_i32", "s_max_u32", "s_min_u32", "s_bfe_u32",
-          "s_lshl1_add_u32", "s_lshl2_add_u32", "s_lshl3_add_u32", "s_lshl4_add_u32"]
+_SOP2 += [
+    "s_ashr_i32",
+    "s_ashr_i64",
+    "s_add_u32",
+    "s_sub_u32",
+    "s_addc_u32",
+    "s_subb_u32",
+    "s_add_i32",
+    "s_sub_i32",
+    "s_mul_i32",
+    "s_mul_hi_u32",
+    "s_mul_hi_i32",
+    "s_max_i32",
+    "s_min_i32",
+    "s_max_u32",
+    "s_min_u32",
+    "s_bfe_u32",
+    "s_lshl1_add_u32",
+    "s_lshl2_add_u32",
+    "s_lshl3_add_u32",
+    "s_lshl4_add_u32",
+]
 
 
 def _sop2_factory(ins: Instr, d: Any) -> Fn:
@@ -127,6 +151,7 @@ def _sop2_factory(ins: Instr, d: Any) -> Fn:
         write_s(w, dst, r, n)
         if scc is not None:
             w.scc, w.scc_def = scc, True
+
     return run
 
 
@@ -149,10 +174,12 @@ def _sop1(ins: Instr, d: Any) -> Fn:
     a = ssrc(ins, ins.operands[1], n)
     mask = M32 if n == 1 else M64
     if name.startswith("s_not"):
+
         def run_not(w: Wave, x: Any) -> None:
             r = ~a(w, x) & mask
             write_s(w, dst, r, n)
             w.scc, w.scc_def = int(r != 0), True
+
         return run_not
     if name == "s_brev_b32":
         return lambda w, x: write_s(w, dst, int(f"{a(w, x):032b}"[::-1], 2))
@@ -177,6 +204,7 @@ def _sopk(ins: Instr, d: Any) -> Fn:
         write_s(w, dst, r & M32)
         if not mul:
             w.scc, w.scc_def = int(not -(1 << 31) <= r < (1 << 31)), True
+
     return run
 
 
@@ -190,8 +218,14 @@ def _cselect(ins: Instr, d: Any) -> Fn:
     return lambda w, x: write_s(w, dst, a(w, x) if _scc_of(w, x) else b(w, x), n)
 
 
-_CMPS = {"eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "gt": lambda a, b: a > b,
-         "ge": lambda a, b: a >= b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b}
+_CMPS = {
+    "eq": lambda a, b: a == b,
+    "lg": lambda a, b: a != b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+}
 
 
 def _scmp_factory(ins: Instr, d: Any) -> Fn:
@@ -205,6 +239,7 @@ def _scmp_factory(ins: Instr, d: Any) -> Fn:
 
     def run(w: Wave, x: Any) -> None:
         w.scc, w.scc_def = int(f(conv(a(w, x)), conv(b(w, x)))), True
+
     return run
 
 
@@ -230,10 +265,12 @@ def _saveexec(ins: Instr, d: Any) -> Fn:
         write_s(w, dst, old, 2)
         write_s(w, 126, new, 2)
         w.scc, w.scc_def = int(new != 0), True
+
     return run
 
 
 # ------------------------------------------------------------------ control
+
 
 def _target(ins: Instr, d: Any) -> int:
     lab = ins.operands[0] if ins.operands else None
@@ -252,7 +289,7 @@ def _branch(ins: Instr, d: Any) -> Fn:
 @op("s_cbranch_scc0", "s_cbranch_scc1", "s_cbranch_execz", "s_cbranch_execnz", "s_cbranch_vccz", "s_cbranch_vccnz")
 def _cbranch(ins: Instr, d: Any) -> Fn:
     t = _target(ins, d)
-    cond = ins.mnemonic[len("s_cbranch_"):]
+    cond = ins.mnemonic[len("s_cbranch_") :]
     if cond == "scc0":
         return lambda w, x: None if _scc_of(w, x) else t
     if cond == "scc1":
@@ -309,16 +346,18 @@ def _waitcnt(ins: Instr, d: Any) -> Fn:
                     x.retire(w, op)
                 ids = {id(op) for op in done}
                 w.lgkm = type(w.lgkm)(op for op in w.lgkm if id(op) not in ids)
+
     return run
 
 
 # ------------------------------------------------------------------ SMEM
 
+
 @op("s_load_dword", "s_load_dwordx2", "s_load_dwordx4", "s_load_dwordx8", "s_load_dwordx16")
 def _s_load(ins: Instr, d: Any) -> Fn:
     """SDST[0..n) = MEM[SBASE + offset] (offset: 21-bit signed immediate or SGPR), dwords."""
     _no_mods(ins)
-    suffix = ins.mnemonic[len("s_load_dword"):]
+    suffix = ins.mnemonic[len("s_load_dword") :]
     n = int(suffix[1:]) if suffix else 1
     dst = sdst(ins, ins.operands[0], n)
     base = ssrc(ins, ins.operands[1], 2)
@@ -333,8 +372,17 @@ def _s_load(ins: Instr, d: Any) -> Fn:
         addr = (base(w, x) + off(w, x)) & M64
         data = x.mem.read_scalar(addr & ~3, 4 * n)
         if data is None:
-            x.checks.report(Finding("out_of_bounds", x.wg.wgid, w.wid, w.pc, ins.text, [],
-                                    f"scalar load of {4 * n} bytes at {addr:#x} is outside every registered buffer"))
+            x.checks.report(
+                Finding(
+                    "out_of_bounds",
+                    x.wg.wgid,
+                    w.wid,
+                    w.pc,
+                    ins.text,
+                    [],
+                    f"scalar load of {4 * n} bytes at {addr:#x} is outside every registered buffer",
+                )
+            )
             data = bytes(4 * n)
         vals = int.from_bytes(data, "little")
         write_s(w, dst, vals, n)
@@ -342,6 +390,7 @@ def _s_load(ins: Instr, d: Any) -> Fn:
         for i in range(n):
             w.spend[dst + i] = tok
         w.lgkm.append(PendingOp(tok, None, None, w.pc, sgprs=(dst, n), smem=True))
+
     return run
 
 

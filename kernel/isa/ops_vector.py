@@ -46,6 +46,7 @@ def op(*names: str):
         for n in names:
             VALU[n] = f
         return f
+
     return deco
 
 
@@ -104,7 +105,9 @@ _INT3 = {
     "v_min3_u32": lambda a, b, c: np.minimum(np.minimum(a, b), c),
     "v_med3_i32": lambda a, b, c: _med3(a.view(np.int32), b.view(np.int32), c.view(np.int32)).view(U32),
     "v_med3_u32": lambda a, b, c: _med3(a, b, c),
-    "v_mad_u32_u24": lambda a, b, c: (((a & U32(0xFFFFFF)).astype(np.uint64) * (b & U32(0xFFFFFF)).astype(np.uint64) + c.astype(np.uint64)) & M32).astype(U32),
+    "v_mad_u32_u24": lambda a, b, c: (
+        ((a & U32(0xFFFFFF)).astype(np.uint64) * (b & U32(0xFFFFFF)).astype(np.uint64) + c.astype(np.uint64)) & M32
+    ).astype(U32),
 }
 
 
@@ -123,12 +126,15 @@ def _int_factory(fn, n):
 
             def run2(w: Wave, x: Any) -> None:  # uint32 array arithmetic wraps silently
                 write_v(w, dst, fn(s0(w, x), s1(w, x)).astype(U32, copy=False))
+
             return run2
         s0, s1, s2 = srcs
 
         def run3(w: Wave, x: Any) -> None:
             write_v(w, dst, fn(s0(w, x), s1(w, x), s2(w, x)).astype(U32, copy=False))
+
         return run3
+
     return make
 
 
@@ -181,6 +187,7 @@ def _readfirstlane(ins: Instr, d: Any) -> Fn:
         if x.checks.on:
             check_vgpr(w, x, idx, lanes=np.arange(LANES) == lane)
         write_s(w, dst, int(w.v[idx][lane]))
+
     return run
 
 
@@ -206,6 +213,7 @@ def _addc(ins: Instr, d: Any) -> Fn:
         carry = (r < 0) if sub else (r > 0xFFFFFFFF)
         write_v(w, dst, (r & 0xFFFFFFFF).astype(U32))
         write_s(w, cdst, mask_to_int(carry & w.exec), 2)
+
     return run
 
 
@@ -229,6 +237,7 @@ def _mad64(ins: Instr, d: Any) -> Fn:
             w.vdef[dst + 1][w.exec] &= hi_def[w.exec]
             w.vfull[dst + 1] = False
         write_s(w, cdst, mask_to_int((r < c) & w.exec), 2)
+
     return run
 
 
@@ -246,6 +255,7 @@ def _lshl_add64(ins: Instr, d: Any) -> Fn:
         if (sh > 4).any():
             raise UnsupportedOperands(f"`{ins.text}`: shift {int(sh.max())} > 4 (the instruction takes 0..4)")
         write_v64(w, dst, (s0(w, x) << sh.astype(np.uint64)) + s2(w, x))
+
     return run
 
 
@@ -261,14 +271,20 @@ def _shift64(ins: Instr, d: Any) -> Fn:
         sh = (s0(w, x) & U32(63)).astype(np.uint64)
         v = s1(w, x)
         write_v64(w, dst, (v << sh) if left else (v >> sh))
+
     return run
 
 
 # ------------------------------------------------------------------ compares
 
 _CMP = {
-    "eq": np.equal, "ne": np.not_equal, "lg": np.not_equal, "lt": np.less, "le": np.less_equal,
-    "gt": np.greater, "ge": np.greater_equal,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lg": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
 }
 
 
@@ -297,6 +313,7 @@ def _cmp_factory(ins: Instr, d: Any) -> Fn:
         with np.errstate(invalid="ignore"):
             r = fn(conv(a(w, x)), conv(b(w, x)))
         write_s(w, dst, mask_to_int(r & w.exec), 2)
+
     return run
 
 
@@ -306,6 +323,7 @@ for _c in _CMP:
 
 
 # ------------------------------------------------------------------ f32 arithmetic
+
 
 def _fmax(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """IEEE-mode maximum: a NaN operand yields the other operand (both NaN: quiet NaN);
@@ -359,7 +377,9 @@ def _float_factory(fn, n):
         def run(w: Wave, x: Any) -> None:
             with np.errstate(all="ignore"):
                 write_v(w, dst, fn(*[s(w, x) for s in srcs]))
+
         return run
+
     return make
 
 
@@ -380,6 +400,7 @@ def _fmac(ins: Instr, d: Any) -> Fn:
     def run(w: Wave, x: Any) -> None:
         with np.errstate(all="ignore"):
             write_v(w, dst, bits(nm.fma_f32(f32v(s0(w, x)), f32v(s1(w, x)), f32v(acc(w, x)))))
+
     return run
 
 
@@ -440,6 +461,7 @@ def _div_scale(ins: Instr, d: Any) -> Fn:
         case(en <= 23, up)
         write_v(w, dst, bits(nm.round_f64_to_f32(out)))
         write_s(w, cdst, mask_to_int(vcc & w.exec), 2)
+
     return run
 
 
@@ -458,6 +480,7 @@ def _div_fmas(ins: Instr, d: Any) -> Fn:
             if (m & w.exec).any():
                 r = np.where(m, nm.round_f64_to_f32(r.astype(np.float64) * 2.0**32), r)
         write_v(w, dst, bits(r))
+
     return run
 
 
@@ -479,7 +502,8 @@ def _div_fixup(ins: Instr, d: Any) -> Fn:
         with np.errstate(all="ignore"):
             mag = np.abs(q)
             conds = [
-                (np.isnan(num), num), (np.isnan(den), den),
+                (np.isnan(num), num),
+                (np.isnan(den), den),
                 (((den == 0) & (num == 0)) | (np.isinf(den) & np.isinf(num)), np.nan),
                 ((den == 0) | np.isinf(num), np.where(sign, -np.inf, np.inf)),
                 (np.isinf(den) | (num == 0), np.where(sign, -0.0, 0.0)),
@@ -490,10 +514,12 @@ def _div_fixup(ins: Instr, d: Any) -> Fn:
             for cond, val in reversed(conds):
                 r = np.where(cond, val, r)
         write_v(w, dst, bits(r.astype(np.float32)))
+
     return run
 
 
 # ------------------------------------------------------------------ packed f32 (VOP3P)
+
 
 def _pk_sel(ins: Instr, nsrc: int) -> tuple[list[int], list[int], list[int], list[int]]:
     ms = {k: ins.modifiers[k] for k in ins.modifiers}
@@ -538,10 +564,12 @@ def _pk_f32(ins: Instr, d: Any) -> Fn:
                 r0, r1 = lo[0] + lo[1], hi[0] + hi[1]
         write_v(w, dst, bits(r0))
         write_v(w, dst + 1, bits(r1))
+
     return run
 
 
 # ------------------------------------------------------------------ conversions
+
 
 @op("v_cvt_pk_fp8_f32")
 def _cvt_pk_fp8(ins: Instr, d: Any) -> Fn:
@@ -566,6 +594,7 @@ def _cvt_pk_fp8(ins: Instr, d: Any) -> Fn:
             write_v(w, dst, (prev & U32(0xFFFF)) | (word << U32(16)), 0xC)
         else:
             write_v(w, dst, (prev & U32(0xFFFF0000)) | word, 0x3)
+
     return run
 
 
@@ -604,6 +633,7 @@ def _cvt_pk_f32_fp8(ins: Instr, d: Any) -> Fn:
         hi = nm.e4m3_to_f64(((word >> U32(8)) & U32(0xFF)).astype(np.uint8)).astype(np.float32)
         write_v(w, dst, bits(lo))
         write_v(w, dst + 1, bits(hi))
+
     return run
 
 
@@ -628,6 +658,7 @@ def _cvt_scalef32_pk_f16_fp8(ins: Instr, d: Any) -> Fn:
         with np.errstate(all="ignore"):
             h = [v.astype(np.float16).view(np.uint16).astype(U32) for v in vals]  # exact product, one RNE
         write_v(w, dst, h[0] | (h[1] << U32(16)))
+
     return run
 
 
@@ -645,10 +676,12 @@ def _cvt_pk_16(ins: Instr, d: Any) -> Fn:
         lo = conv(f32v(s0(w, x))).astype(U32)
         hi = conv(f32v(s1(w, x))).astype(U32)
         write_v(w, dst, lo | (hi << U32(16)))
+
     return run
 
 
 # ------------------------------------------------------------------ cross-lane
+
 
 @op("v_permlane16_swap_b32", "v_permlane32_swap_b32")
 def _permlane_swap(ins: Instr, d: Any) -> Fn:
@@ -674,6 +707,7 @@ def _permlane_swap(ins: Instr, d: Any) -> Fn:
             va[hi], vb[lo] = w.v[b][lo], w.v[a][hi]
         w.v[a] = va
         w.v[b] = vb
+
     return run
 
 
@@ -695,6 +729,7 @@ def _bitop3(ins: Instr, d: Any) -> Fn:
             if (tt >> i) & 1:
                 r |= (a if i & 4 else na) & (b if i & 2 else nb) & (c if i & 1 else nc)
         write_v(w, dst, r)
+
     return run
 
 

@@ -128,7 +128,7 @@ class GlobalMemory:
         for r in self.regions:
             if r.start <= address and address + size <= r.end:
                 o = address - r.start
-                return r.data[o:o + size].tobytes()
+                return r.data[o : o + size].tobytes()
         return None
 
 

@@ -58,8 +58,18 @@ def main() -> int:
     if kind == "decode":
         sched = flash_mla.get_mla_metadata()[0]
         out, _lse = flash_mla.flash_mla_with_kvcache(
-            q64.unsqueeze(1), flat.view(-1, 1, 1, 656), None, None, 512, sched, softmax_scale=scale,
-            is_fp8_kvcache=True, indices=idx.unsqueeze(1), use_legacy=True, kv_format="V32")
+            q64.unsqueeze(1),
+            flat.view(-1, 1, 1, 656),
+            None,
+            None,
+            512,
+            sched,
+            softmax_scale=scale,
+            is_fp8_kvcache=True,
+            indices=idx.unsqueeze(1),
+            use_legacy=True,
+            kv_format="V32",
+        )
         out = out[:, 0]
     else:
         kv_bf16 = kv64.to(torch.bfloat16)
@@ -73,9 +83,15 @@ def main() -> int:
     vmax = float(keys[r, : lengths[r], :512].abs().max())
     outside = float(out[r, h, d]) > float(v.max()) + 2**-7 * vmax or float(out[r, h, d]) < float(v.min()) - 2**-7 * vmax
     print(f"{kind}: n_q {n_q}, H {heads}, row {r} has {lengths[r]} keys, softmax_scale {scale:.6g}")
-    print(f"worst element (row {r}, head {h}, dim {d}): flashmla {float(out[r, h, d]):.6g}, float64 {float(ref[r, h, d]):.6g}, |err| {float(err.max()):.6g}")
-    print(f"row {r} dim {d}: V in [{float(v.min()):.6g}, {float(v.max()):.6g}]; row max |V| {vmax:.6g}; max |score| {float(scores[r, h, : lengths[r]].abs().max()):.6g}")
-    print(f"median |err| over the call {float(err.median()):.3g}; elements with |err| > 2^-6 max|V|: {int((err > 2**-6 * vmax).sum())} of {err.numel()}")
+    print(
+        f"worst element (row {r}, head {h}, dim {d}): flashmla {float(out[r, h, d]):.6g}, float64 {float(ref[r, h, d]):.6g}, |err| {float(err.max()):.6g}"
+    )
+    print(
+        f"row {r} dim {d}: V in [{float(v.min()):.6g}, {float(v.max()):.6g}]; row max |V| {vmax:.6g}; max |score| {float(scores[r, h, : lengths[r]].abs().max()):.6g}"
+    )
+    print(
+        f"median |err| over the call {float(err.median()):.3g}; elements with |err| > 2^-6 max|V|: {int((err > 2**-6 * vmax).sum())} of {err.numel()}"
+    )
     print("outside the convex hull of the row's V (beyond 2^-7 max|V|):", outside)
     return 0
 

@@ -26,12 +26,21 @@ snippet:
 """
 
 
-def run_asm(body: str, *, threads: int = 64, lds: int = 4096, vgprs: int = 64, checks: str = "raise",
-            setup: Callable[[Wave], None] | None = None, mem: GlobalMemory | None = None,
-            lds_init: np.ndarray | None = None) -> WorkgroupResult:
+def run_asm(
+    body: str,
+    *,
+    threads: int = 64,
+    lds: int = 4096,
+    vgprs: int = 64,
+    checks: str = "raise",
+    setup: Callable[[Wave], None] | None = None,
+    mem: GlobalMemory | None = None,
+    lds_init: np.ndarray | None = None,
+) -> WorkgroupResult:
     """Assemble `body` (instructions, one per line) into a one-workgroup kernel and run it."""
     text = TEMPLATE.format(body="\n".join("\t" + ln.strip() for ln in body.strip().splitlines()), lds=lds, vgprs=vgprs)
     dec = decode(parse_program(text))
+
     def wg_setup(wg) -> None:
         if lds_init is not None:
             wg.lds[: lds_init.size] = lds_init

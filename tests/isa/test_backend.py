@@ -32,8 +32,19 @@ def test_limits_refuse_large_calls() -> None:
 def test_strided_out_and_q_through_staging_agree_with_emulated() -> None:
     """q with padded strides and a preallocated out with an odd row stride (8-byte alignment
     broken) go through the host wrapper's staging copies."""
-    r = Recipe(seed=11, n_q=2, heads=5, row_lengths=(40, 3), cache_rows=100, latent="exact", rope="exact", q="exact",
-               softmax_scale="exact", q_pad=(8, 8), return_lse=True)
+    r = Recipe(
+        seed=11,
+        n_q=2,
+        heads=5,
+        row_lengths=(40, 3),
+        cache_rows=100,
+        latent="exact",
+        rope="exact",
+        q="exact",
+        softmax_scale="exact",
+        q_pad=(8, 8),
+        return_lse=True,
+    )
     p = materialize(r, "cpu")
     big = torch.full((2, 5, 512 + 3), 7.0, dtype=torch.bfloat16)
     out = big[:, :, 1:513]
@@ -49,6 +60,12 @@ def test_strided_out_and_q_through_staging_agree_with_emulated() -> None:
 def test_empty_call() -> None:
     b = resolve("flydsl-isa")
     q = torch.zeros(0, 3, 576, dtype=torch.bfloat16)
-    o, lse = b(q, torch.zeros(1, 656, dtype=torch.uint8), torch.zeros(0, dtype=torch.int32),
-               torch.zeros(1, dtype=torch.int32), 0.1, return_lse=True)
+    o, lse = b(
+        q,
+        torch.zeros(1, 656, dtype=torch.uint8),
+        torch.zeros(0, dtype=torch.int32),
+        torch.zeros(1, dtype=torch.int32),
+        0.1,
+        return_lse=True,
+    )
     assert o.shape == (0, 3, 512) and lse is not None and lse.shape == (0, 3)

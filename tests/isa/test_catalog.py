@@ -25,8 +25,10 @@ def test_every_catalogued_opcode_decodes() -> None:
 
 
 def test_unknown_opcode_and_modifier_are_named() -> None:
-    text = "\t.text\nk:\n\tv_sin_f32_e32 v1, v0\n\tv_add_f32_e32 v1, v0, v0 clamp\n\ts_endpgm\n" \
-           ".amdhsa_kernel k\n.amdhsa_group_segment_fixed_size 0\n.amdhsa_next_free_vgpr 8\n.amdhsa_next_free_sgpr 8\n.end_amdhsa_kernel\n"
+    text = (
+        "\t.text\nk:\n\tv_sin_f32_e32 v1, v0\n\tv_add_f32_e32 v1, v0, v0 clamp\n\ts_endpgm\n"
+        ".amdhsa_kernel k\n.amdhsa_group_segment_fixed_size 0\n.amdhsa_next_free_vgpr 8\n.amdhsa_next_free_sgpr 8\n.end_amdhsa_kernel\n"
+    )
     with pytest.raises(UnknownInstruction) as err:
         decode(parse_program(text))
     assert "v_sin_f32_e32" in str(err.value) and "clamp" in str(err.value)

@@ -96,8 +96,9 @@ def _v64(w, idx, addrs):
 
 def test_out_of_bounds_global_buffer_and_lds() -> None:
     mem, a = _buffer()
-    _, f = _findings("global_load_dword v2, v[10:11], off\ns_waitcnt vmcnt(0)", mem=mem,
-                     setup=lambda w: _v64(w, 10, a + 4 * LANE + 8))  # lanes 62, 63 past the end
+    _, f = _findings(
+        "global_load_dword v2, v[10:11], off\ns_waitcnt vmcnt(0)", mem=mem, setup=lambda w: _v64(w, 10, a + 4 * LANE + 8)
+    )  # lanes 62, 63 past the end
     assert [x.kind for x in f] == ["out_of_bounds"] and f[0].lanes == [62, 63]
 
     def setup(w):
@@ -106,6 +107,7 @@ def test_out_of_bounds_global_buffer_and_lds() -> None:
         sset(w, 6, 1 << 20)  # the descriptor claims more than the tensor holds
         sset(w, 7, 0x27000)
         vset(w, 10, 4 * LANE + 4)
+
     _, f = _findings("buffer_load_dword v2, v10, s[4:7], 0 offen\ns_waitcnt vmcnt(0)", mem=mem, setup=setup)
     assert [x.kind for x in f] == ["out_of_bounds"] and f[0].lanes == [63]
     _, f = _findings("ds_read_b32 v2, v10\ns_waitcnt lgkmcnt(0)", lds=256, setup=lambda w: vset(w, 10, 4 * LANE + 8))
@@ -119,6 +121,7 @@ def test_dma_read_before_wait() -> None:
         _v64(w, 10, a + 4 * LANE)
         sset(w, 124, 0)
         vset(w, 1, 4 * LANE)
+
     early = """
         global_load_lds_dword v[10:11], off
         ds_read_b32 v2, v1
@@ -126,12 +129,16 @@ def test_dma_read_before_wait() -> None:
     """
     _, f = _findings(early, mem=mem, setup=setup)
     assert [x.kind for x in f] == ["dma_before_wait"] and f[0].pc == 1 and len(f[0].lanes) == 64
-    r, f = _findings("""
+    r, f = _findings(
+        """
         global_load_lds_dword v[10:11], off
         s_waitcnt vmcnt(0)
         ds_read_b32 v2, v1
         s_waitcnt lgkmcnt(0)
-    """, mem=mem, setup=setup)
+    """,
+        mem=mem,
+        setup=setup,
+    )
     assert f == [] and r.waves[0].v[2].tolist() == list(range(64))
 
 
@@ -166,20 +173,25 @@ def test_dma_by_another_wave_needs_wait_and_barrier() -> None:
 
 def test_vgpr_read_before_its_load_completes() -> None:
     mem, a = _buffer()
-    _, f = _findings("""
+    _, f = _findings(
+        """
         global_load_dword v2, v[10:11], off
         global_load_dword v3, v[10:11], off
         s_waitcnt vmcnt(1)
         v_mov_b32_e32 v4, v2
         v_mov_b32_e32 v5, v3
         s_waitcnt vmcnt(0)
-    """, mem=mem, setup=lambda w: _v64(w, 10, a + 4 * LANE))
+    """,
+        mem=mem,
+        setup=lambda w: _v64(w, 10, a + 4 * LANE),
+    )
     assert [x.kind for x in f] == ["register_before_wait"] and f[0].pc == 4 and "v3" in f[0].detail
 
 
 def test_lds_and_smem_results_need_their_lgkmcnt_wait() -> None:
     """LDS reads return in order (lgkmcnt(1) covers all but the newest); SMEM only at lgkmcnt(0)."""
-    _, f = _findings("""
+    _, f = _findings(
+        """
         v_lshlrev_b32_e32 v1, 2, v0
         ds_read_b32 v2, v1
         ds_read_b32 v3, v1 offset:256
@@ -188,21 +200,28 @@ def test_lds_and_smem_results_need_their_lgkmcnt_wait() -> None:
         v_mov_b32_e32 v5, v3
         s_waitcnt lgkmcnt(0)
         v_mov_b32_e32 v6, v3
-    """, lds_init=np.zeros(1024, dtype=np.uint8))
+    """,
+        lds_init=np.zeros(1024, dtype=np.uint8),
+    )
     assert [x.kind for x in f] == ["register_before_wait"] and f[0].pc == 5 and "v3" in f[0].detail
     mem, a = _buffer()
 
     def setup(w):
         sset(w, 4, a & 0xFFFFFFFF)
         sset(w, 5, a >> 32)
-    _, f = _findings("""
+
+    _, f = _findings(
+        """
         s_load_dword s10, s[4:5], 0x0
         ds_read_b32 v2, v0
         s_waitcnt lgkmcnt(1)
         s_add_u32 s11, s10, 1
         s_waitcnt lgkmcnt(0)
         s_add_u32 s12, s10, 1
-    """, mem=mem, setup=setup)
+    """,
+        mem=mem,
+        setup=setup,
+    )
     assert [x.kind for x in f] == ["register_before_wait"] and f[0].pc == 3 and "s10" in f[0].detail
 
 

@@ -35,17 +35,29 @@ CONFIGS = ALL_CONFIGS if os.environ.get("FLYDSL_ISA_ALL") else CI_CONFIGS
 
 def _recipe(h: int, hi: bool, rl: bool, seed: int = 7) -> Recipe:
     # rows: empty, one tile with a tail, two tiles; with has_invalid some entries are -1
-    return Recipe(seed=seed, n_q=3, heads=h, row_lengths=(0, 37, 200), cache_rows=400, latent="exact",
-                  rope="exact", q="exact", softmax_scale="exact", has_invalid=hi, return_lse=rl,
-                  invalid_pattern="scattered" if hi else "none", invalid_permille=200 if hi else 0)
+    return Recipe(
+        seed=seed,
+        n_q=3,
+        heads=h,
+        row_lengths=(0, 37, 200),
+        cache_rows=400,
+        latent="exact",
+        rope="exact",
+        q="exact",
+        softmax_scale="exact",
+        has_invalid=hi,
+        return_lse=rl,
+        invalid_pattern="scattered" if hi else "none",
+        invalid_permille=200 if hi else 0,
+    )
 
 
 def _run(h: int, hi: bool, rl: bool):
     p = materialize(_recipe(h, hi, rl), "cpu")
-    out, lse = flydsl_isa_sparse_mla(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale,
-                                     has_invalid=p.has_invalid, return_lse=p.return_lse)
-    eo, el = run_emulated(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale,
-                          has_invalid=p.has_invalid, return_lse=p.return_lse)
+    out, lse = flydsl_isa_sparse_mla(
+        p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, has_invalid=p.has_invalid, return_lse=p.return_lse
+    )
+    eo, el = run_emulated(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, has_invalid=p.has_invalid, return_lse=p.return_lse)
     return out, lse, eo, el
 
 

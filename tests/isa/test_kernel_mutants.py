@@ -19,12 +19,28 @@ def _kinds(drop) -> set[str]:
     text = kernel_asm(1, False, False)
     lines = [ln for ln in text.splitlines() if not drop(ln.strip())]
     k = IsaKernel.from_asm("\n".join(lines))
-    r = Recipe(seed=5, n_q=1, heads=1, row_lengths=(150,), cache_rows=200, latent="exact", rope="exact", q="exact",
-               softmax_scale="exact", return_lse=False)
+    r = Recipe(
+        seed=5,
+        n_q=1,
+        heads=1,
+        row_lengths=(150,),
+        cache_rows=200,
+        latent="exact",
+        rope="exact",
+        q="exact",
+        softmax_scale="exact",
+        return_lse=False,
+    )
     p = materialize(r, "cpu")
     plan = plan_call(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
-    bufs = [(plan.q_run, "q"), (plan.kv_cache, "kv"), (plan.indices, "idx"), (plan.indptr, "iptr"),
-            (plan.out_run, "out"), (plan.zero, "zero")]
+    bufs = [
+        (plan.q_run, "q"),
+        (plan.kv_cache, "kv"),
+        (plan.indices, "idx"),
+        (plan.indptr, "iptr"),
+        (plan.out_run, "out"),
+        (plan.zero, "zero"),
+    ]
     stats = k.launch(plan.n_q, plan.args, bufs, checks="collect")
     return {f.kind for f in stats.findings}
 

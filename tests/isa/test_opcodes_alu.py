@@ -45,6 +45,7 @@ def _run(c: Case):
         sset(w, 126, c.exec_mask & 0xFFFFFFFF)
         sset(w, 127, c.exec_mask >> 32)
         w.set_exec_from_sgprs()
+
     return run_asm(c.asm, setup=setup).waves[0]
 
 
@@ -96,10 +97,22 @@ CASES = [
     Case("v_readfirstlane_b32 s4, v0", exec_mask=0b1100, es={4: 2}),
     Case("v_addc_co_u32_e32 v2, vcc, 0, v10, vcc", v={10: NEG1}, s={106: 1, 107: 0}, exec_mask=1, ev={2: 0}, es={106: 1, 107: 0}),
     Case("v_addc_co_u32_e64 v2, s[6:7], v10, v11, s[4:5]", v={10: 5, 11: 6}, s={4: 0, 5: 0}, exec_mask=1, ev={2: 11}, es={6: 0, 7: 0}),
-    Case("v_mad_u64_u32 v[2:3], s[4:5], s6, v10, v[12:13]", v={10: NEG1, 12: 1, 13: 0}, s={6: NEG1}, exec_mask=1,
-         ev={2: 2, 3: 0xFFFFFFFE}, es={4: 0, 5: 0}),
-    Case("v_mad_u64_u32 v[2:3], s[4:5], s6, v10, v[12:13]", v={10: NEG1, 12: NEG1, 13: NEG1}, s={6: NEG1}, exec_mask=1,
-         ev={2: 0, 3: 0xFFFFFFFE}, es={4: 1, 5: 0}),
+    Case(
+        "v_mad_u64_u32 v[2:3], s[4:5], s6, v10, v[12:13]",
+        v={10: NEG1, 12: 1, 13: 0},
+        s={6: NEG1},
+        exec_mask=1,
+        ev={2: 2, 3: 0xFFFFFFFE},
+        es={4: 0, 5: 0},
+    ),
+    Case(
+        "v_mad_u64_u32 v[2:3], s[4:5], s6, v10, v[12:13]",
+        v={10: NEG1, 12: NEG1, 13: NEG1},
+        s={6: NEG1},
+        exec_mask=1,
+        ev={2: 0, 3: 0xFFFFFFFE},
+        es={4: 1, 5: 0},
+    ),
     Case("v_lshl_add_u64 v[2:3], v[10:11], 1, v[12:13]", v={10: 1, 11: 0x80000000, 12: 0x10, 13: 0}, ev={2: 0x12, 3: 0}),
     Case("v_lshl_add_u64 v[2:3], v[10:11], 0, s[4:5]", v={10: NEG1, 11: 0}, s={4: 1, 5: 0}, ev={2: 0, 3: 1}),
     Case("v_lshlrev_b64 v[2:3], 7, v[10:11]", v={10: 0x02000000, 11: 0}, ev={2: 0, 3: 1}),
@@ -142,8 +155,12 @@ CASES = [
     Case("v_div_scale_f32 v2, s[4:5], v10, v10, 1.0", v={10: f32b(3.0)}, ev={2: f32b(3.0)}, es={4: 0, 5: 0}),
     Case("v_div_scale_f32 v2, vcc, 1.0, v10, 1.0", v={10: f32b(3.0)}, ev={2: f32b(1.0)}, es={106: 0, 107: 0}),
     Case("v_div_scale_f32 v2, s[4:5], v10, v10, 1.0", v={10: 0}, ev={2: 0x7FC00000}, es={4: 0, 5: 0}),  # zero denominator -> NaN
-    Case("v_div_scale_f32 v2, vcc, v10, v11, v10", v={10: f32b(2.0**-120), 11: f32b(2.0**-10)}, ev={2: f32b(2.0**-56)}, es={106: 0, 107: 0}),  # tiny numerator: x 2^64
-    Case("v_div_scale_f32 v2, vcc, v10, v11, v10", v={10: f32b(2.0**-130), 11: f32b(3.0)}, ev={2: f32b(2.0**-66)}, es={106: NEG1, 107: NEG1}),  # denormal quotient: VCC
+    Case(
+        "v_div_scale_f32 v2, vcc, v10, v11, v10", v={10: f32b(2.0**-120), 11: f32b(2.0**-10)}, ev={2: f32b(2.0**-56)}, es={106: 0, 107: 0}
+    ),  # tiny numerator: x 2^64
+    Case(
+        "v_div_scale_f32 v2, vcc, v10, v11, v10", v={10: f32b(2.0**-130), 11: f32b(3.0)}, ev={2: f32b(2.0**-66)}, es={106: NEG1, 107: NEG1}
+    ),  # denormal quotient: VCC
     Case("v_div_fmas_f32 v2, v10, v11, v12", v={10: f32b(2.0), 11: f32b(3.0), 12: f32b(1.0)}, s={106: 0, 107: 0}, ev={2: f32b(7.0)}),
     Case("v_div_fixup_f32 v2, v10, v11, 1.0", v={10: 0x3EAAAAAB, 11: f32b(-3.0)}, ev={2: 0xBEAAAAAB}),
     Case("v_div_fixup_f32 v2, v10, v11, 1.0", v={10: 0x7FC00000, 11: 0}, ev={2: 0x7F800000}),  # 1 / +0 = +inf even for a NaN quotient
@@ -162,16 +179,32 @@ CASES = [
     Case("v_cvt_scalef32_pk_f16_fp8 v2, v10, 1.0 op_sel:[1,0,0]", v={10: 0x7E010000}, ev={2: 0x5F001800}),
     Case("v_cvt_scalef32_pk_f16_fp8 v2, v10, 2.0", v={10: 0x00000038}, ev={2: 0x00004000}),
     # ---------------- packed f32
-    Case("v_pk_mul_f32 v[2:3], v[10:11], v[12:13]", v={10: f32b(2.0), 11: f32b(3.0), 12: f32b(5.0), 13: f32b(7.0)},
-         ev={2: f32b(10.0), 3: f32b(21.0)}),
-    Case("v_pk_mul_f32 v[2:3], v[10:11], v[12:13] op_sel_hi:[1,0]", v={10: f32b(2.0), 11: f32b(3.0), 12: f32b(5.0), 13: f32b(7.0)},
-         ev={2: f32b(10.0), 3: f32b(15.0)}),
-    Case("v_pk_mul_f32 v[2:3], s[4:5], v[10:11]", v={10: f32b(2.0), 11: f32b(3.0)}, s={4: f32b(0.5), 5: f32b(4.0)},
-         ev={2: f32b(1.0), 3: f32b(12.0)}),
-    Case("v_pk_add_f32 v[2:3], v[10:11], v[12:13] neg_lo:[0,1] neg_hi:[0,1]",
-         v={10: f32b(2.0), 11: f32b(3.0), 12: f32b(5.0), 13: f32b(7.0)}, ev={2: f32b(-3.0), 3: f32b(-4.0)}),
-    Case("v_pk_add_f32 v[2:3], v[10:11], v[12:13] op_sel_hi:[1,0] neg_lo:[0,1] neg_hi:[0,1]",
-         v={10: f32b(2.0), 11: f32b(3.0), 12: f32b(5.0), 13: f32b(7.0)}, ev={2: f32b(-3.0), 3: f32b(-2.0)}),
+    Case(
+        "v_pk_mul_f32 v[2:3], v[10:11], v[12:13]",
+        v={10: f32b(2.0), 11: f32b(3.0), 12: f32b(5.0), 13: f32b(7.0)},
+        ev={2: f32b(10.0), 3: f32b(21.0)},
+    ),
+    Case(
+        "v_pk_mul_f32 v[2:3], v[10:11], v[12:13] op_sel_hi:[1,0]",
+        v={10: f32b(2.0), 11: f32b(3.0), 12: f32b(5.0), 13: f32b(7.0)},
+        ev={2: f32b(10.0), 3: f32b(15.0)},
+    ),
+    Case(
+        "v_pk_mul_f32 v[2:3], s[4:5], v[10:11]",
+        v={10: f32b(2.0), 11: f32b(3.0)},
+        s={4: f32b(0.5), 5: f32b(4.0)},
+        ev={2: f32b(1.0), 3: f32b(12.0)},
+    ),
+    Case(
+        "v_pk_add_f32 v[2:3], v[10:11], v[12:13] neg_lo:[0,1] neg_hi:[0,1]",
+        v={10: f32b(2.0), 11: f32b(3.0), 12: f32b(5.0), 13: f32b(7.0)},
+        ev={2: f32b(-3.0), 3: f32b(-4.0)},
+    ),
+    Case(
+        "v_pk_add_f32 v[2:3], v[10:11], v[12:13] op_sel_hi:[1,0] neg_lo:[0,1] neg_hi:[0,1]",
+        v={10: f32b(2.0), 11: f32b(3.0), 12: f32b(5.0), 13: f32b(7.0)},
+        ev={2: f32b(-3.0), 3: f32b(-2.0)},
+    ),
     # ---------------- SALU (SCC per the ISA's definition of each opcode)
     Case("s_add_i32 s2, s3, s4", s={3: 0x7FFFFFFF, 4: 1}, es={2: INT_MIN}, escc=1),
     Case("s_add_i32 s2, s3, -1", s={3: 5}, es={2: 4}, escc=0),

@@ -45,6 +45,7 @@ def test_mfma_16x16x32(opcode: str) -> None:
         _set_block(w, 14, bd)
         for r in range(4):
             vset(w, 20 + r, np.float32(0.5).view(np.uint32))
+
     w = run_asm(f"{opcode} v[2:5], v[10:13], v[14:17], v[20:23]\ns_nop 7", setup=setup).waves[0]
     got = np.stack([w.v[2 + r].view(np.float32) for r in range(4)], axis=1)  # [lane, r]
     want = (4 * G[:, None] + np.arange(4)[None, :]) + 16 * T[:, None] + 0.5
@@ -66,6 +67,7 @@ def _scaled_setup(k_of):
         _set_block(w, 18, b.view(np.uint32).reshape(64, 8))
         vset(w, 26, sa)
         vset(w, 27, sb)
+
     return setup
 
 
@@ -73,8 +75,9 @@ def test_mfma_scale_16x16x128_contiguous_layout(monkeypatch) -> None:
     """IREE's layout table (MFMA_SCALE_F32_16x16x128_B32, all element types): lane (t, g) byte j = K 32 g + j."""
     monkeypatch.setattr(om, "F8_LAYOUT", "contiguous")
     k_of = 32 * G[:, None] + np.arange(32)[None, :]
-    w = run_asm("v_mfma_scale_f32_16x16x128_f8f6f4 v[2:5], v[10:17], v[18:25], 0, v26, v27 op_sel_hi:[0,0,0]\ns_nop 7",
-                setup=_scaled_setup(k_of)).waves[0]
+    w = run_asm(
+        "v_mfma_scale_f32_16x16x128_f8f6f4 v[2:5], v[10:17], v[18:25], 0, v26, v27 op_sel_hi:[0,0,0]\ns_nop 7", setup=_scaled_setup(k_of)
+    ).waves[0]
     got = np.stack([w.v[2 + r].view(np.float32) for r in range(4)], axis=1)
     m = 4 * G[:, None] + np.arange(4)[None, :]
     n = T[:, None]
@@ -87,8 +90,10 @@ def test_mfma_scale_16x16x128_fp8_layout(monkeypatch) -> None:
     monkeypatch.setattr(om, "F8_LAYOUT", "split")
     j = np.arange(32)[None, :]
     k_of = np.where(j < 16, 16 * G[:, None] + j, 64 + 16 * G[:, None] + (j - 16))
-    w = run_asm("v_mfma_scale_f32_16x16x128_f8f6f4 v[2:5], v[10:17], v[18:25], v[30:33], v26, v27 op_sel_hi:[0,0,0]\ns_nop 7",
-                setup=lambda w: (_scaled_setup(k_of)(w), [vset(w, 30 + r, np.float32(-1.0).view(np.uint32)) for r in range(4)])).waves[0]
+    w = run_asm(
+        "v_mfma_scale_f32_16x16x128_f8f6f4 v[2:5], v[10:17], v[18:25], v[30:33], v26, v27 op_sel_hi:[0,0,0]\ns_nop 7",
+        setup=lambda w: (_scaled_setup(k_of)(w), [vset(w, 30 + r, np.float32(-1.0).view(np.uint32)) for r in range(4)]),
+    ).waves[0]
     got = np.stack([w.v[2 + r].view(np.float32) for r in range(4)], axis=1)
     m = 4 * G[:, None] + np.arange(4)[None, :]
     n = T[:, None]
@@ -112,6 +117,7 @@ def test_mfma_rounds_once() -> None:
         _set_block(w, 14, _pack(b, np.float16))
         for r in range(4):
             vset(w, 20 + r, np.float32(1.0).view(np.uint32))
+
     w = run_asm("v_mfma_f32_16x16x32_f16 v[2:5], v[10:13], v[14:17], v[20:23]", setup=setup).waves[0]
     assert int(w.v[2][0]) == 0x3F800001  # D[0][0] = 1 + 2^-23
     assert int(w.v[2][1]) == 0x3F800000

@@ -124,8 +124,9 @@ def parse_flags(spec: str) -> list[bool]:
     return out
 
 
-def all_configs(heads: Iterable[int] = ALL_HEADS, has_invalid: Iterable[bool] = (False, True),
-                return_lse: Iterable[bool] = (False, True)) -> list[Config]:
+def all_configs(
+    heads: Iterable[int] = ALL_HEADS, has_invalid: Iterable[bool] = (False, True), return_lse: Iterable[bool] = (False, True)
+) -> list[Config]:
     """Every (heads, has_invalid, return_lse) combination, heads-major."""
     return [(h, hi, rl) for h in heads for hi in has_invalid for rl in return_lse]
 
@@ -410,8 +411,12 @@ def _worker(configs: Sequence[Config]) -> int:
         launcher = build_launcher(h, hi, rl)
         # Compile-only: dummy addresses and sizes; nothing is launched.
         launcher(1 << 40, 1 << 41, 1 << 42, 1 << 43, 1 << 44, 1 << 45, 1 << 46, 1, 576 * h, 576, 512 * h, 512, 4096, 0.1)
-        rec = {"config": [h, hi, rl], "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0,
-               "kernel": kernel_name(h, hi, rl)}
+        rec = {
+            "config": [h, hi, rl],
+            "seconds": time.perf_counter() - t0,
+            "cpu_seconds": time.process_time() - c0,
+            "kernel": kernel_name(h, hi, rl),
+        }
         print(json.dumps(rec), flush=True)
     t = os.times()  # the linker runs as a child process: count it too
     print(json.dumps({"process_cpu_seconds": t.user + t.system + t.children_user + t.children_system}), flush=True)
@@ -423,8 +428,9 @@ def _find_isa(dump_dir: Path, name: str) -> Path | None:
     return hits[-1] if hits else None
 
 
-def _run_group(configs: Sequence[Config], rocm_path: Path, dump_root: Path, timeout: float,
-               source: str | None = None) -> list[ConfigResult]:
+def _run_group(
+    configs: Sequence[Config], rocm_path: Path, dump_root: Path, timeout: float, source: str | None = None
+) -> list[ConfigResult]:
     from kernel.backends.flydsl.gfx950 import kernel_name
 
     dump_dir = Path(tempfile.mkdtemp(prefix="grp_", dir=dump_root))
@@ -438,8 +444,13 @@ def _run_group(configs: Sequence[Config], rocm_path: Path, dump_root: Path, time
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=timeout,
-            cwd=str(REPO_ROOT), check=False,
+            cmd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=str(REPO_ROOT),
+            check=False,
         )
         stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as err:
@@ -464,11 +475,25 @@ def _run_group(configs: Sequence[Config], rocm_path: Path, dump_root: Path, time
         h, hi, rl = cfg
         if cfg not in done:
             tail = "\n".join((stderr or "").strip().splitlines()[-25:])
-            results.append(ConfigResult(h, hi, rl, ok=False, process_seconds=wall, configs_in_process=len(configs),
-                                        error=f"compile process exited with {rc} before finishing {config_label(cfg)}:\n{tail}"))
+            results.append(
+                ConfigResult(
+                    h,
+                    hi,
+                    rl,
+                    ok=False,
+                    process_seconds=wall,
+                    configs_in_process=len(configs),
+                    error=f"compile process exited with {rc} before finishing {config_label(cfg)}:\n{tail}",
+                )
+            )
             continue
-        times = {"seconds": float(done[cfg]["seconds"]), "cpu_seconds": float(done[cfg]["cpu_seconds"]),
-                 "process_seconds": wall, "process_cpu_seconds": proc_cpu, "configs_in_process": len(configs)}
+        times = {
+            "seconds": float(done[cfg]["seconds"]),
+            "cpu_seconds": float(done[cfg]["cpu_seconds"]),
+            "process_seconds": wall,
+            "process_cpu_seconds": proc_cpu,
+            "configs_in_process": len(configs),
+        }
         isa = _find_isa(dump_dir, kernel_name(h, hi, rl))
         if isa is None:
             results.append(ConfigResult(h, hi, rl, ok=False, error=f"no ISA dump found under {dump_dir}", **times))
@@ -533,8 +558,14 @@ def _format_table(results: Sequence[ConfigResult]) -> str:
             f"{r.process_cpu_seconds:6.2f}" if r.process_cpu_seconds is not None else f"{'-':>6}",
         ]
         if st is not None:
-            cols += [f"{st.arch_vgprs:5d}", f"{st.agprs:5d}", f"{st.allocated_vgprs:5d}", f"{st.sgprs:5d}",
-                     f"{st.lds_bytes:7d}", f"{st.private_segment_bytes:7d}"]
+            cols += [
+                f"{st.arch_vgprs:5d}",
+                f"{st.agprs:5d}",
+                f"{st.allocated_vgprs:5d}",
+                f"{st.sgprs:5d}",
+                f"{st.lds_bytes:7d}",
+                f"{st.private_segment_bytes:7d}",
+            ]
         else:
             cols += [f"{'-':>5}"] * 4 + [f"{'-':>7}"] * 2
         notes = "; ".join(r.failures) if r.failures else (r.error.splitlines()[0] if r.error else "")
@@ -580,11 +611,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ToolchainError as err:
         print(str(err), file=sys.stderr)
         return 2
-    print(f"flydsl {ver}; ROCM_PATH for the link: {rocm}; {len(configs)} configurations, "
-          f"{args.per_process} per process, {args.jobs} at once", flush=True)
+    print(
+        f"flydsl {ver}; ROCM_PATH for the link: {rocm}; {len(configs)} configurations, {args.per_process} per process, {args.jobs} at once",
+        flush=True,
+    )
     t0 = time.perf_counter()
-    results = compile_configs(configs, jobs=args.jobs, per_process=args.per_process,
-                              dump_root=Path(args.keep_isa) if args.keep_isa else None, timeout=args.timeout)
+    results = compile_configs(
+        configs,
+        jobs=args.jobs,
+        per_process=args.per_process,
+        dump_root=Path(args.keep_isa) if args.keep_isa else None,
+        timeout=args.timeout,
+    )
     wall = time.perf_counter() - t0
     print(_format_table(results))
     secs = [r.seconds for r in results if r.seconds is not None]
@@ -592,9 +630,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Process CPU time, counted once per subprocess.
     proc_cpu = {(r.process_seconds, r.process_cpu_seconds) for r in results if r.process_cpu_seconds is not None}
     n_ok = sum(r.ok for r in results)
-    summary = (f"{n_ok}/{len(results)} passed; wall {wall:.1f} s with {args.jobs} jobs; compile seconds "
-               f"sum {sum(secs):.1f}, mean {sum(secs) / max(1, len(secs)):.2f}, max {max(secs, default=0.0):.2f}; "
-               f"compile CPU seconds sum {sum(cpus):.1f}; subprocess CPU seconds sum {sum(c for _, c in proc_cpu):.1f}")
+    summary = (
+        f"{n_ok}/{len(results)} passed; wall {wall:.1f} s with {args.jobs} jobs; compile seconds "
+        f"sum {sum(secs):.1f}, mean {sum(secs) / max(1, len(secs)):.2f}, max {max(secs, default=0.0):.2f}; "
+        f"compile CPU seconds sum {sum(cpus):.1f}; subprocess CPU seconds sum {sum(c for _, c in proc_cpu):.1f}"
+    )
     print(summary)
     if args.json_path:
         payload = {

@@ -119,8 +119,7 @@ def _build_launcher(heads: int, has_invalid: bool, return_lse: bool) -> Launcher
     return build_launcher(heads, has_invalid, return_lse)
 
 
-def get_launcher(heads: int, has_invalid: bool, return_lse: bool,
-                 builder: Callable[[int, bool, bool], Launcher] | None = None) -> Launcher:
+def get_launcher(heads: int, has_invalid: bool, return_lse: bool, builder: Callable[[int, bool, bool], Launcher] | None = None) -> Launcher:
     """The cached launcher of one configuration, built on first use (flydsl JIT-compiles it at
     its first launch and keeps it for the process)."""
     key = (int(heads), bool(has_invalid), bool(return_lse))
@@ -215,8 +214,9 @@ def plan_call(
     Raises ContractError (kernel.contract) for a call outside the contract and ValueError for a
     kv_cache whose base address is not 16-byte aligned (the DMA moves 16-byte pieces).
     """
-    info = validate_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid,
-                         return_lse=return_lse, out=out, max_heads=MAX_HEADS)
+    info = validate_call(
+        q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out, max_heads=MAX_HEADS
+    )
     n_q, heads = info.n_q, info.heads
     device = q.device
     if kv_cache.numel() and kv_cache.data_ptr() % 16 != 0:
@@ -256,16 +256,16 @@ def plan_call(
         indices.numel() * 4,
         c_log2_of(softmax_scale),
     )
-    return LaunchPlan(key, n_q, q_run, out_final, out_run, lse, copy_back, q_staged, args, kv_cache,
-                      indices, indptr, zero_rec)
+    return LaunchPlan(key, n_q, q_run, out_final, out_run, lse, copy_back, q_staged, args, kv_cache, indices, indptr, zero_rec)
 
 
 def _current_stream(device: torch.device) -> Any:
     return torch.cuda.current_stream(device)
 
 
-def run_plan(plan: LaunchPlan, launcher_for: Callable[..., Launcher] = get_launcher,
-             stream_for: Callable[[torch.device], Any] = _current_stream) -> tuple[torch.Tensor, torch.Tensor | None]:
+def run_plan(
+    plan: LaunchPlan, launcher_for: Callable[..., Launcher] = get_launcher, stream_for: Callable[[torch.device], Any] = _current_stream
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Launch a plan (nothing for n_q == 0) and return (out, lse or None)."""
     if plan.n_q == 0:
         return plan.out, plan.lse
@@ -303,8 +303,7 @@ def flydsl_sparse_mla(
     indptr int32 [n_q + 1]; returns out bf16 [n_q, H, 512] (the given `out` when passed) and lse
     f32 [n_q, H] (natural log, -inf for an empty row) when return_lse, else None.
     """
-    plan = plan_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid,
-                     return_lse=return_lse, out=out)
+    plan = plan_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     if plan.n_q:
         _require_gfx950(q.device)
     return run_plan(plan)

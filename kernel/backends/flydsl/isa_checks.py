@@ -267,7 +267,9 @@ def check_kv64(k: Kernel) -> list[Failure]:
     out += fails
     exp = E.expected_counts(k.heads, k.has_invalid, k.return_lse)
     if len(mads) != exp.record_mads:
-        out.append(Failure("kv64.mul", f"{len(mads)} record offsets by 64-bit multiply-add (v_mad_u64_u32 x 656), expected {exp.record_mads}"))
+        out.append(
+            Failure("kv64.mul", f"{len(mads)} record offsets by 64-bit multiply-add (v_mad_u64_u32 x 656), expected {exp.record_mads}")
+        )
     if k.tile_loop is not None:
         try:
             paths = iteration_paths(prog, k.tile_loop)
@@ -308,7 +310,12 @@ def check_kv64(k: Kernel) -> list[Failure]:
             wide_outside += 1
     rope = E.SUBTILES * E.ROPE_HALVES
     if wide_outside < rope:
-        out.append(Failure("kv64.form", f"{wide_outside} 64-bit-addressed 16-byte loads outside the tile loop, expected at least the prologue's {rope} rope loads"))
+        out.append(
+            Failure(
+                "kv64.form",
+                f"{wide_outside} 64-bit-addressed 16-byte loads outside the tile loop, expected at least the prologue's {rope} rope loads",
+            )
+        )
     # buffer instructions: loads through one descriptor built with word 3 = 0x27000
     rsrcs = set()
     for ins in prog.instrs:
@@ -318,7 +325,9 @@ def check_kv64(k: Kernel) -> list[Failure]:
             if len(ins.operands) > 2:
                 rsrcs.add(ins.operands[2])
     if len(rsrcs) > 1:
-        out.append(Failure("kv64.buffer", f"buffer instructions use {len(rsrcs)} descriptors {sorted(rsrcs)}, expected the index buffer's only"))
+        out.append(
+            Failure("kv64.buffer", f"buffer instructions use {len(rsrcs)} descriptors {sorted(rsrcs)}, expected the index buffer's only")
+        )
     for rs in rsrcs:
         r = regs(rs)
         first = next(i for i in prog.instrs if i.mnemonic.startswith("buffer_") and len(i.operands) > 2 and i.operands[2] == rs)
@@ -359,8 +368,7 @@ class _State:
             dy = self.dma_younger
         else:
             dy = min(self.dma_younger, o.dma_younger)
-        return _State(max(self.vm, o.vm), max(self.ds, o.ds), max(self.smem, o.smem), dy,
-                      self.dma_unfenced or o.dma_unfenced)
+        return _State(max(self.vm, o.vm), max(self.ds, o.ds), max(self.smem, o.smem), dy, self.dma_unfenced or o.dma_unfenced)
 
 
 def _waitcnt(ins: Instr) -> dict[str, int]:
@@ -388,9 +396,15 @@ def _step(st: _State, ins: Instr, report: list[Failure] | None, loop_top_barrier
     elif m == "s_barrier":
         if report is not None:
             if ds:
-                report.append(Failure("sync.barrier", f"line {ins.line}: s_barrier with up to {ds} LDS operations outstanding (no lgkmcnt(0))"))
+                report.append(
+                    Failure("sync.barrier", f"line {ins.line}: s_barrier with up to {ds} LDS operations outstanding (no lgkmcnt(0))")
+                )
             if loop_top_barrier == ins.index and vm:
-                report.append(Failure("sync.loop_top", f"line {ins.line}: tile-loop barrier with up to {vm} VMEM operations outstanding (no vmcnt(0))"))
+                report.append(
+                    Failure(
+                        "sync.loop_top", f"line {ins.line}: tile-loop barrier with up to {vm} VMEM operations outstanding (no vmcnt(0))"
+                    )
+                )
         if dy is None:
             unf = False
     elif is_vmem(m):
@@ -500,7 +514,9 @@ def check_mfma(k: Kernel) -> list[Failure]:
         # hi / lo alternate: within each pair the lo MFMA accumulates onto the hi one
         for a, b in zip(scaled[0::2], scaled[1::2]):
             if len(a.operands) == 6 and len(b.operands) == 6 and (a.operands[5] == b.operands[5] or b.operands[3] != a.operands[0]):
-                out.append(Failure("mfma.lo_scale", f"lines {a.line}/{b.line}: not a hi MFMA followed by its lo MFMA on the same accumulator"))
+                out.append(
+                    Failure("mfma.lo_scale", f"lines {a.line}/{b.line}: not a hi MFMA followed by its lo MFMA on the same accumulator")
+                )
                 break
     for ins in scaled:
         if len(ins.operands) != 6:
@@ -508,17 +524,32 @@ def check_mfma(k: Kernel) -> list[Failure]:
         r = regs(ins.operands[4])
         d = defs.source(ins, r[0]) if len(r) == 1 else None
         if d is None or not (d.mnemonic.startswith("v_bfe_u32") and d.operands[2:4] == ["23", "8"]):
-            out.append(Failure("mfma.k_scale", f"line {ins.line}: A scale {ins.operands[4]} is not a record scale's exponent field (v_bfe_u32 x, 23, 8): {d.text if d else None}"))
+            out.append(
+                Failure(
+                    "mfma.k_scale",
+                    f"line {ins.line}: A scale {ins.operands[4]} is not a record scale's exponent field (v_bfe_u32 x, 23, 8): {d.text if d else None}",
+                )
+            )
         a = regs(ins.operands[1])
         srcs = {defs.source(ins, x).mnemonic if defs.source(ins, x) else None for x in a}
         if srcs != {"ds_read_b128"}:
-            out.append(Failure("mfma.operands", f"line {ins.line}: scaled MFMA A operand from {sorted(map(str, srcs))}, expected K codes (ds_read_b128)"))
+            out.append(
+                Failure(
+                    "mfma.operands",
+                    f"line {ins.line}: scaled MFMA A operand from {sorted(map(str, srcs))}, expected K codes (ds_read_b128)",
+                )
+            )
     for ins in prog.instrs:
         if ins.mnemonic == "v_mfma_f32_16x16x32_f16":
             a = {defs.source(ins, x).mnemonic if defs.source(ins, x) else None for x in regs(ins.operands[1])}
             b = {defs.source(ins, x).mnemonic if defs.source(ins, x) else None for x in regs(ins.operands[2])}
             if a != {"v_cvt_scalef32_pk_f16_fp8"} or b != {"v_cvt_pk_f16_f32"}:
-                out.append(Failure("mfma.operands", f"line {ins.line}: PV MFMA A from {sorted(map(str, a))}, B from {sorted(map(str, b))}; expected V (v_cvt_scalef32_pk_f16_fp8) x P' (v_cvt_pk_f16_f32)"))
+                out.append(
+                    Failure(
+                        "mfma.operands",
+                        f"line {ins.line}: PV MFMA A from {sorted(map(str, a))}, B from {sorted(map(str, b))}; expected V (v_cvt_scalef32_pk_f16_fp8) x P' (v_cvt_pk_f16_f32)",
+                    )
+                )
                 break
     return out
 
@@ -611,7 +642,12 @@ def check_numerics(k: Kernel) -> list[Failure]:
         if m.startswith("v_cndmask_b32") and _f32_bits(-1.0e30) in consts:
             masked += 1
     if minus8 != 1 or floor != 1:
-        out.append(Failure("num.p_shift", f"per tile {minus8} subtractions of 8 and {floor} maxima with -1e20 (expected 1 and 1: P = exp2(x - max(m - 8, -1e20)))"))
+        out.append(
+            Failure(
+                "num.p_shift",
+                f"per tile {minus8} subtractions of 8 and {floor} maxima with -1e20 (expected 1 and 1: P = exp2(x - max(m - 8, -1e20)))",
+            )
+        )
     want = E.expected_counts(k.heads, k.has_invalid, k.return_lse).masked_selects_tile
     if masked != want:
         out.append(Failure("num.masked", f"per tile {masked} selects of the masked score -1e30, expected {want}"))

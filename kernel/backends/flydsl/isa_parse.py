@@ -23,9 +23,16 @@ _BRANCH = ("s_branch", "s_cbranch_")
 _ENDS = ("s_endpgm", "s_setpc_b64", "s_trap")
 _REG_RANGE = re.compile(r"^-?\|?([vsa])\[(\d+):(\d+)\]\|?$")
 _REG_ONE = re.compile(r"^-?\|?([vsa])(\d+)\|?$")
-_SPECIAL = {"vcc": ("vcc_lo", "vcc_hi"), "exec": ("exec_lo", "exec_hi"), "m0": ("m0",),
-            "vcc_lo": ("vcc_lo",), "vcc_hi": ("vcc_hi",), "exec_lo": ("exec_lo",), "exec_hi": ("exec_hi",),
-            "scc": ("scc",)}
+_SPECIAL = {
+    "vcc": ("vcc_lo", "vcc_hi"),
+    "exec": ("exec_lo", "exec_hi"),
+    "m0": ("m0",),
+    "vcc_lo": ("vcc_lo",),
+    "vcc_hi": ("vcc_hi",),
+    "exec_lo": ("exec_lo",),
+    "exec_hi": ("exec_hi",),
+    "scc": ("scc",),
+}
 
 
 @dataclass
@@ -50,15 +57,19 @@ class Instr:
         carry SGPR pair of v_mad_u64_u32-like forms); () for stores, branches, waits, MFMA-free
         forms without a destination."""
         m = self.mnemonic
-        if not self.operands or m.startswith(("s_waitcnt", "s_barrier", "s_branch", "s_cbranch", "s_endpgm",
-                                                 "s_nop", "s_sched", "s_setprio", "s_sleep")):
+        if not self.operands or m.startswith(
+            ("s_waitcnt", "s_barrier", "s_branch", "s_cbranch", "s_endpgm", "s_nop", "s_sched", "s_setprio", "s_sleep")
+        ):
             return ()
-        if m.startswith(("global_store", "buffer_store", "ds_write", "ds_store", "global_load_lds", "scratch_store",
-                         "s_store", "s_cmp", "v_cmpx")):
+        if m.startswith(
+            ("global_store", "buffer_store", "ds_write", "ds_store", "global_load_lds", "scratch_store", "s_store", "s_cmp", "v_cmpx")
+        ):
             return ()
         out = regs(self.operands[0])
-        if m.startswith(("v_mad_u64_u32", "v_mad_i64_i32", "v_div_scale", "v_add_co", "v_sub_co", "v_addc_co",
-                         "v_subb_co")) and len(self.operands) > 1:
+        if (
+            m.startswith(("v_mad_u64_u32", "v_mad_i64_i32", "v_div_scale", "v_add_co", "v_sub_co", "v_addc_co", "v_subb_co"))
+            and len(self.operands) > 1
+        ):
             out += regs(self.operands[1])
         if m.startswith("v_cmp_") and m.endswith("_e32"):
             out = ("vcc_lo", "vcc_hi")
@@ -69,8 +80,13 @@ class Instr:
         n_def = 0
         d = self.defs
         if d:
-            n_def = 2 if self.mnemonic.startswith(("v_mad_u64_u32", "v_mad_i64_i32", "v_div_scale", "v_add_co",
-                                                    "v_sub_co", "v_addc_co", "v_subb_co")) else 1
+            n_def = (
+                2
+                if self.mnemonic.startswith(
+                    ("v_mad_u64_u32", "v_mad_i64_i32", "v_div_scale", "v_add_co", "v_sub_co", "v_addc_co", "v_subb_co")
+                )
+                else 1
+            )
             if self.mnemonic.startswith("v_cmp_") and self.mnemonic.endswith("_e32"):
                 n_def = 0
         out: tuple[str, ...] = ()

@@ -79,27 +79,45 @@ CATALOGUE: tuple[Mutation, ...] = (
     Mutation(
         "dma_window_not_advanced",
         "every chunk's DMA lands in chunk 0's window (no new M0 per DMA)",
-        (("                window = c.lds + lds_k(c.wave, dma_token(hf, 0), ch)",
-          "                window = c.lds + lds_k(c.wave, dma_token(hf, 0), 0)"),),
+        (
+            (
+                "                window = c.lds + lds_k(c.wave, dma_token(hf, 0), ch)",
+                "                window = c.lds + lds_k(c.wave, dma_token(hf, 0), 0)",
+            ),
+        ),
         ("sync.m0",),
     ),
     Mutation(
         "pv_operands_swapped",
         "PV MFMA with A and B swapped (P' as the V operand)",
-        (("out[ch] = mfma_f16(e4m3x8_to_f16x8(raws.pop(i)), pps[kc], out[ch])", "out[ch] = mfma_f16(pps[kc], e4m3x8_to_f16x8(raws.pop(i)), out[ch])"),),
+        (
+            (
+                "out[ch] = mfma_f16(e4m3x8_to_f16x8(raws.pop(i)), pps[kc], out[ch])",
+                "out[ch] = mfma_f16(pps[kc], e4m3x8_to_f16x8(raws.pop(i)), out[ch])",
+            ),
+        ),
         ("mfma.operands",),
     ),
     Mutation(
         "qk_operands_swapped",
         "QK hi MFMA with A and B swapped (Q as the K operand)",
-        (("x = mfma_scaled(a_op, c.q_hi[j], acc[s], 0, e8[s], 0, c.q_scale_hi)", "x = mfma_scaled(c.q_hi[j], a_op, acc[s], 0, e8[s], 0, c.q_scale_hi)"),),
+        (
+            (
+                "x = mfma_scaled(a_op, c.q_hi[j], acc[s], 0, e8[s], 0, c.q_scale_hi)",
+                "x = mfma_scaled(c.q_hi[j], a_op, acc[s], 0, e8[s], 0, c.q_scale_hi)",
+            ),
+        ),
         ("mfma.operands",),
     ),
     Mutation(
         "tr8_sub_offset_twice",
         "tr8 address adds the odd K-chunk's offset on top of its own base (wrong tokens for kc 1, 3)",
-        (("addr = tr_base[sub] + (tr8_address(0, kc, ch, 0, 0) - tr8_address(0, sub, 0, 0, 0))",
-          "addr = tr_base[sub] + (tr8_address(0, kc, ch, 0, 0) - tr8_address(0, 0, 0, 0, 0))"),),
+        (
+            (
+                "addr = tr_base[sub] + (tr8_address(0, kc, ch, 0, 0) - tr8_address(0, sub, 0, 0, 0))",
+                "addr = tr_base[sub] + (tr8_address(0, kc, ch, 0, 0) - tr8_address(0, 0, 0, 0, 0))",
+            ),
+        ),
         ("layout.tr8",),
     ),
     Mutation(
@@ -111,7 +129,12 @@ CATALOGUE: tuple[Mutation, ...] = (
     Mutation(
         "tile_max_barrier_removed",
         "tile max read before the other waves wrote theirs (barrier removed)",
-        (("    wait_lgkm()\n    barrier()\n    with no_wrap():\n        waves = ", "    wait_lgkm()\n    with no_wrap():\n        waves = "),),
+        (
+            (
+                "    wait_lgkm()\n    barrier()\n    with no_wrap():\n        waves = ",
+                "    wait_lgkm()\n    with no_wrap():\n        waves = ",
+            ),
+        ),
         ("counts.tile",),
     ),
     Mutation(
@@ -129,7 +152,7 @@ CATALOGUE: tuple[Mutation, ...] = (
     Mutation(
         "rows_in_order",
         "rows issued in order instead of reversed (long causal tail last)",
-        (('self.qi = args["n_q"] - 1 - V(as_ir_value(fx.block_idx.x))', 'self.qi = V(as_ir_value(fx.block_idx.x))'),),
+        (('self.qi = args["n_q"] - 1 - V(as_ir_value(fx.block_idx.x))', "self.qi = V(as_ir_value(fx.block_idx.x))"),),
         ("row.order",),
     ),
     Mutation(
@@ -159,21 +182,34 @@ CATALOGUE: tuple[Mutation, ...] = (
     Mutation(
         "b_format_e5m2",
         "Q operand of the scaled MFMA declared e5m2",
-        (("        _vec(4, _f32()), a, b, acc, fmt, fmt, sel_a", "        _vec(4, _f32()), a, b, acc, fmt, ir.Attribute.parse(\"#rocdl<matrix_format fp8_e5m2>\"), sel_a"),),
+        (
+            (
+                "        _vec(4, _f32()), a, b, acc, fmt, fmt, sel_a",
+                '        _vec(4, _f32()), a, b, acc, fmt, ir.Attribute.parse("#rocdl<matrix_format fp8_e5m2>"), sel_a',
+            ),
+        ),
         ("mfma.format",),
     ),
     Mutation(
         "l_update_fused",
         "l = l * alpha + sum P as one fused multiply-add (one rounding where emulated has two)",
-        (("    l_new = l_old * alpha + total\n",
-          "    l_new = V(__import__('flydsl._mlir.dialects.math', fromlist=['fma']).fma(l_old.v, alpha.v, total.v))\n"),),
+        (
+            (
+                "    l_new = l_old * alpha + total\n",
+                "    l_new = V(__import__('flydsl._mlir.dialects.math', fromlist=['fma']).fma(l_old.v, alpha.v, total.v))\n",
+            ),
+        ),
         ("num.fma",),
     ),
     Mutation(
         "p_prime_rtz",
         "P' converted to f16 toward zero (v_cvt_pkrtz_f16_f32)",
-        (("        out.append(V(arith.truncf(_f16(), prod.v)))",
-          "        out.append(V(vector.extract(rocdl.cvt_pkrtz(_vec(2, _f16()), prod.v, prod.v), [], [0])))"),),
+        (
+            (
+                "        out.append(V(arith.truncf(_f16(), prod.v)))",
+                "        out.append(V(vector.extract(rocdl.cvt_pkrtz(_vec(2, _f16()), prod.v, prod.v), [], [0])))",
+            ),
+        ),
         ("num.rtz",),
     ),
     Mutation(
@@ -232,8 +268,9 @@ def check_ids(failures: Sequence[str]) -> list[str]:
     return out
 
 
-def run_mutations(mutations: Sequence[Mutation], configs: Sequence[fc.Config], *, jobs: int = 1,
-                  timeout: float = fc.DEFAULT_TIMEOUT_S) -> list[MutantResult]:
+def run_mutations(
+    mutations: Sequence[Mutation], configs: Sequence[fc.Config], *, jobs: int = 1, timeout: float = fc.DEFAULT_TIMEOUT_S
+) -> list[MutantResult]:
     """Compile and check every mutant on the configurations it applies to (one subprocess per
     mutant compiles its configurations in turn), `jobs` mutants at once."""
     import concurrent.futures
@@ -250,8 +287,16 @@ def run_mutations(mutations: Sequence[Mutation], configs: Sequence[fc.Config], *
             out = []
             for r in res:
                 compiled = r.stats is not None and not r.error
-                out.append(MutantResult(m.id, r.label, compiled, check_ids(r.failures) if compiled else [],
-                                        list(r.failures[:3]), r.error.splitlines()[-1] if r.error else ""))
+                out.append(
+                    MutantResult(
+                        m.id,
+                        r.label,
+                        compiled,
+                        check_ids(r.failures) if compiled else [],
+                        list(r.failures[:3]),
+                        r.error.splitlines()[-1] if r.error else "",
+                    )
+                )
             return out
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -265,8 +310,10 @@ def format_table(mutations: Sequence[Mutation], results: Sequence[MutantResult])
     """Markdown table: bug -> checks that flag it, per configuration."""
     by = {(r.mutation, r.config): r for r in results}
     configs = sorted({r.config for r in results})
-    lines = ["| mutant | bug | expected check | " + " | ".join(f"flagged by ({c})" for c in configs) + " |",
-             "| --- | --- | --- | " + " | ".join("---" for _ in configs) + " |"]
+    lines = [
+        "| mutant | bug | expected check | " + " | ".join(f"flagged by ({c})" for c in configs) + " |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in configs) + " |",
+    ]
     for m in mutations:
         cells = []
         for c in configs:
@@ -300,8 +347,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     bad = [r for r in res if not r.flagged or not set(r.checks) & set(next(m for m in muts if m.id == r.mutation).expect)]
     for r in bad:
         print(f"{r.mutation} {r.config}: compiled={r.compiled} checks={r.checks} {r.error}", file=sys.stderr)
-    print(f"{len(muts)} mutants x {len(configs)} configurations: {len(res) - len(bad)}/{len(res)} flagged by an "
-          f"expected check; wall {time.perf_counter() - t0:.1f} s with {args.jobs} jobs")
+    print(
+        f"{len(muts)} mutants x {len(configs)} configurations: {len(res) - len(bad)}/{len(res)} flagged by an "
+        f"expected check; wall {time.perf_counter() - t0:.1f} s with {args.jobs} jobs"
+    )
     return 0 if not bad else 1
 
 

@@ -227,8 +227,7 @@ def _waits(text: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"(vmcnt|lgkmcnt)\((\d+)\)", text)}
 
 
-def simulate(instrs: Sequence[Instr], ds_cycles: Callable[[Instr], int], costs: Costs = Costs(),
-             iterations: int = 3) -> Estimate:
+def simulate(instrs: Sequence[Instr], ds_cycles: Callable[[Instr], int], costs: Costs = Costs(), iterations: int = 3) -> Estimate:
     """Run `instrs` (one iteration, in issue order) `iterations` times; the last one's estimate."""
     mfma_cost = dict(costs.mfma)
     t = 0
@@ -366,7 +365,12 @@ def seed_tile_listing() -> str:
     reads = [f"\tds_read_b128 v[{100 + 8 * (j % 3)}:{103 + 8 * (j % 3)}], v90" for j in range(8)]
     for j in range(2):
         a(reads[j])
-        a(reads[j].replace("v90", "v90 offset:32768").replace(f"v[{100 + 8 * (j % 3)}:", f"v[{104 + 8 * (j % 3)}:").replace(f":{103 + 8 * (j % 3)}]", f":{107 + 8 * (j % 3)}]"))
+        a(
+            reads[j]
+            .replace("v90", "v90 offset:32768")
+            .replace(f"v[{100 + 8 * (j % 3)}:", f"v[{104 + 8 * (j % 3)}:")
+            .replace(f":{103 + 8 * (j % 3)}]", f":{107 + 8 * (j % 3)}]")
+        )
     for j in range(8):
         s = j // 4
         a(f"\ts_waitcnt lgkmcnt({2 if j < 6 else 0})")
@@ -452,7 +456,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--isa", action="append", default=[], help="final ISA dump (append ':before' for the old layout)")
     ap.add_argument("--latency", default="500,1000,2000", help="VMEM latencies in cycles")
     args = ap.parse_args(argv)
-    print("| read pattern (per wave, per tile) | " + " | ".join(lay.name for lay in (unswizzled_layout(), current_layout(), seed_layout())) + " |")
+    print(
+        "| read pattern (per wave, per tile) | "
+        + " | ".join(lay.name for lay in (unswizzled_layout(), current_layout(), seed_layout()))
+        + " |"
+    )
     print("| --- | --- | --- | --- |")
     pats = [{p.name: p for p in tile_patterns(lay)} for lay in (unswizzled_layout(), current_layout(), seed_layout())]
     for name in pats[0]:

@@ -11,7 +11,8 @@ a case has used MAX_SECONDS; the median (and min) per call is reported.
 Throughput is stated as record bytes gathered per second, n_q * KEYS * 656 B / median time, and
 as a share of the device's peak memory bandwidth when the device is known by name (H200:
 4.8 TB/s; otherwise "unknown"); TFLOP/s counts QK and PV of the row's heads,
-2 * H * n_q * KEYS * (576 + 512) per call (FlashMLA computes 64 heads whatever H is). Several rows per call can hit the same record and caches help,
+2 * H * n_q * KEYS * (576 + 512) per call (FlashMLA computes 64 heads whatever H is). \
+Several rows per call can hit the same record and caches help,
 so the figure can exceed what DRAM alone would give at small shapes; it is a like-for-like
 measure between backends, not a DRAM measurement.
 
@@ -536,7 +537,8 @@ def run_bench(
                 results.append(result)
                 _progress(
                     progress,
-                    f"{label} n_q={n_q} keys={keys} H={case_heads}: median {timing.median_ms:.4f} ms over {result.iters} calls, {result.gbps:.4g} GB/s gathered",
+                    f"{label} n_q={n_q} keys={keys} H={case_heads}: median {timing.median_ms:.4f} ms over {result.iters} calls, "
+                    f"{result.gbps:.4g} GB/s gathered",
                 )
         del inputs
         if device.type == "cuda":
@@ -587,15 +589,31 @@ def render_table(report: dict[str, Any]) -> str:
     lines = [
         f"device      {info['name']} ({info['device']}), torch {info['torch']}",
         f"peak BW     {peak_text}",
-        f"peak fp64   {_fmt(info.get('peak_fp64_flops_per_s') and info['peak_fp64_flops_per_s'] / 1e12, '.1f', 'unknown')}{' TFLOP/s (vendor spec sheet, matched by device name)' if info.get('peak_fp64_flops_per_s') else ''}",
-        "limits      GATHER = n_q * keys * 656 B / peak BW; FP64 = FLOP / peak fp64; LIMIT = GATHER + FP64 for the oracle, GATHER for the others; x LIMIT = median / LIMIT",
-        f"timer       {timer}; median of up to {cfg['iters']} calls after {cfg['warmup']} warm-up calls, <= {cfg['max_seconds']:g} s per case",
-        f"cache       {cfg['cache_rows']:,} records x {RECORD_BYTES} B = {cfg['cache_bytes'] / 2**30:.2f} GiB ({cfg['writer']} writer); indices {cfg['index_distribution']}",
-        f"call        {cfg['keys']} keys per row, H {cfg['heads']}, softmax_scale {cfg['softmax_scale']:.6g}; bytes gathered = n_q * keys * 656; FLOP = 2 * H * n_q * keys * (576 + 512)",
+        (
+            f"peak fp64   {_fmt(info.get('peak_fp64_flops_per_s') and info['peak_fp64_flops_per_s'] / 1e12, '.1f', 'unknown')}"
+            f"{' TFLOP/s (vendor spec sheet, matched by device name)' if info.get('peak_fp64_flops_per_s') else ''}"
+        ),
+        (
+            "limits      GATHER = n_q * keys * 656 B / peak BW; FP64 = FLOP / peak fp64; "
+            "LIMIT = GATHER + FP64 for the oracle, GATHER for the others; x LIMIT = median / LIMIT"
+        ),
+        (
+            f"timer       {timer}; median of up to {cfg['iters']} calls after {cfg['warmup']} warm-up calls, "
+            f"<= {cfg['max_seconds']:g} s per case"
+        ),
+        (
+            f"cache       {cfg['cache_rows']:,} records x {RECORD_BYTES} B = {cfg['cache_bytes'] / 2**30:.2f} GiB "
+            f"({cfg['writer']} writer); indices {cfg['index_distribution']}"
+        ),
+        (
+            f"call        {cfg['keys']} keys per row, H {cfg['heads']}, softmax_scale {cfg['softmax_scale']:.6g}; "
+            "bytes gathered = n_q * keys * 656; FLOP = 2 * H * n_q * keys * (576 + 512)"
+        ),
         "",
     ]
     header = (
-        f"{'KERNEL':<40} {'N_Q':>5} {'KEYS':>5} {'H':>3} {'CALLS':>5} {'MEDIAN ms':>11} {'MIN ms':>11} {'GB/s':>9} {'% PEAK':>7} {'TFLOP/s':>8} "
+        f"{'KERNEL':<40} {'N_Q':>5} {'KEYS':>5} {'H':>3} {'CALLS':>5} {'MEDIAN ms':>11} {'MIN ms':>11} "
+        f"{'GB/s':>9} {'% PEAK':>7} {'TFLOP/s':>8} "
         f"{'GATHER ms':>10} {'FP64 ms':>9} {'x LIMIT':>8}  STATUS"
     )
     lines.append(header)
@@ -603,8 +621,10 @@ def render_table(report: dict[str, Any]) -> str:
     for r in report["results"]:
         lines.append(
             f"{r['label'][:40]:<40} {r['n_q']:>5} {r['keys']:>5} {r['heads']:>3} {r['iters']:>5} "
-            f"{_fmt(r['median_ms'], '.4f'):>11} {_fmt(r['min_ms'], '.4f'):>11} {_fmt(r['gbps'], '.4g'):>9} {_fmt(r['pct_peak'], '.1f'):>7} {_fmt(r['tflops'], '.4g'):>8} "
-            f"{_fmt(r.get('gather_limit_ms'), '.4f'):>10} {_fmt(r.get('fp64_limit_ms'), '.4f'):>9} {_fmt(r.get('x_limit'), '.1f'):>8}  {r['status']}"
+            f"{_fmt(r['median_ms'], '.4f'):>11} {_fmt(r['min_ms'], '.4f'):>11} {_fmt(r['gbps'], '.4g'):>9} "
+            f"{_fmt(r['pct_peak'], '.1f'):>7} {_fmt(r['tflops'], '.4g'):>8} "
+            f"{_fmt(r.get('gather_limit_ms'), '.4f'):>10} {_fmt(r.get('fp64_limit_ms'), '.4f'):>9} "
+            f"{_fmt(r.get('x_limit'), '.1f'):>8}  {r['status']}"
         )
     notes = sorted({(r["label"], r["note"]) for r in report["results"] if r["note"]})
     if notes:

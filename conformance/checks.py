@@ -123,6 +123,7 @@ def violation_run(
     promised_finite = {"scale_above_cap", "scale_not_pow2"}
     if set(kinds) <= promised_finite:
         assert bool(finite.all()), (
-            f"under {kinds} the output must stay finite (the kernel clamps the scale / drops its mantissa); got {observed['non_finite_out']} non-finite values"
+            f"under {kinds} the output must stay finite (the kernel clamps the scale / drops its mantissa); "
+            f"got {observed['non_finite_out']} non-finite values"
         )
     return observed

@@ -167,7 +167,8 @@ def compare(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, evalu
     if bool(over.any()):
         where = _first(over)
         verdict.failures.append(
-            f"[{mode}] {int(over.sum())} out elements exceed the bound (max |err|/bound = {verdict.out_ratio:.3g}), first at (row, head, dim) {where}"
+            f"[{mode}] {int(over.sum())} out elements exceed the bound (max |err|/bound = {verdict.out_ratio:.3g}), "
+            f"first at (row, head, dim) {where}"
         )
     if ratio.numel():
         flat = int(torch.argmax(ratio.nan_to_num(nan=float("inf"))))
@@ -190,7 +191,8 @@ def compare(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, evalu
         wrong_empty = empty & ~torch.isneginf(got_lse)
         if bool(wrong_empty.any()):
             verdict.failures.append(
-                f"[{mode}] lse of an empty row is not -inf, first at (row, head) {_first(wrong_empty)} = {float(got_lse[tuple(_first(wrong_empty))])}"
+                f"[{mode}] lse of an empty row is not -inf, first at (row, head) {_first(wrong_empty)} = "
+                f"{float(got_lse[tuple(_first(wrong_empty))])}"
             )
         not_finite = ~empty & ~torch.isfinite(got_lse)
         if bool(not_finite.any()):
@@ -201,7 +203,8 @@ def compare(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, evalu
         over = lse_ratio > 1
         if bool(over.any()):
             verdict.failures.append(
-                f"[{mode}] {int(over.sum())} lse values exceed the bound (max |err|/bound = {verdict.lse_ratio:.3g}), first at (row, head) {_first(over)}"
+                f"[{mode}] {int(over.sum())} lse values exceed the bound (max |err|/bound = {verdict.lse_ratio:.3g}), "
+                f"first at (row, head) {_first(over)}"
             )
     return verdict
 

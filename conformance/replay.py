@@ -553,7 +553,8 @@ def format_header(entry: Any, kind: str, path: Path, suite: Any, *, kernel_given
         f"  recipe: n_q {r.n_q}, heads {r.heads}, row lengths {shown} ({r.total_keys} keys), cache rows {r.cache_rows}, seed {r.seed}"
     )
     lines.append(
-        f"          index {r.index_pattern}, invalid {r.invalid_pattern} (has_invalid {r.has_invalid}), latent {r.latent}, rope {r.rope}, q {r.q}, "
+        f"          index {r.index_pattern}, invalid {r.invalid_pattern} (has_invalid {r.has_invalid}), "
+        f"latent {r.latent}, rope {r.rope}, q {r.q}, "
         f"softmax_scale {r.softmax_scale}, writer {r.writer}, q_pad {list(r.q_pad)}, out_pad {r.out_pad and list(r.out_pad)}, "
         f"return_lse {r.return_lse}, poison {r.poison}" + (f", corruptions {list(r.corruptions)}" if r.corruptions else "")
     )
@@ -601,14 +602,16 @@ def format_diagnosis(diag: Diagnosis) -> str:
             lines.append(f"  [{c['mode']}] {c['output']}: {c['exceeding']} of {c['elements']} values exceed the bound; worst:")
             for e in c["top_elements"]:
                 lines.append(
-                    f"    {_where(e):<28} got {_g(e['got'])}, ref {_g(e['ref'])}, err {_g(e['err'])}, bound {_g(e['bound'])}, err/bound {_g(e['ratio'])}"
+                    f"    {_where(e):<28} got {_g(e['got'])}, ref {_g(e['ref'])}, err {_g(e['err'])}, bound {_g(e['bound'])}, "
+                    f"err/bound {_g(e['ratio'])}"
                 )
             for name, groups in c["by"].items():
                 listed = "; ".join(f"{name} {g[name]}: {g['exceeding']} over, max {_g(g['max_ratio'])}" for g in groups)
                 lines.append(f"    by {name:<4} {listed}")
     if diag.observed is not None:
         lines.append(
-            f"behaviour under the violation: {diag.observed.get('behaviour', '?')} (violated: {', '.join(diag.observed.get('kinds', [])) or '-'})"
+            f"behaviour under the violation: {diag.observed.get('behaviour', '?')} "
+            f"(violated: {', '.join(diag.observed.get('kinds', [])) or '-'})"
         )
     if diag.crash and diag.crash.get("in_flight"):
         f = diag.crash["in_flight"]

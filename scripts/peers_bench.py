@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{'KERNEL':<22} {'N_Q':>5} {'MEDIAN ms':>10} {'MIN ms':>9} {'GB/s':>8}  {'gather lim ms':>13} {'fp64 lim ms':>11} {'x limit':>8}"
     )
     print(
-        f"device {name}; peak {peak_bw and peak_bw / 1e12} TB/s, fp64 {peak_fp64 and peak_fp64 / 1e12} TFLOP/s (spec sheets); keys {args.keys}, H {args.heads}, cache {args.cache_rows} rows"
+        f"device {name}; peak {peak_bw and peak_bw / 1e12} TB/s, fp64 {peak_fp64 and peak_fp64 / 1e12} TFLOP/s (spec sheets); "
+        f"keys {args.keys}, H {args.heads}, cache {args.cache_rows} rows"
     )
     print(header)
     print("-" * len(header))

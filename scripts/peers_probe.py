@@ -87,7 +87,7 @@ def main() -> None:
     def tl_probe():
         o, l = legacy(tl)
         r_o, r_l = ref(q[:, 0], idx[:, 0], [100, 37])
-        return "out err %.3g lse err %.3g" % (float((o[:, 0].double() - r_o).abs().max()), float((l.reshape(2, H) - r_l).abs().max()))
+        return f"out err {float((o[:, 0].double() - r_o).abs().max()):.3g} lse err {float((l.reshape(2, H) - r_l).abs().max()):.3g}"
 
     attempt("legacy topk_length honoured", tl_probe)
     attempt(
@@ -144,11 +144,9 @@ def main() -> None:
         def pf(legacy_flag=legacy_flag, ii=idx, tlen=None):
             out, mx, lse = fm.flash_mla_sparse_fwd(q3, kv3, ii, scale, 512, topk_length=tlen, use_legacy=legacy_flag)
             r_o, r_l = ref(q3, ii[:, 0], [ii.shape[-1]] * 2 if tlen is None else tlen.tolist())
-            return "out err %.3g lse err %.3g lse shape %s dtype %s" % (
-                float((out.double() - r_o).abs().max()),
-                float((lse.double() - r_l).abs().max()),
-                tuple(lse.shape),
-                lse.dtype,
+            return (
+                f"out err {float((out.double() - r_o).abs().max()):.3g} lse err {float((lse.double() - r_l).abs().max()):.3g} "
+                f"lse shape {tuple(lse.shape)} dtype {lse.dtype}"
             )
 
         attempt(f"sparse prefill legacy={legacy_flag}", pf)
@@ -167,7 +165,7 @@ def main() -> None:
         ii[0, 0, 5:] = rows + 7
         out, mx, lse = fm.flash_mla_sparse_fwd(q3, kv3, ii, scale, 512, use_legacy=True)
         r_o, r_l = ref(q3[:1], ii[:1, 0], [5])
-        return "index >= s_kv masked: out err %.3g" % float((out[:1].double() - r_o).abs().max())
+        return f"index >= s_kv masked: out err {float((out[:1].double() - r_o).abs().max()):.3g}"
 
     attempt("sparse prefill index >= s_kv", pf_oob)
     for tk in (64, 96, 128, 32):
@@ -196,10 +194,9 @@ def main() -> None:
         res = torch.ops.aten._scaled_dot_product_efficient_attention(qq, k, v, bias, True, 0.0, False, scale=scale)
         o, l = res[0], res[1]
         r_o, r_l = ref(q3[:, :16], idx[:, 0], [128, 37])
-        return "out err %.3g lse err %.3g lse shape %s" % (
-            float((o[:, 0].double() - r_o).abs().max()),
-            float((l[:, 0, :16].double() - r_l).abs().max()),
-            tuple(l.shape),
+        return (
+            f"out err {float((o[:, 0].double() - r_o).abs().max()):.3g} "
+            f"lse err {float((l[:, 0, :16].double() - r_l).abs().max()):.3g} lse shape {tuple(l.shape)}"
         )
 
     attempt("sdpa efficient head dim 576 + lse", sdpa)

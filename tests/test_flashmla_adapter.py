@@ -689,12 +689,15 @@ def smoke_table(report: list[dict[str, Any]]) -> str:
     """The smoke report as text, one line per case."""
     nan = float("nan")
     lines = [
-        f"{'case':<26} {'n_q':>4} {'H':>3} {'inv':>4} {'out err/bound':>14} {'lse err/bound':>14} {'max|dout|':>10} {'det':>4} {'bs64':>5} {'h128 diff':>10}  status"
+        f"{'case':<26} {'n_q':>4} {'H':>3} {'inv':>4} {'out err/bound':>14} {'lse err/bound':>14} "
+        f"{'max|dout|':>10} {'det':>4} {'bs64':>5} {'h128 diff':>10}  status"
     ]
     for r in report:
         lines.append(
-            f"{r['case']:<26} {r['n_q']:>4} {r['heads']:>3} {str(r['has_invalid'])[0]:>4} {r.get('out_ratio', nan):>14.4g} {r.get('lse_ratio', nan):>14.4g} "
-            f"{r.get('max_abs_err_out', nan):>10.3g} {str(r.get('deterministic', '-'))[0]:>4} {str(r.get('page_block_64_bitwise_equal', '-'))[0]:>5} {r.get('heads128_max_abs_diff', nan):>10.3g}  {r['status']}"
+            f"{r['case']:<26} {r['n_q']:>4} {r['heads']:>3} {str(r['has_invalid'])[0]:>4} "
+            f"{r.get('out_ratio', nan):>14.4g} {r.get('lse_ratio', nan):>14.4g} "
+            f"{r.get('max_abs_err_out', nan):>10.3g} {str(r.get('deterministic', '-'))[0]:>4} "
+            f"{str(r.get('page_block_64_bitwise_equal', '-'))[0]:>5} {r.get('heads128_max_abs_diff', nan):>10.3g}  {r['status']}"
         )
     return "\n".join(lines) + "\n"
 

@@ -17,10 +17,10 @@ import torch
 pytest.importorskip("flydsl")
 om = pytest.importorskip("kernel.isa.ops_matrix")
 
-from kernel.backends.emulated import run_emulated
-from kernel.isa.backend import flydsl_isa_sparse_mla, last_stats
-from strategies.materialize import materialize
-from strategies.recipe import Recipe
+from kernel.backends.emulated import run_emulated  # noqa: E402 - after the importorskip: skip without flydsl
+from kernel.isa.backend import flydsl_isa_sparse_mla, last_stats  # noqa: E402 - after the importorskip
+from strategies.materialize import materialize  # noqa: E402 - after the importorskip
+from strategies.recipe import Recipe  # noqa: E402 - after the importorskip
 
 
 @pytest.mark.parametrize("cfg", [(5, False, True), (8, True, True)], ids=["h5_i0_l1", "h8_i1_l1"])

@@ -110,7 +110,10 @@ def test_replay_isolated_of_a_huge_recipe_exits_2(tmp_path: Path) -> None:
     from conformance.state import scrubbed_env
 
     env = {**scrubbed_env(dict(os.environ)), "CONFORMANCE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(REPO)}
-    code = "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30)); from conformance.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30)); "
+        "from conformance.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
     proc = subprocess.run(
         [sys.executable, "-c", code, "replay", str(_entry(tmp_path)), "--kernel", "emulated", "--isolate", "--memory-limit", "2GiB"],
         capture_output=True,

@@ -227,7 +227,8 @@ def test_a_run_killed_by_sigkill_is_unfinished(tmp_path: Path) -> None:
     script = (
         f"import os, signal\nfrom pathlib import Path\nfrom conformance import crashes\nrun = Path({str(run)!r})\n"
         "run.mkdir(parents=True)\ncrashes.mark_session_start(run, kind='pytest')\n"
-        f"(run / 'examples-gw0.jsonl').write_text({_line('differential', 'pass', RECIPE_A, mode='exact-steps', out=0.1, lse=0.0)!r} + '\\n')\n"
+        "(run / 'examples-gw0.jsonl').write_text("
+        f"{_line('differential', 'pass', RECIPE_A, mode='exact-steps', out=0.1, lse=0.0)!r} + '\\n')\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], env=_env(tmp_path), timeout=60, check=False)
@@ -264,7 +265,8 @@ def test_a_pytest_run_that_exited_1_is_failed(tmp_path: Path) -> None:
     (tmp_path / "test_fails.py").write_text(
         "from conformance.state import run_dir, worker_id\n"
         "def test_records_a_pass():\n"
-        f"    (run_dir() / f'examples-{{worker_id()}}.jsonl').write_text({_line('differential', 'pass', RECIPE_A, out=0.1, lse=0.0)!r} + '\\n')\n"
+        "    (run_dir() / f'examples-{worker_id()}.jsonl').write_text("
+        f"{_line('differential', 'pass', RECIPE_A, out=0.1, lse=0.0)!r} + '\\n')\n"
         "def test_fails():\n    assert False\n",
         encoding="utf-8",
     )

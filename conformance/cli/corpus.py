@@ -177,7 +177,10 @@ def run_list(args: argparse.Namespace) -> int:
     else:
         print(f"{'NAME':<40} {'EXPECT':<12} {'STATUS':<9} {'PROVENANCE':<70} FILE")
         for row in rows:
-            prov = f"{'CRASH ' if row['crash'] else ''}{row['property'] or '?'} ({row['kernel'] or '?'}, {row['date'] or '?'}): {row['caught'] or '?'}"
+            prov = (
+                f"{'CRASH ' if row['crash'] else ''}{row['property'] or '?'} "
+                f"({row['kernel'] or '?'}, {row['date'] or '?'}): {row['caught'] or '?'}"
+            )
             print(f"{_short(row['name'], 40):<40} {row['expect']:<12} {row['status']:<9} {_short(prov, 70):<70} {row['file']}")
         counts = {s: sum(1 for r in rows if r["status"] == s) for s, _ in folders}
         print(

@@ -4,9 +4,11 @@ Hypothesis draws recipes for the chosen properties and judges each call exactly 
 (conformance.checks.differential, with target() on every output's error / bound so the search
 climbs toward large errors; conformance.checks.violation_run for precondition violations).
 The campaign runs in chunks of the Hypothesis profile's max_examples (--hypothesis-profile: ci
-25, dev 40, nightly 1000), each with a fresh seed (ci: seeds 0, 1, 2, ... so a campaign is reproducible), until the
+25, dev 40, nightly 1000), each with a fresh seed (ci: seeds 0, 1, 2, ... so a campaign is \
+reproducible), until the
 budget is spent. Problem sizes ramp up: the first chunk draws at most 1024 keys per call, each
-next chunk 4x more, up to the suite's own limits (quick feedback, quick shrinks). A failure is shrunk by Hypothesis, for at most --shrink-seconds after it was
+next chunk 4x more, up to the suite's own limits (quick feedback, quick shrinks). \
+A failure is shrunk by Hypothesis, for at most --shrink-seconds after it was
 found (the campaign may overrun its budget by that much), then saved to the pending corpus
 (content-hash names: the same failure is stored once; CONFORMANCE_PENDING_DIR overrides the
 folder). An example failing the same way as a failure already saved counts, but is not shrunk
@@ -322,7 +324,10 @@ def campaign(
             if save:
                 expect = "precondition" if failure.property == "preconditions" else "conform"
                 first = failure.message.strip().splitlines()
-                caught = f"fuzz {failure.property}: {(first[1] if len(first) > 1 and first[0].startswith('kernel output') else first[0]) if first else 'failure'}"
+                caught = (
+                    f"fuzz {failure.property}: "
+                    f"{(first[1] if len(first) > 1 and first[0].startswith('kernel output') else first[0]) if first else 'failure'}"
+                )
                 entry = new_entry(
                     failure.recipe, caught=caught[:500], kernel=suite.name, property_name=f"fuzz:{failure.property}", expect=expect
                 )

@@ -73,7 +73,8 @@ def pytest_testnodedown(node: Any, error: object | None) -> None:
     except Exception as err:  # noqa: BLE001 - the write-ahead file stays; the next session records it
         _say(
             config,
-            f"\nconformance: worker {worker} crash not recorded now ({type(err).__name__}: {err}); its write-ahead file stays for the next session",
+            f"\nconformance: worker {worker} crash not recorded now ({type(err).__name__}: {err}); "
+            "its write-ahead file stays for the next session",
         )
         return
     if line is not None:

@@ -22,7 +22,8 @@ What the adapter does to present the contract (every step exact, all vectorised)
   without a host sync when the stream is short (`sync_free_width`: no row of a well-formed stream
   holds more entries than the stream, so W = round64(len(indices)) when that is at most
   SYNC_FREE_TOPK = 4096 keys); otherwise W = max(64, ceil(max_len / 64) * 64), one host sync
-  for the longest row (its cost is small beside a kernel over >= 4096 keys). With has_invalid every entry < 0 becomes -1: the kernel treats exactly -1
+  for the longest row (its cost is small beside a kernel over >= 4096 keys). With has_invalid
+  every entry < 0 becomes -1: the kernel treats exactly -1
   as masked and turns any other negative value into an out-of-bounds address. Without
   has_invalid entries pass unchanged (the contract makes them all valid rows).
 - Heads: FlashMLA takes 64 or 128 query heads; q (H in 1..16, any row/head strides) is copied

@@ -57,7 +57,10 @@ PROFILE = str(Path(__file__).resolve().parents[2] / "oracle" / "profile_files" /
 LIMITS = (
     "H in 1..16, run as 64 FlashMLA heads (zero heads padded, sliced off); the kernel takes h_q 64 or 128",
     "CUDA devices of compute capability 9.x (SM90 legacy sparse prefill of sgl-flash-mla 1.0.0)",
-    "KV dequantised to bf16 by the adapter: exact for power-of-two scales; a raw (non-power-of-two) scale is rounded to bf16 (precondition violation)",
+    (
+        "KV dequantised to bf16 by the adapter: exact for power-of-two scales; "
+        "a raw (non-power-of-two) scale is rounded to bf16 (precondition violation)"
+    ),
     "every entry < 0 is masked (with or without has_invalid)",
     "consumed indices must lie in [0, rows): the adapter's gather has no bound check (bounded_index_reads = False)",
     "rows padded to a multiple of 128 slots; the kernel stops at each row's length (topk_length)",

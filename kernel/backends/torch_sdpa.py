@@ -49,8 +49,14 @@ PROFILE = str(Path(__file__).resolve().parents[2] / "oracle" / "profile_files" /
 
 LIMITS = (
     "H in 1..16 (the row's heads are the kernel's query positions, one KV head)",
-    "CUDA: aten._scaled_dot_product_efficient_attention (PyTorch mem-efficient kernel); CPU: aten._scaled_dot_product_flash_attention_for_cpu",
-    "KV dequantised to bf16 by the adapter: exact for power-of-two scales; a raw (non-power-of-two) scale is rounded to bf16 (precondition violation)",
+    (
+        "CUDA: aten._scaled_dot_product_efficient_attention (PyTorch mem-efficient kernel); "
+        "CPU: aten._scaled_dot_product_flash_attention_for_cpu"
+    ),
+    (
+        "KV dequantised to bf16 by the adapter: exact for power-of-two scales; "
+        "a raw (non-power-of-two) scale is rounded to bf16 (precondition violation)"
+    ),
     "every entry < 0 is masked (with or without has_invalid)",
     "consumed indices must lie in [0, rows): the adapter's gather has no bound check (bounded_index_reads = False)",
     "rows padded to a multiple of 64 keys with -inf bias: the work is n_q x padded width",

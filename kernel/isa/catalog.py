@@ -206,7 +206,10 @@ OPCODES: dict[str, tuple[str, str]] = {
     ),
     "v_mfma_f32_16x16x32_bf16": ("as the f16 form with bf16 inputs", "IREE MFMA_F32_16x16x32_BF16 layout; profile model"),
     "v_mfma_scale_f32_16x16x128_f8f6f4": (
-        "D = sum A 2^(sa-127) B 2^(sb-127) + C; E4M3; byte j of lane (t, g): K = 16g+j (j<16) / 64+16g+j-16; scale of (row, K block kb) in lane row + 16 kb; exact sum, one rounding",
+        (
+            "D = sum A 2^(sa-127) B 2^(sb-127) + C; E4M3; byte j of lane (t, g): K = 16g+j (j<16) / 64+16g+j-16; "
+            "scale of (row, K block kb) in lane row + 16 kb; exact sum, one rounding"
+        ),
         "TRITON chooseScaledMfmaScaleLayout (fp8: two 16-element K blocks per lane); IREE / MOJO disagree (F1); OCP MX",
     ),
 }

@@ -364,7 +364,10 @@ def _s_load(ins: Instr, d: Any) -> Fn:
     off_op = ins.operands[2]
     if isinstance(off_op, Imm):
         off_v = off_op.value
-        off = lambda w, x: off_v
+
+        def off(w: Wave, x: Any) -> Any:
+            return off_v
+
     else:
         off = ssrc(ins, off_op, 1)
 

@@ -307,7 +307,9 @@ def _cmp_factory(ins: Instr, d: Any) -> Fn:
         a, b = src32(ins, ins.operands[1], flt=ty == "f32"), src32(ins, ins.operands[2], flt=ty == "f32")
         conv = {"i32": lambda v: v.view(np.int32), "u32": lambda v: v, "f32": lambda v: v.view(np.float32)}[ty]
     if ty == "f32" and cop == "lg":
-        fn = lambda p, q: (p < q) | (p > q)
+
+        def fn(p: Any, q: Any) -> Any:
+            return (p < q) | (p > q)
 
     def run(w: Wave, x: Any) -> None:
         with np.errstate(invalid="ignore"):

@@ -84,13 +84,16 @@ def main() -> int:
     outside = float(out[r, h, d]) > float(v.max()) + 2**-7 * vmax or float(out[r, h, d]) < float(v.min()) - 2**-7 * vmax
     print(f"{kind}: n_q {n_q}, H {heads}, row {r} has {lengths[r]} keys, softmax_scale {scale:.6g}")
     print(
-        f"worst element (row {r}, head {h}, dim {d}): flashmla {float(out[r, h, d]):.6g}, float64 {float(ref[r, h, d]):.6g}, |err| {float(err.max()):.6g}"
+        f"worst element (row {r}, head {h}, dim {d}): flashmla {float(out[r, h, d]):.6g}, "
+        f"float64 {float(ref[r, h, d]):.6g}, |err| {float(err.max()):.6g}"
     )
     print(
-        f"row {r} dim {d}: V in [{float(v.min()):.6g}, {float(v.max()):.6g}]; row max |V| {vmax:.6g}; max |score| {float(scores[r, h, : lengths[r]].abs().max()):.6g}"
+        f"row {r} dim {d}: V in [{float(v.min()):.6g}, {float(v.max()):.6g}]; row max |V| {vmax:.6g}; "
+        f"max |score| {float(scores[r, h, : lengths[r]].abs().max()):.6g}"
     )
     print(
-        f"median |err| over the call {float(err.median()):.3g}; elements with |err| > 2^-6 max|V|: {int((err > 2**-6 * vmax).sum())} of {err.numel()}"
+        f"median |err| over the call {float(err.median()):.3g}; "
+        f"elements with |err| > 2^-6 max|V|: {int((err > 2**-6 * vmax).sum())} of {err.numel()}"
     )
     print("outside the convex hull of the row's V (beyond 2^-7 max|V|):", outside)
     return 0

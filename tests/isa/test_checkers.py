@@ -162,7 +162,10 @@ def test_dma_by_another_wave_needs_wait_and_barrier() -> None:
         .LBB0_2:
         s_waitcnt vmcnt(0)
     """
-    setup = lambda w: _v64(w, 10, a + 4 * (LANE % 64))
+
+    def setup(w):
+        return _v64(w, 10, a + 4 * (LANE % 64))
+
     _, f = _findings(body.format(wait="s_nop 0"), mem=mem, setup=setup, threads=128)
     # the issuing wave waits only after the barrier: its data lands with no barrier before the
     # reader (wave 0 runs first in this phase, so this shows as a race on the landed bytes)

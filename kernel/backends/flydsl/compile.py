@@ -545,7 +545,10 @@ def compile_configs(
 
 
 def _format_table(results: Sequence[ConfigResult]) -> str:
-    head = f"{'config':<14} {'ok':<4} {'compile_s':>9} {'cpu_s':>6} {'proc_s':>7} {'pcpu_s':>6} {'vgpr':>5} {'agpr':>5} {'alloc':>5} {'sgpr':>5} {'lds':>7} {'scratch':>7}  notes"
+    head = (
+        f"{'config':<14} {'ok':<4} {'compile_s':>9} {'cpu_s':>6} {'proc_s':>7} {'pcpu_s':>6} "
+        f"{'vgpr':>5} {'agpr':>5} {'alloc':>5} {'sgpr':>5} {'lds':>7} {'scratch':>7}  notes"
+    )
     lines = [head, "-" * len(head)]
     for r in results:
         st = r.stats

@@ -527,7 +527,8 @@ def check_mfma(k: Kernel) -> list[Failure]:
             out.append(
                 Failure(
                     "mfma.k_scale",
-                    f"line {ins.line}: A scale {ins.operands[4]} is not a record scale's exponent field (v_bfe_u32 x, 23, 8): {d.text if d else None}",
+                    f"line {ins.line}: A scale {ins.operands[4]} is not a record scale's exponent field "
+                    f"(v_bfe_u32 x, 23, 8): {d.text if d else None}",
                 )
             )
         a = regs(ins.operands[1])
@@ -547,7 +548,8 @@ def check_mfma(k: Kernel) -> list[Failure]:
                 out.append(
                     Failure(
                         "mfma.operands",
-                        f"line {ins.line}: PV MFMA A from {sorted(map(str, a))}, B from {sorted(map(str, b))}; expected V (v_cvt_scalef32_pk_f16_fp8) x P' (v_cvt_pk_f16_f32)",
+                        f"line {ins.line}: PV MFMA A from {sorted(map(str, a))}, B from {sorted(map(str, b))}; "
+                        "expected V (v_cvt_scalef32_pk_f16_fp8) x P' (v_cvt_pk_f16_f32)",
                     )
                 )
                 break

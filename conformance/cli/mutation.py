@@ -9,7 +9,8 @@ docs/mutation-score.md for measured numbers.
 Output: one progress line per finished run on stderr; the table and summary on stdout;
 --json / --markdown write the same report to files.
 
-Exit codes: 0 every selected mutant killed and the baseline passed, 1 otherwise, 2 usage error
+Exit codes: 0 every selected mutant killed and every baseline (emulated, the correct variants) passed,
+1 otherwise, 2 usage error
 (unknown mutant name, bad option), 130 interrupted.
 """
 
@@ -38,22 +39,48 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--hypothesis-profile", dest="hypothesis_profile", default="ci", metavar="NAME",
-                   help="Hypothesis profile of the suite runs (default: ci)")
-    p.add_argument("--profile", dest="numerics_profile", default=None, metavar="NAME",
-                   help="numerics profile passed to every suite run (pytest's --profile; default: what each kernel declares)")
+    p.add_argument(
+        "--hypothesis-profile",
+        dest="hypothesis_profile",
+        default="ci",
+        metavar="NAME",
+        help="Hypothesis profile of the suite runs (default: ci)",
+    )
+    p.add_argument(
+        "--profile",
+        dest="numerics_profile",
+        default=None,
+        metavar="NAME",
+        help="numerics profile passed to every suite run (pytest's --profile; default: what each kernel declares)",
+    )
     p.add_argument("--only", metavar="NAME,...", help="only these mutants (comma-separated catalogue names; at least one)")
-    p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1, metavar="N", help="suite runs in parallel (default: number of CPUs)")
+    p.add_argument(
+        "--jobs", type=positive_int, default=os.cpu_count() or 1, metavar="N", help="suite runs in parallel (default: number of CPUs)"
+    )
     p.add_argument("--json", type=output_file, metavar="PATH", help="write the report as JSON here (a file; its folder must exist)")
-    p.add_argument("--markdown", type=output_file, metavar="PATH", help="write the report as a Markdown table here (a file; its folder must exist)")
-    p.add_argument("--timeout", type=positive_float, default=scoring.DEFAULT_TIMEOUT_S, metavar="S",
-                   help=f"wall-clock seconds per suite run; past it a mutant is 'survived (timeout)' (default {scoring.DEFAULT_TIMEOUT_S:.0f})")
+    p.add_argument(
+        "--markdown", type=output_file, metavar="PATH", help="write the report as a Markdown table here (a file; its folder must exist)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=scoring.DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help=f"wall-clock seconds per suite run; past it a mutant is 'survived (timeout)' (default {scoring.DEFAULT_TIMEOUT_S:.0f})",
+    )
     p.add_argument("--device", default=None, help="--device of the suite runs (cpu or cuda; default: the suite's choice)")
-    p.add_argument("--no-baseline", action="store_true", help="skip the run of the unbroken emulated kernel")
-    p.add_argument("--shrink", action="store_true", help="keep Hypothesis's shrink phase (off by default: it only minimises a failure already found)")
+    p.add_argument("--no-baseline", action="store_true", help="skip the runs that must pass (emulated and the correct variants)")
+    p.add_argument(
+        "--shrink", action="store_true", help="keep Hypothesis's shrink phase (off by default: it only minimises a failure already found)"
+    )
     p.add_argument("--keep", metavar="DIR", help="keep each run's folder (state, events, pytest log) under DIR")
-    p.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
-                   help="extra argument for every suite run, after the runner's own (repeatable; e.g. --pytest-arg=--ignore=conformance/suite/test_corpus.py)")
+    p.add_argument(
+        "--pytest-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for every suite run, after the runner's own (repeatable; e.g. --pytest-arg=--ignore=conformance/suite/test_corpus.py)",
+    )
     p.add_argument("--list", action="store_true", help="list the catalogue and exit")
     p.set_defaults(func=run)
 
@@ -78,12 +105,16 @@ def run(args: argparse.Namespace) -> int:
         try:
             get_profile(args.numerics_profile)
         except KeyError as err:
-            hint = f" (for the Hypothesis profile use --hypothesis-profile {args.numerics_profile})" if args.numerics_profile in ("ci", "dev", "nightly") else ""
+            hint = (
+                f" (for the Hypothesis profile use --hypothesis-profile {args.numerics_profile})"
+                if args.numerics_profile in ("ci", "dev", "nightly")
+                else ""
+            )
             print(f"mutation-score: --profile: {err.args[0] if err.args else err}{hint}", file=sys.stderr)
             return EXIT_USAGE
         extra = ["--profile", args.numerics_profile, *extra]
     try:
-        runs = scoring.select_runs(only, baseline=not args.no_baseline, specs=specs)
+        runs = scoring.select_runs(only, baseline=not args.no_baseline, specs=specs, baselines=scoring.baseline_specs())
     except KeyError as err:
         print(f"mutation-score: {err.args[0]}", file=sys.stderr)
         return EXIT_USAGE
@@ -91,11 +122,23 @@ def run(args: argparse.Namespace) -> int:
         print("mutation-score: nothing to run", file=sys.stderr)
         return EXIT_USAGE
     command_line = "python -m conformance mutation-score " + shlex.join(_rebuild(args))
-    print(f"mutation-score: {len(runs)} suite runs ({sum(r.role == 'mutant' for r in runs)} mutants"
-          f"{', emulated baseline' if not args.no_baseline else ''}), Hypothesis profile {args.hypothesis_profile}, {args.jobs} at a time", file=sys.stderr, flush=True)
+    print(
+        f"mutation-score: {len(runs)} suite runs ({sum(r.role == 'mutant' for r in runs)} mutants"
+        f"{', ' + str(sum(r.role == 'baseline' for r in runs)) + ' baselines that must pass' if not args.no_baseline else ''}), Hypothesis profile {args.hypothesis_profile}, {args.jobs} at a time",
+        file=sys.stderr,
+        flush=True,
+    )
     score = scoring.run_mutation_score(
-        runs, profile=args.hypothesis_profile, jobs=args.jobs, timeout_s=args.timeout, device=args.device, shrink=args.shrink,
-        progress=sys.stderr, extra=extra, keep=Path(args.keep) if args.keep else None, command_line=command_line.strip(),
+        runs,
+        profile=args.hypothesis_profile,
+        jobs=args.jobs,
+        timeout_s=args.timeout,
+        device=args.device,
+        shrink=args.shrink,
+        progress=sys.stderr,
+        extra=extra,
+        keep=Path(args.keep) if args.keep else None,
+        command_line=command_line.strip(),
     )
     sys.stdout.write(scoring.format_table(score))
     try:

@@ -1,4 +1,5 @@
-"""The mutation score: every run (the baseline and each selected mutant), the score and its tables."""
+"""The mutation score: every run (the baselines: `emulated` and the correct variants, which must
+pass; each selected mutant, which must be killed), the score and its tables."""
 
 from __future__ import annotations
 
@@ -25,13 +26,14 @@ DEFAULT_TIMEOUT_S = 1200.0
 class Score:
     """A mutation-score run: every result, and what it was run with.
 
-    mutants: results in catalogue order; baseline: the emulated run (None with no baseline);
+    mutants: results in catalogue order; baselines: the runs that must pass (emulated first,
+    then the correct variants; empty with no baseline);
     wall_s: seconds the whole score took; jobs: runs in parallel; date: ISO local date-time of
     the start; command: how to reproduce it; profile: the Hypothesis profile of the suite runs
     (`--hypothesis-profile`; the numerics profile, `--profile`, goes to the runs as a pytest option)."""
 
     mutants: list[RunResult]
-    baseline: RunResult | None
+    baselines: list[RunResult]
     profile: str
     jobs: int
     wall_s: float
@@ -45,8 +47,13 @@ class Score:
 
     @property
     def ok(self) -> bool:
-        """Every mutant killed and the baseline (when run) passed."""
-        return all(r.ok for r in self.mutants) and (self.baseline is None or self.baseline.ok)
+        """Every mutant killed and every baseline (when run) passed."""
+        return all(r.ok for r in self.mutants) and all(b.ok for b in self.baselines)
+
+    @property
+    def baseline(self) -> RunResult | None:
+        """The emulated run (the first baseline), None with no baseline."""
+        return self.baselines[0] if self.baselines else None
 
     @property
     def exit_code(self) -> int:
@@ -79,6 +86,7 @@ class Score:
             "median_kill_wall_s": self.median_kill_wall_s(),
             "ok": self.ok,
             "baseline": None if self.baseline is None else self.baseline.to_json(),
+            "baselines": [b.to_json() for b in self.baselines],
             "mutants": [r.to_json() for r in self.mutants],
         }
 
@@ -98,28 +106,44 @@ def table_rows(score: Score) -> list[list[str]]:
     failure (s), wall (s)."""
     rows = [["mutant", "result", "killed by", "examples", "first failure (s)", "wall (s)"]]
     for r in score.mutants:
-        rows.append([r.name, r.label, _short_test(r.test) if r.status == "killed" else (r.message[:60] or "-"),
-                     str(r.examples), _fmt_s(r.first_failure_s), _fmt_s(r.wall_s)])
-    if score.baseline is not None:
-        b = score.baseline
-        rows.append([f"{b.name} (baseline)", b.label, _short_test(b.test) if b.test else f"{b.tests} tests, {b.skipped} skipped",
-                     str(b.examples), _fmt_s(b.first_failure_s), _fmt_s(b.wall_s)])
+        rows.append(
+            [
+                r.name,
+                r.label,
+                _short_test(r.test) if r.status == "killed" else (r.message[:60] or "-"),
+                str(r.examples),
+                _fmt_s(r.first_failure_s),
+                _fmt_s(r.wall_s),
+            ]
+        )
+    for b in score.baselines:
+        rows.append(
+            [
+                f"{b.name} (baseline)",
+                b.label,
+                _short_test(b.test) if b.test else f"{b.tests} tests, {b.skipped} skipped",
+                str(b.examples),
+                _fmt_s(b.first_failure_s),
+                _fmt_s(b.wall_s),
+            ]
+        )
     return rows
 
 
 def summary_lines(score: Score) -> list[str]:
     """The summary under the table (plain text)."""
-    lines = [f"killed {len(score.killed)}/{len(score.mutants)} mutants (Hypothesis profile {score.profile}, jobs {score.jobs}, shrinking {'on' if score.shrink else 'off'})"]
+    lines = [
+        f"killed {len(score.killed)}/{len(score.mutants)} mutants (Hypothesis profile {score.profile}, jobs {score.jobs}, shrinking {'on' if score.shrink else 'off'})"
+    ]
     survivors = [r for r in score.mutants if not r.ok]
     for r in survivors:
         lines.append(f"NOT KILLED: {r.name} ({r.label}): {r.message or 'the whole suite passed'}")
     median, median_wall = score.median_kill_s(), score.median_kill_wall_s()
     if median is not None:
         lines.append(f"median seconds to kill: {median:.1f} to the first failure, {median_wall:.1f} wall (per run, start to exit)")
-    if score.baseline is None:
+    if not score.baselines:
         lines.append("baseline: not run")
-    else:
-        b = score.baseline
+    for b in score.baselines:
         extra = f"{b.tests} tests, {b.skipped} skipped, {b.examples} examples, {b.wall_s:.1f} s"
         lines.append(f"baseline {b.name}: {b.label} ({extra})" + (f": {b.test} {b.message}" if not b.ok else ""))
     lines.append(f"total wall time: {score.wall_s:.1f} s")
@@ -148,8 +172,7 @@ def format_markdown(score: Score) -> str:
     def line(cells: Iterable[str]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
-    out = [f"Mutation score, {score.date}: `{score.command}`", "", line(rows[0]),
-           "|---|---|---|---:|---:|---:|"]
+    out = [f"Mutation score, {score.date}: `{score.command}`", "", line(rows[0]), "|---|---|---|---:|---:|---:|"]
     out += [line(r[:2] + [f"`{r[2]}`" if "::" in r[2] else r[2]] + r[3:]) for r in rows[1:]]
     out += [""] + [f"- {s}" for s in summary_lines(score)]
     return "\n".join(out) + "\n"
@@ -166,18 +189,30 @@ def progress_line(result: RunResult, done: int, total: int) -> str:
 
 
 def catalogue_specs() -> dict[str, str]:
-    """{name: --kernel spec} of the catalogued mutants, in catalogue order (imports
-    conformance.mutation.catalogue, hence torch)."""
-    from conformance.mutation.catalogue import CATALOGUE
+    """{name: --kernel spec} of the mutants to kill: the catalogued emulator mutants, then the
+    independent precision defects, in catalogue order (imports conformance.mutation.catalogue,
+    hence torch)."""
+    from conformance.mutation.catalogue import CATALOGUE, PRECISION_DEFECTS
 
-    return {name: mutant.spec for name, mutant in CATALOGUE.items()}
+    return {name: mutant.spec for name, mutant in {**CATALOGUE, **PRECISION_DEFECTS}.items()}
 
 
-def select_runs(only: Sequence[str] | None, *, baseline: bool = True, specs: dict[str, str] | None = None) -> list[RunSpec]:
-    """The runs to make: the baseline first (it is the longest, so it starts first), then the
-    selected mutants in catalogue order. KeyError naming the unknown ones for a bad `only`.
+def baseline_specs() -> dict[str, str]:
+    """{name: --kernel spec} of the kernels that must pass: `emulated`, then the correct variants
+    of other numerics that run in the ci profile on a CPU (the nightly-only ones are left out)."""
+    from conformance.mutation.catalogue import CORRECT_VARIANTS
 
-    specs: {name: --kernel spec} (default: the catalogue's)."""
+    return {BASELINE_KERNEL: BASELINE_KERNEL, **{v.name: v.spec for v in CORRECT_VARIANTS.values() if not v.nightly}}
+
+
+def select_runs(
+    only: Sequence[str] | None, *, baseline: bool = True, specs: dict[str, str] | None = None, baselines: dict[str, str] | None = None
+) -> list[RunSpec]:
+    """The runs to make: the baselines first (they run the whole suite, so they start first),
+    then the selected mutants in catalogue order. KeyError naming the unknown ones for a bad `only`.
+
+    specs: {name: --kernel spec} of the mutants (default: catalogue_specs()); baselines: of the
+    kernels that must pass (default: baseline_specs(); with specs given, only emulated)."""
     known = dict(specs) if specs is not None else catalogue_specs()
     chosen = list(known)
     if only:
@@ -185,14 +220,26 @@ def select_runs(only: Sequence[str] | None, *, baseline: bool = True, specs: dic
         if unknown:
             raise KeyError(f"unknown mutant(s) {', '.join(unknown)}; known: {', '.join(known)}")
         chosen = [n for n in known if n in set(only)]
-    runs = [RunSpec(BASELINE_KERNEL, BASELINE_KERNEL, "baseline")] if baseline else []
+    if baselines is None:
+        baselines = baseline_specs() if specs is None else {BASELINE_KERNEL: BASELINE_KERNEL}
+    runs = [RunSpec(name, spec, "baseline") for name, spec in baselines.items()] if baseline else []
     return runs + [RunSpec(n, known[n], "mutant") for n in chosen]
 
 
 def run_mutation_score(
-    runs: Sequence[RunSpec], *, profile: str = "ci", jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-    device: str | None = None, shrink: bool = False, progress: TextIO | None = None, command: Sequence[str] | None = None,
-    suite: Sequence[str] = (SUITE_PATH,), extra: Sequence[str] = (), keep: Path | None = None, command_line: str = "",
+    runs: Sequence[RunSpec],
+    *,
+    profile: str = "ci",
+    jobs: int | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    device: str | None = None,
+    shrink: bool = False,
+    progress: TextIO | None = None,
+    command: Sequence[str] | None = None,
+    suite: Sequence[str] = (SUITE_PATH,),
+    extra: Sequence[str] = (),
+    keep: Path | None = None,
+    command_line: str = "",
     on_result: Callable[[RunResult], None] | None = None,
 ) -> Score:
     """Run every `runs` entry, `jobs` at a time (default: CPU count), and collect the score.
@@ -212,8 +259,19 @@ def run_mutation_score(
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = {
-                pool.submit(run_one, run, work_dir=root / run.name, profile=profile, timeout_s=timeout_s, device=device,
-                            shrink=shrink, threads=threads, command=command, suite=suite, extra=extra): run
+                pool.submit(
+                    run_one,
+                    run,
+                    work_dir=root / run.name,
+                    profile=profile,
+                    timeout_s=timeout_s,
+                    device=device,
+                    shrink=shrink,
+                    threads=threads,
+                    command=command,
+                    suite=suite,
+                    extra=extra,
+                ): run
                 for run in runs
             }
             for future in concurrent.futures.as_completed(futures):
@@ -229,7 +287,8 @@ def run_mutation_score(
         if keep is None:
             shutil.rmtree(root, ignore_errors=True)
     wall_s = time.perf_counter() - t0
-    baseline = next((results[r] for r in runs if r.role == "baseline"), None)
+    baselines = [results[r] for r in runs if r.role == "baseline"]
     mutants = [results[r] for r in runs if r.role == "mutant"]
-    return Score(mutants=mutants, baseline=baseline, profile=profile, jobs=jobs, wall_s=wall_s, date=date,
-                 command=command_line, shrink=shrink)
+    return Score(
+        mutants=mutants, baselines=baselines, profile=profile, jobs=jobs, wall_s=wall_s, date=date, command=command_line, shrink=shrink
+    )

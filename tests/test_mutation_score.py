@@ -83,17 +83,20 @@ FAKE_PYTEST = textwrap.dedent(
         example("differential", 2, modes=("float64", "exact-steps"))
         with open(os.path.join(run_dir, "examples-main.jsonl"), "a") as f:
             for mode_name, outcome in (("float64", "pass"), ("exact-steps", "fail")):
-                f.write(json.dumps({"property": "differential", "outcome": outcome, "recipe": {"seed": 9}, "mode": mode_name, "time": time.time()}) + "\n")
+                f.write(json.dumps({"property": "differential", "outcome": outcome, "recipe": {"seed": 9},"""
+    r""" "mode": mode_name, "time": time.time()}) + "\n")
         time.sleep(0.05)
         example("differential", 9, outcome="fail", modes=("float64", "exact-steps"))  # Hypothesis's final replay
-        test("conformance/suite/test_differential.py::test_differential", "failed", "AssertionError: kernel output outside the a-priori bound:")
+        test("conformance/suite/test_differential.py::test_differential", "failed","""
+    r""" "AssertionError: kernel output outside the a-priori bound:")
         event(event="finish", time=time.time(), exitstatus=1, collected=5)
         print("FAILED conformance/suite/test_differential.py::test_differential - AssertionError: kernel output outside")
         sys.exit(1)
     if mode == "unrecorded":  # killed by a test that records no example (host validation)
         example("corpus:a", 1, modes=("float64", "exact-steps"))
         example("corpus:b", 2, modes=("float64", "exact-steps"))
-        test("conformance/suite/test_host_validation.py::test_bad_input_gets_clear_error[q_2d]", "failed", "AssertionError: q_2d: the error does not name 'q'")
+        test("conformance/suite/test_host_validation.py::test_bad_input_gets_clear_error[q_2d]", "failed","""
+    r""" "AssertionError: q_2d: the error does not name 'q'")
         time.sleep(0.05)
         example("late", 3)  # after the failure: not counted
         sys.exit(1)
@@ -106,7 +109,8 @@ FAKE_PYTEST = textwrap.dedent(
         event(event="finish", time=time.time(), exitstatus=1, collected=1)
         sys.exit(1)
     if mode == "allskip":
-        test("conformance/suite/test_corpus.py::test_corpus_entry[a]", "skipped", "kernel 'x' unavailable: declares no numerics profile", when="setup")
+        test("conformance/suite/test_corpus.py::test_corpus_entry[a]", "skipped","""
+    r""" "kernel 'x' unavailable: declares no numerics profile", when="setup")
         event(event="finish", time=time.time(), exitstatus=0, collected=1)
         sys.exit(0)
     if mode == "collect-error":
@@ -148,13 +152,15 @@ def _write_lines(path: Path, lines: list[dict[str, Any] | str]) -> None:
 
 
 def test_count_examples_merges_modes_and_stops_at_first_failure(tmp_path: Path) -> None:
-    line = lambda prop, seed, t, outcome="pass", mode=None: {
-        "property": prop,
-        "recipe": {"seed": seed},
-        "time": t,
-        "outcome": outcome,
-        **({"mode": mode} if mode else {}),
-    }
+    def line(prop, seed, t, outcome="pass", mode=None):
+        return {
+            "property": prop,
+            "recipe": {"seed": seed},
+            "time": t,
+            "outcome": outcome,
+            **({"mode": mode} if mode else {}),
+        }
+
     _write_lines(
         tmp_path / "examples-gw0.jsonl",
         [

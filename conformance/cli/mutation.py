@@ -79,7 +79,10 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="ARG",
-        help="extra argument for every suite run, after the runner's own (repeatable; e.g. --pytest-arg=--ignore=conformance/suite/test_corpus.py)",
+        help=(
+            "extra argument for every suite run, after the runner's own "
+            "(repeatable; e.g. --pytest-arg=--ignore=conformance/suite/test_corpus.py)"
+        ),
     )
     p.add_argument("--list", action="store_true", help="list the catalogue and exit")
     p.set_defaults(func=run)
@@ -124,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
     command_line = "python -m conformance mutation-score " + shlex.join(_rebuild(args))
     print(
         f"mutation-score: {len(runs)} suite runs ({sum(r.role == 'mutant' for r in runs)} mutants"
-        f"{', ' + str(sum(r.role == 'baseline' for r in runs)) + ' baselines that must pass' if not args.no_baseline else ''}), Hypothesis profile {args.hypothesis_profile}, {args.jobs} at a time",
+        f"{', ' + str(sum(r.role == 'baseline' for r in runs)) + ' baselines that must pass' if not args.no_baseline else ''}), "
+        f"Hypothesis profile {args.hypothesis_profile}, {args.jobs} at a time",
         file=sys.stderr,
         flush=True,
     )

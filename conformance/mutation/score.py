@@ -133,7 +133,8 @@ def table_rows(score: Score) -> list[list[str]]:
 def summary_lines(score: Score) -> list[str]:
     """The summary under the table (plain text)."""
     lines = [
-        f"killed {len(score.killed)}/{len(score.mutants)} mutants (Hypothesis profile {score.profile}, jobs {score.jobs}, shrinking {'on' if score.shrink else 'off'})"
+        f"killed {len(score.killed)}/{len(score.mutants)} mutants "
+        f"(Hypothesis profile {score.profile}, jobs {score.jobs}, shrinking {'on' if score.shrink else 'off'})"
     ]
     survivors = [r for r in score.mutants if not r.ok]
     for r in survivors:
@@ -182,7 +183,10 @@ def progress_line(result: RunResult, done: int, total: int) -> str:
     """One stderr line for a finished run."""
     head = f"[{done}/{total}] {result.label:<18} {result.name}"
     if result.status in ("killed", "false_alarm"):
-        return f"{head} by {_short_test(result.test)} after {result.examples} examples, {_fmt_s(result.first_failure_s)} s to the failure, {result.wall_s:.1f} s wall"
+        return (
+            f"{head} by {_short_test(result.test)} after {result.examples} examples, "
+            f"{_fmt_s(result.first_failure_s)} s to the failure, {result.wall_s:.1f} s wall"
+        )
     if result.status in ("passed", "survived"):
         return f"{head}: {result.tests} tests, {result.examples} examples, {result.wall_s:.1f} s"
     return f"{head}: {result.message} ({result.wall_s:.1f} s)"

@@ -42,6 +42,15 @@ def _bits_to_f32(bits: torch.Tensor) -> torch.Tensor:
     return wrapped.to(torch.int32).view(torch.float32)
 
 
+def pow2(k: torch.Tensor) -> torch.Tensor:
+    """2^k (f64, same device and shape) for integer k in [-1074, 1023], built from its bits, so
+    exact on every device (CUDA's double `torch.pow(2.0, k)` is off by one ulp for some k)."""
+    k = k.to(torch.int64)
+    normal = ((k.clamp(-1022, 1023) + 1023) << 52).view(torch.float64)
+    subnormal = (torch.ones_like(k) << (k.clamp(-1074, -1023) + 1074)).view(torch.float64)
+    return torch.where(k >= -1022, normal, subnormal)
+
+
 def e4m3_values() -> torch.Tensor:
     """Float64 value of each of the 256 e4m3fn codes (NaN for 0x7F and 0xFF), on the CPU."""
     codes = torch.arange(256, dtype=torch.int64)
@@ -49,7 +58,7 @@ def e4m3_values() -> torch.Tensor:
     exponent = (codes >> 3) & 0xF
     mantissa = (codes & 7).to(torch.float64)
     subnormal = mantissa * 2.0**-9
-    normal = (8.0 + mantissa) * torch.pow(torch.tensor(2.0, dtype=torch.float64), (exponent - 10).to(torch.float64))
+    normal = (8.0 + mantissa) * pow2(exponent - 10)
     magnitude = torch.where(exponent == 0, subnormal, normal)
     values = sign * magnitude
     values[(codes & 0x7F) == E4M3_NAN_CODE] = float("nan")
@@ -118,7 +127,7 @@ def e8m0_values(codes: torch.Tensor, dtype: torch.dtype = torch.float64) -> torc
     as_int = codes.to(torch.int64)
     if bool(((as_int < 0) | (as_int > 255)).any()):
         raise ValueError("E8M0 bytes must lie in [0, 255]")
-    values = torch.pow(torch.tensor(2.0, dtype=torch.float64, device=codes.device), (as_int - E8M0_BIAS).to(torch.float64))
+    values = pow2(as_int - E8M0_BIAS)
     values = torch.where(as_int == E8M0_NAN, torch.full_like(values, float("nan")), values)
     return values.to(dtype)
 

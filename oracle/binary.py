@@ -7,12 +7,6 @@
 
 from __future__ import annotations
 
-import torch
+from kernel.fp8 import pow2
 
-
-def pow2(k: torch.Tensor) -> torch.Tensor:
-    """2^k (f64, same device and shape) for integer k in [-1074, 1023], exact on every device."""
-    k = k.to(torch.int64)
-    normal = ((k.clamp(-1022, 1023) + 1023) << 52).view(torch.float64)
-    subnormal = (torch.ones_like(k) << (k.clamp(-1074, -1023) + 1074)).view(torch.float64)
-    return torch.where(k >= -1022, normal, subnormal)
+__all__ = ["pow2"]

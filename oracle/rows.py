@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernel.fp8 import decode_e4m3
+from kernel.fp8 import decode_e4m3, pow2
 from kernel.record import RECORD_BYTES, decode_records
 
 DEFAULT_KEY_BUDGET = 1 << 15  # key slots (rows x padded length) per chunk
@@ -145,7 +145,7 @@ def gather_chunk(
         codes = decode_e4m3(decoded.codes).reshape(*lead, 4, 128)
         bits = decoded.scales.contiguous().view(torch.int32)
         exponent = (bits.to(torch.int64) >> 23) & 0xFF
-        k_scale = torch.pow(2.0, (exponent - 127).to(torch.float64))
+        k_scale = pow2(exponent - 127)
         v_scale = bits.clamp(1, _SCALE_CAP_BITS).view(torch.float32).to(torch.float64)
         k_latent = torch.where(mask, (codes * k_scale.unsqueeze(-1)).reshape(*lead, 512), zero)
         latent = torch.where(mask, (codes * v_scale.unsqueeze(-1)).reshape(*lead, 512), zero)

@@ -44,7 +44,7 @@ import torch
 
 from kernel.backend import Backend
 from kernel.contract import validate_call
-from kernel.fp8 import decode_e4m3, e4m3_table, encode_e4m3, f32_exponent_field
+from kernel.fp8 import decode_e4m3, e4m3_table, encode_e4m3, f32_exponent_field, pow2
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
 
 TILE = 128
@@ -170,7 +170,7 @@ def quantize_q(q32: torch.Tensor) -> QuantizedQ:
 
 def _e8m0_factor(byte: torch.Tensor) -> torch.Tensor:
     """2^(b - 127) in f64, NaN for 255."""
-    value = torch.pow(2.0, (byte - 127).to(torch.float64))
+    value = pow2(byte - 127)
     return torch.where(byte == 255, torch.full_like(value, float("nan")), value)
 
 

@@ -103,11 +103,11 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_USAGE
     extra = list(args.pytest_arg)
     if args.numerics_profile is not None:
-        from oracle.profiles import get_profile
+        from oracle.profiles import load_profile
 
         try:
-            get_profile(args.numerics_profile)
-        except KeyError as err:
+            load_profile(args.numerics_profile)
+        except (KeyError, TypeError, ValueError, OSError) as err:  # ProfileError is a ValueError
             hint = (
                 f" (for the Hypothesis profile use --hypothesis-profile {args.numerics_profile})"
                 if args.numerics_profile in ("ci", "dev", "nightly")

@@ -142,8 +142,9 @@ class _ChunkStats:
     ref_qk_err: torch.Tensor  # [R, H, L] the float64 reference's own score error, |sigma| gamma_(m+1)(2^-53) sum_d |q_d| |K_d|
 
 
-def _chunk_stats(chunk: KeyChunk, lengths: torch.Tensor, profile: NumericsProfile, code_table: torch.Tensor,
-                 rep: qrep.QRepresentation, sigma: float) -> _ChunkStats:
+def _chunk_stats(
+    chunk: KeyChunk, lengths: torch.Tensor, profile: NumericsProfile, code_table: torch.Tensor, rep: qrep.QRepresentation, sigma: float
+) -> _ChunkStats:
     keys = torch.cat((chunk.k_latent, chunk.rope), dim=-1)
     values = chunk.latent
     values_abs = values.abs()
@@ -166,7 +167,9 @@ def _chunk_stats(chunk: KeyChunk, lengths: torch.Tensor, profile: NumericsProfil
         keys_abs_t=keys_abs_t,
         values=values,
         values_abs=values_abs,
-        v_range=(values.masked_fill(~v_mask, float("-inf")).amax(dim=1) - values.masked_fill(~v_mask, float("inf")).amin(dim=1)).unsqueeze(1),
+        v_range=(values.masked_fill(~v_mask, float("-inf")).amax(dim=1) - values.masked_fill(~v_mask, float("inf")).amin(dim=1)).unsqueeze(
+            1
+        ),
         abs_v_sum=values_abs.sum(dim=1).unsqueeze(1),
         abs_v_max=values_abs.amax(dim=1).unsqueeze(1),
         abs_code_sum=code_table[chunk.codes.to(torch.int64)].sum(dim=1).unsqueeze(1) if profile.p_format == "fp16_scaled" else None,
@@ -301,7 +304,8 @@ def _chunk_bound(
         + profile.exp_rel_err
         # each rescale: alpha = exp(m_old - m_new), one exp and one subtraction; the subtracted
         # differences telescope to at most z_max - z_min over the row
-        + rescales * (profile.exp_rel_err + u) + (rescales > 0) * u * (z_max - z_min)
+        + rescales * (profile.exp_rel_err + u)
+        + (rescales > 0) * u * (z_max - z_min)
     )
     # The reference is itself computed in float64 (oracle.reference: bmm, exp(z - z_max), sum,
     # divide, bmm): its own error enters like a kernel's (TOLERANCES.md section 6, "the reference").
@@ -463,6 +467,14 @@ def evaluate(
 ) -> Evaluation:
     """Reference (in `mode`) and the profile's a-priori bound (see `evaluate_modes`)."""
     return evaluate_modes(
-        q, kv_cache, indices, indptr, softmax_scale,
-        profile=profile, modes=(mode,), has_invalid=has_invalid, key_budget=key_budget, scale_model=scale_model,
+        q,
+        kv_cache,
+        indices,
+        indptr,
+        softmax_scale,
+        profile=profile,
+        modes=(mode,),
+        has_invalid=has_invalid,
+        key_budget=key_budget,
+        scale_model=scale_model,
     )[mode]

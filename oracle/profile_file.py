@@ -48,8 +48,12 @@ _LAYOUT: dict[str | None, dict[str, str]] = {
     None: {"name": "name", "description": "description", "q_representation": "q_representation", "score_format": "score_format"},
     "qk": {"instructions": "qk_instructions"},
     "softmax": {
-        "score_roundings": "score_roundings", "arith_u": "arith_u", "exp_rel_err": "exp_rel_err",
-        "exp_floor": "exp_floor", "tile": "softmax_tile", "p_shift": "p_shift",
+        "score_roundings": "score_roundings",
+        "arith_u": "arith_u",
+        "exp_rel_err": "exp_rel_err",
+        "exp_floor": "exp_floor",
+        "tile": "softmax_tile",
+        "p_shift": "p_shift",
     },
     "p": {"format": "p_format", "rounding": "p_rounding", "rounded_in_l": "p_rounded_in_l"},
     "pv": {"rescale_roundings": "pv_rescale_roundings"},
@@ -120,6 +124,7 @@ def _optional(parse: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
         if value is None or (isinstance(value, str) and value.lower() == "none"):
             return None
         return parse(value, where)
+
     return parse_optional
 
 
@@ -176,8 +181,9 @@ def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def profile_from_mapping(data: Mapping[str, Any], *, source: str = "<profile>",
-                         resolve_base: Callable[[str], NumericsProfile] | None = None) -> NumericsProfile:
+def profile_from_mapping(
+    data: Mapping[str, Any], *, source: str = "<profile>", resolve_base: Callable[[str], NumericsProfile] | None = None
+) -> NumericsProfile:
     """Validate a parsed TOML mapping field by field and build the profile.
 
     `extends` names a base profile (resolved by `resolve_base`, e.g. a shipped profile's name or a
@@ -249,8 +255,9 @@ def profile_to_mapping(profile: NumericsProfile) -> dict[str, Any]:
     return out
 
 
-def parse_profile_text(text: str, *, source: str = "<profile>",
-                       resolve_base: Callable[[str], NumericsProfile] | None = None) -> NumericsProfile:
+def parse_profile_text(
+    text: str, *, source: str = "<profile>", resolve_base: Callable[[str], NumericsProfile] | None = None
+) -> NumericsProfile:
     """Parse TOML text into a validated profile (ProfileError on bad TOML or a bad field)."""
     try:
         data = tomllib.loads(text)

@@ -49,9 +49,16 @@ def draw_recipe(rng: random.Random, max_row: int) -> Recipe:
     n_q = rng.randint(1, 4)
     lengths = tuple(rng.choice((rng.randint(1, 16), rng.randint(1, max_row), max_row)) for _ in range(n_q))
     return Recipe(
-        seed=rng.randrange(2**31), n_q=n_q, heads=rng.choice((1, 4, 16)), row_lengths=lengths,
-        cache_rows=max(64, 2 * sum(lengths)), latent=rng.choice(LATENTS), rope=rng.choice(ROPES), q=rng.choice(QS),
-        softmax_scale=rng.choice(SCALES), writer=rng.choice(("pow2", "pow2-floor")),
+        seed=rng.randrange(2**31),
+        n_q=n_q,
+        heads=rng.choice((1, 4, 16)),
+        row_lengths=lengths,
+        cache_rows=max(64, 2 * sum(lengths)),
+        latent=rng.choice(LATENTS),
+        rope=rng.choice(ROPES),
+        q=rng.choice(QS),
+        softmax_scale=rng.choice(SCALES),
+        writer=rng.choice(("pow2", "pow2-floor")),
         index_pattern=rng.choice(("uniform", "clustered", "duplicates", "sorted")),
     )
 
@@ -150,14 +157,27 @@ def main(argv: list[str] | None = None) -> int:
         recipe = draw_recipe(rng, args.max_row)
         problem = materialize(recipe, args.device)
         if hasattr(kernel, "supports") and not kernel.supports(
-            problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
-            has_invalid=problem.has_invalid, return_lse=problem.return_lse, out=problem.out,
+            problem.q,
+            problem.kv_cache,
+            problem.indices,
+            problem.indptr,
+            problem.softmax_scale,
+            has_invalid=problem.has_invalid,
+            return_lse=problem.return_lse,
+            out=problem.out,
         ):
             unsupported += 1
             continue
         try:
-            evs = evaluate_modes(problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale,
-                                 profile=profile, has_invalid=problem.has_invalid)
+            evs = evaluate_modes(
+                problem.q,
+                problem.kv_cache,
+                problem.indices,
+                problem.indptr,
+                problem.softmax_scale,
+                profile=profile,
+                has_invalid=problem.has_invalid,
+            )
         except PreconditionError:
             skipped += 1
             continue
@@ -168,8 +188,15 @@ def main(argv: list[str] | None = None) -> int:
             ratios[f"lse/{mode}"].append(l_)
         problems.append((problem, float(torch.cat([ratios["lse/exact-steps"][-1], torch.zeros(1, dtype=torch.float64)]).max())))
     summary = {
-        "kernel": args.kernel, "profile": profile.name, "device": args.device, "problems": args.problems,
-        "skipped_preconditions": skipped, "unsupported": unsupported, "seed": args.seed, "max_row": args.max_row, "wall_s": round(time.monotonic() - start, 1),
+        "kernel": args.kernel,
+        "profile": profile.name,
+        "device": args.device,
+        "problems": args.problems,
+        "skipped_preconditions": skipped,
+        "unsupported": unsupported,
+        "seed": args.seed,
+        "max_row": args.max_row,
+        "wall_s": round(time.monotonic() - start, 1),
         "ratios": {k: _summary(v) for k, v in ratios.items()},
     }
     if args.shares and problems:

@@ -46,10 +46,17 @@ def p_rounding_probe(seed: int = 0, heads: int = 16, n_q: int = 16) -> Problem:
     q[:, :, 513] = (2.0**-10 * c).to(torch.bfloat16)
     q[:, :, 514] = torch.rand(n_q, heads, generator=gen).to(torch.bfloat16)
     return Problem(
-        recipe=Recipe(seed=seed, n_q=n_q, heads=heads, row_lengths=(3,) * n_q, cache_rows=3), q=q, kv_cache=records,
-        indices=torch.tensor([0, 1, 2] * n_q, dtype=torch.int32), indptr=torch.arange(0, 3 * n_q + 1, 3, dtype=torch.int32),
-        softmax_scale=math.log(2.0), has_invalid=False, return_lse=True, out=None,
-        referenced_rows=torch.tensor([0, 1, 2]), poison_rows=torch.zeros(0, dtype=torch.int64),
+        recipe=Recipe(seed=seed, n_q=n_q, heads=heads, row_lengths=(3,) * n_q, cache_rows=3),
+        q=q,
+        kv_cache=records,
+        indices=torch.tensor([0, 1, 2] * n_q, dtype=torch.int32),
+        indptr=torch.arange(0, 3 * n_q + 1, 3, dtype=torch.int32),
+        softmax_scale=math.log(2.0),
+        has_invalid=False,
+        return_lse=True,
+        out=None,
+        referenced_rows=torch.tensor([0, 1, 2]),
+        poison_rows=torch.zeros(0, dtype=torch.int64),
     )
 
 
@@ -64,12 +71,21 @@ def equal_scores_probe(n_keys: int, seed: int = 0) -> Problem:
     rope = torch.zeros(rows, 64, dtype=torch.bfloat16)
     rope[1:, 0] = -(2.0**-7)
     records = encode_records(latent, rope, "pow2")
-    indices = torch.cat((torch.zeros(1, dtype=torch.int64), torch.randint(1, rows, (n_keys - 1,), generator=gen, dtype=torch.int64))).to(torch.int32)
+    indices = torch.cat((torch.zeros(1, dtype=torch.int64), torch.randint(1, rows, (n_keys - 1,), generator=gen, dtype=torch.int64))).to(
+        torch.int32
+    )
     q = torch.zeros(1, 1, 576, dtype=torch.bfloat16)
     q[0, 0, 512] = 1.0
     return Problem(
         recipe=Recipe(seed=seed, n_q=1, heads=1, row_lengths=(n_keys,), cache_rows=rows),
-        q=q, kv_cache=records, indices=indices,
-        indptr=torch.tensor([0, n_keys], dtype=torch.int32), softmax_scale=math.log(2.0), has_invalid=False,
-        return_lse=True, out=None, referenced_rows=torch.arange(rows), poison_rows=torch.zeros(0, dtype=torch.int64),
+        q=q,
+        kv_cache=records,
+        indices=indices,
+        indptr=torch.tensor([0, n_keys], dtype=torch.int32),
+        softmax_scale=math.log(2.0),
+        has_invalid=False,
+        return_lse=True,
+        out=None,
+        referenced_rows=torch.arange(rows),
+        poison_rows=torch.zeros(0, dtype=torch.int64),
     )

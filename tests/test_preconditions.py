@@ -108,11 +108,20 @@ def test_scale_kinds_exact() -> None:
 
     cap = found[pc.KIND_SCALE_ABOVE_CAP]
     assert cap.count == 2
-    assert [(e["row"], e["value"], e["qk_uses"], e["pv_uses"]) for e in cap.examples] == [(4, 256.0, 256.0, 128.0), (5, 200.0, 128.0, 128.0)]
+    assert [(e["row"], e["value"], e["qk_uses"], e["pv_uses"]) for e in cap.examples] == [
+        (4, 256.0, 256.0, 128.0),
+        (5, 200.0, 128.0, 128.0),
+    ]
 
     bad = found[pc.KIND_SCALE_BAD]
     assert bad.count == 6 and bad.details["rows"] == 2
-    assert bad.details["by_class"] == {"+inf": 1, "-inf": 1, "nan": 1, "negative": 2, "zero": 1} or bad.details["by_class"] == {"+inf": 1, "-inf": 1, "nan": 1, "negative": 1, "zero": 2}
+    assert bad.details["by_class"] == {"+inf": 1, "-inf": 1, "nan": 1, "negative": 2, "zero": 1} or bad.details["by_class"] == {
+        "+inf": 1,
+        "-inf": 1,
+        "nan": 1,
+        "negative": 1,
+        "zero": 2,
+    }
     ex = {(e["row"], e["block"]): e for e in bad.examples}
     assert ex[(6, 0)]["qk_uses"] == 2.0**-127 and ex[(6, 0)]["pv_uses"] == 2.0**-149
     assert ex[(6, 1)]["qk_uses"] == 2.0 and ex[(6, 1)]["pv_uses"] == 2.0**-149 and "sign dropped" in ex[(6, 1)]["effect"]
@@ -142,7 +151,11 @@ def test_nan_codes_exact(device: str) -> None:
     found = by_kind(pc.check_records(rec.to(device)))
     nan = found[pc.KIND_NAN_CODES]
     assert nan.count == 4 and nan.details == {"rows": 3} and nan.unit == "codes"
-    assert [(e["row"], e["position"], e["code"], e["nan_codes_in_row"]) for e in nan.examples] == [(8, 5, "0x7f", 2), (9, 511, "0xff", 1), (30, 0, "0x7f", 1)]
+    assert [(e["row"], e["position"], e["code"], e["nan_codes_in_row"]) for e in nan.examples] == [
+        (8, 5, "0x7f", 2),
+        (9, 511, "0xff", 1),
+        (30, 0, "0x7f", 1),
+    ]
     assert nan.examples[1]["block"] == 3 and nan.examples[0]["byte_offset"] == 8 * RECORD_BYTES + 5
 
 
@@ -229,7 +242,11 @@ def test_memory_mapped_numpy_cache(tmp_path) -> None:
 def test_check_arrays_and_contract_errors() -> None:
     kv_bad = torch.zeros(4, 655, dtype=torch.uint8)
     found = pc.check_arrays(kv_cache=kv_bad, indices=torch.zeros(3, dtype=torch.int64), indptr=torch.zeros(0, dtype=torch.int32))
-    assert [(f.kind, f.examples[0]["array"]) for f in found] == [(pc.KIND_BAD_SHAPE, "kv_cache"), (pc.KIND_BAD_DTYPE, "indices"), (pc.KIND_BAD_SHAPE, "indptr")]
+    assert [(f.kind, f.examples[0]["array"]) for f in found] == [
+        (pc.KIND_BAD_SHAPE, "kv_cache"),
+        (pc.KIND_BAD_DTYPE, "indices"),
+        (pc.KIND_BAD_SHAPE, "indptr"),
+    ]
     assert all(f.scope == "input" and f.severity == "violation" for f in found)
     assert pc.check_arrays(indptr=torch.zeros(3, dtype=torch.int32), n_q=3)[0].kind == pc.KIND_BAD_SHAPE
     assert pc.check_arrays(kv_cache=torch.zeros(2, 656, dtype=torch.float32))[0].kind == pc.KIND_BAD_DTYPE
@@ -273,7 +290,12 @@ def test_index_out_of_range_counts_each_consumption() -> None:
     found = by_kind(pc.check_index_stream(indices, i32([0, 4, 8]), 10, has_invalid=False))
     f = found[pc.KIND_INDEX_OOR]
     assert f.count == 4 and f.details == {"positions": 4}
-    assert [(e["position"], e["index"], e["reason"]) for e in f.examples] == [(2, 10, "index >= kv rows"), (3, -1, "negative without has_invalid"), (5, 12, "index >= kv rows"), (6, -3, "negative without has_invalid")]
+    assert [(e["position"], e["index"], e["reason"]) for e in f.examples] == [
+        (2, 10, "index >= kv rows"),
+        (3, -1, "negative without has_invalid"),
+        (5, 12, "index >= kv rows"),
+        (6, -3, "negative without has_invalid"),
+    ]
     assert f.examples[0]["byte_offset"] == 10 * RECORD_BYTES and f.examples[1]["byte_offset"] is None
     assert [e["query_row"] for e in f.examples] == [0, 0, 1, 1]
     masked = by_kind(pc.check_index_stream(indices, i32([0, 4, 8]), 10, has_invalid=True))[pc.KIND_INDEX_OOR]
@@ -393,7 +415,12 @@ def test_check_call_consumed_only_vs_whole_cache(device: str) -> None:
     }
     whole = by_kind(pc.check_records(rec))
     # 300.0 is above the cap and not a power of two: it counts in both kinds
-    assert {k: f.count for k, f in whole.items()} == {pc.KIND_SCALE_NOT_POW2: 2, pc.KIND_SCALE_ABOVE_CAP: 1, pc.KIND_NAN_CODES: 2, pc.KIND_SCALE_BAD: 1}
+    assert {k: f.count for k, f in whole.items()} == {
+        pc.KIND_SCALE_NOT_POW2: 2,
+        pc.KIND_SCALE_ABOVE_CAP: 1,
+        pc.KIND_NAN_CODES: 2,
+        pc.KIND_SCALE_BAD: 1,
+    }
     consumed = pc.consumed_rows(indices, indptr, has_invalid=True, kv_rows=60)
     split_c, split_a = pc.check_records_split(rec, consumed, chunk_rows=7)
     assert [f.to_dict() for f in split_c] == [f.to_dict() for f in pc.check_records(rec, consumed, scope="consumed_rows")]

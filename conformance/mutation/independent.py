@@ -80,9 +80,9 @@ def gather(kv_cache: torch.Tensor, indices: torch.Tensor, indptr: torch.Tensor, 
         raise IndexError(f"a consumed index lies outside the cache's {kv.shape[0]} rows")
     rec = kv[torch.where(valid, ids, 0)]
     codes = rec[..., :LATENT].contiguous().view(torch.float8_e4m3fn).to(torch.float32)
-    scales = rec[..., LATENT:LATENT + 16].contiguous().view(torch.float32)
-    bits = rec[..., LATENT:LATENT + 16].contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-    rope = rec[..., LATENT + 16:].contiguous().view(torch.bfloat16).to(torch.float32)
+    scales = rec[..., LATENT : LATENT + 16].contiguous().view(torch.float32)
+    bits = rec[..., LATENT : LATENT + 16].contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    rope = rec[..., LATENT + 16 :].contiguous().view(torch.bfloat16).to(torch.float32)
     v3 = valid.unsqueeze(-1)
     return Gathered(
         valid=valid,
@@ -236,9 +236,9 @@ class Gfx950Algorithm:
         if self.qk == "mfma_exact":
             acc = torch.zeros(n_q, heads, codes.shape[1], dtype=torch.float32, device=q.device)
             for b in range(4):
-                kb = codes[:, :, b, :].double() * e8[..., b:b + 1]  # [n_q, L, 128]
+                kb = codes[:, :, b, :].double() * e8[..., b : b + 1]  # [n_q, L, 128]
                 for part, factor in ((hi, 1.0), (lo, 1.0 / 32)):
-                    exact = torch.matmul(part[:, :, b, :].double() * (u[..., b:b + 1] * factor), kb.transpose(1, 2))
+                    exact = torch.matmul(part[:, :, b, :].double() * (u[..., b : b + 1] * factor), kb.transpose(1, 2))
                     acc = (acc.double() + exact).to(torch.float32)
             for half in range(2):
                 sl = slice(32 * half, 32 * half + 32)
@@ -248,9 +248,9 @@ class Gfx950Algorithm:
         # sequential, toward zero: one product at a time, in the seed's instruction order
         acc = torch.zeros(n_q, heads, codes.shape[1], dtype=torch.float64, device=q.device)
         for b in range(4):
-            kb = codes[:, :, b, :].double() * e8[..., b:b + 1]  # [n_q, L, 128]
+            kb = codes[:, :, b, :].double() * e8[..., b : b + 1]  # [n_q, L, 128]
             for part, factor in ((hi, 1.0), (lo, 1.0 / 32)):
-                qb = part[:, :, b, :].double() * (u[..., b:b + 1] * factor)  # [n_q, H, 128]
+                qb = part[:, :, b, :].double() * (u[..., b : b + 1] * factor)  # [n_q, H, 128]
                 for d in range(BLOCK):
                     acc = f32_toward_zero(acc + qb[:, :, d, None] * kb[:, None, :, d]).double()
         for d in range(ROPE):
@@ -413,9 +413,16 @@ flashmla_like_split.profile = "bf16-q-bf16-p"  # type: ignore[attr-defined]
 def as_backend(name: str, fn, *, batch_invariant: bool = True) -> Backend:  # type: ignore[no-untyped-def]
     """A registry Backend for one of these kernels (CPU and CUDA/ROCm; H in 1..16; out= honoured;
     an out-of-range index raises IndexError, as torch indexing does)."""
-    return Backend(name=name, fn=fn, profile=fn.profile, devices=("cpu", "cuda"), accepts_out=True,
-                   bounded_index_reads=True, batch_invariant=batch_invariant,
-                   limits=("H in 1..16", "an out-of-range consumed index raises IndexError"))
+    return Backend(
+        name=name,
+        fn=fn,
+        profile=fn.profile,
+        devices=("cpu", "cuda"),
+        accepts_out=True,
+        bounded_index_reads=True,
+        batch_invariant=batch_invariant,
+        limits=("H in 1..16", "an out-of-range consumed index raises IndexError"),
+    )
 
 
 #: kernels whose result for a row depends on the rest of the batch: BLAS blocking follows the padded

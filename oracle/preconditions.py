@@ -175,7 +175,10 @@ def scale_effect(bits: int) -> dict[str, Any]:
         if bits >> 31:
             qk_text += ", sign dropped"
     if pv_bits == 1:
-        pv_text = "PV uses 2^-149 (bits clamped to 1: P' underflows f16 to 0, so the block's V drops out while the key still counts in the softmax sum)"
+        pv_text = (
+            "PV uses 2^-149 (bits clamped to 1: P' underflows f16 to 0, so the block's V drops out "
+            "while the key still counts in the softmax sum)"
+        )
     elif pv_bits == _F32_BITS_CAP and signed > _F32_BITS_CAP:
         pv_text = "PV clamps it to 2^7 = 128.0"
     else:
@@ -184,13 +187,29 @@ def scale_effect(bits: int) -> dict[str, Any]:
             pv_text += " (P' underflows f16 to 0)"
     sep = " " if qk_text.endswith(";") else ", "
     sentence = f"scale {_fmt_float(value)} (bits 0x{bits:08x}): {qk_text}{sep}{pv_text}"
-    return {"value": _json_float(value), "bits": f"0x{bits:08x}", "qk_uses": _json_float(qk), "pv_uses": _json_float(pv), "effect": sentence}
+    return {
+        "value": _json_float(value),
+        "bits": f"0x{bits:08x}",
+        "qk_uses": _json_float(qk),
+        "pv_uses": _json_float(pv),
+        "effect": sentence,
+    }
 
 
 _SCALE_GENERAL = {
-    KIND_SCALE_NOT_POW2: "QK takes only the scale's exponent field as its E8M0 scale while PV uses the stored f32 scale, so scores and values use different dequantisations and the output is inexact",
-    KIND_SCALE_ABOVE_CAP: "PV clamps scales above 2^7 to 2^7 (fp16 headroom of P' = P * scale) while QK uses the true exponent, so the output stays finite but is inexact",
-    KIND_SCALE_BAD: "a zero or negative scale gives PV 2^-149 (the block's V drops out) and QK the exponent of |scale|; a NaN or infinite scale has exponent field 0xFF, a NaN E8M0 scale in QK, so the output of every query row consuming it is NaN",
+    KIND_SCALE_NOT_POW2: (
+        "QK takes only the scale's exponent field as its E8M0 scale while PV uses the stored f32 scale, "
+        "so scores and values use different dequantisations and the output is inexact"
+    ),
+    KIND_SCALE_ABOVE_CAP: (
+        "PV clamps scales above 2^7 to 2^7 (fp16 headroom of P' = P * scale) while QK uses the true exponent, "
+        "so the output stays finite but is inexact"
+    ),
+    KIND_SCALE_BAD: (
+        "a zero or negative scale gives PV 2^-149 (the block's V drops out) and QK the exponent of |scale|; "
+        "a NaN or infinite scale has exponent field 0xFF, a NaN E8M0 scale in QK, "
+        "so the output of every query row consuming it is NaN"
+    ),
 }
 
 
@@ -215,7 +234,9 @@ def _kv_flat(kv_cache: torch.Tensor) -> torch.Tensor:
 
 
 def _input_finding(kind: str, name: str, message: str, **example: Any) -> Finding:
-    return Finding(kind=kind, severity="violation", count=1, unit="arrays", examples=[{"array": name, **example}], consequence=message, scope="input")
+    return Finding(
+        kind=kind, severity="violation", count=1, unit="arrays", examples=[{"array": name, **example}], consequence=message, scope="input"
+    )
 
 
 def check_arrays(
@@ -243,21 +264,70 @@ def check_arrays(
 
     if kv_cache is not None:
         if kv_cache.dtype != torch.uint8:
-            out.append(_input_finding(KIND_BAD_DTYPE, nm("kv_cache"), f"{where('kv_cache')}kv_cache must be uint8 records, got {_dtype_name(kv_cache.dtype)}", dtype=_dtype_name(kv_cache.dtype), expected="uint8"))
+            out.append(
+                _input_finding(
+                    KIND_BAD_DTYPE,
+                    nm("kv_cache"),
+                    f"{where('kv_cache')}kv_cache must be uint8 records, got {_dtype_name(kv_cache.dtype)}",
+                    dtype=_dtype_name(kv_cache.dtype),
+                    expected="uint8",
+                )
+            )
         if kv_cache.dim() < 2 or kv_cache.shape[-1] != RECORD_BYTES:
-            out.append(_input_finding(KIND_BAD_SHAPE, nm("kv_cache"), f"{where('kv_cache')}kv_cache must be [..., {RECORD_BYTES}] (one {RECORD_BYTES}-byte record per row), got shape {list(kv_cache.shape)}", shape=list(kv_cache.shape), expected=f"[..., {RECORD_BYTES}]"))
+            out.append(
+                _input_finding(
+                    KIND_BAD_SHAPE,
+                    nm("kv_cache"),
+                    f"{where('kv_cache')}kv_cache must be [..., {RECORD_BYTES}] (one {RECORD_BYTES}-byte record per row), "
+                    f"got shape {list(kv_cache.shape)}",
+                    shape=list(kv_cache.shape),
+                    expected=f"[..., {RECORD_BYTES}]",
+                )
+            )
     for key, tensor in (("indices", indices), ("indptr", indptr)):
         if tensor is None:
             continue
         if tensor.dtype != torch.int32:
-            out.append(_input_finding(KIND_BAD_DTYPE, nm(key), f"{where(key)}{key} must be int32, got {_dtype_name(tensor.dtype)}", dtype=_dtype_name(tensor.dtype), expected="int32"))
+            out.append(
+                _input_finding(
+                    KIND_BAD_DTYPE,
+                    nm(key),
+                    f"{where(key)}{key} must be int32, got {_dtype_name(tensor.dtype)}",
+                    dtype=_dtype_name(tensor.dtype),
+                    expected="int32",
+                )
+            )
         if tensor.dim() != 1:
-            out.append(_input_finding(KIND_BAD_SHAPE, nm(key), f"{where(key)}{key} must be 1-D, got shape {list(tensor.shape)}", shape=list(tensor.shape), expected="1-D"))
+            out.append(
+                _input_finding(
+                    KIND_BAD_SHAPE,
+                    nm(key),
+                    f"{where(key)}{key} must be 1-D, got shape {list(tensor.shape)}",
+                    shape=list(tensor.shape),
+                    expected="1-D",
+                )
+            )
     if indptr is not None and indptr.dim() == 1:
         if n_q is not None and indptr.shape[0] != n_q + 1:
-            out.append(_input_finding(KIND_BAD_SHAPE, nm("indptr"), f"{where('indptr')}indptr must have n_q + 1 = {n_q + 1} entries, got {indptr.shape[0]}", shape=list(indptr.shape), expected=[n_q + 1]))
+            out.append(
+                _input_finding(
+                    KIND_BAD_SHAPE,
+                    nm("indptr"),
+                    f"{where('indptr')}indptr must have n_q + 1 = {n_q + 1} entries, got {indptr.shape[0]}",
+                    shape=list(indptr.shape),
+                    expected=[n_q + 1],
+                )
+            )
         elif indptr.shape[0] < 1:
-            out.append(_input_finding(KIND_BAD_SHAPE, nm("indptr"), f"{where('indptr')}indptr must have n_q + 1 >= 1 entries, got 0", shape=[0], expected="[n_q + 1]"))
+            out.append(
+                _input_finding(
+                    KIND_BAD_SHAPE,
+                    nm("indptr"),
+                    f"{where('indptr')}indptr must have n_q + 1 >= 1 entries, got 0",
+                    shape=[0],
+                    expected="[n_q + 1]",
+                )
+            )
     return out
 
 
@@ -370,7 +440,9 @@ class _RecordAccumulator:
         self.rows[KIND_NAN_CODES] += int(local.numel())
         room = self.max_examples - len(self.examples[KIND_NAN_CODES])
         if room > 0:
-            for row, cnt, pos, c in zip(ev.global_ids(local[:room]).tolist(), counts[:room].tolist(), first[:room].tolist(), code[:room].tolist()):
+            for row, cnt, pos, c in zip(
+                ev.global_ids(local[:room]).tolist(), counts[:room].tolist(), first[:room].tolist(), code[:room].tolist()
+            ):
                 ex = self._where(row)
                 ex.update(position=pos, block=pos // 128, code=f"0x{c:02x}", nan_codes_in_row=cnt, byte_offset=row * RECORD_BYTES + pos)
                 self.examples[KIND_NAN_CODES].append(ex)
@@ -383,7 +455,11 @@ class _RecordAccumulator:
                 if kind == KIND_SCALE_BAD:
                     details["by_class"] = dict(sorted(self.classes.items()))
                 exs = self.examples[kind]
-                out.append(Finding(kind, "violation", self.counts[kind], "scales", exs, _consequence(_SCALE_GENERAL[kind], exs), self.scope, details))
+                out.append(
+                    Finding(
+                        kind, "violation", self.counts[kind], "scales", exs, _consequence(_SCALE_GENERAL[kind], exs), self.scope, details
+                    )
+                )
         if self.counts[KIND_NAN_CODES]:
             exs = self.examples[KIND_NAN_CODES]
             first = exs[0]
@@ -392,7 +468,18 @@ class _RecordAccumulator:
                 f"e4m3 codes 0x7F/0xFF are NaN: the QK scores and V of such a row are NaN, so out and lse are NaN for {who} "
                 f"(row {first['row']} holds {first['nan_codes_in_row']} NaN code(s), the first at latent position {first['position']})."
             )
-            out.append(Finding(KIND_NAN_CODES, "violation", self.counts[KIND_NAN_CODES], "codes", exs, consequence, self.scope, {"rows": self.rows[KIND_NAN_CODES]}))
+            out.append(
+                Finding(
+                    KIND_NAN_CODES,
+                    "violation",
+                    self.counts[KIND_NAN_CODES],
+                    "codes",
+                    exs,
+                    consequence,
+                    self.scope,
+                    {"rows": self.rows[KIND_NAN_CODES]},
+                )
+            )
         return out
 
 
@@ -518,7 +605,14 @@ def check_records(
     return _check_records(kv_cache, rows, label, chunk_rows, progress, max_examples)
 
 
-def _check_records(kv_cache: torch.Tensor, rows: torch.Tensor | Sequence[int] | None, scope: str, chunk_rows: int, progress: Progress | None, max_examples: int) -> list[Finding]:
+def _check_records(
+    kv_cache: torch.Tensor,
+    rows: torch.Tensor | Sequence[int] | None,
+    scope: str,
+    chunk_rows: int,
+    progress: Progress | None,
+    max_examples: int,
+) -> list[Finding]:
     flat = _kv_flat(kv_cache)
     ids = None if rows is None else _normalise_rows(rows, flat.shape[0], flat.device)
     acc = _RecordAccumulator(scope, max_examples, tuple(kv_cache.shape[:-1]), None)
@@ -599,10 +693,22 @@ def scan_index_stream(
 
     neg = (length < 0).nonzero(as_tuple=True)[0]
     if neg.numel():
-        exs = [{"query_row": q, "start": b, "end": e, "length": e - b} for q, b, e in zip(neg[:max_examples].tolist(), begin[neg[:max_examples]].tolist(), end[neg[:max_examples]].tolist())]
-        findings.append(Finding(KIND_NEG_ROW_LEN, "notice", int(neg.numel()), "query rows", exs,
-                                f"legal: the contract and the kernel treat a negative length as an empty row (out = 0, lse = -inf); query row {exs[0]['query_row']} has length {exs[0]['length']}.",
-                                "index_stream"))
+        exs = [
+            {"query_row": q, "start": b, "end": e, "length": e - b}
+            for q, b, e in zip(neg[:max_examples].tolist(), begin[neg[:max_examples]].tolist(), end[neg[:max_examples]].tolist())
+        ]
+        findings.append(
+            Finding(
+                KIND_NEG_ROW_LEN,
+                "notice",
+                int(neg.numel()),
+                "query rows",
+                exs,
+                "legal: the contract and the kernel treat a negative length as an empty row (out = 0, lse = -inf); "
+                f"query row {exs[0]['query_row']} has length {exs[0]['length']}.",
+                "index_stream",
+            )
+        )
 
     beyond = (active & ((begin < 0) | (end > n))).nonzero(as_tuple=True)[0]
     if beyond.numel():
@@ -612,12 +718,20 @@ def scan_index_stream(
             outside = max(0, min(e, 0) - b) + max(0, e - max(b, n))
             exs.append({"query_row": q, "start": b, "end": e, "length": e - b, "stream_length": n, "positions_outside": outside})
         first = exs[0]
-        findings.append(Finding(
-            KIND_INDPTR_BEYOND, "violation", int(beyond.numel()), "query rows", exs,
-            f"index reads go through a buffer descriptor sized to indices, which returns 0 out of range, so each position outside "
-            f"[0, {n}) becomes a key on KV row 0 (query row {first['query_row']}: slice [{first['start']}, {first['end']}) has "
-            f"{first['positions_outside']} position(s) outside the stream); the output is not what the contract promises.",
-            "index_stream", {"positions_outside": int(_outside_total(begin[beyond], end[beyond], n))}))
+        findings.append(
+            Finding(
+                KIND_INDPTR_BEYOND,
+                "violation",
+                int(beyond.numel()),
+                "query rows",
+                exs,
+                f"index reads go through a buffer descriptor sized to indices, which returns 0 out of range, so each position outside "
+                f"[0, {n}) becomes a key on KV row 0 (query row {first['query_row']}: slice [{first['start']}, {first['end']}) has "
+                f"{first['positions_outside']} position(s) outside the stream); the output is not what the contract promises.",
+                "index_stream",
+                {"positions_outside": int(_outside_total(begin[beyond], end[beyond], n))},
+            )
+        )
 
     # Coverage: how many active slices hold each stream position (clipped to the stream).
     cb = begin.clamp(0, n)[active]
@@ -681,12 +795,20 @@ def scan_index_stream(
 
     if oor_count:
         first = oor_examples[0]
-        findings.append(Finding(
-            KIND_INDEX_OOR, "violation", oor_count, "consumed entries", oor_examples,
-            "an index >= kv rows makes the kernel load 656 bytes past the cache with unbounded 64-bit loads (garbage "
-            "output or a memory fault); a negative index without has_invalid breaks the contract, and the gfx950 kernel "
-            f"masks it like has_invalid would (first: {first['effect']}).",
-            "index_stream", {"positions": oor_positions}))
+        findings.append(
+            Finding(
+                KIND_INDEX_OOR,
+                "violation",
+                oor_count,
+                "consumed entries",
+                oor_examples,
+                "an index >= kv rows makes the kernel load 656 bytes past the cache with unbounded 64-bit loads (garbage "
+                "output or a memory fault); a negative index without has_invalid breaks the contract, and the gfx950 kernel "
+                f"masks it like has_invalid would (first: {first['effect']}).",
+                "index_stream",
+                {"positions": oor_positions},
+            )
+        )
 
     if beyond.numel() and (kv_rows is None or kv_rows > 0):
         # positions outside the stream read index 0 on the gfx950 kernel: row 0 is read as a key
@@ -699,7 +821,9 @@ def scan_index_stream(
     else:
         consumed_ids = torch.unique(torch.cat(uniques)) if uniques else torch.empty(0, dtype=torch.int64, device=dev)
 
-    masked_active = _masked_tile_rows(begin[active], end[active], n, neg_before[: cb.numel()], neg_before[cb.numel():], last_valid[cb.numel():], has_invalid)
+    masked_active = _masked_tile_rows(
+        begin[active], end[active], n, neg_before[: cb.numel()], neg_before[cb.numel() :], last_valid[cb.numel() :], has_invalid
+    )
     masked_rows = torch.zeros(n_q, dtype=torch.bool, device=dev)
     masked_rows[active] = masked_active
     return StreamScan(findings, consumed_ids, masked_rows, n_q, n, consumed_entries)
@@ -711,7 +835,9 @@ def _outside_total(b: torch.Tensor, e: torch.Tensor, n: int) -> int:
     return int((before + after).sum())
 
 
-def _oor_examples(pos: torch.Tensor, vals: torch.Tensor, begin: torch.Tensor, end: torch.Tensor, active: torch.Tensor, kv_rows: int) -> list[dict[str, Any]]:
+def _oor_examples(
+    pos: torch.Tensor, vals: torch.Tensor, begin: torch.Tensor, end: torch.Tensor, active: torch.Tensor, kv_rows: int
+) -> list[dict[str, Any]]:
     """Examples for out-of-range entries at stream positions `pos` (a few): the first query row
     whose slice holds each position."""
     holds = active.unsqueeze(0) & (begin.unsqueeze(0) <= pos.unsqueeze(1)) & (pos.unsqueeze(1) < end.unsqueeze(0))
@@ -724,12 +850,28 @@ def _oor_examples(pos: torch.Tensor, vals: torch.Tensor, begin: torch.Tensor, en
             effect = f"index {v} at position {p} (query row {q}) is masked by the gfx950 kernel (the key is dropped)"
         else:
             reason = "index >= kv rows"
-            effect = f"index {v} at position {p} (query row {q}) >= {kv_rows} kv rows: reads bytes [{v * RECORD_BYTES}, {(v + 1) * RECORD_BYTES}) past the cache's {kv_rows * RECORD_BYTES} bytes"
-        out.append({"position": p, "query_row": q, "offset_in_row": p - b, "index": v, "kv_rows": kv_rows, "reason": reason, "byte_offset": v * RECORD_BYTES if v >= 0 else None, "effect": effect})
+            effect = (
+                f"index {v} at position {p} (query row {q}) >= {kv_rows} kv rows: "
+                f"reads bytes [{v * RECORD_BYTES}, {(v + 1) * RECORD_BYTES}) past the cache's {kv_rows * RECORD_BYTES} bytes"
+            )
+        out.append(
+            {
+                "position": p,
+                "query_row": q,
+                "offset_in_row": p - b,
+                "index": v,
+                "kv_rows": kv_rows,
+                "reason": reason,
+                "byte_offset": v * RECORD_BYTES if v >= 0 else None,
+                "effect": effect,
+            }
+        )
     return out
 
 
-def _masked_tile_rows(b: torch.Tensor, e: torch.Tensor, n: int, neg_at_sb: torch.Tensor, neg_at_se: torch.Tensor, lv_at_se: torch.Tensor, has_invalid: bool) -> torch.Tensor:
+def _masked_tile_rows(
+    b: torch.Tensor, e: torch.Tensor, n: int, neg_at_sb: torch.Tensor, neg_at_se: torch.Tensor, lv_at_se: torch.Tensor, has_invalid: bool
+) -> torch.Tensor:
     """For active query rows (slice [b, e), e > b): does a tile the gfx950 kernel processes hold a
     masked position? Positions outside the stream read index 0 (>= 0, so valid). Without
     has_invalid the kernel runs ceil(len / 128) tiles; with it, ceil(end_rel / 128) where end_rel is
@@ -769,7 +911,9 @@ def check_index_stream(
     details["positions"] distinct stream positions).
     Raises ContractError when indices / indptr are not int32 1-D or indptr is empty.
     """
-    return scan_index_stream(indices, indptr, kv_rows, has_invalid=has_invalid, chunk_entries=chunk_entries, progress=progress, max_examples=max_examples).findings
+    return scan_index_stream(
+        indices, indptr, kv_rows, has_invalid=has_invalid, chunk_entries=chunk_entries, progress=progress, max_examples=max_examples
+    ).findings
 
 
 def consumed_rows(
@@ -805,12 +949,20 @@ def row0_notice(kv_cache: torch.Tensor, scan: StreamScan, *, max_examples: int =
         return []
     rows = scan.masked_rows.nonzero(as_tuple=True)[0]
     exs = [{"query_row": q, "row0_nan_codes": nan_codes} for q in rows[:max_examples].tolist()]
-    return [Finding(
-        KIND_ROW0_NAN, "notice", int(rows.numel()), "query rows", exs,
-        f"legal under the contract (unreferenced rows may hold anything), but the gfx950 kernel loads KV row 0 for masked "
-        f"positions and row 0 holds {nan_codes} NaN code(s): its PV multiplies them by P' = 0, and 0 * NaN is NaN, so these "
-        f"query rows (first: {exs[0]['query_row']}) are expected to get NaN output from it.",
-        "index_stream", {"row0_nan_codes": nan_codes})]
+    return [
+        Finding(
+            KIND_ROW0_NAN,
+            "notice",
+            int(rows.numel()),
+            "query rows",
+            exs,
+            f"legal under the contract (unreferenced rows may hold anything), but the gfx950 kernel loads KV row 0 for masked "
+            f"positions and row 0 holds {nan_codes} NaN code(s): its PV multiplies them by P' = 0, and 0 * NaN is NaN, so these "
+            f"query rows (first: {exs[0]['query_row']}) are expected to get NaN output from it.",
+            "index_stream",
+            {"row0_nan_codes": nan_codes},
+        )
+    ]
 
 
 F32_MAX = 3.4028234663852886e38
@@ -873,10 +1025,18 @@ def score_range_findings(
     found: list[Finding] = []
     sigma = float(softmax_scale)
     if not math.isfinite(sigma) or abs(sigma) * math.log2(math.e) * (1 + 2.0**-20) >= F32_MAX:
-        found.append(Finding(
-            KIND_SCALE_OVERFLOW, "violation", 1, "calls", [{"softmax_scale": _json_float(sigma)}],
-            f"softmax_scale {sigma:g}: c_log2 = softmax_scale * log2(e) overflows f32, so every score of the call is "
-            "inf or NaN and out and lse are NaN.", "input"))
+        found.append(
+            Finding(
+                KIND_SCALE_OVERFLOW,
+                "violation",
+                1,
+                "calls",
+                [{"softmax_scale": _json_float(sigma)}],
+                f"softmax_scale {sigma:g}: c_log2 = softmax_scale * log2(e) overflows f32, so every score of the call is "
+                "inf or NaN and out and lse are NaN.",
+                "input",
+            )
+        )
     q64 = q.to(torch.float64).abs()
     n_q = q.shape[0]
     if n_q == 0:
@@ -890,7 +1050,7 @@ def score_range_findings(
     if usable.numel() == 0:
         return found
     recs = kv[usable.clamp(0, kv.shape[0] - 1).to(kv.device)]
-    scale = recs[:, SCALE_OFFSET:SCALE_OFFSET + 16].contiguous().view(torch.float32).abs().to(torch.float64).amax(dim=-1)
+    scale = recs[:, SCALE_OFFSET : SCALE_OFFSET + 16].contiguous().view(torch.float32).abs().to(torch.float64).amax(dim=-1)
     rope = recs[:, ROPE_OFFSET:].contiguous().view(torch.bfloat16).to(torch.float64).abs().amax(dim=-1)
     k_max = float(torch.maximum(scale * 448.0, rope).max().cpu()) if recs.shape[0] else 0.0
     q_l1 = q64.sum(dim=-1).amax(dim=-1)  # [n_q]
@@ -899,7 +1059,7 @@ def score_range_findings(
         return found
     rows = torch.nonzero(suspect).flatten()
     sub_ptr = torch.cat((torch.zeros(1, dtype=torch.int64), length[rows].cumsum(0)))
-    sub_idx = torch.cat([indices[int(start[r]):int(start[r] + length[r])] for r in rows.tolist()]) if rows.numel() else indices[:0]
+    sub_idx = torch.cat([indices[int(start[r]) : int(start[r] + length[r])] for r in rows.tolist()]) if rows.numel() else indices[:0]
     bad_pairs = 0
     examples: list[dict[str, Any]] = []
     for chunk in iter_chunks(sub_idx, sub_ptr.to(torch.int32), kv_cache, has_invalid=has_invalid):
@@ -910,12 +1070,26 @@ def score_range_findings(
         over = (mag * _QK_SLACK >= F32_MAX) & chunk.valid.unsqueeze(1)
         bad_pairs += int(over.any(dim=-1).sum())
         for r_local, h, k in torch.nonzero(over).tolist()[: max(0, max_examples - len(examples))]:
-            examples.append({"query_row": int(rows[chunk.rows[r_local]]), "head": h, "kv_row": int(chunk.slots[r_local, k]),
-                             "sum_abs_q_times_abs_k": _json_float(float(mag[r_local, h, k]))})
+            examples.append(
+                {
+                    "query_row": int(rows[chunk.rows[r_local]]),
+                    "head": h,
+                    "kv_row": int(chunk.slots[r_local, k]),
+                    "sum_abs_q_times_abs_k": _json_float(float(mag[r_local, h, k])),
+                }
+            )
     if bad_pairs:
-        found.append(Finding(
-            KIND_SCORE_OVERFLOW, "violation", bad_pairs, "(query row, head) pairs", examples,
-            f"sum_d |q_d| |K_d| reaches f32's largest value {F32_MAX:.4g} (first: query row {examples[0]['query_row']}, head "
-            f"{examples[0]['head']}): a partial sum of q . K may overflow in f32, so that head's scores, out and lse may be inf or NaN.",
-            "consumed_rows"))
+        found.append(
+            Finding(
+                KIND_SCORE_OVERFLOW,
+                "violation",
+                bad_pairs,
+                "(query row, head) pairs",
+                examples,
+                f"sum_d |q_d| |K_d| reaches f32's largest value {F32_MAX:.4g} (first: query row {examples[0]['query_row']}, head "
+                f"{examples[0]['head']}): a partial sum of q . K may overflow in f32, "
+                "so that head's scores, out and lse may be inf or NaN.",
+                "consumed_rows",
+            )
+        )
     return found

@@ -15,8 +15,10 @@ from hypothesis import given, settings
 from conformance.mutation.catalogue import CATALOGUE
 from kernel.backends.emulated import run_emulated
 from kernel.record import encode_records
-from oracle.bound import MODES, evaluate, gamma, half_ulp_bf16
-from oracle.profiles import BF16_Q_BF16_P, EXACT, GFX950
+from oracle.accumulation import Accumulation
+from oracle.bound import MODES, evaluate, gamma, half_ulp_bf16, output_interval_bound, round_bf16
+from oracle.profiles import BF16_Q_BF16_P, EXACT, FP32, GFX950, PROFILES
+from oracle.rows import PreconditionError
 from strategies.hypothesis_recipes import recipes
 from strategies.materialize import Problem, materialize
 from strategies.recipe import Recipe
@@ -26,7 +28,16 @@ def _ratios(problem: Problem, kernel, profile=GFX950) -> dict[str, float]:  # ty
     out, lse = problem.call(kernel)
     ratios = {}
     for mode in MODES:
-        ev = evaluate(problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale, profile=profile, mode=mode, has_invalid=problem.has_invalid)
+        ev = evaluate(
+            problem.q,
+            problem.kv_cache,
+            problem.indices,
+            problem.indptr,
+            problem.softmax_scale,
+            profile=profile,
+            mode=mode,
+            has_invalid=problem.has_invalid,
+        )
         err = (out.double() - ev.out).abs()
         ratios[f"out/{mode}"] = float(torch.where(ev.out_bound > 0, err / ev.out_bound, torch.where(err > 0, math.inf, 0.0)).max())
         if lse is not None:
@@ -68,9 +79,17 @@ def _two_key_problem() -> Problem:
     q[0, 0, 512] = 1.0
     recipe = Recipe(seed=0, n_q=1, heads=1, row_lengths=(2,), cache_rows=2)
     return Problem(
-        recipe=recipe, q=q, kv_cache=records, indices=torch.tensor([0, 1], dtype=torch.int32),
-        indptr=torch.tensor([0, 2], dtype=torch.int32), softmax_scale=math.log(2.0), has_invalid=False,
-        return_lse=True, out=None, referenced_rows=torch.tensor([0, 1]), poison_rows=torch.zeros(0, dtype=torch.int64),
+        recipe=recipe,
+        q=q,
+        kv_cache=records,
+        indices=torch.tensor([0, 1], dtype=torch.int32),
+        indptr=torch.tensor([0, 2], dtype=torch.int32),
+        softmax_scale=math.log(2.0),
+        has_invalid=False,
+        return_lse=True,
+        out=None,
+        referenced_rows=torch.tensor([0, 1]),
+        poison_rows=torch.zeros(0, dtype=torch.int64),
     )
 
 
@@ -83,7 +102,9 @@ def test_p_rounded_to_bf16_breaks_the_bound() -> None:
 
 
 def test_empty_rows_have_zero_bound() -> None:
-    problem = materialize(Recipe(seed=1, n_q=3, heads=2, row_lengths=(0, 5, -2), cache_rows=50, has_invalid=True, invalid_pattern="all"), "cpu")
+    problem = materialize(
+        Recipe(seed=1, n_q=3, heads=2, row_lengths=(0, 5, -2), cache_rows=50, has_invalid=True, invalid_pattern="all"), "cpu"
+    )
     ev = evaluate(problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale, profile=GFX950, has_invalid=True)
     assert bool((ev.out_bound == 0).all()) and bool((ev.lse_bound == 0).all())
     assert bool(torch.isneginf(ev.lse).all())
@@ -94,7 +115,10 @@ def test_profiles_order_by_precision() -> None:
     problem = materialize(Recipe(seed=2, n_q=2, heads=2, row_lengths=(200, 77), cache_rows=1000), "cpu")
     args = (problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale)
     exact, gfx, bf16 = (evaluate(*args, profile=p) for p in (EXACT, GFX950, BF16_Q_BF16_P))
-    pre_rounding = lambda ev: ev.out_bound - half_ulp_bf16(ev.out.abs())
+
+    def pre_rounding(ev):  # type: ignore[no-untyped-def]
+        return ev.out_bound - half_ulp_bf16(ev.out.abs())
+
     assert float(pre_rounding(exact).max()) < 1e-3 * float(pre_rounding(gfx).max())
     assert float(gfx.lse_bound.max()) < float(bf16.lse_bound.max())
 
@@ -110,11 +134,6 @@ def test_gamma_and_half_ulp() -> None:
 
 
 # --------------------------------------------------------------------------- soundness (issue 11)
-
-from oracle.accumulation import Accumulation
-from oracle.bound import output_interval_bound, round_bf16
-from oracle.profiles import FP32, PROFILES
-from oracle.rows import PreconditionError
 
 
 def _f32_rtz(y: torch.Tensor) -> torch.Tensor:
@@ -134,7 +153,7 @@ def _fused_truncate(terms: torch.Tensor, width: int, guard: int) -> torch.Tensor
     exponent keeping 24 + guard bits (truncating), add exactly, round toward zero to f32."""
     acc = torch.zeros(terms.shape[:-1], dtype=torch.float64)
     for s in range(0, terms.shape[-1], width):
-        group = torch.cat((acc.unsqueeze(-1), terms[..., s:s + width]), dim=-1)
+        group = torch.cat((acc.unsqueeze(-1), terms[..., s : s + width]), dim=-1)
         _, e = torch.frexp(group.abs().amax(dim=-1, keepdim=True))
         quantum = torch.pow(2.0, (e - 24 - guard).to(torch.float64))
         aligned = torch.trunc(group / quantum) * quantum
@@ -149,7 +168,11 @@ def test_accumulation_models_bound_the_adversarial_dots() -> None:
     gen = torch.Generator().manual_seed(0)
     adversarial = torch.full((1, 576), 0.5625 * 2.0**-23, dtype=torch.float64)
     adversarial[0, 0] = 1.0
-    rand = (torch.randn(64, 576, generator=gen, dtype=torch.float64) * 2.0 ** torch.randint(-6, 6, (64, 576), generator=gen)).to(torch.float32).double()
+    rand = (
+        (torch.randn(64, 576, generator=gen, dtype=torch.float64) * 2.0 ** torch.randint(-6, 6, (64, 576), generator=gen))
+        .to(torch.float32)
+        .double()
+    )
     for terms in (adversarial, rand, rand.abs()):
         exact = terms.sum(dim=-1)
         mag = terms.abs().sum(dim=-1)
@@ -183,7 +206,9 @@ def test_round_bf16_is_one_rounding() -> None:
     y = torch.tensor([1.0 + 2.0**-8 + 2.0**-30], dtype=torch.float64)
     assert float(round_bf16(y)) == 1.0 + 2.0**-7 and float(y.to(torch.bfloat16)) == 1.0
     b = output_interval_bound(y, torch.zeros_like(y), ("direct", "via_f32"))
-    assert float(b) == float((y - 1.0).abs().max(), ) and float(b) >= float((y - y.to(torch.bfloat16).double()).abs())
+    assert float(b) == float(
+        (y - 1.0).abs().max(),
+    ) and float(b) >= float((y - y.to(torch.bfloat16).double()).abs())
 
 
 def test_extreme_scores_give_finite_bounds() -> None:

@@ -26,6 +26,9 @@ from typing import Literal
 
 import torch
 
+from conformance.mutation import independent as _independent
+from conformance.mutation import precision_defects as _precision
+from kernel.backend import Backend
 from kernel.backends import emulated
 from kernel.backends.emulated import (
     LN2_F32,
@@ -47,7 +50,6 @@ from kernel.backends.emulated import (
 )
 from kernel.fp8 import decode_e4m3, e4m3_table, encode_e4m3, f32_exponent_field
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
-from kernel.backend import Backend
 
 MODULE = "conformance.mutation.catalogue"
 
@@ -135,17 +137,23 @@ def _load_slots(
     return torch.where(masked | (entries < 0), 0, entries), masked
 
 
-def load_slots_tail_unmasked(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
+def load_slots_tail_unmasked(
+    indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, tile: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """load_slots without the `position < len` mask: the last tile reads the next row's entries."""
     return _load_slots(indices, r_beg, r_len, tile, mask_tail=False)
 
 
-def load_slots_invalid_unmasked(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
+def load_slots_invalid_unmasked(
+    indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, tile: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """load_slots without the `entry < 0` mask: a -1 entry is a valid key read from row 0."""
     return _load_slots(indices, r_beg, r_len, tile, mask_negative=False)
 
 
-def load_slots_tile_stride_off_by_one(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
+def load_slots_tile_stride_off_by_one(
+    indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, tile: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """load_slots with tile t starting at t * 129: position 128 (and 257, ...) is never read."""
     return _load_slots(indices, r_beg, r_len, tile, tile_stride=TILE + 1)
 
@@ -188,7 +196,9 @@ def quantize_q_lo_e8m0_wraps(q32: torch.Tensor) -> QuantizedQ:
     )
 
 
-def _qk_scores(qq: QuantizedQ, rows: torch.Tensor, records: torch.Tensor, *, k_scale: Literal["exponent", "value"] = "exponent", rope: bool = True) -> torch.Tensor:
+def _qk_scores(
+    qq: QuantizedQ, rows: torch.Tensor, records: torch.Tensor, *, k_scale: Literal["exponent", "value"] = "exponent", rope: bool = True
+) -> torch.Tensor:
     """kernel.backends.emulated.qk_scores with one knob per bug (the defaults reproduce it exactly).
 
     k_scale: "exponent" feeds the record scale's exponent field as E8M0 (mantissa dropped),
@@ -271,12 +281,16 @@ def _online_softmax(
     return p, alpha
 
 
-def online_softmax_l_not_rescaled(state: SoftmaxState, scores: torch.Tensor, masked: torch.Tensor, c_log2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def online_softmax_l_not_rescaled(
+    state: SoftmaxState, scores: torch.Tensor, masked: torch.Tensor, c_log2: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """online_softmax with l = l + psum: l is not rescaled by alpha when the running max grows."""
     return _online_softmax(state, scores, masked, c_log2, rescale_l=False)
 
 
-def online_softmax_without_log2e(state: SoftmaxState, scores: torch.Tensor, masked: torch.Tensor, c_log2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def online_softmax_without_log2e(
+    state: SoftmaxState, scores: torch.Tensor, masked: torch.Tensor, c_log2: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """online_softmax taking exp2 of softmax_scale * s (the log2(e) factor forgotten)."""
     return _online_softmax(state, scores, masked, c_log2, log2e=False)
 
@@ -331,12 +345,16 @@ def _pv_accumulate(
     return o
 
 
-def pv_accumulate_masked_v_not_zeroed(o: torch.Tensor, alpha: torch.Tensor, p_scaled: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+def pv_accumulate_masked_v_not_zeroed(
+    o: torch.Tensor, alpha: torch.Tensor, p_scaled: torch.Tensor, records: torch.Tensor, masked: torch.Tensor
+) -> torch.Tensor:
     """pv_accumulate as the seed does it: a masked key's P' is 0 but its V (row 0) is not zeroed."""
     return _pv_accumulate(o, alpha, p_scaled, records, masked, zero_masked_v=False)
 
 
-def pv_accumulate_o_not_rescaled(o: torch.Tensor, alpha: torch.Tensor, p_scaled: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+def pv_accumulate_o_not_rescaled(
+    o: torch.Tensor, alpha: torch.Tensor, p_scaled: torch.Tensor, records: torch.Tensor, masked: torch.Tensor
+) -> torch.Tensor:
     """pv_accumulate without o = o * alpha: earlier tiles keep their weight when the max grows."""
     return _pv_accumulate(o, alpha, p_scaled, records, masked, rescale_o=False)
 
@@ -628,9 +646,6 @@ def get_mutant(name: str) -> Mutant:
 # mutants with kill / spare cases in tests/test_mutants.py); a mutation-score run takes
 # PRECISION_DEFECTS as mutants and CORRECT_VARIANTS as further baselines.
 
-from conformance.mutation import independent as _independent
-from conformance.mutation import precision_defects as _precision
-
 
 @dataclass(frozen=True)
 class CorrectVariant:
@@ -653,13 +668,16 @@ class CorrectVariant:
 PRECISION_DEFECTS: dict[str, Mutant] = {}
 for _name, (_switches, _bug_class, _description, _needs) in _precision.DEFECTS.items():
     globals()[_name] = _precision.BACKENDS[_name]
-    PRECISION_DEFECTS[_name] = Mutant(name=_name, backend=_precision.BACKENDS[_name], description=_description,
-                                      bug_class=_bug_class, needs=_needs)  # type: ignore[arg-type]
+    PRECISION_DEFECTS[_name] = Mutant(
+        name=_name, backend=_precision.BACKENDS[_name], description=_description, bug_class=_bug_class, needs=_needs
+    )  # type: ignore[arg-type]
 
 _VARIANT_TEXT = {
     "float64_torch": "float64 throughout, torch's own f64 -> bf16 cast (rounds twice); profile exact",
     "float32_torch": "plain torch float32: f32 matmuls, torch.softmax, torch.logsumexp; profile fp32",
-    "gfx950_sequential_rtz": "gfx950 algorithm, QK products accumulated one by one rounding toward zero, PV MFMAs toward zero; profile gfx950",
+    "gfx950_sequential_rtz": (
+        "gfx950 algorithm, QK products accumulated one by one rounding toward zero, PV MFMAs toward zero; profile gfx950"
+    ),
     "gfx950_sequential_l": "gfx950 algorithm with l summed key by key in one f32 accumulator; profile gfx950-l-sequential",
     "gfx950_reverse_tiles": "gfx950 algorithm visiting the tiles last to first; profile gfx950",
     "flashmla_like_split": "bf16 Q, f32 QK, 64-key tiles, bf16 P for PV, up to 3 KV splits merged by lse; profile bf16-q-bf16-p",

@@ -98,6 +98,13 @@ def _non_overlapping(t: torch.Tensor) -> bool:
     return True
 
 
+def empty_outputs(q: torch.Tensor, heads: int, *, out: torch.Tensor | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The outputs of a call with no query rows: `out` itself (or a new bf16 [0, H, 512]) and an
+    empty f32 [0, H] lse when asked for."""
+    result = out if out is not None else torch.empty(0, heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+    return result, (torch.empty(0, heads, dtype=torch.float32, device=q.device) if return_lse else None)
+
+
 def validate_call(
     q: torch.Tensor,
     kv_cache: torch.Tensor,

@@ -69,7 +69,7 @@ from typing import Any
 import torch
 
 from kernel.backend import Backend, BackendUnavailable
-from kernel.contract import CallInfo, ContractError, validate_call
+from kernel.contract import CallInfo, ContractError, empty_outputs, validate_call
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
 
 MODULE_NAME = "flash_mla"
@@ -411,9 +411,7 @@ def run_flashmla(
     )
     n_q, heads = info.n_q, info.heads
     if n_q == 0:
-        result = out if out is not None else torch.empty(0, heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
-        lse = torch.empty(0, heads, dtype=torch.float32, device=q.device) if return_lse else None
-        return result, lse
+        return empty_outputs(q, heads, out=out, return_lse=return_lse)
     if info.kv_rows == 0:
         raise ContractError("kv_cache has no rows: FlashMLA reads row 0 for masked slots")
     fm = load_flash_mla() if module is None else module

@@ -44,7 +44,7 @@ import torch
 from kernel.backend import Backend, BackendUnavailable
 from kernel.backends.flashmla import device_reason, effective_scale, load_flash_mla, map_lse, pad_heads
 from kernel.backends.gathered import gather_rows
-from kernel.contract import INT32_MAX, CallInfo, validate_call
+from kernel.contract import INT32_MAX, CallInfo, empty_outputs, validate_call
 from kernel.record import HEAD_DIM, LATENT_DIM
 
 NAME = "flashmla-prefill"
@@ -153,8 +153,7 @@ def run_flashmla_prefill(
     )
     n_q, heads = info.n_q, info.heads
     if n_q == 0:
-        result = out if out is not None else torch.empty(0, heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
-        return result, (torch.empty(0, heads, dtype=torch.float32, device=q.device) if return_lse else None)
+        return empty_outputs(q, heads, out=out, return_lse=return_lse)
     fm = load_flash_mla() if module is None else module
     call = prepare_prefill(q, kv_cache, indices, indptr, softmax_scale, padded_heads=padded_heads)
     out_raw, _max_logits, lse_raw = call.run(fm)

@@ -38,7 +38,7 @@ import torch
 
 from kernel.backend import Backend
 from kernel.backends.gathered import gather_rows
-from kernel.contract import validate_call
+from kernel.contract import empty_outputs, validate_call
 from kernel.record import LATENT_DIM
 
 NAME = "torch-sdpa"
@@ -100,8 +100,7 @@ def run_torch_sdpa(
     )
     n_q, heads = info.n_q, info.heads
     if n_q == 0:
-        result = out if out is not None else torch.empty(0, heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
-        return result, (torch.empty(0, heads, dtype=torch.float32, device=q.device) if return_lse else None)
+        return empty_outputs(q, heads, out=out, return_lse=return_lse)
     rows = gather_rows(indices, indptr, kv_cache, multiple=KEY_MULTIPLE)
     zero = torch.zeros((), dtype=torch.bfloat16, device=q.device)
     ninf = torch.full((), float("-inf"), dtype=torch.bfloat16, device=q.device)

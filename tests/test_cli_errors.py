@@ -192,7 +192,9 @@ def test_sigint_while_replay_starts(delay: float, modules: Path) -> None:
     out, err = proc.communicate(timeout=120)
     if "init_import_site" in err:
         pytest.skip("the signal came while the interpreter itself started (before any project code)")
-    if proc.returncode == 0 and "verdict:" in out and delay >= 1.0:
+    if proc.returncode in (0, -signal.SIGINT) and "verdict:" in out and delay >= 1.0:
+        # the replay finished before the signal; a SIGINT that lands during interpreter shutdown,
+        # after main() returned, ends the process with -SIGINT (Python's own exit for it)
         pytest.skip("the replay finished before the signal (a fast machine)")
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err and "interrupted" in err

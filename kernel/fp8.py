@@ -136,9 +136,12 @@ def encode_e8m0(x: torch.Tensor, *, rounding: Literal["floor", "ceil", "nearest"
     """E8M0 byte (int64 0..255) of positive f32 values.
 
     rounding: "floor" keeps the exponent field (what a scaled MFMA does with an f32 scale: the
-    mantissa is dropped); "ceil" rounds up to the next power of two; "nearest" adds the top
-    mantissa bit to the exponent field (ties 1.5 * 2^e go up; an f32 subnormal above 2^-127 goes
-    to 2^-126), bit for bit what torch and ml_dtypes casts do on positive values.
+    mantissa is dropped); "ceil" rounds up to the next power of two; "nearest" rounds to the
+    nearer power of two in value, ties (1.5 * 2^e) going up, over the whole f32 range. On normal
+    values that is the exponent field plus the top mantissa bit, bit for bit what torch and
+    ml_dtypes casts do. On f32 subnormals the libraries differ: ml_dtypes >= 0.7 rounds in value
+    as this function does; torch (2.13) and ml_dtypes <= 0.6 add the top mantissa bit of the field
+    as for normals, sending every subnormal above 2^-127 to 2^-126.
     Positive values below 2^-127 saturate to byte 0 (2^-127), as both libraries do. Zero,
     negative values, NaN, infinity and results above 2^127 give 0xFF (NaN): E8M0 has no zero, no
     sign and no infinity (torch maps 0 to byte 0 and ignores the sign; ml_dtypes gives NaN).
@@ -156,7 +159,8 @@ def encode_e8m0(x: torch.Tensor, *, rounding: Literal["floor", "ceil", "nearest"
         subnormal = (mantissa > 0x400000).to(torch.int64)
     elif rounding == "nearest":
         normal = exponent + (mantissa >= 0x400000).to(torch.int64)
-        subnormal = (mantissa > 0x400000).to(torch.int64)
+        # a subnormal is mantissa * 2^-149: 2^-127 is 0x400000, the midpoint to 2^-126 is 0x600000
+        subnormal = (mantissa >= 0x600000).to(torch.int64)
     else:
         raise ValueError(f"unknown E8M0 rounding {rounding!r}")
     result = torch.where(exponent == 0, subnormal, normal)

@@ -7,7 +7,9 @@ Inputs, all in the run folder `<state dir>/runs/<run id>/` (every xdist worker w
 - `failures-<worker>.jsonl`: one line per failing test whose recipe was saved to the pending
   corpus (conformance.suite.plugin);
 - `crashes.jsonl`: crashes recorded by conformance.crashes;
-- `session.json`: who ran it (conformance.crashes).
+- `session.json`: who ran it (conformance.crashes);
+- `fuzz-summary.json`: a fuzz campaign's summary (conformance.cli.fuzz): its examples/s and
+  strategy-coverage lines become `report["fuzz_summary"]` and a section of report.md.
 
 Outputs (`write_report`): `report.json` (strict JSON: `allow_nan=False`; an infinite ratio, an
 error where the bound is 0, is written as the string "inf", an undefined one as null),
@@ -54,6 +56,7 @@ from conformance.wal import atomic_write_text
 
 SCHEMA = 1
 REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "report.png"
+FUZZ_SUMMARY = "fuzz-summary.json"  # written by a fuzz campaign; its summary_lines go into the report
 OUTPUTS = ("out", "lse")
 RATIO_NOTE = (
     "ratios are max |err| / bound over one kernel call; an infinite ratio (an error where the bound is 0) "
@@ -446,6 +449,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append("")
     if not report["kernels"]:
         lines += ["No examples recorded.", ""]
+    if report.get("fuzz_summary"):
+        lines += ["## Fuzz campaign: examples/s and strategy features", "", "```", *report["fuzz_summary"], "```", ""]
     lines.append("## Failures")
     lines.append("")
     if report["failures"]:
@@ -548,6 +553,10 @@ def write_report(run_dir: Path, *, plot: bool = True) -> ReportFiles:
     else:
         note = "plot not requested"
     report["plot"] = {"path": str(png) if png else None, "note": note}
+    try:  # a fuzz campaign's throughput and strategy coverage (conformance.cli.fuzz.FUZZ_SUMMARY)
+        report["fuzz_summary"] = json.loads((run_dir / FUZZ_SUMMARY).read_text(encoding="utf-8"))["summary_lines"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
     json_path, md_path = run_dir / REPORT_JSON, run_dir / REPORT_MD
     atomic_write_text(json_path, json.dumps(report, indent=2, sort_keys=True, allow_nan=False) + "\n")
     atomic_write_text(md_path, render_markdown(report))

@@ -25,6 +25,14 @@ nothing, the next session turns it into a crash entry), and the run report is wr
 the end. Progress goes to stderr (a live line on a terminal, a line every 10 s otherwise); the
 summary to stdout.
 
+Throughput and coverage: the summary gives examples per second, overall (examples / wall time,
+shrinking and Hypothesis included) and per property (its examples / the seconds spent judging
+them), and the strategy features the campaign exercised, per family (row-length classes, index
+patterns, writers, precondition violations, distributions, heads, ...: conformance.coverage),
+as drawn / drawable by the properties' strategies at full size, with the classes never drawn.
+Every judged example counts, failing ones and shrink candidates included. The same numbers go
+to `fuzz-summary.json` in the run folder (FUZZ_SUMMARY; schema in `summary_json`).
+
 Exit codes: 0 nothing found, 1 failures found (and saved), 2 usage error (unknown kernel,
 device or property; bad budget) or a campaign Hypothesis could not run (every draw rejected by
 the kernel, ...), 130 interrupted (the summary and report are still written).
@@ -33,6 +41,7 @@ the kernel, ...), 130 interrupted (the summary and report are still written).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -42,7 +51,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from conformance.cli.args import positive_float, positive_int
+from conformance.coverage import Coverage, reachable_union, recipes_space, violating_space
 from conformance.crashes import mark_session_finish, mark_session_start, recover_leftovers
+from conformance.report import FUZZ_SUMMARY  # the machine-readable summary in the run folder
 from conformance.state import CALL_TIMEOUT_ENV, RUN_ID_ENV, call_timeout_s, current_run_dir, pending_dir
 from conformance.watchdog import KernelHung
 
@@ -50,6 +61,7 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 PROPERTIES = ("differential", "long_rows", "preconditions")
 HYPOTHESIS_PROFILES = ("ci", "dev", "nightly")
 OUTPUT_MODES = ("out/exact-steps", "out/float64", "lse/exact-steps", "lse/float64")
+SUMMARY_SCHEMA = 1
 
 
 def register(subparsers: Any) -> None:
@@ -151,6 +163,8 @@ class Campaign:
 
     started: float = field(default_factory=time.monotonic)
     examples: Counter = field(default_factory=Counter)
+    seconds: Counter = field(default_factory=Counter)  # per property: seconds spent judging its examples
+    coverage: Coverage | None = None  # strategy features of the judged examples (campaign() sets it)
     outcomes: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     max_ratio: dict[str, float] = field(default_factory=lambda: dict.fromkeys(OUTPUT_MODES, 0.0))
     failures: dict[frozenset[str], Failure] = field(default_factory=dict)  # by failure signature
@@ -160,15 +174,24 @@ class Campaign:
     stopped: str = ""
     known_failures: int = 0
 
+    def rate(self, prop: str | None = None) -> float:
+        """Examples per second: overall (prop None: all examples / wall time so far) or of one
+        property (its examples / the seconds spent judging them); 0 before any."""
+        if prop is None:
+            elapsed = time.monotonic() - self.started
+            return sum(self.examples.values()) / elapsed if elapsed > 0 else 0.0
+        return self.examples[prop] / self.seconds[prop] if self.seconds[prop] > 0 else 0.0
+
     def status(self, budget: float) -> str:
         elapsed = time.monotonic() - self.started
         total = sum(self.examples.values())
         fails = sum(c["fail"] for c in self.outcomes.values())
         ratios = " ".join(f"{k} {v:.3g}" for k, v in self.max_ratio.items() if k.endswith("exact-steps"))
         state = " shrinking" if self.shrinking else ""
+        features = f"  features {self.coverage.headline()}" if self.coverage is not None else ""
         return (
-            f"fuzz {elapsed:6.1f}/{budget:.0f} s  chunk {self.chunks}  examples {total}  failing {fails}  "
-            f"distinct failures {len(self.failures)}  max err/bound {ratios}{state}"
+            f"fuzz {elapsed:6.1f}/{budget:.0f} s  chunk {self.chunks}  examples {total} ({self.rate():.2f}/s)  failing {fails}  "
+            f"distinct failures {len(self.failures)}  max err/bound {ratios}{features}{state}"
         )
 
 
@@ -176,12 +199,12 @@ HUNG_GRACE_S = 5.0  # seconds a call may run past the budget before it counts as
 RAMP_KEYS = 1024  # total keys of the first chunk's problems; x4 per chunk up to the suite's sizes
 
 
-def _fuzz_strategies(suite: Any, properties: list[str], chunk: int = 99) -> dict[str, Any]:
-    """The properties' recipe strategies, sized for chunk number `chunk` (size ramp: the first
-    chunk draws problems of at most RAMP_KEYS keys, each next one 4x more, up to the suite's
-    own limits; small problems first give quick feedback and quick shrinks)."""
+def _fuzz_parameters(suite: Any, properties: list[str], chunk: int = 99) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Per property, its strategy (strategies.hypothesis_recipes: "recipes" or "violating_recipes")
+    and the arguments, sized for chunk number `chunk` (size ramp: the first chunk draws problems
+    of at most RAMP_KEYS keys, each next one 4x more, up to the suite's own limits; small
+    problems first give quick feedback and quick shrinks)."""
     from conformance.checks import backend_limits, size_limits
-    from strategies.hypothesis_recipes import recipes, violating_recipes
 
     limits = backend_limits(suite)
     cap = RAMP_KEYS * 4 ** min(chunk, 10)
@@ -189,13 +212,33 @@ def _fuzz_strategies(suite: Any, properties: list[str], chunk: int = 99) -> dict
     general = {"max_n_q": min(general["max_n_q"], max(8, cap // 64)), "max_total_keys": min(general["max_total_keys"], cap)}
     long_keys = min(8192 if suite.device.type == "cpu" else 1 << 15, cap)
     made = {
-        "differential": lambda: recipes(**general, **limits),
-        "long_rows": lambda: recipes(max_n_q=4, max_row=long_keys, max_total_keys=long_keys, **limits),
-        "preconditions": lambda: violating_recipes(
-            allow_out_of_range=suite.backend.bounded_index_reads, max_total_keys=min(4096, cap), heads=suite.backend.head_counts
+        "differential": ("recipes", {**general, **limits}),
+        "long_rows": ("recipes", {"max_n_q": 4, "max_row": long_keys, "max_total_keys": long_keys, **limits}),
+        "preconditions": (
+            "violating_recipes",
+            {
+                "allow_out_of_range": suite.backend.bounded_index_reads,
+                "max_total_keys": min(4096, cap),
+                "heads": suite.backend.head_counts,
+            },
         ),
     }
-    return {name: made[name]() for name in properties}
+    return {name: made[name] for name in properties}
+
+
+def _fuzz_strategies(suite: Any, properties: list[str], chunk: int = 99) -> dict[str, Any]:
+    """The properties' recipe strategies, sized for chunk number `chunk` (see _fuzz_parameters)."""
+    from strategies.hypothesis_recipes import recipes, violating_recipes
+
+    made = {"recipes": recipes, "violating_recipes": violating_recipes}
+    return {name: made[kind](**kwargs) for name, (kind, kwargs) in _fuzz_parameters(suite, properties, chunk).items()}
+
+
+def fuzz_reachable(suite: Any, properties: list[str]) -> dict[str, tuple[str, ...]]:
+    """Per coverage family, the classes the properties' strategies can draw at full size (the
+    ramp's later chunks): the denominators of the campaign's coverage."""
+    made = {"recipes": recipes_space, "violating_recipes": violating_space}
+    return reachable_union(made[kind](**kwargs) for kind, kwargs in _fuzz_parameters(suite, properties).values())
 
 
 def campaign(
@@ -240,6 +283,9 @@ def campaign(
     )
     chunk_failures: dict[frozenset[str], Failure] = {}
     stop_at = [deadline]
+    if state.coverage is None:
+        state.coverage = Coverage(fuzz_reachable(suite, properties))
+    coverage = state.coverage
 
     def body(data: Any) -> None:
         prop = data.draw(st.sampled_from(properties), label="property")
@@ -250,6 +296,7 @@ def campaign(
         # no call may outlive the budget: the per-call limit shrinks to what is left (+ grace)
         left = max(HUNG_GRACE_S, stop_at[0] - time.monotonic() + HUNG_GRACE_S)
         os.environ[CALL_TIMEOUT_ENV] = repr(min(configured_timeout or left, left))
+        judged_before, started = state.examples[prop], time.monotonic()
         try:
             if prop == "preconditions":
                 violation_run(suite, recipe, name)
@@ -287,6 +334,9 @@ def campaign(
             chunk_failures[key] = Failure(prop, recipe, message, key, previous.found_at if previous else now)
             raise
         finally:
+            if state.examples[prop] > judged_before:  # an example (passing or failing), not a rejection
+                state.seconds[prop] += time.monotonic() - started
+                coverage.add(recipe)
             progress.show(state.status(budget_s))
 
     chunk = 0
@@ -379,7 +429,9 @@ def _hash(recipe: Any) -> str:
     return recipe_hash(recipe)
 
 
-def format_summary(state: Campaign, suite: Any, *, budget_s: float, hypothesis_profile: str, report_path: Path | None) -> str:
+def format_summary(
+    state: Campaign, suite: Any, *, budget_s: float, hypothesis_profile: str, report_path: Path | None, summary_path: Path | None = None
+) -> str:
     """The end-of-campaign summary (stdout)."""
     elapsed = time.monotonic() - state.started
     seeds = f"{state.seeds[:8]}{' ...' if len(state.seeds) > 8 else ''}"
@@ -389,10 +441,14 @@ def format_summary(state: Campaign, suite: Any, *, budget_s: float, hypothesis_p
             f"{elapsed:.1f} s (budget {budget_s:g} s), {state.chunks} chunk(s), seeds {seeds}"
         )
     ]
-    lines.append(f"  {'property':<14} {'examples':>8} {'pass':>6} {'fail':>6} {'observed':>9}")
+    lines.append(f"  {'property':<14} {'examples':>8} {'pass':>6} {'fail':>6} {'observed':>9} {'judging s':>10} {'examples/s':>11}")
     for prop in sorted(set(state.examples) | set(state.outcomes)):
         o = state.outcomes[prop]
-        lines.append(f"  {prop:<14} {state.examples[prop]:>8} {o['pass']:>6} {o['fail']:>6} {o['observed']:>9}")
+        lines.append(
+            f"  {prop:<14} {state.examples[prop]:>8} {o['pass']:>6} {o['fail']:>6} {o['observed']:>9} "
+            f"{state.seconds[prop]:>10.1f} {state.rate(prop):>11.2f}"
+        )
+    lines += [f"  {line}" for line in _rate_and_coverage_lines(state)]
     lines.append("  largest err/bound of passing examples: " + ", ".join(f"{k} {v:.3g}" for k, v in state.max_ratio.items()))
     if state.known_failures:
         lines.append(f"  {state.known_failures} further example(s) failed the same way as a failure already saved (not shrunk again)")
@@ -416,7 +472,63 @@ def format_summary(state: Campaign, suite: Any, *, budget_s: float, hypothesis_p
         lines.append("  no failures found")
     if report_path is not None:
         lines.append(f"  run report: {report_path}")
+    if summary_path is not None:
+        lines.append(f"  summary (JSON): {summary_path}")
     return "\n".join(lines)
+
+
+def _rate_and_coverage_lines(state: Campaign) -> list[str]:
+    """The summary's examples/s line and coverage lines (also in FUZZ_SUMMARY and the run report)."""
+    elapsed = time.monotonic() - state.started
+    per_property = ", ".join(f"{prop} {state.rate(prop):.2f}" for prop in sorted(state.examples))
+    lines = [
+        f"examples/s: {state.rate():.2f} overall ({sum(state.examples.values())} examples in {elapsed:.1f} s of wall time, "
+        f"shrinking included); per property (examples / seconds judging them): {per_property or '-'}"
+    ]
+    return lines + (state.coverage.summary_lines() if state.coverage is not None else [])
+
+
+def summary_json(
+    state: Campaign, suite: Any, *, budget_s: float, hypothesis_profile: str, properties: list[str], exit_code: int
+) -> dict[str, Any]:
+    """The machine-readable summary (FUZZ_SUMMARY). Keys: schema, kernel, numerics_profile,
+    device, hypothesis_profile, properties, budget_s, seconds (wall time), chunks, seeds,
+    examples, examples_per_s (overall), per_property {prop: examples, pass, fail, observed,
+    seconds (judging), examples_per_s}, failures (distinct), known_failures, stopped,
+    exit_code, features {family: title, hit, reachable, counts per reachable class, never_hit,
+    not_drawable, outside} (conformance.coverage.Coverage.to_json), summary_lines (the
+    examples/s and coverage lines of the text summary, which the run report shows)."""
+    elapsed = time.monotonic() - state.started
+    coverage = state.coverage
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "kernel": suite.name,
+        "numerics_profile": suite.profile.name,
+        "device": str(suite.device),
+        "hypothesis_profile": hypothesis_profile,
+        "properties": list(properties),
+        "budget_s": budget_s,
+        "seconds": round(elapsed, 3),
+        "chunks": state.chunks,
+        "seeds": list(state.seeds),
+        "examples": sum(state.examples.values()),
+        "examples_per_s": round(state.rate(), 4),
+        "per_property": {
+            prop: {
+                "examples": state.examples[prop],
+                **{k: state.outcomes[prop][k] for k in ("pass", "fail", "observed")},
+                "seconds": round(state.seconds[prop], 3),
+                "examples_per_s": round(state.rate(prop), 4),
+            }
+            for prop in properties
+        },
+        "failures": len(state.failures),
+        "known_failures": state.known_failures,
+        "stopped": state.stopped,
+        "exit_code": exit_code,
+        "features": coverage.to_json() if coverage is not None else {},
+        "summary_lines": _rate_and_coverage_lines(state),
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -474,6 +586,24 @@ def run(args: argparse.Namespace) -> int:
             interrupted = True
         progress.done()
         mark_session_finish(run_dir, exitstatus=_exit_code(state, interrupted))
+        summary_path: Path | None = run_dir / FUZZ_SUMMARY
+        try:
+            from conformance.wal import atomic_write_text
+
+            if state.coverage is None:  # interrupted before the first chunk: nothing counted, still the denominators
+                state.coverage = Coverage(fuzz_reachable(suite, properties))
+            data = summary_json(
+                state,
+                suite,
+                budget_s=budget_s,
+                hypothesis_profile=args.hypothesis_profile,
+                properties=properties,
+                exit_code=_exit_code(state, interrupted),
+            )
+            atomic_write_text(summary_path, json.dumps(data, indent=2, allow_nan=False) + "\n")
+        except Exception as err:  # noqa: BLE001 - the summary must still be printed
+            summary_path = None
+            print(f"fuzz: {FUZZ_SUMMARY} not written: {type(err).__name__}: {err}", file=sys.stderr)
         report_path = None
         try:
             from conformance.report import write_report
@@ -483,7 +613,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"fuzz: run report not written: {type(err).__name__}: {err}", file=sys.stderr)
         if interrupted:
             print("fuzz: interrupted", file=sys.stderr)
-        print(format_summary(state, suite, budget_s=budget_s, hypothesis_profile=args.hypothesis_profile, report_path=report_path))
+        print(
+            format_summary(
+                state,
+                suite,
+                budget_s=budget_s,
+                hypothesis_profile=args.hypothesis_profile,
+                report_path=report_path,
+                summary_path=summary_path,
+            )
+        )
     finally:
         if saved_run_id is None:
             os.environ.pop(RUN_ID_ENV, None)

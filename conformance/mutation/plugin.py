@@ -42,13 +42,15 @@ CHEAP_STAGES: tuple[tuple[str, str | None], ...] = (
 # second after the stages above, then total yield per second. The documented scale behaviour
 # is the only property killing qk_scale_mantissa (a mantissa kept where the gfx950 kernel drops
 # it shows only under a violated precondition) and kills 21 of the 22 mutants, so it comes
-# first although it is slow per example; then mutants killed / seconds for 25 ci examples of
+# first although it is slow per example; then the directed precision probes (25 small calls; with
+# the scale behaviour the only property killing p_fp16_toward_zero); then mutants killed / seconds for 25 ci examples of
 # the emulated kernel (one CPU thread): long rows 16 / 1.5 s, beyond 4 GiB 19 / 3.4 s (the only
 # property killing offset32), precondition runs 7 / 1.3 s, split and merge 15 / 3.3 s,
 # permuting keys 16 / 3.9 s, strides 2 / 0.8 s, differential 19 / 11 s, a row alone 1 / 0.9 s,
 # two runs 0 / 1.1 s. Properties not listed run after these, in collection order.
 PROPERTY_ORDER: tuple[tuple[str, str], ...] = (
     ("test_gfx950_agreement.py", "test_documented_scale_behaviour"),
+    ("test_precision_probes.py", "test_precision_probes"),
     ("test_differential.py", "test_differential_long_rows"),
     ("test_differential.py", "test_differential_beyond_4gib"),
     ("test_preconditions.py", "test_precondition_violations"),

@@ -1,0 +1,63 @@
+"""Property 4: directed precision probes (strategies.precision_probes), judged like everything
+else: the kernel's out and lse within its declared profile's a-priori bound of the float64
+reference, in both comparison modes, with identical NaN/inf positions.
+
+Random recipes hide a rounding step that is a little coarser than declared (P' = fp16(P scale_v)
+rounded toward zero, exp2 in f16, alpha in bf16, ...) under the other terms of the bound. A probe
+is a small problem on which those other terms are negligible by construction and one step sits
+where a rounding outside the profile leaves the bound; every correct kernel of the profile still
+passes (the bound is the same as the differential property's: no probe has a tolerance of its
+own). Hypothesis draws the probe, its seed, the head count and a size (keys per row, or rows);
+each example is one small call. A failure names the probe call that reproduces it
+(`strategies.precision_probes.PROBES[name].build(seed, heads, size)`); a probe is not a recipe,
+so no pending corpus entry is written for it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis import target as hypothesis_target
+
+from conformance.checks import require_support
+from conformance.harness import judge, record, run_kernel
+from conformance.target import SuiteTarget
+from strategies.precision_probes import PROBES, to_device
+
+PROPERTY = "precision_probes"
+
+
+def _heads(suite: SuiteTarget) -> st.SearchStrategy[int]:
+    counts = suite.backend.head_counts
+    return st.sampled_from(sorted(counts)) if counts else st.integers(1, suite.backend.max_heads)
+
+
+@given(data=st.data())
+def test_precision_probes(target: SuiteTarget, data: st.DataObject) -> None:
+    name = data.draw(st.sampled_from(tuple(PROBES)), label="probe")
+    probe = PROBES[name]
+    seed = data.draw(st.integers(0, 2**31 - 1), label="seed")
+    heads = data.draw(_heads(target), label="heads")
+    size = data.draw(st.sampled_from(probe.sizes), label="size")
+    call = f"{name}(seed={seed}, heads={heads}, size={size})"
+    problem = to_device(probe.build(seed, heads, size), target.device)
+    require_support(target, problem)
+    out, lse = run_kernel(problem, target.backend, property_name=PROPERTY, kernel_name=target.name)
+    judgement = judge(problem, out, lse, target.profile)
+    for mode, verdict in judgement.verdicts.items():
+        for label, value in ((f"out/{mode}", verdict.out_ratio), (f"lse/{mode}", verdict.lse_ratio)):
+            if math.isfinite(value):
+                hypothesis_target(value, label=label)
+        record(
+            PROPERTY,
+            target.name,
+            problem,
+            outcome="pass" if verdict.ok else "fail",
+            out_ratio=verdict.out_ratio,
+            lse_ratio=verdict.lse_ratio,
+            extra={"mode": mode, "probe": {"name": name, "seed": seed, "heads": heads, "size": size}},
+        )
+    failures = judgement.messages()
+    assert not failures, f"probe {call}: kernel output outside the a-priori bound:\n" + "\n".join(failures)

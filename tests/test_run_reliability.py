@@ -198,7 +198,7 @@ def test_fuzz_keeps_its_budget_against_a_hanging_kernel(tmp_path: Path) -> None:
         "--kernel",
         f"{MODULE}:hang_on_long_rows",
         "--seconds",
-        "6",
+        "20",  # the derandomized search reaches a long row within a few examples, even on a loaded machine
         "--hypothesis-profile",
         "ci",
         "--property",
@@ -207,7 +207,7 @@ def test_fuzz_keeps_its_budget_against_a_hanging_kernel(tmp_path: Path) -> None:
     proc = subprocess.run(command, cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=240, check=False)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output
-    assert time.monotonic() - started < 90, output  # 6 s of search, a call cut at the budget + 5 s, start-up
+    assert time.monotonic() - started < 90, output  # 20 s of search, a call cut at the budget + 5 s, start-up
     assert "the kernel call hung" in output, output
     entries = _entries(tmp_path)
     assert len(entries) == 1 and "hung" in entries[0]["provenance"]["caught"], output

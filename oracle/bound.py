@@ -36,7 +36,7 @@ from oracle import q_representation as qrep
 from oracle.accumulation import FORMAT_MAX, gamma
 from oracle.binary import pow2
 from oracle.profile_schema import NumericsProfile
-from oracle.rows import DEFAULT_KEY_BUDGET, KeyChunk, PreconditionError, iter_chunks, row_bounds
+from oracle.rows import DEFAULT_KEY_BUDGET, BoundChunk, PreconditionError, iter_bound_chunks, row_bounds
 
 Mode = Literal["float64", "exact-steps"]
 MODES: tuple[Mode, ...] = ("float64", "exact-steps")
@@ -100,7 +100,7 @@ def _check_scale(sigma: float, profile: NumericsProfile) -> None:
         )
 
 
-def _check_chunk_preconditions(chunk: KeyChunk, profile: NumericsProfile, scale_model: str) -> None:
+def _check_chunk_preconditions(chunk: BoundChunk, profile: NumericsProfile, scale_model: str) -> None:
     """Raise PreconditionError where the profile's bound is not promised for these keys."""
     valid = chunk.valid.unsqueeze(-1)
     scales = chunk.scales
@@ -127,6 +127,7 @@ class _ChunkStats:
 
     rows: torch.Tensor
     valid: torch.Tensor  # [R, 1, L]
+    all_valid: bool  # every slot holds a key: the masks below are skipped (masked_fill with an all-false mask is the identity)
     keys_t: torch.Tensor  # [R, 576, L]
     keys_abs_t: torch.Tensor  # [R, 576, L]
     values: torch.Tensor  # [R, L, 512]
@@ -142,13 +143,24 @@ class _ChunkStats:
     ref_qk_err: torch.Tensor  # [R, H, L] the float64 reference's own score error, |sigma| gamma_(m+1)(2^-53) sum_d |q_d| |K_d|
 
 
+#: |e4m3 code value| * 2^9 is an integer below 2^18 (multiples of the subnormal spacing 2^-9, at
+#: most 448): a sum over L keys in int32 is exact while L * 448 * 2^9 < 2^31
+_INT32_CODE_SUM_KEYS = (2**31 - 1) // (448 * 512)
+
+
+def _abs_code_table(device: torch.device) -> torch.Tensor:
+    """int32 [256]: |value| * 2^9 of each e4m3 code (0 for the NaN codes, which are preconditions)."""
+    return (e4m3_table(device, torch.float64).abs().nan_to_num(0.0) * 512.0).to(torch.int32)
+
+
 def _chunk_stats(
-    chunk: KeyChunk, lengths: torch.Tensor, profile: NumericsProfile, code_table: torch.Tensor, rep: qrep.QRepresentation, sigma: float
+    chunk: BoundChunk, lengths: torch.Tensor, profile: NumericsProfile, code_table: torch.Tensor, rep: qrep.QRepresentation, sigma: float
 ) -> _ChunkStats:
-    keys = torch.cat((chunk.k_latent, chunk.rope), dim=-1)
-    values = chunk.latent
+    """The chunk's mode-independent statistics. `code_table` is _abs_code_table; rep.terms is
+    expected as f32 (see evaluate_modes)."""
+    keys = chunk.keys
+    values = chunk.values
     values_abs = values.abs()
-    v_mask = chunk.valid.unsqueeze(-1)
     row_len = lengths[chunk.rows].to(torch.float64).view(-1, 1, 1)
     n_valid = chunk.valid.sum(dim=1).to(torch.float64).view(-1, 1, 1)
     n_tiles, tile_keys = _tile_counts(profile, n_valid, row_len)
@@ -157,22 +169,38 @@ def _chunk_stats(
     # m = the number of nonzero products of that (row, head, key)'s dot (zero terms add exactly)
     qk_mag = torch.bmm(rep.magnitude[chunk.rows], keys_abs_t)  # [R, H, L] sum_d |q_hat_d| |K_d|
     assert rep.terms is not None
-    nonzero = torch.bmm(rep.terms[chunk.rows], (keys != 0).to(torch.float64).transpose(1, 2))
+    # m is a sum of at most 576 terms in {0, 1, 2} x {0, 1}: an integer <= 1152, exact in f32 (and
+    # in TF32 inputs) in every summation order, so the f32 product gives the f64 product's bits
+    nonzero = torch.bmm(rep.terms[chunk.rows], (keys != 0).to(torch.float32).transpose(1, 2)).to(torch.float64)
     k_qk = profile.qk.roundings(nonzero, float(profile.qk_instructions)) + profile.qk.product_roundings * (nonzero > 0)
     qk_err = abs(sigma) * gamma(k_qk, profile.qk.u) * qk_mag
+    if chunk.all_valid:
+        v_range = (values.amax(dim=1) - values.amin(dim=1)).unsqueeze(1)
+    else:
+        v_mask = chunk.valid.unsqueeze(-1)
+        v_range = (
+            values.masked_fill(~v_mask, float("-inf")).amax(dim=1) - values.masked_fill(~v_mask, float("inf")).amin(dim=1)
+        ).unsqueeze(1)
+    abs_code_sum = None
+    if profile.p_format == "fp16_scaled":
+        # sum_i |code_i|: every partial sum is a multiple of 2^-9 below 2^53 2^-9, so the f64 sum
+        # is exact in any order; summing the integers |code| 2^9 gives the same value
+        width = chunk.valid.shape[1]
+        scaled = code_table.index_select(0, chunk.code_index).view(*values.shape)
+        total = scaled.sum(dim=1, dtype=torch.int32 if width <= _INT32_CODE_SUM_KEYS else torch.int64)
+        abs_code_sum = (total.to(torch.float64) * 2.0**-9).unsqueeze(1)
     stats = _ChunkStats(
         rows=chunk.rows,
         valid=chunk.valid.unsqueeze(1),
+        all_valid=chunk.all_valid,
         keys_t=keys.transpose(1, 2),
         keys_abs_t=keys_abs_t,
         values=values,
         values_abs=values_abs,
-        v_range=(values.masked_fill(~v_mask, float("-inf")).amax(dim=1) - values.masked_fill(~v_mask, float("inf")).amin(dim=1)).unsqueeze(
-            1
-        ),
+        v_range=v_range,
         abs_v_sum=values_abs.sum(dim=1).unsqueeze(1),
         abs_v_max=values_abs.amax(dim=1).unsqueeze(1),
-        abs_code_sum=code_table[chunk.codes.to(torch.int64)].sum(dim=1).unsqueeze(1) if profile.p_format == "fp16_scaled" else None,
+        abs_code_sum=abs_code_sum,
         n_valid=n_valid,
         n_tiles=n_tiles,
         tile_keys=tile_keys,
@@ -279,18 +307,19 @@ def _chunk_bound(
 
     All bound arithmetic is finite for finite inputs: probabilities enter in the log domain, and
     every exponential that could overflow is replaced by +inf only where a min() discards it."""
-    rows, valid = stats.rows, stats.valid
+    rows, valid, all_valid = stats.rows, stats.valid, stats.all_valid
     z = torch.bmm(q_ref[rows], stats.keys_t) * sigma
-    z = z.masked_fill(~valid, float("-inf"))
+    if not all_valid:
+        z = z.masked_fill(~valid, float("-inf"))
     score_err = stats.qk_err
     if q_rep_err is not None:
         score_err = score_err + torch.bmm(q_rep_err[rows], stats.keys_abs_t) * abs(sigma)
-    z_fin = z.masked_fill(~valid, 0.0)
+    z_fin = z if all_valid else z.masked_fill(~valid, 0.0)
     z_abs_max = z_fin.abs().amax(dim=-1, keepdim=True)
     if float(z_abs_max.max()) > profile.score_limit:
         raise PreconditionError(f"|softmax_scale * q . K| exceeds the profile's limit {profile.score_limit:g}")
     z_max = z.amax(dim=-1, keepdim=True)
-    z_min = z.masked_fill(~valid, float("inf")).amin(dim=-1, keepdim=True)
+    z_min = (z if all_valid else z.masked_fill(~valid, float("inf"))).amin(dim=-1, keepdim=True)
 
     # Softmax-stage log-weight errors (natural units), per key (TOLERANCES.md section 2).
     n_valid, n_tiles = stats.n_valid, stats.n_tiles
@@ -310,7 +339,9 @@ def _chunk_bound(
     # The reference is itself computed in float64 (oracle.reference: bmm, exp(z - z_max), sum,
     # divide, bmm): its own error enters like a kernel's (TOLERANCES.md section 6, "the reference").
     ref_err = stats.ref_qk_err + U64 * (2 * z_fin.abs() + (z_max - z_fin)) + 4 * U64
-    key_err = ((score_err + soft_err + ref_err) * (1 + 2.0**-16)).masked_fill(~valid, 0.0)
+    key_err = (score_err + soft_err + ref_err) * (1 + 2.0**-16)
+    if not all_valid:
+        key_err = key_err.masked_fill(~valid, 0.0)
     e_max = key_err.amax(dim=-1)  # [R, H]
 
     peak = z_max
@@ -434,15 +465,15 @@ def evaluate_modes(
             torch.zeros(n_q, heads, dtype=torch.float64, device=device),
         )
     _, lengths = row_bounds(indptr)
-    code_table = e4m3_table(device, torch.float64).abs()
+    code_table = _abs_code_table(device)
+    assert rep.terms is not None
+    stats_rep = qrep.QRepresentation(q_hat=rep.q_hat, magnitude=rep.magnitude, e8m0=rep.e8m0, terms=rep.terms.to(torch.float32))
 
-    for chunk in iter_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, scale_model=scale_model):
-        has_key = chunk.valid.any(dim=1)
-        if not bool(has_key.any()):
-            continue
-        chunk = KeyChunk(*(getattr(chunk, f)[has_key] for f in KeyChunk.__dataclass_fields__))
+    # Each chunk's records are gathered and decoded once (oracle.rows.BoundChunk); its statistics
+    # are shared by every mode.
+    for chunk in iter_bound_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, scale_model=scale_model):
         _check_chunk_preconditions(chunk, profile, scale_model)
-        stats = _chunk_stats(chunk, lengths, profile, code_table, rep, sigma)
+        stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma)
         for mode, (q_ref, q_rep_err) in per_mode.items():
             for target, value in zip(results[mode], _chunk_bound(stats, q_ref, q_rep_err, sigma, profile), strict=True):
                 target[chunk.rows] = value

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernel.fp8 import decode_e4m3, pow2
-from kernel.record import RECORD_BYTES, decode_records
+from kernel.fp8 import decode_e4m3, e4m3_table, pow2
+from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, decode_records
 
 DEFAULT_KEY_BUDGET = 1 << 15  # key slots (rows x padded length) per chunk
 # The reference's own chunk size per device type (key slots): a GPU holds 2^21 slots of f64 keys
@@ -161,6 +161,125 @@ def gather_chunk(
         codes=torch.where(mask, decoded.codes, torch.zeros((), dtype=torch.uint8, device=rows.device)),
         scales=torch.where(mask, decoded.scales, torch.zeros((), dtype=torch.float32, device=rows.device)),
     )
+
+
+@dataclass(frozen=True)
+class BoundChunk:
+    """One chunk of rows with their keys and values gathered as the error bound needs them
+    (oracle.bound.evaluate_modes): each record gathered and decoded once, into the tensors that
+    both comparison modes and the bound's statistics share.
+
+    rows:      int64 [R]            query rows of this chunk that have at least one valid key
+    valid:     bool [R, L]          slot holds a key (L: the longest row of the planned chunk,
+                                    rows without a valid key included, as in gather_chunk)
+    all_valid: bool                 every slot of every row holds a key (known on the host)
+    keys:      f64 [R, L, 576]      [latent as QK sees it (512), rope (64)], contiguous, +0 at
+                                    masked slots (gather_chunk's cat(k_latent, rope))
+    values:    f64 [R, L, 512]      latent as V, contiguous, +0 at masked slots (gather_chunk's
+                                    latent; under "stored" the values of keys[..., :512])
+    codes:     uint8 [R, L, 512]    raw e4m3 codes (a view of the gathered records), 0 at masked slots
+    code_index: int32 [R * L * 512] the codes as table indices (flat, contiguous)
+    scales:    f32 [R, L, 4]        stored scales, 0 at masked slots
+
+    Every value equals gather_chunk's for the same rows (code * scale is exact in f64, so
+    decoding the gathered record of a masked slot after zeroing it gives the same +0 as masking
+    the decoded value), restricted to the rows that have a key.
+    """
+
+    rows: torch.Tensor
+    valid: torch.Tensor
+    all_valid: bool
+    keys: torch.Tensor
+    values: torch.Tensor
+    codes: torch.Tensor
+    code_index: torch.Tensor
+    scales: torch.Tensor
+
+
+def gather_bound_chunk(
+    rows: torch.Tensor,
+    start: torch.Tensor,
+    length: torch.Tensor,
+    indices: torch.Tensor,
+    kv_cache: torch.Tensor,
+    *,
+    has_invalid: bool,
+    scale_model: str = "stored",
+) -> BoundChunk | None:
+    """Gather and decode the keys of `rows` for the error bound (see BoundChunk); None when no
+    row of the chunk has a valid key. Scale models as in gather_chunk.
+
+    One host synchronisation (the counts of rows with a key and of valid slots) besides the
+    chunk width; rows without a valid key are dropped before the records are gathered, and the
+    gathered records of masked slots are zeroed in place (bytes of whatever row they would have
+    read, NaN codes included, never reach a value)."""
+    if scale_model not in SCALE_MODELS:
+        raise ValueError(f"unknown scale model {scale_model!r}; expected one of {SCALE_MODELS}")
+    row_len = length[rows]
+    width = int(row_len.max())
+    offsets = torch.arange(width, device=rows.device, dtype=torch.int64)
+    in_row = offsets.unsqueeze(0) < row_len.unsqueeze(1)
+    positions = torch.where(in_row, start[rows].unsqueeze(1) + offsets.unsqueeze(0), 0)
+    entries = indices.to(torch.int64)[positions]
+    valid = in_row & (entries >= 0) if has_invalid else in_row
+    has_key = valid.any(dim=1)
+    n_key_rows, n_valid = torch.stack((has_key.sum(), valid.sum())).tolist()
+    if n_key_rows == 0:
+        return None
+    if n_key_rows < rows.numel():
+        rows, valid, entries = rows[has_key], valid[has_key], entries[has_key]
+    all_valid = n_valid == n_key_rows * width
+    flat = kv_cache.reshape(-1, RECORD_BYTES)
+    records = flat[torch.where(valid, entries, 0)]
+    if not all_valid:
+        records.masked_fill_(~valid.unsqueeze(-1), 0)
+    n_rows = rows.numel()
+    codes = records[..., :SCALE_OFFSET]
+    code_index = codes.reshape(-1).to(torch.int32)
+    scales = records[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)  # [R, L, 4]
+    # code * scale is exact in f64 (4 x 24 significant bits, no underflow): multiplying the table
+    # value in place gives the bits of decode_records' latent
+    code_values = e4m3_table(rows.device, torch.float64).index_select(0, code_index).view(n_rows, width, 4, 128)
+    if scale_model == "stored":
+        values = code_values.mul_(scales.to(torch.float64).unsqueeze(-1)).view(n_rows, width, LATENT_DIM)
+        k_latent = values
+    else:
+        bits = scales.view(torch.int32)
+        exponent = (bits.to(torch.int64) >> 23) & 0xFF
+        k_latent = (code_values * pow2(exponent - 127).unsqueeze(-1)).view(n_rows, width, LATENT_DIM)
+        v_scale = bits.clamp(1, _SCALE_CAP_BITS).view(torch.float32).to(torch.float64)
+        values = code_values.mul_(v_scale.unsqueeze(-1)).view(n_rows, width, LATENT_DIM)
+    rope = records[..., ROPE_OFFSET:].contiguous().view(torch.bfloat16).to(torch.float64)
+    return BoundChunk(
+        rows=rows,
+        valid=valid,
+        all_valid=all_valid,
+        keys=torch.cat((k_latent, rope), dim=-1),
+        values=values,
+        codes=codes,
+        code_index=code_index,
+        scales=scales,
+    )
+
+
+def iter_bound_chunks(
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    kv_cache: torch.Tensor,
+    *,
+    has_invalid: bool,
+    key_budget: int = DEFAULT_KEY_BUDGET,
+    scale_model: str = "stored",
+) -> Iterator[BoundChunk]:
+    """The chunks of iter_chunks (same plan) that have a valid key, as BoundChunks (after
+    checking the stream's preconditions)."""
+    kv_rows = kv_cache.numel() // RECORD_BYTES
+    check_stream(indices, indptr, kv_rows, has_invalid=has_invalid)
+    start, length = row_bounds(indptr)
+    for rows in chunk_plan(length, key_budget):
+        chunk = gather_bound_chunk(rows, start, length, indices, kv_cache, has_invalid=has_invalid, scale_model=scale_model)
+        if chunk is not None:
+            yield chunk
 
 
 @dataclass(frozen=True)

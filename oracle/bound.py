@@ -230,7 +230,11 @@ def round_bf16(y: torch.Tensor) -> torch.Tensor:
     """One round-to-nearest-even of f64 values to bf16 (8 significant bits, subnormal spacing
     2^-133), returned as f64. Exact: torch's own f64 -> bf16 cast rounds twice (through f32)."""
     _, exponent = torch.frexp(y)
-    spacing = pow2(exponent.clamp_min(-125) - 8)
+    # spacing 2^(max(e, -125) - 8): the exponent is clamped to [-125, 1031] (a no-op for finite y,
+    # whose frexp exponent is at most 1024; a non-finite y gets an unspecified exponent, and
+    # pow2 clamps its argument at 1023 as this upper clamp does), so the power of two is always
+    # normal and its bits can be built directly: the value of pow2(exponent.clamp_min(-125) - 8)
+    spacing = ((exponent.clamp(-125, 1031).to(torch.int64) + (1023 - 8)) << 52).view(torch.float64)
     return torch.round(y / spacing) * spacing
 
 
@@ -253,8 +257,12 @@ def output_interval_bound(ref: torch.Tensor, d_pre: torch.Tensor, casts: tuple[s
         else:
             lows.append(round_bf16(round_f32(lo)))
             highs.append(round_bf16(round_f32(hi)))
-    low = torch.stack(lows).amin(dim=0)
-    high = torch.stack(highs).amax(dim=0)
+    # For finite ends the roundings are finite or infinite, never NaN, and a zero keeps the sign
+    # of the end in every cast, so the pairwise minimum (maximum) is the stacked amin (amax) bit
+    # for bit; where d_pre is not finite the bound is replaced by inf below.
+    low, high = lows[0], highs[0]
+    for other_low, other_high in zip(lows[1:], highs[1:], strict=True):
+        low, high = torch.minimum(low, other_low), torch.maximum(high, other_high)
     bound = torch.maximum(ref - low, high - ref)
     return torch.where(torch.isfinite(d_pre), bound, torch.full_like(bound, float("inf")))
 
@@ -350,6 +358,7 @@ def _chunk_bound(
     probs = torch.exp(log_p)
     row_lse = (peak + log_total).squeeze(-1)
     ref_out = torch.bmm(probs, stats.values)
+    ref_abs = ref_out.abs()
     p_abs_v = torch.bmm(probs, stats.values_abs)
     # Reweighting by factors within e^(+-E_i): |o' - o| <= e^Emax sum_i p_i (e^E_i - 1) |v_i - o|,
     # with p_i (e^E_i - 1) formed in the log domain (never 0 * inf).
@@ -376,14 +385,13 @@ def _chunk_bound(
         w4 = (key_window / 4).unsqueeze(-1)
         extra = (key_window - window_plain).unsqueeze(-1) / 2  # extra per-key error (P rounding in l)
         first_order = _exp_or_inf(e_max.unsqueeze(-1) + extra) * (
-            tilt_abs_v + tilt_mass.unsqueeze(-1) * ref_out.abs() + torch.expm1(extra) * (p_abs_v + ref_out.abs())
+            tilt_abs_v + tilt_mass.unsqueeze(-1) * ref_abs + torch.expm1(extra) * (p_abs_v + ref_abs)
         )
-        first_order = torch.where(torch.isnan(first_order), torch.full_like(first_order, float("inf")), first_order)
+        first_order = first_order.masked_fill_(torch.isnan(first_order), float("inf"))
         d_soft = torch.minimum(torch.tanh(w4) * v_range, first_order)
         # sum_i p'_i |v_id| over the kernel's weights p' <= p e^w, and never above max_i |v_id|
         weighted = torch.minimum(_exp_or_inf(key_window.unsqueeze(-1)) * p_abs_v, abs_v_max)
         weighted = torch.where(torch.isnan(weighted), abs_v_max.expand_as(weighted), weighted)
-        d_p = torch.zeros_like(p_abs_v)
         if profile.p_format == "fp16_scaled":
             assert stats.abs_code_sum is not None
             # P * scale_v is itself rounded to f32 when scale_v is not a power of two.
@@ -393,6 +401,8 @@ def _chunk_bound(
             d_p = floor if p_in_l else p_u * weighted + floor
         elif profile.p_format in ("f32", "f64"):
             d_p = p_u * weighted + profile.p_floor * abs_v_sum
+        else:
+            d_p = torch.zeros_like(p_abs_v)
         magnitude = weighted * (1 + p_u) + d_p
         d_acc = (gamma_o + 1.01 * gamma_l + 2 * u + gamma_ref) * magnitude + exp_floor_out * abs_v_max
         d_pre = d_soft + d_p + d_acc

@@ -297,6 +297,20 @@ class KeyBlock:
     keys: torch.Tensor
 
 
+_E4M3_F32_TABLES: dict[torch.device, torch.Tensor] = {}
+
+
+def _e4m3_f32_table(device: torch.device) -> torch.Tensor:
+    """f64 [256]: each e4m3 code converted by torch's float8_e4m3fn -> f32 cast, widened to f64
+    (exact; NaN codes keep that cast's NaN bits). Cached per device."""
+    table = _E4M3_F32_TABLES.get(device)
+    if table is None:
+        codes = torch.arange(256, dtype=torch.int32, device=device).to(torch.uint8)
+        table = codes.view(torch.float8_e4m3fn).to(torch.float32).to(torch.float64)
+        _E4M3_F32_TABLES[device] = table
+    return table
+
+
 def gather_keys(
     rows: torch.Tensor,
     start: torch.Tensor,
@@ -310,8 +324,8 @@ def gather_keys(
 
     Same values as gather_chunk's k_latent / rope (code * scale and rope are exact in f64), with
     fewer passes over memory: masked slots gather an all-zero record (so whatever row 0 holds,
-    NaN codes included, never reaches them), codes go e4m3 -> f32 (exact) and are multiplied by
-    the f64 scale straight into the key tensor.
+    NaN codes included, never reaches them), codes are looked up as f64 values (e4m3 -> f32 ->
+    f64, exact) and multiplied by the f64 scale straight into the key tensor.
     """
     row_len = length[rows]
     width = int(row_len.max())
@@ -325,9 +339,11 @@ def gather_keys(
     records.masked_fill_(~valid.unsqueeze(-1), 0)
     n_rows = rows.numel()
     keys = torch.empty(n_rows, width, 576, dtype=torch.float64, device=rows.device)
-    codes = records[..., :512].view(torch.float8_e4m3fn).to(torch.float32).view(n_rows, width, 4, 128)
+    # the codes' f64 values by a gather from a 256-entry table built by the same conversion
+    # (e4m3 -> f32 -> f64: the operand the f32 x f64 product used to promote to, NaN bits included)
+    codes = _e4m3_f32_table(rows.device).index_select(0, records[..., :512].reshape(-1).to(torch.int32))
     scales = records[..., 512:528].view(torch.float32).to(torch.float64).unsqueeze(-1)
-    torch.mul(codes, scales, out=keys[..., :512].view(n_rows, width, 4, 128))
+    torch.mul(codes.view(n_rows, width, 4, 128), scales, out=keys[..., :512].view(n_rows, width, 4, 128))
     keys[..., 512:] = records[..., 528:].view(torch.bfloat16)
     return KeyBlock(rows=rows, valid=valid, keys=keys)
 

@@ -175,8 +175,12 @@ def _e8m0_factor(byte: torch.Tensor) -> torch.Tensor:
 
 
 def decode_codes(codes: torch.Tensor) -> torch.Tensor:
-    """f64 values of e4m3 codes (exact; NaN for NaN codes), same shape."""
-    return e4m3_table(codes.device, torch.float64)[codes.to(torch.int64)]
+    """f64 values of e4m3 codes (exact; NaN for NaN codes), same shape (contiguous).
+
+    A gather from the value table through 32-bit indices (index_select: the same entries as
+    table[codes.long()], without the int64 index tensor)."""
+    table = e4m3_table(codes.device, torch.float64)
+    return table.index_select(0, codes.reshape(-1).to(torch.int32)).view(codes.shape)
 
 
 def qk_scores(qq: QuantizedQ, rows: torch.Tensor, records: torch.Tensor) -> torch.Tensor:

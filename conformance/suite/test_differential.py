@@ -1,6 +1,6 @@
 """Property 1: the kernel's out and lse lie within its numerics profile's a-priori bound of the
 float64 reference (both comparison modes), with identical NaN/inf positions and no all-zero
-output where the reference is not zero. `target()` steers the search toward large error/bound."""
+output where the bound does not admit zero. `target()` steers the search toward large error/bound."""
 
 from __future__ import annotations
 

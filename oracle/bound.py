@@ -128,7 +128,7 @@ class _ChunkStats:
     rows: torch.Tensor
     valid: torch.Tensor  # [R, 1, L]
     all_valid: bool  # every slot holds a key: the masks below are skipped (masked_fill with an all-false mask is the identity)
-    keys_t: torch.Tensor  # [R, 576, L]
+    scores: tuple[torch.Tensor, ...]  # [R, H, L] sigma q_ref . K of each q_ref given (unmasked)
     keys_abs_t: torch.Tensor  # [R, 576, L]
     values: torch.Tensor  # [R, L, 512]
     values_abs: torch.Tensor
@@ -154,24 +154,36 @@ def _abs_code_table(device: torch.device) -> torch.Tensor:
 
 
 def _chunk_stats(
-    chunk: BoundChunk, lengths: torch.Tensor, profile: NumericsProfile, code_table: torch.Tensor, rep: qrep.QRepresentation, sigma: float
+    chunk: BoundChunk,
+    lengths: torch.Tensor,
+    profile: NumericsProfile,
+    code_table: torch.Tensor,
+    rep: qrep.QRepresentation,
+    sigma: float,
+    q_refs: tuple[torch.Tensor, ...],
 ) -> _ChunkStats:
-    """The chunk's mode-independent statistics. `code_table` is _abs_code_table; rep.terms is
-    expected as f32 (see evaluate_modes)."""
+    """The chunk's mode-independent statistics, and the scores of each query in `q_refs` (one per
+    mode). `code_table` is _abs_code_table; rep.terms is expected as f32 (see evaluate_modes).
+
+    Consumes chunk.keys: once the scores are formed it is overwritten with |K| in place (the
+    same values and layout as keys.abs(), without another [R, L, 576] tensor)."""
     keys = chunk.keys
     values = chunk.values
     values_abs = values.abs()
     row_len = lengths[chunk.rows].to(torch.float64).view(-1, 1, 1)
     n_valid = chunk.valid.sum(dim=1).to(torch.float64).view(-1, 1, 1)
     n_tiles, tile_keys = _tile_counts(profile, n_valid, row_len)
-    keys_abs_t = keys.abs().transpose(1, 2)
+    keys_t = keys.transpose(1, 2)
+    scores = tuple(torch.bmm(q_ref[chunk.rows], keys_t) * sigma for q_ref in q_refs)
+    nonzero_keys = (keys != 0).to(torch.float32).transpose(1, 2)
+    keys_abs_t = keys.abs_().transpose(1, 2)
     # QK accumulation (TOLERANCES.md section 1): k = qk.roundings(m, I) + product roundings per key,
     # m = the number of nonzero products of that (row, head, key)'s dot (zero terms add exactly)
     qk_mag = torch.bmm(rep.magnitude[chunk.rows], keys_abs_t)  # [R, H, L] sum_d |q_hat_d| |K_d|
     assert rep.terms is not None
     # m is a sum of at most 576 terms in {0, 1, 2} x {0, 1}: an integer <= 1152, exact in f32 (and
     # in TF32 inputs) in every summation order, so the f32 product gives the f64 product's bits
-    nonzero = torch.bmm(rep.terms[chunk.rows], (keys != 0).to(torch.float32).transpose(1, 2)).to(torch.float64)
+    nonzero = torch.bmm(rep.terms[chunk.rows], nonzero_keys).to(torch.float64)
     k_qk = profile.qk.roundings(nonzero, float(profile.qk_instructions)) + profile.qk.product_roundings * (nonzero > 0)
     qk_err = abs(sigma) * gamma(k_qk, profile.qk.u) * qk_mag
     if chunk.all_valid:
@@ -193,7 +205,7 @@ def _chunk_stats(
         rows=chunk.rows,
         valid=chunk.valid.unsqueeze(1),
         all_valid=chunk.all_valid,
-        keys_t=keys.transpose(1, 2),
+        scores=scores,
         keys_abs_t=keys_abs_t,
         values=values,
         values_abs=values_abs,
@@ -309,14 +321,15 @@ def _check_f32_range(stats: _ChunkStats, qk_mag: torch.Tensor, profile: Numerics
 
 
 def _chunk_bound(
-    stats: _ChunkStats, q_ref: torch.Tensor, q_rep_err: torch.Tensor | None, sigma: float, profile: NumericsProfile
+    stats: _ChunkStats, scores: torch.Tensor, q_rep_err: torch.Tensor | None, sigma: float, profile: NumericsProfile
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(out_ref, out_bound, lse_ref, lse_bound, window) of one chunk for one comparison mode.
+    """(out_ref, out_bound, lse_ref, lse_bound, window) of one chunk for one comparison mode,
+    `scores` being that mode's entry of stats.scores (sigma q_ref . K, not masked).
 
     All bound arithmetic is finite for finite inputs: probabilities enter in the log domain, and
     every exponential that could overflow is replaced by +inf only where a min() discards it."""
     rows, valid, all_valid = stats.rows, stats.valid, stats.all_valid
-    z = torch.bmm(q_ref[rows], stats.keys_t) * sigma
+    z = scores
     if not all_valid:
         z = z.masked_fill(~valid, float("-inf"))
     score_err = stats.qk_err
@@ -483,9 +496,9 @@ def evaluate_modes(
     # are shared by every mode.
     for chunk in iter_bound_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, scale_model=scale_model):
         _check_chunk_preconditions(chunk, profile, scale_model)
-        stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma)
-        for mode, (q_ref, q_rep_err) in per_mode.items():
-            for target, value in zip(results[mode], _chunk_bound(stats, q_ref, q_rep_err, sigma, profile), strict=True):
+        stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma, tuple(q_ref for q_ref, _ in per_mode.values()))
+        for (mode, (_, q_rep_err)), scores in zip(per_mode.items(), stats.scores, strict=True):
+            for target, value in zip(results[mode], _chunk_bound(stats, scores, q_rep_err, sigma, profile), strict=True):
                 target[chunk.rows] = value
     return {
         mode: Evaluation(out=r[0], out_bound=r[1], lse=r[2], lse_bound=r[3], window=r[4], mode=mode, profile=profile.name)

@@ -124,7 +124,7 @@ def test_integer_code_sum_is_the_f64_sum(monkeypatch: pytest.MonkeyPatch) -> Non
         for plan in rows.chunk_plan(length):
             chunk = rows.gather_bound_chunk(plan, start, length, p.indices, p.kv_cache, has_invalid=False)
             assert chunk is not None
-            stats = bound._chunk_stats(chunk, length, profile, table, rep32, p.softmax_scale)
+            stats = bound._chunk_stats(chunk, length, profile, table, rep32, p.softmax_scale, ())
             direct = e4m3_table("cpu", torch.float64).abs()[chunk.codes.to(torch.int64)].sum(dim=1).unsqueeze(1)
             assert stats.abs_code_sum is not None and same_bits(stats.abs_code_sum, direct)
 
@@ -186,16 +186,20 @@ def test_skipped_masks_are_the_identity(profile_name: str) -> None:
     (plan,) = rows.chunk_plan(length)
     chunk = rows.gather_bound_chunk(plan, start, length, p.indices, p.kv_cache, has_invalid=False)
     assert chunk is not None and chunk.all_valid
-    fast = bound._chunk_stats(chunk, length, profile, table, rep32, p.softmax_scale)
-    slow = bound._chunk_stats(dataclasses.replace(chunk, all_valid=False), length, profile, table, rep32, p.softmax_scale)
+    q_refs = (rep.q_hat, p.q.to(torch.float64))
+    fast = bound._chunk_stats(chunk, length, profile, table, rep32, p.softmax_scale, q_refs)
+    chunk = rows.gather_bound_chunk(plan, start, length, p.indices, p.kv_cache, has_invalid=False)  # keys were consumed
+    assert chunk is not None
+    slow = bound._chunk_stats(dataclasses.replace(chunk, all_valid=False), length, profile, table, rep32, p.softmax_scale, q_refs)
     for field in dataclasses.fields(fast):
         a, b = getattr(fast, field.name), getattr(slow, field.name)
-        if isinstance(a, torch.Tensor):
-            assert same_bits(a, b), field.name
-    for q_ref, err in ((rep.q_hat, None), (p.q.to(torch.float64), q_err)):
+        for x, y in zip(a, b, strict=True) if isinstance(a, tuple) else ((a, b),):
+            if isinstance(x, torch.Tensor):
+                assert same_bits(x, y), field.name
+    for index, err in ((0, None), (1, q_err)):
         for a, b in zip(
-            bound._chunk_bound(fast, q_ref, err, p.softmax_scale, profile),
-            bound._chunk_bound(slow, q_ref, err, p.softmax_scale, profile),
+            bound._chunk_bound(fast, fast.scores[index], err, p.softmax_scale, profile),
+            bound._chunk_bound(slow, slow.scores[index], err, p.softmax_scale, profile),
             strict=True,
         ):
             assert same_bits(a, b)

@@ -122,16 +122,40 @@ def _check_chunk_preconditions(chunk: BoundChunk, profile: NumericsProfile, scal
 
 
 @dataclass(frozen=True)
+class _ModeScores:
+    """One mode's scores and reference softmax over one chunk."""
+
+    z: torch.Tensor  # [R, H, L] sigma q_ref . K, -inf at masked slots
+    z_max: torch.Tensor  # [R, H, 1]
+    log_p: torch.Tensor  # [R, H, L] ln p_i, -inf at masked slots
+    probs: torch.Tensor  # [R, H, L]
+    row_lse: torch.Tensor  # [R, H]
+    ref_out: torch.Tensor  # [R, H, 512] the reference's out, sum_i p_i v_i
+
+
+def _mode_scores(q_ref: torch.Tensor, chunk: BoundChunk, keys_t: torch.Tensor, sigma: float) -> _ModeScores:
+    z = torch.bmm(q_ref[chunk.rows], keys_t) * sigma
+    if not chunk.all_valid:
+        z = z.masked_fill(~chunk.valid.unsqueeze(1), float("-inf"))
+    peak = z.amax(dim=-1, keepdim=True)
+    log_total = torch.log(torch.exp(z - peak).sum(dim=-1, keepdim=True))
+    log_p = z - peak - log_total
+    probs = torch.exp(log_p)
+    return _ModeScores(
+        z=z, z_max=peak, log_p=log_p, probs=probs, row_lse=(peak + log_total).squeeze(-1), ref_out=torch.bmm(probs, chunk.values)
+    )
+
+
+@dataclass(frozen=True)
 class _ChunkStats:
     """Mode-independent quantities of one chunk (keys, value statistics, counts, QK accumulation error)."""
 
     rows: torch.Tensor
     valid: torch.Tensor  # [R, 1, L]
     all_valid: bool  # every slot holds a key: the masks below are skipped (masked_fill with an all-false mask is the identity)
-    scores: tuple[torch.Tensor, ...]  # [R, H, L] sigma q_ref . K of each q_ref given (unmasked)
+    scores: tuple[_ModeScores, ...]  # the scores and reference softmax of each q_ref given
     keys_abs_t: torch.Tensor  # [R, 576, L]
-    values: torch.Tensor  # [R, L, 512]
-    values_abs: torch.Tensor
+    values_abs: torch.Tensor  # [R, L, 512]
     v_range: torch.Tensor  # [R, 1, 512]
     abs_v_sum: torch.Tensor
     abs_v_max: torch.Tensor
@@ -165,16 +189,16 @@ def _chunk_stats(
     """The chunk's mode-independent statistics, and the scores of each query in `q_refs` (one per
     mode). `code_table` is _abs_code_table; rep.terms is expected as f32 (see evaluate_modes).
 
-    Consumes chunk.keys: once the scores are formed it is overwritten with |K| in place (the
-    same values and layout as keys.abs(), without another [R, L, 576] tensor)."""
+    Consumes chunk.keys and chunk.values: once the scores and each mode's reference out are
+    formed they are overwritten with |K| and |V| in place (the same values and layouts as
+    keys.abs() and values.abs(), without two more [R, L, 576 or 512] tensors)."""
     keys = chunk.keys
     values = chunk.values
-    values_abs = values.abs()
     row_len = lengths[chunk.rows].to(torch.float64).view(-1, 1, 1)
     n_valid = chunk.valid.sum(dim=1).to(torch.float64).view(-1, 1, 1)
     n_tiles, tile_keys = _tile_counts(profile, n_valid, row_len)
     keys_t = keys.transpose(1, 2)
-    scores = tuple(torch.bmm(q_ref[chunk.rows], keys_t) * sigma for q_ref in q_refs)
+    scores = tuple(_mode_scores(q_ref, chunk, keys_t, sigma) for q_ref in q_refs)
     nonzero_keys = (keys != 0).to(torch.float32).transpose(1, 2)
     keys_abs_t = keys.abs_().transpose(1, 2)
     # QK accumulation (TOLERANCES.md section 1): k = qk.roundings(m, I) + product roundings per key,
@@ -193,6 +217,7 @@ def _chunk_stats(
         v_range = (
             values.masked_fill(~v_mask, float("-inf")).amax(dim=1) - values.masked_fill(~v_mask, float("inf")).amin(dim=1)
         ).unsqueeze(1)
+    values_abs = values.abs_()
     abs_code_sum = None
     if profile.p_format == "fp16_scaled":
         # sum_i |code_i|: every partial sum is a multiple of 2^-9 below 2^53 2^-9, so the f64 sum
@@ -207,7 +232,6 @@ def _chunk_stats(
         all_valid=chunk.all_valid,
         scores=scores,
         keys_abs_t=keys_abs_t,
-        values=values,
         values_abs=values_abs,
         v_range=v_range,
         abs_v_sum=values_abs.sum(dim=1).unsqueeze(1),
@@ -321,17 +345,15 @@ def _check_f32_range(stats: _ChunkStats, qk_mag: torch.Tensor, profile: Numerics
 
 
 def _chunk_bound(
-    stats: _ChunkStats, scores: torch.Tensor, q_rep_err: torch.Tensor | None, sigma: float, profile: NumericsProfile
+    stats: _ChunkStats, scores: _ModeScores, q_rep_err: torch.Tensor | None, sigma: float, profile: NumericsProfile
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(out_ref, out_bound, lse_ref, lse_bound, window) of one chunk for one comparison mode,
-    `scores` being that mode's entry of stats.scores (sigma q_ref . K, not masked).
+    `scores` being that mode's entry of stats.scores.
 
     All bound arithmetic is finite for finite inputs: probabilities enter in the log domain, and
     every exponential that could overflow is replaced by +inf only where a min() discards it."""
     rows, valid, all_valid = stats.rows, stats.valid, stats.all_valid
-    z = scores
-    if not all_valid:
-        z = z.masked_fill(~valid, float("-inf"))
+    z = scores.z
     score_err = stats.qk_err
     if q_rep_err is not None:
         score_err = score_err + torch.bmm(q_rep_err[rows], stats.keys_abs_t) * abs(sigma)
@@ -339,7 +361,7 @@ def _chunk_bound(
     z_abs_max = z_fin.abs().amax(dim=-1, keepdim=True)
     if float(z_abs_max.max()) > profile.score_limit:
         raise PreconditionError(f"|softmax_scale * q . K| exceeds the profile's limit {profile.score_limit:g}")
-    z_max = z.amax(dim=-1, keepdim=True)
+    z_max = scores.z_max
     z_min = (z if all_valid else z.masked_fill(~valid, float("inf"))).amin(dim=-1, keepdim=True)
 
     # Softmax-stage log-weight errors (natural units), per key (TOLERANCES.md section 2).
@@ -365,12 +387,7 @@ def _chunk_bound(
         key_err = key_err.masked_fill(~valid, 0.0)
     e_max = key_err.amax(dim=-1)  # [R, H]
 
-    peak = z_max
-    log_total = torch.log(torch.exp(z - peak).sum(dim=-1, keepdim=True))
-    log_p = z - peak - log_total  # ln p_i, -inf at masked slots
-    probs = torch.exp(log_p)
-    row_lse = (peak + log_total).squeeze(-1)
-    ref_out = torch.bmm(probs, stats.values)
+    log_p, probs, row_lse, ref_out = scores.log_p, scores.probs, scores.row_lse, scores.ref_out  # ln p_i: -inf at masked slots
     ref_abs = ref_out.abs()
     p_abs_v = torch.bmm(probs, stats.values_abs)
     # Reweighting by factors within e^(+-E_i): |o' - o| <= e^Emax sum_i p_i (e^E_i - 1) |v_i - o|,

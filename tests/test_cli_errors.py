@@ -203,6 +203,14 @@ def test_handled_interrupt_inside_exec_still_exits_130(tmp_path: Path) -> None:
     assert (proc.returncode, proc.stderr.strip()) == (130, "interrupted")
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default disposition. A process inherits an
+    ignored SIGINT (POSIX), and a command started that way rightly ignores Ctrl-C; an xdist
+    worker of this suite was seen with SIGINT and SIGQUIT ignored at the C level (SigIgn in
+    /proc, while Python's own table still named its handler), so its children ran on to a verdict."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("delay", [0.4, 0.6, 0.8, 1.0])
 def test_sigint_while_replay_starts(delay: float, modules: Path) -> None:
     """SIGINT in the first second (while torch and numpy are imported) exits 130 with one line,
@@ -217,6 +225,7 @@ def test_sigint_while_replay_starts(delay: float, modules: Path) -> None:
         text=True,
         env=env,
         cwd=REPO,
+        preexec_fn=_default_sigint,
     )
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)

@@ -109,6 +109,22 @@ def chunk_plan(length: torch.Tensor, key_budget: int = DEFAULT_KEY_BUDGET) -> li
     return chunks
 
 
+def _row_slots(
+    rows: torch.Tensor, start: torch.Tensor, length: torch.Tensor, indices: torch.Tensor, *, has_invalid: bool
+) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """(width, entries int64 [R, width], valid bool [R, width]) of `rows` padded to their longest
+    row: slot j of a row holds indices[start + j] while j < its length (position 0 beyond it, so
+    every read stays in the stream); valid also needs the entry >= 0 under has_invalid."""
+    row_len = length[rows]
+    width = int(row_len.max())
+    offsets = torch.arange(width, device=rows.device, dtype=torch.int64)
+    in_row = offsets.unsqueeze(0) < row_len.unsqueeze(1)
+    positions = torch.where(in_row, start[rows].unsqueeze(1) + offsets.unsqueeze(0), 0)
+    entries = indices.to(torch.int64)[positions]
+    valid = (in_row & (entries >= 0)) if has_invalid else in_row
+    return width, entries, valid
+
+
 def gather_chunk(
     rows: torch.Tensor,
     start: torch.Tensor,
@@ -126,13 +142,7 @@ def gather_chunk(
     - 127) (mantissa dropped; a zero scale gives 2^-127), PV uses the scale's bits clamped to
     [1, bits(2^7)] (a scale above 2^7 acts as 2^7, a zero or negative one as 2^-149).
     """
-    row_len = length[rows]
-    width = int(row_len.max())
-    offsets = torch.arange(width, device=rows.device, dtype=torch.int64)
-    in_row = offsets.unsqueeze(0) < row_len.unsqueeze(1)
-    positions = torch.where(in_row, start[rows].unsqueeze(1) + offsets.unsqueeze(0), 0)
-    entries = indices.to(torch.int64)[positions]
-    valid = in_row & (entries >= 0) if has_invalid else in_row
+    width, entries, valid = _row_slots(rows, start, length, indices, has_invalid=has_invalid)
     slots = torch.where(valid, entries, 0)
     flat = kv_cache.reshape(-1, RECORD_BYTES)
     decoded = decode_records(flat[slots])
@@ -215,13 +225,7 @@ def gather_bound_chunk(
     read, NaN codes included, never reach a value)."""
     if scale_model not in SCALE_MODELS:
         raise ValueError(f"unknown scale model {scale_model!r}; expected one of {SCALE_MODELS}")
-    row_len = length[rows]
-    width = int(row_len.max())
-    offsets = torch.arange(width, device=rows.device, dtype=torch.int64)
-    in_row = offsets.unsqueeze(0) < row_len.unsqueeze(1)
-    positions = torch.where(in_row, start[rows].unsqueeze(1) + offsets.unsqueeze(0), 0)
-    entries = indices.to(torch.int64)[positions]
-    valid = in_row & (entries >= 0) if has_invalid else in_row
+    width, entries, valid = _row_slots(rows, start, length, indices, has_invalid=has_invalid)
     has_key = valid.any(dim=1)
     n_key_rows, n_valid = torch.stack((has_key.sum(), valid.sum())).tolist()
     if n_key_rows == 0:
@@ -262,6 +266,16 @@ def gather_bound_chunk(
     )
 
 
+def _planned_chunks(
+    indices: torch.Tensor, indptr: torch.Tensor, kv_cache: torch.Tensor, *, has_invalid: bool, key_budget: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(rows, start, length) of each chunk of chunk_plan, after checking the stream's preconditions."""
+    check_stream(indices, indptr, kv_cache.numel() // RECORD_BYTES, has_invalid=has_invalid)
+    start, length = row_bounds(indptr)
+    for rows in chunk_plan(length, key_budget):
+        yield rows, start, length
+
+
 def iter_bound_chunks(
     indices: torch.Tensor,
     indptr: torch.Tensor,
@@ -273,10 +287,7 @@ def iter_bound_chunks(
 ) -> Iterator[BoundChunk]:
     """The chunks of iter_chunks (same plan) that have a valid key, as BoundChunks (after
     checking the stream's preconditions)."""
-    kv_rows = kv_cache.numel() // RECORD_BYTES
-    check_stream(indices, indptr, kv_rows, has_invalid=has_invalid)
-    start, length = row_bounds(indptr)
-    for rows in chunk_plan(length, key_budget):
+    for rows, start, length in _planned_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget):
         chunk = gather_bound_chunk(rows, start, length, indices, kv_cache, has_invalid=has_invalid, scale_model=scale_model)
         if chunk is not None:
             yield chunk
@@ -327,13 +338,7 @@ def gather_keys(
     NaN codes included, never reaches them), codes are looked up as f64 values (e4m3 -> f32 ->
     f64, exact) and multiplied by the f64 scale straight into the key tensor.
     """
-    row_len = length[rows]
-    width = int(row_len.max())
-    offsets = torch.arange(width, device=rows.device, dtype=torch.int64)
-    in_row = offsets.unsqueeze(0) < row_len.unsqueeze(1)
-    positions = torch.where(in_row, start[rows].unsqueeze(1) + offsets.unsqueeze(0), 0)
-    entries = indices[positions]
-    valid = in_row & (entries >= 0) if has_invalid else in_row
+    width, entries, valid = _row_slots(rows, start, length, indices, has_invalid=has_invalid)
     flat = kv_cache.reshape(-1, RECORD_BYTES)
     records = flat[torch.where(valid, entries, 0)]
     records.masked_fill_(~valid.unsqueeze(-1), 0)
@@ -357,10 +362,7 @@ def iter_key_blocks(
     key_budget: int,
 ) -> Iterator[KeyBlock]:
     """All non-empty rows' keys as KeyBlocks (after checking the stream's preconditions)."""
-    kv_rows = kv_cache.numel() // RECORD_BYTES
-    check_stream(indices, indptr, kv_rows, has_invalid=has_invalid)
-    start, length = row_bounds(indptr)
-    for rows in chunk_plan(length, key_budget):
+    for rows, start, length in _planned_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget):
         yield gather_keys(rows, start, length, indices, kv_cache, has_invalid=has_invalid)
 
 
@@ -374,8 +376,5 @@ def iter_chunks(
     scale_model: str = "stored",
 ) -> Iterator[KeyChunk]:
     """All non-empty rows' keys, chunk by chunk (after checking the stream's preconditions)."""
-    kv_rows = kv_cache.numel() // RECORD_BYTES
-    check_stream(indices, indptr, kv_rows, has_invalid=has_invalid)
-    start, length = row_bounds(indptr)
-    for rows in chunk_plan(length, key_budget):
+    for rows, start, length in _planned_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget):
         yield gather_chunk(rows, start, length, indices, kv_cache, has_invalid=has_invalid, scale_model=scale_model)

@@ -444,6 +444,20 @@ def _support(info: CallInfo) -> str:
     return ""
 
 
+def require_flash_mla(name: str = "flashmla") -> ModuleType:
+    """The `flash_mla` module where its SM90 kernels can run; else BackendUnavailable naming
+    every reason (no usable CUDA device, the import failing), each prefixed `name:`."""
+    reasons = [r for r in (device_reason(),) if r]
+    module = None
+    try:
+        module = load_flash_mla()
+    except BackendUnavailable as err:
+        reasons.append(str(err))
+    if reasons:
+        raise BackendUnavailable("; ".join(r.replace("flashmla:", f"{name}:", 1) for r in reasons))
+    return module
+
+
 def flashmla_backend(*, padded_heads: int = HEAD_COUNTS[0], page_block_size: int = 1) -> Backend:
     """The `flashmla` backend; BackendUnavailable (with the reason) when `flash_mla` cannot be
     imported or there is no CUDA device of compute capability 9.x.
@@ -451,15 +465,7 @@ def flashmla_backend(*, padded_heads: int = HEAD_COUNTS[0], page_block_size: int
     padded_heads: 64 or 128 FlashMLA heads; page_block_size: 1, or 64 (used when it divides the
     cache's row count).
     """
-    reasons = [r for r in (device_reason(),) if r]
-    try:
-        module = load_flash_mla()
-    except BackendUnavailable as err:
-        reasons.append(str(err))
-        module = None
-    if reasons:
-        raise BackendUnavailable("; ".join(reasons))
-    assert module is not None
+    module = require_flash_mla()
     sched_cache = SchedCache(module)
 
     def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
@@ -511,6 +517,7 @@ __all__ = [
     "map_lse",
     "pad_heads",
     "prepare_call",
+    "require_flash_mla",
     "round_up",
     "run_flashmla",
     "sync_free_width",

@@ -41,8 +41,8 @@ from typing import Any
 
 import torch
 
-from kernel.backend import Backend, BackendUnavailable
-from kernel.backends.flashmla import device_reason, effective_scale, load_flash_mla, map_lse, pad_heads
+from kernel.backend import Backend
+from kernel.backends.flashmla import device_reason, effective_scale, load_flash_mla, map_lse, pad_heads, require_flash_mla
 from kernel.backends.gathered import gather_rows
 from kernel.contract import INT32_MAX, CallInfo, empty_outputs, validate_call
 from kernel.record import HEAD_DIM, LATENT_DIM
@@ -175,14 +175,7 @@ def _support(info: CallInfo) -> str:
 def flashmla_prefill_backend(*, padded_heads: int = HEAD_COUNTS[0]) -> Backend:
     """The `flashmla-prefill` backend; BackendUnavailable when `flash_mla` cannot be imported or
     there is no CUDA device of compute capability 9.x."""
-    reasons = [r for r in (device_reason(),) if r]
-    try:
-        module = load_flash_mla()
-    except BackendUnavailable as err:
-        reasons.append(str(err))
-        module = None
-    if reasons:
-        raise BackendUnavailable("; ".join(r.replace("flashmla:", f"{NAME}:", 1) for r in reasons))
+    module = require_flash_mla(NAME)
 
     def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
         return run_flashmla_prefill(

@@ -14,6 +14,9 @@ File layout (docs/profiles.md has the full reference and the shipped profiles as
     [l]         format, order, rounding, guard_bits, terms_per_instruction, product_roundings, partials, final_roundings
     [output]    casts, lse_extra_u
     [limits]    scale_cap, needs_pow2_scales, score_limit
+    subnormals = "flush"                     # optional: "preserve" | "flush" | "unknown" (default)
+    [split]     rows, min_keys, max_partials, lse_base, lse_format, exp_rel_err, log_abs_err
+                (optional table; absent: rows = "unknown", which is bounded as "any")
 
 Real numbers may be written as TOML numbers or as strings "2^-24" (also "2**-24"); `tile` and
 `scale_cap` accept "none". In an accumulation table, `rounding` defaults to "toward_zero" and
@@ -31,7 +34,19 @@ from pathlib import Path
 from typing import Any
 
 from oracle.accumulation import FORMATS, ORDERS, ROUNDINGS, Accumulation
-from oracle.profile_schema import OUT_CASTS, P_FORMATS, P_IN_L, Q_REPRESENTATIONS, SCORE_FORMATS, NumericsProfile
+from oracle.profile_schema import (
+    LSE_BASES,
+    LSE_FORMATS,
+    OUT_CASTS,
+    P_FORMATS,
+    P_IN_L,
+    Q_REPRESENTATIONS,
+    SCORE_FORMATS,
+    SPLIT_ROWS,
+    SUBNORMALS,
+    NumericsProfile,
+    SplitModel,
+)
 
 
 class ProfileError(ValueError):
@@ -62,7 +77,8 @@ _LAYOUT: dict[str | None, dict[str, str]] = {
     "limits": {"scale_cap": "scale_cap", "needs_pow2_scales": "needs_pow2_scales", "score_limit": "score_limit"},
 }
 _ACC_SECTIONS = {"qk": "qk", "pv": "pv", "l": "l"}
-_OPTIONAL_TOP = {"extends"}
+_OPTIONAL_TOP = {"extends", "subnormals", "split"}
+_SPLIT_KEYS = ("rows", "min_keys", "max_partials", "lse_base", "lse_format", "exp_rel_err", "log_abs_err")
 
 
 def _where(source: str, section: str | None, key: str) -> str:
@@ -234,9 +250,35 @@ def profile_from_mapping(
                     raise ProfileError(f"{where}: missing field")
                 acc[key] = _ACC_PARSERS[key](table[key], where)
             fields[_ACC_SECTIONS[section]] = Accumulation(**acc)
+    if "subnormals" in data:
+        fields["subnormals"] = _choice(data["subnormals"], _where(source, None, "subnormals"), SUBNORMALS)
+    if "split" in data:
+        fields["split"] = _split(data["split"], source)
     if fields["p_format"] == "fp16_scaled" and fields["p_shift"] > 8:
         raise ProfileError(f"{_where(source, 'softmax', 'p_shift')}: fp16-scaled P needs P * scale_cap to fit f16 (p_shift <= 8)")
     return NumericsProfile(**fields, source=source)
+
+
+def _split(table: Any, source: str) -> SplitModel:
+    """The [split] table as a SplitModel (missing keys take SplitModel's conservative defaults)."""
+    if not isinstance(table, Mapping):
+        raise ProfileError(f"{source}: [split]: expected a table, got {type(table).__name__}")
+    for key in table:
+        if key not in _SPLIT_KEYS:
+            raise ProfileError(f"{_where(source, 'split', key)}: unknown field (known: {', '.join(_SPLIT_KEYS)})")
+    parsers: dict[str, Callable[[Any, str], Any]] = {
+        "rows": lambda v, w: _choice(v, w, SPLIT_ROWS),
+        "min_keys": _count,
+        "max_partials": lambda v, w: None if v == "any" else _count(v, w, minimum=1),
+        "lse_base": lambda v, w: _choice(str(v), w, LSE_BASES) if not isinstance(v, bool) else _choice(v, w, LSE_BASES),
+        "lse_format": lambda v, w: _choice(v, w, LSE_FORMATS),
+        "exp_rel_err": lambda v, w: _real(v, w, below_one=True),
+        "log_abs_err": lambda v, w: _real(v, w, below_one=True),
+    }
+    values = {key: parsers[key](table[key], _where(source, "split", key)) for key in _SPLIT_KEYS if key in table}
+    if values.get("rows") == "above" and "min_keys" not in values:
+        raise ProfileError(f"{_where(source, 'split', 'min_keys')}: rows = \"above\" needs min_keys")
+    return SplitModel(**values)
 
 
 def profile_to_mapping(profile: NumericsProfile) -> dict[str, Any]:
@@ -252,6 +294,17 @@ def profile_to_mapping(profile: NumericsProfile) -> dict[str, Any]:
             if isinstance(value, tuple):
                 value = list(value)
             table[key] = "none" if value is None else value
+    out["subnormals"] = profile.subnormals
+    split = profile.split
+    out["split"] = {
+        "rows": split.rows,
+        "min_keys": split.min_keys,
+        "max_partials": "any" if split.max_partials is None else split.max_partials,
+        "lse_base": split.lse_base,
+        "lse_format": split.lse_format,
+        "exp_rel_err": split.exp_rel_err,
+        "log_abs_err": split.log_abs_err,
+    }
     return out
 
 

@@ -25,6 +25,14 @@ P_FORMATS = ("exact", "fp16_scaled", "bf16", "f32", "f64")
 P_IN_L = ("no", "yes", "unknown")
 OUT_CASTS = ("direct", "via_f32")
 SCORE_FORMATS = ("f32", "f64")
+Subnormals = Literal["preserve", "flush", "unknown"]
+SUBNORMALS = ("preserve", "flush", "unknown")
+SplitRows = Literal["never", "above", "any", "unknown"]
+SPLIT_ROWS = ("never", "above", "any", "unknown")
+LSE_BASES = ("2", "e")
+LSE_FORMATS = ("f32", "f64")
+#: smallest positive normal f32 (and bf16): a flushed f32 or bf16 result errs by less than this
+F32_MIN_NORMAL = 2.0**-126
 
 #: (relative rounding u, absolute underflow floor in P units) of P before PV, per format and rounding:
 #: nearest errs by half a unit (u = 2^-p, half the smallest subnormal), toward zero by a whole one.
@@ -35,6 +43,38 @@ _P_ROUNDING: dict[str, tuple[float, float]] = {
     "f64": (2.0**-53, 2.0**-1074),  # half the subnormal spacing is not an f64: take all of it
     "exact": (0.0, 0.0),
 }
+
+
+@dataclass(frozen=True)
+class SplitModel:
+    """How a kernel may split one query row's keys into partitions and merge the partial results.
+
+    rows: "never" (one pass owns the row), "above" (only rows of more than `min_keys` keys may be
+        split), "any" (any row, however short), "unknown" (treated as "any").
+    min_keys: with "above", rows of at most this many keys (the row's length, padding included)
+        are never split; ignored otherwise.
+    max_partials: the most partitions one row is split into (None: any number, at most one per
+        valid key).
+    lse_base: the base of the partial log-sum-exps the merge works with ("2": log2 domain, as
+        exp2 / log2 kernels do; "e").
+    lse_format: the format the partial lse values and the merge arithmetic are held in: its unit
+        roundoff u_c sets the merge's error term, which grows with |lse| (TOLERANCES.md section 7).
+    exp_rel_err: relative error of each exp (exp2) of the merge; log_abs_err: absolute error of
+        each log (log2) of the merge, in lse_base units.
+    """
+
+    rows: SplitRows = "unknown"
+    min_keys: int = 0
+    max_partials: int | None = None
+    lse_base: Literal["2", "e"] = "2"
+    lse_format: Literal["f32", "f64"] = "f32"
+    exp_rel_err: float = 2.0**-20
+    log_abs_err: float = 2.0**-20
+
+    @property
+    def may_split(self) -> bool:
+        """Whether any row may be split at all."""
+        return self.rows != "never"
 
 
 @dataclass(frozen=True)
@@ -72,6 +112,11 @@ class NumericsProfile:
     scale_cap: largest KV scale the kernel's numerics hold to (None: no cap).
     needs_pow2_scales: whether KV scales must be powers of two for the bound to hold.
     score_limit: largest |softmax_scale * q . K| (natural units) for which the bound is promised.
+    subnormals: what the kernel's f32 (and bf16) arithmetic does with subnormal results:
+        "preserve" (IEEE gradual underflow), "flush" (every result below 2^-126 may become a
+        signed zero: CUDA's --use_fast_math, an AMD wave in flush mode), "unknown" (bounded as
+        "flush"). f16 P' (fp16_scaled) is bounded by its own floor (p_floor) either way.
+    split: how a row may be split into partitions merged through their lse (SplitModel).
     """
 
     name: str
@@ -99,6 +144,8 @@ class NumericsProfile:
     scale_cap: float | None
     needs_pow2_scales: bool
     score_limit: float
+    subnormals: Subnormals = "unknown"
+    split: SplitModel = field(default_factory=SplitModel)
     source: str = field(default="", compare=False)
 
     @property
@@ -110,8 +157,22 @@ class NumericsProfile:
     @property
     def p_floor(self) -> float:
         """Absolute error of P before PV at underflow, in P units (half or all of the smallest subnormal)."""
-        base = _P_ROUNDING[self.p_format][1]
-        return base * (2 if self.p_rounding == "toward_zero" else 1)
+        base = _P_ROUNDING[self.p_format][1] * (2 if self.p_rounding == "toward_zero" else 1)
+        if self.p_format in ("bf16", "f32"):
+            # a P below 2^-126 in a flushing pipeline becomes 0 (bf16 shares f32's exponent range)
+            return max(base, self.flush_floor)
+        return base
+
+    @property
+    def exp_floor_effective(self) -> float:
+        """Absolute error of exp / exp2 near underflow in P units, a flush of the result included."""
+        return max(self.exp_floor, self.flush_floor)
+
+    @property
+    def flush_floor(self) -> float:
+        """Absolute error a flushed f32 / bf16 result may carry: 2^-126 unless subnormals are
+        preserved (then 0)."""
+        return 0.0 if self.subnormals == "preserve" else F32_MIN_NORMAL
 
     @property
     def score_u(self) -> float:

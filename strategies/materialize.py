@@ -11,6 +11,7 @@ are written, so a cache over 4 GiB costs almost no RAM on a CPU (untouched pages
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -224,8 +225,8 @@ def _corrupt(recipe: Recipe, records: torch.Tensor, entries: torch.Tensor, consu
 
 
 MEMORY_LIMIT_ENV = "CONFORMANCE_MEMORY_LIMIT"
-HOST_MEMORY_FRACTION = 0.5  # of the RAM available now (MemAvailable)
-DEVICE_MEMORY_FRACTION = 0.8  # of the accelerator's free memory now
+HOST_MEMORY_FRACTION = 0.5  # of the RAM available at first use (MemAvailable)
+DEVICE_MEMORY_FRACTION = 0.8  # of the accelerator's free memory at first use
 _UNITS = {
     "": 1,
     "k": 2**10,
@@ -279,20 +280,10 @@ def _available_ram() -> int | None:
         return None
 
 
-def memory_limit(device: torch.device | str = "cpu") -> tuple[int | None, int | None, str]:
-    """(host limit, device limit, where they come from), bytes; None means unlimited / unknown.
-
-    $CONFORMANCE_MEMORY_LIMIT (a size, see parse_size; 0 = no limit) sets both; otherwise host:
-    HOST_MEMORY_FRACTION of the RAM available now, device: DEVICE_MEMORY_FRACTION of the
-    accelerator's free memory now. ValueError for a malformed variable."""
-    device = torch.device(device)
-    value = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
-    if value:
-        try:
-            limit = parse_size(value)
-        except ValueError as err:
-            raise ValueError(f"${MEMORY_LIMIT_ENV}: {err}") from None
-        return (limit or None), (limit or None), f"${MEMORY_LIMIT_ENV}={value}"
+@functools.cache
+def _measured_limits(device: torch.device) -> tuple[int | None, int | None]:
+    """(host, device) limits sized from this machine at first use, then kept for the process:
+    a later reading under a passing load spike must not shrink the limit mid-session."""
     ram = _available_ram()
     host = int(ram * HOST_MEMORY_FRACTION) if ram else None
     dev: int | None = None
@@ -302,8 +293,27 @@ def memory_limit(device: torch.device | str = "cpu") -> tuple[int | None, int | 
             dev = int(free * DEVICE_MEMORY_FRACTION)
         except (RuntimeError, AssertionError, ValueError):
             dev = None
+    return host, dev
+
+
+def memory_limit(device: torch.device | str = "cpu") -> tuple[int | None, int | None, str]:
+    """(host limit, device limit, where they come from), bytes; None means unlimited / unknown.
+
+    $CONFORMANCE_MEMORY_LIMIT (a size, see parse_size; 0 = no limit) sets both, read on every
+    call; otherwise the limits are sized once per process and device, at first use: host
+    HOST_MEMORY_FRACTION of the RAM available then, device DEVICE_MEMORY_FRACTION of the
+    accelerator's free memory then. ValueError for a malformed variable."""
+    device = torch.device(device)
+    value = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    if value:
+        try:
+            limit = parse_size(value)
+        except ValueError as err:
+            raise ValueError(f"${MEMORY_LIMIT_ENV}: {err}") from None
+        return (limit or None), (limit or None), f"${MEMORY_LIMIT_ENV}={value}"
+    host, dev = _measured_limits(device)
     how = (
-        f"{HOST_MEMORY_FRACTION:.0%} of available RAM"
+        f"{HOST_MEMORY_FRACTION:.0%} of the RAM available at first use"
         + (f", {DEVICE_MEMORY_FRACTION:.0%} of free {device.type} memory" if device.type != "cpu" else "")
         + f"; set ${MEMORY_LIMIT_ENV} or --memory-limit"
     )

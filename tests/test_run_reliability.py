@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ import torch
 from conformance import state
 from conformance.harness import InputsModified, run_kernel
 from conformance.replay import child_env
+from conformance.target import TargetError, build_target
 from conformance.watchdog import KernelHung, limit_call
+from strategies import materialize as materialize_module
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 
@@ -49,27 +52,71 @@ def _entries(tmp: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
 
 
-@pytest.mark.parametrize(
-    ("args", "named"),
-    [
-        (["--kernel", "emulatd"], "unknown kernel 'emulatd'"),
-        (["--kernel", "no_such_module_here:kernel"], "cannot import 'no_such_module_here'"),
-        (["--kernel", f"{MODULE}:LONG_ROW"], "not a callable kernel"),
-        (["--kernel", f"{MODULE}:_longest_row"], "declares no numerics profile"),
-        (["--profile", "bogus"], "unknown numerics profile 'bogus'"),
-        (["--device", "tpu"], "bad device 'tpu'"),
-        (["--kernel", "flashmla"], "kernel 'flashmla' unavailable"),
-    ],
-)
-def test_an_unusable_kernel_is_a_usage_error(tmp_path: Path, args: list[str], named: str) -> None:
-    if args == ["--kernel", "flashmla"] and torch.cuda.is_available():
-        pytest.skip("flashmla may be usable on this machine")
+UNUSABLE = [
+    (["--kernel", "emulatd"], "unknown kernel 'emulatd'"),
+    (["--kernel", "no_such_module_here:kernel"], "cannot import 'no_such_module_here'"),
+    (["--kernel", f"{MODULE}:LONG_ROW"], "not a callable kernel"),
+    (["--kernel", f"{MODULE}:_longest_row"], "declares no numerics profile"),
+    (["--profile", "bogus"], "unknown numerics profile 'bogus'"),
+    (["--device", "tpu"], "bad device 'tpu'"),
+    (["--kernel", "flashmla"], "kernel 'flashmla' unavailable"),
+]
+
+
+def test_an_unusable_kernel_stops_the_session_before_any_test(tmp_path: Path) -> None:
+    """End to end, once: the plugin turns the target's error into pytest's usage error (exit 4,
+    one line) under `-n 2`, before any test runs. The other cases are the same path in-process."""
+    args, named = UNUSABLE[0]
     proc = _suite(tmp_path, "-n", "2", "conformance", *args, timeout=120)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 4, output  # pytest's usage-error exit code, before any test ran
     errors = [line for line in output.splitlines() if line.startswith("ERROR: conformance:")]
     assert len(errors) == 1 and named in errors[0], output
     assert "passed" not in output and "skipped" not in output, output
+
+
+@pytest.mark.parametrize(("args", "named"), UNUSABLE)
+def test_an_unusable_kernel_is_named_in_one_line(args: list[str], named: str) -> None:
+    """What the plugin checks before the session (build_target with check_only): one line naming the problem."""
+    if args == ["--kernel", "flashmla"] and torch.cuda.is_available():
+        pytest.skip("flashmla may be usable on this machine")
+    options = dict(zip(args[::2], args[1::2]))
+    with pytest.raises(TargetError) as caught:
+        build_target(options.get("--kernel"), profile=options.get("--profile"), device=options.get("--device"), check_only=True)
+    message = str(caught.value)
+    assert named in message and "\n" not in message, message
+
+
+@pytest.fixture()
+def fresh_memory_limits() -> Iterator[None]:
+    """The memory limits are sized once per process: measure them again around the test."""
+    materialize_module._measured_limits.cache_clear()
+    yield
+    materialize_module._measured_limits.cache_clear()
+
+
+def test_memory_limits_are_sized_once(monkeypatch: pytest.MonkeyPatch, fresh_memory_limits: None) -> None:
+    monkeypatch.delenv(materialize_module.MEMORY_LIMIT_ENV, raising=False)
+    monkeypatch.setattr(materialize_module, "_available_ram", lambda: 8 * 2**30)
+    first = materialize_module.memory_limit("cpu")
+    monkeypatch.setattr(materialize_module, "_available_ram", lambda: 2**20)  # a load spike later on
+    assert materialize_module.memory_limit("cpu") == first and first[0] == 4 * 2**30
+    monkeypatch.setenv(materialize_module.MEMORY_LIMIT_ENV, "1MiB")  # the variable still wins, read on every call
+    assert materialize_module.memory_limit("cpu")[0] == 2**20
+
+
+def test_a_correct_kernel_under_a_tiny_memory_reading_is_skipped(
+    sandbox: Path, monkeypatch: pytest.MonkeyPatch, fresh_memory_limits: None
+) -> None:
+    """A refusal of the memory guard is a skip naming the limit, never a failure of the kernel."""
+    from conformance.checks import differential
+    from conformance.corpus import CORPUS_DIR, load_entry
+
+    monkeypatch.delenv(materialize_module.MEMORY_LIMIT_ENV, raising=False)
+    monkeypatch.setattr(materialize_module, "_available_ram", lambda: 69 * 2**20)  # a 34.5 MiB limit
+    recipe = load_entry(CORPUS_DIR / "edge-long-row-8192.json").recipe
+    with pytest.raises(pytest.skip.Exception, match="recipe too large: needs about .* limit 34.5 MiB"):
+        differential(build_target("emulated", device="cpu"), recipe, use_target=False)
 
 
 def test_a_crashing_kernel_fails_one_test_under_default_xdist(tmp_path: Path) -> None:
@@ -86,7 +133,6 @@ def test_a_crashing_kernel_fails_one_test_under_default_xdist(tmp_path: Path) ->
 
 @pytest.mark.parametrize("kernel", ["hang_on_long_rows", "hang_in_native_code"])
 def test_a_hanging_kernel_fails_one_test_with_a_hung_entry(tmp_path: Path, kernel: str) -> None:
-    started = time.monotonic()
     proc = _suite(tmp_path, "-n", "2", *LONG_AND_SHORT, "--kernel", f"{MODULE}:{kernel}", "--call-timeout", "3")
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "1 failed, 2 passed" in output, output
@@ -95,7 +141,6 @@ def test_a_hanging_kernel_fails_one_test_with_a_hung_entry(tmp_path: Path, kerne
     caught = entries[0]["provenance"]["caught"]
     assert "hung: no return within 3.0 s" in caught and entries[0]["name"].startswith("hung-"), caught
     assert entries[0]["provenance"]["crash"]["hung_after_s"] >= 3.0
-    assert time.monotonic() - started < 240
 
 
 def test_a_hang_without_xdist_fails_its_test_and_the_session_goes_on(tmp_path: Path) -> None:
@@ -108,11 +153,9 @@ def test_a_hang_without_xdist_fails_its_test_and_the_session_goes_on(tmp_path: P
 
 
 def test_soft_limit_raises_kernel_hung_and_is_not_an_exception() -> None:
-    started = time.monotonic()
     with pytest.raises(KernelHung, match="no return within 0.5 s"):
         with limit_call(0.5, grace_s=30):
-            time.sleep(30)
-    assert time.monotonic() - started < 5
+            time.sleep(30)  # cut by the soft limit: without it this returns and pytest.raises fails
     assert not issubclass(KernelHung, Exception)
     with limit_call(0):  # no limit
         time.sleep(0.01)
@@ -189,7 +232,7 @@ def test_a_device_fault_ends_its_worker_and_later_tests_pass(tmp_path: Path) -> 
 
 
 def test_fuzz_keeps_its_budget_against_a_hanging_kernel(tmp_path: Path) -> None:
-    started = time.monotonic()
+    """A hung call is cut (the subprocess's own timeout is only a backstop against a hung fuzz)."""
     command = [
         sys.executable,
         "-m",
@@ -207,7 +250,6 @@ def test_fuzz_keeps_its_budget_against_a_hanging_kernel(tmp_path: Path) -> None:
     proc = subprocess.run(command, cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=240, check=False)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output
-    assert time.monotonic() - started < 90, output  # 20 s of search, a call cut at the budget + 5 s, start-up
     assert "the kernel call hung" in output, output
     entries = _entries(tmp_path)
     assert len(entries) == 1 and "hung" in entries[0]["provenance"]["caught"], output

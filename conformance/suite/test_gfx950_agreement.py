@@ -18,13 +18,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.checks import backend_limits, require_support
+from conformance.checks import backend_limits, materialize_for, require_support
 from conformance.harness import compare, record, run_kernel
 from conformance.target import SuiteTarget
 from kernel.backends.emulated import run_emulated
 from oracle.bound import evaluate
 from strategies.hypothesis_recipes import recipes
-from strategies.materialize import materialize
 from strategies.recipe import Recipe
 
 LSE_AGREEMENT = 2.0**-20  # relative to (|lse| + 16): 1 v_log_f32 ulp of log2(l) <= 2^-23 * 21, x3
@@ -42,7 +41,7 @@ def test_bit_exact_agreement_with_emulated(target: SuiteTarget, data: st.DataObj
         pytest.skip("the emulated kernel is the reference of this property")
     recipe = data.draw(recipes(max_n_q=32, max_total_keys=4096, exact=True, **backend_limits(target)), label="recipe")
     target.judged.note(recipe, "gfx950_bit_exact")
-    problem = materialize(recipe, target.device)
+    problem = materialize_for(target, recipe)
     require_support(target, problem)
     out, lse = run_kernel(problem, target.backend, property_name="gfx950_bit_exact", kernel_name=target.name)
     out = out.clone()
@@ -95,7 +94,7 @@ def test_documented_scale_behaviour(target: SuiteTarget, data: st.DataObject) ->
     )
     recipe = _violating(base, kind)
     target.judged.note(recipe, "gfx950_scale_behaviour", expect="precondition")
-    problem = materialize(recipe, target.device)
+    problem = materialize_for(target, recipe)
     require_support(target, problem)
     out, lse = run_kernel(problem, target.backend, property_name="gfx950_scale_behaviour", kernel_name=target.name, expect="precondition")
     evaluation = evaluate(

@@ -18,13 +18,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.checks import backend_limits, require_support
+from conformance.checks import backend_limits, materialize_for, require_support
 from conformance.harness import record, run_kernel
 from conformance.target import SuiteTarget
 from oracle.bound import evaluate
 from strategies import rng
 from strategies.hypothesis_recipes import recipes
-from strategies.materialize import Problem, materialize
+from strategies.materialize import Problem
 from strategies.recipe import Recipe
 
 SMALL = {"max_n_q": 16, "max_total_keys": 4096}
@@ -37,7 +37,7 @@ def _draw_problem(target: SuiteTarget, data: st.DataObject, prop: str, **overrid
     fields.update(overrides)
     recipe = Recipe.from_json_dict(fields)
     target.judged.note(recipe, prop)
-    problem = materialize(recipe, target.device)
+    problem = materialize_for(target, recipe)
     require_support(target, problem)
     return problem
 

@@ -33,7 +33,7 @@ import torch
 from kernel.fp8 import e4m3_table
 from kernel.record import LATENT_DIM, SCALE_BLOCK
 from oracle import q_representation as qrep
-from oracle.accumulation import FORMAT_MAX, gamma
+from oracle.accumulation import FORMAT_MAX, gamma, unit_roundoff
 from oracle.binary import pow2
 from oracle.profile_schema import NumericsProfile
 from oracle.rows import DEFAULT_KEY_BUDGET, BoundChunk, PreconditionError, iter_bound_chunks, row_bounds
@@ -161,10 +161,12 @@ class _ChunkStats:
     abs_v_max: torch.Tensor
     abs_code_sum: torch.Tensor | None
     n_valid: torch.Tensor  # [R, 1, 1]
+    row_len: torch.Tensor  # [R, 1, 1] the row's length, masked entries included
     n_tiles: torch.Tensor  # [R, 1, 1]
     tile_keys: torch.Tensor  # [R, 1, 1] keys per tile (the row's valid keys for a one-pass softmax)
     qk_err: torch.Tensor  # [R, H, L] |sigma| gamma_k(u) sum_d |q_hat_d| |K_d|: the QK accumulation error (natural units)
     ref_qk_err: torch.Tensor  # [R, H, L] the float64 reference's own score error, |sigma| gamma_(m+1)(2^-53) sum_d |q_d| |K_d|
+    qk_flush: torch.Tensor | None  # [R, H, L] |sigma| x the score error of flushed subnormals (None: subnormals preserved)
 
 
 #: |e4m3 code value| * 2^9 is an integer below 2^18 (multiples of the subnormal spacing 2^-9, at
@@ -210,6 +212,13 @@ def _chunk_stats(
     nonzero = torch.bmm(rep.terms[chunk.rows], nonzero_keys).to(torch.float64)
     k_qk = profile.qk.roundings(nonzero, float(profile.qk_instructions)) + profile.qk.product_roundings * (nonzero > 0)
     qk_err = abs(sigma) * gamma(k_qk, profile.qk.u) * qk_mag
+    qk_flush = None
+    if profile.flush_floor:
+        # flushed subnormals (TOLERANCES.md section 7): a q or K element read as 0 errs by < F times
+        # its partner, each product and each partial sum of the dot by < F
+        q_l1 = rep.magnitude[chunk.rows].sum(dim=-1, keepdim=True)  # [R, H, 1]
+        k_l1 = keys_abs_t.sum(dim=1, keepdim=True)  # [R, 1, L]
+        qk_flush = abs(sigma) * profile.flush_floor * (q_l1 + k_l1 + 2 * nonzero + 2)
     if chunk.all_valid:
         v_range = (values.amax(dim=1) - values.amin(dim=1)).unsqueeze(1)
     else:
@@ -238,10 +247,12 @@ def _chunk_stats(
         abs_v_max=values_abs.amax(dim=1).unsqueeze(1),
         abs_code_sum=abs_code_sum,
         n_valid=n_valid,
+        row_len=row_len,
         n_tiles=n_tiles,
         tile_keys=tile_keys,
         qk_err=qk_err,
         ref_qk_err=abs(sigma) * gamma(nonzero + 1, U64) * qk_mag,
+        qk_flush=qk_flush,
     )
     _check_f32_range(stats, qk_mag, profile)
     return stats
@@ -344,6 +355,56 @@ def _check_f32_range(stats: _ChunkStats, qk_mag: torch.Tensor, profile: Numerics
         raise PreconditionError(f"the PV accumulation may overflow {profile.score_format} (n * 2^p_shift * max|v| = {growth:.3g})")
 
 
+@dataclass(frozen=True)
+class _SplitTerms:
+    """The error a split-KV merge may add to one chunk's rows (TOLERANCES.md section 8)."""
+
+    partials: torch.Tensor  # [R, 1, 1] the most partitions a row may be split into (1: not split)
+    key_err: torch.Tensor  # [R, H, L] per-key log-weight error of the merge (natural units)
+    out_rel: torch.Tensor  # [R, H, 1] relative out error: merge weights not summing to 1, the f32 sum of the partials
+    lse: torch.Tensor  # [R, H] lse error of the merge (natural units)
+
+
+def _split_terms(
+    stats: _ChunkStats, scores: _ModeScores, z_fin: torch.Tensor, z_abs_max: torch.Tensor, profile: NumericsProfile
+) -> _SplitTerms | None:
+    """The merge's error terms for rows the profile lets split, None where no row of the chunk may.
+
+    A row split into k partitions P_1..P_k holds per partition o_i (normalised by its l_i) and
+    lse_i = log_b(l_i) + m_i in `lse_format`; the merge forms G = log_b(sum_i b^(lse_i - max)) + max
+    and out = sum_i b^(lse_i - G) o_i. In natural units a key j of partition i gets the log-weight
+    error of its partition's weight: the roundings of lse_i and G (u_c |lse_i| and u_c |G|, both
+    <= u_c L with L = max(|lse_row|, max |z|) + 1), of the differences lse_i - max and lse_i - G
+    (u_c (lse_row - z_j) each, since lse_i >= z_j), two logs (ln b x log_abs_err each), two exps
+    (exp_rel_err each) and the sum of k terms (gamma_(k+1)(u_c))."""
+    split = profile.split
+    if not split.may_split:
+        return None
+    n_valid = stats.n_valid
+    cap = n_valid if split.max_partials is None else torch.clamp(n_valid, max=float(split.max_partials))
+    splits = n_valid > 1
+    if split.rows == "above":
+        splits = splits & (stats.row_len > split.min_keys)
+    if not bool(splits.any()):
+        return None
+    partials = torch.where(splits, cap, torch.ones_like(cap))  # [R, 1, 1]
+    u_c = unit_roundoff(split.lse_format)
+    ln_b = LN2 if split.lse_base == "2" else 1.0
+    row_lse = scores.row_lse.unsqueeze(-1)  # [R, H, 1]
+    magnitude = torch.maximum(row_lse.abs(), z_abs_max) + 1.0
+    gamma_k = gamma(partials + 1, u_c)
+    constant = 2 * u_c * magnitude + 2 * ln_b * split.log_abs_err + 2 * split.exp_rel_err + gamma_k  # [R, H, 1]
+    key_err = constant + 2 * u_c * (row_lse - z_fin).clamp_min(0.0)
+    active = splits.to(torch.float64)  # rows never split take no merge error
+    key_err = key_err * active
+    # sum_j p_j (e^(E_j) - 1): the merge weights' total deviates from 1 by at most this (weighted by the reference softmax)
+    weight_dev = (scores.probs * torch.expm1(key_err.clamp_max(_EXP_CAP))).sum(dim=-1, keepdim=True)
+    weight_dev = torch.where(torch.isfinite(weight_dev), weight_dev, torch.full_like(weight_dev, float("inf")))
+    out_rel = (weight_dev + gamma_k + 2 * u_c) * active
+    lse = ((constant + 2 * u_c * torch.log(partials)) * active).squeeze(-1)
+    return _SplitTerms(partials=partials, key_err=key_err, out_rel=out_rel, lse=lse)
+
+
 def _chunk_bound(
     stats: _ChunkStats, scores: _ModeScores, q_rep_err: torch.Tensor | None, sigma: float, profile: NumericsProfile
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -382,12 +443,16 @@ def _chunk_bound(
     # The reference is itself computed in float64 (oracle.reference: bmm, exp(z - z_max), sum,
     # divide, bmm): its own error enters like a kernel's (TOLERANCES.md section 6, "the reference").
     ref_err = stats.ref_qk_err + U64 * (2 * z_fin.abs() + (z_max - z_fin)) + 4 * U64
-    key_err = (score_err + soft_err + ref_err) * (1 + 2.0**-16)
+    if stats.qk_flush is not None:
+        # the scaled score and the exp argument, each flushed below F (log2 units)
+        soft_err = soft_err + stats.qk_flush + 3 * LN2 * profile.flush_floor
+    log_p, probs, row_lse, ref_out = scores.log_p, scores.probs, scores.row_lse, scores.ref_out  # ln p_i: -inf at masked slots
+    split = _split_terms(stats, scores, z_fin, z_abs_max, profile)
+    key_err = (score_err + soft_err + ref_err + (split.key_err if split is not None else 0.0)) * (1 + 2.0**-16)
     if not all_valid:
         key_err = key_err.masked_fill(~valid, 0.0)
     e_max = key_err.amax(dim=-1)  # [R, H]
 
-    log_p, probs, row_lse, ref_out = scores.log_p, scores.probs, scores.row_lse, scores.ref_out  # ln p_i: -inf at masked slots
     ref_abs = ref_out.abs()
     p_abs_v = torch.bmm(probs, stats.values_abs)
     # Reweighting by factors within e^(+-E_i): |o' - o| <= e^Emax sum_i p_i (e^E_i - 1) |v_i - o|,
@@ -403,13 +468,21 @@ def _chunk_bound(
     gamma_o = gamma(k_o, profile.pv.u).view(-1, 1, 1)
     gamma_l = gamma(k_l, profile.l.u).view(-1, 1, 1)
     p_max = 2.0**profile.p_shift
-    exp_floor_out = n_valid.view(-1, 1, 1) * profile.exp_floor / p_max
+    exp_floor_out = n_valid.view(-1, 1, 1) * profile.exp_floor_effective / p_max
     # floors are absolute errors of P' in P units, divided by l >= p_max (1 - 2^-20): the largest
     # key's own P; no reweighting factor enters (TOLERANCES.md section 4)
     l_floor = (1 + 2.0**-16) / p_max
     window_plain = 2 * e_max
     p_u = profile.p_u
     gamma_ref = gamma(2 * n_valid + 4, U64).view(-1, 1, 1)  # the reference's sums of exp and of p v, its division
+    # flushed f32 results of the o side (TOLERANCES.md section 7), absolute in out units: each V
+    # element (weights summing to ~1), each P v product and partial sum of o and each rescale
+    # (divided by l >= p_max), the normalisation and the output cast, and per merged partial its
+    # stored output and its weighted term
+    flush_out = 0.0
+    if profile.flush_floor:
+        partials = split.partials if split is not None else torch.ones_like(n_valid)
+        flush_out = profile.flush_floor * (4 + l_floor * (2 * n_valid + n_tiles) + 2 * partials.view(-1, 1, 1))
 
     def out_bound_for(key_window: torch.Tensor, p_in_l: bool) -> torch.Tensor:
         w4 = (key_window / 4).unsqueeze(-1)
@@ -435,7 +508,9 @@ def _chunk_bound(
             d_p = torch.zeros_like(p_abs_v)
         magnitude = weighted * (1 + p_u) + d_p
         d_acc = (gamma_o + 1.01 * gamma_l + 2 * u + gamma_ref) * magnitude + exp_floor_out * abs_v_max
-        d_pre = d_soft + d_p + d_acc
+        if split is not None:
+            d_acc = d_acc + split.out_rel * magnitude
+        d_pre = d_soft + d_p + d_acc + flush_out
         return output_interval_bound(ref_out, d_pre, profile.out_casts)
 
     if profile.p_format == "exact" or profile.p_rounded_in_l == "no":
@@ -456,7 +531,15 @@ def _chunk_bound(
     # |ln sum_i p_i e^eta_i| <= min(E_max, sum_i p_i (e^E_i - 1))  (TOLERANCES.md section 3)
     reweight_lse = torch.minimum(e_max, tilt_mass)
     lse_ref = gamma(n_keys + 2, U64) + U64 * row_lse.abs()  # the reference's sum, log and addition
-    lse_b = reweight_lse + lse_p + 1.01 * gamma(k_l.view(-1, 1), profile.l.u) + n_keys * profile.exp_floor / p_max + lse_arith + lse_ref
+    lse_b = (
+        reweight_lse
+        + lse_p
+        + 1.01 * gamma(k_l.view(-1, 1), profile.l.u)
+        + n_keys * profile.exp_floor_effective / p_max
+        + lse_arith
+        + lse_ref
+        + (split.lse if split is not None else 0.0)
+    )
     return ref_out, bound, row_lse, lse_b, window_plain
 
 

@@ -120,7 +120,10 @@ def test_profiles_order_by_precision() -> None:
         return ev.out_bound - half_ulp_bf16(ev.out.abs())
 
     assert float(pre_rounding(exact).max()) < 1e-3 * float(pre_rounding(gfx).max())
-    assert float(gfx.lse_bound.max()) < float(bf16.lse_bound.max())
+    assert float(pre_rounding(exact).max()) < 1e-3 * float(pre_rounding(bf16).max())
+    # lse: neither hardware profile orders above the other (bf16-q-bf16-p's l sums the unrounded
+    # P, gfx950's QK has fewer, wider instructions); both sit far above float64's
+    assert 1e3 * float(exact.lse_bound.max()) < min(float(gfx.lse_bound.max()), float(bf16.lse_bound.max()))
 
 
 def test_gamma_and_half_ulp() -> None:

@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     )
     score = scoring.run_mutation_score(
         runs,
-        profile=args.hypothesis_profile,
+        hypothesis_profile=args.hypothesis_profile,
         jobs=args.jobs,
         timeout_s=args.timeout,
         device=args.device,

@@ -347,7 +347,7 @@ def child_env(base: dict[str, str], *, state_dir: Path, run_id: str, report: Pat
 def suite_args(
     spec: str,
     *,
-    profile: str,
+    hypothesis_profile: str,
     device: str | None = None,
     suite: Sequence[str] = (SUITE_PATH,),
     extra: Sequence[str] = (),
@@ -365,7 +365,7 @@ def suite_args(
         PLUGIN,
         "--no-capture-corpus",
         "--hypothesis-profile",
-        profile,
+        hypothesis_profile,
         "--kernel",
         spec,
     ]
@@ -392,7 +392,7 @@ def run_one(
     run: RunSpec,
     *,
     work_dir: Path,
-    profile: str,
+    hypothesis_profile: str,
     timeout_s: float,
     device: str | None = None,
     shrink: bool = False,
@@ -413,7 +413,10 @@ def run_one(
     log = work_dir / "pytest.log"
     run_id = f"mutation-{run.name}"
     env = child_env(dict(os.environ), state_dir=state_dir, run_id=run_id, report=report, shrink=shrink, threads=threads)
-    argv = [*(command or (sys.executable, "-m", "pytest")), *suite_args(run.spec, profile=profile, device=device, suite=suite, extra=extra)]
+    argv = [
+        *(command or (sys.executable, "-m", "pytest")),
+        *suite_args(run.spec, hypothesis_profile=hypothesis_profile, device=device, suite=suite, extra=extra),
+    ]
     with log.open("wb") as out:
         out.write(("$ " + shlex.join(argv) + "\n").encode())
         out.flush()

@@ -29,12 +29,13 @@ class Score:
     mutants: results in catalogue order; baselines: the runs that must pass (emulated first,
     then the correct variants; empty with no baseline);
     wall_s: seconds the whole score took; jobs: runs in parallel; date: ISO local date-time of
-    the start; command: how to reproduce it; profile: the Hypothesis profile of the suite runs
-    (`--hypothesis-profile`; the numerics profile, `--profile`, goes to the runs as a pytest option)."""
+    the start; command: how to reproduce it; hypothesis_profile: the Hypothesis profile of the
+    suite runs (`--hypothesis-profile`; the numerics profile, `--profile`, goes to the runs as a
+    pytest option)."""
 
     mutants: list[RunResult]
     baselines: list[RunResult]
-    profile: str
+    hypothesis_profile: str
     jobs: int
     wall_s: float
     date: str
@@ -74,8 +75,8 @@ class Score:
             "schema": 1,
             "date": self.date,
             "command": self.command,
-            "profile": self.profile,  # the Hypothesis profile (kept under this key for older readers)
-            "hypothesis_profile": self.profile,
+            "profile": self.hypothesis_profile,  # the Hypothesis profile (kept under this key for older readers)
+            "hypothesis_profile": self.hypothesis_profile,
             "jobs": self.jobs,
             "shrink": self.shrink,
             "cpus": os.cpu_count(),
@@ -134,11 +135,12 @@ def summary_lines(score: Score) -> list[str]:
     """The summary under the table (plain text)."""
     lines = [
         f"killed {len(score.killed)}/{len(score.mutants)} mutants "
-        f"(Hypothesis profile {score.profile}, jobs {score.jobs}, shrinking {'on' if score.shrink else 'off'})"
+        f"(Hypothesis profile {score.hypothesis_profile}, jobs {score.jobs}, shrinking {'on' if score.shrink else 'off'})"
     ]
     survivors = [r for r in score.mutants if not r.ok]
     for r in survivors:
         lines.append(f"NOT KILLED: {r.name} ({r.label}): {r.message or 'the whole suite passed'}")
+    lines += [f"recorded kill differs: {line}" for line in kills_off_record(score)]
     median, median_wall = score.median_kill_s(), score.median_kill_wall_s()
     if median is not None:
         lines.append(f"median seconds to kill: {median:.1f} to the first failure, {median_wall:.1f} wall (per run, start to exit)")
@@ -150,6 +152,18 @@ def summary_lines(score: Score) -> list[str]:
     lines.append(f"total wall time: {score.wall_s:.1f} s")
     lines.append("result: " + ("PASS" if score.ok else "FAIL"))
     return lines
+
+
+def kills_off_record(score: Score) -> list[str]:
+    """One line per killed mutant whose killing test is not the one conformance.mutation.kills
+    records (update KILLED_BY there when the suite's cheapest kill has changed)."""
+    from conformance.mutation.kills import KILLED_BY
+
+    return [
+        f"{r.name} killed by {_short_test(r.test)}, recorded {KILLED_BY.get(r.name, 'nothing')} (conformance/mutation/kills.py)"
+        for r in score.killed
+        if _short_test(r.test) != KILLED_BY.get(r.name)
+    ]
 
 
 def format_table(score: Score) -> str:
@@ -233,7 +247,7 @@ def select_runs(
 def run_mutation_score(
     runs: Sequence[RunSpec],
     *,
-    profile: str = "ci",
+    hypothesis_profile: str = "ci",
     jobs: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     device: str | None = None,
@@ -267,7 +281,7 @@ def run_mutation_score(
                     run_one,
                     run,
                     work_dir=root / run.name,
-                    profile=profile,
+                    hypothesis_profile=hypothesis_profile,
                     timeout_s=timeout_s,
                     device=device,
                     shrink=shrink,
@@ -294,5 +308,12 @@ def run_mutation_score(
     baselines = [results[r] for r in runs if r.role == "baseline"]
     mutants = [results[r] for r in runs if r.role == "mutant"]
     return Score(
-        mutants=mutants, baselines=baselines, profile=profile, jobs=jobs, wall_s=wall_s, date=date, command=command_line, shrink=shrink
+        mutants=mutants,
+        baselines=baselines,
+        hypothesis_profile=hypothesis_profile,
+        jobs=jobs,
+        wall_s=wall_s,
+        date=date,
+        command=command_line,
+        shrink=shrink,
     )

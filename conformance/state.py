@@ -40,6 +40,29 @@ def runs_root() -> Path:
     return state_dir() / "runs"
 
 
+class StateDirError(RuntimeError):
+    """The state folder cannot hold run folders; the message names the folder, the problem and the variable."""
+
+
+def check_state_dir() -> Path:
+    """The runs folder (runs_root), created when missing and probed for writing; StateDirError
+    in one line when that fails (a path under a file, an unwritable or read-only folder). Front
+    ends call it before any test or campaign, so an unusable $CONFORMANCE_DIR is a usage error."""
+    root = runs_root()
+    where = f"${STATE_DIR_ENV}={os.environ[STATE_DIR_ENV]!r}" if os.environ.get(STATE_DIR_ENV) else "the default .conformance/"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise StateDirError(
+            f"state folder {root} is not usable ({reason}; {where}): set ${STATE_DIR_ENV} to a writable folder"
+        ) from None
+    return root
+
+
 def pending_dir() -> Path:
     """Where captured entries go: $CONFORMANCE_PENDING_DIR, else conformance/corpus/pending."""
     value = os.environ.get(PENDING_ENV)

@@ -549,6 +549,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"fuzz: {err}{hint}", file=sys.stderr)
         return EXIT_USAGE
 
+    from conformance.state import StateDirError, check_state_dir
+
+    try:
+        check_state_dir()
+    except StateDirError as err:
+        print(f"fuzz: {err}", file=sys.stderr)
+        return EXIT_USAGE
+
     saved_run_id = os.environ.get(RUN_ID_ENV)
     os.environ[RUN_ID_ENV] = f"fuzz-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     run_dir = current_run_dir()

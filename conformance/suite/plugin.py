@@ -45,13 +45,16 @@ from conformance.state import (
     CALL_TIMEOUT_ENV,
     DEFAULT_CALL_TIMEOUT_S,
     RUN_ID_ENV,
+    StateDirError,
+    check_state_dir,
     current_run_dir,
     new_run_id,
     pending_dir,
     run_dir,
     worker_id,
 )
-from conformance.suite.gpus import pin_worker_gpu, publish_gpus, pytest_xdist_auto_num_workers  # noqa: F401 - hook
+from conformance.suite import gpus
+from conformance.suite.activation import suite_active
 from conformance.suite.session import (  # noqa: F401 - hooks
     pytest_handlecrashitem,
     pytest_sessionfinish,
@@ -63,8 +66,6 @@ from conformance.target import SuiteTarget, TargetError, build_target
 
 FAILURES_LOG = "failures-{worker}.jsonl"
 MAX_WORKER_RESTARTS = 10_000
-
-register_profiles()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -95,7 +96,13 @@ def _seconds(text: str) -> float:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """Before xdist reads them: `--dist load` unless the user chose, no cap on worker restarts."""
+    """Only in a session that asks for the suite (conformance.suite.activation), before xdist and
+    Hypothesis read their options: the suite's Hypothesis profiles, `--dist load` unless the user
+    chose, no cap on worker restarts."""
+    if not suite_active(config):
+        return
+    register_profiles()
+    _check_hypothesis_profile(config)
     option = config.option
     if getattr(option, "numprocesses", None) and getattr(option, "dist", "no") == "no":
         option.dist = "load"
@@ -103,15 +110,42 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         option.maxworkerrestart = MAX_WORKER_RESTARTS
 
 
+def _check_hypothesis_profile(config: pytest.Config) -> None:
+    """An unknown --hypothesis-profile is a usage error naming the known profiles (Hypothesis
+    itself raises it inside pytest_configure: an INTERNALERROR traceback)."""
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    name = config.getoption("hypothesis_profile", None)
+    if not name:
+        return
+    try:
+        settings.get_profile(name)
+    except InvalidArgument:
+        known = ", ".join(sorted(settings._profiles))  # noqa: SLF001 - Hypothesis has no public list
+        raise pytest.UsageError(f"conformance: unknown Hypothesis profile {name!r} (--hypothesis-profile): use one of {known}") from None
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` in a suite session: one worker per visible GPU (conformance.suite.gpus)."""
+    return gpus.pytest_xdist_auto_num_workers(config) if suite_active(config) else None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "huge_cache: cases with a KV cache larger than 4 GiB (one at a time per machine)")
+    if not suite_active(config):
+        return
     timeout = config.getoption("--call-timeout")
     if timeout is not None:
         os.environ[CALL_TIMEOUT_ENV] = repr(timeout)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is not None:
-        pin_worker_gpu(worker)
+        gpus.pin_worker_gpu(worker)
         return
+    try:
+        check_state_dir()
+    except StateDirError as err:
+        raise pytest.UsageError(f"conformance: {err}") from None
     _check_target(config)
     from conformance import crashes
 
@@ -120,7 +154,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # a session started from inside another one (a test running pytest) gets a run of its own
         os.environ.pop(RUN_ID_ENV)
     os.environ.setdefault(RUN_ID_ENV, new_run_id())
-    publish_gpus()
+    gpus.publish_gpus()
 
 
 def _check_target(config: pytest.Config) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from conformance import crashes
 from conformance.state import current_run_dir, pending_dir
+from conformance.suite.activation import suite_active
 
 _CRASHES_KEY = pytest.StashKey[dict]()
 _REPORT_KEY = pytest.StashKey[Any]()
@@ -24,6 +25,11 @@ _REPORT_KEY = pytest.StashKey[Any]()
 
 def is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
+
+
+def _controller_of_suite(config: pytest.Config) -> bool:
+    """The xdist controller (or the only process) of a session that asks for the suite."""
+    return not is_worker(config) and suite_active(config)
 
 
 def _crash_destination(config: pytest.Config, run: Path) -> Path:
@@ -39,7 +45,7 @@ def _say(config: pytest.Config, text: str) -> None:
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Controller: mark this run as live, then recover crashes left by earlier runs."""
     config = session.config
-    if is_worker(config):
+    if not _controller_of_suite(config):
         return
     config.stash[_CRASHES_KEY] = {}
     run = current_run_dir()
@@ -60,9 +66,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object | None) -> None:
     """Controller (xdist): a worker went down; record the recipe it had in flight, if any."""
-    if error is None:
-        return
     config = node.config
+    if error is None or not suite_active(config):
+        return
     run = current_run_dir()
     if run is None:
         return
@@ -99,7 +105,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Controller: write the run report (all workers' files), mark the run finished; a run
     folder that recorded nothing is removed."""
     config = session.config
-    if is_worker(config):
+    if not _controller_of_suite(config):
         return
     run = current_run_dir()
     if run is None or not run.is_dir():
@@ -120,7 +126,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """Controller: one line pointing at the run report."""
-    if is_worker(config):
+    if not _controller_of_suite(config):
         return
     files = config.stash.get(_REPORT_KEY, None)
     if files is None:

@@ -27,6 +27,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "conformance.cli.report",
     "conformance.cli.bench",
     "conformance.cli.mutation",
+    "conformance.cli.probe",
 )
 
 

@@ -48,6 +48,13 @@ class SuiteTarget:
     profile: NumericsProfile
     judged: JudgedRecipe = field(default_factory=JudgedRecipe, compare=False)
 
+    def __repr__(self) -> str:
+        """One line (Hypothesis prints the fixture in every falsifying example)."""
+        return f"<kernel {self.name} on {self.device}, profile {self.profile.name}>"
+
+    def _repr_pretty_(self, printer: object, cycle: bool) -> None:
+        printer.text(repr(self))  # type: ignore[attr-defined]
+
 
 class TargetError(RuntimeError):
     """The kernel under test cannot be used here; the message says why in one line."""

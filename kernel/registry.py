@@ -51,6 +51,15 @@ def _wrap_external(spec: str, obj: object, profile: str | None) -> Backend:
     )
 
 
+def _raised_at(err: BaseException) -> str:
+    """" (FILE, line N)" of the innermost source frame that raised `err` (not importlib's own)."""
+    import traceback
+
+    skip = (__file__, importlib.__file__)
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith("<") and f.filename not in skip]
+    return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
+
+
 def resolve(name: str, *, profile: str | None = None) -> Backend:
     """The backend called `name` (built-in or `package.module:attr`); BackendUnavailable says why not.
 
@@ -87,13 +96,15 @@ def resolve(name: str, *, profile: str | None = None) -> Backend:
         try:
             module = importlib.import_module(module_name)
         except ImportError as err:
-            raise BackendUnavailable(f"cannot import {module_name!r} for kernel {name!r}: {err}") from err
+            raise BackendUnavailable(f"cannot import {module_name!r} for kernel {name!r}: {err}{_raised_at(err)}") from err
         except SyntaxError as err:
             raise BackendUnavailable(
                 f"cannot import {module_name!r} for kernel {name!r}: syntax error in {err.filename}, line {err.lineno}: {err.msg}"
             ) from err
         except Exception as err:  # noqa: BLE001 - any failure while importing the user's module is a usage error
-            raise BackendUnavailable(f"cannot import {module_name!r} for kernel {name!r}: {type(err).__name__} at import: {err}") from err
+            raise BackendUnavailable(
+                f"cannot import {module_name!r} for kernel {name!r}: {type(err).__name__} at import: {err}{_raised_at(err)}"
+            ) from err
         try:
             obj = getattr(module, attr)
         except AttributeError as err:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from kernel.record import RECORD_BYTES, WRITERS
@@ -93,6 +93,15 @@ class Recipe:
 
     def __post_init__(self) -> None:
         _validate(self)
+
+    def __repr__(self) -> str:
+        """The fields that differ from the defaults, one line (the full recipe: to_json)."""
+        defaults = {f.name: f.default_factory() if f.default_factory is not MISSING else f.default for f in fields(self)}
+        parts = [f"{k}={v!r}" for k, v in self.to_json_dict().items() if defaults[k] is MISSING or defaults[k] != getattr(self, k)]
+        return f"Recipe({', '.join(parts)})"
+
+    def _repr_pretty_(self, printer: object, cycle: bool) -> None:
+        printer.text(repr(self))  # type: ignore[attr-defined]
 
     @property
     def scale_value(self) -> float:

@@ -18,6 +18,7 @@ from hypothesis.control import currently_in_test_context
 
 from conformance.harness import Verdict, judge, record, run_kernel
 from conformance.target import SuiteTarget
+from conformance.triage import triage
 from oracle.preconditions import check_call, has_violation
 from strategies.materialize import Problem, materialize
 from strategies.recipe import Recipe, RecipeTooLarge
@@ -78,11 +79,15 @@ def differential(suite: SuiteTarget, recipe: Recipe, property_name: str = "diffe
     require_support(suite, problem)
     out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name)
     judgement = judge(problem, out, lse, suite.profile)
+    triaged = None if judgement.ok else triage(problem, out, lse, suite.profile, judgement)
     for mode, verdict in judgement.verdicts.items():
         if use_target:
             for label, value in ((f"out/{mode}", verdict.out_ratio), (f"lse/{mode}", verdict.lse_ratio)):
                 if math.isfinite(value):
                     hypothesis_target(value, label=label)
+        extra: dict[str, Any] = {"mode": mode}
+        if triaged is not None and not verdict.ok:
+            extra["class"] = triaged.klass
         record(
             property_name,
             suite.name,
@@ -90,11 +95,10 @@ def differential(suite: SuiteTarget, recipe: Recipe, property_name: str = "diffe
             outcome="pass" if verdict.ok else "fail",
             out_ratio=verdict.out_ratio,
             lse_ratio=verdict.lse_ratio,
-            extra={"mode": mode},
+            extra=extra,
         )
-    failures = judgement.messages()
-    if failures:
-        raise AssertionError("kernel output outside the a-priori bound:\n" + "\n".join(failures))
+    if triaged is not None:
+        raise AssertionError(f"{triaged.headline}\nkernel output outside the a-priori bound:\n" + "\n".join(judgement.messages()))
     return list(judgement.verdicts.values())
 
 

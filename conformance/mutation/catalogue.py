@@ -681,6 +681,10 @@ _VARIANT_TEXT = {
     "gfx950_sequential_l": "gfx950 algorithm with l summed key by key in one f32 accumulator; profile gfx950-l-sequential",
     "gfx950_reverse_tiles": "gfx950 algorithm visiting the tiles last to first; profile gfx950",
     "flashmla_like_split": "bf16 Q, f32 QK, 64-key tiles, bf16 P for PV, up to 3 KV splits merged by lse; profile bf16-q-bf16-p",
+    "flashmla_ftz_split": (
+        "FlashMLA decode's arithmetic: f32 flushed to zero everywhere, FFMA exp argument, a partition per 64-key block "
+        "merged through log2 f32 lse; profile bf16-q-bf16-p"
+    ),
 }
 CORRECT_VARIANTS: dict[str, CorrectVariant] = {}
 for _name, _fn in _independent.KERNELS.items():

@@ -16,6 +16,9 @@ describes it (a `profile` attribute holding an oracle.profiles.NumericsProfile).
 - `flashmla_like_split`: bf16 Q, f32 QK, 64-key tiles, exp2 online softmax, P rounded to bf16
   for PV, l from the f32 P, the row split into up to 3 KV splits combined through their lse in
   f32; profile `bf16-q-bf16-p`.
+- `flashmla_ftz_split`: FlashMLA decode's arithmetic from its source and SASS: every f32 result
+  flushed below 2^-126 (--use_fast_math), FFMA exp argument, one partition per 64-key block (up
+  to 8) merged through log2-domain f32 lse; profile `bf16-q-bf16-p`.
 
 Each is also a registry `Backend` (`BACKENDS`, name -> Backend) declaring its profile by name; the
 mutation catalogue lists them as correct variants that must pass the suite.
@@ -410,6 +413,82 @@ def flashmla_like_split(q, kv_cache, indices, indptr, softmax_scale, *, has_inva
 flashmla_like_split.profile = "bf16-q-bf16-p"  # type: ignore[attr-defined]
 
 
+# ---------------------------------------------------------------------------------------------
+# FlashMLA decode's arithmetic as its source and SASS state it: fast-math flush-to-zero, splits
+
+
+F32_TINY = 2.0**-126
+
+
+def ftz(x: torch.Tensor) -> torch.Tensor:
+    """Flush f32 subnormal values to a zero of the same sign (what a .FTZ instruction returns)."""
+    return torch.where(x.abs() < F32_TINY, x * 0.0, x)
+
+
+def _f32(x: torch.Tensor) -> torch.Tensor:
+    """One rounding of f64 values to f32, then flushed."""
+    return ftz(x.to(torch.float32))
+
+
+def flashmla_ftz_split(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
+    """FlashMLA's sparse fp8 decode arithmetic: K = bf16(f32(code)) * bf16(scale), f32 QK
+    (flushed), m = f32(max raw score * c) with c = f32(softmax_scale * log2 e), P = exp2 of
+    FFMA(s, c, -m) (one rounding), every f32 result flushed to zero below 2^-126, l from the f32 P,
+    P rounded to bf16 for PV over 64-key blocks, each row split into one partition per 64-key block
+    (at most 8), partials o_i = o * f32(1 / l) with lse_i = f32(log2 l + m) merged in f32 through
+    log2-domain lse: G = log2(sum exp2(lse_i - max)) + max, out = sum exp2(lse_i - G) o_i."""
+    validate_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    tile = 64
+    g = gather(kv_cache, indices, indptr, has_invalid, multiple=tile)
+    n_q, heads = q.shape[:2]
+    dev = q.device
+    scale_bf16 = g.scales.to(torch.bfloat16).to(torch.float32).repeat_interleave(BLOCK, dim=-1)
+    values = ftz(g.codes.to(torch.bfloat16).to(torch.float32) * scale_bf16)
+    keys = torch.cat((values, g.rope), dim=-1)
+    s = ftz(torch.matmul(q.to(torch.float32), keys.transpose(1, 2)))  # [n_q, H, L] raw scores
+    c = torch.tensor(softmax_scale * LOG2E, dtype=torch.float64).to(torch.float32).to(torch.float64)
+    raw = torch.where(g.valid[:, None, :], s, float("-inf"))
+    n_tiles = g.valid.shape[1] // tile
+    n_splits = max(1, min(8, n_tiles))
+    bounds = [round(i * n_tiles / n_splits) for i in range(n_splits + 1)]
+    o_parts, lse_parts = [], []
+    for a, b in itertools.pairwise(bounds):
+        m = torch.full((n_q, heads), float("-inf"), dtype=torch.float32, device=dev)
+        l_acc = torch.zeros(n_q, heads, dtype=torch.float32, device=dev)
+        o = torch.zeros(n_q, heads, LATENT, dtype=torch.float32, device=dev)
+        for t in range(a, b):
+            ks = slice(tile * t, tile * t + tile)
+            st = raw[..., ks]
+            m_new = torch.maximum(m, _f32(st.amax(dim=-1).to(torch.float64) * c))
+            m_safe = torch.where(torch.isfinite(m_new), m_new, 0.0)
+            alpha = torch.where(torch.isfinite(m), ftz(torch.exp2(_f32(m.to(torch.float64) - m_safe.to(torch.float64)))), 0.0)
+            arg = torch.where(torch.isfinite(st), st.to(torch.float64) * c - m_safe.to(torch.float64)[..., None], float("-inf"))
+            p = ftz(torch.exp2(_f32(arg)))
+            l_acc = ftz(ftz(l_acc * alpha) + ftz(p.sum(dim=-1)))
+            pv = ftz(torch.matmul(p.to(torch.bfloat16).to(torch.float32), values[:, ks, :]))
+            o = ftz(ftz(o * alpha[..., None]) + pv)
+            m = m_new
+        has = l_acc > 0
+        inv = torch.where(has, ftz(1.0 / torch.where(has, l_acc, 1.0)), 0.0)
+        o_parts.append(ftz(o * inv[..., None]))
+        lse_parts.append(
+            torch.where(has, _f32(torch.log2(torch.where(has, l_acc, 1.0)).to(torch.float64) + m_safe.to(torch.float64)), float("-inf"))
+        )
+    lse_s = torch.stack(lse_parts)  # [S, n_q, H] f32, log2 units
+    top = lse_s.amax(dim=0)
+    top_safe = torch.where(torch.isfinite(top), top, 0.0)
+    total = ftz(ftz(torch.exp2(ftz(lse_s - top_safe))).sum(dim=0))
+    glob = torch.where(torch.isfinite(top), ftz(ftz(torch.log2(torch.where(total > 0, total, 1.0))) + top_safe), float("-inf"))
+    glob_safe = torch.where(torch.isfinite(glob), glob, 0.0)
+    w = torch.where(torch.isfinite(lse_s), ftz(torch.exp2(ftz(lse_s - glob_safe))), 0.0)
+    res = ftz((ftz(w[..., None] * torch.stack(o_parts))).sum(dim=0))
+    lse = torch.where(torch.isfinite(glob), ftz(glob * torch.tensor(math.log(2.0), dtype=torch.float32)), float("-inf"))
+    return _finish(res, lse, return_lse, out)
+
+
+flashmla_ftz_split.profile = "bf16-q-bf16-p"  # type: ignore[attr-defined]
+
+
 def as_backend(name: str, fn, *, batch_invariant: bool = True) -> Backend:  # type: ignore[no-untyped-def]
     """A registry Backend for one of these kernels (CPU and CUDA/ROCm; H in 1..16; out= honoured;
     an out-of-range index raises IndexError, as torch indexing does)."""
@@ -427,7 +506,7 @@ def as_backend(name: str, fn, *, batch_invariant: bool = True) -> Backend:  # ty
 
 #: kernels whose result for a row depends on the rest of the batch: BLAS blocking follows the padded
 #: shape, and the split count follows the longest row (the suite then compares by the bound)
-BATCH_DEPENDENT = frozenset({"float64_torch", "float32_torch", "flashmla_like_split"})
+BATCH_DEPENDENT = frozenset({"float64_torch", "float32_torch", "flashmla_like_split", "flashmla_ftz_split"})
 
 #: name -> the kernel; each passes the suite under the profile it declares
 KERNELS = {
@@ -437,4 +516,5 @@ KERNELS = {
     "gfx950_sequential_l": gfx950_sequential_l,
     "gfx950_reverse_tiles": gfx950_reverse_tiles,
     "flashmla_like_split": flashmla_like_split,
+    "flashmla_ftz_split": flashmla_ftz_split,
 }

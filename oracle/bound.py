@@ -214,7 +214,7 @@ def _chunk_stats(
     qk_err = abs(sigma) * gamma(k_qk, profile.qk.u) * qk_mag
     qk_flush = None
     if profile.flush_floor:
-        # flushed subnormals (TOLERANCES.md section 7): a q or K element read as 0 errs by < F times
+        # flushed subnormals (TOLERANCES.md section 13): a q or K element read as 0 errs by < F times
         # its partner, each product and each partial sum of the dot by < F
         q_l1 = rep.magnitude[chunk.rows].sum(dim=-1, keepdim=True)  # [R, H, 1]
         k_l1 = keys_abs_t.sum(dim=1, keepdim=True)  # [R, 1, L]
@@ -357,7 +357,7 @@ def _check_f32_range(stats: _ChunkStats, qk_mag: torch.Tensor, profile: Numerics
 
 @dataclass(frozen=True)
 class _SplitTerms:
-    """The error a split-KV merge may add to one chunk's rows (TOLERANCES.md section 8)."""
+    """The error a split-KV merge may add to one chunk's rows (TOLERANCES.md section 13)."""
 
     partials: torch.Tensor  # [R, 1, 1] the most partitions a row may be split into (1: not split)
     key_err: torch.Tensor  # [R, H, L] per-key log-weight error of the merge (natural units)
@@ -475,7 +475,7 @@ def _chunk_bound(
     window_plain = 2 * e_max
     p_u = profile.p_u
     gamma_ref = gamma(2 * n_valid + 4, U64).view(-1, 1, 1)  # the reference's sums of exp and of p v, its division
-    # flushed f32 results of the o side (TOLERANCES.md section 7), absolute in out units: each V
+    # flushed f32 results of the o side (TOLERANCES.md section 13), absolute in out units: each V
     # element (weights summing to ~1), each P v product and partial sum of o and each rescale
     # (divided by l >= p_max), the normalisation and the output cast, and per merged partial its
     # stored output and its weighted term

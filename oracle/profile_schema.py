@@ -58,7 +58,7 @@ class SplitModel:
     lse_base: the base of the partial log-sum-exps the merge works with ("2": log2 domain, as
         exp2 / log2 kernels do; "e").
     lse_format: the format the partial lse values and the merge arithmetic are held in: its unit
-        roundoff u_c sets the merge's error term, which grows with |lse| (TOLERANCES.md section 7).
+        roundoff u_c sets the merge's error term, which grows with |lse| (TOLERANCES.md section 13).
     exp_rel_err: relative error of each exp (exp2) of the merge; log_abs_err: absolute error of
         each log (log2) of the merge, in lse_base units.
     """

@@ -3,7 +3,8 @@
 `judge` is the one judgement every front end uses (the suite's checks, `replay`, the soundness
 campaign): evaluate the reference and bound in each comparison mode, then `compare`.
 
-`run_kernel` records the recipe write-ahead, calls the kernel (always before any reference is
+`call_kernel` is the bare call of a kernel on a problem; `run_kernel` records the recipe
+write-ahead, calls the kernel (always before any reference is
 built, so freed memory holding a right answer cannot hide a kernel that wrote nothing) and
 returns its outputs. `compare` checks the outputs against an `oracle.bound.Evaluation`:
 types and shapes, identical NaN/inf positions, no all-zero output where the bound does not
@@ -35,6 +36,17 @@ from strategies.materialize import Problem
 
 class InputsModified(AssertionError):
     """The kernel wrote into q, kv_cache, indices or indptr; the message names where."""
+
+
+def call_kernel(problem: Problem, kernel: Any, *, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Call `kernel` (a contract callable, kernel.contract) with `problem`'s arguments, with the
+    problem's out= unless `out` is given; nothing else (no write-ahead record, time limit or input
+    check: run_kernel adds those)."""
+    target = problem.out if out is None else out
+    kwargs: dict[str, Any] = {"has_invalid": problem.has_invalid, "return_lse": problem.return_lse}
+    if target is not None:
+        kwargs["out"] = target
+    return kernel(problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale, **kwargs)
 
 
 def run_kernel(
@@ -76,7 +88,7 @@ def run_kernel(
 
     with in_flight(folder, worker, entry), limit_call(limit, lambda s: mark(hung_after_s=round(s, 1)), hard_only=worker != "main"):
         try:
-            result = problem.call(kernel, out=out)
+            result = call_kernel(problem, kernel, out=out)
             if problem.q.is_cuda:
                 torch.cuda.synchronize(problem.q.device)
         except Exception as err:

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis import target as hypothesis_target
 
-from conformance.harness import judge
+from conformance.harness import call_kernel, judge
 from kernel.registry import resolve
 from oracle.bound import MODES
 from oracle.profiles import load_profile
@@ -116,7 +116,7 @@ def run_campaign(
     @given(batch=recipe_batches(size=BATCH, max_total_keys=max_total_keys))
     def probe(batch):  # type: ignore[no-untyped-def]
         problem, owners = combine([materialize(recipe, device) for recipe in batch])
-        out, lse = problem.call(backend)
+        out, lse = call_kernel(problem, backend)
         stats["problems"] += len(batch)
         for mode, verdict in judge(problem, out, lse, profile).verdicts.items():
             for name, value in (("out", verdict.out_ratio), ("lse", verdict.lse_ratio)):

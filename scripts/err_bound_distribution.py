@@ -31,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from conformance.harness import call_kernel
 from oracle.accumulation import Accumulation
 from oracle.bound import MODES, evaluate, evaluate_modes
 from oracle.profiles import load_profile
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         except PreconditionError:
             skipped += 1
             continue
-        out, lse = problem.call(kernel)
+        out, lse = call_kernel(problem, kernel)
         for mode, ev in evs.items():
             o, l_ = _ratios(out, lse, ev)
             ratios[f"out/{mode}"].append(o)

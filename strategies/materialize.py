@@ -29,7 +29,8 @@ _ID_STRIDE = 1 << 24  # ids of (row, offset) pairs: row * 2^24 + offset
 
 @dataclass
 class Problem:
-    """A materialized call: the kernel's arguments plus what the recipe knows about them.
+    """A materialized call: the kernel's arguments plus what the recipe knows about them (plain
+    data: conformance.harness.call_kernel makes the call).
 
     referenced_rows: int64 [U] sorted unique KV rows consumed by valid entries (CPU);
     poison_rows: int64 [P] rows written with the NaN poison record (CPU).
@@ -46,14 +47,6 @@ class Problem:
     out: torch.Tensor | None
     referenced_rows: torch.Tensor
     poison_rows: torch.Tensor
-
-    def call(self, kernel: object, *, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Run `kernel` (a contract callable) on this problem, with the recipe's out= unless given."""
-        target = self.out if out is None else out
-        kwargs: dict[str, object] = {"has_invalid": self.has_invalid, "return_lse": self.return_lse}
-        if target is not None:
-            kwargs["out"] = target
-        return kernel(self.q, self.kv_cache, self.indices, self.indptr, self.softmax_scale, **kwargs)  # type: ignore[operator]
 
 
 def _stream(recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -346,7 +339,7 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
     device = torch.device(device)
     check_memory(recipe, device)
     indptr, pair_rows, pair_offsets, pair_positions = _stream(recipe)
-    n_idx = int(indptr.max()) if indptr.numel() else 0
+    n_idx = (int(indptr.max()) if indptr.numel() else 0) + recipe.stream_tail
     pair_ids = pair_rows * _ID_STRIDE + pair_offsets
     values = _index_values(recipe, pair_rows, pair_ids)
     values = _apply_invalid(recipe, values, pair_rows, pair_offsets, pair_ids)
@@ -402,7 +395,7 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
     return Problem(
         recipe=recipe,
         q=q,
-        kv_cache=kv,
+        kv_cache=kv if recipe.cache_shape is None else kv.view(*recipe.cache_shape, RECORD_BYTES),
         indices=entries.to(torch.int32).to(device),
         indptr=indptr.to(torch.int32).to(device),
         softmax_scale=recipe.scale_value,

@@ -12,6 +12,7 @@ import math
 import torch
 from hypothesis import given, settings
 
+from conformance.harness import call_kernel
 from conformance.mutation.catalogue import CATALOGUE
 from kernel.backends.emulated import run_emulated
 from kernel.record import encode_records
@@ -25,7 +26,7 @@ from strategies.recipe import Recipe
 
 
 def _ratios(problem: Problem, kernel, profile=GFX950) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    out, lse = problem.call(kernel)
+    out, lse = call_kernel(problem, kernel)
     ratios = {}
     for mode in MODES:
         ev = evaluate(

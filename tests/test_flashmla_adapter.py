@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 
+from conformance.harness import call_kernel
 from kernel.backends import flashmla
 from kernel.contract import ContractError
 from kernel.fp8 import decode_e4m3
@@ -573,7 +574,7 @@ def _invariance_checks(row: dict[str, Any], backend: Any, module: Any, problem: 
     args = (problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale)
 
     def again() -> bool:
-        out2, lse2 = problem.call(backend, out=torch.empty_like(out))
+        out2, lse2 = call_kernel(problem, backend, out=torch.empty_like(out))
         return bool(torch.equal(out, out2) and lse2 is not None and torch.equal(lse.nan_to_num(), lse2.nan_to_num()))
 
     def block64() -> bool:
@@ -618,7 +619,7 @@ def run_smoke(
         args = (problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale)
         rows = problem.kv_cache.numel() // RECORD_BYTES
         try:
-            out, lse = problem.call(backend)
+            out, lse = call_kernel(problem, backend)
             assert lse is not None
             if device.type == "cuda":
                 torch.cuda.synchronize()
@@ -670,7 +671,7 @@ def raw_writer_probe(backend: Any, device: torch.device, max_len: int = 2048) ->
         problem = materialize(Recipe.from_json_dict(fields), device)
         row: dict[str, Any] = {"case": name}
         try:
-            out, lse = problem.call(backend)
+            out, lse = call_kernel(problem, backend)
             padded = flashmla.csr_to_padded(problem.indices, problem.indptr, has_invalid=problem.has_invalid)
             q = problem.q.contiguous()
             for model in ("exact", "flashmla"):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conformance.harness import call_kernel
 from conformance.mutation.catalogue import CORRECT_VARIANTS, PRECISION_DEFECTS
 from conformance.mutation.independent import float32_torch, float64_torch, gfx950_sequential_l
 from oracle.bound import evaluate
@@ -27,7 +28,7 @@ CORPUS = Path(__file__).resolve().parents[1] / "conformance" / "corpus"
 
 
 def _ratio(problem: Problem, kernel, profile) -> float:  # type: ignore[no-untyped-def]
-    out, lse = problem.call(kernel)
+    out, lse = call_kernel(problem, kernel)
     ev = evaluate(
         problem.q,
         problem.kv_cache,

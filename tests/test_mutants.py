@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conformance.harness import call_kernel
 from conformance.mutation import catalogue as mutants
 from kernel.backend import Backend
 from kernel.backends import emulated
@@ -282,8 +283,8 @@ def test_knob_defaults_reproduce_the_stages() -> None:
     build = recipe(
         row_lengths=(300, 0, 77, 129), has_invalid=True, invalid_pattern="scattered", invalid_permille=150, poison=True, rope="large"
     )
-    want, want_lse = build().call(EMULATED)
-    got, got_lse = build().call(copy)
+    want, want_lse = call_kernel(build(), EMULATED)
+    got, got_lse = call_kernel(build(), copy)
     assert torch.equal(_bits(got), _bits(want))
     assert torch.equal(_bits(got_lse), _bits(want_lse))
 
@@ -295,14 +296,14 @@ def test_knob_defaults_reproduce_the_stages() -> None:
 @functools.cache
 def emulated_result(build: Callable[[], Problem]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The emulated kernel's (out, lse) on a fresh problem from `build` (cached per builder)."""
-    return build().call(EMULATED)
+    return call_kernel(build(), EMULATED)
 
 
 @functools.cache
 def emulated_failures(build: Callable[[], Problem], judge: Judge) -> tuple[str, ...]:
     """What `judge` finds wrong with the emulated kernel on `build`'s problem (cached)."""
     problem = build()
-    return tuple(judge(problem, *problem.call(EMULATED)))
+    return tuple(judge(problem, *call_kernel(problem, EMULATED)))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -312,7 +313,7 @@ def test_mutant_is_killed(name: str) -> None:
     assert emulated_failures(build, judge) == (), "the unbroken emulated kernel must pass the kill case"
     problem = build()
     try:
-        out, lse = problem.call(mutant)
+        out, lse = call_kernel(problem, mutant)
     except Exception as err:  # noqa: BLE001 (a crash would count as caught, but none of these mutants should crash)
         pytest.fail(f"mutant {name} raised {err!r} instead of returning a wrong result")
     assert judge(problem, out, lse) != [], f"mutant {name} survived its kill case"
@@ -322,7 +323,7 @@ def test_mutant_is_killed(name: str) -> None:
 def test_mutant_is_minimal(name: str) -> None:
     build = SPARE[name]
     want, want_lse = emulated_result(build)
-    got, got_lse = build().call(mutants.CATALOGUE[name].backend)
+    got, got_lse = call_kernel(build(), mutants.CATALOGUE[name].backend)
     assert bool(torch.isfinite(want).all()) and bool((want != 0).any()), "the spare case must not be degenerate"
     assert torch.equal(_bits(got), _bits(want)), f"mutant {name} changes out outside its bug class"
     if want_lse is None:
@@ -345,10 +346,10 @@ def test_raw_scales_lse_is_the_mantissa_dropped_lse() -> None:
     """The documented behaviour the qk_scale_mantissa kill relies on: on non-pow2 scales the
     emulated kernel's lse equals its lse on the cache with the mantissas dropped, bit for bit."""
     problem = KILL["qk_scale_mantissa"][0]()
-    _, raw_lse = problem.call(EMULATED)
-    _, floored_lse = floor_scales(KILL["qk_scale_mantissa"][0]()).call(EMULATED)
+    _, raw_lse = call_kernel(problem, EMULATED)
+    _, floored_lse = call_kernel(floor_scales(KILL["qk_scale_mantissa"][0]()), EMULATED)
     assert torch.equal(_bits(raw_lse), _bits(floored_lse))
-    _, mutant_lse = KILL["qk_scale_mantissa"][0]().call(mutants.qk_scale_mantissa)
+    _, mutant_lse = call_kernel(KILL["qk_scale_mantissa"][0](), mutants.qk_scale_mantissa)
     assert not torch.equal(_bits(mutant_lse), _bits(floored_lse))
 
 

@@ -116,7 +116,8 @@ class Diagnosis:
     skipped, one message each; comparisons: per (mode, output) statistics (errors and bounds in
     the output's units: out values, lse in natural-log units); findings: precondition findings as
     dicts; holds: precondition kinds not found; observed: the behaviour of a precondition run;
-    crash: what the dead process had in flight."""
+    crash: what the dead process had in flight; finding_class, triage: the failure's class (1
+    contract, 2 profile too tight, 3 precision: conformance.triage) and its one-line reason."""
 
     name: str
     expect: str
@@ -131,6 +132,8 @@ class Diagnosis:
     findings_error: str | None = None
     observed: dict[str, Any] | None = None
     crash: dict[str, Any] | None = None
+    finding_class: int | None = None
+    triage: str = ""
 
     @property
     def exit_code(self) -> int:
@@ -165,7 +168,8 @@ _LIST = re.compile(r"\[[#,\s]*\]")
 
 def failure_signature(messages: list[str] | str) -> frozenset[str]:
     """Failure messages with every number (and list of numbers) replaced by '#', one item per
-    line; the 'worst out element' line is dropped (it is not a failure, only a location)."""
+    line; the 'worst out element' line is dropped (it is not a failure, only a location), and a
+    triage line ("class 2 (...): passes if ...") counts by its class alone."""
     if isinstance(messages, str):
         messages = [messages]
     items: set[str] = set()
@@ -173,6 +177,9 @@ def failure_signature(messages: list[str] | str) -> frozenset[str]:
         for line in str(message).splitlines():
             line = line.strip()
             if not line or line.startswith(("worst out element", "kernel output outside the a-priori bound")):
+                continue
+            if line.startswith("class ") and ":" in line:
+                items.add(line.split(":", 1)[0])  # the triage class, not its reason's wording
                 continue
             items.add(_LIST.sub("[#]", _NUMBER.sub("#", line))[:300])
     return frozenset(items)
@@ -292,6 +299,7 @@ def diagnose(entry: Any, suite: Any, *, top: int = DEFAULT_TOP, findings: bool =
 
     from conformance.checks import supported, violation_run
     from conformance.harness import InputsModified, judge, run_kernel
+    from conformance.triage import triage
     from conformance.watchdog import KernelHung
     from oracle.rows import PreconditionError
     from strategies.materialize import materialize
@@ -319,14 +327,17 @@ def diagnose(entry: Any, suite: Any, *, top: int = DEFAULT_TOP, findings: bool =
     except KernelHung as err:
         diag.outcome = "fail"
         diag.reasons.append(str(err))
+        _contract_class(diag, "the call hung")
         return diag
     except InputsModified as err:
         diag.outcome = "fail"
         diag.reasons.append(str(err))
+        _contract_class(diag, "the kernel wrote into its inputs")
         return diag
     except Exception as err:  # noqa: BLE001 - a raising kernel is a diagnosis, not a crash of replay
         diag.outcome = "fail"
         diag.reasons.append(f"the kernel raised {type(err).__name__}: {str(err)[:500]}")
+        _contract_class(diag, f"a valid call raised {type(err).__name__}")
         return diag
     unusable = _unusable_outputs(out, lse)
     if unusable:
@@ -355,7 +366,16 @@ def diagnose(entry: Any, suite: Any, *, top: int = DEFAULT_TOP, findings: bool =
     # type failures repeat once per mode: keep each message once
     diag.reasons = list(dict.fromkeys(diag.reasons))
     diag.outcome = "fail" if diag.reasons else "pass"
+    if not judgement.ok:
+        triaged = triage(problem, out, lse, suite.profile, judgement)
+        diag.finding_class, diag.triage = triaged.klass, triaged.headline
     return diag
+
+
+def _contract_class(diag: Diagnosis, what: str) -> None:
+    from conformance.triage import CLASS_NAMES, CONTRACT
+
+    diag.finding_class, diag.triage = CONTRACT, f"{CLASS_NAMES[CONTRACT]}: {what}"
 
 
 def _unusable_outputs(out: Any, lse: Any) -> str | None:
@@ -624,6 +644,8 @@ def format_diagnosis(diag: Diagnosis) -> str:
     }
     verdict = verdicts.get((diag.outcome, diag.expect), {"fail": "FAILS", "crash": "CRASH"}.get(diag.outcome, diag.outcome.upper()))
     lines.append(f"verdict: {verdict} (kernel {diag.kernel})")
+    if diag.triage:
+        lines.append(f"  {diag.triage}")
     for reason in diag.reasons:
         for i, line in enumerate(str(reason).splitlines()):
             lines.append(("  - " if i == 0 else "    ") + line)

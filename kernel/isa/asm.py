@@ -133,7 +133,7 @@ class Program:
 
 
 _REG_RE = re.compile(r"^([vsa])(?:(\d+)|\[(\d+):(\d+)\])$")
-_MOD_KV_RE = re.compile(r"(?<![\[\w])([a-z_][a-z_0-9]*):(\[[^\]]*\]|[^\s,]+)")
+_MOD_KV_RE = re.compile(r"(?<![\[\w])([a-z_][a-z_0-9]*):(\[[^\]]*\]|swizzle\([^)]*\)|[^\s,]+)")
 
 
 def _parse_int(text: str) -> int:

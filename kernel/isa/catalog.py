@@ -10,6 +10,7 @@ Source keys (full references in docs/isa.md):
   IREE   IREE compiler/.../IREEGPUAttrs.cpp getSingleSubgroupLayout (MFMA lane layouts)
   MOJO   Modular MAX/Mojo docs: std.gpu.intrinsics.ds_read_tr8_b64; CDNA4 block-scaled MFMA
   TRITON Triton lib/Dialect/TritonGPU/IR/LinearLayoutConversions.cpp (scaled MFMA layouts)
+  ISA4   AMD Instinct CDNA4 ISA reference guide (MI355X), e.g. 9.1.9 Memory Buffer Load to LDS
   OCP    OCP 8-bit floating point v1.0 / Microscaling v1.0 (E4M3, E8M0)
 """
 
@@ -176,8 +177,9 @@ OPCODES: dict[str, tuple[str, str]] = {
     "ds_bpermute_b32": ("D[l] = DATA[((ADDR[l] + offset) / 4) % 64]; 0 from an inactive lane", "ISA3 LDS (DS_BPERMUTE_B32)"),
     # ---------------- memory
     "buffer_load_dword": (
-        "D = MEM32[V#.base + VADDR + offset] when offset + 4 <= num_records, else 0",
-        "ISA3 ch. 9 (buffer descriptor, range checking)",
+        "D = MEM32[V#.base + VADDR + offset] when offset + 4 <= num_records, else 0; the `lds` form (also x4) DMAs lane l's dwords to "
+        "LDS M0 + offset + 4n l (vmcnt)",
+        "ISA3 ch. 9 (buffer descriptor, range checking); ISA4 9.1.9 (Memory Buffer Load to LDS)",
     ),
     "buffer_load_dwordx4": ("4 dwords, each range-checked against num_records (0 when out of range)", "ISA3 ch. 9"),
     "global_load_dwordx4": ("D[0:3] = MEM[VADDR64 + offset] (sc0/sc1 cache bits: no effect on values)", "ISA3 ch. 10"),
@@ -211,6 +213,38 @@ OPCODES: dict[str, tuple[str, str]] = {
             "scale of (row, K block kb) in lane row + 16 kb; exact sum, one rounding"
         ),
         "TRITON chooseScaledMfmaScaleLayout (fp8: two 16-element K blocks per lane); IREE / MOJO disagree (F1); OCP MX",
+    ),
+    # ---------------- foreign FlyDSL kernels (aiter sparse MLA prefill / decode, MLA reduce; issue 22)
+    "ds_swizzle_b32": (
+        "D[l] = DATA[src(l)]: offset[15] quad permute, else ((l & and) | or) ^ xor per 32-lane half; swizzle() macros",
+        "ISA3 LDS (DS_SWIZZLE_B32); LLVM AMDGPUAsmParser (swizzle macros)",
+    ),
+    "ds_read2_b32": ("2 dwords at ADDR + 4 offset0, ADDR + 4 offset1", "ISA3 ch. 11 (DS_READ2_B32)"),
+    "ds_read2_b64": ("2 x 8 bytes at ADDR + 8 offset0, ADDR + 8 offset1", "ISA3 ch. 11 (DS_READ2_B64)"),
+    "ds_read2st64_b32": ("as ds_read2_b32 with offsets in units of 256 bytes", "ISA3 ch. 11 (DS_READ2ST64_B32)"),
+    "ds_write2_b32": ("DATA0 at ADDR + 4 offset0, DATA1 at ADDR + 4 offset1", "ISA3 ch. 11 (DS_WRITE2_B32)"),
+    "buffer_store_dword": ("MEM32[V#.base + VADDR + offset] = DATA when offset + 4 <= num_records, else dropped", "ISA3 ch. 9"),
+    "buffer_store_dwordx2": ("2 dwords, each range-checked (dropped when out of range)", "ISA3 ch. 9"),
+    "buffer_store_dwordx4": ("4 dwords, each range-checked (dropped when out of range)", "ISA3 ch. 9"),
+    "v_mad_i64_i32": ("{SDST[lane], D64} = 65-bit sext(S0) * sext(S1) + sext(S2_64)", "ISA3 VOP3b (V_MAD_I64_I32)"),
+    "v_subbrev_co_u32_e32": ("D = S1 - S0 - VCC[lane]; VCC[lane] = borrow", "ISA3 VOP2"),
+    "v_subbrev_co_u32_e64": ("D = S1 - S0 - S2[lane]; SDST[lane] = borrow", "ISA3 VOP3b"),
+    "v_cmp_neq_f32_e32": ("VCC[lane] = !(S0 == S1) (true on NaN)", "ISA3 VOPC"),
+    "v_cmp_neq_f32_e64": ("SDST[lane] = !(S0 == S1) (true on NaN)", "ISA3 VOPC"),
+    "v_cmp_nlt_f32_e32": ("VCC[lane] = !(S0 < S1) (true on NaN); also nle ngt nge nlg o u", "ISA3 VOPC"),
+    "v_ldexp_f32": ("D = S0 * 2^S1 (S1 signed), one RNE rounding, denormals kept", "ISA3 VOP2/VOP3 (V_LDEXP_F32)"),
+    "v_perm_b32": (
+        "byte i of D = BYTE_PERMUTE({S0, S1}, S2.byte[i]): 0-7 a byte, 8-11 a sign, 12 0x00, 13+ 0xFF",
+        "ISA3 VOP3 (V_PERM_B32)",
+    ),
+    "v_maximum3_f32": (
+        "D = maximum(S0, S1, S2), IEEE 754-2019: NaN propagates, -0 < +0",
+        "LLVM VOP3Instructions.td (gfx950 V_MAXIMUM3_F32)",
+    ),
+    "v_pk_mov_b32": ("D.lo = S0 dword op_sel[0], D.hi = S1 dword op_sel[1]", "LLVM VOP3PInstructions.td (gfx90a+ V_PK_MOV_B32)"),
+    "v_mfma_f32_16x16x32_fp8_fp8": (
+        "D = A B + C, OCP E4M3 inputs; A[t][8g+j], B[8g+j][t] (8 bytes per lane); exact sum, one f32 rounding",
+        "LLVM gfx950 fp8 (OCP) MFMA; IREE MFMA_F32_16x16x32_F8E4M3FN layout; profile model",
     ),
 }
 

@@ -168,6 +168,33 @@ def _mfma_scale(ins: Instr, d: Any) -> Fn:
     return run
 
 
+def _mfma_16x16x32_fp8(ins: Instr, d: Any) -> Fn:
+    """D = A (16x32) * B (32x16) + C with E4M3 inputs (gfx950: OCP E4M3, LLVM gfx950 fp8 forms;
+    gfx942 read the same bytes as E4M3FNUZ), f32 result. Layout as the f16 form with 8
+    one-byte elements per lane in 2 VGPRs: A[t][8g + j], B[8g + j][t] (AMD matrix instruction
+    calculator, v_mfma_f32_16x16x32_fp8_fp8; IREE MFMA_F32_16x16x32_F8E4M3FN)."""
+    _no_mods(ins, {"cbsz": "0", "abid": "0", "blgp": "0"})
+    require(len(ins.operands) == 4, ins, "operand count")
+    dst = vdst(ins, ins.operands[0], 4)
+    ia = _vreg_block(ins, ins.operands[1], 2)
+    ib = _vreg_block(ins, ins.operands[2], 2)
+    c = _acc(ins, ins.operands[3])
+    k_of = 8 * _G[:, None] + np.arange(8)[None, :]  # [lane, j]
+
+    def run(w: Wave, x: Any) -> None:
+        av = nm.e4m3_to_f64(_read_block(w, x, ia, 2).view(np.uint8))  # [lane, 8]
+        bv = nm.e4m3_to_f64(_read_block(w, x, ib, 2).view(np.uint8))
+        A = np.empty((16, 32))
+        B = np.empty((32, 16))
+        A[_T[:, None], k_of] = av
+        B[k_of, _T[:, None]] = bv
+        with np.errstate(all="ignore"):
+            _store_d(w, dst, A @ B + c(w, x))
+
+    return run
+
+
+MFMA["v_mfma_f32_16x16x32_fp8_fp8"] = _mfma_16x16x32_fp8
 MFMA["v_mfma_scale_f32_16x16x128_f8f6f4"] = _mfma_scale
 MFMA["v_mfma_f32_16x16x32_f16"] = _mfma_16x16x32
 MFMA["v_mfma_f32_16x16x32_bf16"] = _mfma_16x16x32

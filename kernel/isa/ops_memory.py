@@ -101,42 +101,107 @@ def _oob(x: Any, w: Wave, bad: np.ndarray, what: str) -> None:
 # ------------------------------------------------------------------ MUBUF
 
 
+def _raw_buffer(ins: Instr, rsrc: Any, soff: Any, w: Wave, x: Any) -> tuple[int, int]:
+    """(base address, num_records) of a raw (stride 0, no swizzle / add_tid) V#; other
+    descriptors and a non-zero SOFFSET raise UnsupportedOperands (their range check is not
+    modelled)."""
+    desc = rsrc(w, x)
+    w0, w1, w2, w3 = [(desc >> (32 * i)) & 0xFFFFFFFF for i in range(4)]
+    base = w0 | ((w1 & 0xFFFF) << 32)
+    stride = (w1 >> 16) & 0x3FFF
+    if stride or (w1 >> 30) & 3 or (w3 >> 23) & 1:
+        raise UnsupportedOperands(
+            f"`{ins.text}`: buffer with stride {stride} / swizzle / add_tid not modelled (word1 {w1:#x}, word3 {w3:#x})"
+        )
+    so = soff(w, x)
+    if so:
+        raise UnsupportedOperands(f"`{ins.text}`: a non-zero SOFFSET ({so}) is not modelled (its role in the range check)")
+    return base, w2
+
+
+def _mubuf_operands(ins: Instr, vaddr_pos: int) -> tuple[Any, Any, Any, int]:
+    """(vaddr getter or None, V# getter, SOFFSET getter, instruction offset) of a MUBUF form."""
+    inst_off = _offset(ins, ("offen", "lds"))
+    offen = bool(ins.modifiers.get("offen"))
+    vaddr = src32(ins, ins.operands[vaddr_pos]) if offen else None
+    rs = ins.operands[vaddr_pos + 1]
+    require(isinstance(rs, Reg) and rs.file == "s" and rs.count == 4, ins, "resource descriptor")
+    return vaddr, ssrc(ins, rs, 4), ssrc(ins, ins.operands[vaddr_pos + 2], 1), inst_off
+
+
 @op("buffer_load_dword", "buffer_load_dwordx2", "buffer_load_dwordx3", "buffer_load_dwordx4")
 def _buffer_load(ins: Instr, d: Any) -> Fn:
     n = _dwords(ins.mnemonic, "buffer_load_dword")
-    inst_off = _offset(ins, ("offen",))
-    offen = bool(ins.modifiers.get("offen"))
+    if ins.modifiers.get("lds"):
+        return _buffer_load_lds(ins, n)
+    vaddr, rsrc, soff, inst_off = _mubuf_operands(ins, 1)
     dst = vdst(ins, ins.operands[0], n)
-    vaddr = src32(ins, ins.operands[1]) if offen else None
-    rs = ins.operands[2]
-    require(isinstance(rs, Reg) and rs.file == "s" and rs.count == 4, ins, "resource descriptor")
-    rsrc = ssrc(ins, rs, 4)
-    soff = ssrc(ins, ins.operands[3], 1)
 
     def run(w: Wave, x: Any) -> None:
-        desc = rsrc(w, x)
-        w0, w1, w2, w3 = [(desc >> (32 * i)) & 0xFFFFFFFF for i in range(4)]
-        base = w0 | ((w1 & 0xFFFF) << 32)
-        stride = (w1 >> 16) & 0x3FFF
-        if stride or (w1 >> 30) & 3 or (w3 >> 23) & 1:
-            raise UnsupportedOperands(
-                f"`{ins.text}`: buffer with stride {stride} / swizzle / add_tid not modelled (word1 {w1:#x}, word3 {w3:#x})"
-            )
-        so = soff(w, x)
-        if so:
-            raise UnsupportedOperands(f"`{ins.text}`: a non-zero SOFFSET ({so}) is not modelled (its role in the range check)")
+        base, nrec = _raw_buffer(ins, rsrc, soff, w, x)
         off = (vaddr(w, x).astype(np.int64) if vaddr else np.zeros(LANES, np.int64)) + inst_off
         addr0 = np.uint64(base) + off.astype(np.uint64)
         act = w.exec
         words = []
         for i in range(n):
-            inr = act & (off + 4 * i + 4 <= w2)
+            inr = act & (off + 4 * i + 4 <= nrec)
             b, bad = x.mem.read(addr0 + np.uint64(4 * i), 4, inr)
-            _oob(x, w, bad, f"buffer load dword {i} inside the descriptor range (num_records {w2}) but outside every registered buffer")
+            _oob(x, w, bad, f"buffer load dword {i} inside the descriptor range (num_records {nrec}) but outside every registered buffer")
             words.append(np.ascontiguousarray(b).view("<u4").reshape(LANES))
         for i in range(n):
             write_v(w, dst + i, words[i])
         _mark_pending(w, x, dst, n, None, w.pc)
+
+    return run
+
+
+def _buffer_load_lds(ins: Instr, n: int) -> Fn:
+    """MUBUF LDS DMA (`buffer_load_dword{,x4} vaddr, s[..], soffset offen offset:k lds`, CDNA4
+    ISA section 9.1.9 "Memory Buffer Load to LDS": LDS_ADDR = LDSbase + M0 + inst_offset +
+    TIDinWave * 4, * 16 for the 4-dword form; the memory address adds the same inst_offset):
+    lane l's dwords (range-checked as a load: 0 when out of range) land at LDS M0 + offset +
+    4n l, counted by vmcnt like global_load_lds_dword."""
+    require(n in (1, 4), ins, "width of the LDS form (dword or dwordx4)")
+    vaddr, rsrc, soff, inst_off = _mubuf_operands(ins, 0)
+    m0 = ssrc(ins, Reg("s", M0, 1), 1)
+    size = 4 * n
+
+    def run(w: Wave, x: Any) -> None:
+        base, nrec = _raw_buffer(ins, rsrc, soff, w, x)
+        off = (vaddr(w, x).astype(np.int64) if vaddr else np.zeros(LANES, np.int64)) + inst_off
+        addr0 = np.uint64(base) + off.astype(np.uint64)
+        b = np.zeros((LANES, size), dtype=np.uint8)
+        for i in range(n):
+            inr = w.exec & (off + 4 * i + 4 <= nrec)
+            bi, bad = x.mem.read(addr0 + np.uint64(4 * i), 4, inr)
+            _oob(x, w, bad, f"buffer LDS DMA source inside the descriptor range (num_records {nrec}) but outside every registered buffer")
+            b[:, 4 * i : 4 * i + 4] = bi
+        _dma_to_lds(x, w, b, size, m0(w, x) + inst_off)
+
+    return run
+
+
+@op("buffer_store_dword", "buffer_store_dwordx2", "buffer_store_dwordx3", "buffer_store_dwordx4")
+def _buffer_store(ins: Instr, d: Any) -> Fn:
+    """MEM32[V#.base + VADDR + offset + 4 i] = DATA[i] for each dword in range
+    (offset + 4 (i + 1) <= num_records); out-of-range dwords are dropped (CDNA3 ISA ch. 9)."""
+    n = _dwords(ins.mnemonic, "buffer_store_dword")
+    vaddr, rsrc, soff, inst_off = _mubuf_operands(ins, 1)
+    dop = ins.operands[0]
+    require(isinstance(dop, Reg) and dop.file == "v" and dop.count == n, ins, "store data")
+    data = [src32(ins, Reg("v", dop.index + i)) for i in range(n)]
+
+    def run(w: Wave, x: Any) -> None:
+        base, nrec = _raw_buffer(ins, rsrc, soff, w, x)
+        off = (vaddr(w, x).astype(np.int64) if vaddr else np.zeros(LANES, np.int64)) + inst_off
+        addr0 = np.uint64(base) + off.astype(np.uint64)
+        vals = [g(w, x) for g in data]
+        for i in range(n):
+            inr = w.exec & (off + 4 * i + 4 <= nrec)
+            b = _words_to_bytes([vals[i]])
+            bad = x.mem.write(addr0 + np.uint64(4 * i), b, inr)
+            _oob(x, w, bad, f"buffer store dword {i} inside the descriptor range (num_records {nrec}) but outside every registered buffer")
+        _mark_pending(w, x, -1, 0, None, w.pc)
 
     return run
 
@@ -192,6 +257,32 @@ def _global_store(ins: Instr, d: Any) -> Fn:
     return run
 
 
+def _dma_to_lds(x: Any, w: Wave, b: np.ndarray, size: int, base: int) -> None:
+    """Land active lane l's `size` bytes (b[l]) at LDS base + size * l as an outstanding DMA
+    (vmcnt); destination bytes outside the allocation are reported and skipped."""
+    span = np.arange(size, dtype=np.int64)
+    lanes = np.nonzero(w.exec)[0]
+    idx = (base + size * lanes.astype(np.int64))[:, None] + span
+    g = x.wg
+    inside = (idx >= 0).all(axis=1) & (idx < g.lds.size).all(axis=1)
+    if not inside.all():
+        report(
+            x,
+            w,
+            "out_of_bounds",
+            [int(v) for v in lanes[~inside]],
+            f"LDS DMA destination outside the {g.lds.size}-byte allocation (M0 {base:#x})",
+        )
+    lanes, idx = lanes[inside], idx[inside]
+    g.lds[idx] = b[lanes]
+    flat = idx.reshape(-1)
+    tok = g.next_token()
+    g.lds_pending[flat] = tok
+    g.lds_writer[flat] = w.wid
+    g.lds_epoch[flat] = g.epoch
+    w.vm.append(PendingOp(tok, flat, None, w.pc))
+
+
 @op("global_load_lds_dword", "global_load_lds_dwordx4")
 def _global_load_lds(ins: Instr, d: Any) -> Fn:
     """LDS DMA: lane l's 4n bytes from its global address land at LDS M0 + 4n * l."""
@@ -202,33 +293,12 @@ def _global_load_lds(ins: Instr, d: Any) -> Fn:
     ga = _global_addr(ins, ins.operands[0], ins.operands[1])
     m0 = ssrc(ins, Reg("s", M0, 1), 1)
     size = 4 * n
-    span = np.arange(size, dtype=np.int64)
 
     def run(w: Wave, x: Any) -> None:
         addr = ga(w, x)
         b, bad = x.mem.read(addr, size, w.exec)
         _oob(x, w, bad, f"LDS DMA source ({size} bytes) outside every registered tensor")
-        base = m0(w, x)
-        lanes = np.nonzero(w.exec)[0]
-        idx = (base + size * lanes.astype(np.int64))[:, None] + span
-        g = x.wg
-        inside = (idx >= 0).all(axis=1) & (idx < g.lds.size).all(axis=1)
-        if not inside.all():
-            report(
-                x,
-                w,
-                "out_of_bounds",
-                [int(v) for v in lanes[~inside]],
-                f"LDS DMA destination outside the {g.lds.size}-byte allocation (M0 {base:#x})",
-            )
-        lanes, idx = lanes[inside], idx[inside]
-        g.lds[idx] = b[lanes]
-        flat = idx.reshape(-1)
-        tok = g.next_token()
-        g.lds_pending[flat] = tok
-        g.lds_writer[flat] = w.wid
-        g.lds_epoch[flat] = g.epoch
-        w.vm.append(PendingOp(tok, flat, None, w.pc))
+        _dma_to_lds(x, w, b, size, m0(w, x))
 
     return run
 
@@ -370,6 +440,143 @@ def _ds_bpermute(ins: Instr, d: Any) -> Fn:
         data = w.v[didx]
         val = np.where(w.exec[src], data[src], U32(0))
         write_v(w, dst, val)
+        _mark_lgkm(w, x, dst, 1, w.pc)
+
+    return run
+
+
+def _offsets2(ins: Instr) -> tuple[int, int]:
+    extra = [k for k in ins.modifiers if k not in ("offset0", "offset1")]
+    if extra:
+        raise UnknownInstruction(f"`{ins.text}` (#{ins.index}): modifier(s) {extra} not modelled")
+    return tuple(int(str(ins.modifiers.get(k, 0)), 0) for k in ("offset0", "offset1"))  # type: ignore[return-value]
+
+
+@op("ds_read2_b32", "ds_read2_b64", "ds_read2st64_b32", "ds_read2st64_b64")
+def _ds_read2(ins: Instr, d: Any) -> Fn:
+    """Two LDS reads: element e (4 or 8 bytes) at ADDR + offset_e * e (* 64 for the st64 forms),
+    e = 0, 1 (CDNA3 ISA ch. 11 DS_READ2_B32 / B64, DS_READ2ST64_*; offsets are 8-bit)."""
+    wide = ins.mnemonic.endswith("b64")
+    esz = 8 if wide else 4
+    scale = esz * (64 if "st64" in ins.mnemonic else 1)
+    o0, o1 = _offsets2(ins)
+    k = esz // 4
+    dst = vdst(ins, ins.operands[0], 2 * k)
+    va = src32(ins, ins.operands[1])
+
+    def run(w: Wave, x: Any) -> None:
+        a = va(w, x).astype(np.int64)
+        for e, o in enumerate((o0, o1)):
+            lanes, idx = _lds_index(ins, w, x, a + o * scale, esz, "read")
+            if x.checks.on:
+                check_lds_read(ins, w, x, lanes, idx)
+            b = np.zeros((LANES, esz), dtype=np.uint8)
+            b[lanes] = x.wg.lds[idx]
+            ws = _bytes_to_words(b, k)
+            for i in range(k):
+                write_v(w, dst + e * k + i, ws[i])
+        _mark_lgkm(w, x, dst, 2 * k, w.pc)
+
+    return run
+
+
+@op("ds_write2_b32", "ds_write2_b64", "ds_write2st64_b32", "ds_write2st64_b64")
+def _ds_write2(ins: Instr, d: Any) -> Fn:
+    """Two LDS writes: DATA0 at ADDR + offset0 * e, then DATA1 at ADDR + offset1 * e (e = 4 or 8
+    bytes, * 64 for st64) (CDNA3 ISA ch. 11 DS_WRITE2_*)."""
+    wide = ins.mnemonic.endswith("b64")
+    esz = 8 if wide else 4
+    scale = esz * (64 if "st64" in ins.mnemonic else 1)
+    o0, o1 = _offsets2(ins)
+    k = esz // 4
+    va = src32(ins, ins.operands[0])
+    datas = []
+    for dop in ins.operands[1:3]:
+        require(isinstance(dop, Reg) and dop.file == "v" and dop.count == k, ins, "store data")
+        datas.append([src32(ins, Reg("v", dop.index + i)) for i in range(k)])
+
+    def run(w: Wave, x: Any) -> None:
+        a = va(w, x).astype(np.int64)
+        for o, data in zip((o0, o1), datas):
+            lanes, idx = _lds_index(ins, w, x, a + o * scale, esz, "write")
+            b = _words_to_bytes([g(w, x) for g in data])
+            _lds_write(x, w, idx.reshape(-1), b[lanes].reshape(-1))
+        _mark_lgkm(w, x, -1, 0, w.pc)
+
+    return run
+
+
+def swizzle_source_lanes(offset: int) -> np.ndarray:
+    """Source lane of each lane for DS_SWIZZLE_B32's 16-bit offset (CDNA3 ISA DS_SWIZZLE_B32):
+    offset[15] = 1: quad permute, lane 4q + i reads lane 4q + offset[2i+1:2i]; else bit-masked,
+    within each 32-lane half: ((lane & and_mask) | or_mask) ^ xor_mask with and_mask =
+    offset[4:0], or_mask = offset[9:5], xor_mask = offset[14:10]."""
+    lane = np.arange(LANES)
+    if offset & 0x8000:
+        return (lane & ~3) + ((offset >> (2 * (lane & 3))) & 3)
+    and_m, or_m, xor_m = offset & 0x1F, (offset >> 5) & 0x1F, (offset >> 10) & 0x1F
+    return (lane & 0x20) | ((((lane & 0x1F) & and_m) | or_m) ^ xor_m)
+
+
+def swizzle_offset(text: str) -> int:
+    """LLVM's `swizzle(...)` macros -> the 16-bit offset (AMDGPUAsmParser::parseSwizzleOffset):
+    QUAD_PERM a,b,c,d; BITMASK_PERM "5 chars of 0/1/p/i, bit 4 first"; BROADCAST size, lane;
+    SWAP size; REVERSE size. A plain integer is taken as is."""
+    t = text.strip()
+    if not t.startswith("swizzle("):
+        return int(t, 0)
+    args = [a.strip() for a in t[len("swizzle(") : -1].split(",")]
+    mode, vals = args[0], args[1:]
+    if mode == "QUAD_PERM" and len(vals) == 4:
+        return 0x8000 | sum((int(v) & 3) << (2 * i) for i, v in enumerate(vals))
+    if mode == "BITMASK_PERM" and len(vals) == 1:
+        ctl = vals[0].strip('"')
+        if len(ctl) != 5 or set(ctl) - set("01pi"):
+            raise UnknownInstruction(f"swizzle BITMASK_PERM control {ctl!r} is not 5 chars of 0 1 p i")
+        and_m = or_m = xor_m = 0
+        for i, ch in enumerate(ctl):
+            bit = 1 << (4 - i)
+            if ch == "1":
+                or_m |= bit
+            elif ch == "p":
+                and_m |= bit
+            elif ch == "i":
+                and_m |= bit
+                xor_m |= bit
+        return and_m | (or_m << 5) | (xor_m << 10)
+    if mode in ("SWAP", "REVERSE") and len(vals) == 1:
+        size = int(vals[0])
+        return 0x1F | ((size if mode == "SWAP" else size - 1) << 10)
+    if mode == "BROADCAST" and len(vals) == 2:
+        size, lane = int(vals[0]), int(vals[1])
+        return (0x1F & ~(size - 1)) | (lane << 5)
+    raise UnknownInstruction(f"swizzle mode {t!r} not modelled")
+
+
+@op("ds_swizzle_b32")
+def _ds_swizzle(ins: Instr, d: Any) -> Fn:
+    """D[l] = DATA[src(l)] with src from the offset (swizzle_source_lanes); no LDS access,
+    counted by lgkmcnt. A source lane that is inactive is not modelled (UnsupportedOperands)."""
+    extra = [k for k in ins.modifiers if k != "offset"]
+    if extra:
+        raise UnknownInstruction(f"`{ins.text}` (#{ins.index}): modifier(s) {extra} not modelled")
+    src = swizzle_source_lanes(swizzle_offset(str(ins.modifiers.get("offset", "0"))))
+    dst = vdst(ins, ins.operands[0])
+    dop = ins.operands[1]
+    require(isinstance(dop, Reg) and dop.file == "v" and dop.count == 1, ins, "data operand")
+    didx = dop.index
+
+    def run(w: Wave, x: Any) -> None:
+        act = w.exec
+        if not act[src[act]].all():
+            raise UnsupportedOperands(f"`{ins.text}`: reads an inactive lane (the ISA's value for it is not modelled)")
+        if x.checks.on:
+            from kernel.isa.operands import check_vgpr
+
+            used = np.zeros(LANES, dtype=bool)
+            used[src[act]] = True
+            check_vgpr(w, x, didx, lanes=used)
+        write_v(w, dst, w.v[didx][src])
         _mark_lgkm(w, x, dst, 1, w.pc)
 
     return run

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from kernel.isa import numerics as nm
-from kernel.isa.asm import Instr, Reg, modifier_list
+from kernel.isa.asm import Imm, Instr, Reg, modifier_list
 from kernel.isa.errors import UnknownInstruction, UnsupportedOperands
 from kernel.isa.operands import (
     check_vgpr,
@@ -538,25 +538,32 @@ def _pk_sel(ins: Instr, nsrc: int) -> tuple[list[int], list[int], list[int], lis
 def _pk_f32(ins: Instr, d: Any) -> Fn:
     """Packed f32 (gfx90a+): element 0 of D from the dwords op_sel picks, element 1 from those
     op_sel_hi picks (default: lo, hi); neg_lo / neg_hi negate per element (LLVM VOP3P:
-    VOP3PInstructions.td, V_PK_*_F32; CDNA3 ISA VOP3P)."""
+    VOP3PInstructions.td, V_PK_*_F32; CDNA3 ISA VOP3P). Only the selected dwords of a source
+    are read (checked): an unselected half is not an operand. An inline constant is its 32-bit
+    value in the low dword; selecting the high dword of a constant is refused at decode (its
+    value is not documented for packed f32)."""
     name = ins.mnemonic
     nsrc = 3 if "fma" in name else 2
     op_sel, op_sel_hi, neg_lo, neg_hi = _pk_sel(ins, nsrc)
     require(len(ins.operands) == nsrc + 1, ins, "operand count")
     dst = vdst(ins, ins.operands[0], 2)
-    pairs = []
-    for o in ins.operands[1:]:
+    get_lo, get_hi = [], []
+    for i, o in enumerate(ins.operands[1:]):
+        if isinstance(o, Imm):
+            require(not op_sel[i] and not op_sel_hi[i], ins, "high dword of an inline constant in a packed f32 operand")
+            g = src32(ins, o, flt=True)
+            get_lo.append(g)
+            get_hi.append(g)
+            continue
         require(isinstance(o, Reg) and o.count == 2 and not o.neg and not o.abs, ins, "packed source")
-        pairs.append(src_pair(ins, o))
-
-    def pick(vals, sel, neg):
-        v = vals[1] if sel else vals[0]
-        return (v ^ np.uint32(0x80000000)) if neg else v
+        pair = src_pair(ins, o)
+        get_lo.append(pair[op_sel[i]])
+        get_hi.append(pair[op_sel_hi[i]])
+    sign = np.uint32(0x80000000)
 
     def run(w: Wave, x: Any) -> None:
-        vals = [(p[0](w, x), p[1](w, x)) for p in pairs]
-        lo = [pick(vals[i], op_sel[i], neg_lo[i]).view(np.float32) for i in range(nsrc)]
-        hi = [pick(vals[i], op_sel_hi[i], neg_hi[i]).view(np.float32) for i in range(nsrc)]
+        lo = [(g(w, x) ^ sign if neg_lo[i] else g(w, x)).view(np.float32) for i, g in enumerate(get_lo)]
+        hi = [(g(w, x) ^ sign if neg_hi[i] else g(w, x)).view(np.float32) for i, g in enumerate(get_hi)]
         with np.errstate(all="ignore"):
             if nsrc == 3:
                 r0, r1 = nm.fma_f32(*lo), nm.fma_f32(*hi)
@@ -736,3 +743,180 @@ def _bitop3(ins: Instr, d: Any) -> Fn:
 
 
 VALU["v_xad_u32"] = _int_factory(lambda a, b, c: (a ^ b) + c, 3)
+
+
+# ------------------------------------------------------------------ foreign-kernel additions (issue 22)
+
+_FCMP_NEG = {  # negated compares: true when the ordered compare is false (so true on NaN)
+    "neq": np.equal,
+    "nlt": np.less,
+    "nle": np.less_equal,
+    "ngt": np.greater,
+    "nge": np.greater_equal,
+}
+
+
+def _fcmp_extra_factory(ins: Instr, d: Any) -> Fn:
+    """VOPC f32 compares beyond the ordered six (CDNA3 ISA VOPC table): neq/nlt/nle/ngt/nge are
+    the negations of eq/lt/le/gt/ge (true when either operand is NaN), nlg = !(a < b || a > b),
+    o = neither is NaN, u = either is NaN, f = 0, tru = 1; 0 on inactive lanes."""
+    no_modifiers(ins)
+    name, _enc = base_name(ins.mnemonic)
+    cop = name.split("_")[2]
+    require(len(ins.operands) == 3, ins, "operand count")
+    dst = sdst(ins, ins.operands[0], 2)
+    a, b = src32(ins, ins.operands[1], flt=True), src32(ins, ins.operands[2], flt=True)
+
+    def run(w: Wave, x: Any) -> None:
+        p, q = a(w, x).view(np.float32), b(w, x).view(np.float32)
+        with np.errstate(invalid="ignore"):
+            if cop in _FCMP_NEG:
+                r = ~_FCMP_NEG[cop](p, q)
+            elif cop == "nlg":
+                r = ~((p < q) | (p > q))
+            elif cop == "o":
+                r = ~(np.isnan(p) | np.isnan(q))
+            elif cop == "u":
+                r = np.isnan(p) | np.isnan(q)
+            elif cop == "f":
+                r = np.zeros(LANES, dtype=bool)
+            else:  # tru
+                r = np.ones(LANES, dtype=bool)
+        write_s(w, dst, mask_to_int(r & w.exec), 2)
+
+    return run
+
+
+for _c in (*_FCMP_NEG, "nlg", "o", "u", "f", "tru"):
+    VALU[f"v_cmp_{_c}_f32"] = _fcmp_extra_factory
+
+
+@op("v_subbrev_co_u32", "v_subrev_co_u32")
+def _subrev_co(ins: Instr, d: Any) -> Fn:
+    """D = S1 - S0 (- borrow-in S2 for subbrev); SDST[lane] = borrow out (CDNA3 ISA VOP2 /
+    VOP3b V_SUBREV_CO_U32, V_SUBBREV_CO_U32: D = S1 - S0 - VCC, VCC = borrow)."""
+    no_modifiers(ins)
+    carry_in = base_name(ins.mnemonic)[0] == "v_subbrev_co_u32"
+    require(len(ins.operands) == (5 if carry_in else 4), ins, "operand count")
+    dst = vdst(ins, ins.operands[0])
+    cdst = sdst(ins, ins.operands[1], 2)
+    s0 = src32(ins, ins.operands[2])
+    s1 = src32(ins, ins.operands[3])
+    cin = lane_mask_src(ins, ins.operands[4]) if carry_in else None
+
+    def run(w: Wave, x: Any) -> None:
+        c = cin(w, x).astype(np.int64) if cin else 0
+        r = s1(w, x).astype(np.int64) - s0(w, x).astype(np.int64) - c
+        write_v(w, dst, (r & 0xFFFFFFFF).astype(U32))
+        write_s(w, cdst, mask_to_int((r < 0) & w.exec), 2)
+
+    return run
+
+
+@op("v_mad_i64_i32")
+def _mad_i64(ins: Instr, d: Any) -> Fn:
+    """{SDST[lane], D.i64} = 65-bit sext(S0.i32) * sext(S1.i32) + sext(S2.i64) (CDNA3 ISA VOP3b
+    V_MAD_I64_I32): D is the low 64 bits, SDST bit 64 of the 65-bit two's-complement sum."""
+    no_modifiers(ins)
+    dst = vdst(ins, ins.operands[0], 2)
+    cdst = sdst(ins, ins.operands[1], 2)
+    s0 = src32(ins, ins.operands[2])
+    s1 = src32(ins, ins.operands[3])
+    s2 = src64(ins, ins.operands[4])
+
+    def run(w: Wave, x: Any) -> None:
+        p = s0(w, x).view(np.int32).astype(np.int64) * s1(w, x).view(np.int32).astype(np.int64)  # |p| <= 2^62
+        c = s2(w, x).view(np.int64)
+        with np.errstate(over="ignore"):
+            s = p + c  # wraps mod 2^64
+        pos_ovf = (p >= 0) & (c >= 0) & (s < 0)
+        neg_ovf = (p < 0) & (c < 0) & (s >= 0)
+        bit64 = neg_ovf | (~pos_ovf & (s < 0))
+        write_v64(w, dst, s.view(np.uint64))
+        write_s(w, cdst, mask_to_int(bit64 & w.exec), 2)
+
+    return run
+
+
+@op("v_ldexp_f32")
+def _ldexp(ins: Instr, d: Any) -> Fn:
+    """D = S0 * 2^S1 (S1 a signed integer), one RNE rounding, denormals kept (CDNA3 ISA VOP2 /
+    VOP3 V_LDEXP_F32). Formed exactly in float64 with S1 clamped to +-300 (beyond that every
+    finite non-zero f32 over- or underflows either way), then rounded once to f32."""
+    no_modifiers(ins)
+    require(len(ins.operands) == 3, ins, "operand count")
+    dst = vdst(ins, ins.operands[0])
+    s0 = src32(ins, ins.operands[1], flt=True)
+    s1 = src32(ins, ins.operands[2])
+
+    def run(w: Wave, x: Any) -> None:
+        e = np.clip(s1(w, x).view(np.int32).astype(np.int64), -300, 300)
+        with np.errstate(all="ignore"):
+            r = np.ldexp(f32v(s0(w, x)).astype(np.float64), e)
+        write_v(w, dst, bits(nm.round_f64_to_f32(r)))
+
+    return run
+
+
+def _byte_permute(hi: np.ndarray, lo: np.ndarray, sel: np.ndarray) -> np.ndarray:
+    """CDNA3 ISA V_PERM_B32 BYTE_PERMUTE on the 8 bytes {hi (S0): bytes 4-7, lo (S1): bytes 0-3}
+    for each selector byte: 0-7 pick that byte, 8-11 replicate the sign bit of byte 1, 3, 5, 7
+    (bits 15, 31, 47, 63), 12 gives 0x00, 13-255 give 0xFF."""
+    v = lo.astype(np.uint64) | (hi.astype(np.uint64) << np.uint64(32))
+    out = np.zeros(lo.shape, dtype=U32)
+    for i in range(4):
+        s = ((sel >> U32(8 * i)) & U32(0xFF)).astype(np.uint64)
+        byte = (v >> (np.minimum(s, np.uint64(7)) * np.uint64(8))) & np.uint64(0xFF)
+        sign_bit = np.array([15, 31, 47, 63], dtype=np.uint64)[np.clip(s.astype(np.int64) - 8, 0, 3)]
+        sign = np.where((v >> sign_bit) & np.uint64(1), np.uint64(0xFF), np.uint64(0))
+        b = np.where(s < 8, byte, np.where(s < 12, sign, np.where(s == 12, np.uint64(0), np.uint64(0xFF))))
+        out |= b.astype(U32) << U32(8 * i)
+    return out
+
+
+VALU["v_perm_b32"] = _int_factory(_byte_permute, 3)
+
+
+def _fmaximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IEEE 754-2019 maximum (gfx950 V_MAXIMUM3_F32): NaN if either is NaN, -0 < +0."""
+    fa, fb = a.view(np.float32), b.view(np.float32)
+    r = np.maximum(fa, fb)  # numpy maximum propagates NaN
+    zero = (fa == 0) & (fb == 0)
+    if zero.any():
+        r = np.where(zero, np.where(np.signbit(fa) & np.signbit(fb), np.float32(-0.0), np.float32(0.0)), r)
+    return bits(r)
+
+
+def _fminimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    fa, fb = a.view(np.float32), b.view(np.float32)
+    r = np.minimum(fa, fb)
+    zero = (fa == 0) & (fb == 0)
+    if zero.any():
+        r = np.where(zero, np.where(np.signbit(fa) | np.signbit(fb), np.float32(-0.0), np.float32(0.0)), r)
+    return bits(r)
+
+
+VALU["v_maximum3_f32"] = _float_factory(lambda a, b, c: _fmaximum(_fmaximum(a, b), c), 3)
+VALU["v_minimum3_f32"] = _float_factory(lambda a, b, c: _fminimum(_fminimum(a, b), c), 3)
+
+
+@op("v_pk_mov_b32")
+def _pk_mov(ins: Instr, d: Any) -> Fn:
+    """gfx90a+ V_PK_MOV_B32 D[0:1], S0[0:1], S1[0:1]: D.lo = S0 dword op_sel[0], D.hi = S1 dword
+    op_sel[1] (LLVM VOP3PInstructions.td V_PK_MOV_B32; only the selected dwords are read)."""
+    ms = dict(ins.modifiers)
+    sel = modifier_list(ms.pop("op_sel"), 2) if "op_sel" in ms else [0, 0]
+    if "op_sel_hi" in ms:
+        ms.pop("op_sel_hi")  # ignored by V_PK_MOV_B32
+    if ms:
+        raise UnknownInstruction(f"`{ins.text}`: modifier(s) {list(ms)} not modelled")
+    dst = vdst(ins, ins.operands[0], 2)
+    g0 = src_pair(ins, ins.operands[1])[sel[0]]
+    g1 = src_pair(ins, ins.operands[2])[sel[1]]
+
+    def run(w: Wave, x: Any) -> None:
+        lo, hi = g0(w, x).copy(), g1(w, x).copy()
+        write_v(w, dst, lo)
+        write_v(w, dst + 1, hi)
+
+    return run

@@ -267,7 +267,7 @@ def build_report(data: RunData) -> dict[str, Any]:
     for line, start in zip(data.examples, starts, strict=True):
         kernel = str(line.get("kernel"))
         group = property_group(str(line.get("property")))
-        k = kernels.setdefault(kernel, {"examples": 0, "properties": {}})
+        k = kernels.setdefault(kernel, {"examples": 0, "properties": {}, "failure_classes": {}})
         p = k["properties"].setdefault(group, {"examples": 0, "outcomes": Counter(), "entries": set()})
         if start:
             index += 1
@@ -276,6 +276,9 @@ def build_report(data: RunData) -> dict[str, Any]:
             p["outcomes"][example_outcome[index]] += 1
         if group == "corpus":
             p["entries"].add(str(line.get("property")))
+        if line.get("class") is not None:
+            # the triage class of a failing example (conformance.triage), counted once per example
+            k["failure_classes"].setdefault(str(line.get("class")), set()).add(index)
         mode = str(line.get("mode") or NO_MODE)
         for output in OUTPUTS:
             value = _as_ratio(line.get(f"{output}_ratio"))
@@ -304,6 +307,7 @@ def build_report(data: RunData) -> dict[str, Any]:
                 for output, by_mode in sorted(ratios.get(kernel, {}).get(group, {}).items())
             }
         k["properties"] = dict(sorted(k["properties"].items()))
+        k["failure_classes"] = {c: len(examples) for c, examples in sorted(k["failure_classes"].items())}
         k["largest_ratio"] = {}
         for (wk, output, mode), (value, line) in sorted(worst.items(), key=lambda kv: (kv[0][0], OUTPUTS.index(kv[0][1]), kv[0][2])):
             if wk != kernel:
@@ -413,6 +417,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines.append("")
     for kernel, k in report["kernels"].items():
         lines += [f"## Kernel `{kernel}`", "", f"{k['examples']} examples.", ""]
+        if k.get("failure_classes"):
+            names = {"1": "contract violation", "2": "profile too tight, not a kernel finding", "3": "precision bug"}
+            counted = ", ".join(f"class {c} ({names.get(c, '?')}): {n}" for c, n in k["failure_classes"].items())
+            lines += [f"Failing examples by triage class (conformance.triage): {counted}.", ""]
         lines += ["| property | examples | outcomes | max out/bound | max lse/bound |", "|---|---:|---|---|---|"]
         for group, p in k["properties"].items():
             outcomes = ", ".join(f"{n} {o}" for o, n in p["outcomes"].items())

@@ -561,9 +561,15 @@ def _pk_f32(ins: Instr, d: Any) -> Fn:
         get_hi.append(pair[op_sel_hi[i]])
     sign = np.uint32(0x80000000)
 
+    same = [get_lo[i] is get_hi[i] for i in range(nsrc)]  # one read when both elements take one dword
+
     def run(w: Wave, x: Any) -> None:
-        lo = [(g(w, x) ^ sign if neg_lo[i] else g(w, x)).view(np.float32) for i, g in enumerate(get_lo)]
-        hi = [(g(w, x) ^ sign if neg_hi[i] else g(w, x)).view(np.float32) for i, g in enumerate(get_hi)]
+        lo, hi = [], []
+        for i in range(nsrc):
+            a = get_lo[i](w, x)
+            b = a if same[i] else get_hi[i](w, x)
+            lo.append((a ^ sign if neg_lo[i] else a).view(np.float32))
+            hi.append((b ^ sign if neg_hi[i] else b).view(np.float32))
         with np.errstate(all="ignore"):
             if nsrc == 3:
                 r0, r1 = nm.fma_f32(*lo), nm.fma_f32(*hi)

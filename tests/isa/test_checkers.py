@@ -233,3 +233,41 @@ def test_raise_mode_names_instruction_and_lanes() -> None:
         run_asm("v_add_u32_e32 v2, v5, v0")
     assert err.value.finding.kind == "uninitialized_read"
     assert "`v_add_u32_e32 v2, v5, v0`" in str(err.value) and "lanes [0,1,2" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "asm, undefined, fires",
+    [
+        # the issue's false finding: a packed source's unselected half is not read
+        ("v_pk_mul_f32 v[2:3], v[10:11], s[18:19] op_sel_hi:[1,0]", ("s", 19), False),
+        ("v_pk_mul_f32 v[2:3], v[10:11], s[18:19] op_sel_hi:[1,0]", ("s", 18), True),
+        ("v_pk_add_f32 v[2:3], v[10:11], v[12:13] op_sel:[0,1] op_sel_hi:[1,1]", ("v", 12), False),
+        ("v_pk_add_f32 v[2:3], v[10:11], v[12:13] op_sel:[0,1] op_sel_hi:[1,1]", ("v", 13), True),
+        ("v_pk_mov_b32 v[2:3], v[10:11], v[12:13] op_sel:[1,0]", ("v", 10), False),
+        ("v_pk_mov_b32 v[2:3], v[10:11], v[12:13] op_sel:[1,0]", ("v", 11), True),
+        # sub-dword selects: the unselected word of the fp8 source is not read
+        ("v_cvt_pk_f32_fp8_sdwa v[2:3], v10 src0_sel:WORD_1", ("v10 lo", 10), False),
+        ("v_cvt_pk_f32_fp8_sdwa v[2:3], v10 src0_sel:WORD_1", ("v10 hi", 10), True),
+    ],
+)
+def test_partial_reads_check_only_what_is_read(asm: str, undefined: tuple[str, int], fires: bool) -> None:
+    """Every register is defined except the named one (or the named half of v10): a finding
+    only when the instruction actually reads it."""
+    kind, idx = undefined
+
+    def setup(w):
+        for i in range(10, 14):
+            vset(w, i, 0x3F800000)
+        for i in range(16, 20):
+            sset(w, i, 0x3F800000)
+        if kind == "s":
+            w.sdef[idx] = False
+        elif kind == "v":
+            w.vdef[idx] = 0
+        else:
+            w.vdef[idx] = 0xC if kind.endswith("lo") else 0x3  # only the other word defined
+        w.vfull[idx] = False
+
+    res = run_asm(asm, setup=setup, checks="collect")
+    kinds = [f.kind for f in res.workgroup.checks.findings]
+    assert kinds == (["uninitialized_read"] if fires else []), kinds

@@ -156,14 +156,20 @@ def ensure_toolchain(managed_dir: Path | None = None) -> Path:
     """A directory to use as ROCM_PATH, whose llvm/bin/ld.lld works; ToolchainError otherwise.
 
     Order: $ROCM_PATH, /opt/rocm, then a managed directory whose ld.lld is a shim to the system
-    ld.lld or to `python -m ziglang ld.lld` (created on first use, atomically).
+    ld.lld or to `python -m ziglang ld.lld` (created on first use, atomically). The managed
+    directory also gets the project's stand-in device libraries (amdgcn/bitcode/ocml.bc and
+    ockl.bc, kernel.backends.flydsl.devicelibs: the few ocml / ockl functions FlyDSL kernels call,
+    semantics stated there), so kernels using fx.log2 / fx.exp / grid_dim compile without ROCm.
     """
+    from kernel.backends.flydsl.devicelibs import write_device_libs
+
     for cand in (os.environ.get("ROCM_PATH"), "/opt/rocm"):
         if cand and _is_exec(Path(cand) / "llvm" / "bin" / "ld.lld"):
             return Path(cand)
     root = managed_dir or default_toolchain_dir()
     shim = root / "llvm" / "bin" / "ld.lld"
     if _is_exec(shim) and _linker_works(shim):
+        write_device_libs(root)
         return root
     system_lld = shutil.which("ld.lld")
     if system_lld is None:
@@ -189,6 +195,7 @@ def ensure_toolchain(managed_dir: Path | None = None) -> Path:
     os.replace(tmp, shim)
     if not _linker_works(shim):
         raise ToolchainError(f"the ld.lld shim {shim} does not run (`ld.lld --version` failed)")
+    write_device_libs(root)
     return root
 
 

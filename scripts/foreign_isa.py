@@ -1,0 +1,308 @@
+"""Compile other people's public FlyDSL kernels for gfx950 (compile-only, on the CPU), dump their
+ISA, and measure the ISA interpreter's coverage of them.
+
+Nothing of those kernels is kept in this repository: give the script paths to checkouts you
+fetched (ROCm/aiter at a commit that has the kernel, ROCm/FlyDSL); each target below is a recipe
+that imports one kernel module from such a checkout and calls its builder with placeholder CPU
+tensors, so that flydsl compiles it (COMPILE_ONLY=1 ARCH=gfx950, cache off, final ISA dumped;
+ld.lld from kernel.backends.flydsl.compile.ensure_toolchain). Each target compiles in its own
+subprocess (a failed lowering aborts it).
+
+    python scripts/foreign_isa.py compile --checkout PATH [--checkout PATH ...] --out DIR \\
+        [--buffer-ops PATH] [--only NAME,...]
+    python scripts/foreign_isa.py table DIR          # kernels, instructions, opcodes, modelled
+    python scripts/foreign_isa.py run DIR            # load, then run with scripts/foreign_specs/*.toml
+
+Compatibility: kernels written for flydsl < 0.4 import `flydsl.expr.buffer_ops`, which later
+flydsl releases moved out (aiter carries it as aiter/ops/flydsl/kernels/buffer_ops.py, FlyDSL as
+kernels/common/buffer_ops.py). `--buffer-ops PATH` registers that file as flydsl.expr.buffer_ops
+when the installed flydsl lacks it; nothing else is patched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SPECS = REPO / "scripts" / "foreign_specs"
+
+
+# ----------------------------------------------------------------------------- worker side
+
+
+def _alias_packages(root: Path) -> None:
+    """Make `aiter.ops.flydsl.kernels.X` (and `kernels.X` for FlyDSL) importable from the
+    checkout without running the packages' __init__ (which pull in the rest of aiter)."""
+    for pkg in ("aiter", "aiter.ops", "aiter.ops.flydsl", "aiter.ops.flydsl.kernels"):
+        path = root / pkg.replace(".", "/")
+        if path.is_dir() and pkg not in sys.modules:
+            m = types.ModuleType(pkg)
+            m.__path__ = [str(path)]
+            sys.modules[pkg] = m
+    if (root / "kernels").is_dir():
+        sys.path.insert(0, str(root))
+
+
+def _register_buffer_ops(path: str | None) -> None:
+    import flydsl.expr as fe
+
+    if hasattr(fe, "buffer_ops") or not path:
+        return
+    spec = importlib.util.spec_from_file_location("flydsl.expr.buffer_ops", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path} as flydsl.expr.buffer_ops")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["flydsl.expr.buffer_ops"] = mod
+    spec.loader.exec_module(mod)
+    fe.buffer_ops = mod  # type: ignore[attr-defined]
+
+
+def _z(*shape: int, dtype: str = "float32"):  # type: ignore[no-untyped-def]
+    import torch
+
+    return torch.zeros(*shape, dtype=getattr(torch, dtype))
+
+
+def _aiter(name: str):  # type: ignore[no-untyped-def]
+    return importlib.import_module("aiter.ops.flydsl.kernels." + name)
+
+
+def _t_sparse_mla_prefill() -> None:
+    """aiter sparse MLA prefill (flat fp8 cache, 128 heads, 512 latent): one CTA per query."""
+    m = _aiter("sparse_mla_prefill")
+    launch = m.compile_sparse_mla_prefill()
+    nq, rows = 2, 64
+    launch(
+        _z(nq, 128, 512, dtype="bfloat16"),
+        _z(rows, 512, dtype="uint8"),
+        _z(32, dtype="int32"),
+        _z(nq + 1, dtype="int32"),
+        _z(nq, 128, 512, dtype="bfloat16"),
+        nq,
+        rows,
+    )
+
+
+def _pa_decode(shape: str, waves: int, splits: int) -> None:
+    m = _aiter("pa_decode_sparse")
+    mfma = m._MFMA_MAP[shape]
+    h, d, t, pages = 16, 512, 2, 64
+    launch = m._compile_pa_decode_sparse_mfma(H=h, D=d, BLOCK_K=64, KV_SPLITS=splits, softmax_scale=d**-0.5, mfma=mfma, n_waves=waves)
+    out = _z(t, h, d, dtype="bfloat16")
+    part = (_z(t, splits, h), _z(t, splits, h), _z(t, splits, h, d)) if splits > 1 else (out, out, out)
+    launch(
+        _z(t, h, d, dtype="bfloat16"),
+        _z(pages, d, dtype="bfloat16"),
+        _z(1),
+        _z(64, dtype="int32"),
+        _z(t + 1, dtype="int32"),
+        _z(h),
+        *part,
+        out,
+        t,
+    )
+
+
+def _t_pa_decode_sparse() -> None:
+    """aiter sparse paged decode (bf16 KV, H 16, D 512, 16x16x16 MFMA, 4 waves, one split)."""
+    _pa_decode("16x16x16", 4, 1)
+
+
+def _t_pa_decode_sparse_32x32() -> None:
+    """aiter sparse paged decode, 32x32x8 MFMA, 4 waves, 2 KV splits (partials out)."""
+    _pa_decode("32x32x8", 4, 2)
+
+
+def _t_mla_reduce() -> None:
+    """aiter MLA reduce (combine split-KV partial outputs by their lse), H 16, Dv 512, bf16 out,
+    lse out; its launcher takes typed raw pointers (flyc.from_c_void_p)."""
+    import flydsl.compiler as flyc
+    import flydsl.expr as fx
+
+    m = _aiter("mla_reduce")
+    launch = m.compile_mla_reduce(H=16, Dv=512, out_dtype="bf16", output_lse=True)
+    bufs = [
+        (_z(64, 16, 512), fx.Float32),
+        (_z(64, 16), fx.Float32),
+        (_z(5, dtype="int32"), fx.Int32),
+        (_z(64, dtype="int32"), fx.Int32),
+        (_z(4, dtype="int32"), fx.Int32),
+        (_z(4, 16, 512, dtype="bfloat16"), fx.BFloat16),
+        (_z(4, 16), fx.Float32),
+    ]
+    ptrs = [flyc.from_c_void_p(dt, t.data_ptr()) for t, dt in bufs]
+    launch(*ptrs, 16 * 512, 512, 16, 4, 1, 64, 4)
+
+
+TARGETS: dict[str, tuple[str, Callable[[], None]]] = {
+    # name: (file that must exist in the checkout, recipe)
+    "aiter_sparse_mla_prefill": ("aiter/ops/flydsl/kernels/sparse_mla_prefill.py", _t_sparse_mla_prefill),
+    "aiter_pa_decode_sparse": ("aiter/ops/flydsl/kernels/pa_decode_sparse.py", _t_pa_decode_sparse),
+    "aiter_pa_decode_sparse_32x32": ("aiter/ops/flydsl/kernels/pa_decode_sparse.py", _t_pa_decode_sparse_32x32),
+    "aiter_mla_reduce": ("aiter/ops/flydsl/kernels/mla_reduce.py", _t_mla_reduce),
+}
+
+
+def _worker(target: str, checkout: str, buffer_ops: str | None) -> int:
+    _alias_packages(Path(checkout))
+    _register_buffer_ops(buffer_ops)
+    TARGETS[target][1]()
+    return 0
+
+
+# ----------------------------------------------------------------------------- driver side
+
+
+def compile_targets(checkouts: list[Path], out: Path, buffer_ops: str | None, only: set[str] | None) -> list[dict]:
+    """Compile every target found in a checkout (first checkout that has its file wins) into
+    out/<target>.s; returns one record per target (name, checkout, seconds, error)."""
+    from kernel.backends.flydsl.compile import compile_env, ensure_toolchain
+
+    rocm = ensure_toolchain()
+    out.mkdir(parents=True, exist_ok=True)
+    recs = []
+    for name, (rel, _fn) in TARGETS.items():
+        if only and name not in only:
+            continue
+        src = next((c for c in checkouts if (c / rel).is_file()), None)
+        if src is None:
+            continue
+        dump = out / f".dump_{name}"
+        env = compile_env(rocm, dump)
+        t0 = time.perf_counter()
+        print(f"compiling {name} from {src} ...", flush=True)
+        res = subprocess.run(
+            [sys.executable, __file__, "_worker", name, str(src), buffer_ops or ""],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        hits = sorted(dump.glob("*/*final_isa.s"))
+        rec = {"target": name, "checkout": str(src), "seconds": round(time.perf_counter() - t0, 1), "kernels": []}
+        if res.returncode != 0 and not hits:
+            from kernel.backends.flydsl.devicelibs import undefined_in_dump
+
+            missing = undefined_in_dump(dump)
+            last = (res.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
+            rec["error"] = f"calls device-library functions no bitcode here defines: {', '.join(missing)}" if missing else last
+        for i, h in enumerate(hits):
+            dst = out / (f"{name}.s" if len(hits) == 1 else f"{name}.{i}.s")
+            dst.write_text(h.read_text())
+            rec["kernels"].append(dst.name)
+        print(json.dumps(rec), flush=True)
+        recs.append(rec)
+    (out / "compile.json").write_text(json.dumps(recs, indent=1))
+    return recs
+
+
+def coverage(path: Path) -> dict:
+    """Instructions, opcodes and the opcodes (with counts) the interpreter does not model."""
+    from kernel.isa.asm import parse_program
+    from kernel.isa.errors import IsaError
+    from kernel.isa.interp import DecodeCtx, factory_for
+
+    text = path.read_text()
+    try:
+        prog = parse_program(text)
+    except IsaError as err:
+        return {"kernel": path.stem, "parse_error": str(err)}
+    ctx = DecodeCtx(prog.labels, prog.descriptor.next_free_vgpr)
+    counts: collections.Counter[str] = collections.Counter()
+    missing: dict[str, str] = {}
+    for ins in prog.instrs:
+        counts[ins.mnemonic] += 1
+        try:
+            factory_for(ins)(ins, ctx)
+        except IsaError as err:
+            missing.setdefault(ins.mnemonic, str(err).splitlines()[0][:200])
+    return {
+        "kernel": path.stem,
+        "symbol": prog.descriptor.name,
+        "instructions": len(prog.instrs),
+        "opcodes": sorted(counts),
+        "unmodelled": missing,
+    }
+
+
+def table(out: Path) -> str:
+    rows = ["| kernel | instructions | opcodes | modelled | not modelled |", "|---|---:|---:|---:|---|"]
+    for p in sorted(out.glob("*.s")):
+        c = coverage(p)
+        if "parse_error" in c:
+            rows.append(f"| {c['kernel']} | - | - | - | parse error: {c['parse_error']} |")
+            continue
+        n = len(c["opcodes"])
+        miss = ", ".join(f"`{k}`" for k in sorted(c["unmodelled"])) or "-"
+        rows.append(f"| {c['kernel']} | {c['instructions']:,} | {n} | {n - len(c['unmodelled'])} | {miss} |")
+    return "\n".join(rows)
+
+
+def run_all(out: Path, checks: str) -> int:
+    """Run every kernel that has a spec scripts/foreign_specs/<target>.toml; print its stats
+    and findings. Exit status 1 when one failed to load or run."""
+    from kernel.isa.spec import run_spec_file
+
+    bad = 0
+    for p in sorted(out.glob("*.s")):
+        spec = SPECS / f"{p.stem}.toml"
+        if not spec.exists():
+            print(f"{p.stem}: no spec {spec.relative_to(REPO)}")
+            bad = 1
+            continue
+        try:
+            rep = run_spec_file(p, spec, checks=checks)
+        except Exception as err:  # noqa: BLE001 - report and go on to the next kernel
+            print(f"{p.stem}: FAILED {type(err).__name__}: {str(err).splitlines()[0][:300]}")
+            bad = 1
+            continue
+        print(f"{p.stem}: {rep.summary()}")
+    return bad
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_worker":
+        return _worker(argv[1], argv[2], argv[3] or None)
+    ap = argparse.ArgumentParser(prog="scripts/foreign_isa.py", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compile")
+    c.add_argument("--checkout", action="append", type=Path, required=True)
+    c.add_argument("--out", type=Path, required=True)
+    c.add_argument("--buffer-ops", default=None)
+    c.add_argument("--only", default="")
+    t = sub.add_parser("table")
+    t.add_argument("out", type=Path)
+    t.add_argument("--json", action="store_true")
+    r = sub.add_parser("run")
+    r.add_argument("out", type=Path)
+    r.add_argument("--checks", default="collect")
+    a = ap.parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    os.chdir(REPO)
+    if a.cmd == "compile":
+        recs = compile_targets(a.checkout, a.out, a.buffer_ops, set(a.only.split(",")) - {""} or None)
+        return 0 if all("error" not in r for r in recs) else 1
+    if a.cmd == "table":
+        if a.json:
+            print(json.dumps([coverage(p) for p in sorted(a.out.glob("*.s"))], indent=1))
+        else:
+            print(table(a.out))
+        return 0
+    return run_all(a.out, a.checks)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -2,7 +2,9 @@
 
 Built-in names: `emulated` (the gfx950 algorithm in torch, any device), `flydsl` (the FlyDSL
 gfx950 kernel, MI355X only), `flashmla` (FlashMLA's Hopper sparse fp8 decode), `flashmla-prefill`
-(FlashMLA's Hopper sparse prefill over bf16 KV), `torch-sdpa` (PyTorch's fused SDPA kernels). Any other name of
+(FlashMLA's Hopper sparse prefill over bf16 KV), `torch-sdpa` (PyTorch's fused SDPA kernels),
+`sglang-decode` (sglang's Triton MLA decode), `vllm-decode` (vLLM's Triton MLA decode), `vllm-sparse`
+(vLLM's Triton bf16 sparse MLA). Any other name of
 the form `package.module:attr` imports that attribute: either a `Backend`, or a plain callable
 with the contract, which may carry attributes `profile` (numerics profile name), `devices`
 (device types), `max_heads`, `head_counts` and `limits`.
@@ -19,7 +21,17 @@ import inspect
 from kernel.backend import Backend, BackendUnavailable, gfx950_available
 from kernel.contract import MAX_HEADS
 
-BUILTIN_NAMES = ("emulated", "flydsl", "flydsl-isa", "flashmla", "flashmla-prefill", "torch-sdpa")
+BUILTIN_NAMES = (
+    "emulated",
+    "flydsl",
+    "flydsl-isa",
+    "flashmla",
+    "flashmla-prefill",
+    "torch-sdpa",
+    "sglang-decode",
+    "vllm-decode",
+    "vllm-sparse",
+)
 
 
 def _wrap_external(spec: str, obj: object, profile: str | None) -> Backend:
@@ -89,6 +101,18 @@ def resolve(name: str, *, profile: str | None = None) -> Backend:
         from kernel.backends.torch_sdpa import torch_sdpa_backend
 
         backend = torch_sdpa_backend()
+    elif name == "sglang-decode":
+        from kernel.backends.sglang_decode import sglang_decode_backend
+
+        backend = sglang_decode_backend()
+    elif name == "vllm-decode":
+        from kernel.backends.vllm_decode import vllm_decode_backend
+
+        backend = vllm_decode_backend()
+    elif name == "vllm-sparse":
+        from kernel.backends.vllm_sparse import vllm_sparse_backend
+
+        backend = vllm_sparse_backend()
     elif ":" in name:
         module_name, _, attr = name.partition(":")
         if not module_name or not attr:

@@ -5,6 +5,7 @@ gather / bf16 dequantisation step, against the float64 oracle.
 
 from __future__ import annotations
 
+import math
 import sys
 import types
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from kernel.backends import flashmla_prefill, gathered, torch_sdpa
+from kernel.backends import flashmla_prefill, gathered, sglang_decode, torch_sdpa, triton_peers, vllm_decode, vllm_sparse
 from kernel.record import LATENT_DIM, RECORD_BYTES, decode_records, encode_records
 from kernel.registry import BackendUnavailable, resolve
 from oracle.reference import reference
@@ -205,3 +206,226 @@ def test_torch_sdpa_nan_row_zero_and_strided_out() -> None:
     out, lse = torch_sdpa.run_torch_sdpa(**p, softmax_scale=0.07, return_lse=True, out=buf[:, ::2])
     assert not bool(out.isnan().any()) and lse is not None and not bool(lse.isnan().any())
     check_against_oracle(p, out, lse, 0.07, has_invalid=False, out_tol=2**-6, lse_tol=2**-14)
+
+
+# ------------------------------------------------------------------------------ sglang / vLLM Triton kernels (fakes)
+#
+# Each fake stands in for the engine's module on the CPU: it checks the argument layout the real
+# kernel relies on, computes in float64 what the kernel computes (the same split rule, per-split
+# lse, the kernel's own empty-row result: NaN from 0 / 0, or vLLM sparse's -1e30 sentinel) and
+# leaves what the kernel leaves unwritten as NaN, so the adapters' mapping is what is tested.
+
+
+def _softmax_rows(q: torch.Tensor, keys: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o [H, 512], lse [H]) in float64 of one row: q [H, 576], keys [n, 576] (n >= 1)."""
+    s = (q.double() @ keys.double().T) * scale
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.exp(s - lse[:, None]) @ keys.double()[:, :LATENT_DIM], lse
+
+
+class FakeSglang(types.ModuleType):
+    """sglang's decode_attention (decode_attention_fwd) and dequant_k_cache (dequantize_k_cache_paged)."""
+
+    def __init__(self) -> None:
+        super().__init__("fake_sglang")
+        self.calls: list[dict[str, Any]] = []
+
+    def dequantize_k_cache_paged(self, quant_k_cache, page_table_1_flattened):  # type: ignore[no-untyped-def]
+        assert quant_k_cache.dtype == torch.float8_e4m3fn and quant_k_cache.shape[-1] == RECORD_BYTES
+        assert page_table_1_flattened.dtype == torch.int32
+        rec = quant_k_cache.view(-1, RECORD_BYTES).view(torch.uint8)[page_table_1_flattened.long()]
+        codes = rec[:, :512].view(torch.float8_e4m3fn).float().view(-1, 4, 128)
+        scales = rec[:, 512:528].contiguous().view(torch.float32).view(-1, 4, 1)
+        latent = (codes * scales).view(-1, 512).to(torch.bfloat16)
+        return torch.cat([latent, rec[:, 528:].contiguous().view(torch.bfloat16)], dim=1).view(-1, 1, 576)
+
+    def decode_attention_fwd(  # type: ignore[no-untyped-def]
+        self,
+        q,
+        k_buffer,
+        v_buffer,
+        o,
+        kv_indptr,
+        kv_indices,
+        attn_logits,
+        attn_lse,
+        num_kv_splits,
+        max_kv_splits,
+        sm_scale,
+        k_scale,
+        v_scale,
+    ):
+        n, heads, dim = q.shape
+        assert q.dtype == torch.bfloat16 and dim == 576 and heads >= 2 and q.stride(-1) == 1
+        assert k_buffer.dtype == torch.bfloat16 and k_buffer.shape[1:] == (1, 576)
+        assert v_buffer.data_ptr() == k_buffer.data_ptr() and v_buffer.shape[-1] == 512
+        assert kv_indptr.dtype == torch.int32 and kv_indptr.shape == (n + 1,) and kv_indices.dtype == torch.int32
+        assert attn_logits.shape == (n, heads, max_kv_splits, 512) and attn_lse.shape == (n, heads, max_kv_splits)
+        assert num_kv_splits.dtype == torch.int32 and k_scale == 1.0 and v_scale == 1.0 and o.stride(-1) == 1
+        self.calls.append({"heads": heads, "rows": n, "splits": int(max_kv_splits), "o_ptr": o.data_ptr()})
+        attn_lse.fill_(float("nan"))
+        for r in range(n):
+            start, stop = int(kv_indptr[r]), int(kv_indptr[r + 1])
+            length, splits = stop - start, int(num_kv_splits[r])
+            per = -(-(-(-length // splits)) // 32) * 32
+            keys = k_buffer[kv_indices[start:stop].long(), 0]
+            parts = []
+            for s in range(splits):
+                lo, hi = s * per, min(s * per + per, length)
+                if hi > lo:
+                    po, pl = _softmax_rows(q[r], keys[lo:hi], sm_scale)
+                    attn_lse[r, :, s] = pl.float()
+                    parts.append((po, pl))
+            if not parts:
+                o[r] = float("nan")
+                continue
+            lse = torch.logsumexp(torch.stack([pl for _, pl in parts]), dim=0)
+            o[r] = sum(po * torch.exp(pl - lse)[:, None] for po, pl in parts).to(torch.bfloat16)
+
+
+class FakeVllmDecode(types.ModuleType):
+    """vLLM's triton_decode_attention (decode_attention_fwd, page size 1, is_mla)."""
+
+    def __init__(self) -> None:
+        super().__init__("fake_vllm_decode")
+        self.calls: list[dict[str, Any]] = []
+
+    def decode_attention_fwd(  # type: ignore[no-untyped-def]
+        self,
+        q,
+        k_buffer,
+        v_buffer,
+        o,
+        lse,
+        req_to_token,
+        b_seq_len,
+        attn_logits,
+        num_kv_splits,
+        sm_scale,
+        page_size=1,
+        logit_cap=0.0,
+        k_scale=None,
+        v_scale=None,
+        is_mla=False,
+    ):
+        n, heads, _ = q.shape
+        assert heads >= 2 and is_mla and page_size == 1 and k_buffer.shape[1:] == (1, 1, 576) and v_buffer.shape[-1] == 512
+        assert req_to_token.dtype == torch.int32 and req_to_token.shape[0] == n and b_seq_len.dtype == torch.int32
+        assert attn_logits.shape == (n, heads, num_kv_splits, 513) and lse.dtype == torch.float32 and lse.stride() == (heads, 1)
+        self.calls.append({"heads": heads, "splits": num_kv_splits, "width": req_to_token.shape[1]})
+        for r in range(n):
+            length = int(b_seq_len[r])
+            if length == 0:
+                o[r], lse[r] = float("nan"), float("-inf")
+                continue
+            po, pl = _softmax_rows(q[r], k_buffer[req_to_token[r, :length].long(), 0, 0], sm_scale)
+            o[r], lse[r] = po.to(torch.bfloat16), pl.float()
+
+
+class FakeVllmSparse(types.ModuleType):
+    """vLLM's xpu_mla_sparse (triton_bf16_mla_sparse_interface)."""
+
+    def __init__(self) -> None:
+        super().__init__("fake_vllm_sparse")
+        self.calls: list[dict[str, Any]] = []
+
+    def triton_bf16_mla_sparse_interface(self, q, kv, indices, sm_scale, d_v=512, block_dpe=64):  # type: ignore[no-untyped-def]
+        n, heads, _ = q.shape
+        assert kv.shape[1:] == (1, 576) and indices.dtype == torch.int32 and indices.shape[:2] == (n, 1)
+        assert indices.shape[2] % 16 == 0 and indices.is_contiguous()
+        self.calls.append({"indices": indices.clone(), "rows": kv.shape[0]})
+        out = torch.zeros(n, heads, 512, dtype=q.dtype)
+        lse = torch.zeros(n, heads, dtype=torch.float32)
+        for r in range(n):
+            idx = indices[r, 0].long()
+            live = idx[(idx >= 0) & (idx < kv.shape[0])]
+            if live.numel() == 0:
+                lse[r] = math.log(2) * (-1e30 + math.log2(idx.numel()))
+                continue
+            po, pl = _softmax_rows(q[r], kv[live, 0], sm_scale)
+            out[r], lse[r] = po.to(torch.bfloat16), pl.float()
+        return out, lse.clone(), lse
+
+
+@pytest.mark.parametrize("heads", [1, 3, 16])
+@pytest.mark.parametrize("scale", [0.06, -0.04])
+def test_sglang_decode_adapter_against_oracle(heads: int, scale: float) -> None:
+    fake = FakeSglang()
+    p = make_problem([0, 1, 31, 32, 33, 300, 2], heads, seed=heads, negative_every=7)
+    p["indices"][3] = 10_000  # beyond the cache: masked by the adapter's gather
+    out, lse = sglang_decode.run_sglang_decode(**p, softmax_scale=scale, has_invalid=True, return_lse=True, kernel=fake, reader=fake)
+    assert fake.calls[0]["heads"] == max(heads, 2) and fake.calls[0]["splits"] == 8
+    assert out.shape == (7, heads, LATENT_DIM) and lse is not None and lse.shape == (7, heads)
+    p_ref = dict(p)
+    p_ref["indices"] = torch.where(p["indices"] >= 300, -1, p["indices"])
+    check_against_oracle(p_ref, out, lse, scale, has_invalid=True, out_tol=2**-7, lse_tol=1e-6)
+
+
+def test_sglang_decode_writes_out_in_place() -> None:
+    fake = FakeSglang()
+    p = make_problem([5, 0, 70], 4, seed=5)
+    buf = torch.full((3, 6, LATENT_DIM), 7.0, dtype=torch.bfloat16)
+    view = buf[:, 1:5]
+    out, lse = sglang_decode.run_sglang_decode(**p, softmax_scale=0.05, out=view, kernel=fake, reader=fake)
+    assert out is view and fake.calls[0]["o_ptr"] == view.data_ptr() and lse is None
+    assert bool((buf[:, 0] == 7).all()) and bool((buf[:, 5] == 7).all()) and not bool(view[1].any())
+    check_against_oracle(p, out, None, 0.05, has_invalid=False, out_tol=2**-7, lse_tol=1e-6)
+
+
+def test_sglang_split_lse_uses_only_splits_with_keys() -> None:
+    counts = torch.tensor([0, 1, 32, 33, 300], dtype=torch.int32)
+    att = torch.full((5, 2, 8), float("nan"))
+    want = torch.full((5, 2), float("-inf"))
+    for r, n in enumerate(counts.tolist()):
+        per = -(-(-(-n // 8)) // 32) * 32 if n else 1
+        used = [s for s in range(8) if s * per < n]
+        for s in used:
+            att[r, :, s] = torch.tensor([0.5 * s + r, -3.0 * s])
+        if used:
+            want[r] = torch.logsumexp(att[r][:, used], dim=-1)
+    assert [len([s for s in range(8) if s * 32 < 33]), len([s for s in range(8) if s * 64 < 300])] == [2, 5]
+    got = sglang_decode.split_lse(att, counts)
+    assert torch.allclose(got, want, rtol=0, atol=1e-6) and bool(torch.isneginf(got[0]).all())
+
+
+def test_int32_row_chunks_bound_the_slot_offsets() -> None:
+    chunks = triton_peers.int32_row_chunks(5000, 2048)
+    assert chunks[0] == (0, 1820) and chunks[-1][1] == 5000 and all(b - a <= 1820 for a, b in chunks)
+    assert all(b * 0 + (b - a) * 2048 * 576 < 2**31 for a, b in chunks)
+    assert triton_peers.int32_row_chunks(3, 64) == [(0, 3)]
+
+
+@pytest.mark.parametrize("heads", [1, 9])
+def test_vllm_decode_adapter_against_oracle(heads: int) -> None:
+    fake = FakeVllmDecode()
+    p = make_problem([4, 0, 600, 1, 65], heads, seed=11, negative_every=5)
+    out, lse = vllm_decode.run_vllm_decode(**p, softmax_scale=0.07, has_invalid=True, return_lse=True, kernel=fake, sm_count=132)
+    call = fake.calls[0]
+    assert call["heads"] == max(heads, 2) and call["width"] == 672 and call["splits"] == 1
+    check_against_oracle(p, out, lse, 0.07, has_invalid=True, out_tol=2**-7, lse_tol=1e-6)
+
+
+def test_vllm_split_rule() -> None:
+    assert [vllm_decode.num_kv_splits(n, 132) for n in (1, 511, 1024, 2048, 3000, 1 << 20)] == [1, 1, 2, 4, 8, 264]
+
+
+def test_vllm_sparse_adapter_against_oracle_and_bounds() -> None:
+    fake = FakeVllmSparse()
+    p = make_problem([3, 0, 17, 130, 16], 5, seed=12, negative_every=4)
+    p["indices"][1] = 300  # == rows: masked by the adapter, as the kernel masks >= seq_kv
+    buf = torch.zeros(5, 5, LATENT_DIM, dtype=torch.bfloat16)
+    out, lse = vllm_sparse.run_vllm_sparse(**p, softmax_scale=0.05, has_invalid=True, return_lse=True, out=buf, kernel=fake)
+    sent = fake.calls[0]["indices"]
+    assert out is buf and sent.shape == (5, 1, 176) and int(sent.min()) == -1 and int(sent.max()) < fake.calls[0]["rows"]
+    assert lse is not None and bool(torch.isneginf(lse[1]).all())
+    p_ref = dict(p)
+    p_ref["indices"] = torch.where(p["indices"] >= 300, -1, p["indices"])
+    check_against_oracle(p_ref, out, lse, 0.05, has_invalid=True, out_tol=2**-7, lse_tol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["sglang-decode", "vllm-decode", "vllm-sparse"])
+def test_triton_peers_unavailable_without_cuda(name: str) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(BackendUnavailable, match=f"{name}: no CUDA device"):
+        resolve(name)

@@ -1,0 +1,222 @@
+"""sglang's Triton MLA decode kernel as a backend with the kernel contract (`sglang-decode`).
+
+The kernel is `decode_attention_fwd` of sglang 0.5.10.post1
+(`sglang/srt/layers/attention/triton_ops/decode_attention.py`), called as sglang's Triton
+attention backend calls it for an MLA model (absorbed weights: one KV head of 576 dims whose first
+512 are V, page size 1, so any index list is a row):
+
+    decode_attention_fwd(
+        q,            # bf16 [n_q, H_k, 576] (H_k >= 2: the grouped MLA kernel, BLOCK_H = 16)
+        k_buffer,     # bf16 [n_slots, 1, 576]
+        v_buffer,     # k_buffer[..., :512]
+        o,            # bf16 [n_q, H_k, 512] (written by stage 2)
+        kv_indptr,    # int32 [n_q + 1]: row q's keys are kv_indices[kv_indptr[q] : kv_indptr[q + 1]]
+        kv_indices,   # int32: slot numbers in k_buffer
+        attn_logits,  # f32 [n_q, H_k, S, 512]: per-split partial outputs (stage 1)
+        attn_lse,     # f32 [n_q, H_k, S]: per-split lse, natural log
+        num_kv_splits,  # int32 [n_q] = S for every row
+        S,            # max_kv_splits
+        softmax_scale, 1.0, 1.0)   # sm_scale, k_scale, v_scale
+
+What the adapter does (vectorised, no host sync for streams of at most 4096 entries):
+- keys: each row's slots gathered and dequantised by sglang's own reader of fp8_ds_mla records,
+  `dequantize_k_cache_paged` (nsa/dequant_k_cache.py: bf16(f32(code) * f32(scale)), exact for
+  power-of-two scales), into a [n_q * W, 576] buffer; an entry < 0 or >= the cache's rows is
+  masked (kernel.backends.triton_peers.slot_keys);
+- rows: the valid slots of each row, in order, as a contiguous CSR (kv_indptr = running sum of the
+  valid counts): a masked entry is simply not in its row;
+- splits: S = 8 for every row (sglang's default `--triton-attention-num-kv-splits`); stage 1 cuts
+  a row of n keys into pieces of ceil(ceil(n / 8) / 32) * 32 keys, so rows of at most 32 keys are
+  never split and the pieces depend on the row alone (batch-invariant);
+- heads: H = 1 is run as 2 heads (a zero second head, sliced off): with one query head sglang
+  dispatches its MHA kernel (`kv_group_num == 1`), which an MLA model never reaches;
+- launches: at most 3,728,270 slots per launch (the kernel's offsets slot * 576 are int32);
+- outputs: o is written by the kernel into `out=` when given (any row / head strides); a row
+  without a valid key (the kernel divides 0 by 0 there) gets out 0 and lse -inf;
+- lse: the kernel keeps the per-split lse in attn_lse and returns none; the adapter merges them
+  as stage 2 does (f32, natural log): lse = max + log(sum exp(lse_i - max)) over the splits that
+  hold keys (`split_lse`).
+
+Numerics (from the kernel source; profile oracle/profile_files/sglang-triton-decode.toml): QK as
+`tl.dot` of bf16 [16 heads, 512] x [512, 32 keys] plus the 64 rope dims, f32 accumulation on
+mma.sync; scores scaled by the f32 sm_scale; online softmax over 32-key tiles with `tl.exp`
+(natural base, lowered to ex2.approx.f32 after a log2(e) multiply); P rounded to bf16 for the PV
+`tl.dot`, l summed from the f32 P; each split stores acc / l (f32) and its lse = m + log(l); stage
+2 merges the splits in the natural-log domain in f32 and writes bf16(acc / l * v_scale).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from kernel.backend import Backend, BackendUnavailable
+from kernel.backends.triton_peers import SlotKeys, cuda_reason, int32_row_chunks, load_sglang, slot_keys
+from kernel.contract import CallInfo, empty_outputs, validate_call
+from kernel.record import HEAD_DIM, LATENT_DIM
+
+NAME = "sglang-decode"
+KERNEL_MODULE = "sglang.srt.layers.attention.triton_ops.decode_attention"
+READER_MODULE = "sglang.srt.layers.attention.nsa.dequant_k_cache"
+NUM_KV_SPLITS = 8  # sglang's --triton-attention-num-kv-splits default
+MIN_BLOCK_KV = 32  # the kernel's _MIN_BLOCK_KV: split pieces are multiples of it
+SLOT_MULTIPLE = 32
+PROFILE = str(Path(__file__).resolve().parents[2] / "oracle" / "profile_files" / "sglang-triton-decode.toml")
+
+LIMITS = (
+    "H in 1..16 (H = 1 runs as 2 heads: the grouped MLA kernel; one KV head of 576 dims, V = its first 512)",
+    "CUDA only (Triton); sglang 0.5.10.post1 decode_attention_fwd, page size 1",
+    "keys dequantised by sglang's dequantize_k_cache_paged: exact for power-of-two scales",
+    "every entry < 0 or >= the cache's rows is masked (with or without has_invalid)",
+    "bounded_index_reads = False: the kernel itself has no bound check (an engine never passes one)",
+    f"{NUM_KV_SPLITS} KV splits per row (pieces of ceil(ceil(n / 8) / 32) * 32 keys): batch-invariant",
+    "lse merged by the adapter from the kernel's per-split lse (f32, natural log), as its stage 2 merges",
+    "rows without a valid key: out 0 and lse -inf set by the adapter (the kernel returns NaN there)",
+)
+
+
+def split_lse(attn_lse: torch.Tensor, counts: torch.Tensor, splits: int = NUM_KV_SPLITS) -> torch.Tensor:
+    """The row lse [n_q, H] (f32, natural log; -inf for a row without keys) from the kernel's
+    per-split lse [n_q, H, splits]: log-sum-exp over the splits that hold keys, in f32 as the
+    kernel's stage 2 merges (max first). A split that holds no key is never written by the kernel."""
+    n = counts.to(torch.int64)
+    per = (n + splits - 1) // splits
+    per = (per + MIN_BLOCK_KV - 1) // MIN_BLOCK_KV * MIN_BLOCK_KV
+    start = torch.arange(splits, device=counts.device, dtype=torch.int64).unsqueeze(0) * per.unsqueeze(1)
+    holds = (start < n.unsqueeze(1)).unsqueeze(1)  # [n_q, 1, splits]
+    lse_i = torch.where(holds, attn_lse, float("-inf"))
+    peak = lse_i.amax(dim=-1, keepdim=True)
+    safe = torch.where(torch.isfinite(peak), peak, 0.0)
+    total = torch.exp(lse_i - safe).sum(dim=-1)
+    return torch.where(n.unsqueeze(1) > 0, safe.squeeze(-1) + torch.log(total), float("-inf"))
+
+
+def csr_of_valid(keys: SlotKeys, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(kv_indptr int32 [rows + 1], kv_indices int32 [rows * W]) of rows [start, stop): each row's
+    valid slots in order, as buffer rows local to the chunk (slot j of row q -> (q - start) * W + j)."""
+    width = keys.width
+    order = keys.valid_first()[start:stop] - start * width
+    counts = keys.counts[start:stop]
+    n = stop - start
+    indptr = torch.zeros(n + 1, dtype=torch.int32, device=counts.device)
+    torch.cumsum(counts, dim=0, out=indptr[1:])
+    pos = torch.arange(width, device=counts.device, dtype=torch.int32)
+    dest = torch.where(pos < counts.unsqueeze(1), indptr[:-1].unsqueeze(1) + pos, n * width)
+    flat = torch.zeros(n * width + 1, dtype=torch.int32, device=counts.device)
+    flat.scatter_(0, dest.reshape(-1).to(torch.int64), order.reshape(-1))
+    return indptr, flat[: n * width]
+
+
+def run_sglang_decode(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+    kernel: ModuleType | None = None,
+    reader: ModuleType | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """sglang's decode kernel with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
+
+    kernel / reader: sglang's decode_attention and dequant_k_cache modules (imported when None).
+    """
+    info = validate_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    if info.n_q == 0:
+        return empty_outputs(q, info.heads, out=out, return_lse=return_lse)
+    if kernel is None:
+        kernel = load_sglang(KERNEL_MODULE, NAME)[0]
+    if reader is None:
+        reader = load_sglang(READER_MODULE, NAME)[0]
+    n_q, heads = info.n_q, info.heads
+    run_heads = max(heads, 2)
+    keys = slot_keys(
+        indices,
+        indptr,
+        kv_cache,
+        multiple=SLOT_MULTIPLE,
+        dequantise=lambda flat, slots: reader.dequantize_k_cache_paged(flat.view(torch.float8_e4m3fn), slots),
+    )
+    q_run = q if run_heads == heads else torch.cat([q, torch.zeros_like(q)], dim=1)
+    direct = out is not None and run_heads == heads
+    o = out if direct else torch.empty(n_q, run_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+    assert o is not None
+    logits = torch.empty(n_q, run_heads, NUM_KV_SPLITS, LATENT_DIM, dtype=torch.float32, device=q.device)
+    att_lse = torch.empty(n_q, run_heads, NUM_KV_SPLITS, dtype=torch.float32, device=q.device)
+    splits = torch.full((n_q,), NUM_KV_SPLITS, dtype=torch.int32, device=q.device)
+    buffer = keys.keys.view(n_q * keys.width, 1, HEAD_DIM)
+    for start, stop in int32_row_chunks(n_q, keys.width):
+        kv_indptr, kv_indices = csr_of_valid(keys, start, stop)
+        k_chunk = buffer[start * keys.width : stop * keys.width]
+        kernel.decode_attention_fwd(
+            q_run[start:stop],
+            k_chunk,
+            k_chunk[..., :LATENT_DIM],
+            o[start:stop],
+            kv_indptr,
+            kv_indices,
+            logits[start:stop],
+            att_lse[start:stop],
+            splits[start:stop],
+            NUM_KV_SPLITS,
+            float(softmax_scale),
+            1.0,
+            1.0,
+        )
+    has_key = (keys.counts > 0).view(n_q, 1, 1)
+    if direct:
+        result = out.masked_fill_(~has_key, 0)
+    else:
+        got = torch.where(has_key, o[:, :heads], torch.zeros((), dtype=torch.bfloat16, device=q.device))
+        result = out.copy_(got) if out is not None else got
+    lse = split_lse(att_lse[:, :heads], keys.counts) if return_lse else None
+    return result, lse
+
+
+def _support(info: CallInfo) -> str:
+    return cuda_reason(NAME) if info.device.type == "cuda" else ""
+
+
+def sglang_decode_backend() -> Backend:
+    """The `sglang-decode` backend; BackendUnavailable (with the reason) without CUDA, Triton or sglang."""
+    reason = cuda_reason(NAME)
+    if reason:
+        raise BackendUnavailable(reason)
+    kernel, _ = load_sglang(KERNEL_MODULE, NAME)
+    reader, _ = load_sglang(READER_MODULE, NAME)
+
+    def call(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
+        return run_sglang_decode(
+            q,
+            kv_cache,
+            indices,
+            indptr,
+            softmax_scale,
+            has_invalid=has_invalid,
+            return_lse=return_lse,
+            out=out,
+            kernel=kernel,
+            reader=reader,
+        )
+
+    return Backend(
+        name=NAME,
+        fn=call,
+        profile=PROFILE,
+        devices=("cuda",),
+        max_heads=16,
+        head_counts=None,
+        accepts_out=True,
+        bounded_index_reads=False,
+        batch_invariant=True,
+        extra_support=_support,
+        limits=LIMITS,
+    )
+
+
+__all__ = ["LIMITS", "NAME", "NUM_KV_SPLITS", "PROFILE", "csr_of_valid", "run_sglang_decode", "sglang_decode_backend", "split_lse"]

@@ -1,0 +1,181 @@
+"""What the adapters to sglang's and vLLM's Triton MLA kernels share: importing the kernel files
+from the engines' packages, the CUDA check, and the bf16 key buffer with its slot table.
+
+Importing (no numerics touched; see load_sglang / load_vllm):
+- sglang (wheel `sglang==0.5.10.post1`, installed with --no-deps): a plain import of
+  `sglang.srt.layers.attention.*` runs `sglang/__init__.py` (the frontend language: pydantic,
+  pybase64) and the kernel file's `from sglang.srt.utils import is_hip` runs
+  `sglang/srt/utils/common.py` (orjson, pybase64, starlette, ...). Where that import fails the
+  package is registered by its path without its __init__ and `sglang.srt.utils` is a module
+  holding only `is_hip()` = `torch.version.hip is not None` (sglang's own definition); the kernel
+  files are sglang's, unchanged.
+- vLLM (0.33.0, Python files only: its compiled libraries are built for torch 2.14): the kernel
+  modules import `vllm.platforms` (current_platform), whose CUDA platform imports the compiled
+  `vllm._C_stable_libtorch`. Where that import fails, an empty module stands in for it: the
+  Triton kernels call none of its ops.
+
+Keys: each row's slots are gathered from the records and dequantised to bf16 [n_q * W, 576]
+(W: the padded row width) and the kernels address that buffer, as the engines' own gather /
+upconvert steps do before their bf16 kernels (sglang's dequantize_k_cache_paged, vLLM's
+cp_gather_and_upconvert_fp8_kv_cache). A slot's key is valid when its entry is >= 0 and < the
+cache's rows; other slots hold a zero key and are never attended.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+
+from kernel.backend import BackendUnavailable
+from kernel.backends.flashmla import csr_to_padded, sync_free_width
+from kernel.backends.gathered import dequantise_bf16
+from kernel.contract import INT32_MAX
+from kernel.record import HEAD_DIM, RECORD_BYTES
+
+SGLANG_WHEEL = "sglang==0.5.10.post1"
+VLLM_FILES = "vLLM 0.33.0's Python files (the wheel without its compiled libraries) on PYTHONPATH"
+
+
+def cuda_reason(name: str) -> str:
+    """Why `name` (a Triton kernel for NVIDIA GPUs) cannot run here; "" when it can."""
+    if getattr(torch.version, "hip", None):
+        return f"{name}: adapted and profiled for NVIDIA GPUs only; this torch is built for ROCm ({torch.__version__})"
+    if not torch.cuda.is_available():
+        return f"{name}: no CUDA device (torch {torch.__version__}, CUDA {torch.version.cuda or 'none'})"
+    if importlib.util.find_spec("triton") is None:
+        return f"{name}: Triton is not installed"
+    return ""
+
+
+def _fresh_import(module: str, prefix: str) -> ModuleType:
+    for key in [k for k in sys.modules if k == prefix or k.startswith(prefix + ".")]:
+        del sys.modules[key]
+    return importlib.import_module(module)
+
+
+def load_sglang(module: str, name: str) -> tuple[ModuleType, str]:
+    """(sglang's module `module`, the import route taken); BackendUnavailable naming `name` when
+    sglang is missing or the file fails to import by either route (module docstring)."""
+    if importlib.util.find_spec("sglang") is None:
+        raise BackendUnavailable(f"{name}: sglang is not installed ({SGLANG_WHEEL}, --no-deps)")
+    try:
+        return importlib.import_module(module), "plain import"
+    except Exception as err:  # noqa: BLE001 - any failure of the engine's import chain
+        first = f"{type(err).__name__}: {err}"
+    spec = importlib.util.find_spec("sglang")
+    assert spec is not None and spec.submodule_search_locations is not None
+    for key in [k for k in sys.modules if k == "sglang" or k.startswith("sglang.")]:
+        del sys.modules[key]
+    package = types.ModuleType("sglang")
+    package.__path__ = list(spec.submodule_search_locations)
+    package.__file__ = spec.origin
+    utils = types.ModuleType("sglang.srt.utils")
+    utils.is_hip = lambda: torch.version.hip is not None  # type: ignore[attr-defined]
+    sys.modules["sglang"] = package
+    sys.modules["sglang.srt.utils"] = utils
+    try:
+        return importlib.import_module(module), f"by path, sglang.srt.utils = is_hip only (plain import: {first[:200]})"
+    except Exception as err:  # noqa: BLE001
+        raise BackendUnavailable(f"{name}: cannot import {module} ({first}; by path: {type(err).__name__}: {err})") from err
+
+
+def load_vllm(module: str, name: str) -> tuple[ModuleType, str]:
+    """(vLLM's module `module`, the import route taken); BackendUnavailable naming `name` when
+    vLLM's files are missing or the module fails to import by either route (module docstring)."""
+    if importlib.util.find_spec("vllm") is None:
+        raise BackendUnavailable(f"{name}: vllm is not importable (needs {VLLM_FILES})")
+    try:
+        return importlib.import_module(module), "plain import"
+    except Exception as err:  # noqa: BLE001
+        first = f"{type(err).__name__}: {err}"
+    try:
+        sys.modules.setdefault("vllm._C_stable_libtorch", types.ModuleType("vllm._C_stable_libtorch"))
+        return _fresh_import(module, "vllm"), f"empty vllm._C_stable_libtorch (plain import: {first[:200]})"
+    except Exception as err:  # noqa: BLE001
+        raise BackendUnavailable(f"{name}: cannot import {module} ({first}; with an empty vllm._C_stable_libtorch: {err})") from err
+
+
+@dataclass(frozen=True)
+class SlotKeys:
+    """The keys of n_q rows of W slots each, as one bf16 buffer the kernels address.
+
+    keys: bf16 [n_q * W, 576] contiguous; slot j of row q is keys[q * W + j] (zero when not valid);
+    valid: bool [n_q, W], the slot holds a key (inside the row, entry >= 0 and < the cache's rows);
+    counts: int32 [n_q] valid slots per row;
+    width: W, a positive multiple of the `multiple` asked for.
+    """
+
+    keys: torch.Tensor
+    valid: torch.Tensor
+    counts: torch.Tensor
+    width: int
+
+    def slot_ids(self) -> torch.Tensor:
+        """int32 [n_q, W]: q * W + j, the buffer row of slot j of row q."""
+        n_q = self.valid.shape[0]
+        base = torch.arange(n_q, device=self.valid.device, dtype=torch.int32).unsqueeze(1) * self.width
+        return base + torch.arange(self.width, device=self.valid.device, dtype=torch.int32)
+
+    def valid_first(self) -> torch.Tensor:
+        """int32 [n_q, W]: each row's buffer rows of its valid slots first (in slot order), then
+        the others: row q's first counts[q] entries are its keys (a stable sort, no host sync)."""
+        order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices.to(torch.int32)
+        return order + self.slot_ids()[:, :1]
+
+
+def slot_keys(
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    kv_cache: torch.Tensor,
+    *,
+    multiple: int,
+    dequantise: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> SlotKeys:
+    """Gather and dequantise each row's slots (SlotKeys). Every entry < 0 or >= the cache's rows
+    is masked; only consumed entries are read. W is sync-free for short streams (as in
+    kernel.backends.gathered). dequantise(records_flat [rows, 656] uint8, slots int32 [n]) -> bf16
+    [n, 576] picks the engine's own reader; default: records gathered, then
+    kernel.backends.gathered.dequantise_bf16 (exact for power-of-two scales).
+    """
+    rows = csr_to_padded(indices, indptr, has_invalid=True, multiple=multiple, width=sync_free_width(indices.numel(), multiple))
+    flat = kv_cache.reshape(-1, RECORD_BYTES)
+    n_rows = flat.shape[0]
+    valid = (rows.indices >= 0) & (rows.indices < n_rows)
+    if n_rows == 0:
+        flat = torch.zeros(1, RECORD_BYTES, dtype=torch.uint8, device=kv_cache.device)
+    slots = torch.where(valid, rows.indices, 0).reshape(-1)
+    if dequantise is None:
+        records = flat[slots]
+        records.masked_fill_(~valid.view(-1, 1), 0)
+        keys = dequantise_bf16(records)
+    else:
+        keys = dequantise(flat, slots).reshape(-1, HEAD_DIM)
+        keys.masked_fill_(~valid.view(-1, 1), 0)
+    return SlotKeys(keys=keys, valid=valid, counts=valid.sum(dim=1, dtype=torch.int32), width=rows.width)
+
+
+def int32_row_chunks(n_q: int, width: int, row_elements: int = HEAD_DIM) -> list[tuple[int, int]]:
+    """Row ranges [start, stop) whose slot buffer keeps every element offset below 2^31: the
+    Triton kernels form (slot * 576 + d) in int32, so one launch addresses fewer than
+    2^31 / 576 = 3,728,270 key rows (host-known sizes, no sync)."""
+    per = max(1, INT32_MAX // (width * row_elements))
+    return [(s, min(n_q, s + per)) for s in range(0, n_q, per)]
+
+
+__all__ = [
+    "SGLANG_WHEEL",
+    "SlotKeys",
+    "VLLM_FILES",
+    "cuda_reason",
+    "int32_row_chunks",
+    "load_sglang",
+    "load_vllm",
+    "slot_keys",
+]

@@ -1,0 +1,135 @@
+"""vLLM's Triton bf16 sparse MLA kernel as a backend with the kernel contract (`vllm-sparse`).
+
+The kernel is `triton_bf16_mla_sparse_interface` of vLLM 0.33.0
+(`vllm/v1/attention/ops/xpu_mla_sparse.py`: the DeepSeek-V3.2 sparse prefill / decode kernel of
+vLLM's XPU sparse MLA backend, plain Triton with no XPU-specific operation), called as that
+backend calls it:
+
+    out, max_logits, lse = triton_bf16_mla_sparse_interface(
+        q,        # bf16 [n_q, H, 576]
+        kv,       # bf16 [n_slots, 1, 576]
+        indices,  # int32 [n_q, 1, topk], topk a multiple of 16; -1 or >= n_slots: masked
+        softmax_scale)
+    # out bf16 [n_q, H, 512], lse f32 [n_q, H] natural log
+
+What the adapter does (vectorised, no host sync for streams of at most 4096 entries):
+- keys: each row's slots gathered and dequantised to bf16 (kernel.backends.triton_peers.slot_keys:
+  bf16(bf16(code) * bf16(scale)), exact for power-of-two scales) into a [n_q * W, 576] buffer,
+  the way vLLM's sparse backends upconvert an fp8_ds_mla cache into a bf16 workspace and remap
+  the top-k indices to it; an entry < 0 or >= the cache's rows is sent as -1, the kernel's own
+  masking rule (`(indices >= 0) & (indices < seq_kv)`), hence bounded_index_reads = True;
+- launches: at most 3,728,270 slots per launch (the kernel forms index * 576 in int32);
+- outputs: the interface allocates out and lse itself; out is copied into `out=` when given;
+  a row without a valid key comes back as out 0 and lse = ln 2 * (-1e30 + log2 W) (the kernel's
+  finite -1e30 sentinel for masked scores): the adapter reports the contract's -inf there.
+
+Numerics (from the kernel source; profile oracle/profile_files/vllm-triton-sparse.toml): one
+program owns 16 query heads of one row over all its keys (no split-KV); QK as `tl.dot` of bf16
+[16, 512] x [512, 16 keys] plus the 64 rope dims, f32 accumulation; scores times
+RN_f32(softmax_scale * log2 e) (log2 domain), masked scores -1e30; online softmax over 16-key
+tiles with `tl.exp2`; P rounded to bf16 for PV, l from the f32 P; out = bf16(acc / l), lse =
+m * ln 2 + log2(l) * ln 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from kernel.backend import Backend, BackendUnavailable
+from kernel.backends.triton_peers import cuda_reason, int32_row_chunks, load_vllm, slot_keys
+from kernel.contract import CallInfo, empty_outputs, validate_call
+from kernel.record import HEAD_DIM
+
+NAME = "vllm-sparse"
+KERNEL_MODULE = "vllm.v1.attention.ops.xpu_mla_sparse"
+TOPK_MULTIPLE = 16  # the interface asserts index_topk % BLOCK_N == 0 (BLOCK_N = 16)
+PROFILE = str(Path(__file__).resolve().parents[2] / "oracle" / "profile_files" / "vllm-triton-sparse.toml")
+
+LIMITS = (
+    "H in 1..16 (one KV head of 576 dims, V = its first 512)",
+    "CUDA only (Triton); vLLM 0.33.0 triton_bf16_mla_sparse_interface",
+    "keys dequantised by the adapter: exact for power-of-two scales",
+    "every entry < 0 or >= the cache's rows is masked, as the kernel masks (bounded_index_reads = True)",
+    "rows padded with -1 to a multiple of 16 keys; no split-KV: batch-invariant",
+    "rows without a valid key: lse -inf set by the adapter (the kernel returns ln 2 * (-1e30 + log2 W) there, out 0)",
+)
+
+
+def run_vllm_sparse(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+    kernel: ModuleType | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """vLLM's sparse kernel with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
+
+    kernel: vLLM's xpu_mla_sparse module (imported when None).
+    """
+    info = validate_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    if info.n_q == 0:
+        return empty_outputs(q, info.heads, out=out, return_lse=return_lse)
+    if kernel is None:
+        kernel = load_vllm(KERNEL_MODULE, NAME)[0]
+    n_q = info.n_q
+    keys = slot_keys(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE)
+    width = keys.width
+    ids = torch.where(keys.valid, keys.slot_ids(), -1)
+    buffer = keys.keys.view(n_q * width, 1, HEAD_DIM)
+    outs, lses = [], []
+    for start, stop in int32_row_chunks(n_q, width):
+        local = torch.where(ids[start:stop] >= 0, ids[start:stop] - start * width, -1)
+        got, _, lse = kernel.triton_bf16_mla_sparse_interface(
+            q[start:stop], buffer[start * width : stop * width], local.unsqueeze(1).contiguous(), float(softmax_scale)
+        )
+        outs.append(got)
+        lses.append(lse)
+    got = outs[0] if len(outs) == 1 else torch.cat(outs)
+    result = out.copy_(got) if out is not None else got
+    lse_out = None
+    if return_lse:
+        lse_all = lses[0] if len(lses) == 1 else torch.cat(lses)
+        lse_out = torch.where((keys.counts > 0).view(n_q, 1), lse_all, float("-inf"))
+    return result, lse_out
+
+
+def _support(info: CallInfo) -> str:
+    return cuda_reason(NAME) if info.device.type == "cuda" else ""
+
+
+def vllm_sparse_backend() -> Backend:
+    """The `vllm-sparse` backend; BackendUnavailable (with the reason) without CUDA, Triton or vLLM's files."""
+    reason = cuda_reason(NAME)
+    if reason:
+        raise BackendUnavailable(reason)
+    kernel, _ = load_vllm(KERNEL_MODULE, NAME)
+
+    def call(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
+        return run_vllm_sparse(
+            q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out, kernel=kernel
+        )
+
+    return Backend(
+        name=NAME,
+        fn=call,
+        profile=PROFILE,
+        devices=("cuda",),
+        max_heads=16,
+        head_counts=None,
+        accepts_out=True,
+        bounded_index_reads=True,
+        batch_invariant=True,
+        extra_support=_support,
+        limits=LIMITS,
+    )
+
+
+__all__ = ["LIMITS", "NAME", "PROFILE", "run_vllm_sparse", "vllm_sparse_backend"]

@@ -4,7 +4,7 @@ Triton kernels (ftz, ex2.approx, rcp/div).
 
 Run by scripts/h200/explore_peers.sh, one probe per process:
     python3 scripts/h200/explore_peers.py PROBE OUTDIR
-PROBE: sglang-decode | vllm-decode | vllm-sparse | sglang-writer | ftz-triton.
+PROBE: sglang-decode | vllm-decode | vllm-sparse | sglang-writer | ftz-triton | adapters.
 Writes OUTDIR/PROBE.json (every measurement, errors as text) and prints progress.
 """
 
@@ -461,12 +461,48 @@ def probe_ftz_triton(out: Path) -> None:
     RESULT["ptx"] = ptx_facts(os.environ["TRITON_CACHE_DIR"], "mul_exp")
 
 
+def probe_adapters(out: Path) -> None:
+    """Each new backend through the registry on one sparse problem (has_invalid, out of range
+    masked) against oracle.reference.reference: max |err| / bf16 ulp of out, lse error."""
+    from kernel.record import encode_records
+    from kernel.registry import resolve
+    from oracle.reference import reference as oracle_reference
+
+    g = torch.Generator().manual_seed(7)
+    rows = 5000
+    latent = torch.randn(rows, 512, generator=g) * 2.0 ** torch.randint(-3, 4, (rows, 1), generator=g)
+    kv = encode_records(latent, torch.randn(rows, 64, generator=g).to(torch.bfloat16), "pow2").to(DEV)
+    lengths = [0, 1, 33, 64, 700, 2048, 5]
+    ptr = [0]
+    for n in lengths:
+        ptr.append(ptr[-1] + n)
+    idx = torch.randint(0, rows, (ptr[-1],), generator=g, dtype=torch.int64).to(torch.int32)
+    idx[::9] = -1
+    for name in ("sglang-decode", "vllm-decode", "vllm-sparse"):
+        for heads in (1, 7, 16):
+            q = (torch.randn(len(lengths), heads, 576, generator=g) * 0.05).to(torch.bfloat16).to(DEV)
+            indices, indptr = idx.to(DEV), torch.tensor(ptr, dtype=torch.int32, device=DEV)
+
+            def run(name=name, q=q, indices=indices, indptr=indptr):
+                backend = resolve(name)
+                got, lse = backend(q, kv, indices, indptr, 0.0417, has_invalid=True, return_lse=True)
+                sync()
+                ref = oracle_reference(q, kv, indices, indptr, 0.0417, has_invalid=True)
+                res = compare(got, ref.out.cpu(), lse, ref.lse.cpu())
+                res["lse_neginf_matches"] = bool(torch.equal(torch.isneginf(lse.cpu()), torch.isneginf(ref.lse.cpu())))
+                res["empty_row_out_zero"] = not bool(got[0].any())
+                return res
+
+            step(f"{name} H={heads} lengths={lengths}", run)
+
+
 PROBES = {
     "sglang-decode": probe_sglang_decode,
     "vllm-decode": probe_vllm_decode,
     "vllm-sparse": probe_vllm_sparse,
     "sglang-writer": probe_sglang_writer,
     "ftz-triton": probe_ftz_triton,
+    "adapters": probe_adapters,
 }
 
 

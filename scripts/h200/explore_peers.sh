@@ -61,6 +61,9 @@ LANE_A=$!
 ) &
 LANE_B=$!
 wait "$LANE_A" "$LANE_B"
+# The committed adapters (kernel/backends/{sglang_decode,vllm_decode,vllm_sparse}.py) through the registry.
+LEFT=$((320 - ($(date +%s) - START)))
+if [ "$LEFT" -gt 30 ]; then run_probe adapters "$LEFT" "$VLLM_DIR"; else log "adapters probe skipped ($LEFT s left)"; fi
 
 # Keep only small files (PTX copies are a few hundred KB at most).
 find "$OUT" -type f -size +8M -print -delete | sed 's/^/deleted (too big): /' >> "$OUT/steps.log"

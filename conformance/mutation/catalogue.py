@@ -631,6 +631,122 @@ lse_shift_missing = _stage_mutant(
 )
 
 
+# Freedoms of the contract (docs/design.md, the freedom table): each mutant below is caught
+# only by the strategy that draws its freedom (tests/test_freedom_mutants.py).
+
+
+def _paged_cache_as_rows(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The emulated kernel addressing record i at byte i * kv_cache.stride(0), as if the cache
+    were [rows, 656]: on a paged [blocks, block_size, 656] cache, index i reads the first record
+    of block i (wrapping at the end of the cache)."""
+    flat = kv_cache.reshape(-1, RECORD_BYTES)
+    step = kv_cache.stride(0) // RECORD_BYTES if kv_cache.dim() > 2 else 1
+    if step > 1 and flat.shape[0]:
+        flat = flat[(torch.arange(flat.shape[0], device=flat.device) * step) % flat.shape[0]]  # BUG
+    return run_emulated(q, flat, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+
+
+def _empty_cache_early_return(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The emulated kernel with an early return for a cache of 0 rows (valid when every row is
+    empty) that skips the empty-row finalisation: out is left unwritten (NaN here; whatever the
+    memory held on a device) and lse is 0 instead of -inf."""
+    if kv_cache.numel() == 0 and q.shape[0]:
+        n_q, heads = q.shape[0], q.shape[1]
+        result = out if out is not None else torch.empty(n_q, heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+        result.fill_(float("nan"))  # BUG: never written
+        return result, (torch.zeros(n_q, heads, dtype=torch.float32, device=q.device) if return_lse else None)
+    return run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+
+
+def _uniform_rows_from_stream_length(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The emulated kernel with a fixed-top-k fast path: when every row has the same length, it
+    takes that length as (len(indices) - indptr[0]) // n_q, assuming the stream ends where the
+    rows end (entries after the last consumed one are allowed and must not be read)."""
+    n_q = indptr.numel() - 1
+    lengths = indptr[1:] - indptr[:-1]
+    if n_q >= 1 and bool((lengths == lengths[0]).all()) and int(lengths[0]) >= 0:
+        topk = (indices.numel() - int(indptr[0])) // n_q  # BUG: the stream may hold trailing entries
+        indptr = (int(indptr[0]) + topk * torch.arange(n_q + 1, device=indptr.device)).to(torch.int32)
+    return run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+
+
+def _scale_magnitude(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The emulated kernel taking |softmax_scale| (the scale kept as a magnitude, e.g. as
+    log2(scale) in a constant buffer): a negative softmax_scale attends to the wrong keys."""
+    scale = abs(float(softmax_scale))  # BUG: the contract's softmax_scale is any finite real
+    return run_emulated(q, kv_cache, indices, indptr, scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+
+
+paged_cache_as_rows = _wrapped_mutant(
+    "paged_cache_as_rows",
+    "record i addressed at i * kv_cache.stride(0): a paged [blocks, block_size, 656] cache reads block i's first record",
+    "addressing",
+    "a cache with more than one leading dim (paged) and more than one row per block",
+    _paged_cache_as_rows,
+)
+empty_cache_early_return = _wrapped_mutant(
+    "empty_cache_early_return",
+    "an early return for a cache of 0 rows leaves out unwritten and lse 0 (every row is empty: out 0, lse -inf)",
+    "finalize",
+    "a cache of 0 rows (every row empty)",
+    _empty_cache_early_return,
+)
+uniform_rows_from_stream_length = _wrapped_mutant(
+    "uniform_rows_from_stream_length",
+    "rows of equal length take it as (len(indices) - indptr[0]) // n_q: trailing stream entries are read as keys",
+    "addressing",
+    "rows of one length and index entries after the last consumed one",
+    _uniform_rows_from_stream_length,
+)
+scale_magnitude = _wrapped_mutant(
+    "scale_magnitude",
+    "softmax_scale is used as |softmax_scale|: a negative scale attends to the wrong keys",
+    "softmax",
+    "a negative softmax_scale and keys with different scores",
+    _scale_magnitude,
+)
+
+
 def get_mutant(name: str) -> Mutant:
     """The mutant called `name`; KeyError naming the known ones otherwise."""
     try:

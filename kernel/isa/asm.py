@@ -364,8 +364,6 @@ def parse_program(text: str) -> Program:
         ".amdhsa_user_sgpr_private_segment_size",
         ".amdhsa_user_sgpr_kernarg_preload_length",
         ".amdhsa_enable_private_segment",
-        ".amdhsa_system_sgpr_workgroup_id_y",
-        ".amdhsa_system_sgpr_workgroup_id_z",
         ".amdhsa_system_sgpr_workgroup_info",
     ):
         if directives.get(key, 0):
@@ -373,6 +371,8 @@ def parse_program(text: str) -> Program:
     if nxt != user_count:
         raise AsmParseError(f"user SGPR count {user_count} does not match the enabled user SGPRs ({nxt})")
     wg_x = user_count if directives.get(".amdhsa_system_sgpr_workgroup_id_x", 0) else None
+    wg_y = bool(directives.get(".amdhsa_system_sgpr_workgroup_id_y", 0))
+    wg_z = bool(directives.get(".amdhsa_system_sgpr_workgroup_id_z", 0))
     wsize = 64
     mw = re.search(r"\.wavefront_size:\s+(\d+)", meta)
     if mw:
@@ -387,8 +387,8 @@ def parse_program(text: str) -> Program:
         user_sgpr_count=user_count,
         kernarg_ptr_sgpr=kptr,
         workgroup_id_x_sgpr=wg_x,
-        workgroup_id_y=False,
-        workgroup_id_z=False,
+        workgroup_id_y=wg_y,
+        workgroup_id_z=wg_z,
         workitem_id_dims=directives.get(".amdhsa_system_vgpr_workitem_id", 0),
         next_free_vgpr=directives[".amdhsa_next_free_vgpr"],
         next_free_sgpr=directives[".amdhsa_next_free_sgpr"],

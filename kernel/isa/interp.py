@@ -156,9 +156,11 @@ class WorkgroupResult:
     workgroup: Workgroup
 
 
-def init_wave(dec: Decoded, wid: int, wgid: int, kernarg_addr: int) -> Wave:
-    """Initial state per the kernel descriptor: kernarg pointer and workgroup id in their user /
-    system SGPRs, v0 = flat work-item id (x), EXEC all ones; everything else undefined."""
+def init_wave(dec: Decoded, wid: int, wgid: int | tuple[int, int, int], kernarg_addr: int) -> Wave:
+    """Initial state per the kernel descriptor: kernarg pointer and the enabled workgroup ids
+    (x, then y, then z, in consecutive system SGPRs after the user SGPRs: AMDGPUUsage "Initial
+    Kernel Execution State") in their SGPRs, v0 = flat work-item id (x), EXEC all ones;
+    everything else undefined."""
     desc = dec.program.descriptor
     if desc.workitem_id_dims != 0:
         raise UnknownInstruction("only .amdhsa_system_vgpr_workitem_id 0 (x in v0) is modelled")
@@ -167,9 +169,13 @@ def init_wave(dec: Decoded, wid: int, wgid: int, kernarg_addr: int) -> Wave:
         k = desc.kernarg_ptr_sgpr
         w.s[k], w.s[k + 1] = kernarg_addr & 0xFFFFFFFF, kernarg_addr >> 32
         w.sdef[k] = w.sdef[k + 1] = True
-    if desc.workgroup_id_x_sgpr is not None:
-        w.s[desc.workgroup_id_x_sgpr] = wgid
-        w.sdef[desc.workgroup_id_x_sgpr] = True
+    ids = (wgid, 0, 0) if isinstance(wgid, int) else wgid
+    nxt = desc.user_sgpr_count
+    for on, val in zip((desc.workgroup_id_x_sgpr is not None, desc.workgroup_id_y, desc.workgroup_id_z), ids):
+        if on:
+            w.s[nxt] = int(val)
+            w.sdef[nxt] = True
+            nxt += 1
     w.s[EXEC] = w.s[EXEC + 1] = 0xFFFFFFFF
     w.sdef[EXEC] = w.sdef[EXEC + 1] = True
     w.set_exec_from_sgprs()
@@ -180,7 +186,7 @@ def init_wave(dec: Decoded, wid: int, wgid: int, kernarg_addr: int) -> Wave:
 
 def run_workgroup(
     dec: Decoded,
-    wgid: int,
+    wgid: int | tuple[int, int, int],
     kernarg_addr: int,
     mem: GlobalMemory,
     checks: Checks,
@@ -192,7 +198,8 @@ def run_workgroup(
     `wg_setup(workgroup)`, when given, adjust the initial state (tests)."""
     if threads % LANES:
         raise UnknownInstruction(f"workgroup of {threads} threads is not a whole number of waves")
-    wg = Workgroup(wgid, dec.program.descriptor.group_segment_size, checks)
+    flat = wgid if isinstance(wgid, int) else wgid[0]
+    wg = Workgroup(flat, dec.program.descriptor.group_segment_size, checks)
     if wg_setup is not None:
         wg_setup(wg)
     x = Executor(dec, mem, wg, checks)

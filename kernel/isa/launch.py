@@ -47,14 +47,51 @@ class LaunchStats:
         return self.instructions / self.seconds if self.seconds > 0 else float("nan")
 
 
-def pack_kernargs(program: Program, args: Sequence[int | float]) -> np.ndarray:
-    """The kernarg segment (uint8, 16-byte multiple) for `args` in metadata order."""
+Grid = int | tuple[int, int, int]
+
+
+def grid3(grid: Grid) -> tuple[int, int, int]:
+    g = (int(grid), 1, 1) if isinstance(grid, int) else tuple(int(v) for v in grid)
+    if len(g) != 3 or min(g) < 1:
+        raise IsaError(f"grid must be a positive int or three positive ints, got {grid!r}")
+    return g  # type: ignore[return-value]
+
+
+def hidden_values(grid: Grid, threads: int) -> dict[str, int]:
+    """Implicit kernel arguments the interpreter provides (code object v5, AMDGPUUsage):
+    block counts, group sizes (1-D workgroups), no remainders or global offsets, grid_dims;
+    every other hidden argument (hostcall / printf buffers, queue pointers, ...) is 0, so a
+    kernel that dereferences one is caught as an out-of-bounds access, not served."""
+    gx, gy, gz = grid3(grid)
+    return {
+        "hidden_block_count_x": gx,
+        "hidden_block_count_y": gy,
+        "hidden_block_count_z": gz,
+        "hidden_group_size_x": threads,
+        "hidden_group_size_y": 1,
+        "hidden_group_size_z": 1,
+        "hidden_grid_dims": 3 if gz > 1 else 2 if gy > 1 else 1,
+    }
+
+
+def explicit_args(program: Program) -> list:
+    return [a for a in program.descriptor.args if not a.value_kind.startswith("hidden_")]
+
+
+def pack_kernargs(program: Program, args: Sequence[int | float], hidden: dict[str, int] | None = None) -> np.ndarray:
+    """The kernarg segment (uint8, 16-byte multiple) for the explicit `args` in metadata order,
+    with the hidden (implicit) arguments from `hidden` (0 where absent)."""
     desc = program.descriptor
-    if len(args) != len(desc.args):
-        raise IsaError(f"{desc.name} takes {len(desc.args)} kernel arguments, got {len(args)}")
+    explicit = explicit_args(program)
+    if len(args) != len(explicit):
+        raise IsaError(f"{desc.name} takes {len(explicit)} kernel arguments, got {len(args)}")
     size = max(desc.kernarg_size, max((a.offset + a.size for a in desc.args), default=0))
     buf = bytearray((size + 15) // 16 * 16)
-    for a, v in zip(desc.args, args):
+    hidden = hidden or {}
+    for a in desc.args:
+        if a.value_kind.startswith("hidden_"):
+            buf[a.offset : a.offset + a.size] = (int(hidden.get(a.value_kind, 0)) & ((1 << (8 * a.size)) - 1)).to_bytes(a.size, "little")
+    for a, v in zip(explicit, args):
         if a.value_kind not in ("by_value", "global_buffer"):
             raise IsaError(f"kernel argument at offset {a.offset}: value kind {a.value_kind!r} not modelled")
         if isinstance(v, float):
@@ -83,23 +120,28 @@ class IsaKernel:
 
     def launch(
         self,
-        grid: int,
+        grid: Grid,
         args: Sequence[int | float],
         buffers: Sequence[tuple[torch.Tensor, str]],
         checks: str | Checks = "raise",
         workgroups: Sequence[int] | None = None,
     ) -> LaunchStats:
-        """Run workgroups 0..grid-1 (or the listed ones); raise CheckFailed in 'raise' mode."""
+        """Run the grid's workgroups x fastest (or the listed flat ids, x only); raise CheckFailed
+        in 'raise' mode."""
         chk = checks if isinstance(checks, Checks) else Checks(checks)
         mem = GlobalMemory()
         for t, name in buffers:
             if t is not None:
                 mem.add_tensor(t, name)
-        karg = pack_kernargs(self.program, args)
+        karg = pack_kernargs(self.program, args, hidden_values(grid, self.threads))
         mem.add_array(karg.ctypes.data, karg, "kernarg segment")
         t0 = time.perf_counter()
         n = 0
-        ids = list(range(grid)) if workgroups is None else list(workgroups)
+        gx, gy, gz = grid3(grid)
+        if workgroups is None:
+            ids: list = [(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)]
+        else:
+            ids = list(workgroups)
         for wg in ids:
             n += run_workgroup(self.decoded, wg, karg.ctypes.data, mem, chk, self.threads).instructions
         return LaunchStats(len(ids), n, time.perf_counter() - t0, chk.findings)

@@ -47,6 +47,7 @@ mma.sync; scores scaled by the f32 sm_scale; online softmax over 32-key tiles wi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -109,6 +110,99 @@ def csr_of_valid(keys: SlotKeys, start: int, stop: int) -> tuple[torch.Tensor, t
     return indptr, flat[: n * width]
 
 
+@dataclass
+class SglangCall:
+    """One prepared call: the kernel launches (`run`, one per int32-safe row chunk) on buffers the
+    adapter built, and the mapping of the kernel's outputs to the contract (`finish`)."""
+
+    kernel: ModuleType
+    q_run: torch.Tensor
+    buffer: torch.Tensor
+    chunks: list[tuple[int, int, torch.Tensor, torch.Tensor]]
+    o: torch.Tensor
+    logits: torch.Tensor
+    att_lse: torch.Tensor
+    splits: torch.Tensor
+    softmax_scale: float
+    keys: SlotKeys
+    heads: int
+
+    def run(self) -> None:
+        """The kernel alone: decode_attention_fwd on each chunk of rows."""
+        width = self.keys.width
+        for start, stop, kv_indptr, kv_indices in self.chunks:
+            k_chunk = self.buffer[start * width : stop * width]
+            self.kernel.decode_attention_fwd(
+                self.q_run[start:stop],
+                k_chunk,
+                k_chunk[..., :LATENT_DIM],
+                self.o[start:stop],
+                kv_indptr,
+                kv_indices,
+                self.logits[start:stop],
+                self.att_lse[start:stop],
+                self.splits[start:stop],
+                NUM_KV_SPLITS,
+                self.softmax_scale,
+                1.0,
+                1.0,
+            )
+
+    def finish(self, out: torch.Tensor | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(out, lse) of the contract from the kernel's outputs (module docstring)."""
+        n_q = self.o.shape[0]
+        has_key = (self.keys.counts > 0).view(n_q, 1, 1)
+        if out is not None and self.o is out:
+            result = out.masked_fill_(~has_key, 0)
+        else:
+            got = torch.where(has_key, self.o[:, : self.heads], torch.zeros((), dtype=torch.bfloat16, device=self.o.device))
+            result = out.copy_(got) if out is not None else got
+        lse = split_lse(self.att_lse[:, : self.heads], self.keys.counts) if return_lse else None
+        return result, lse
+
+
+def prepare_sglang_decode(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    out: torch.Tensor | None,
+    kernel: ModuleType,
+    reader: ModuleType,
+) -> SglangCall:
+    """Keys, CSR rows, heads and output buffers for one validated call with n_q >= 1 (module docstring)."""
+    n_q, heads = q.shape[0], q.shape[1]
+    run_heads = max(heads, 2)
+    keys = slot_keys(
+        indices,
+        indptr,
+        kv_cache,
+        multiple=SLOT_MULTIPLE,
+        dequantise=lambda flat, slots: reader.dequantize_k_cache_paged(flat.view(torch.float8_e4m3fn), slots),
+    )
+    q_run = q if run_heads == heads else torch.cat([q, torch.zeros_like(q)], dim=1)
+    if out is not None and run_heads == heads:
+        o = out
+    else:
+        o = torch.empty(n_q, run_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+    chunks = [(start, stop, *csr_of_valid(keys, start, stop)) for start, stop in int32_row_chunks(n_q, keys.width)]
+    return SglangCall(
+        kernel=kernel,
+        q_run=q_run,
+        buffer=keys.keys.view(n_q * keys.width, 1, HEAD_DIM),
+        chunks=chunks,
+        o=o,
+        logits=torch.empty(n_q, run_heads, NUM_KV_SPLITS, LATENT_DIM, dtype=torch.float32, device=q.device),
+        att_lse=torch.empty(n_q, run_heads, NUM_KV_SPLITS, dtype=torch.float32, device=q.device),
+        splits=torch.full((n_q,), NUM_KV_SPLITS, dtype=torch.int32, device=q.device),
+        softmax_scale=float(softmax_scale),
+        keys=keys,
+        heads=heads,
+    )
+
+
 def run_sglang_decode(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -133,49 +227,9 @@ def run_sglang_decode(
         kernel = load_sglang(KERNEL_MODULE, NAME)[0]
     if reader is None:
         reader = load_sglang(READER_MODULE, NAME)[0]
-    n_q, heads = info.n_q, info.heads
-    run_heads = max(heads, 2)
-    keys = slot_keys(
-        indices,
-        indptr,
-        kv_cache,
-        multiple=SLOT_MULTIPLE,
-        dequantise=lambda flat, slots: reader.dequantize_k_cache_paged(flat.view(torch.float8_e4m3fn), slots),
-    )
-    q_run = q if run_heads == heads else torch.cat([q, torch.zeros_like(q)], dim=1)
-    direct = out is not None and run_heads == heads
-    o = out if direct else torch.empty(n_q, run_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
-    assert o is not None
-    logits = torch.empty(n_q, run_heads, NUM_KV_SPLITS, LATENT_DIM, dtype=torch.float32, device=q.device)
-    att_lse = torch.empty(n_q, run_heads, NUM_KV_SPLITS, dtype=torch.float32, device=q.device)
-    splits = torch.full((n_q,), NUM_KV_SPLITS, dtype=torch.int32, device=q.device)
-    buffer = keys.keys.view(n_q * keys.width, 1, HEAD_DIM)
-    for start, stop in int32_row_chunks(n_q, keys.width):
-        kv_indptr, kv_indices = csr_of_valid(keys, start, stop)
-        k_chunk = buffer[start * keys.width : stop * keys.width]
-        kernel.decode_attention_fwd(
-            q_run[start:stop],
-            k_chunk,
-            k_chunk[..., :LATENT_DIM],
-            o[start:stop],
-            kv_indptr,
-            kv_indices,
-            logits[start:stop],
-            att_lse[start:stop],
-            splits[start:stop],
-            NUM_KV_SPLITS,
-            float(softmax_scale),
-            1.0,
-            1.0,
-        )
-    has_key = (keys.counts > 0).view(n_q, 1, 1)
-    if direct:
-        result = out.masked_fill_(~has_key, 0)
-    else:
-        got = torch.where(has_key, o[:, :heads], torch.zeros((), dtype=torch.bfloat16, device=q.device))
-        result = out.copy_(got) if out is not None else got
-    lse = split_lse(att_lse[:, :heads], keys.counts) if return_lse else None
-    return result, lse
+    call = prepare_sglang_decode(q, kv_cache, indices, indptr, softmax_scale, out=out, kernel=kernel, reader=reader)
+    call.run()
+    return call.finish(out, return_lse)
 
 
 def _support(info: CallInfo) -> str:
@@ -219,4 +273,15 @@ def sglang_decode_backend() -> Backend:
     )
 
 
-__all__ = ["LIMITS", "NAME", "NUM_KV_SPLITS", "PROFILE", "csr_of_valid", "run_sglang_decode", "sglang_decode_backend", "split_lse"]
+__all__ = [
+    "LIMITS",
+    "NAME",
+    "NUM_KV_SPLITS",
+    "PROFILE",
+    "SglangCall",
+    "csr_of_valid",
+    "prepare_sglang_decode",
+    "run_sglang_decode",
+    "sglang_decode_backend",
+    "split_lse",
+]

@@ -37,6 +37,7 @@ natural-log domain: out = bf16(acc / l), lse = m + log(l).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -75,6 +76,93 @@ def num_kv_splits(max_seq_len: int, sm_count: int) -> int:
     return min(next_pow2(max(1, max_seq_len // MIN_WORK_PER_SPLIT)), sm_count * SPLIT_OCCUPANCY_MULTIPLIER)
 
 
+@dataclass
+class VllmDecodeCall:
+    """One prepared call: the kernel launch (`run`) on buffers the adapter built, and the mapping
+    of its outputs to the contract (`finish`)."""
+
+    kernel: ModuleType
+    q_run: torch.Tensor
+    cache: torch.Tensor
+    table: torch.Tensor
+    counts: torch.Tensor
+    o: torch.Tensor
+    lse: torch.Tensor
+    logits: torch.Tensor
+    splits: int
+    softmax_scale: float
+    one: torch.Tensor
+    heads: int
+
+    def run(self) -> None:
+        """The kernel alone: decode_attention_fwd as TritonMLAImpl.forward_mqa calls it."""
+        self.kernel.decode_attention_fwd(
+            self.q_run,
+            self.cache,
+            self.cache[..., :LATENT_DIM],
+            self.o,
+            self.lse,
+            self.table,
+            self.counts,
+            self.logits,
+            self.splits,
+            self.softmax_scale,
+            1,
+            k_scale=self.one,
+            v_scale=self.one,
+            is_mla=True,
+        )
+
+    def finish(self, out: torch.Tensor | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(out, lse) of the contract from the kernel's outputs (module docstring)."""
+        n_q = self.o.shape[0]
+        has_key = (self.counts > 0).view(n_q, 1, 1)
+        if out is not None and self.o is out:
+            result = out.masked_fill_(~has_key, 0)
+        else:
+            got = torch.where(has_key, self.o[:, : self.heads], torch.zeros((), dtype=torch.bfloat16, device=self.o.device))
+            result = out.copy_(got) if out is not None else got
+        lse = torch.where(has_key.view(n_q, 1), self.lse[:, : self.heads], float("-inf")) if return_lse else None
+        return result, lse
+
+
+def prepare_vllm_decode(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    out: torch.Tensor | None,
+    kernel: ModuleType,
+    sm_count: int,
+) -> VllmDecodeCall:
+    """Keys, block table, split count and output buffers for one validated call with n_q >= 1."""
+    n_q, heads = q.shape[0], q.shape[1]
+    run_heads = max(heads, 2)
+    keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE)
+    splits = num_kv_splits(keys.width, sm_count)
+    q_run = q if run_heads == heads else torch.cat([q, torch.zeros_like(q)], dim=1)
+    if out is not None and run_heads == heads:
+        o = out
+    else:
+        o = torch.empty(n_q, run_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+    return VllmDecodeCall(
+        kernel=kernel,
+        q_run=q_run,
+        cache=keys.keys.view(-1, 1, 1, HEAD_DIM),
+        table=keys.valid_first(),
+        counts=keys.counts,
+        o=o,
+        lse=torch.empty(n_q, run_heads, dtype=torch.float32, device=q.device),
+        logits=torch.empty(n_q, run_heads, splits, LATENT_DIM + 1, dtype=torch.float32, device=q.device),
+        splits=splits,
+        softmax_scale=float(softmax_scale),
+        one=torch.ones((), dtype=torch.float32, device=q.device),
+        heads=heads,
+    )
+
+
 def run_vllm_decode(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -100,42 +188,9 @@ def run_vllm_decode(
         kernel = load_vllm(KERNEL_MODULE, NAME)[0]
     if sm_count is None:
         sm_count = torch.cuda.get_device_properties(q.device).multi_processor_count
-    n_q, heads = info.n_q, info.heads
-    run_heads = max(heads, 2)
-    keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE)
-    splits = num_kv_splits(keys.width, sm_count)
-    q_run = q if run_heads == heads else torch.cat([q, torch.zeros_like(q)], dim=1)
-    direct = out is not None and run_heads == heads
-    o = out if direct else torch.empty(n_q, run_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
-    assert o is not None
-    lse = torch.empty(n_q, run_heads, dtype=torch.float32, device=q.device)
-    logits = torch.empty(n_q, run_heads, splits, LATENT_DIM + 1, dtype=torch.float32, device=q.device)
-    cache = keys.keys.view(-1, 1, 1, HEAD_DIM)
-    one = torch.ones((), dtype=torch.float32, device=q.device)
-    kernel.decode_attention_fwd(
-        q_run,
-        cache,
-        cache[..., :LATENT_DIM],
-        o,
-        lse,
-        keys.valid_first(),
-        keys.counts,
-        logits,
-        splits,
-        float(softmax_scale),
-        1,
-        k_scale=one,
-        v_scale=one,
-        is_mla=True,
-    )
-    has_key = (keys.counts > 0).view(n_q, 1, 1)
-    if direct:
-        result = out.masked_fill_(~has_key, 0)
-    else:
-        got = torch.where(has_key, o[:, :heads], torch.zeros((), dtype=torch.bfloat16, device=q.device))
-        result = out.copy_(got) if out is not None else got
-    lse_out = torch.where(has_key.view(n_q, 1), lse[:, :heads], float("-inf")) if return_lse else None
-    return result, lse_out
+    call = prepare_vllm_decode(q, kv_cache, indices, indptr, softmax_scale, out=out, kernel=kernel, sm_count=sm_count)
+    call.run()
+    return call.finish(out, return_lse)
 
 
 def _support(info: CallInfo) -> str:
@@ -179,4 +234,4 @@ def vllm_decode_backend() -> Backend:
     )
 
 
-__all__ = ["LIMITS", "NAME", "PROFILE", "num_kv_splits", "run_vllm_decode", "vllm_decode_backend"]
+__all__ = ["LIMITS", "NAME", "PROFILE", "VllmDecodeCall", "num_kv_splits", "prepare_vllm_decode", "run_vllm_decode", "vllm_decode_backend"]

@@ -33,6 +33,7 @@ m * ln 2 + log2(l) * ln 2.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
@@ -58,6 +59,70 @@ LIMITS = (
 )
 
 
+@dataclass
+class VllmSparseCall:
+    """One prepared call: the kernel launches (`run`, one per int32-safe row chunk) on buffers the
+    adapter built, and the mapping of its outputs to the contract (`finish`)."""
+
+    kernel: ModuleType
+    q: torch.Tensor
+    buffer: torch.Tensor
+    chunks: list[tuple[int, int, torch.Tensor]]
+    counts: torch.Tensor
+    width: int
+    softmax_scale: float
+    results: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+
+    def run(self) -> None:
+        """The kernel alone: triton_bf16_mla_sparse_interface on each chunk of rows."""
+        self.results = []
+        for start, stop, local in self.chunks:
+            got, _, lse = self.kernel.triton_bf16_mla_sparse_interface(
+                self.q[start:stop], self.buffer[start * self.width : stop * self.width], local, self.softmax_scale
+            )
+            self.results.append((got, lse))
+
+    def finish(self, out: torch.Tensor | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(out, lse) of the contract from the kernel's outputs (module docstring)."""
+        outs = [got for got, _ in self.results]
+        got = outs[0] if len(outs) == 1 else torch.cat(outs)
+        result = out.copy_(got) if out is not None else got
+        if not return_lse:
+            return result, None
+        lses = [lse for _, lse in self.results]
+        lse_all = lses[0] if len(lses) == 1 else torch.cat(lses)
+        return result, torch.where((self.counts > 0).view(-1, 1), lse_all, float("-inf"))
+
+
+def prepare_vllm_sparse(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    kernel: ModuleType,
+) -> VllmSparseCall:
+    """Keys and per-chunk slot indices (-1 where masked) for one validated call with n_q >= 1."""
+    n_q = q.shape[0]
+    keys = slot_keys(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE)
+    width = keys.width
+    ids = torch.where(keys.valid, keys.slot_ids(), -1)
+    chunks = []
+    for start, stop in int32_row_chunks(n_q, width):
+        local = torch.where(ids[start:stop] >= 0, ids[start:stop] - start * width, -1)
+        chunks.append((start, stop, local.unsqueeze(1).contiguous()))
+    return VllmSparseCall(
+        kernel=kernel,
+        q=q,
+        buffer=keys.keys.view(n_q * width, 1, HEAD_DIM),
+        chunks=chunks,
+        counts=keys.counts,
+        width=width,
+        softmax_scale=float(softmax_scale),
+    )
+
+
 def run_vllm_sparse(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -79,26 +144,9 @@ def run_vllm_sparse(
         return empty_outputs(q, info.heads, out=out, return_lse=return_lse)
     if kernel is None:
         kernel = load_vllm(KERNEL_MODULE, NAME)[0]
-    n_q = info.n_q
-    keys = slot_keys(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE)
-    width = keys.width
-    ids = torch.where(keys.valid, keys.slot_ids(), -1)
-    buffer = keys.keys.view(n_q * width, 1, HEAD_DIM)
-    outs, lses = [], []
-    for start, stop in int32_row_chunks(n_q, width):
-        local = torch.where(ids[start:stop] >= 0, ids[start:stop] - start * width, -1)
-        got, _, lse = kernel.triton_bf16_mla_sparse_interface(
-            q[start:stop], buffer[start * width : stop * width], local.unsqueeze(1).contiguous(), float(softmax_scale)
-        )
-        outs.append(got)
-        lses.append(lse)
-    got = outs[0] if len(outs) == 1 else torch.cat(outs)
-    result = out.copy_(got) if out is not None else got
-    lse_out = None
-    if return_lse:
-        lse_all = lses[0] if len(lses) == 1 else torch.cat(lses)
-        lse_out = torch.where((keys.counts > 0).view(n_q, 1), lse_all, float("-inf"))
-    return result, lse_out
+    call = prepare_vllm_sparse(q, kv_cache, indices, indptr, softmax_scale, kernel=kernel)
+    call.run()
+    return call.finish(out, return_lse)
 
 
 def _support(info: CallInfo) -> str:
@@ -132,4 +180,4 @@ def vllm_sparse_backend() -> Backend:
     )
 
 
-__all__ = ["LIMITS", "NAME", "PROFILE", "run_vllm_sparse", "vllm_sparse_backend"]
+__all__ = ["LIMITS", "NAME", "PROFILE", "VllmSparseCall", "prepare_vllm_sparse", "run_vllm_sparse", "vllm_sparse_backend"]

@@ -71,13 +71,16 @@ def supported(suite: SuiteTarget, problem: Problem) -> str:
     return "" if support.ok else support.reason
 
 
-def differential(suite: SuiteTarget, recipe: Recipe, property_name: str = "differential", *, use_target: bool = True) -> list[Verdict]:
+def differential(
+    suite: SuiteTarget, recipe: Recipe, property_name: str = "differential", *, use_target: bool = True, timeout_s: float | None = None
+) -> list[Verdict]:
     """Run the kernel, then judge it against the reference in both comparison modes; raise
-    AssertionError with every failure. Returns the verdicts (exact-steps first)."""
+    AssertionError with every failure. Returns the verdicts (exact-steps first). `timeout_s`:
+    the per-call limit (conformance.harness.run_kernel; None: its default)."""
     suite.judged.note(recipe, property_name)
     problem = materialize_for(suite, recipe)
     require_support(suite, problem)
-    out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name)
+    out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name, timeout_s=timeout_s)
     judgement = judge(problem, out, lse, suite.profile)
     triaged = None if judgement.ok else triage(problem, out, lse, suite.profile, judgement)
     for mode, verdict in judgement.verdicts.items():
@@ -103,7 +106,12 @@ def differential(suite: SuiteTarget, recipe: Recipe, property_name: str = "diffe
 
 
 def violation_run(
-    suite: SuiteTarget, recipe: Recipe, property_name: str = "preconditions", *, problem: Problem | None = None
+    suite: SuiteTarget,
+    recipe: Recipe,
+    property_name: str = "preconditions",
+    *,
+    problem: Problem | None = None,
+    timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """Run a precondition-violating recipe where it is safe and return what was observed.
 
@@ -112,7 +120,7 @@ def violation_run(
     (an out-of-range index may raise on a backend with bounded reads), and under a scale above
     2^7 or a non-power-of-two scale the output must stay finite (the kernel clamps / drops the
     mantissa, it does not overflow). `problem`: the recipe already materialized on the target's
-    device (not built again).
+    device (not built again); `timeout_s`: the per-call limit (as for `differential`).
     """
     suite.judged.note(recipe, property_name, expect="precondition")
     if problem is None:
@@ -130,7 +138,9 @@ def violation_run(
         record(property_name, suite.name, problem, outcome="skipped", extra={"observed": observed})
         return observed
     try:
-        out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name, expect="precondition")
+        out, lse = run_kernel(
+            problem, suite.backend, property_name=property_name, kernel_name=suite.name, expect="precondition", timeout_s=timeout_s
+        )
     except Exception as err:  # noqa: BLE001 - the behaviour under a violation is what we record
         observed["behaviour"] = f"raised {type(err).__name__}: {str(err)[:200]}"
         record(property_name, suite.name, problem, outcome="raised", extra={"observed": observed})

@@ -54,7 +54,7 @@ from conformance.cli.args import positive_float, positive_int
 from conformance.coverage import Coverage, reachable_union, recipes_space, violating_space
 from conformance.crashes import mark_session_finish, mark_session_start, recover_leftovers
 from conformance.report import FUZZ_SUMMARY  # the machine-readable summary in the run folder
-from conformance.state import CALL_TIMEOUT_ENV, RUN_ID_ENV, call_timeout_s, current_run_dir, pending_dir
+from conformance.state import RUN_ID_ENV, call_timeout_s, current_run_dir, pending_dir
 from conformance.watchdog import KernelHung
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -267,7 +267,6 @@ def campaign(
 
     strategies: dict[str, Any] = {}
     deadline = state.started + budget_s
-    configured_env = os.environ.get(CALL_TIMEOUT_ENV)
     configured_timeout = call_timeout_s()
     base = PROFILES[hypothesis_profile]
     chunk_settings = settings(
@@ -295,14 +294,14 @@ def campaign(
         name = f"fuzz:{prop}"
         # no call may outlive the budget: the per-call limit shrinks to what is left (+ grace)
         left = max(HUNG_GRACE_S, stop_at[0] - time.monotonic() + HUNG_GRACE_S)
-        os.environ[CALL_TIMEOUT_ENV] = repr(min(configured_timeout or left, left))
+        call_limit = min(configured_timeout or left, left)
         judged_before, started = state.examples[prop], time.monotonic()
         try:
             if prop == "preconditions":
-                violation_run(suite, recipe, name)
+                violation_run(suite, recipe, name, timeout_s=call_limit)
                 state.outcomes[prop]["observed"] += 1
             else:
-                for verdict, mode in zip(differential(suite, recipe, name), ("exact-steps", "float64"), strict=False):
+                for verdict, mode in zip(differential(suite, recipe, name, timeout_s=call_limit), ("exact-steps", "float64"), strict=False):
                     for output, value in (("out", verdict.out_ratio), ("lse", verdict.lse_ratio)):
                         key = f"{output}/{mode}"
                         state.max_ratio[key] = max(state.max_ratio[key], value)
@@ -363,8 +362,6 @@ def campaign(
             if not chunk_failures:
                 state.stopped = f"Hypothesis stopped: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
                 break
-        finally:
-            _restore_timeout(configured_env)
         state.shrinking = False
         for key, failure in chunk_failures.items():
             if key in state.failures:
@@ -390,13 +387,6 @@ def campaign(
         if hung:
             break
     return state
-
-
-def _restore_timeout(value: str | None) -> None:
-    if value is None:
-        os.environ.pop(CALL_TIMEOUT_ENV, None)
-    else:
-        os.environ[CALL_TIMEOUT_ENV] = value
 
 
 def _minimise_failure(suite: Any, failure: Failure, budget_s: float, progress: ProgressLine) -> None:

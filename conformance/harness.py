@@ -99,7 +99,7 @@ def run_kernel(
             raise
     changed = before.changes(problem.q, problem.kv_cache, problem.indices, problem.indptr)
     if changed:
-        raise InputsModified("; ".join(changed))
+        raise InputsModified("class 1 (contract violation): " + "; ".join(changed))
     return result
 
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from conformance.checks import backend_limits, materialize_for, require_support
 from conformance.harness import record, run_kernel
 from conformance.target import SuiteTarget
+from conformance.triage import CLASS_NAMES, CONTRACT
 from oracle.bound import evaluate
 from strategies import rng
 from strategies.hypothesis_recipes import recipes
@@ -177,7 +178,8 @@ def test_row_alone_equals_row_in_batch(target: SuiteTarget, data: st.DataObject)
             )
         how = "within twice the bound (the backend declares batch-dependent results)"
     record("metamorphic_alone", target.name, problem, outcome="pass" if ok else "fail")
-    assert ok, f"row {row} computed alone differs from the same row in the batch (expected {how})"
+    promise = f"{CLASS_NAMES[CONTRACT]}: the backend promises batch invariance; " if target.backend.batch_invariant else ""
+    assert ok, f"{promise}row {row} computed alone differs from the same row in the batch (expected {how})"
 
 
 @given(data=st.data())
@@ -187,7 +189,7 @@ def test_two_runs_bit_identical(target: SuiteTarget, data: st.DataObject) -> Non
     again, lse_again = _run(target, problem, "metamorphic_repeat")
     ok = _bits_equal(out, again) and (lse is None or lse_again is None or _bits_equal(lse, lse_again))
     record("metamorphic_repeat", target.name, problem, outcome="pass" if ok else "fail")
-    assert ok, "two runs on the same inputs differ"
+    assert ok, f"{CLASS_NAMES[CONTRACT]}: two runs on the same inputs differ"
 
 
 @given(data=st.data())
@@ -201,4 +203,4 @@ def test_strided_equals_contiguous(target: SuiteTarget, data: st.DataObject) -> 
     plain_out, plain_lse = _run(target, problem, "metamorphic_strides", q=problem.q.contiguous(), out=None)
     ok = _bits_equal(out.contiguous(), plain_out) and (lse is None or plain_lse is None or _bits_equal(lse, plain_lse))
     record("metamorphic_strides", target.name, problem, outcome="pass" if ok else "fail")
-    assert ok, "strided q / preallocated strided out give different bits from contiguous tensors"
+    assert ok, f"{CLASS_NAMES[CONTRACT]}: strided q / preallocated strided out give different bits from contiguous tensors"

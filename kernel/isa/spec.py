@@ -23,7 +23,8 @@ Spec format (every key is checked; an unknown or malformed one is a one-line Spe
     name = "out_ptr"
     pointer = "query"         # the address of an earlier tensor (a second argument for one buffer)
 
-Tensor data: `values = [...]` (flat, filling the shape), or an init: "zeros", "ones", "randn" (normal, then cast), "randint:LO:HI" (integers in
+Tensor data: `values = [...]` (flat, filling the shape), or an init: "zeros", "ones", "randn"
+(normal, then cast), "randint:LO:HI" (integers in
 [LO, HI)), "arange". dtypes: any torch dtype name (float32, bfloat16, uint8, int32, ...).
 Every tensor is registered with the interpreter's memory checker; an access outside all of them
 is an out_of_bounds finding.

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Issue 23's final H200 call: the conformance suite and a 6-minute nightly fuzz campaign against each
+# new peer (sglang-decode, vllm-decode, vllm-sparse), all at once, plus adapter / bare timings.
+# Run from the repo root with the wheels of .whl installed to /tmp/site and PYTHONPATH set (the
+# sglang 0.5.10.post1 wheel among them); .h200/carry_peers/vllm_py.tar.xz (vLLM 0.33.0's Python
+# files) carried. At most ~450 s wall clock; every step under `timeout`; runs beside other scripts.
+# Writes under "$RESULTS/peers/":
+#   env.txt, steps.log                         versions, what ran when, exit codes
+#   suite-<K>.log                              `CI=1 pytest conformance --kernel K -n 4 -q -rfE` (tail: the counts)
+#   fuzz-<K>.txt / .err / fuzz-<K>.json        the campaign's summary (stdout), progress, its fuzz-summary.json
+#   pending-suite-<K>/, pending-fuzz-<K>/      failing recipes saved by the suite / the campaign (corpus JSON)
+#   replay-<K>.txt                             `conformance replay` of each saved failure (its class, worst element)
+#   runs-<K>.tgz                               the run folders' reports and failure logs (records left out)
+#   bench.txt / bench.json                     adapter and bare-kernel medians at n_q 1, 1024, 4096 (contended)
+set -u
+: "${RESULTS:?RESULTS must be set}"
+R="$RESULTS/peers"
+mkdir -p "$R"
+START=$(date +%s)
+export PYTHONUNBUFFERED=1
+PEERS="sglang-decode vllm-decode vllm-sparse"
+STATE=/tmp/peers-state
+rm -rf "$STATE"; mkdir -p "$STATE"
+log() { echo "[final_peers $(($(date +%s) - START)) s] $*" | tee -a "$R/steps.log"; }
+
+VLLM_DIR=/tmp/vllm_py
+if [ ! -d "$VLLM_DIR/vllm" ] && [ -f .h200/carry_peers/vllm_py.tar.xz ]; then
+  mkdir -p "$VLLM_DIR" && timeout 60 tar -xJf .h200/carry_peers/vllm_py.tar.xz -C "$VLLM_DIR" && log "vllm python tree extracted"
+fi
+export PYTHONPATH="$VLLM_DIR:${PYTHONPATH:-}:$PWD"
+{
+  date -u; nvidia-smi -L; git log --oneline -1 2>/dev/null
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+  for k in $PEERS; do python3 -c "from kernel.registry import resolve; b = resolve('$k'); print('$k', 'ok', b.profile)" 2>&1 | tail -1; done
+} > "$R/env.txt" 2>&1
+log "env written"
+
+for k in $PEERS; do
+  ( CI=1 CONFORMANCE_DIR="$STATE/suite-$k" CONFORMANCE_PENDING_DIR="$R/pending-suite-$k" \
+      timeout -k 10 330 python3 -m pytest conformance --kernel "$k" -n 4 -q -rfE -p no:cacheprovider > "$R/suite-$k.log" 2>&1
+    log "suite $k rc=$?" ) &
+  ( CONFORMANCE_DIR="$STATE/fuzz-$k" CONFORMANCE_PENDING_DIR="$R/pending-fuzz-$k" \
+      timeout -k 10 420 python3 -m conformance fuzz --kernel "$k" --minutes 6 --hypothesis-profile nightly --shrink-seconds 30 \
+      > "$R/fuzz-$k.txt" 2> "$R/fuzz-$k.err"
+    log "fuzz $k rc=$?" ) &
+done
+( timeout -k 5 150 python3 scripts/h200/final_peers_bench.py --json "$R/bench.json" > "$R/bench.txt" 2>&1; log "bench rc=$?" ) &
+wait
+log "suites, campaigns and bench finished"
+
+for k in $PEERS; do
+  summary=$(find "$STATE/fuzz-$k" -name fuzz-summary.json 2>/dev/null | head -1)
+  [ -n "$summary" ] && cp "$summary" "$R/fuzz-$k.json"
+  (cd "$STATE" && find "suite-$k" "fuzz-$k" -type f \( -name '*.json' -o -name '*.txt' -o -name '*.md' -o -name '*.log' \) -size -2M 2>/dev/null \
+     | grep -v -i record | tar czf "$R/runs-$k.tgz" -T - 2>/dev/null)
+done
+# Each saved failure replayed (class and worst element), while time remains.
+for k in $PEERS; do
+  for f in $(ls "$R/pending-suite-$k"/*.json "$R/pending-fuzz-$k"/*.json 2>/dev/null | head -4); do
+    [ $(( $(date +%s) - START )) -gt 440 ] && break 2
+    { echo "=== $f"; timeout -k 5 25 python3 -m conformance replay "$f" --kernel "$k" 2>&1 | tail -40; } >> "$R/replay-$k.txt"
+  done
+done
+find "$R" -type f -size +8M -print -delete | sed 's/^/deleted (too big): /' >> "$R/steps.log"
+log "done"

@@ -1,6 +1,6 @@
 """The `probe` subcommand: measure a kernel's numerics with directed problems and write its profile.
 
-    python -m conformance probe --kernel K [--out my-kernel.toml] [--device cuda] [--quick]
+    python -m conformance probe --kernel K [--out my-kernel.toml] [--device cuda] [--quick | --thorough]
                                 [--json evidence.json] [--bringup]
 
 Prints the evidence of every probe (problem, candidates, observation, what matched, the
@@ -37,6 +37,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", type=output_file, default=None, help="profile file to write (default: probed-<kernel>.toml)")
     p.add_argument("--device", default=None, help="torch device for the calls (default: cpu when the backend runs there, else cuda)")
     p.add_argument("--quick", action="store_true", help="fewer and shorter rows (for slow kernels such as flydsl-isa)")
+    p.add_argument("--thorough", action="store_true", help="also probe row splitting at 4096 and 8192 keys")
     p.add_argument("--json", type=output_file, default=None, help="also write the evidence as JSON")
     p.add_argument("--bringup", action="store_true", help="gfx950 bring-up: F1 probe and the agreement property, Markdown report")
     p.add_argument("--agreement-examples", type=int, default=50, help="Hypothesis examples of the agreement property (--bringup)")
@@ -56,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     device = args.device or ("cpu" if "cpu" in backend.devices else "cuda")
     try:
-        report = probe_kernel(backend, name=args.kernel, device=device, quick=args.quick, log=lambda s: print(s, flush=True))
+        report = probe_kernel(
+            backend, name=args.kernel, device=device, quick=args.quick, thorough=args.thorough, log=lambda s: print(s, flush=True)
+        )
     except ProbeSkipped as err:
         print(f"probe: the kernel refused a probe call: {err}", file=sys.stderr)
         return EXIT_FAILED

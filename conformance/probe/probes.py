@@ -441,8 +441,10 @@ def _contiguous_block(members: Sequence[int], sample: Sequence[int], length: int
 
 
 def _pv_row(call: Call, zero: int, sign: float, positions: dict[int, tuple[float, float]], length: int) -> int:
-    """A row of `length` keys of score 0 (q = 0): key i has V[0] = code * scale from `positions`,
-    the others the shared zero record."""
+    """A row of keys of score 0 (q = 0), `length` rounded up to a power of two (so a kernel that
+    normalises P first multiplies every V by the exact 1 / n): key i has V[0] = code * scale from
+    `positions`, the others the shared zero record."""
+    length = 1 << max(0, (length - 1).bit_length())
     ids = [zero] * length
     for pos, (code, scale) in positions.items():
         k = Key()
@@ -467,7 +469,7 @@ def probe_pv_accumulation(ctx: Context) -> list[Evidence]:
     for b, p in PV_PLACEMENTS:
         for sign in (1.0, -1.0):
             _pv_row(call, zero, sign, {0: (256.0, 1.0), b: (SMALL_CODE, 2.0**-8), p: (-256.0, 1.0)}, p + 1)
-            lengths.append(p + 1)
+            lengths.append(1 << p.bit_length())
     out, _ = ctx.run(call)
     classes = []
     for i, (b, p) in enumerate(PV_PLACEMENTS):
@@ -491,10 +493,10 @@ def probe_pv_accumulation(ctx: Context) -> list[Evidence]:
     for j in FRAC_J:
         _pv_row(call, zero, 1.0, {0: (256.0, 1.0), 1: (1.0, 2.0 ** (8 - j)), 2: (-256.0, 1.0)}, 3)
     out, _ = ctx.run(call)
-    kept = [j for r, j in enumerate(FRAC_J) if abs(float(out[r, 0, 0]) * 3 - 2.0 ** (8 - j)) <= 2.0 ** (8 - j) * 0.01]
+    kept = [j for r, j in enumerate(FRAC_J) if abs(float(out[r, 0, 0]) * 4 - 2.0 ** (8 - j)) <= 2.0 ** (8 - j) * 0.01]
     f_obs = max(kept) if kept else None
     monotone = f_obs is not None and kept == [j for j in FRAC_J if j <= f_obs]
-    frac.problem = "sum over keys 0, 1, 2 of V = 256 + 2^(8-j) - 256, j = 20..31 (scores equal)"
+    frac.problem = "sum over keys 0, 1, 2 (of 4) of V = 256 + 2^(8-j) - 256, j = 20..31 (scores equal)"
     frac.candidates = {"F bits": "the small term survives for j <= F", "sequential f32": "F = 23", "f64": "F >= 31"}
     frac.observed = f"survives for j in {kept}"
     if monotone:
@@ -506,7 +508,7 @@ def probe_pv_accumulation(ctx: Context) -> list[Evidence]:
     for p in PV_MEMBERS:
         _pv_row(call, zero, 1.0, {0: (256.0, 1.0), 1: (SMALL_CODE, 2.0**-8), p: (-256.0, 1.0)}, p + 1)
     out, _ = ctx.run(call)
-    members = [p for i, p in enumerate(PV_MEMBERS) if abs(float(out[i, 0, 0]) * (p + 1) / ULP256 - 0.75) < 0.12]
+    members = [p for i, p in enumerate(PV_MEMBERS) if abs(float(out[i, 0, 0]) * (1 << p.bit_length()) / ULP256 - 0.75) < 0.12]
     mem.problem = f"sum over keys of V = 256 (key 0) + 0.75 ulp (key 1) - 256 (key p), p in {list(PV_MEMBERS)}"
     mem.candidates = {"contiguous blocks of B keys": "members = {p < B}", "sequential": "no member", "other": "any other set"}
     mem.observed = f"members: {members}"
@@ -519,7 +521,8 @@ def probe_pv_accumulation(ctx: Context) -> list[Evidence]:
 
 # ------------------------------------------------------------------------------------ row splitting
 
-SPLIT_LENGTHS = (2, 16, 64, 65, 128, 129, 256, 1024, 4096, 8192)
+SPLIT_LENGTHS = (2, 16, 64, 65, 128, 129, 256, 1024)
+SPLIT_LENGTHS_LONG = (4096, 8192)
 
 
 def probe_split(ctx: Context, lengths: Sequence[int] = SPLIT_LENGTHS) -> Evidence:
@@ -529,7 +532,7 @@ def probe_split(ctx: Context, lengths: Sequence[int] = SPLIT_LENGTHS) -> Evidenc
     carries up to 2^-6 of absolute error per lse there, which moves out off V. Each length runs
     alone (one row: the schedulers split most), then all together."""
     ev = Evidence("split", "does the kernel split a row into partials merged through lse (the lse-magnitude effect)", "")
-    heads = ctx.heads
+    heads = min(ctx.heads, 8)
     key = Key()
     key.codes[0] = 448.0
     gen = torch.Generator().manual_seed(19)

@@ -55,7 +55,11 @@ def _acc(kind: str, decided: dict) -> tuple[dict, str, int]:
     if rnd in ("nearest", "toward_zero") and frac is not None and frac >= 23 and block is not None and block >= 2:
         g = min(frac - 23, 8)
         fields = base | {"order": "fused", "rounding": rnd, "guard_bits": g, "terms_per_instruction": block}
-        return fields, f"{src}: fused blocks of {block}, F = {frac} (G = {g}), {rnd}", math.ceil(576 / block)
+        # latent blocks (twice for a hi + lo Q), plus up to 8 rope instructions (the rope part may
+        # be its own, smaller instructions: more roundings is the safe side)
+        parts = 2 if decided.get("q_representation") == "fp8_hi_lo" else 1
+        instructions = parts * math.ceil(512 / block) + 8
+        return fields, f"{src}: fused blocks of {block}, F = {frac} (G = {g}), {rnd}", instructions
     if rnd == "nearest" and frac is not None and frac >= 26:
         return (
             base | {"order": "sequential", "rounding": "nearest"},

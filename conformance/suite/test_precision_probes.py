@@ -24,6 +24,7 @@ from hypothesis import target as hypothesis_target
 from conformance.checks import require_support
 from conformance.harness import judge, record, run_kernel
 from conformance.target import SuiteTarget
+from conformance.triage import triage
 from strategies.precision_probes import PROBES, to_device
 
 PROPERTY = "precision_probes"
@@ -59,5 +60,6 @@ def test_precision_probes(target: SuiteTarget, data: st.DataObject) -> None:
             lse_ratio=verdict.lse_ratio,
             extra={"mode": mode, "probe": {"name": name, "seed": seed, "heads": heads, "size": size}},
         )
-    failures = judgement.messages()
-    assert not failures, f"probe {call}: kernel output outside the a-priori bound:\n" + "\n".join(failures)
+    if not judgement.ok:
+        headline = triage(problem, out, lse, target.profile, judgement).headline
+        raise AssertionError(f"{headline}\nprobe {call}: kernel output outside the a-priori bound:\n" + "\n".join(judgement.messages()))

@@ -26,9 +26,8 @@ from hypothesis import strategies as st
 from hypothesis import target as hypothesis_target
 
 from conformance.harness import call_kernel, judge
-from kernel.registry import resolve
+from conformance.target import build_target
 from oracle.bound import MODES
-from oracle.profiles import load_profile
 from oracle.rows import row_bounds
 from strategies.hypothesis_recipes import recipes
 from strategies.materialize import Problem, materialize
@@ -92,8 +91,8 @@ def run_campaign(
     kernel_name: str, problems: int, *, device: str = "cpu", max_total_keys: int = 2048, seed: int = 0, progress: bool = True
 ) -> dict[str, Any]:
     """Judge `problems` Hypothesis-drawn problems; return the summary (see module docstring)."""
-    backend = resolve(kernel_name)
-    profile = load_profile(backend.profile)
+    suite = build_target(kernel_name, device=device)
+    backend, profile = suite.backend, suite.profile
     stats: dict[str, Any] = {
         "kernel": kernel_name,
         "profile": profile.name,

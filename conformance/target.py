@@ -1,8 +1,9 @@
 """The kernel under test as the suite sees it: `SuiteTarget` and `build_target`.
 
-`build_target` resolves a kernel name (kernel.registry), its numerics profile (oracle.profiles)
-and the device, raising `TargetError` with one line naming the problem. Every front end (the
-pytest plugin, `replay`, `fuzz`, `corpus minimise`) builds its target here.
+`build_target` resolves a kernel name (kernel.registry), the numerics profile a run judges it
+by (the `profile` override, else what the kernel declares; loaded by oracle.profiles) and the
+device, raising `TargetError` with one line naming the problem. Every front end (the pytest
+plugin, `replay`, `fuzz`, `corpus minimise`) and the soundness campaign build their target here.
 
 `SuiteTarget.judged` holds what the checks last drew (the recipe, property and expectation):
 the checks note each recipe before judging it, and the pytest plugin saves the noted recipe of a
@@ -73,11 +74,17 @@ def build_target(name: str | None, *, profile: str | None = None, device: str | 
 
     name = name or default_kernel_name()
     try:
-        backend = resolve(name, profile=profile)
+        backend = resolve(name)
     except BackendUnavailable as err:
         raise TargetError(f"kernel {name!r} unavailable: {err}") from err
+    declared = backend.profile if profile is None else profile
+    if declared is None:
+        raise TargetError(
+            f"kernel {name!r} unavailable: {name} declares no numerics profile: "
+            "give the callable a `profile` attribute or pass one (--profile NAME)"
+        )
     try:
-        numerics = load_profile(backend.profile)
+        numerics = load_profile(declared)
     except (KeyError, TypeError, ValueError, OSError) as err:  # ProfileError is a ValueError
         raise TargetError(f"numerics profile of kernel {name!r}: {err.args[0] if err.args else err}") from err
     wanted = device

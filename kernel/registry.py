@@ -6,7 +6,7 @@ gfx950 kernel, MI355X only), `flashmla` (FlashMLA's Hopper sparse fp8 decode), `
 `sglang-decode` (sglang's Triton MLA decode), `vllm-decode` (vLLM's Triton MLA decode), `vllm-sparse`
 (vLLM's Triton bf16 sparse MLA). Any other name of
 the form `package.module:attr` imports that attribute: either a `Backend`, or a plain callable
-with the contract, which may carry attributes `profile` (numerics profile name), `devices`
+with the contract, which may carry attributes `profile` (the numerics profile it declares), `devices`
 (device types), `max_heads`, `head_counts` and `limits`.
 
 This module imports the backends (lazily, so a backend's optional dependencies load only when it
@@ -34,16 +34,13 @@ BUILTIN_NAMES = (
 )
 
 
-def _wrap_external(spec: str, obj: object, profile: str | None) -> Backend:
+def _wrap_external(spec: str, obj: object) -> Backend:
+    """`obj` as a Backend: itself, or a plain callable with what its attributes declare (profile
+    None when it declares none: the caller supplies one, or refuses it)."""
     if isinstance(obj, Backend):
-        return obj if profile is None else Backend(**{**obj.__dict__, "profile": profile})
+        return obj
     if not callable(obj):
         raise BackendUnavailable(f"{spec} is a {type(obj).__name__}, not a callable kernel")
-    declared = profile or getattr(obj, "profile", None)
-    if not declared:
-        raise BackendUnavailable(
-            f"{spec} declares no numerics profile: give the callable a `profile` attribute or pass one (--profile NAME)"
-        )
     try:
         params = inspect.signature(obj).parameters
         accepts_out = "out" in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
@@ -52,7 +49,7 @@ def _wrap_external(spec: str, obj: object, profile: str | None) -> Backend:
     return Backend(
         name=spec,
         fn=obj,  # type: ignore[arg-type]
-        profile=declared,
+        profile=getattr(obj, "profile", None) or None,
         devices=tuple(getattr(obj, "devices", ("cpu", "cuda"))),
         max_heads=int(getattr(obj, "max_heads", MAX_HEADS)),
         head_counts=getattr(obj, "head_counts", None),
@@ -72,11 +69,12 @@ def _raised_at(err: BaseException) -> str:
     return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
 
 
-def resolve(name: str, *, profile: str | None = None) -> Backend:
+def resolve(name: str) -> Backend:
     """The backend called `name` (built-in or `package.module:attr`); BackendUnavailable says why not.
 
-    `profile` overrides the numerics profile an external callable declares (or supplies one).
-    """
+    The backend's `profile` is what the kernel declares (None for a callable that declares none);
+    choosing the numerics a run judges by, an override included, is the caller's job
+    (conformance.target.build_target)."""
     if name == "emulated":
         from kernel.backends.emulated import emulated_backend
 
@@ -133,11 +131,9 @@ def resolve(name: str, *, profile: str | None = None) -> Backend:
             obj = getattr(module, attr)
         except AttributeError as err:
             raise BackendUnavailable(f"module {module_name!r} has no attribute {attr!r}") from err
-        return _wrap_external(name, obj, profile)
+        return _wrap_external(name, obj)
     else:
         raise BackendUnavailable(f"unknown kernel {name!r}: use one of {', '.join(BUILTIN_NAMES)} or package.module:attr")
-    if profile is not None and profile != backend.profile:
-        backend = Backend(**{**backend.__dict__, "profile": profile})
     return backend
 
 

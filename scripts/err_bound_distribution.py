@@ -124,16 +124,12 @@ def shares(problem, profile, mode: str) -> dict[str, dict[str, float]]:  # type:
 def resolve_kernel(spec: str, profile_spec: str | None):  # type: ignore[no-untyped-def]
     """(contract callable, NumericsProfile) of a backend name or module:attr; the profile is
     --profile, else what the kernel declares (a name, a path or a NumericsProfile object)."""
-    import importlib
-
     from kernel.registry import resolve
 
-    declared = None
-    if ":" in spec:
-        module, _, attr = spec.partition(":")
-        declared = getattr(getattr(importlib.import_module(module), attr), "profile", None)
-    backend = resolve(spec, profile="exact" if declared is not None or profile_spec is not None else None)
-    chosen = profile_spec if profile_spec is not None else (declared if declared is not None else backend.profile)
+    backend = resolve(spec)
+    chosen = profile_spec if profile_spec is not None else backend.profile
+    if chosen is None:
+        raise SystemExit(f"{spec} declares no numerics profile: pass --profile NAME")
     return backend, load_profile(chosen)
 
 

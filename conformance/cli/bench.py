@@ -108,7 +108,7 @@ def _unusable_name(kernels: list[str]) -> str | None:
         if name == ORACLE or name in BUILTIN_NAMES:
             continue
         try:
-            resolve(name, profile="exact")  # bench needs no numerics profile: supply one so only the name is checked
+            resolve(name)  # bench needs no numerics profile: only the name is checked
         except BackendUnavailable as err:
             return f"--kernel {name}: {err}"
     return None

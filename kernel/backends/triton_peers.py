@@ -41,6 +41,8 @@ from kernel.record import HEAD_DIM, RECORD_BYTES
 
 SGLANG_WHEEL = "sglang==0.5.10.post1"
 VLLM_FILES = "vLLM 0.33.0's Python files (the wheel without its compiled libraries) on PYTHONPATH"
+VLLM_OPS = "vllm._C_stable_libtorch"  # the compiled ops library vllm.platforms.cuda imports
+ROUTE_ATTR = "_conformance_import_route"  # marks the modules this file put in sys.modules
 
 
 def cuda_reason(name: str) -> str:
@@ -54,52 +56,58 @@ def cuda_reason(name: str) -> str:
     return ""
 
 
-def _fresh_import(module: str, prefix: str) -> ModuleType:
-    for key in [k for k in sys.modules if k == prefix or k.startswith(prefix + ".")]:
-        del sys.modules[key]
-    return importlib.import_module(module)
-
-
 def load_sglang(module: str, name: str) -> tuple[ModuleType, str]:
     """(sglang's module `module`, the import route taken); BackendUnavailable naming `name` when
     sglang is missing or the file fails to import by either route (module docstring)."""
-    if importlib.util.find_spec("sglang") is None:
+    if module in sys.modules:
+        return sys.modules[module], getattr(sys.modules["sglang"], ROUTE_ATTR, "plain import")
+    if "sglang" not in sys.modules and importlib.util.find_spec("sglang") is None:
         raise BackendUnavailable(f"{name}: sglang is not installed ({SGLANG_WHEEL}, --no-deps)")
+    if not getattr(sys.modules.get("sglang"), ROUTE_ATTR, ""):
+        try:
+            return importlib.import_module(module), "plain import"
+        except Exception as err:  # noqa: BLE001 - any failure of the engine's import chain
+            first = f"{type(err).__name__}: {err}"
+        spec = importlib.util.find_spec("sglang")
+        assert spec is not None and spec.submodule_search_locations is not None
+        for key in [k for k in sys.modules if k == "sglang" or k.startswith("sglang.")]:
+            del sys.modules[key]
+        package = types.ModuleType("sglang")
+        package.__path__ = list(spec.submodule_search_locations)
+        package.__file__ = spec.origin
+        package.__spec__ = spec
+        setattr(package, ROUTE_ATTR, f"by path, sglang.srt.utils = is_hip only (plain import: {first[:200]})")
+        utils = types.ModuleType("sglang.srt.utils")
+        utils.is_hip = lambda: torch.version.hip is not None  # type: ignore[attr-defined]
+        sys.modules["sglang"] = package
+        sys.modules["sglang.srt.utils"] = utils
     try:
-        return importlib.import_module(module), "plain import"
-    except Exception as err:  # noqa: BLE001 - any failure of the engine's import chain
-        first = f"{type(err).__name__}: {err}"
-    spec = importlib.util.find_spec("sglang")
-    assert spec is not None and spec.submodule_search_locations is not None
-    for key in [k for k in sys.modules if k == "sglang" or k.startswith("sglang.")]:
-        del sys.modules[key]
-    package = types.ModuleType("sglang")
-    package.__path__ = list(spec.submodule_search_locations)
-    package.__file__ = spec.origin
-    utils = types.ModuleType("sglang.srt.utils")
-    utils.is_hip = lambda: torch.version.hip is not None  # type: ignore[attr-defined]
-    sys.modules["sglang"] = package
-    sys.modules["sglang.srt.utils"] = utils
-    try:
-        return importlib.import_module(module), f"by path, sglang.srt.utils = is_hip only (plain import: {first[:200]})"
+        return importlib.import_module(module), getattr(sys.modules["sglang"], ROUTE_ATTR)
     except Exception as err:  # noqa: BLE001
-        raise BackendUnavailable(f"{name}: cannot import {module} ({first}; by path: {type(err).__name__}: {err})") from err
+        raise BackendUnavailable(f"{name}: cannot import {module} by path ({type(err).__name__}: {err})") from err
 
 
 def load_vllm(module: str, name: str) -> tuple[ModuleType, str]:
     """(vLLM's module `module`, the import route taken); BackendUnavailable naming `name` when
     vLLM's files are missing or the module fails to import by either route (module docstring)."""
-    if importlib.util.find_spec("vllm") is None:
+    if module in sys.modules:
+        stub = sys.modules.get(VLLM_OPS)
+        return sys.modules[module], "empty " + VLLM_OPS if getattr(stub, ROUTE_ATTR, False) else "plain import"
+    if "vllm" not in sys.modules and importlib.util.find_spec("vllm") is None:
         raise BackendUnavailable(f"{name}: vllm is not importable (needs {VLLM_FILES})")
     try:
         return importlib.import_module(module), "plain import"
     except Exception as err:  # noqa: BLE001
         first = f"{type(err).__name__}: {err}"
+    for key in [k for k in sys.modules if k == "vllm" or k.startswith("vllm.")]:
+        del sys.modules[key]
+    stub = types.ModuleType(VLLM_OPS)
+    setattr(stub, ROUTE_ATTR, True)
+    sys.modules[VLLM_OPS] = stub
     try:
-        sys.modules.setdefault("vllm._C_stable_libtorch", types.ModuleType("vllm._C_stable_libtorch"))
-        return _fresh_import(module, "vllm"), f"empty vllm._C_stable_libtorch (plain import: {first[:200]})"
+        return importlib.import_module(module), f"empty {VLLM_OPS} (plain import: {first[:200]})"
     except Exception as err:  # noqa: BLE001
-        raise BackendUnavailable(f"{name}: cannot import {module} ({first}; with an empty vllm._C_stable_libtorch: {err})") from err
+        raise BackendUnavailable(f"{name}: cannot import {module} ({first}; with an empty {VLLM_OPS}: {err})") from err
 
 
 @dataclass(frozen=True)

@@ -78,9 +78,10 @@ def explicit_args(program: Program) -> list:
     return [a for a in program.descriptor.args if not a.value_kind.startswith("hidden_")]
 
 
-def pack_kernargs(program: Program, args: Sequence[int | float], hidden: dict[str, int] | None = None) -> np.ndarray:
-    """The kernarg segment (uint8, 16-byte multiple) for the explicit `args` in metadata order,
-    with the hidden (implicit) arguments from `hidden` (0 where absent)."""
+def pack_kernargs(program: Program, args: Sequence[int | float | bytes], hidden: dict[str, int] | None = None) -> np.ndarray:
+    """The kernarg segment (uint8, 16-byte multiple) for the explicit `args` in metadata order
+    (bytes: the argument's exact bytes, e.g. a by-value struct), with the hidden (implicit)
+    arguments from `hidden` (0 where absent)."""
     desc = program.descriptor
     explicit = explicit_args(program)
     if len(args) != len(explicit):
@@ -94,7 +95,11 @@ def pack_kernargs(program: Program, args: Sequence[int | float], hidden: dict[st
     for a, v in zip(explicit, args):
         if a.value_kind not in ("by_value", "global_buffer"):
             raise IsaError(f"kernel argument at offset {a.offset}: value kind {a.value_kind!r} not modelled")
-        if isinstance(v, float):
+        if isinstance(v, bytes | bytearray):
+            if len(v) != a.size:
+                raise IsaError(f"kernel argument at offset {a.offset} is {a.size} bytes, {len(v)} given")
+            data = bytes(v)
+        elif isinstance(v, float):
             data = struct.pack("<f" if a.size == 4 else "<d", v)
         else:
             data = (int(v) & ((1 << (8 * a.size)) - 1)).to_bytes(a.size, "little")
@@ -121,7 +126,7 @@ class IsaKernel:
     def launch(
         self,
         grid: Grid,
-        args: Sequence[int | float],
+        args: Sequence[int | float | bytes],
         buffers: Sequence[tuple[torch.Tensor, str]],
         checks: str | Checks = "raise",
         workgroups: Sequence[int] | None = None,

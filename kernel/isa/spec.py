@@ -20,6 +20,10 @@ Spec format (every key is checked; an unknown or malformed one is a one-line Spe
     value = "query.stride(0)" # or an expression over earlier tensors: NAME.shape[i],
                               # NAME.stride(i), NAME.numel(), NAME.nbytes, ints, + - * //
     [[arg]]
+    name = "query_layout"
+    layout = "query"          # FlyDSL's by-value layout of a layout-dynamic fx.Tensor argument:
+                              # i32 shapes, then i64 strides but the unit one (flydsl_layout)
+    [[arg]]
     name = "out_ptr"
     pointer = "query"         # the address of an earlier tensor (a second argument for one buffer)
 
@@ -33,6 +37,7 @@ is an out_of_bounds finding.
 from __future__ import annotations
 
 import ast
+import struct
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +75,7 @@ class SpecReport:
 
 
 _TOP = {"grid", "block", "seed", "arg"}
-_ARG = {"name", "tensor", "value", "pointer"}
+_ARG = {"name", "tensor", "value", "pointer", "layout"}
 _TENSOR = {"shape", "dtype", "init", "values"}
 
 
@@ -150,7 +155,19 @@ def _eval(where: str, expr: str, tensors: dict[str, torch.Tensor]) -> int:
     return ev(tree.body)
 
 
-def load_spec(spec: dict, n_explicit: int) -> tuple[Any, int | None, list[int | float], dict[str, torch.Tensor]]:
+def flydsl_layout(t: torch.Tensor) -> bytes:
+    """The by-value layout FlyDSL passes after a layout-dynamic fx.Tensor's pointer
+    (flydsl.compiler.jit_argument: every shape as i32, then every stride except the unit-stride
+    leading one as i64, packed without padding)."""
+    strides = [s for i, s in enumerate(t.stride()) if not (s == 1 and i == _leading(t))]
+    return struct.pack("<" + "i" * t.dim() + "q" * len(strides), *t.shape, *strides)
+
+
+def _leading(t: torch.Tensor) -> int:
+    return next((i for i, s in enumerate(t.stride()) if s == 1), -1)
+
+
+def load_spec(spec: dict, n_explicit: int) -> tuple[Any, int | None, list[int | float | bytes], dict[str, torch.Tensor]]:
     """(grid, block, kernel argument values, tensors by name) from a parsed spec."""
     bad = set(spec) - _TOP
     if bad:
@@ -171,7 +188,7 @@ def load_spec(spec: dict, n_explicit: int) -> tuple[Any, int | None, list[int | 
         raise SpecError("arg must be an array of tables ([[arg]])")
     if len(args) != n_explicit:
         raise SpecError(f"arg: the kernel takes {n_explicit} explicit arguments, the spec lists {len(args)}")
-    values: list[int | float] = []
+    values: list[int | float | bytes] = []
     tensors: dict[str, torch.Tensor] = {}
     for i, a in enumerate(args):
         where = f"arg[{i}]"
@@ -182,13 +199,18 @@ def load_spec(spec: dict, n_explicit: int) -> tuple[Any, int | None, list[int | 
             raise SpecError(f"{where}: unknown key(s) {sorted(bad)} (use {sorted(_ARG)})")
         name = a.get("name", f"arg{i}")
         where = f"arg[{i}] ({name})"
-        kinds = [k for k in ("tensor", "value", "pointer") if k in a]
+        kinds = [k for k in ("tensor", "value", "pointer", "layout") if k in a]
         if len(kinds) != 1:
-            raise SpecError(f"{where}: give exactly one of tensor, value, pointer (got {kinds or 'none'})")
+            raise SpecError(f"{where}: give exactly one of tensor, value, pointer, layout (got {kinds or 'none'})")
         if "tensor" in a:
             t = _make_tensor(where, a["tensor"], gen)
             tensors[name] = t
             values.append(t.data_ptr())
+        elif "layout" in a:
+            ref = a["layout"]
+            if ref not in tensors:
+                raise SpecError(f"{where}.layout {ref!r} is not an earlier tensor argument")
+            values.append(flydsl_layout(tensors[ref]))
         elif "pointer" in a:
             ref = a["pointer"]
             if ref not in tensors:

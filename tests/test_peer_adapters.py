@@ -429,3 +429,65 @@ def test_triton_peers_unavailable_without_cuda(name: str) -> None:
         pytest.skip("a CUDA device is present")
     with pytest.raises(BackendUnavailable, match=f"{name}: no CUDA device"):
         resolve(name)
+
+
+def _write_tree(root: Any, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+@pytest.fixture
+def engine_tree(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Package trees shaped like the H200 install: sglang whose __init__ and srt.utils need absent
+    server packages, vLLM whose platform layer imports its absent compiled ops library."""
+    _write_tree(
+        tmp_path,
+        {
+            "sglang/__init__.py": "import pybase64_absent_here\n",
+            "sglang/srt/utils/__init__.py": "import orjson_absent_here\n",
+            "sglang/srt/layers/attention/triton_ops/decode_attention.py": (
+                "from sglang.srt.utils import is_hip\n_is_hip = is_hip()\ndef decode_attention_fwd(*a):\n    return 'sglang-decode'\n"
+            ),
+            "sglang/srt/layers/attention/nsa/dequant_k_cache.py": "def dequantize_k_cache_paged(*a):\n    return 'reader'\n",
+            "vllm/__init__.py": "",
+            "vllm/platforms/__init__.py": "import vllm._C_stable_libtorch\ncurrent_platform = 'cuda'\n",
+            "vllm/v1/attention/ops/xpu_mla_sparse.py": (
+                "from vllm.platforms import current_platform\ndef triton_bf16_mla_sparse_interface(*a):\n    return current_platform\n"
+            ),
+            "vllm/v1/attention/ops/triton_decode_attention.py": (
+                "from vllm.platforms import current_platform\ndef decode_attention_fwd(*a):\n    return 'vllm-decode'\n"
+            ),
+        },
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for key in [k for k in sys.modules if k.split(".")[0] in ("sglang", "vllm")]:
+        monkeypatch.delitem(sys.modules, key)
+    yield tmp_path
+    for key in [k for k in sys.modules if k.split(".")[0] in ("sglang", "vllm")]:
+        del sys.modules[key]
+
+
+def test_engine_imports_take_the_fallback_routes(engine_tree: Any) -> None:
+    kernel, route = triton_peers.load_sglang(sglang_decode.KERNEL_MODULE, "sglang-decode")
+    reader, route2 = triton_peers.load_sglang(sglang_decode.READER_MODULE, "sglang-decode")
+    assert kernel.decode_attention_fwd() == "sglang-decode" and reader.dequantize_k_cache_paged() == "reader"
+    assert route.startswith("by path") and "pybase64_absent_here" in route and route2 == route
+    assert triton_peers.load_sglang(sglang_decode.KERNEL_MODULE, "sglang-decode")[0] is kernel
+    sparse, vroute = triton_peers.load_vllm(vllm_sparse.KERNEL_MODULE, "vllm-sparse")
+    decode, vroute2 = triton_peers.load_vllm(vllm_decode.KERNEL_MODULE, "vllm-decode")
+    assert sparse.triton_bf16_mla_sparse_interface() == "cuda" and decode.decode_attention_fwd() == "vllm-decode"
+    assert vroute.startswith("empty vllm._C_stable_libtorch") and "_C_stable_libtorch" in vroute
+    assert vroute2 == "plain import"  # the stub stays in place for the next module
+
+
+def test_engine_import_failure_names_the_backend(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write_tree(tmp_path, {"vllm/__init__.py": "", "vllm/v1/attention/ops/xpu_mla_sparse.py": "raise RuntimeError('broken kernel file')\n"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for key in [k for k in sys.modules if k.split(".")[0] == "vllm"]:
+        monkeypatch.delitem(sys.modules, key)
+    with pytest.raises(BackendUnavailable, match="vllm-sparse: cannot import vllm.v1.attention.ops.xpu_mla_sparse.*broken kernel file"):
+        triton_peers.load_vllm(vllm_sparse.KERNEL_MODULE, "vllm-sparse")
+    for key in [k for k in sys.modules if k.split(".")[0] == "vllm"]:
+        del sys.modules[key]

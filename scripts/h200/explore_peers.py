@@ -41,6 +41,8 @@ def step(name: str, fn, *args, **kwargs):
         entry["traceback"] = traceback.format_exc()[-6000:]
     entry["seconds"] = round(time.time() - t0, 3)
     RESULT["steps"].append(entry)
+    if "PEERS_OUT" in os.environ:  # written after every step: a probe killed by its timeout keeps what it measured
+        (Path(os.environ["PEERS_OUT"]) / f"{RESULT.get('probe', 'probe')}.json").write_text(json.dumps(RESULT, indent=1, default=str))
     print(f"[{name}] ok={entry['ok']} {entry.get('error', '')[:300]} ({entry['seconds']} s)", flush=True)
     return entry.get("result") if entry["ok"] else None
 

@@ -89,7 +89,8 @@ ROW_LENGTH_CLASSES = (
 )
 N_Q_CLASSES = ("0", "1", "2-8", "9-64", "65-256", ">256")
 HEAD_CLASSES = tuple(str(h) for h in range(1, 17))
-CACHE_CLASSES = ("1", "2-64", "<=64MiB", ">64MiB", ">4GiB")
+CACHE_CLASSES = ("0", "1", "2-64", "<=64MiB", ">64MiB", ">4GiB")
+CACHE_LAYOUT_CLASSES = ("[rows, 656]", "[blocks, block_size, 656]", "[a, blocks, block_size, 656]")
 # the precondition violations a recipe can declare: violating_recipes' kinds, then the recipe's
 # corruption kinds it never picks (scale_not_pow2: the raw writer stands for it)
 VIOLATION_KINDS = (
@@ -106,7 +107,7 @@ SCALE_CLASSES = (*SOFTMAX_SCALES, "number")
 INVALID_CLASSES = ("off", *(f"on/{p}" for p in INVALID_PATTERNS))
 PAD_KINDS = ("contiguous", "row pad", "head pad", "row+head pad")
 OUT_CLASSES = ("kernel allocates", *(f"out= {k}" for k in PAD_KINDS))
-OPTION_CLASSES = ("lse", "no lse", "poison", "no poison", "indptr[0]=0", "indptr[0]>0")
+OPTION_CLASSES = ("lse", "no lse", "poison", "no poison", "indptr[0]=0", "indptr[0]>0", "no stream tail", "stream tail")
 
 
 def row_length_class(length: int) -> str:
@@ -146,9 +147,9 @@ def n_q_class(n_q: int) -> str:
 
 
 def cache_class(cache_rows: int) -> str:
-    """The class of a cache size in rows: 1 | 2-64 | <=64MiB | >64MiB | >4GiB (module docstring)."""
+    """The class of a cache size in rows: 0 | 1 | 2-64 | <=64MiB | >64MiB | >4GiB (module docstring)."""
     if cache_rows <= 64:
-        return "1" if cache_rows == 1 else "2-64"
+        return str(cache_rows) if cache_rows <= 1 else "2-64"
     if cache_rows * RECORD_BYTES <= SMALL_CACHE_BYTES_:
         return "<=64MiB"
     return ">4GiB" if cache_rows * RECORD_BYTES > 4 * 2**30 else ">64MiB"
@@ -205,6 +206,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("n_q", "query rows", N_Q_CLASSES, lambda r: _one(n_q_class(r.n_q))),
     Family("has_invalid", "has_invalid", INVALID_CLASSES, lambda r: _one(f"on/{r.invalid_pattern}" if r.has_invalid else "off")),
     Family("cache", "cache sizes", CACHE_CLASSES, lambda r: _one(cache_class(r.cache_rows))),
+    Family(
+        "cache_layout", "cache layouts", CACHE_LAYOUT_CLASSES, lambda r: _one(CACHE_LAYOUT_CLASSES[max(len(r.cache_shape or ()) - 1, 0)])
+    ),
     Family("q_strides", "q strides", PAD_KINDS, lambda r: _one(_pad_kind(r.q_pad))),
     Family("out", "out", OUT_CLASSES, lambda r: _one("kernel allocates" if r.out_pad is None else f"out= {_pad_kind(r.out_pad)}")),
     Family(
@@ -216,6 +220,7 @@ FAMILIES: tuple[Family, ...] = (
                 "lse" if r.return_lse else "no lse",
                 "poison" if r.poison else "no poison",
                 "indptr[0]>0" if r.stream_offset else "indptr[0]=0",
+                "stream tail" if r.stream_tail else "no stream tail",
             )
         ),
     ),
@@ -238,7 +243,7 @@ _RANDOM_LENGTH_MAX = 300
 _CLEAN_LATENT = ("normal", "heavy", "outliers", "zero_blocks", "tiny_blocks", "max57344", "large")
 _CLEAN_ROPE = ("normal", "large", "tiny", "zero")
 _CLEAN_Q = ("normal", "large", "tiny", "zero_blocks", "tiny_blocks")
-_SCALES = ("default", "peaked", "flat")
+_SCALES = ("default", "peaked", "flat", "negative", "zero")
 _PLAIN_PATTERNS = ("uniform", "clustered", "duplicates", "sorted", "reversed", "tail")
 _CACHE_ROWS = (2, 100_000)
 _VIOLATING_BASE = {"max_n_q": 8, "max_row": 512}
@@ -307,6 +312,8 @@ def reachable(space: DrawSpace) -> dict[str, tuple[str, ...]]:
         patterns, caches = ("beyond_4gib",), {cache_class(ROWS_BEYOND_4GIB + 1), cache_class(ROWS_BEYOND_4GIB + 100_000)}
     else:
         patterns, caches = _PLAIN_PATTERNS, {cache_class(n) for n in (_CACHE_ROWS[0], 64, 65, _CACHE_ROWS[1])}
+        if not violating:
+            caches.add(cache_class(0))  # every row empty
     found: dict[str, set[str]] = {
         "row_length": {row_length_class(x) for x in _row_lengths(space)},
         "pattern": set(patterns),
@@ -320,6 +327,7 @@ def reachable(space: DrawSpace) -> dict[str, tuple[str, ...]]:
         "n_q": {n_q_class(n) for n in range(1, space.max_n_q + 1)},
         "has_invalid": {"off"} if violating else set(INVALID_CLASSES),
         "cache": caches,
+        "cache_layout": {CACHE_LAYOUT_CLASSES[0]} if space.huge_cache else set(CACHE_LAYOUT_CLASSES),
         "q_strides": set(PAD_KINDS),
         "out": set(OUT_CLASSES) if space.allow_out else {"kernel allocates"},
         "options": set(OPTION_CLASSES),

@@ -42,7 +42,9 @@ def _weights(device: torch.device) -> torch.Tensor:
 
 def record_checksums(kv_cache: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
     """int64 [n]: the checksum of each 656-byte record of a uint8 [records, 656] cache (of the
-    records numbered by int64 `rows` when given, else of every record)."""
+    records numbered by int64 `rows` when given, else of every record). Any leading shape
+    ([blocks, block_size, 656] included) is read as flat records."""
+    kv_cache = kv_cache.reshape(-1, RECORD_BYTES)
     count = kv_cache.shape[0] if rows is None else rows.numel()
     weights = _weights(kv_cache.device)
     sums = torch.empty(count, dtype=torch.int64, device=kv_cache.device)
@@ -55,7 +57,7 @@ def record_checksums(kv_cache: torch.Tensor, rows: torch.Tensor | None = None) -
 
 def checked_rows(kv_cache: torch.Tensor, indices: torch.Tensor) -> torch.Tensor | None:
     """The records to check (int64, sorted, unique), or None for every record (see module docstring)."""
-    records = kv_cache.shape[0]
+    records = kv_cache.numel() // RECORD_BYTES
     if kv_cache.device.type != "cpu" or kv_cache.numel() <= FULL_CHECK_BYTES:
         return None
     referenced = indices.to(torch.int64).flatten()

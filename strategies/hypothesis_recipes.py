@@ -21,13 +21,32 @@ SPECIAL_LENGTHS = (1, 0, 2, 127, 128, 129, 255, 256, 257, 2048, 8192)
 CLEAN_LATENT = ("normal", "heavy", "outliers", "zero_blocks", "tiny_blocks", "max57344", "large")
 CLEAN_ROPE = ("normal", "large", "tiny", "zero")
 CLEAN_Q = ("normal", "large", "tiny", "zero_blocks", "tiny_blocks")
-SCALES = ("default", "peaked", "flat")
+SCALES = ("default", "peaked", "flat", "negative", "zero")
+STREAM_OFFSETS = (0, 3, 200)
+BLOCK_SIZES = (16, 64, 1, 3)  # paged caches: tokens per block (1: one row per block)
+CACHE_LAYOUTS = ("flat", "paged", "paged_3d")
 PLAIN_PATTERNS = ("uniform", "clustered", "duplicates", "sorted", "reversed", "tail")
 
 
 def _row_length(max_row: int) -> st.SearchStrategy[int]:
     specials = [x for x in SPECIAL_LENGTHS if x <= max_row]
     return st.one_of(st.sampled_from(specials), st.integers(0, min(max_row, 300)), st.integers(-3, -1))
+
+
+@st.composite
+def cache_layouts(draw: st.DrawFn, rows: int) -> tuple[int, tuple[int, ...] | None]:
+    """(cache_rows, cache_shape) for about `rows` rows: flat [rows, 656] (the simplest), paged
+    [blocks, block_size, 656], or a 3-D leading shape [2, blocks, block_size, 656] (rows rounded
+    up to whole blocks; a cache of 0 rows keeps 0 blocks)."""
+    layout = draw(st.sampled_from(CACHE_LAYOUTS), label="cache_layout")
+    if layout == "flat":
+        return rows, None
+    block = draw(st.sampled_from(BLOCK_SIZES), label="block_size")
+    blocks = -(-rows // block)
+    if layout == "paged":
+        return blocks * block, (blocks, block)
+    half = -(-blocks // 2)
+    return 2 * half * block, (2, half, block)
 
 
 def _fit_lengths(lengths: list[int], max_total_keys: int, stream_offset: int) -> tuple[int, ...]:
@@ -69,7 +88,7 @@ def recipes(
     n_q = draw(st.one_of(st.integers(1, 4), st.integers(1, max_n_q)), label="n_q")
     head_count = draw(st.sampled_from(heads) if heads else st.integers(1, max_heads), label="heads")
     row_cap = min(max_row, EXACT_MAX_ROW) if exact else max_row
-    stream_offset = draw(st.sampled_from((0, 3)), label="stream_offset")
+    stream_offset = draw(st.sampled_from(STREAM_OFFSETS), label="stream_offset")
     lengths = draw(st.lists(_row_length(row_cap), min_size=n_q, max_size=n_q), label="row_lengths")
     row_lengths = _fit_lengths(lengths, max_total_keys, stream_offset)
     has_invalid = draw(st.booleans(), label="has_invalid")
@@ -81,6 +100,11 @@ def recipes(
     else:
         index_pattern = draw(st.sampled_from(PLAIN_PATTERNS), label="index_pattern")
         cache_rows = draw(st.one_of(st.integers(2, 64), st.integers(2, 100_000)), label="cache_rows")
+        if not any(x > 0 for x in row_lengths) and draw(st.booleans(), label="empty_cache"):
+            cache_rows = 0  # every row empty: a cache of 0 rows is a valid call
+    cache_shape = None
+    if not huge_cache:
+        cache_rows, cache_shape = draw(cache_layouts(cache_rows), label="cache_layout")
     if exact:
         latent = rope = q = softmax_scale = "exact"
     else:
@@ -110,7 +134,9 @@ def recipes(
         out_pad=out_pad,
         return_lse=draw(st.booleans(), label="return_lse"),
         has_invalid=has_invalid,
-        poison=draw(st.booleans(), label="poison"),
+        poison=draw(st.booleans(), label="poison") if cache_rows >= 2 else False,
+        cache_shape=cache_shape,
+        stream_tail=draw(st.one_of(st.just(0), st.integers(1, 300)), label="stream_tail"),
     )
 
 
@@ -132,6 +158,8 @@ def violating_recipes(
     rows = tuple(max(x, 1) for x in base.row_lengths)
     fields = base.to_json_dict()
     fields["row_lengths"] = list(rows)
+    if base.cache_rows == 0:  # the rows now hold keys: give them a cache
+        fields["cache_rows"], fields["cache_shape"] = 64, None
     fields["corruptions"] = []
     if kind == "raw_writer":
         fields["writer"] = "raw"

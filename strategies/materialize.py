@@ -339,7 +339,7 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
     device = torch.device(device)
     check_memory(recipe, device)
     indptr, pair_rows, pair_offsets, pair_positions = _stream(recipe)
-    n_idx = int(indptr.max()) if indptr.numel() else 0
+    n_idx = (int(indptr.max()) if indptr.numel() else 0) + recipe.stream_tail
     pair_ids = pair_rows * _ID_STRIDE + pair_offsets
     values = _index_values(recipe, pair_rows, pair_ids)
     values = _apply_invalid(recipe, values, pair_rows, pair_offsets, pair_ids)
@@ -395,7 +395,7 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
     return Problem(
         recipe=recipe,
         q=q,
-        kv_cache=kv,
+        kv_cache=kv if recipe.cache_shape is None else kv.view(*recipe.cache_shape, RECORD_BYTES),
         indices=entries.to(torch.int32).to(device),
         indptr=indptr.to(torch.int32).to(device),
         softmax_scale=recipe.scale_value,

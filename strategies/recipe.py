@@ -14,12 +14,18 @@ unless stated):
     invalid_pattern  none | scattered | tail | leading_tile | all   (negative entries; they are
                      masked only with has_invalid, else they break a precondition)
     invalid_permille share of entries made negative by "scattered"
-    cache_rows       KV rows in the cache (beyond_4gib needs more than 4 GiB / 656)
+    cache_rows       KV rows in the cache (beyond_4gib needs more than 4 GiB / 656); 0 only when
+                     every row is empty (no key is consumed)
+    cache_shape      null (the cache is [cache_rows, 656]) or the cache's leading shape, e.g.
+                     [blocks, block_size] for a paged [blocks, block_size, 656] cache: 1 to 3
+                     dims whose product is cache_rows (rows are the flattened leading dims)
+    stream_tail      index entries after the last one any row consumes (unread filler; the
+                     stream is longer than indptr[n_q])
     latent           normal | heavy | outliers | zero_blocks | tiny_blocks | max57344 | large |
                      above_cap | exact
     rope             normal | large | tiny | zero | exact
     q                normal | large | tiny | zero_blocks | tiny_blocks | exact
-    softmax_scale    default | peaked | flat | exact (ln 2), or a number
+    softmax_scale    default | peaked | flat | exact (ln 2) | negative | zero, or a number
     writer           pow2 | pow2-floor | raw
     q_pad            [row pad, head pad] added to q's row / head strides
     out_pad          null (kernel allocates out) or [row pad, head pad] of a preallocated out
@@ -50,10 +56,21 @@ INVALID_PATTERNS = ("none", "scattered", "tail", "leading_tile", "all")
 LATENT_DISTS = ("normal", "heavy", "outliers", "zero_blocks", "tiny_blocks", "max57344", "large", "above_cap", "exact")
 ROPE_DISTS = ("normal", "large", "tiny", "zero", "exact")
 Q_DISTS = ("normal", "large", "tiny", "zero_blocks", "tiny_blocks", "exact")
-SOFTMAX_SCALES = {"default": 576**-0.5, "peaked": 16 * 576**-0.5, "flat": 576**-0.5 / 64, "exact": math.log(2.0)}
+SOFTMAX_SCALES = {
+    "default": 576**-0.5,
+    "peaked": 16 * 576**-0.5,
+    "flat": 576**-0.5 / 64,
+    "exact": math.log(2.0),
+    "negative": -(576**-0.5),
+    "zero": 0.0,
+}
 EXACT_MAX_ROW = 256  # longest row for which "exact" recipes keep every step exact
 CORRUPTIONS = ("nan_codes", "scale_not_pow2", "scale_above_cap", "zero_scale", "index_out_of_range")
 ROWS_BEYOND_4GIB = (4 * 2**30) // 656 + 1  # first row whose record starts past 4 GiB
+
+
+# Fields added after version 1 and their defaults: omitted from the JSON at their default.
+OPTIONAL_FIELDS: dict[str, Any] = {"cache_shape": None, "stream_tail": 0}
 
 
 class RecipeError(ValueError):
@@ -90,6 +107,8 @@ class Recipe:
     has_invalid: bool = False
     poison: bool = False
     corruptions: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    cache_shape: tuple[int, ...] | None = None
+    stream_tail: int = 0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -129,8 +148,15 @@ class Recipe:
         return sum(max(length, 0) for length in self.row_lengths)
 
     def to_json_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict (lists, not tuples)."""
+        """Plain JSON-able dict (lists, not tuples). Fields added after version 1 appear only when
+        they differ from their defaults, so a recipe written before they existed keeps its JSON
+        and content hash."""
         data = asdict(self)
+        for name, default in OPTIONAL_FIELDS.items():
+            if data[name] == default:
+                del data[name]
+        if self.cache_shape is not None:
+            data["cache_shape"] = list(self.cache_shape)
         data["row_lengths"] = list(self.row_lengths)
         data["q_pad"] = list(self.q_pad)
         data["out_pad"] = None if self.out_pad is None else list(self.out_pad)
@@ -160,6 +186,10 @@ class Recipe:
                 if not isinstance(values[name], list | tuple):
                     raise RecipeError(f"{name} must be a list, got {type(values[name]).__name__}")
                 values[name] = tuple(values[name])
+        if values.get("cache_shape") is not None:
+            if not isinstance(values["cache_shape"], list | tuple):
+                raise RecipeError("cache_shape must be null or a list of ints")
+            values["cache_shape"] = tuple(values["cache_shape"])
         if values.get("out_pad") is not None:
             if not isinstance(values["out_pad"], list | tuple):
                 raise RecipeError("out_pad must be null or a list of two ints")
@@ -193,12 +223,20 @@ def _validate(r: Recipe) -> None:
             raise RecipeError(message)
 
     need(r.version == RECIPE_VERSION, f"version must be {RECIPE_VERSION}, got {r.version!r}")
-    for name in ("seed", "n_q", "heads", "cache_rows", "stream_offset", "invalid_permille"):
+    for name in ("seed", "n_q", "heads", "cache_rows", "stream_offset", "invalid_permille", "stream_tail"):
         need(_is_int(getattr(r, name)), f"{name} must be an integer, got {getattr(r, name)!r}")
     need(r.seed >= 0, f"seed must be >= 0, got {r.seed}")
     need(0 <= r.n_q <= 65536, f"n_q must be in [0, 65536], got {r.n_q}")
     need(1 <= r.heads <= 16, f"heads must be in [1, 16], got {r.heads}")
-    need(1 <= r.cache_rows <= 2**31 - 1, f"cache_rows must be in [1, 2^31 - 1], got {r.cache_rows}")
+    need(0 <= r.cache_rows <= 2**31 - 1, f"cache_rows must be in [0, 2^31 - 1], got {r.cache_rows}")
+    need(0 <= r.stream_tail <= 1 << 20, f"stream_tail must be in [0, 2^20], got {r.stream_tail}")
+    if r.cache_shape is not None:
+        shape = r.cache_shape
+        need(
+            isinstance(shape, tuple) and 1 <= len(shape) <= 3 and all(_is_int(x) and x >= 0 for x in shape),
+            f"cache_shape must be null or 1 to 3 ints >= 0, got {shape!r}",
+        )
+        need(math.prod(shape) == r.cache_rows, f"cache_shape {list(shape)} holds {math.prod(shape)} rows, cache_rows is {r.cache_rows}")
     need(0 <= r.invalid_permille <= 1000, f"invalid_permille must be in [0, 1000], got {r.invalid_permille}")
     need(len(r.row_lengths) == r.n_q, f"row_lengths has {len(r.row_lengths)} entries for n_q = {r.n_q}")
     need(all(_is_int(x) for x in r.row_lengths), "row_lengths must hold integers")
@@ -207,6 +245,7 @@ def _validate(r: Recipe) -> None:
     for q, length in enumerate(r.row_lengths):
         pointer += length
         need(pointer >= 0, f"row_lengths step indptr below 0 at row {q}")
+    need(r.cache_rows > 0 or r.total_keys == 0, f"cache_rows 0 needs every row empty, got {r.total_keys} keys")
     need(r.index_pattern in INDEX_PATTERNS, f"index_pattern must be one of {INDEX_PATTERNS}, got {r.index_pattern!r}")
     need(r.invalid_pattern in INVALID_PATTERNS, f"invalid_pattern must be one of {INVALID_PATTERNS}, got {r.invalid_pattern!r}")
     need(r.latent in LATENT_DISTS, f"latent must be one of {LATENT_DISTS}, got {r.latent!r}")
@@ -280,6 +319,7 @@ def memory_estimate(recipe: Recipe, device_type: str = "cpu") -> MemoryEstimate:
         pointer += length
         n_idx = max(n_idx, pointer)
         longest = max(longest, length)
+    n_idx += recipe.stream_tail
     keys = recipe.total_keys
     referenced = min(keys, recipe.cache_rows)
     cache_full = recipe.cache_rows * RECORD_BYTES

@@ -196,6 +196,10 @@ KILL: dict[str, tuple[Callable[[], Problem], Judge]] = {
     "empty_row_lse_zero": (recipe(row_lengths=(150, 0, -4, 90)), failures),
     "lse_base2": (recipe(), failures),
     "lse_shift_missing": (recipe(), failures),
+    "paged_cache_as_rows": (recipe(cache_shape=(125, 16)), failures),
+    "empty_cache_early_return": (recipe(row_lengths=(0, 0, 0), cache_rows=0), failures),
+    "uniform_rows_from_stream_length": (recipe(row_lengths=(100, 100, 100), stream_tail=300), failures),
+    "scale_magnitude": (recipe(softmax_scale="negative"), failures),
 }
 
 SPARE: dict[str, Callable[[], Problem]] = {
@@ -221,6 +225,10 @@ SPARE: dict[str, Callable[[], Problem]] = {
     "empty_row_lse_zero": recipe(),
     "lse_base2": recipe(return_lse=False),
     "lse_shift_missing": recipe(return_lse=False),
+    "paged_cache_as_rows": recipe(),  # a [rows, 656] cache
+    "empty_cache_early_return": recipe(),  # a cache with rows
+    "uniform_rows_from_stream_length": recipe(row_lengths=(100, 100, 100)),  # the stream ends where the rows end
+    "scale_magnitude": recipe(),  # softmax_scale > 0
 }
 
 NAMES = list(mutants.CATALOGUE)

@@ -1,0 +1,124 @@
+"""The contract's freedoms that the strategies draw since the freedom table (docs/design.md), and
+the broken kernels only those draws catch.
+
+Freedoms: a paged / multi-dim cache (`cache_shape`), a cache of 0 rows with every row empty
+(`cache_rows` 0), an index stream longer than the rows consume (`stream_tail`), negative and
+zero softmax scales. For each:
+- the strategy draws it (hypothesis.find over strategies.hypothesis_recipes.recipes);
+- recipes carrying it stay plain JSON, replay bit-identically, and recipes without it keep the
+  JSON (and content hash) they had before the field existed;
+- its mutant (conformance.mutation.catalogue) fails the suite's differential check on a recipe
+  with the freedom, while the emulated kernel passes it;
+- on recipes drawn without any of the new freedoms the four mutants agree with the emulated kernel
+  bit for bit (so only the new draws catch them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+
+import pytest
+import torch
+from hypothesis import HealthCheck, find, given, settings
+from hypothesis import strategies as st
+
+from conformance.checks import differential
+from conformance.corpus import corpus_files, load_entry, recipe_hash
+from conformance.harness import call_kernel
+from conformance.mutation import catalogue
+from conformance.target import SuiteTarget, build_target
+from strategies.hypothesis_recipes import recipes
+from strategies.materialize import materialize
+from strategies.recipe import Recipe
+
+SMALL = {"max_n_q": 4, "max_total_keys": 300}
+BASE = {"seed": 5, "n_q": 3, "heads": 2, "row_lengths": (100, 100, 100), "cache_rows": 2000}
+
+FREEDOMS: dict[str, tuple[dict[str, object], object]] = {
+    # mutant: (a recipe with the freedom, the feature the strategy must draw)
+    "paged_cache_as_rows": ({"cache_shape": (125, 16)}, lambda r: r.cache_shape is not None and len(r.cache_shape) == 2),
+    "empty_cache_early_return": ({"row_lengths": (0, -1, 0), "stream_offset": 2, "cache_rows": 0}, lambda r: r.cache_rows == 0),
+    "uniform_rows_from_stream_length": ({"stream_tail": 40}, lambda r: r.stream_tail > 0),
+    "scale_magnitude": ({"softmax_scale": "negative"}, lambda r: r.softmax_scale == "negative"),
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _target(name: str) -> SuiteTarget:
+    return build_target(name, device="cpu")
+
+
+def _bits(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.contiguous().view(torch.int16 if t.dtype == torch.bfloat16 else torch.int32)
+
+
+@pytest.mark.parametrize("name", list(FREEDOMS))
+def test_only_the_new_draw_kills_the_mutant(name: str) -> None:
+    changes, drawn = FREEDOMS[name]
+    recipe = Recipe(**{**BASE, **changes})  # type: ignore[arg-type]
+    differential(_target("emulated"), recipe, use_target=False)  # the unbroken kernel passes
+    with pytest.raises(AssertionError, match="outside the a-priori bound|non-finite|not -inf"):
+        differential(_target(catalogue.CATALOGUE[name].spec), recipe, use_target=False)
+    settings_ = settings(database=None, max_examples=2000, suppress_health_check=list(HealthCheck), deadline=None)
+    found = find(recipes(**SMALL), drawn, settings=settings_)  # type: ignore[arg-type]
+    assert drawn(found)
+
+
+def _without_new_freedoms(recipe: Recipe) -> Recipe:
+    """The recipe as the strategies drew it before the freedom table."""
+    scale = recipe.softmax_scale if recipe.softmax_scale not in ("negative", "zero") else "default"
+    rows = recipe.cache_rows or 64
+    return dataclasses.replace(
+        recipe, cache_shape=None, stream_tail=0, softmax_scale=scale, cache_rows=rows, poison=recipe.poison and rows >= 2
+    )
+
+
+@settings(database=None, max_examples=8, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@given(recipe=recipes(**SMALL).map(_without_new_freedoms))
+def test_mutants_agree_with_emulated_without_the_new_freedoms(recipe: Recipe) -> None:
+    want, want_lse = call_kernel(materialize(recipe), catalogue.emulated.emulated_backend())
+    for name in FREEDOMS:
+        got, got_lse = call_kernel(materialize(recipe), catalogue.CATALOGUE[name].backend)
+        assert torch.equal(_bits(got), _bits(want)), name
+        assert (got_lse is None) == (want_lse is None) and (want_lse is None or torch.equal(_bits(got_lse), _bits(want_lse))), name
+
+
+def test_new_fields_are_plain_json_and_replay_bit_identically() -> None:
+    recipe = Recipe(**{**BASE, "cache_shape": (2, 63, 16), "cache_rows": 2016, "stream_tail": 7, "softmax_scale": "zero"})
+    again = Recipe.from_json(recipe.to_json())
+    assert again == recipe and json.loads(recipe.to_json())["cache_shape"] == [2, 63, 16]
+    a, b = materialize(recipe), materialize(again)
+    assert tuple(a.kv_cache.shape) == (2, 63, 16, 656) and a.indices.numel() == int(a.indptr.max()) + 7
+    assert torch.equal(a.kv_cache, b.kv_cache) and torch.equal(a.indices, b.indices)
+    flat = materialize(dataclasses.replace(recipe, cache_shape=None))
+    assert torch.equal(flat.kv_cache, a.kv_cache.reshape(-1, 656))  # the layout changes the view, not the rows
+    empty = materialize(Recipe(seed=1, n_q=2, heads=1, row_lengths=(0, 0), cache_rows=0))
+    assert tuple(empty.kv_cache.shape) == (0, 656)
+
+
+def test_recipes_without_new_fields_keep_their_json() -> None:
+    for path in corpus_files():
+        entry = load_entry(path)
+        raw = json.loads(path.read_text(encoding="utf-8"))["recipe"]
+        assert "cache_shape" not in entry.recipe.to_json_dict() and "stream_tail" not in entry.recipe.to_json_dict()
+        assert recipe_hash(entry.recipe) == recipe_hash(Recipe.from_json_dict(raw))
+        assert set(entry.recipe.to_json_dict()) >= set(raw)
+
+
+def test_the_strategies_draw_zero_rows_only_with_every_row_empty() -> None:
+    @settings(database=None, max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def check(data: st.DataObject) -> None:
+        recipe = data.draw(recipes(**SMALL))
+        assert recipe.cache_rows > 0 or recipe.total_keys == 0
+
+    check()

@@ -19,10 +19,13 @@ attention backend calls it for an MLA model (absorbed weights: one KV head of 57
         softmax_scale, 1.0, 1.0)   # sm_scale, k_scale, v_scale
 
 What the adapter does (vectorised, no host sync for streams of at most 4096 entries):
-- keys: each row's slots gathered and dequantised by sglang's own reader of fp8_ds_mla records,
-  `dequantize_k_cache_paged` (nsa/dequant_k_cache.py: bf16(f32(code) * f32(scale)), exact for
-  power-of-two scales), into a [n_q * W, 576] buffer; an entry < 0 or >= the cache's rows is
-  masked (kernel.backends.triton_peers.slot_keys);
+- keys: each row's slot records gathered (torch indexing) and dequantised by sglang's own reader
+  of fp8_ds_mla records, `dequantize_k_cache_paged` (nsa/dequant_k_cache.py: bf16(f32(code) *
+  f32(scale)), exact for power-of-two scales) over the gathered records, into a [n_q * W, 576]
+  buffer; an entry < 0 or >= the cache's rows is masked (kernel.backends.triton_peers.slot_keys).
+  The reader forms token * 656 in int32, so it is given the gathered records (fewer than 2^31 /
+  656 per launch), not the cache: on a cache of more than 3,273,603 rows it would address wrong
+  bytes (scripts/repro/sglang_decode_reader_int32.py);
 - rows: the valid slots of each row, in order, as a contiguous CSR (kv_indptr = running sum of the
   valid counts): a masked entry is simply not in its row;
 - splits: S = 8 for every row (sglang's default `--triton-attention-num-kv-splits`); stage 1 cuts
@@ -54,9 +57,9 @@ from types import ModuleType
 import torch
 
 from kernel.backend import Backend, BackendUnavailable
-from kernel.backends.triton_peers import SlotKeys, cuda_reason, int32_row_chunks, load_sglang, slot_keys
+from kernel.backends.triton_peers import SlotKeys, cuda_reason, int32_chunks, int32_row_chunks, load_sglang, slot_keys
 from kernel.contract import CallInfo, empty_outputs, validate_call
-from kernel.record import HEAD_DIM, LATENT_DIM
+from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
 
 NAME = "sglang-decode"
 KERNEL_MODULE = "sglang.srt.layers.attention.triton_ops.decode_attention"
@@ -92,6 +95,19 @@ def split_lse(attn_lse: torch.Tensor, counts: torch.Tensor, splits: int = NUM_KV
     safe = torch.where(torch.isfinite(peak), peak, 0.0)
     total = torch.exp(lse_i - safe).sum(dim=-1)
     return torch.where(n.unsqueeze(1) > 0, safe.squeeze(-1) + torch.log(total), float("-inf"))
+
+
+def sglang_dequantise(reader: ModuleType, records: torch.Tensor) -> torch.Tensor:
+    """bf16 [n, 576] keys of records uint8 [n, 656] by sglang's dequantize_k_cache_paged, run on
+    the gathered records with page table 0..n-1 in launches of fewer than 2^31 / 656 rows (its
+    row offsets token * 656 are int32; kernel.backends.triton_peers.int32_chunks)."""
+    n = records.shape[0]
+    out = torch.empty(n, HEAD_DIM, dtype=torch.bfloat16, device=records.device)
+    codes = records.view(torch.float8_e4m3fn)
+    for start, stop in int32_chunks(n, RECORD_BYTES):
+        table = torch.arange(stop - start, dtype=torch.int32, device=records.device)
+        out[start:stop] = reader.dequantize_k_cache_paged(codes[start:stop], table).view(stop - start, HEAD_DIM)
+    return out
 
 
 def csr_of_valid(keys: SlotKeys, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -175,13 +191,7 @@ def prepare_sglang_decode(
     """Keys, CSR rows, heads and output buffers for one validated call with n_q >= 1 (module docstring)."""
     n_q, heads = q.shape[0], q.shape[1]
     run_heads = max(heads, 2)
-    keys = slot_keys(
-        indices,
-        indptr,
-        kv_cache,
-        multiple=SLOT_MULTIPLE,
-        dequantise=lambda flat, slots: reader.dequantize_k_cache_paged(flat.view(torch.float8_e4m3fn), slots),
-    )
+    keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE, dequantise=lambda records: sglang_dequantise(reader, records))
     q_run = q if run_heads == heads else torch.cat([q, torch.zeros_like(q)], dim=1)
     if out is not None and run_heads == heads:
         o = out
@@ -274,6 +284,7 @@ def sglang_decode_backend() -> Backend:
 
 
 __all__ = [
+    "sglang_dequantise",
     "LIMITS",
     "NAME",
     "NUM_KV_SPLITS",

@@ -144,13 +144,13 @@ def slot_keys(
     kv_cache: torch.Tensor,
     *,
     multiple: int,
-    dequantise: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    dequantise: Callable[[torch.Tensor], torch.Tensor] = dequantise_bf16,
 ) -> SlotKeys:
     """Gather and dequantise each row's slots (SlotKeys). Every entry < 0 or >= the cache's rows
-    is masked; only consumed entries are read. W is sync-free for short streams (as in
-    kernel.backends.gathered). dequantise(records_flat [rows, 656] uint8, slots int32 [n]) -> bf16
-    [n, 576] picks the engine's own reader; default: records gathered, then
-    kernel.backends.gathered.dequantise_bf16 (exact for power-of-two scales).
+    is masked; only consumed entries are read (torch indexing, any cache size). W is sync-free for
+    short streams (as in kernel.backends.gathered). dequantise(records uint8 [n, 656] contiguous)
+    -> bf16 [n, 576] is the reader (default kernel.backends.gathered.dequantise_bf16, exact for
+    power-of-two scales); the keys of masked slots are zeroed after it.
     """
     rows = csr_to_padded(indices, indptr, has_invalid=True, multiple=multiple, width=sync_free_width(indices.numel(), multiple))
     flat = kv_cache.reshape(-1, RECORD_BYTES)
@@ -158,23 +158,24 @@ def slot_keys(
     valid = (rows.indices >= 0) & (rows.indices < n_rows)
     if n_rows == 0:
         flat = torch.zeros(1, RECORD_BYTES, dtype=torch.uint8, device=kv_cache.device)
-    slots = torch.where(valid, rows.indices, 0).reshape(-1)
-    if dequantise is None:
-        records = flat[slots]
-        records.masked_fill_(~valid.view(-1, 1), 0)
-        keys = dequantise_bf16(records)
-    else:
-        keys = dequantise(flat, slots).reshape(-1, HEAD_DIM)
-        keys.masked_fill_(~valid.view(-1, 1), 0)
+    records = flat[torch.where(valid, rows.indices, 0).reshape(-1)]
+    keys = dequantise(records).reshape(-1, HEAD_DIM)
+    keys.masked_fill_(~valid.view(-1, 1), 0)
     return SlotKeys(keys=keys, valid=valid, counts=valid.sum(dim=1, dtype=torch.int32), width=rows.width)
 
 
+def int32_chunks(n: int, row_elements: int) -> list[tuple[int, int]]:
+    """Ranges [start, stop) covering n rows of row_elements elements each with every element
+    offset below 2^31 (host-known sizes)."""
+    per = max(1, INT32_MAX // row_elements)
+    return [(s, min(n, s + per)) for s in range(0, n, per)]
+
+
 def int32_row_chunks(n_q: int, width: int, row_elements: int = HEAD_DIM) -> list[tuple[int, int]]:
-    """Row ranges [start, stop) whose slot buffer keeps every element offset below 2^31: the
-    Triton kernels form (slot * 576 + d) in int32, so one launch addresses fewer than
+    """Query-row ranges [start, stop) whose slot buffer keeps every element offset below 2^31:
+    the Triton kernels form (slot * 576 + d) in int32, so one launch addresses fewer than
     2^31 / 576 = 3,728,270 key rows (host-known sizes, no sync)."""
-    per = max(1, INT32_MAX // (width * row_elements))
-    return [(s, min(n_q, s + per)) for s in range(0, n_q, per)]
+    return int32_chunks(n_q, width * row_elements)
 
 
 __all__ = [
@@ -182,6 +183,7 @@ __all__ = [
     "SlotKeys",
     "VLLM_FILES",
     "cuda_reason",
+    "int32_chunks",
     "int32_row_chunks",
     "load_sglang",
     "load_vllm",

@@ -12,6 +12,7 @@
 #   replay-<K>.txt                             `conformance replay` of each saved failure (its class, worst element)
 #   runs-<K>.tgz                               the run folders' reports and failure logs (records left out)
 #   bench.txt / bench.json                     adapter and bare-kernel medians at n_q 1, 1024, 4096 (contended)
+#   sglang-int32.txt                           sglang's reader / decode kernel just past 2^31-element offsets
 set -u
 : "${RESULTS:?RESULTS must be set}"
 R="$RESULTS/peers"
@@ -45,6 +46,7 @@ for k in $PEERS; do
     log "fuzz $k rc=$?" ) &
 done
 ( timeout -k 5 150 python3 scripts/h200/final_peers_bench.py --json "$R/bench.json" > "$R/bench.txt" 2>&1; log "bench rc=$?" ) &
+( timeout -k 5 200 python3 scripts/repro/sglang_decode_reader_int32.py > "$R/sglang-int32.txt" 2>&1; log "sglang int32 repro rc=$?" ) &
 wait
 log "suites, campaigns and bench finished"
 

@@ -9,14 +9,16 @@ ld.lld from kernel.backends.flydsl.compile.ensure_toolchain). Each target compil
 subprocess (a failed lowering aborts it).
 
     python scripts/foreign_isa.py compile --checkout PATH [--checkout PATH ...] --out DIR \\
-        [--buffer-ops PATH] [--only NAME,...]
+        [--buffer-ops PATH] [--compat flydsl.expr.MOD=PATH ...] [--only NAME,...]
     python scripts/foreign_isa.py table DIR          # kernels, instructions, opcodes, modelled
     python scripts/foreign_isa.py run DIR            # load, then run with scripts/foreign_specs/*.toml
 
 Compatibility: kernels written for flydsl < 0.4 import `flydsl.expr.buffer_ops`, which later
 flydsl releases moved out (aiter carries it as aiter/ops/flydsl/kernels/buffer_ops.py, FlyDSL as
-kernels/common/buffer_ops.py). `--buffer-ops PATH` registers that file as flydsl.expr.buffer_ops
-when the installed flydsl lacks it; nothing else is patched.
+kernels/common/buffer_ops.py), and `flydsl.expr.vector`, which FlyDSL deleted in the same change
+(python/flydsl/expr/vector.py before ROCm/FlyDSL commit 7dac0826). `--buffer-ops PATH` /
+`--compat flydsl.expr.vector=PATH` register such a file (from your fetched checkouts) under its
+old name when the installed flydsl lacks it; nothing else is patched.
 """
 
 from __future__ import annotations
@@ -54,18 +56,23 @@ def _alias_packages(root: Path) -> None:
         sys.path.insert(0, str(root))
 
 
-def _register_buffer_ops(path: str | None) -> None:
+def _register_compat(pairs: str) -> None:
+    """`MODULE=PATH;MODULE=PATH`: load each file as that flydsl.expr submodule when the installed
+    flydsl lacks it (modules later flydsl releases moved out; see the module docstring)."""
     import flydsl.expr as fe
 
-    if hasattr(fe, "buffer_ops") or not path:
-        return
-    spec = importlib.util.spec_from_file_location("flydsl.expr.buffer_ops", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path} as flydsl.expr.buffer_ops")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["flydsl.expr.buffer_ops"] = mod
-    spec.loader.exec_module(mod)
-    fe.buffer_ops = mod  # type: ignore[attr-defined]
+    for pair in filter(None, pairs.split(";")):
+        name, _, path = pair.partition("=")
+        attr = name.rsplit(".", 1)[-1]
+        if not name.startswith("flydsl.expr.") or hasattr(fe, attr):
+            continue
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {path} as {name}")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        setattr(fe, attr, mod)
 
 
 def _z(*shape: int, dtype: str = "float32"):  # type: ignore[no-untyped-def]
@@ -98,7 +105,9 @@ def _pa_decode(shape: str, waves: int, splits: int) -> None:
     m = _aiter("pa_decode_sparse")
     mfma = m._MFMA_MAP[shape]
     h, d, t, pages = 16, 512, 2, 64
-    launch = m._compile_pa_decode_sparse_mfma(H=h, D=d, BLOCK_K=64, KV_SPLITS=splits, softmax_scale=d**-0.5, mfma=mfma, n_waves=waves)
+    launch = m._compile_pa_decode_sparse_mfma(
+        H=h, D=d, BLOCK_K=mfma.MFMA_N, KV_SPLITS=splits, softmax_scale=d**-0.5, mfma=mfma, n_waves=waves
+    )
     out = _z(t, h, d, dtype="bfloat16")
     part = (_z(t, splits, h), _z(t, splits, h), _z(t, splits, h, d)) if splits > 1 else (out, out, out)
     launch(
@@ -154,9 +163,9 @@ TARGETS: dict[str, tuple[str, Callable[[], None]]] = {
 }
 
 
-def _worker(target: str, checkout: str, buffer_ops: str | None) -> int:
+def _worker(target: str, checkout: str, compat: str) -> int:
     _alias_packages(Path(checkout))
-    _register_buffer_ops(buffer_ops)
+    _register_compat(compat)
     TARGETS[target][1]()
     return 0
 
@@ -164,7 +173,7 @@ def _worker(target: str, checkout: str, buffer_ops: str | None) -> int:
 # ----------------------------------------------------------------------------- driver side
 
 
-def compile_targets(checkouts: list[Path], out: Path, buffer_ops: str | None, only: set[str] | None) -> list[dict]:
+def compile_targets(checkouts: list[Path], out: Path, compat: list[str], only: set[str] | None) -> list[dict]:
     """Compile every target found in a checkout (first checkout that has its file wins) into
     out/<target>.s; returns one record per target (name, checkout, seconds, error)."""
     from kernel.backends.flydsl.compile import compile_env, ensure_toolchain
@@ -183,7 +192,7 @@ def compile_targets(checkouts: list[Path], out: Path, buffer_ops: str | None, on
         t0 = time.perf_counter()
         print(f"compiling {name} from {src} ...", flush=True)
         res = subprocess.run(
-            [sys.executable, __file__, "_worker", name, str(src), buffer_ops or ""],
+            [sys.executable, __file__, "_worker", name, str(src), ";".join(compat)],
             env=env,
             capture_output=True,
             text=True,
@@ -275,13 +284,14 @@ def run_all(out: Path, checks: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_worker":
-        return _worker(argv[1], argv[2], argv[3] or None)
+        return _worker(argv[1], argv[2], argv[3])
     ap = argparse.ArgumentParser(prog="scripts/foreign_isa.py", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("compile")
     c.add_argument("--checkout", action="append", type=Path, required=True)
     c.add_argument("--out", type=Path, required=True)
-    c.add_argument("--buffer-ops", default=None)
+    c.add_argument("--buffer-ops", default=None, help="shorthand for --compat flydsl.expr.buffer_ops=PATH")
+    c.add_argument("--compat", action="append", default=[], help="MODULE=PATH: a flydsl.expr submodule the installed flydsl lacks")
     c.add_argument("--only", default="")
     t = sub.add_parser("table")
     t.add_argument("out", type=Path)
@@ -293,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO))
     os.chdir(REPO)
     if a.cmd == "compile":
-        recs = compile_targets(a.checkout, a.out, a.buffer_ops, set(a.only.split(",")) - {""} or None)
+        compat = a.compat + ([f"flydsl.expr.buffer_ops={a.buffer_ops}"] if a.buffer_ops else [])
+        recs = compile_targets(a.checkout, a.out, compat, set(a.only.split(",")) - {""} or None)
         return 0 if all("error" not in r for r in recs) else 1
     if a.cmd == "table":
         if a.json:

@@ -242,6 +242,16 @@ OPCODES: dict[str, tuple[str, str]] = {
         "LLVM VOP3Instructions.td (gfx950 V_MAXIMUM3_F32)",
     ),
     "v_pk_mov_b32": ("D.lo = S0 dword op_sel[0], D.hi = S1 dword op_sel[1]", "LLVM VOP3PInstructions.td (gfx90a+ V_PK_MOV_B32)"),
+    "ds_read_u16": ("D = zext(LDS16[ADDR + offset]) (i16: sign-extended; u8 / i8 likewise)", "ISA3 ch. 11 (DS_READ_U16)"),
+    "buffer_store_short": ("MEM16[V#.base + VADDR + offset] = DATA[15:0] when offset + 2 <= num_records, else dropped", "ISA3 ch. 9"),
+    "v_mfma_f32_16x16x16_bf16": (
+        "D = A B + C, bf16; A[t][4g+j], B[4g+j][t] (4 per lane, 2 VGPRs), D[4g+r][t]; exact sum, one f32 rounding",
+        "AMD matrix instruction calculator (16x16x16bf16_1k); IREE MFMA_F32_16x16x16_BF16; profile model",
+    ),
+    "v_mfma_f32_32x32x8_bf16": (
+        "D = A B + C, bf16; t = l % 32, g = l // 32: A[t][4g+j], B[4g+j][t]; D[8(r//4) + 4g + r%4][t] in dword r (16)",
+        "AMD matrix instruction calculator (32x32x8bf16_1k); IREE MFMA_F32_32x32x8_BF16; profile model",
+    ),
     "v_mfma_f32_16x16x32_fp8_fp8": (
         "D = A B + C, OCP E4M3 inputs; A[t][8g+j], B[8g+j][t] (8 bytes per lane); exact sum, one f32 rounding",
         "LLVM gfx950 fp8 (OCP) MFMA; IREE MFMA_F32_16x16x32_F8E4M3FN layout; profile model",

@@ -194,7 +194,58 @@ def _mfma_16x16x32_fp8(ins: Instr, d: Any) -> Fn:
     return run
 
 
+def _mfma_bf16_k4(mn: int):
+    """v_mfma_f32_{16x16x16,32x32x8}_bf16 (gfx90a+ "_1k" forms): 4 bf16 per lane in 2 VGPRs.
+    Lane l, t = l % mn, g = l // mn: A[t][4g + j], B[4g + j][t] (j = 0..3, K = 64 / mn * 4);
+    D[m][t] in dword r with m = (r % 4) + 4 g + (64 / mn) * 4 (r // 4), i.e. 16x16: m = 4g + r,
+    32x32: m = 8 (r // 4) + 4 g + r % 4 (AMD matrix instruction calculator; IREE
+    getSingleSubgroupLayout MFMA_F32_16x16x16_BF16 / MFMA_F32_32x32x8_BF16). Exact sum, one f32
+    rounding per element (the profile model)."""
+    groups = LANES // mn
+    kdim = 4 * groups
+    nreg = mn * mn // LANES
+    t = _l % mn
+    g = _l // mn
+    k_of = 4 * g[:, None] + np.arange(4)[None, :]
+    r = np.arange(nreg)[None, :]
+    m_of = (r % 4) + 4 * g[:, None] + 4 * groups * (r // 4)  # [lane, r]
+
+    def make(ins: Instr, d: Any) -> Fn:
+        _no_mods(ins, {"cbsz": "0", "abid": "0", "blgp": "0"})
+        require(len(ins.operands) == 4, ins, "operand count")
+        dst = vdst(ins, ins.operands[0], nreg)
+        ia = _vreg_block(ins, ins.operands[1], 2)
+        ib = _vreg_block(ins, ins.operands[2], 2)
+        cop = ins.operands[3]
+        if isinstance(cop, Imm):
+            require(cop.bits == 0, ins, "non-zero immediate accumulator")
+            ic = None
+        else:
+            ic = _vreg_block(ins, cop, nreg)
+
+        def run(w: Wave, x: Any) -> None:
+            av = nm.bf16_bits_to_f64(_read_block(w, x, ia, 2).view(np.uint16))  # [lane, 4]
+            bv = nm.bf16_bits_to_f64(_read_block(w, x, ib, 2).view(np.uint16))
+            A = np.empty((mn, kdim))
+            B = np.empty((kdim, mn))
+            A[t[:, None], k_of] = av
+            B[k_of, t[:, None]] = bv
+            C = np.zeros((mn, mn))
+            if ic is not None:
+                C[m_of, t[:, None]] = _read_block(w, x, ic, nreg).view(np.float32).astype(np.float64)
+            with np.errstate(all="ignore"):
+                vals = nm.round_f64_to_f32(A @ B + C)[m_of, t[:, None]]  # [lane, r]
+            for i in range(nreg):
+                write_v(w, dst + i, np.ascontiguousarray(vals[:, i]).view(U32))
+
+        return run
+
+    return make
+
+
 MFMA["v_mfma_f32_16x16x32_fp8_fp8"] = _mfma_16x16x32_fp8
+MFMA["v_mfma_f32_16x16x16_bf16"] = _mfma_bf16_k4(16)
+MFMA["v_mfma_f32_32x32x8_bf16"] = _mfma_bf16_k4(32)
 MFMA["v_mfma_scale_f32_16x16x128_f8f6f4"] = _mfma_scale
 MFMA["v_mfma_f32_16x16x32_f16"] = _mfma_16x16x32
 MFMA["v_mfma_f32_16x16x32_bf16"] = _mfma_16x16x32

@@ -181,6 +181,28 @@ def _buffer_load_lds(ins: Instr, n: int) -> Fn:
     return run
 
 
+@op("buffer_store_short", "buffer_store_byte")
+def _buffer_store_sub(ins: Instr, d: Any) -> Fn:
+    """MEM16 / MEM8[V#.base + VADDR + offset] = the low 16 / 8 bits of DATA when offset + size
+    <= num_records, else dropped (CDNA3 ISA ch. 9 BUFFER_STORE_SHORT / BYTE)."""
+    size = 2 if ins.mnemonic.endswith("short") else 1
+    vaddr, rsrc, soff, inst_off = _mubuf_operands(ins, 1)
+    data = src32(ins, ins.operands[0], need=(1 << size) - 1)
+
+    def run(w: Wave, x: Any) -> None:
+        base, nrec = _raw_buffer(ins, rsrc, soff, w, x)
+        off = (vaddr(w, x).astype(np.int64) if vaddr else np.zeros(LANES, np.int64)) + inst_off
+        inr = w.exec & (off + size <= nrec)
+        b = _words_to_bytes([data(w, x)])[:, :size]
+        bad = x.mem.write(np.uint64(base) + off.astype(np.uint64), np.ascontiguousarray(b), inr)
+        _oob(
+            x, w, bad, f"buffer store of {size} bytes inside the descriptor range (num_records {nrec}) but outside every registered buffer"
+        )
+        _mark_pending(w, x, -1, 0, None, w.pc)
+
+    return run
+
+
 @op("buffer_store_dword", "buffer_store_dwordx2", "buffer_store_dwordx3", "buffer_store_dwordx4")
 def _buffer_store(ins: Instr, d: Any) -> Fn:
     """MEM32[V#.base + VADDR + offset + 4 i] = DATA[i] for each dword in range
@@ -350,6 +372,30 @@ def _lds_write(x: Any, w: Wave, idx: np.ndarray, data: np.ndarray) -> None:
     g.lds_writer[idx] = w.wid
     g.lds_epoch[idx] = g.epoch
     g.lds_pending[idx] = 0
+
+
+@op("ds_read_u16", "ds_read_i16", "ds_read_u8", "ds_read_i8")
+def _ds_read_sub(ins: Instr, d: Any) -> Fn:
+    """D = zero- (u) or sign- (i) extended LDS16 / LDS8 at ADDR + offset (CDNA3 ISA ch. 11
+    DS_READ_U16 / I16 / U8 / I8); the whole dword of D is written."""
+    size = 2 if "16" in ins.mnemonic else 1
+    signed = "_i" in ins.mnemonic
+    off = _offset(ins, ())
+    dst = vdst(ins, ins.operands[0])
+    va = src32(ins, ins.operands[1])
+
+    def run(w: Wave, x: Any) -> None:
+        lanes, idx = _lds_index(ins, w, x, va(w, x).astype(np.int64) + off, size, "read")
+        if x.checks.on:
+            check_lds_read(ins, w, x, lanes, idx)
+        b = np.zeros((LANES, 4), dtype=np.uint8)
+        b[lanes, :size] = x.wg.lds[idx]
+        if signed:
+            b[lanes, size:] = np.where(b[lanes, size - 1 : size] & 0x80, 0xFF, 0).astype(np.uint8)
+        write_v(w, dst, _bytes_to_words(b, 1)[0])
+        _mark_lgkm(w, x, dst, 1, w.pc)
+
+    return run
 
 
 @op("ds_read_b32", "ds_read_b64", "ds_read_b128")

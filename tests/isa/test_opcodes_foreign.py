@@ -302,3 +302,69 @@ def test_ds_read2_b64_and_write2_b32() -> None:
     assert (int(w.v[2][0]), int(w.v[3][0])) == (0, 64)  # second element 64 * 4 bytes further
     w = run_asm("ds_read2_b32 v[2:3], v10 offset0:3 offset1:7\ns_waitcnt lgkmcnt(0)", setup=setup, lds_init=lds.view(np.uint8)).waves[0]
     assert (int(w.v[2][0]), int(w.v[3][0])) == (3, 7)
+
+
+def _bf16_operand(w, base: int, entries: dict[tuple[int, int], float]) -> None:
+    """v[base], v[base + 1] hold 4 bf16 per lane; entries (lane, element) -> value, else 0."""
+    a = np.zeros((64, 4), dtype=np.uint16)
+    for (lane, j), val in entries.items():
+        a[lane, j] = f32b(val) >> 16  # exact bf16 values
+    words = a.view("<u4")
+    vset(w, base, words[:, 0])
+    vset(w, base + 1, words[:, 1])
+
+
+def test_v_mfma_f32_16x16x16_bf16() -> None:
+    """A[3][9] = 2 (k 9: lane 3 + 16 * 2, element 1), B[9][7] = 0.5 (lane 7 + 32, element 1):
+    D[3][7] = 1 only, i.e. lane 7 (g 0), dword 3 (m = 4g + r)."""
+
+    def setup(w):
+        _bf16_operand(w, 10, {(35, 1): 2.0})
+        _bf16_operand(w, 12, {(39, 1): 0.5})
+
+    w = run_asm("v_mfma_f32_16x16x16_bf16 v[2:5], v[10:11], v[12:13], 0\ns_nop 7", setup=setup).waves[0]
+    d = w.v[2:6].view(np.float32)  # [r, lane]
+    assert d[3, 7] == 1.0 and np.count_nonzero(d) == 1
+
+
+def test_v_mfma_f32_32x32x8_bf16() -> None:
+    """A[5][6] = 1 (lane 5 + 32, element 2), B[6][20] = 3 (lane 20 + 32, element 2), C = 1:
+    D = 1 everywhere but D[5][20] = 4, at lane 20 + 32 (g 1), dword 1 (m = 8 (r // 4) + 4g + r % 4)."""
+
+    def setup(w):
+        _bf16_operand(w, 30, {(37, 2): 1.0})
+        _bf16_operand(w, 32, {(52, 2): 3.0})
+        for i in range(16):
+            vset(w, 40 + i, f32b(1.0))
+
+    w = run_asm("v_mfma_f32_32x32x8_bf16 v[2:17], v[30:31], v[32:33], v[40:55]\ns_nop 7", setup=setup).waves[0]
+    d = w.v[2:18].view(np.float32)  # [r, lane]
+    assert d[1, 52] == 4.0
+    d = d.copy()
+    d[1, 52] = 1.0
+    assert (d == 1.0).all()
+
+
+def test_ds_read_u16_and_i16() -> None:
+    lds = np.zeros(64, dtype=np.uint8)
+    lds[6:8] = [0x34, 0x92]
+
+    def setup(w):
+        vset(w, 10, 2)
+
+    w = run_asm("ds_read_u16 v2, v10 offset:4\nds_read_i16 v3, v10 offset:4\ns_waitcnt lgkmcnt(0)", setup=setup, lds_init=lds).waves[0]
+    assert int(w.v[2][0]) == 0x9234 and int(w.v[3][0]) == 0xFFFF9234
+
+
+def test_buffer_store_short_range_checked() -> None:
+    mem, arr = _buffer()
+
+    def setup(w):
+        _rsrc(w, arr.ctypes.data, 6)
+        vset(w, 10, LANE * 2)
+        vset(w, 20, 0xABCD0000 + LANE)
+
+    run_asm("buffer_store_short v20, v10, s[4:7], 0 offen", mem=mem, setup=setup)
+    # lanes 0-2 write halfwords 0-2 (bytes 0..5 <= 6), the rest are dropped; only the low 16 bits
+    # halfwords 0-2 written; halfword 3 (high half of dword 1 = 0x1001) and dword 2 keep their values
+    assert arr.view("<u2")[:5].tolist() == [0x0000, 0x0001, 0x0002, 0x0000, 0x1002]

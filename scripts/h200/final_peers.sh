@@ -5,13 +5,14 @@
 # sglang 0.5.10.post1 wheel among them); .h200/carry_peers/vllm_py.tar.xz (vLLM 0.33.0's Python
 # files) carried. At most ~450 s wall clock; every step under `timeout`; runs beside other scripts.
 # Writes under "$RESULTS/peers/":
-#   env.txt, steps.log                         versions, what ran when, exit codes
+#   env.txt, resolve.txt, steps.log            versions, each backend resolved, what ran when, exit codes
 #   suite-<K>.log                              `CI=1 pytest conformance --kernel K -n 4 -q -rfE` (tail: the counts)
 #   fuzz-<K>.txt / .err / fuzz-<K>.json        the campaign's summary (stdout), progress, its fuzz-summary.json
 #   pending-suite-<K>/, pending-fuzz-<K>/      failing recipes saved by the suite / the campaign (corpus JSON)
 #   replay-<K>.txt                             `conformance replay` of each saved failure (its class, worst element)
 #   runs-<K>.tgz                               the run folders' reports and failure logs (records left out)
 #   bench.txt / bench.json                     adapter and bare-kernel medians at n_q 1, 1024, 4096 (contended)
+#   probe-<K>.txt / .json, probed-<K>.toml    `conformance probe`: the measured profile and its evidence
 #   sglang-int32.txt                           sglang's reader / decode kernel just past 2^31-element offsets
 set -u
 : "${RESULTS:?RESULTS must be set}"
@@ -32,9 +33,10 @@ export PYTHONPATH="$VLLM_DIR:${PYTHONPATH:-}:$PWD"
 {
   date -u; nvidia-smi -L; git log --oneline -1 2>/dev/null
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
-  for k in $PEERS; do python3 -c "from kernel.registry import resolve; b = resolve('$k'); print('$k', 'ok', b.profile)" 2>&1 | tail -1; done
 } > "$R/env.txt" 2>&1
 log "env written"
+( for k in $PEERS; do timeout 90 python3 -c "from kernel.registry import resolve; b = resolve('$k'); print('$k', 'ok', b.profile)" 2>&1 | tail -1; done \
+    > "$R/resolve.txt" ) &
 
 for k in $PEERS; do
   ( CI=1 CONFORMANCE_DIR="$STATE/suite-$k" CONFORMANCE_PENDING_DIR="$R/pending-suite-$k" \
@@ -45,8 +47,13 @@ for k in $PEERS; do
       > "$R/fuzz-$k.txt" 2> "$R/fuzz-$k.err"
     log "fuzz $k rc=$?" ) &
 done
+for k in $PEERS; do
+  ( CONFORMANCE_DIR="$STATE/probe-$k" timeout -k 5 300 python3 -m conformance probe --kernel "$k" --device cuda \
+      --out "$R/probed-$k.toml" --json "$R/probe-$k.json" > "$R/probe-$k.txt" 2>&1
+    log "probe $k rc=$?" ) &
+done
 ( timeout -k 5 150 python3 scripts/h200/final_peers_bench.py --json "$R/bench.json" > "$R/bench.txt" 2>&1; log "bench rc=$?" ) &
-( timeout -k 5 200 python3 scripts/repro/sglang_decode_reader_int32.py > "$R/sglang-int32.txt" 2>&1; log "sglang int32 repro rc=$?" ) &
+( timeout -k 5 330 python3 scripts/repro/sglang_decode_reader_int32.py > "$R/sglang-int32.txt" 2>&1; log "sglang int32 repro rc=$?" ) &
 wait
 log "suites, campaigns and bench finished"
 

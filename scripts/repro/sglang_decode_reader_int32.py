@@ -70,12 +70,15 @@ def main() -> int:
         print({"reader": check_reader, "decode": check_decode}[sys.argv[1]]())
         return 0
     for name, rows, unit in (("reader", READER_ROWS, "records x 656 B"), ("decode", DECODE_ROWS, "keys x 576")):
-        run = subprocess.run([sys.executable, __file__, name], capture_output=True, text=True, timeout=120)
-        tail = (
-            (run.stdout.strip().splitlines() or [""])[-1]
-            if run.returncode == 0
-            else f"child exit {run.returncode}: {run.stderr.strip()[-300:]}"
-        )
+        try:
+            run = subprocess.run([sys.executable, __file__, name], capture_output=True, text=True, timeout=150)
+        except subprocess.TimeoutExpired:
+            print(f"sglang {name} at {rows} {unit}: no answer within 150 s", flush=True)
+            continue
+        if run.returncode == 0:
+            tail = (run.stdout.strip().splitlines() or [""])[-1]
+        else:
+            tail = f"child exit {run.returncode}: {run.stderr.strip()[-300:]}"
         print(f"sglang {name} at {rows} {unit}: {tail}", flush=True)
     return 0
 

@@ -29,6 +29,7 @@ import importlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -101,10 +102,10 @@ def _t_sparse_mla_prefill() -> None:
     )
 
 
-def _pa_decode(shape: str, waves: int, splits: int) -> None:
+def _pa_decode(shape: str, waves: int, splits: int, h: int) -> None:
     m = _aiter("pa_decode_sparse")
     mfma = m._MFMA_MAP[shape]
-    h, d, t, pages = 16, 512, 2, 64
+    d, t, pages = 512, 2, 64
     launch = m._compile_pa_decode_sparse_mfma(
         H=h, D=d, BLOCK_K=mfma.MFMA_N, KV_SPLITS=splits, softmax_scale=d**-0.5, mfma=mfma, n_waves=waves
     )
@@ -125,12 +126,13 @@ def _pa_decode(shape: str, waves: int, splits: int) -> None:
 
 def _t_pa_decode_sparse() -> None:
     """aiter sparse paged decode (bf16 KV, H 16, D 512, 16x16x16 MFMA, 4 waves, one split)."""
-    _pa_decode("16x16x16", 4, 1)
+    _pa_decode("16x16x16", 4, 1, 16)
 
 
 def _t_pa_decode_sparse_32x32() -> None:
-    """aiter sparse paged decode, 32x32x8 MFMA, 4 waves, 2 KV splits (partials out)."""
-    _pa_decode("32x32x8", 4, 2)
+    """aiter sparse paged decode, 32x32x8 MFMA, 4 waves, H 32 (= its BLOCK_H), 2 KV splits
+    (partials out)."""
+    _pa_decode("32x32x8", 4, 2, 32)
 
 
 def _t_mla_reduce() -> None:
@@ -188,6 +190,9 @@ def compile_targets(checkouts: list[Path], out: Path, compat: list[str], only: s
         if src is None:
             continue
         dump = out / f".dump_{name}"
+        shutil.rmtree(dump, ignore_errors=True)
+        for old in out.glob(f"{name}.*s"):
+            old.unlink()
         env = compile_env(rocm, dump)
         t0 = time.perf_counter()
         print(f"compiling {name} from {src} ...", flush=True)

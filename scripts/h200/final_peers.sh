@@ -9,7 +9,7 @@
 #   suite-<K>.log                              `CI=1 pytest conformance --kernel K -n 4 -q -rfE` (tail: the counts)
 #   fuzz-<K>.txt / .err / fuzz-<K>.json        the campaign's summary (stdout), progress, its fuzz-summary.json
 #   pending-suite-<K>/, pending-fuzz-<K>/      failing recipes saved by the suite / the campaign (corpus JSON)
-#   replay-<K>.txt                             `conformance replay` of each saved failure (its class, worst element)
+#   replay-<K>.txt                             each saved failure: `conformance replay` (its class) and the direct call
 #   runs-<K>.tgz                               the run folders' reports and failure logs (records left out)
 #   bench.txt / bench.json                     adapter and bare-kernel medians at n_q 1, 1024, 4096 (contended)
 #   probe-<K>.txt / .json, probed-<K>.toml    `conformance probe`: the measured profile and its evidence
@@ -67,7 +67,9 @@ done
 for k in $PEERS; do
   for f in $(ls "$R/pending-suite-$k"/*.json "$R/pending-fuzz-$k"/*.json 2>/dev/null | head -4); do
     [ $(( $(date +%s) - START )) -gt 440 ] && break 2
-    { echo "=== $f"; timeout -k 5 25 python3 -m conformance replay "$f" --kernel "$k" 2>&1 | tail -40; } >> "$R/replay-$k.txt"
+    { echo "=== $f"; timeout -k 5 25 python3 -m conformance replay "$f" --kernel "$k" 2>&1 | tail -40
+      echo "--- direct call (scripts/repro/sglang_vllm_triton.py)"
+      timeout -k 5 40 python3 scripts/repro/sglang_vllm_triton.py "$f" "$k" 2>&1 | tail -8; } >> "$R/replay-$k.txt"
   done
 done
 find "$R" -type f -size +8M -print -delete | sed 's/^/deleted (too big): /' >> "$R/steps.log"

@@ -491,3 +491,23 @@ def test_engine_import_failure_names_the_backend(tmp_path: Any, monkeypatch: pyt
         triton_peers.load_vllm(vllm_sparse.KERNEL_MODULE, "vllm-sparse")
     for key in [k for k in sys.modules if k.split(".")[0] == "vllm"]:
         del sys.modules[key]
+
+
+def test_row_chunks_give_the_same_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Launches split over row chunks (the int32 offset limit) address the right keys and outputs."""
+    p = make_problem([3, 40, 0, 17, 65], 3, seed=21, negative_every=6)
+    whole_s = sglang_decode.run_sglang_decode(
+        **p, softmax_scale=0.05, return_lse=True, has_invalid=True, kernel=FakeSglang(), reader=FakeSglang()
+    )
+    whole_v = vllm_sparse.run_vllm_sparse(**p, softmax_scale=0.05, return_lse=True, has_invalid=True, kernel=FakeVllmSparse())
+    chunks = lambda n_q, width, row_elements=576: [(0, 2), (2, 3), (3, n_q)]  # noqa: E731
+    monkeypatch.setattr(sglang_decode, "int32_row_chunks", chunks)
+    monkeypatch.setattr(vllm_sparse, "int32_row_chunks", chunks)
+    fake = FakeSglang()
+    parts_s = sglang_decode.run_sglang_decode(**p, softmax_scale=0.05, return_lse=True, has_invalid=True, kernel=fake, reader=fake)
+    sparse = FakeVllmSparse()
+    parts_v = vllm_sparse.run_vllm_sparse(**p, softmax_scale=0.05, return_lse=True, has_invalid=True, kernel=sparse)
+    assert len(fake.calls) == 3 and len(sparse.calls) == 3
+    for whole, parts in ((whole_s, parts_s), (whole_v, parts_v)):
+        assert torch.equal(whole[0], parts[0]) and torch.equal(whole[1], parts[1])
+    check_against_oracle(p, parts_s[0], parts_s[1], 0.05, has_invalid=True, out_tol=2**-7, lse_tol=1e-6)

@@ -26,7 +26,7 @@ import torch
 
 from kernel.backend import BackendUnavailable, gfx950_available
 from kernel.backends.flydsl import compile as fc
-from kernel.backends.flydsl import gfx950 as K
+from kernel.backends.flydsl import layout as K
 from kernel.fp8 import decode_e4m3, encode_e4m3, f32_exponent_field
 from kernel.registry import resolve
 

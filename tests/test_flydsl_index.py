@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from kernel.backends import emulated as em
-from kernel.backends.flydsl import gfx950 as K
+from kernel.backends.flydsl import layout as K
 
 
 def _descriptor(indices: list[int], beg: int) -> tuple[int, int]:

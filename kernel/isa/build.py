@@ -5,7 +5,7 @@ configuration. It compiles with the FlyDSL compile-only driver of kernel.backend
 (`compile_configs`: its own subprocess per group, COMPILE_ONLY=1 ARCH=gfx950, flydsl's cache off,
 final ISA dumped, ld.lld from `ensure_toolchain`) and keeps the result under
 $FLYDSL_ISA_CACHE (default ~/.cache/sparse-mla-flydsl/isa)/<hash>/<label>.s, where <hash> covers
-kernel/backends/flydsl/gfx950.py and the flydsl version: each configuration of each kernel
+kernel/backends/flydsl/gfx950.py with its layout.py and mlir_layer.py, and the flydsl version: each configuration of each kernel
 version is compiled once per machine (CI: once per run, or never with a restored cache).
 
 CLI: python -m kernel.isa.build --heads 1,5,8,16 --has-invalid 0,1 --return-lse 0,1
@@ -41,9 +41,11 @@ def cache_root() -> Path:
 def source_hash() -> str:
     """Hash of the kernel source and the flydsl version (the cache key)."""
     from kernel.backends.flydsl.compile import flydsl_version
+    from kernel.backends.flydsl.gfx950 import SOURCE_FILES
 
     h = hashlib.sha256()
-    h.update(KERNEL_SOURCE.read_bytes())
+    for path in (KERNEL_SOURCE, *SOURCE_FILES):  # gfx950.py and the modules it is written with
+        h.update(Path(path).read_bytes())
     h.update(str(flydsl_version()).encode())
     return h.hexdigest()[:16]
 

@@ -1,7 +1,10 @@
 """FlyDSL sparse MLA forward kernel for gfx950 (MI355X) over fp8_ds_mla records.
 
-flydsl (0.4.x) is imported on the first build, so the layout functions (shared with the
-lane-level simulator in tests/test_flydsl_compile.py) import without it.
+The kernel is written in three modules, one job each: kernel/backends/flydsl/layout.py (record
+and launch geometry, LDS layout, lane mapping, index semantics: pure integer arithmetic shared
+with the lane-level models), kernel/backends/flydsl/mlir_layer.py (the generic IR layer: `V`,
+memory, control flow, conversions) and this file (the algorithm, its numerics constants and
+the launcher). flydsl (0.4.x) is imported on the first build, so all three import without it.
 `build_launcher(heads, has_invalid, return_lse)` returns the `@flyc.jit` launcher of one
 configuration; the host wrapper (kernel/backends/flydsl/host.py) calls it with raw device addresses.
 
@@ -73,7 +76,79 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-# flydsl modules, bound by _require_flydsl() (the layout functions below need none of them).
+from kernel.backends.flydsl import layout, mlir_layer
+from kernel.backends.flydsl.layout import (
+    LDS_BYTES,
+    LDS_K,
+    LDS_SCAN,
+    MAX_HEADS,
+    RECORD_BYTES,
+    ROPE_OFFSET,
+    SCALE_OFFSET,
+    THREADS,
+    TILE,
+    dma_token,
+    index_offset,
+    lds_k,
+    lds_p,
+    lds_scale,
+    lds_x,
+    out_dim,
+    pv_token,
+    qk_block,
+    qk_dim,
+    qk_out_token,
+    qk_row_token,
+    row_skew,
+    scan_candidate,
+    scan_start,
+    slot_of,
+    tr8_address,
+)
+from kernel.backends.flydsl.mlir_layer import (
+    V,
+    _bf16,
+    _f16,
+    _f32,
+    _i16,
+    _i32,
+    _i64,
+    _vec,
+    barrier,
+    bf16_pair_to_f32,
+    cf,
+    ci,
+    cl,
+    e4m3x8_to_f16x8,
+    exp2,
+    for_loop,
+    global_load,
+    global_ptr,
+    global_store,
+    if_then,
+    lane_xor,
+    lds_load,
+    lds_ptr,
+    lds_store,
+    log2,
+    mfma_bf16,
+    mfma_f16,
+    no_wrap,
+    pack_e4m3,
+    pipelined,
+    readfirstlane,
+    sched_fence,
+    unpack_e4m3,
+    vec_bitcast,
+    vec_cat,
+    vec_get,
+    vec_of,
+    wait_lgkm,
+    wait_vm,
+    zeros_f32x4,
+)
+
+# flydsl modules, bound by _require_flydsl() on the first build (the kernel body names them).
 flyc: Any = None
 fx: Any = None
 ir: Any = None
@@ -86,55 +161,15 @@ as_ir_value: Any = None
 
 
 def _require_flydsl() -> None:
-    """Import flydsl (0.4.x) on first use; ImportError when it is not installed."""
+    """Import flydsl on first use (mlir_layer.require_flydsl) and bind its modules here too."""
     global flyc, fx, ir, arith, llvm, rocdl, scf, vector, as_ir_value
     if ir is not None:
         return
-    import flydsl.compiler as _flyc
-    import flydsl.expr as _fx
-    from flydsl._mlir import ir as _ir
-    from flydsl._mlir.dialects import arith as _arith
-    from flydsl._mlir.dialects import llvm as _llvm
-    from flydsl._mlir.dialects import rocdl as _rocdl
-    from flydsl._mlir.dialects import scf as _scf
-    from flydsl._mlir.dialects import vector as _vector
-    from flydsl.expr.typing import as_ir_value as _as_ir_value
+    mlir_layer.require_flydsl()
+    m = mlir_layer
+    flyc, fx, ir, arith, llvm = m.flyc, m.fx, m.ir, m.arith, m.llvm
+    rocdl, scf, vector, as_ir_value = m.rocdl, m.scf, m.vector, m.as_ir_value
 
-    flyc, fx, ir, arith, llvm = _flyc, _fx, _ir, _arith, _llvm
-    rocdl, scf, vector, as_ir_value = _rocdl, _scf, _vector, _as_ir_value
-
-# ---------------------------------------------------------------- record and launch geometry
-RECORD_BYTES = 656  # 512 e4m3 codes | 4 f32 scales | 64 bf16 rope
-SCALE_OFFSET = 512
-ROPE_OFFSET = 528
-HEAD_DIM = 576
-TILE = 128  # tokens per tile
-THREADS = 256  # 4 waves of 64
-MAX_HEADS = 16
-
-# ---------------------------------------------------------------- LDS layout (bytes)
-# Latent tile: 4 column blocks (record bytes 128b .. 128b + 128), 16 KiB each, laid out as
-# [half (tokens 0-63 / 64-127)][16-byte chunk c (0..7)][slot (64)][16 B], so one DMA
-# instruction fills one (half, chunk) window with every lane fetching its own token. Token
-# tok of a half sits in slot token_slot(tok % 64) (bit 2 ^= bit 4): the PV transposed reads
-# of lane groups 0/1 (and 2/3) then hit disjoint banks (see pipeline_model.py).
-LDS_K = 0
-LDS_K_BLOCK = 16384
-LDS_K_HALF = 8192
-LDS_K_CHUNK = 1024
-# Record scales as f32 bits, [block (4)][half (2)][slot (64)] (slots as in the latent windows),
-# block rows padded to 576 bytes so the QK scale-word read (lane group g reads block g) spreads
-# over the 64 banks.
-LDS_SCALE = 65536
-SCALE_ROW_BYTES = TILE * 4 + 64
-# P rows, f32 [head (16)][token (128)], rows padded to 528 bytes (bank spread).
-LDS_P = LDS_SCALE + 4 * SCALE_ROW_BYTES
-P_ROW_BYTES = TILE * 4 + 16
-# Per-head exchange slots, f32 [head (16)][wave (4)] (tile max, then l in the epilogue).
-LDS_X = LDS_P + MAX_HEADS * P_ROW_BYTES
-# has_invalid scan: each wave's last valid position, i32 [wave (4)].
-LDS_SCAN = LDS_X + MAX_HEADS * 4 * 4
-LDS_BYTES = LDS_SCAN + 16
 
 P_SHIFT = 8.0  # P = exp2(x - m + 8) <= 2^8
 SCALE_V_MIN_BITS = 0x00000001  # smallest positive f32
@@ -145,13 +180,20 @@ LN2 = math.log(2.0)
 LOG2E = 1.0 / math.log(2.0)
 
 
+SOURCE_FILES = (layout.__file__, mlir_layer.__file__)  # with this file: the kernel's source
+
+
 def source_tag() -> str:
-    """Hash of this file: part of every launcher's JIT cache key (a closure value), so flydsl's
-    on-disk cache never serves a kernel built from an older version of this code."""
+    """Hash of the kernel's source (this file, layout.py, mlir_layer.py): part of every launcher's
+    JIT cache key (a closure value), so flydsl's on-disk cache never serves a kernel built from an
+    older version of this code."""
     import hashlib
 
-    with open(__file__, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()[:16]
+    digest = hashlib.sha256()
+    for path in (__file__, *SOURCE_FILES):
+        with open(path, "rb") as fh:
+            digest.update(fh.read())
+    return digest.hexdigest()[:16]
 
 
 def kernel_name(heads: int, has_invalid: bool, return_lse: bool) -> str:
@@ -159,556 +201,15 @@ def kernel_name(heads: int, has_invalid: bool, return_lse: bool) -> str:
     return f"sparse_mla_fp8ds_gfx950_h{heads}_i{int(has_invalid)}_l{int(return_lse)}"
 
 
-# ================================================================ layout
-# Pure index arithmetic, written once and used both by the kernel (on IR values) and by the
-# lane-level simulator in the tests (on Python ints). Byte offsets are relative to the
-# workgroup's LDS base. Lane ids: t = lane % 16, g = lane // 16; w = wave.
-
-
-def token_slot(x: Any) -> Any:
-    """Slot (0..63) of a half's token x (0..63) in its DMA window: bit 2 flipped when bit 4 is
-    set (an involution, so it is also the token a window slot holds)."""
-    return x ^ ((x >> 2) & 4)
-
-
-def lds_k(block: Any, tok: Any, chunk: Any) -> Any:
-    """LDS byte offset of 16-byte chunk `chunk` (0..7) of record block `block` of tile token `tok`."""
-    return LDS_K + block * LDS_K_BLOCK + (tok >> 6) * LDS_K_HALF + chunk * LDS_K_CHUNK + token_slot(tok & 63) * 16
-
-
-def lds_scale(block: Any, tok: Any) -> Any:
-    """LDS byte offset of tile token `tok`'s f32 scale of record block `block` (the same slot
-    order as the latent windows: the scale DMA lane fetches the same row as its latent DMA)."""
-    return LDS_SCALE + block * SCALE_ROW_BYTES + (tok >> 6) * 256 + token_slot(tok & 63) * 4
-
-
-def lds_p(head: Any, tok: Any) -> Any:
-    """LDS byte offset of P[tok][head] (f32)."""
-    return LDS_P + head * P_ROW_BYTES + tok * 4
-
-
-def lds_x(head: Any, wave: Any) -> Any:
-    """LDS byte offset of wave `wave`'s exchange slot for head `head` (f32)."""
-    return LDS_X + head * 16 + wave * 4
-
-
-def dma_token(half: Any, lane: Any) -> Any:
-    """Tile token whose 16 bytes lane `lane` copies in the DMA windows of half `half` (0, 1):
-    the token window slot `lane` holds (lane l's bytes land at window + 16 l)."""
-    return half * 64 + token_slot(lane)
-
-
-def qk_row_token(wave: Any, s: int, t: Any) -> Any:
-    """Tile token of QK A-operand row t of subtile s (lane (t, g) reads its codes and rope)."""
-    return wave * 32 + s * 16 + t
-
-
-def qk_out_token(wave: Any, s: int, g: Any, r: int) -> Any:
-    """Tile token of QK accumulator register r of subtile s in lane group g (D row 4g + r)."""
-    return wave * 32 + s * 16 + g * 4 + r
-
-
-def pv_token(kc: int, g: Any, j: Any) -> Any:
-    """Tile token of PV K-chunk kc, lane group g, element j (MFMA k = 8g + j).
-
-    Chunk kc = 2hf + sub holds the 32 tokens whose bit 6 is hf and bit 2 is sub (the grouping
-    kernel/backends/emulated.py models): token = 64hf + 16g + 8(j >> 2) + 4sub + (j & 3).
-    """
-    return (kc >> 1) * 64 + (kc & 1) * 4 + g * 16 + (j >> 2) * 8 + (j & 3)
-
-
-def tr8_address(wave: Any, kc: int, ch: int, t: Any, g: Any) -> Any:
-    """LDS byte address lane (t, g) gives ds_read_b64_tr_b8 for PV chunk (kc, ch).
-
-    Lanes 2j and 2j + 1 address bytes 0..7 and 8..15 of 16-byte chunk ch (dims 16ch..16ch+15
-    of block `wave`) of token pv_token(kc, g, j); lane t then receives dim 16ch + t of the
-    8 tokens, byte j = token pv_token(kc, g, j).
-    """
-    return lds_k(wave, pv_token(kc, g, t >> 1), ch) + (t & 1) * 8
-
-
-def qk_block(part: int, g: Any) -> Any:
-    """Record block behind operand bytes 16part .. 16part + 15 of lane group g (QK MFMA).
-
-    The MFMA's E8M0 group kb covers K bytes 32kb .. 32kb + 31, i.e. bytes 0..15 of lane groups
-    2kb, 2kb + 1 (kb < 2) or bytes 16..31 of lane groups 2(kb - 2), 2(kb - 2) + 1 (kb >= 2):
-    scale group kb is record block kb, and lane group g supplies block g's E8M0.
-    """
-    return part * 2 + (g >> 1)
-
-
-def qk_dim(j: int, part: int, g: Any) -> Any:
-    """First of the 16 latent dims behind bytes 16part..16part+15 of lane group g, QK MFMA j.
-
-    MFMA j covers dims 32j .. 32j + 31 of every record block.
-    """
-    return qk_block(part, g) * 128 + j * 32 + (g & 1) * 16
-
-
-def out_dim(wave: Any, ch: int, g: Any) -> Any:
-    """First of the 4 output dims (registers r = 0..3) of PV accumulator ch in lane group g."""
-    return wave * 128 + ch * 16 + g * 4
-
-
-# ================================================================ index semantics
-# Written once for IR values (the kernel) and Python ints (tests/test_flydsl_index.py, which
-# checks them against kernel/backends/emulated.py's load_slots / tile_count).
-
-
-def _select(cond: Any, a: Any, b: Any) -> Any:
-    if isinstance(cond, bool):
-        return a if cond else b
-    return cond.sel(a, b)
-
-
-def _smax(x: Any, k: Any) -> Any:
-    return max(x, k) if isinstance(x, int) else x.smax(k)
-
-
-def _smin(x: Any, k: Any) -> Any:
-    return min(x, k) if isinstance(x, int) else x.smin(k)
-
-
-def _sign_mask(x: Any) -> Any:
-    """All ones (-1) when x < 0, else 0 (an arithmetic shift by 31 of an i32)."""
-    return (-1 if x < 0 else 0) if isinstance(x, int) else x.ashr(31)
-
-
-def row_skew(beg: Any) -> Any:
-    """min(beg, 0): row position p reads descriptor entry p + skew (the descriptor starts at
-    the row start clamped into the index buffer); p + skew < 0 lies before the buffer."""
-    return _select(beg < 0, beg, 0)
-
-
-def index_offset(pos: Any, skew: Any) -> Any:
-    """Descriptor entry the kernel loads for row position pos (clamped at 0; slot_word discards
-    what it reads when pos + skew < 0)."""
-    return _smax(pos + skew, 0)
-
-
-def slot_of(pos: Any, raw: Any, length: Any, skew: Any) -> Any:
-    """The slot word of row position pos given the loaded word: indices[beg + pos], 0 when
-    beg + pos is outside the index buffer (below it: this select; past it: the descriptor
-    returned 0), -1 when pos >= len (so a slot word < 0 marks a masked position)."""
-    return _select(pos < length, _select((pos + skew) < 0, 0, raw), -1)
-
-
-def scan_start(length: Any, skew: Any) -> tuple[Any, Any]:
-    """(entries to scan, initial last_valid) of the has_invalid scan: descriptor entries
-    [0, max(len + skew, 0)) hold the row's positions -skew ..; positions below -skew read 0, a
-    valid entry, so last_valid starts at min(-skew, len)."""
-    return _smax(length + skew, 0), _smin(0 - skew, length)
-
-
-def scan_candidate(q: Any, n_in: Any, skew: Any, entry: Any) -> Any:
-    """One past row position q - skew when descriptor entry q < n_in holds an entry >= 0, else
-    0 (integer masks: all ones when q < n_in, both in [0, 2^31), and entry >= 0)."""
-    keep = _sign_mask(q - n_in) & ~_sign_mask(entry)
-    return ((q + 1) - skew) & keep
-
-
-# ================================================================ tiny IR layer
-# Every helper below builds MLIR at the current insertion point (the kernel being traced).
-
-
-def _i16() -> ir.Type:
-    return ir.IntegerType.get_signless(16)
-
-
-def _i32() -> ir.Type:
-    return ir.IntegerType.get_signless(32)
-
-
-def _i64() -> ir.Type:
-    return ir.IntegerType.get_signless(64)
-
-
-def _f32() -> ir.Type:
-    return ir.F32Type.get()
-
-
-def _f16() -> ir.Type:
-    return ir.F16Type.get()
-
-
-def _bf16() -> ir.Type:
-    return ir.BF16Type.get()
-
-
-def _vec(n: int, elem: ir.Type) -> ir.Type:
-    return ir.VectorType.get([n], elem)
-
-
-_NO_WRAP = [False]
-
-
-class no_wrap:
-    """Context in which i32 add/mul/shl carry nsw+nuw: used for LDS byte addresses (small and
-    non-negative), so the backend may fold constant parts into the DS instruction offset."""
-
-    def __enter__(self) -> None:
-        self._saved = _NO_WRAP[0]
-        _NO_WRAP[0] = True
-
-    def __exit__(self, *exc: object) -> None:
-        _NO_WRAP[0] = self._saved
-
-
-class V:
-    """An SSA scalar (i1/i32/i64/f32) with the operators this kernel needs.
-
-    Integer arithmetic wraps; `>>` is a logical shift; comparisons are signed for integers and
-    ordered for floats; Python numbers are materialized as constants of the other operand's type.
-    """
-
-    __slots__ = ("v",)
-
-    def __init__(self, value: ir.Value | V) -> None:
-        self.v = value.v if isinstance(value, V) else value
-
-    @property
-    def type(self) -> ir.Type:
-        return self.v.type
-
-    @property
-    def is_float(self) -> bool:
-        return self.v.type == ir.F32Type.get()
-
-    def _other(self, other: object) -> ir.Value:
-        if isinstance(other, V):
-            return other.v
-        if isinstance(other, ir.Value):
-            return other
-        if self.is_float:
-            return arith.constant(self.type, float(other))
-        width = ir.IntegerType(self.type).width
-        value = int(other)
-        if value >= 2 ** (width - 1):
-            value -= 2**width
-        return arith.constant(self.type, value)
-
-    def _bin(self, other: object, iop: Callable, fop: Callable | None = None) -> V:
-        rhs = self._other(other)
-        if self.is_float:
-            if fop is None:
-                raise TypeError("operation not defined for floats")
-            return V(fop(self.v, rhs))
-        if _NO_WRAP[0] and iop in (arith.addi, arith.muli, arith.shli):
-            flags = ir.Attribute.parse("#arith.overflow<nsw, nuw>")
-            return V(iop(self.v, rhs, overflow_flags=flags))
-        return V(iop(self.v, rhs))
-
-    def __add__(self, o: object) -> V:
-        return self._bin(o, arith.addi, arith.addf)
-
-    def __radd__(self, o: object) -> V:
-        return self._bin(o, arith.addi, arith.addf)
-
-    def __rmul__(self, o: object) -> V:
-        return self._bin(o, arith.muli, arith.mulf)
-
-    def __sub__(self, o: object) -> V:
-        return self._bin(o, arith.subi, arith.subf)
-
-    def __rsub__(self, o: object) -> V:
-        return V(self._other(o)) - self
-
-    def __mul__(self, o: object) -> V:
-        return self._bin(o, arith.muli, arith.mulf)
-
-    def __and__(self, o: object) -> V:
-        return self._bin(o, arith.andi)
-
-    def __or__(self, o: object) -> V:
-        return self._bin(o, arith.ori)
-
-    def __xor__(self, o: object) -> V:
-        return self._bin(o, arith.xori)
-
-    def __invert__(self) -> V:
-        return self._bin(-1, arith.xori)
-
-    def __lshift__(self, o: object) -> V:
-        return self._bin(o, arith.shli)
-
-    def __rshift__(self, o: object) -> V:
-        return self._bin(o, arith.shrui)
-
-    def _cmp(self, other: object, ipred: str, fpred: str) -> V:
-        rhs = self._other(other)
-        if self.is_float:
-            return V(arith.cmpf(getattr(arith.CmpFPredicate, fpred), self.v, rhs))
-        return V(arith.cmpi(getattr(arith.CmpIPredicate, ipred), self.v, rhs))
-
-    def __lt__(self, o: object) -> V:  # type: ignore[override]
-        return self._cmp(o, "slt", "OLT")
-
-    def __le__(self, o: object) -> V:  # type: ignore[override]
-        return self._cmp(o, "sle", "OLE")
-
-    def __gt__(self, o: object) -> V:  # type: ignore[override]
-        return self._cmp(o, "sgt", "OGT")
-
-    def __ge__(self, o: object) -> V:  # type: ignore[override]
-        return self._cmp(o, "sge", "OGE")
-
-    def eq(self, o: object) -> V:
-        return self._cmp(o, "eq", "OEQ")
-
-    def ne(self, o: object) -> V:
-        return self._cmp(o, "ne", "UNE")
-
-    def ashr(self, o: object) -> V:
-        """Arithmetic (sign-filling) right shift."""
-        return V(arith.shrsi(self.v, self._other(o)))
-
-    def ult(self, o: object) -> V:
-        return V(arith.cmpi(arith.CmpIPredicate.ult, self.v, self._other(o)))
-
-    def sel(self, a: object, b: object) -> V:
-        """self ? a : b (self is i1; a and b of one type, numbers take the other's type)."""
-        if isinstance(a, (V, ir.Value)):
-            av = V(a)
-            bv = V(av._other(b))
-        elif not isinstance(b, (V, ir.Value)):
-            make = cf if isinstance(a, float) or isinstance(b, float) else ci
-            av, bv = make(a), make(b)
-        else:
-            bv = V(b)
-            av = V(bv._other(a))
-        return V(arith.select(self.v, av.v, bv.v))
-
-    def smax(self, o: object) -> V:
-        return V(arith.maxsi(self.v, self._other(o)))
-
-    def smin(self, o: object) -> V:
-        return V(arith.minsi(self.v, self._other(o)))
-
-    def umax(self, o: object) -> V:
-        return V(arith.maxui(self.v, self._other(o)))
-
-    def fmax(self, o: object) -> V:
-        return V(arith.maxnumf(self.v, self._other(o)))
-
-    def i64(self) -> V:
-        """Zero-extension to i64."""
-        return V(arith.extui(_i64(), self.v))
-
-    def i32(self) -> V:
-        """Truncation to i32."""
-        return V(arith.trunci(_i32(), self.v))
-
-    def as_f32(self) -> V:
-        return V(arith.bitcast(_f32(), self.v))
-
-    def as_i32(self) -> V:
-        return V(arith.bitcast(_i32(), self.v))
-
-
-def ci(value: int) -> V:
-    """i32 constant (values >= 2^31 wrap)."""
-    value = int(value)
-    if value >= 2**31:
-        value -= 2**32
-    return V(arith.constant(_i32(), value))
-
-
-def cl(value: int) -> V:
-    """i64 constant."""
-    return V(arith.constant(_i64(), int(value)))
-
-
-def cf(value: float) -> V:
-    """f32 constant."""
-    return V(arith.constant(_f32(), float(value)))
-
-
-def _raw(x: V | ir.Value) -> ir.Value:
-    return x.v if isinstance(x, V) else x
-
-
-def vec_of(elems: Sequence[V | ir.Value], elem: ir.Type) -> ir.Value:
-    return vector.from_elements(_vec(len(elems), elem), [_raw(e) for e in elems])
-
-
-def vec_get(vec: ir.Value, i: int) -> V:
-    return V(vector.extract(vec, [], [i]))
-
-
-def vec_bitcast(vec: ir.Value, n: int, elem: ir.Type) -> ir.Value:
-    return vector.bitcast(_vec(n, elem), vec)
-
-
-def vec_cat(a: ir.Value, b: ir.Value) -> ir.Value:
-    n = ir.VectorType(a.type).shape[0]
-    return vector.shuffle(a, b, list(range(2 * n)))
-
-
-def zeros_f32x4() -> ir.Value:
-    t = _vec(4, _f32())
-    return arith.constant(t, ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(_f32(), 0.0)))
-
-
-def readfirstlane(x: V) -> V:
-    return V(rocdl.readfirstlane(_i32(), x.v))
-
-
-def lds_ptr(addr: V) -> ir.Value:
-    return llvm.inttoptr(ir.Type.parse("!llvm.ptr<3>"), addr.v)
-
-
-def global_ptr(addr: V) -> ir.Value:
-    return llvm.inttoptr(ir.Type.parse("!llvm.ptr<1>"), addr.v)
-
-
-def lds_load(ty: ir.Type, addr: V, align: int) -> ir.Value:
-    return llvm.load(ty, lds_ptr(addr), alignment=align)
-
-
-def lds_store(value: ir.Value, addr: V, align: int) -> None:
-    llvm.store(value, lds_ptr(addr), alignment=align)
-
-
-def global_load(ty: ir.Type, addr: V, align: int, volatile: bool = False) -> ir.Value:
-    return llvm.load(ty, global_ptr(addr), alignment=align, volatile_=volatile)
-
-
-def global_store(value: ir.Value, addr: V, align: int) -> None:
-    llvm.store(value, global_ptr(addr), alignment=align)
-
-
-def wait_vm() -> None:
-    """s_waitcnt vmcnt(0): this wave's global loads and LDS DMA have landed."""
-    fx.rocdl.s_waitcnt(vmcnt=0)
-
-
-def wait_lgkm() -> None:
-    """s_waitcnt lgkmcnt(0): this wave's LDS reads/writes are done."""
-    fx.rocdl.s_waitcnt(lgkmcnt=0)
-
-
-def barrier() -> None:
-    """Workgroup barrier with LDS release/acquire fences (gpu.barrier)."""
-    fx.gpu.barrier()
-
-
-def sched_fence() -> None:
-    """sched_barrier(0): the machine scheduler moves nothing across this point."""
-    fx.rocdl.sched_barrier(0)
-
-
-def pipelined(n: int, depth: int, issue: Callable[[int], object], consume: Callable[[int, object], None],
-              drained: Callable[[], None] | None = None) -> None:
-    """Software pipeline: issue(i) (loads) runs `depth` steps ahead of consume(i) (math).
-
-    Scheduling fences keep this order in the final code. `drained` runs once, right after the
-    last issue, before the remaining consumes.
-    """
-    pending = {i: issue(i) for i in range(min(depth, n))}
-    if n <= depth and drained is not None:
-        sched_fence()
-        drained()
-    for i in range(n):
-        sched_fence()
-        if i + depth < n:
-            pending[i + depth] = issue(i + depth)
-            if i + depth == n - 1 and drained is not None:
-                sched_fence()
-                drained()
-        sched_fence()
-        consume(i, pending.pop(i))
-    sched_fence()
-
-
-def lane_xor(x: V, lane: V, mask: int) -> V:
-    """Value of x (i32 bits) in lane `lane ^ mask` (ds_bpermute)."""
-    idx = (lane ^ mask) << 2
-    return V(rocdl.ds_bpermute(_i32(), idx.v, x.v))
-
-
-def for_loop(lb: V, ub: V, init: list[ir.Value], body: Callable[[V, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
-    """scf.for over i32 [lb, ub) step 1 carrying `init`; body(iv, state) returns the next state.
-
-    The loop is marked not to be unrolled (its body is large and register-bound).
-    """
-    op = scf.ForOp(lb.v, ub.v, ci(1).v, init)
-    op.attributes["loop_annotation"] = ir.Attribute.parse("#llvm.loop_annotation<unroll = <disable = true>>")
-    with ir.InsertionPoint(op.body):
-        nxt = body(V(op.induction_variable), list(op.inner_iter_args))
-        scf.YieldOp([_raw(x) for x in nxt])
-    return list(op.results)
-
-
-def if_then(cond: V, then: Callable[[], None]) -> None:
-    """scf.if without results."""
-    op = scf.IfOp(cond.v)
-    with ir.InsertionPoint(op.then_block):
-        then()
-        scf.YieldOp([])
-
-
-# ================================================================ numerics helpers
-
-
-def bf16_pair_to_f32(word: V) -> tuple[V, V]:
-    """One i32 holding two bf16 (element 0 in the low half) -> two exact f32."""
-    return (word << 16).as_f32(), (word & 0xFFFF0000).as_f32()
-
-
-def pack_e4m3(vals: Sequence[V]) -> V:
-    """4 f32 -> one i32 of e4m3 codes, RNE (v_cvt_pk_fp8_f32; byte i = vals[i])."""
-    lo = rocdl.cvt_pk_fp8_f32(_i32(), vals[0].v, vals[1].v, ci(0).v, False)
-    return V(rocdl.cvt_pk_fp8_f32(_i32(), vals[2].v, vals[3].v, lo, True))
-
-
-def unpack_e4m3(word: V) -> list[V]:
-    """One i32 of 4 e4m3 codes -> 4 exact f32 (v_cvt_pk_f32_fp8)."""
-    out: list[V] = []
-    for hi in (False, True):
-        pair = rocdl.cvt_pk_f32_fp8(_vec(2, _f32()), word.v, hi)
-        out += [vec_get(pair, 0), vec_get(pair, 1)]
-    return out
-
-
-def e4m3x8_to_f16x8(raw: ir.Value) -> ir.Value:
-    """8 e4m3 codes (vector<2xi32>) -> vector<8xf16>, exact (scale 1.0)."""
-    one = cf(1.0).v
-    parts = []
-    for word_i in range(2):
-        word = vec_get(raw, word_i).v
-        for hi in (False, True):
-            parts.append(rocdl.cvt_scalef32_pk_f16_fp8(_vec(2, _f16()), word, one, hi))
-    return vec_cat(vec_cat(parts[0], parts[1]), vec_cat(parts[2], parts[3]))
+# ================================================================ the scaled MFMA
+# Kept with the kernel (not in mlir_layer.py): its operand formats are this kernel's choice, and
+# the ISA mutation self-test (mutations.py) edits them in this file.
 
 
 def mfma_scaled(a: ir.Value, b: ir.Value, acc: ir.Value, sel_a: int, scale_a: V, sel_b: int, scale_b: V) -> ir.Value:
     """v_mfma_scale_f32_16x16x128_f8f6f4 with e4m3 A and B; E8M0 scales from byte sel of a VGPR."""
     fmt = ir.Attribute.parse("#rocdl<matrix_format fp8_e4m3>")
-    return rocdl.mfma_scale_f32_16x16x128_f8f6f4_(
-        _vec(4, _f32()), a, b, acc, fmt, fmt, sel_a, scale_a.v, sel_b, scale_b.v
-    )
-
-
-def mfma_bf16(a: ir.Value, b: ir.Value, acc: ir.Value) -> ir.Value:
-    """v_mfma_f32_16x16x32_bf16."""
-    blgp = ir.Attribute.parse("#rocdl<mfma_perm_b none>")
-    return rocdl.mfma_f32_16x16x32_bf16_(_vec(4, _f32()), a, b, acc, 0, 0, blgp)
-
-
-def mfma_f16(a: ir.Value, b: ir.Value, acc: ir.Value) -> ir.Value:
-    """v_mfma_f32_16x16x32_f16."""
-    blgp = ir.Attribute.parse("#rocdl<mfma_perm_b none>")
-    return rocdl.mfma_f32_16x16x32_f16_(_vec(4, _f32()), a, b, acc, 0, 0, blgp)
-
-
-def exp2(x: V) -> V:
-    """v_exp_f32."""
-    return V(rocdl.exp2(_f32(), x.v))
-
-
-def log2(x: V) -> V:
-    """v_log_f32 (base 2)."""
-    return V(rocdl.log(_f32(), x.v))
+    return rocdl.mfma_scale_f32_16x16x128_f8f6f4_(_vec(4, _f32()), a, b, acc, fmt, fmt, sel_a, scale_a.v, sel_b, scale_b.v)
 
 
 # ================================================================ the kernel body
@@ -1024,10 +525,7 @@ def qk_scores(c: _Ctx, rope: list[ir.Value]) -> list[ir.Value]:
         with no_wrap():
             if j == 0:
                 scale_word = V(lds_load(_i32(), s_addr[s], 4))
-            parts = [
-                lds_load(_vec(4, _i32()), k_base[s] + (lds_k(2 * part, 0, 2 * j) - LDS_K), 16)
-                for part in range(2)
-            ]
+            parts = [lds_load(_vec(4, _i32()), k_base[s] + (lds_k(2 * part, 0, 2 * j) - LDS_K), 16) for part in range(2)]
         return scale_word, vec_cat(parts[0], parts[1])
 
     def consume(i: int, data: object) -> None:
@@ -1045,9 +543,7 @@ def qk_scores(c: _Ctx, rope: list[ir.Value]) -> list[ir.Value]:
     return acc
 
 
-def online_softmax(
-    c: _Ctx, tb: V, sacc: list[ir.Value], dout: list[V], m_old: V, l_old: V
-) -> tuple[V, V, V, list[V]]:
+def online_softmax(c: _Ctx, tb: V, sacc: list[ir.Value], dout: list[V], m_old: V, l_old: V) -> tuple[V, V, V, list[V]]:
     """online_softmax: tile max over the workgroup, P, alpha, and the new m and lane-partial l.
 
     x = s * c_log2 (masked: -1e30); m_new = max(m_old, tile max) (NaN scores do not take part
@@ -1141,8 +637,10 @@ def pv_accumulate(c: _Ctx, o: list[ir.Value], after_reads: Callable[[], None]) -
         with no_wrap():
             offs = [4 * (pv_token(kc, 0, 4 * k) - pv_token(0, 0, 0)) for k in range(2)]
             soffs = [lds_scale(0, pv_token(kc, 0, 4 * k)) - lds_scale(0, pv_token(sub, 0, 0)) for k in range(2)]
-            return ([lds_load(_vec(4, _f32()), p_base + off, 16) for off in offs],
-                    [lds_load(_vec(4, _i32()), sv_base[sub] + off, 16) for off in soffs])
+            return (
+                [lds_load(_vec(4, _f32()), p_base + off, 16) for off in offs],
+                [lds_load(_vec(4, _i32()), sv_base[sub] + off, 16) for off in soffs],
+            )
 
     def tr8(i: int) -> ir.Value:
         kc, ch = divmod(i, 8)
@@ -1237,8 +735,7 @@ def emit_kernel(heads: int, has_invalid: bool, return_lse: bool, source: str, ar
     rope0 = load_rope(c, ti0, volatile=True)
     dout0 = tile_masks(c, ti0)
     ti1 = _TileIdx.load(c, ci(TILE))
-    init = ([cf(MASKED_SCORE).v, cf(0.0).v] + [zeros_f32x4() for _ in range(8)] + rope0
-            + [x.v for x in dout0] + ti1.words())
+    init = [cf(MASKED_SCORE).v, cf(0.0).v] + [zeros_f32x4() for _ in range(8)] + rope0 + [x.v for x in dout0] + ti1.words()
 
     def tile(it: V, st: list[ir.Value]) -> list[ir.Value]:
         m_old, l_old = V(st[0]), V(st[1])
@@ -1263,6 +760,7 @@ def emit_kernel(heads: int, has_invalid: bool, return_lse: bool, source: str, ar
         o = [arith.mulf(x, vector.broadcast(_vec(4, _f32()), alpha.v)) for x in o]
         wait_lgkm()
         barrier()
+
         def refill() -> None:
             # Block w of the LDS tile (and scale row w) is read only by this wave's PV, whose
             # reads are all issued halfway through PV: once they have landed, stream in the

@@ -184,8 +184,8 @@ CATALOGUE: tuple[Mutation, ...] = (
         "Q operand of the scaled MFMA declared e5m2",
         (
             (
-                "        _vec(4, _f32()), a, b, acc, fmt, fmt, sel_a",
-                '        _vec(4, _f32()), a, b, acc, fmt, ir.Attribute.parse("#rocdl<matrix_format fp8_e5m2>"), sel_a',
+                "(_vec(4, _f32()), a, b, acc, fmt, fmt, sel_a",
+                '(_vec(4, _f32()), a, b, acc, fmt, ir.Attribute.parse("#rocdl<matrix_format fp8_e5m2>"), sel_a',
             ),
         ),
         ("mfma.format",),

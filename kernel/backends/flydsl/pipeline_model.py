@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from kernel.backends.flydsl import gfx950 as K
+from kernel.backends.flydsl import layout as K
 from kernel.backends.flydsl.isa_parse import Instr, Program, iteration_paths, parse_program
 
 LANES = range(64)

@@ -55,6 +55,9 @@ def _alias_packages(root: Path) -> None:
             sys.modules[pkg] = m
     if (root / "kernels").is_dir():
         sys.path.insert(0, str(root))
+        marker = types.ModuleType("__flydsl_root__")
+        marker.__file__ = str(root / "__init__.py")
+        sys.modules["__flydsl_root__"] = marker
 
 
 def _register_compat(pairs: str) -> None:
@@ -156,12 +159,42 @@ def _t_mla_reduce() -> None:
     launch(*ptrs, 16 * 512, 512, 16, 4, 1, 64, 4)
 
 
+def _t_flydsl_mla_decode_fp8() -> None:
+    """FlyDSL kernels/attention/mla_fwd_decode_m16x8_fp8_fp8.py (128 heads, fp8 Q and KV, 576 / 512
+    head dims, persistent over num_cus CTAs driven by aiter-style work metadata)."""
+    import torch
+    from kernels.attention import mla_fwd_decode_m16x8_fp8_fp8 as m
+
+    f8 = torch.float8_e4m3fn
+    seqs, pages, parts = 2, 64, 4
+    q = torch.zeros(seqs * 128, m.QK_HEAD_DIM, dtype=f8)
+    kv = torch.zeros(pages, m.QK_HEAD_DIM, dtype=f8)
+    m.launch_mla_fwd_decode_m16x8_fp8_fp8(
+        q, kv, _z(64, dtype="int32"), _z(5, dtype="int32"), _z(4, 8, dtype="int32"),
+        _z(seqs * 128, m.V_HEAD_DIM, dtype="bfloat16"), _z(parts * 128, m.V_HEAD_DIM), _z(parts * 128),
+        m.QK_HEAD_DIM**-0.5, 4, 160 * 1024,
+    )  # fmt: skip
+
+
+def _t_flydsl_vector_add() -> None:
+    """FlyDSL examples/01-vectorAdd.py: its kernel and launcher (the file's definitions, without
+    the GPU demo that follows them), for a [100, 1000] f32 add."""
+    src = Path(sys.modules["__flydsl_root__"].__file__).parent / "examples" / "01-vectorAdd.py"  # type: ignore[arg-type]
+    text = src.read_text()
+    head = text[: text.index("\nM, N = ")]  # definitions only; the demo allocates CUDA tensors
+    ns: dict = {"__name__": "flydsl_example_vector_add"}
+    exec(compile(head, str(src), "exec"), ns)  # noqa: S102 - the user's fetched example, by request
+    ns["vector_add"](_z(100, 1000), _z(100, 1000), _z(100, 1000))
+
+
 TARGETS: dict[str, tuple[str, Callable[[], None]]] = {
     # name: (file that must exist in the checkout, recipe)
     "aiter_sparse_mla_prefill": ("aiter/ops/flydsl/kernels/sparse_mla_prefill.py", _t_sparse_mla_prefill),
     "aiter_pa_decode_sparse": ("aiter/ops/flydsl/kernels/pa_decode_sparse.py", _t_pa_decode_sparse),
     "aiter_pa_decode_sparse_32x32": ("aiter/ops/flydsl/kernels/pa_decode_sparse.py", _t_pa_decode_sparse_32x32),
     "aiter_mla_reduce": ("aiter/ops/flydsl/kernels/mla_reduce.py", _t_mla_reduce),
+    "flydsl_mla_decode_fp8": ("kernels/attention/mla_fwd_decode_m16x8_fp8_fp8.py", _t_flydsl_mla_decode_fp8),
+    "flydsl_vector_add": ("examples/01-vectorAdd.py", _t_flydsl_vector_add),
 }
 
 
@@ -282,7 +315,7 @@ def run_all(out: Path, checks: str) -> int:
             print(f"{p.stem}: FAILED {type(err).__name__}: {str(err).splitlines()[0][:300]}")
             bad = 1
             continue
-        print(f"{p.stem}: {rep.summary()}")
+        print(rep.summary())
     return bad
 
 

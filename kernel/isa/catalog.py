@@ -242,6 +242,10 @@ OPCODES: dict[str, tuple[str, str]] = {
         "LLVM VOP3Instructions.td (gfx950 V_MAXIMUM3_F32)",
     ),
     "v_pk_mov_b32": ("D.lo = S0 dword op_sel[0], D.hi = S1 dword op_sel[1]", "LLVM VOP3PInstructions.td (gfx90a+ V_PK_MOV_B32)"),
+    "s_cmpk_lt_i32": ("SCC = S0 < sext(SIMM16) signed (all s_cmpk_<op>_i32 likewise)", "ISA3 SOPK"),
+    "s_cmpk_lt_u32": ("SCC = S0 < zext(SIMM16) unsigned (all s_cmpk_<op>_u32 likewise)", "ISA3 SOPK"),
+    "s_bitcmp0_b32": ("SCC = bit S1[4:0] of S0 == 0", "ISA3 SOPC"),
+    "s_bitcmp1_b32": ("SCC = bit S1[4:0] of S0 == 1", "ISA3 SOPC"),
     "ds_read_u16": ("D = zext(LDS16[ADDR + offset]) (i16: sign-extended; u8 / i8 likewise)", "ISA3 ch. 11 (DS_READ_U16)"),
     "buffer_store_short": ("MEM16[V#.base + VADDR + offset] = DATA[15:0] when offset + 2 <= num_records, else dropped", "ISA3 ch. 9"),
     "v_mfma_f32_16x16x16_bf16": (

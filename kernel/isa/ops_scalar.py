@@ -250,6 +250,45 @@ SALU["s_cmp_eq_u64"] = _scmp_factory
 SALU["s_cmp_lg_u64"] = _scmp_factory
 
 
+def _scmpk_factory(ins: Instr, d: Any) -> Fn:
+    """SOPK compares s_cmpk_<op>_{i32,u32} S0, SIMM16: SCC = S0 <op> SIMM16, the constant
+    sign-extended for i32 and zero-extended for u32 (CDNA3 ISA SOPK S_CMPK_*)."""
+    _no_mods(ins)
+    _, _, cop, ty = ins.mnemonic.split("_")
+    a = ssrc(ins, ins.operands[0], 1)
+    o = ins.operands[1]
+    require(isinstance(o, Imm), ins, "SIMM16 operand")
+    k = o.value & 0xFFFF
+    if ty == "i32" and k & 0x8000:
+        k -= 0x10000
+    f = _CMPS[cop]
+    conv = _s32 if ty == "i32" else (lambda v: v)
+
+    def run(w: Wave, x: Any) -> None:
+        w.scc, w.scc_def = int(f(conv(a(w, x)), k)), True
+
+    return run
+
+
+for _c in _CMPS:
+    for _t in ("i32", "u32"):
+        SALU[f"s_cmpk_{_c}_{_t}"] = _scmpk_factory
+
+
+@op("s_bitcmp0_b32", "s_bitcmp1_b32")
+def _bitcmp(ins: Instr, d: Any) -> Fn:
+    """SCC = (S0 >> S1[4:0]) & 1 == 0 (bitcmp0) or == 1 (bitcmp1) (CDNA3 ISA SOPC S_BITCMP*_B32)."""
+    _no_mods(ins)
+    a = ssrc(ins, ins.operands[0], 1)
+    b = ssrc(ins, ins.operands[1], 1)
+    want = 1 if ins.mnemonic == "s_bitcmp1_b32" else 0
+
+    def run(w: Wave, x: Any) -> None:
+        w.scc, w.scc_def = int(((a(w, x) >> (b(w, x) & 31)) & 1) == want), True
+
+    return run
+
+
 @op("s_and_saveexec_b64", "s_or_saveexec_b64", "s_andn2_saveexec_b64")
 def _saveexec(ins: Instr, d: Any) -> Fn:
     """SDST = EXEC; EXEC = S0 op EXEC; SCC = (EXEC != 0)."""

@@ -368,3 +368,20 @@ def test_buffer_store_short_range_checked() -> None:
     # lanes 0-2 write halfwords 0-2 (bytes 0..5 <= 6), the rest are dropped; only the low 16 bits
     # halfwords 0-2 written; halfword 3 (high half of dword 1 = 0x1001) and dword 2 keep their values
     assert arr.view("<u2")[:5].tolist() == [0x0000, 0x0001, 0x0002, 0x0000, 0x1002]
+
+
+@pytest.mark.parametrize(
+    "asm, s, scc",
+    [
+        ("s_cmpk_lt_i32 s2, 0x41", {2: 0xFFFFFFFF}, 1),  # -1 < 65
+        ("s_cmpk_lt_i32 s2, 0xffff", {2: 0}, 0),  # 0 < -1 (sign-extended): false
+        ("s_cmpk_lt_u32 s2, 0xc0", {2: 0xFFFFFFFF}, 0),  # 2^32 - 1 < 192: false
+        ("s_cmpk_lt_u32 s2, 0xffff", {2: 0x1000}, 1),  # 4096 < 65535 (zero-extended)
+        ("s_bitcmp0_b32 s2, 0", {2: 6}, 1),  # bit 0 of 6 is 0
+        ("s_bitcmp0_b32 s2, 1", {2: 6}, 0),
+        ("s_bitcmp1_b32 s2, 34", {2: 4}, 1),  # S1[4:0] = 2
+    ],
+)
+def test_sopk_compares_and_bitcmp(asm: str, s: dict[int, int], scc: int) -> None:
+    w = _run(asm, s=s)
+    assert (w.scc, w.scc_def) == (scc, True)

@@ -61,7 +61,7 @@ def probe_kernel(
     steps: list[tuple[str, Callable[[], object]]] = [
         ("q_representation", lambda: P.probe_q_representation(ctx)),
         ("output_rounding", lambda: P.probe_output_rounding(ctx)),
-        ("p_format", lambda: P.probe_p_format(ctx, rows=2 if quick else 4)),
+        ("p_format", lambda: P.probe_p_format(ctx, rows=4)),
         ("p_shift", lambda: P.probe_p_shift(ctx)),
         ("subnormals", lambda: P.probe_subnormals(ctx)),
         ("qk", lambda: P.probe_qk_accumulation(ctx)),

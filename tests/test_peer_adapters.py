@@ -511,3 +511,31 @@ def test_row_chunks_give_the_same_results(monkeypatch: pytest.MonkeyPatch) -> No
     for whole, parts in ((whole_s, parts_s), (whole_v, parts_v)):
         assert torch.equal(whole[0], parts[0]) and torch.equal(whole[1], parts[1])
     check_against_oracle(p, parts_s[0], parts_s[1], 0.05, has_invalid=True, out_tol=2**-7, lse_tol=1e-6)
+
+
+def test_backends_built_around_the_engine_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The three Backend objects (as resolve() builds them on a GPU machine) with the engines'
+    modules replaced by the fakes: declarations and one call each against the oracle."""
+    fakes = {sglang_decode.KERNEL_MODULE: FakeSglang(), sglang_decode.READER_MODULE: FakeSglang()}
+    fakes[vllm_decode.KERNEL_MODULE] = FakeVllmDecode()
+    fakes[vllm_sparse.KERNEL_MODULE] = FakeVllmSparse()
+    for module in (sglang_decode, vllm_decode, vllm_sparse):
+        monkeypatch.setattr(module, "cuda_reason", lambda name: "")
+    monkeypatch.setattr(sglang_decode, "load_sglang", lambda module, name: (fakes[module], "fake"))
+    monkeypatch.setattr(vllm_decode, "load_vllm", lambda module, name: (fakes[module], "fake"))
+    monkeypatch.setattr(vllm_sparse, "load_vllm", lambda module, name: (fakes[module], "fake"))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(multi_processor_count=132))
+    p = make_problem([7, 0, 90], 4, seed=31, negative_every=5)
+    for build, invariant, bounded in (
+        (sglang_decode.sglang_decode_backend, True, False),
+        (vllm_decode.vllm_decode_backend, False, False),
+        (vllm_sparse.vllm_sparse_backend, True, True),
+    ):
+        backend = build()
+        assert backend.devices == ("cuda",) and backend.max_heads == 16 and backend.accepts_out
+        assert backend.batch_invariant is invariant and backend.bounded_index_reads is bounded
+        assert str(backend.profile).endswith(".toml") and backend.limits
+        assert not backend.supports(**p, softmax_scale=0.05)  # a CPU call: the backend runs on CUDA only
+        out, lse = backend(**p, softmax_scale=0.05, has_invalid=True, return_lse=True)
+        check_against_oracle(p, out, lse, 0.05, has_invalid=True, out_tol=2**-7, lse_tol=1e-6)

@@ -51,6 +51,7 @@ mma.sync; scores scaled by the f32 sm_scale; online softmax over 32-key tiles wi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 
@@ -254,23 +255,9 @@ def sglang_decode_backend() -> Backend:
     kernel, _ = load_sglang(KERNEL_MODULE, NAME)
     reader, _ = load_sglang(READER_MODULE, NAME)
 
-    def call(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
-        return run_sglang_decode(
-            q,
-            kv_cache,
-            indices,
-            indptr,
-            softmax_scale,
-            has_invalid=has_invalid,
-            return_lse=return_lse,
-            out=out,
-            kernel=kernel,
-            reader=reader,
-        )
-
     return Backend(
         name=NAME,
-        fn=call,
+        fn=partial(run_sglang_decode, kernel=kernel, reader=reader),
         profile=PROFILE,
         devices=("cuda",),
         max_heads=16,

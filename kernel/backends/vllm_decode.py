@@ -38,6 +38,7 @@ natural-log domain: out = bf16(acc / l), lse = m + log(l).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 
@@ -205,23 +206,9 @@ def vllm_decode_backend() -> Backend:
     kernel, _ = load_vllm(KERNEL_MODULE, NAME)
     sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
-    def call(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
-        return run_vllm_decode(
-            q,
-            kv_cache,
-            indices,
-            indptr,
-            softmax_scale,
-            has_invalid=has_invalid,
-            return_lse=return_lse,
-            out=out,
-            kernel=kernel,
-            sm_count=sm_count,
-        )
-
     return Backend(
         name=NAME,
-        fn=call,
+        fn=partial(run_vllm_decode, kernel=kernel, sm_count=sm_count),
         profile=PROFILE,
         devices=("cuda",),
         max_heads=16,

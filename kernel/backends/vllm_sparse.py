@@ -34,6 +34,7 @@ m * ln 2 + log2(l) * ln 2.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 
@@ -160,14 +161,9 @@ def vllm_sparse_backend() -> Backend:
         raise BackendUnavailable(reason)
     kernel, _ = load_vllm(KERNEL_MODULE, NAME)
 
-    def call(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
-        return run_vllm_sparse(
-            q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out, kernel=kernel
-        )
-
     return Backend(
         name=NAME,
-        fn=call,
+        fn=partial(run_vllm_sparse, kernel=kernel),
         profile=PROFILE,
         devices=("cuda",),
         max_heads=16,

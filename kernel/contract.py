@@ -105,6 +105,27 @@ def empty_outputs(q: torch.Tensor, heads: int, *, out: torch.Tensor | None, retu
     return result, (torch.empty(0, heads, dtype=torch.float32, device=q.device) if return_lse else None)
 
 
+def begin_call(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+    max_heads: int = MAX_HEADS,
+) -> tuple[CallInfo, tuple[torch.Tensor, torch.Tensor | None] | None]:
+    """The contract prologue of every backend: `validate_call` (ContractError naming the first
+    problem), then (info, the outputs to return at once) for a call with no query rows
+    (`empty_outputs`), (info, None) otherwise. Host-only: no device data is read."""
+    info = validate_call(
+        q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out, max_heads=max_heads
+    )
+    return info, (empty_outputs(q, info.heads, out=out, return_lse=return_lse) if info.n_q == 0 else None)
+
+
 def validate_call(
     q: torch.Tensor,
     kv_cache: torch.Tensor,

@@ -130,3 +130,19 @@ def _check_records(records: torch.Tensor) -> None:
         raise TypeError(f"records must be uint8, got {records.dtype}")
     if records.shape[-1] != RECORD_BYTES:
         raise ValueError(f"record width must be {RECORD_BYTES} bytes, got {records.shape[-1]}")
+
+
+def record_words(records: torch.Tensor) -> torch.Tensor:
+    """Records uint8 [..., 656] (last dim contiguous) viewed as the widest integer words their
+    address allows: int64 [..., 82], int32 [..., 164], int16 [..., 328], else the bytes. A gather
+    or fill then moves one element per word, not per byte. Same memory, no copy."""
+    for dtype, size in ((torch.int64, 8), (torch.int32, 4), (torch.int16, 2)):
+        if records.data_ptr() % size == 0 and all(s % size == 0 for s in records.stride()[:-1]):
+            return records.view(dtype)
+    return records
+
+
+def index_records(flat: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """uint8 [N, 656]: the records of KV rows `slots` (int32 or int64 [N], each in [0, rows)) of
+    the flat cache uint8 [rows, 656], gathered as whole words (record_words) by one index_select."""
+    return record_words(flat).index_select(0, slots).view(torch.uint8)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from kernel.fp8 import decode_e4m3, e4m3_table, pow2
-from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, decode_records
+from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, decode_records, index_records, record_words
 
 DEFAULT_KEY_BUDGET = 1 << 15  # key slots (rows x padded length) per chunk
 # The reference's own chunk size per device type (key slots): a GPU holds 2^21 slots of f64 keys
@@ -120,7 +120,7 @@ def _row_slots(
     offsets = torch.arange(width, device=rows.device, dtype=torch.int64)
     in_row = offsets.unsqueeze(0) < row_len.unsqueeze(1)
     positions = torch.where(in_row, start[rows].unsqueeze(1) + offsets.unsqueeze(0), 0)
-    entries = indices.to(torch.int64)[positions]
+    entries = indices[positions].to(torch.int64)
     valid = (in_row & (entries >= 0)) if has_invalid else in_row
     return width, entries, valid
 
@@ -234,10 +234,10 @@ def gather_bound_chunk(
         rows, valid, entries = rows[has_key], valid[has_key], entries[has_key]
     all_valid = n_valid == n_key_rows * width
     flat = kv_cache.reshape(-1, RECORD_BYTES)
-    records = flat[torch.where(valid, entries, 0)]
-    if not all_valid:
-        records.masked_fill_(~valid.unsqueeze(-1), 0)
     n_rows = rows.numel()
+    records = index_records(flat, torch.where(valid, entries, 0).view(-1)).view(n_rows, width, RECORD_BYTES)
+    if not all_valid:
+        record_words(records).masked_fill_(~valid.unsqueeze(-1), 0)
     codes = records[..., :SCALE_OFFSET]
     code_index = codes.reshape(-1).to(torch.int32)
     scales = records[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)  # [R, L, 4]
@@ -340,13 +340,14 @@ def gather_keys(
     """
     width, entries, valid = _row_slots(rows, start, length, indices, has_invalid=has_invalid)
     flat = kv_cache.reshape(-1, RECORD_BYTES)
-    records = flat[torch.where(valid, entries, 0)]
-    records.masked_fill_(~valid.unsqueeze(-1), 0)
     n_rows = rows.numel()
+    records = index_records(flat, torch.where(valid, entries, 0).view(-1)).view(n_rows, width, RECORD_BYTES)
+    record_words(records).masked_fill_(~valid.unsqueeze(-1), 0)
     keys = torch.empty(n_rows, width, 576, dtype=torch.float64, device=rows.device)
-    # the codes' f64 values by a gather from a 256-entry table built by the same conversion
-    # (e4m3 -> f32 -> f64: the operand the f32 x f64 product used to promote to, NaN bits included)
-    codes = _e4m3_f32_table(rows.device).index_select(0, records[..., :512].reshape(-1).to(torch.int32))
+    # code (e4m3 -> f32, exact) x f64 scale: the product is formed in f64 from the f32 code
+    # widened exactly (NaN codes keep the f32 cast's NaN bits: the values of _e4m3_f32_table),
+    # written straight into the key tensor
+    codes = records[..., :512].view(torch.float8_e4m3fn).to(torch.float32)
     scales = records[..., 512:528].view(torch.float32).to(torch.float64).unsqueeze(-1)
     torch.mul(codes.view(n_rows, width, 4, 128), scales, out=keys[..., :512].view(n_rows, width, 4, 128))
     keys[..., 512:] = records[..., 528:].view(torch.bfloat16)

@@ -43,9 +43,9 @@ from dataclasses import dataclass
 import torch
 
 from kernel.backend import Backend
-from kernel.contract import validate_call
+from kernel.contract import begin_call
 from kernel.fp8 import decode_e4m3, e4m3_table, encode_e4m3, f32_exponent_field, pow2
-from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
+from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, index_records
 
 TILE = 128
 P_SHIFT = 8.0
@@ -62,6 +62,13 @@ DEFAULT_ROW_KEY_BUDGET = {"cpu": 1 << 16, "cuda": 1 << 19}  # rows * 128 keys pe
 def f32(x: torch.Tensor) -> torch.Tensor:
     """Round to f32 (RNE)."""
     return x.to(torch.float32)
+
+
+def add_f32(acc: torch.Tensor, term: torch.Tensor) -> torch.Tensor:
+    """f32(acc + term) for f32 acc and f64 term: the sum formed in f64 (acc widened exactly) and
+    rounded once (RNE), in one launch (the f32 output of a mixed-precision add)."""
+    out = torch.empty(acc.shape, dtype=torch.float32, device=acc.device)
+    return torch.add(acc, term, out=out)
 
 
 def exp2_f32(x: torch.Tensor) -> torch.Tensor:
@@ -94,7 +101,7 @@ def bounded_read(indices: torch.Tensor, positions: torch.Tensor) -> torch.Tensor
     inside = (positions >= 0) & (positions < indices.numel())
     if indices.numel() == 0:
         return torch.zeros_like(positions)
-    return torch.where(inside, indices.to(torch.int64)[positions.clamp(0, indices.numel() - 1)], 0)
+    return torch.where(inside, indices[positions.clamp(0, indices.numel() - 1)].to(torch.int64), 0)
 
 
 def tile_count(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, has_invalid: bool) -> torch.Tensor:
@@ -125,12 +132,21 @@ def load_slots(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, 
 def gather_records(kv_rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     """Records uint8 [..., 656] of the slots from the flat [rows, 656] cache (64-bit offsets).
 
-    A slot past the cache (a broken precondition) raises IndexError on every device, where the
-    real kernel would read past the cache; on a GPU that keeps a device-side assert from
-    poisoning the process."""
-    if slots.numel() and int(slots.max()) >= kv_rows.shape[0]:
-        raise IndexError(f"KV row {int(slots.max())} is outside the cache's {kv_rows.shape[0]} rows: the kernel would read past the cache")
-    return kv_rows[slots]
+    A slot past the cache (a broken precondition) reads the last row here instead of faulting
+    (a negative slot counts from the end, as in torch indexing);
+    run_emulated checks every tile's slots once at the end of the call and raises IndexError
+    (on every device, where the real kernel would read past the cache: on a GPU that keeps a
+    device-side assert from poisoning the process), without a host sync per tile."""
+    rows = kv_rows.shape[0]
+    clamped = torch.where(slots < 0, slots + rows, slots).clamp(0, rows - 1)  # a negative slot counts from the end, as torch indexing does
+    return index_records(kv_rows, clamped.reshape(-1)).view(*slots.shape, RECORD_BYTES)
+
+
+def check_slots(peak: torch.Tensor | None, kv_rows: int) -> None:
+    """Raise IndexError when the largest slot any tile gathered (`peak`, a device scalar) lies
+    past the cache's `kv_rows` rows (one host sync per call)."""
+    if peak is not None and int(peak) >= kv_rows:
+        raise IndexError(f"KV row {int(peak)} is outside the cache's {kv_rows} rows: the kernel would read past the cache")
 
 
 @dataclass(frozen=True)
@@ -204,14 +220,14 @@ def qk_scores(qq: QuantizedQ, rows: torch.Tensor, records: torch.Tensor) -> torc
     scaled = ((dots[:, 0] + dots[:, 1]) + dots[:, 2]) + dots[:, 3]  # [R, j, 2H, keys]
     hi_terms, lo_terms = scaled[:, :, :heads], scaled[:, :, heads:]
     for j in range(4):
-        acc = f32(acc.to(torch.float64) + hi_terms[:, j])
-        acc = f32(acc.to(torch.float64) + lo_terms[:, j])
+        acc = add_f32(acc, hi_terms[:, j])
+        acc = add_f32(acc, lo_terms[:, j])
     rope_dots = torch.matmul(
         qq.rope[rows].reshape(r, heads, 2, 32).permute(0, 2, 1, 3),
         k_rope.reshape(r, TILE, 2, 32).permute(0, 2, 3, 1),
     )  # [R, 2, H, keys]
     for i in range(2):
-        acc = f32(acc.to(torch.float64) + rope_dots[:, i])
+        acc = add_f32(acc, rope_dots[:, i])
     return acc
 
 
@@ -235,7 +251,7 @@ def online_softmax(
     32w + 16s + 4g + r in (s, r) order and does l = l * alpha + psum.
     """
     x = scores * c_log2
-    x = torch.where(masked.unsqueeze(1), torch.tensor(MASKED_SCORE, dtype=torch.float32, device=x.device), x)
+    x = torch.where(masked.unsqueeze(1), MASKED_SCORE, x)  # the f32 value of -1e30
     tile_max = torch.where(torch.isnan(x), float("-inf"), x).amax(dim=-1)
     m_new = torch.maximum(state.m, tile_max)
     alpha = exp2_f32(state.m - m_new)
@@ -279,7 +295,7 @@ def pv_accumulate(
     terms = terms.permute(0, 1, 3, 2, 4).reshape(r, 4, heads, LATENT_DIM)
     o = o * alpha.unsqueeze(-1)
     for kk in range(4):
-        o = f32(o.to(torch.float64) + terms[:, kk])
+        o = add_f32(o, terms[:, kk])
     return o
 
 
@@ -331,13 +347,13 @@ def run_emulated(
     row_key_budget: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The emulated gfx950 kernel with the contract's signature (stages swappable)."""
-    info = validate_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    info, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    if empty is not None:
+        return empty
     n_q, heads = info.n_q, info.heads
     device = q.device
     result = out if out is not None else torch.empty(n_q, heads, LATENT_DIM, dtype=torch.bfloat16, device=device)
     lse = torch.empty(n_q, heads, dtype=torch.float32, device=device) if return_lse else None
-    if n_q == 0:
-        return result, lse
     kv_rows = kv_cache.reshape(-1, RECORD_BYTES)
     c_log2 = torch.tensor(float(softmax_scale) * math.log2(math.e), dtype=torch.float32, device=device)
     q32 = stages.read_q(q)
@@ -347,30 +363,38 @@ def run_emulated(
     order = torch.argsort(n_tiles, descending=True, stable=True)  # long rows first
     budget = row_key_budget or DEFAULT_ROW_KEY_BUDGET.get(device.type, DEFAULT_ROW_KEY_BUDGET["cpu"])
     chunk_rows = max(1, budget // TILE)
+    peak: torch.Tensor | None = None  # largest slot gathered (check_slots)
     for begin in range(0, n_q, chunk_rows):
         rows = order[begin : begin + chunk_rows]
-        chunk_tiles = n_tiles[rows]
+        # tiles per row, longest first: the rows still iterating at any tile are a prefix
+        # (one host sync per chunk, none per tile)
+        chunk_tiles = n_tiles[rows].tolist()
         state = SoftmaxState(
             m=torch.full((rows.numel(), heads), MASKED_SCORE, dtype=torch.float32, device=device),
             l_parts=torch.zeros(rows.numel(), heads, 4, 4, dtype=torch.float32, device=device),
             o=torch.zeros(rows.numel(), heads, LATENT_DIM, dtype=torch.float32, device=device),
         )
-        max_tiles = int(chunk_tiles.max())
-        for tile in range(max_tiles):
-            live = torch.nonzero(chunk_tiles > tile).squeeze(1)  # rows still iterating
-            live_rows = rows[live]
+        live = len(chunk_tiles)
+        for tile in range(chunk_tiles[0] if chunk_tiles else 0):
+            while chunk_tiles[live - 1] <= tile:
+                live -= 1
+            live_rows = rows[:live]
             slots, masked = stages.load_slots(indices, r_beg[live_rows], r_len[live_rows], tile)
+            if slots.numel():
+                top = slots.max()
+                peak = top if peak is None else torch.maximum(peak, top)
             records = stages.gather_records(kv_rows, slots)
             scores = stages.qk_scores(qq, live_rows, records)
-            sub = SoftmaxState(m=state.m[live], l_parts=state.l_parts[live], o=state.o[live])
+            sub = SoftmaxState(m=state.m[:live], l_parts=state.l_parts[:live], o=state.o[:live])
             p, alpha = stages.online_softmax(sub, scores, masked, c_log2)
             p_scaled = stages.scale_p(p, records, masked)
             sub.o = stages.pv_accumulate(sub.o, alpha, p_scaled, records, masked)
-            state.m[live], state.l_parts[live], state.o[live] = sub.m, sub.l_parts, sub.o
+            state.m[:live], state.l_parts[:live], state.o[:live] = sub.m, sub.l_parts, sub.o
         chunk_out, chunk_lse = stages.finalize(state)
         result[rows] = chunk_out
         if lse is not None:
             lse[rows] = chunk_lse
+    check_slots(peak, kv_rows.shape[0])
     return result, lse
 
 

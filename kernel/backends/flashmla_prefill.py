@@ -42,9 +42,9 @@ from typing import Any
 import torch
 
 from kernel.backend import Backend
-from kernel.backends.flashmla import device_reason, effective_scale, load_flash_mla, map_lse, pad_heads, require_flash_mla
-from kernel.backends.gathered import gather_rows
-from kernel.contract import INT32_MAX, CallInfo, empty_outputs, validate_call
+from kernel.backends.flashmla import LayoutCache, device_reason, effective_scale, load_flash_mla, map_lse, pad_heads, require_flash_mla
+from kernel.backends.gathered import RowLayout, gather_rows, row_layout
+from kernel.contract import INT32_MAX, CallInfo, begin_call
 from kernel.record import HEAD_DIM, LATENT_DIM
 
 NAME = "flashmla-prefill"
@@ -103,19 +103,28 @@ def prepare_prefill(
     softmax_scale: float,
     *,
     padded_heads: int = HEAD_COUNTS[0],
+    layout_cache: LayoutCache | None = None,
 ) -> PrefillCall:
-    """Build flash_mla_sparse_fwd's inputs from a contract call (module docstring); no validation."""
+    """Build flash_mla_sparse_fwd's inputs from a contract call (module docstring); no validation.
+    layout_cache: the slot layout, KV indices and topk_length reused while the same index tensors
+    come again (the records are gathered and dequantised on every call)."""
     if padded_heads not in HEAD_COUNTS:
         raise ValueError(f"padded_heads must be one of {HEAD_COUNTS}, got {padded_heads}")
     n_q, heads, _ = q.shape
     sign, scale = effective_scale(softmax_scale)
-    rows = gather_rows(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE)
+
+    def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor]:
+        layout = row_layout(indices, indptr, multiple=TOPK_MULTIPLE)
+        width = layout.width
+        if n_q * width > INT32_MAX:
+            raise ValueError(f"n_q {n_q} x width {width} slots exceed int32 KV indices")
+        slot = torch.arange(n_q * width, device=q.device, dtype=torch.int32).view(n_q, width)
+        kv_index = torch.where(layout.valid, slot, -1).view(n_q, 1, width)
+        return layout, kv_index, layout.lengths.clamp_max(width).to(torch.int32)
+
+    layout, kv_index, topk_length = build() if layout_cache is None else layout_cache.get(indices, indptr, (NAME, TOPK_MULTIPLE), build)
+    rows = gather_rows(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE, layout=layout)
     width = rows.width
-    if n_q * width > INT32_MAX:
-        raise ValueError(f"n_q {n_q} x width {width} slots exceed int32 KV indices")
-    slot = torch.arange(n_q * width, device=q.device, dtype=torch.int32).view(n_q, width)
-    kv_index = torch.where(rows.valid, slot, -1).view(n_q, 1, width)
-    topk_length = rows.lengths.clamp_max(width).to(torch.int32)
     return PrefillCall(
         q=pad_heads(q, padded_heads, sign=sign).view(n_q, padded_heads, HEAD_DIM),
         kv=rows.keys.view(n_q * width, 1, HEAD_DIM),
@@ -139,23 +148,15 @@ def run_flashmla_prefill(
     out: torch.Tensor | None = None,
     padded_heads: int = HEAD_COUNTS[0],
     module: ModuleType | None = None,
+    layout_cache: LayoutCache | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The sparse prefill with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None)."""
-    info = validate_call(
-        q,
-        kv_cache,
-        indices,
-        indptr,
-        softmax_scale,
-        has_invalid=has_invalid,
-        return_lse=return_lse,
-        out=out,
-    )
+    info, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    if empty is not None:
+        return empty
     n_q, heads = info.n_q, info.heads
-    if n_q == 0:
-        return empty_outputs(q, heads, out=out, return_lse=return_lse)
     fm = load_flash_mla() if module is None else module
-    call = prepare_prefill(q, kv_cache, indices, indptr, softmax_scale, padded_heads=padded_heads)
+    call = prepare_prefill(q, kv_cache, indices, indptr, softmax_scale, padded_heads=padded_heads, layout_cache=layout_cache)
     out_raw, _max_logits, lse_raw = call.run(fm)
     got = out_raw.view(n_q, -1, LATENT_DIM)[:, :heads]
     if out is not None:
@@ -176,6 +177,7 @@ def flashmla_prefill_backend(*, padded_heads: int = HEAD_COUNTS[0]) -> Backend:
     """The `flashmla-prefill` backend; BackendUnavailable when `flash_mla` cannot be imported or
     there is no CUDA device of compute capability 9.x."""
     module = require_flash_mla(NAME)
+    layout_cache = LayoutCache()
 
     def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
         return run_flashmla_prefill(
@@ -189,6 +191,7 @@ def flashmla_prefill_backend(*, padded_heads: int = HEAD_COUNTS[0]) -> Backend:
             out=out,
             padded_heads=padded_heads,
             module=module,
+            layout_cache=layout_cache,
         )
 
     return Backend(

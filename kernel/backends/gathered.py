@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from kernel.backends.flashmla import MASKED, csr_to_padded, sync_free_width
-from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
+from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, index_records, record_words
 
 SCALE_BLOCK = 128
 
@@ -29,7 +29,8 @@ class GatheredRows:
     """Fixed-width rows of keys for n_q query rows.
 
     keys: bf16 [n_q, width, 576] dequantised K (V = keys[..., :512]); a slot that holds no key is
-        exactly 0 (whatever cache row 0 holds: NaN codes there cannot leak through a 0 weight);
+        exactly 0 (whatever cache row 0 holds: NaN codes there cannot leak through a 0 weight),
+        or unspecified when gathered with zero_masked=False;
     valid: bool [n_q, width], slot holds a key (inside the row, entry >= 0);
     lengths: int64 [n_q] CSR row lengths (negative clamped to 0);
     width: slots per row, a positive multiple of the `multiple` asked for.
@@ -51,15 +52,38 @@ def dequantise_bf16(records: torch.Tensor) -> torch.Tensor:
     out = torch.empty(n, HEAD_DIM, dtype=torch.bfloat16, device=records.device)
     if n == 0:
         return out
-    codes = records[:, :SCALE_OFFSET].view(torch.float8_e4m3fn).to(torch.bfloat16)
+    latent = out[:, :LATENT_DIM]
+    latent.copy_(records[:, :SCALE_OFFSET].view(torch.float8_e4m3fn))  # bf16(code), exact
     scales = records[:, SCALE_OFFSET:ROPE_OFFSET].view(torch.float32).to(torch.bfloat16)
-    torch.mul(
-        codes.view(n, LATENT_DIM // SCALE_BLOCK, SCALE_BLOCK),
-        scales.unsqueeze(-1),
-        out=out[:, :LATENT_DIM].view(n, LATENT_DIM // SCALE_BLOCK, SCALE_BLOCK),
-    )
+    latent.view(n, LATENT_DIM // SCALE_BLOCK, SCALE_BLOCK).mul_(scales.unsqueeze(-1))
     out[:, LATENT_DIM:] = records[:, ROPE_OFFSET:].view(torch.bfloat16)
     return out
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """Where each slot of the fixed-width rows reads: the index-only part of gather_rows (a
+    function of indices and indptr alone, so a caller may keep it while they do not change).
+
+    slots: int32 [n_q * width] KV row of each slot (0 where the slot holds no key);
+    valid: bool [n_q, width] slot holds a key; lengths: int64 [n_q]; width: slots per row."""
+
+    slots: torch.Tensor
+    valid: torch.Tensor
+    lengths: torch.Tensor
+    width: int
+
+
+def row_layout(indices: torch.Tensor, indptr: torch.Tensor, *, multiple: int) -> RowLayout:
+    """The RowLayout of a CSR stream (width and masking as in gather_rows)."""
+    rows = csr_to_padded(
+        indices,
+        indptr,
+        has_invalid=True,
+        multiple=multiple,
+        width=sync_free_width(indices.numel(), multiple),
+    )
+    return RowLayout(slots=rows.indices.clamp_min(0).reshape(-1), valid=rows.indices >= 0, lengths=rows.lengths, width=rows.width)
 
 
 def gather_rows(
@@ -68,6 +92,8 @@ def gather_rows(
     kv_cache: torch.Tensor,
     *,
     multiple: int,
+    zero_masked: bool = True,
+    layout: RowLayout | None = None,
 ) -> GatheredRows:
     """The keys of each CSR row as a dense [n_q, width] block (see GatheredRows).
 
@@ -76,23 +102,21 @@ def gather_rows(
     (an unconsumed stream position may hold anything). Width: round_up(len(indices), multiple)
     when that is <= kernel.backends.flashmla.SYNC_FREE_TOPK (no host sync), else the longest row
     rounded up (one host sync). Consumed entries >= rows are an out-of-bounds read: the caller
-    declares bounded_index_reads = False.
+    declares bounded_index_reads = False. zero_masked False leaves the keys of slots that hold
+    no key unspecified (a kernel that never reads them, e.g. through an index of -1, saves the
+    pass that zeroes them). layout: row_layout(indices, indptr, multiple=multiple) when the
+    caller has it already (only the records are gathered then).
     """
-    rows = csr_to_padded(
-        indices,
-        indptr,
-        has_invalid=True,
-        multiple=multiple,
-        width=sync_free_width(indices.numel(), multiple),
-    )
-    valid = rows.indices >= 0
+    if layout is None:
+        layout = row_layout(indices, indptr, multiple=multiple)
     flat = kv_cache.reshape(-1, RECORD_BYTES)
     if flat.shape[0] == 0:
         flat = torch.zeros(1, RECORD_BYTES, dtype=torch.uint8, device=kv_cache.device)
-    records = flat[rows.indices.clamp_min(0).reshape(-1)]
-    records.masked_fill_(~valid.view(-1, 1), 0)  # an empty slot is an all-zero record: row 0's bytes never reach it
-    keys = dequantise_bf16(records).view(rows.indices.shape[0], rows.width, HEAD_DIM)
-    return GatheredRows(keys=keys, valid=valid, lengths=rows.lengths, width=rows.width)
+    records = index_records(flat, layout.slots)
+    if zero_masked:  # an empty slot is an all-zero record: row 0's bytes never reach it
+        record_words(records).masked_fill_(~layout.valid.view(-1, 1), 0)
+    keys = dequantise_bf16(records).view(layout.valid.shape[0], layout.width, HEAD_DIM)
+    return GatheredRows(keys=keys, valid=layout.valid, lengths=layout.lengths, width=layout.width)
 
 
-__all__ = ["MASKED", "GatheredRows", "dequantise_bf16", "gather_rows"]
+__all__ = ["MASKED", "GatheredRows", "RowLayout", "dequantise_bf16", "gather_rows", "row_layout"]

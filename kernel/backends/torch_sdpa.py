@@ -31,18 +31,21 @@ row's result does not depend on the other rows in the call except through the pa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from kernel.backend import Backend
-from kernel.backends.gathered import gather_rows
-from kernel.contract import empty_outputs, validate_call
+from kernel.backends.flashmla import LayoutCache
+from kernel.backends.gathered import RowLayout, gather_rows, row_layout
+from kernel.contract import begin_call
 from kernel.record import LATENT_DIM
 
 NAME = "torch-sdpa"
 KEY_MULTIPLE = 64  # padded keys per row: keeps the bias rows 16-element aligned
+ALIGN_BYTES = 16  # the fused kernel's vector loads: q, K, V and the bias start 16-byte aligned
 
 # The numerics profile: a TOML file next to the shipped ones (oracle/profile_files/), given by path.
 PROFILE = str(Path(__file__).resolve().parents[2] / "oracle" / "profile_files" / "torch-sdpa-mem-eff.toml")
@@ -61,6 +64,10 @@ LIMITS = (
     "consumed indices must lie in [0, rows): the adapter's gather has no bound check (bounded_index_reads = False)",
     "rows padded to a multiple of 64 keys with -inf bias: the work is n_q x padded width",
     "rows without a valid key: out 0 and lse -inf set by the adapter",
+    (
+        "q is copied when its data pointer is not 16-byte aligned: PyTorch's mem-efficient kernel faults "
+        "(misaligned address) on a q at 8 mod 16 bytes, which its own check lets through"
+    ),
 )
 
 
@@ -76,6 +83,56 @@ def _attention(q4: torch.Tensor, keys: torch.Tensor, bias: torch.Tensor, scale: 
     return out[..., :LATENT_DIM], lse[:, 0, :heads]
 
 
+def aligned(t: torch.Tensor) -> torch.Tensor:
+    """t when its data pointer is ALIGN_BYTES-aligned, else a contiguous copy (a fresh allocation,
+    which is). PyTorch's memory-efficient kernel reads q with 16-byte vector loads but checks its
+    pointer only to 8 bytes: a q at 8 mod 16 (e.g. one row of a padded q) faults the whole CUDA
+    context with "misaligned address" (scripts/repro/torch_sdpa_misaligned.py), public API included."""
+    return t if t.data_ptr() % ALIGN_BYTES == 0 else t.clone(memory_format=torch.contiguous_format)
+
+
+@dataclass
+class SdpaCall:
+    """One prepared fused-SDPA call: q4 bf16 [n_q, 1, H, 576], keys bf16 [n_q, 1, W, 576] (V =
+    keys[..., :512]), bias bf16 [n_q, 1, H, W] (0 for a key, -inf for an empty slot), scale;
+    no_key bool [n_q]: rows without a valid key (the adapter sets out 0 and lse -inf there)."""
+
+    q4: torch.Tensor
+    keys: torch.Tensor
+    bias: torch.Tensor
+    scale: float
+    no_key: torch.Tensor
+
+    def run(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fused kernel on the prepared inputs: (out [n_q, 1, H, 512] bf16, lse [n_q, H] f32)."""
+        return _attention(self.q4, self.keys, self.bias, self.scale)
+
+
+def prepare_sdpa(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    layout_cache: LayoutCache | None = None,
+) -> SdpaCall:
+    """Build the fused kernel's inputs from a contract call (module docstring); no validation."""
+    n_q, heads, _ = q.shape
+
+    def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor]:
+        layout = row_layout(indices, indptr, multiple=KEY_MULTIPLE)
+        ninf = torch.full((), float("-inf"), dtype=torch.bfloat16, device=q.device)
+        zero = torch.zeros((), dtype=torch.bfloat16, device=q.device)
+        bias = torch.where(layout.valid, zero, ninf).view(n_q, 1, 1, layout.width).expand(n_q, 1, heads, layout.width).contiguous()
+        return layout, bias, ~layout.valid.any(dim=1)
+
+    layout, bias, no_key = build() if layout_cache is None else layout_cache.get(indices, indptr, (NAME, heads), build)
+    rows = gather_rows(indices, indptr, kv_cache, multiple=KEY_MULTIPLE, layout=layout)
+    q4 = aligned(q.contiguous()).view(n_q, 1, heads, q.shape[-1])
+    return SdpaCall(q4=q4, keys=rows.keys.view(n_q, 1, rows.width, -1), bias=bias, scale=float(softmax_scale), no_key=no_key)
+
+
 def run_torch_sdpa(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -86,45 +143,47 @@ def run_torch_sdpa(
     has_invalid: bool = False,
     return_lse: bool = False,
     out: torch.Tensor | None = None,
+    layout_cache: LayoutCache | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """SDPA with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None)."""
-    info = validate_call(
-        q,
-        kv_cache,
-        indices,
-        indptr,
-        softmax_scale,
-        has_invalid=has_invalid,
-        return_lse=return_lse,
-        out=out,
-    )
+    """SDPA with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
+    layout_cache: the slot layout, bias and empty-row mask reused while the same index tensors
+    come again (keys are gathered and dequantised on every call)."""
+    info, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    if empty is not None:
+        return empty
     n_q, heads = info.n_q, info.heads
-    if n_q == 0:
-        return empty_outputs(q, heads, out=out, return_lse=return_lse)
-    rows = gather_rows(indices, indptr, kv_cache, multiple=KEY_MULTIPLE)
-    zero = torch.zeros((), dtype=torch.bfloat16, device=q.device)
-    ninf = torch.full((), float("-inf"), dtype=torch.bfloat16, device=q.device)
-    bias = torch.where(rows.valid, zero, ninf).view(n_q, 1, 1, rows.width).expand(n_q, 1, heads, rows.width).contiguous()
-    q4 = q.contiguous().view(n_q, 1, heads, q.shape[-1])
-    got, lse = _attention(q4, rows.keys.view(n_q, 1, rows.width, -1), bias, float(softmax_scale))
-    has_key = rows.valid.any(dim=1)
-    got = torch.where(has_key.view(n_q, 1, 1), got.view(n_q, heads, LATENT_DIM), zero)
+    call = prepare_sdpa(q, kv_cache, indices, indptr, softmax_scale, layout_cache=layout_cache)
+    got, lse = call.run()
+    got = got.view(n_q, heads, LATENT_DIM).masked_fill(call.no_key.view(n_q, 1, 1), 0.0)
     if out is not None:
         out.copy_(got)
         result = out
     else:
         result = got
-    lse_out = None
-    if return_lse:
-        lse_out = torch.where(has_key.view(n_q, 1), lse.to(torch.float32), float("-inf"))
+    lse_out = lse.to(torch.float32).masked_fill(call.no_key.view(n_q, 1), float("-inf")) if return_lse else None
     return result, lse_out
 
 
 def torch_sdpa_backend() -> Backend:
     """The `torch-sdpa` backend (any CPU or CUDA device torch runs on)."""
+    layout_cache = LayoutCache()
+
+    def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
+        return run_torch_sdpa(
+            q,
+            kv_cache,
+            indices,
+            indptr,
+            softmax_scale,
+            has_invalid=has_invalid,
+            return_lse=return_lse,
+            out=out,
+            layout_cache=layout_cache,
+        )
+
     return Backend(
         name=NAME,
-        fn=run_torch_sdpa,
+        fn=kernel,
         profile=PROFILE,
         devices=("cpu", "cuda"),
         max_heads=16,
@@ -136,4 +195,4 @@ def torch_sdpa_backend() -> Backend:
     )
 
 
-__all__ = ["PROFILE", "KEY_MULTIPLE", "LIMITS", "NAME", "run_torch_sdpa", "torch_sdpa_backend"]
+__all__ = ["PROFILE", "KEY_MULTIPLE", "LIMITS", "NAME", "SdpaCall", "prepare_sdpa", "run_torch_sdpa", "torch_sdpa_backend"]

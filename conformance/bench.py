@@ -391,26 +391,9 @@ class _Runner:
             pcall = prepare_prefill(q64, inputs.kv_cache, inputs.indices, inputs.indptr, inputs.softmax_scale)
             return (lambda: pcall.run(self.module)), ""
         if kernel_id == "torch-sdpa" + BARE_SUFFIX:
-            from kernel.backends.gathered import gather_rows
-            from kernel.backends.torch_sdpa import KEY_MULTIPLE
+            from kernel.backends.torch_sdpa import prepare_sdpa
 
-            n_q, n_heads = inputs.q.shape[:2]
-            rows = gather_rows(inputs.indices, inputs.indptr, inputs.kv_cache, multiple=KEY_MULTIPLE)
-            bias = (
-                torch.where(rows.valid, 0.0, float("-inf"))
-                .to(torch.bfloat16)
-                .view(n_q, 1, 1, -1)
-                .expand(n_q, 1, n_heads, rows.width)
-                .contiguous()
-            )
-            q4 = inputs.q.contiguous().view(n_q, 1, n_heads, -1)
-            keys4 = rows.keys.view(n_q, 1, rows.width, -1)
-            scale = float(inputs.softmax_scale)
-            return (
-                lambda: torch.ops.aten._scaled_dot_product_efficient_attention(
-                    q4, keys4, keys4[..., :LATENT_DIM], bias, True, 0.0, False, scale=scale
-                )
-            ), ""
+            return prepare_sdpa(*args).run, ""
         if kernel_id.endswith(NATIVE_SUFFIX):
             from kernel.backends.flashmla import prepare_call
 

@@ -173,17 +173,22 @@ class Campaign:
     shrinking: bool = False
     stopped: str = ""
     known_failures: int = 0
+    finished: float | None = None  # when the search (and shrinking) ended; the run report comes after
+
+    def elapsed(self) -> float:
+        """Wall seconds of the campaign: until it finished, else until now."""
+        return (self.finished if self.finished is not None else time.monotonic()) - self.started
 
     def rate(self, prop: str | None = None) -> float:
-        """Examples per second: overall (prop None: all examples / wall time so far) or of one
-        property (its examples / the seconds spent judging them); 0 before any."""
+        """Examples per second: overall (prop None: all examples / wall time of the campaign) or of
+        one property (its examples / the seconds spent judging them); 0 before any."""
         if prop is None:
-            elapsed = time.monotonic() - self.started
+            elapsed = self.elapsed()
             return sum(self.examples.values()) / elapsed if elapsed > 0 else 0.0
         return self.examples[prop] / self.seconds[prop] if self.seconds[prop] > 0 else 0.0
 
     def status(self, budget: float) -> str:
-        elapsed = time.monotonic() - self.started
+        elapsed = self.elapsed()
         total = sum(self.examples.values())
         fails = sum(c["fail"] for c in self.outcomes.values())
         ratios = " ".join(f"{k} {v:.3g}" for k, v in self.max_ratio.items() if k.endswith("exact-steps"))
@@ -196,6 +201,14 @@ class Campaign:
 
 
 HUNG_GRACE_S = 5.0  # seconds a call may run past the budget before it counts as hung
+
+
+class _OutOfTime(BaseException):
+    """Raised in a chunk's test body once its time is up (the budget, or a failure's shrink
+    window): a BaseException, so Hypothesis stops the chunk at once instead of drawing (and
+    mutating) the rest of its max_examples recipes for nothing."""
+
+
 RAMP_KEYS = 1024  # total keys of the first chunk's problems; x4 per chunk up to the suite's sizes
 
 
@@ -266,7 +279,6 @@ def campaign(
     from conformance.replay import failure_signature
 
     strategies: dict[str, Any] = {}
-    deadline = state.started + budget_s
     configured_timeout = call_timeout_s()
     base = PROFILES[hypothesis_profile]
     chunk_settings = settings(
@@ -281,16 +293,22 @@ def campaign(
         report_multiple_bugs=True,
     )
     chunk_failures: dict[frozenset[str], Failure] = {}
-    stop_at = [deadline]
     if state.coverage is None:
         state.coverage = Coverage(fuzz_reachable(suite, properties))
     coverage = state.coverage
+    # the budget is the search's: it starts once the campaign is set up (imports, the session
+    # marker, leftover recovery and the coverage denominators are not part of it)
+    state.started = time.monotonic()
+    deadline = state.started + budget_s
+    stop_at = [deadline]
 
     def body(data: Any) -> None:
+        if time.monotonic() >= stop_at[0]:
+            raise _OutOfTime  # the chunk stops here (the failures seen so far are in chunk_failures)
         prop = data.draw(st.sampled_from(properties), label="property")
         recipe = data.draw(strategies[prop], label="recipe")
         if time.monotonic() >= stop_at[0]:
-            return  # out of time: the rest of the chunk passes without running (draws stay consistent)
+            raise _OutOfTime
         name = f"fuzz:{prop}"
         # no call may outlive the budget: the per-call limit shrinks to what is left (+ grace)
         left = max(HUNG_GRACE_S, stop_at[0] - time.monotonic() + HUNG_GRACE_S)
@@ -356,6 +374,8 @@ def campaign(
         hung = False
         try:
             test()
+        except _OutOfTime:
+            pass
         except KernelHung:
             hung = True
         except Exception as err:  # noqa: BLE001 - the failures were tracked in the body; anything else is reported
@@ -386,6 +406,7 @@ def campaign(
         progress.show(state.status(budget_s), force=True)
         if hung:
             break
+    state.finished = time.monotonic()
     return state
 
 
@@ -423,7 +444,7 @@ def format_summary(
     state: Campaign, suite: Any, *, budget_s: float, hypothesis_profile: str, report_path: Path | None, summary_path: Path | None = None
 ) -> str:
     """The end-of-campaign summary (stdout)."""
-    elapsed = time.monotonic() - state.started
+    elapsed = state.elapsed()
     seeds = f"{state.seeds[:8]}{' ...' if len(state.seeds) > 8 else ''}"
     lines = [
         (
@@ -469,7 +490,7 @@ def format_summary(
 
 def _rate_and_coverage_lines(state: Campaign) -> list[str]:
     """The summary's examples/s line and coverage lines (also in FUZZ_SUMMARY and the run report)."""
-    elapsed = time.monotonic() - state.started
+    elapsed = state.elapsed()
     per_property = ", ".join(f"{prop} {state.rate(prop):.2f}" for prop in sorted(state.examples))
     lines = [
         f"examples/s: {state.rate():.2f} overall ({sum(state.examples.values())} examples in {elapsed:.1f} s of wall time, "
@@ -488,7 +509,7 @@ def summary_json(
     exit_code, features {family: title, hit, reachable, counts per reachable class, never_hit,
     not_drawable, outside} (conformance.coverage.Coverage.to_json), summary_lines (the
     examples/s and coverage lines of the text summary, which the run report shows)."""
-    elapsed = time.monotonic() - state.started
+    elapsed = state.elapsed()
     coverage = state.coverage
     return {
         "schema": SUMMARY_SCHEMA,
@@ -582,6 +603,8 @@ def run(args: argparse.Namespace) -> int:
             )
         except KeyboardInterrupt:
             interrupted = True
+        if state.finished is None:
+            state.finished = time.monotonic()
         progress.done()
         mark_session_finish(run_dir, exitstatus=_exit_code(state, interrupted))
         summary_path: Path | None = run_dir / FUZZ_SUMMARY

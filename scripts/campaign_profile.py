@@ -1,0 +1,99 @@
+"""Where a fuzz campaign's time goes: run `python -m conformance fuzz ...` in this process under
+cProfile and split its wall time into stages.
+
+    python scripts/campaign_profile.py --out DIR -- --kernel emulated --seconds 120 --hypothesis-profile nightly
+
+Stages (cumulative time of the functions that do them; they do not nest in one another):
+    draw         Hypothesis drawing recipes (DataObject.draw in the properties' body)
+    materialise  strategies.materialize.materialize (recipe -> tensors)
+    support      Backend.supports (the contract check before the call)
+    kernel       the kernel call (conformance.harness.run_kernel without the input guard)
+    input guard  conformance.input_guard (snapshot of the inputs and the check after the call)
+    oracle+bound oracle.bound.evaluate_modes (reference and a-priori bound, both modes)
+      of which gather  oracle.rows.iter_bound_chunks (records gathered and decoded)
+    compare      conformance.harness.compare (errors against the bound)
+    record       conformance.harness.record (the run folder's example log)
+    coverage     conformance.coverage.Coverage.add
+    other        the rest of the wall time (Hypothesis's engine, shrinking, progress, start-up)
+Writes DIR/profile.pstats, DIR/stages.json and DIR/stages.txt (also printed) and the fuzz
+summary as the fuzz command prints it; the exit code is fuzz's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# (stage, file suffix, function name); "-" prefixed stages are subtracted from the one before.
+STAGES: tuple[tuple[str, str, str], ...] = (
+    ("draw", "hypothesis/strategies/_internal/core.py", "draw"),
+    ("materialise", "strategies/materialize.py", "materialize"),
+    ("support", "kernel/backend.py", "supports"),
+    ("kernel", "conformance/harness.py", "run_kernel"),
+    ("input guard", "conformance/input_guard.py", "snapshot"),
+    ("input guard", "conformance/input_guard.py", "changes"),
+    ("oracle+bound", "oracle/bound.py", "evaluate_modes"),
+    ("compare", "conformance/harness.py", "compare"),
+    ("record", "conformance/harness.py", "record"),
+    ("coverage", "conformance/coverage.py", "add"),
+)
+GATHER = ("oracle/rows.py", "iter_bound_chunks")
+
+
+def stage_seconds(stats: pstats.Stats, wall: float) -> dict[str, float]:
+    """Seconds per stage (module docstring) from cProfile stats of the whole campaign."""
+    table = stats.stats  # type: ignore[attr-defined]
+
+    def cum(suffix: str, func: str) -> float:
+        return sum(v[3] for (file, _line, name), v in table.items() if name == func and file.replace("\\", "/").endswith(suffix))
+
+    out: dict[str, float] = {}
+    for stage, suffix, func in STAGES:
+        out[stage] = out.get(stage, 0.0) + cum(suffix, func)
+    out["kernel"] -= out["input guard"]  # the guard runs inside run_kernel
+    out["gather (in oracle+bound)"] = cum(*GATHER)
+    out["other"] = wall - sum(v for k, v in out.items() if not k.startswith("gather"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("fuzz_args", nargs=argparse.REMAINDER, help="-- then the arguments of `python -m conformance fuzz`")
+    args = parser.parse_args(argv)
+    fuzz_args = [a for a in args.fuzz_args if a != "--"]
+    args.out.mkdir(parents=True, exist_ok=True)
+    from conformance.cli import main as cli_main
+
+    profiler = cProfile.Profile()
+    t0 = time.perf_counter()
+    profiler.enable()
+    try:
+        code = cli_main(["fuzz", *fuzz_args])
+    finally:
+        profiler.disable()
+    wall = time.perf_counter() - t0
+    profiler.dump_stats(str(args.out / "profile.pstats"))
+    stats = pstats.Stats(profiler)
+    seconds = stage_seconds(stats, wall)
+    lines = [f"campaign wall time {wall:.1f} s (under cProfile); fuzz {' '.join(fuzz_args)}", f"{'stage':<26} {'seconds':>8} {'share':>6}"]
+    lines += [f"{k:<26} {v:>8.1f} {100 * v / wall:>5.1f}%" for k, v in seconds.items()]
+    text = "\n".join(lines)
+    print(text)
+    (args.out / "stages.txt").write_text(text + "\n")
+    (args.out / "stages.json").write_text(json.dumps({"wall_s": wall, "fuzz_args": fuzz_args, "stages_s": seconds}, indent=1) + "\n")
+    with open(args.out / "top.txt", "w", encoding="utf-8") as handle:
+        pstats.Stats(profiler, stream=handle).sort_stats("cumulative").print_stats(60)
+        pstats.Stats(profiler, stream=handle).sort_stats("tottime").print_stats(40)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

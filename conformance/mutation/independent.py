@@ -438,6 +438,12 @@ def flashmla_ftz_split(q, kv_cache, indices, indptr, softmax_scale, *, has_inval
     (at most 8), partials o_i = o * f32(1 / l) with lse_i = f32(log2 l + m) merged in f32 through
     log2-domain lse: G = log2(sum exp2(lse_i - max)) + max, out = sum exp2(lse_i - G) o_i."""
     validate_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    # the kernel takes the max of the unscaled scores, so a scale <= 0 goes in as (-q, -scale) or
+    # (q = 0, scale = 1), as the flashmla adapter passes it (both exact)
+    if softmax_scale < 0:
+        q, softmax_scale = -q, -softmax_scale
+    elif softmax_scale == 0:
+        q, softmax_scale = torch.zeros_like(q), 1.0
     tile = 64
     g = gather(kv_cache, indices, indptr, has_invalid, multiple=tile)
     n_q, heads = q.shape[:2]

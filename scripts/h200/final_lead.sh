@@ -17,3 +17,24 @@ for k in emulated flashmla flashmla-prefill torch-sdpa; do
   mkdir -p "$R/pending-$k"; cp /tmp/lead-state-$k/pending/*.json "$R/pending-$k/" 2>/dev/null
 done
 true
+# FlashMLA's own outputs on its two corpus entries, kept for a CPU soundness regression
+# (tests/test_flashmla_recorded.py judges them under the shipped profiles)
+timeout 120 python3 - "$R/flashmla_outputs.pt" > "$R/flashmla_outputs.txt" 2>&1 <<'PY'
+import json, sys
+from pathlib import Path
+import torch
+from conformance.harness import run_kernel
+from kernel.registry import resolve
+from strategies.materialize import materialize
+from strategies.recipe import Recipe
+saved = {}
+for entry, kernel in (("flashmla-decode-max-latent-one-hot", "flashmla"), ("flashmla-max-latent-flat-softmax", "flashmla-prefill"),
+                      ("flashmla-max-latent-flat-softmax", "flashmla")):
+    recipe = json.loads(Path(f"conformance/corpus/{entry}.json").read_text())["recipe"]
+    problem = materialize(Recipe.from_json_dict({**recipe, "return_lse": True}), "cuda")
+    out, lse = run_kernel(problem, resolve(kernel), property_name="record", kernel_name=kernel)
+    saved[f"{entry}:{kernel}"] = {"out": out.cpu(), "lse": lse.cpu(), "recipe": json.dumps({**recipe, "return_lse": True})}
+    print(entry, kernel, tuple(out.shape), float(out.float().abs().max()))
+torch.save(saved, sys.argv[1])
+PY
+true

@@ -10,7 +10,8 @@
 #   fuzz-<K>.txt / .err / fuzz-<K>.json        the campaign's summary (stdout), progress, its fuzz-summary.json
 #   pending-suite-<K>/, pending-fuzz-<K>/      failing recipes saved by the suite / the campaign (corpus JSON)
 #   replay-<K>.txt                             each saved failure: `conformance replay` (its class) and the direct call
-#   runs-<K>.tgz                               the run folders' reports and failure logs (records left out)
+#   features-<K>.json / .txt                   scripts/peers_features.py over the run folders: err/bound max / median, features
+#   runs-<K>.tgz                               the run folders (files under 2 MB; the archive left out above 3 MB)
 #   bench.txt / bench.json                     adapter and bare-kernel medians at n_q 1, 1024, 4096 (contended)
 #   probe-<K>.txt / .json, probed-<K>.toml    `conformance probe`: the measured profile and its evidence
 #   sglang-int32.txt                           sglang's reader / decode kernel just past 2^31-element offsets
@@ -60,8 +61,10 @@ log "suites, campaigns and bench finished"
 for k in $PEERS; do
   summary=$(find "$STATE/fuzz-$k" -name fuzz-summary.json 2>/dev/null | head -1)
   [ -n "$summary" ] && cp "$summary" "$R/fuzz-$k.json"
-  (cd "$STATE" && find "suite-$k" "fuzz-$k" -type f \( -name '*.json' -o -name '*.txt' -o -name '*.md' -o -name '*.log' \) -size -2M 2>/dev/null \
-     | grep -v -i record | tar czf "$R/runs-$k.tgz" -T - 2>/dev/null)
+  timeout -k 5 60 python3 scripts/peers_features.py "$STATE/suite-$k"/runs/* "$STATE/fuzz-$k"/runs/* --json "$R/features-$k.json" \
+    > "$R/features-$k.txt" 2>&1
+  (cd "$STATE" && find "suite-$k" "fuzz-$k" -type f -size -2M 2>/dev/null | tar czf "$R/runs-$k.tgz" -T - 2>/dev/null)
+  [ "$(stat -c %s "$R/runs-$k.tgz" 2>/dev/null || echo 0)" -gt 3000000 ] && rm -f "$R/runs-$k.tgz" && log "runs-$k.tgz over 3 MB: left out"
 done
 # Each saved failure replayed (class and worst element), while time remains.
 for k in $PEERS; do

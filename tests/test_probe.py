@@ -15,6 +15,7 @@ from conformance.harness import compare
 from conformance.mutation.catalogue import CORRECT_VARIANTS
 from conformance.probe import mma
 from conformance.probe import probes as P
+from conformance.probe.build import ProbeSkipped
 from conformance.probe.profile import assemble, render, to_profile
 from conformance.probe.rounding import round_to
 from conformance.probe.run import probe_kernel
@@ -98,7 +99,9 @@ KNOWN = {
     "gfx950_sequential_rtz": {"q_representation": "fp8_hi_lo", "qk": ("toward_zero", 23, "sequential"), "pv": ("toward_zero", 31, "fused")},
     "gfx950_sequential_l": {"q_representation": "fp8_hi_lo", "qk": ("nearest", 31, "fused"), "pv": ("nearest", 31, "fused")},
     "gfx950_reverse_tiles": {"q_representation": "fp8_hi_lo", "qk": ("nearest", 31, "fused")},
-    "flashmla_like_split": {"q_representation": "exact", "p_format": "bf16", "split": "above"},
+    "flashmla_like_split": {"q_representation": "exact", "p_format": "bf16", "split": {"rows": "above", "min_keys": 64}},
+    # every row, one partition or more, goes through the f32 log2-lse merge: split "any"
+    "flashmla_ftz_split": {"q_representation": "exact", "p_format": "bf16", "subnormals": "flush", "split": {"rows": "any"}},
 }
 
 
@@ -132,12 +135,13 @@ def test_correct_variant_settings_recovered(name: str) -> None:
             fields = {f.key: f.value for f in assemble(ctx.decided, name="x", description="y") if f.section == "qk"}
             assert (fields["order"], fields["rounding"]) in {("sequential", "nearest"), ("unknown", "toward_zero")}
     if "pv" in want:
+        ctx.decided["split"] = P.probe_split(ctx, lengths=(2, 64, 65, 128)).decision  # PV rows stay unsplit
         for ev in P.probe_pv_accumulation(ctx):
             ctx.decided[ev.probe] = ev.decision
         assert _accumulation("pv", ctx.decided) == want["pv"], ctx.decided
     if "split" in want:
         ev = P.probe_split(ctx, lengths=(2, 64, 65, 128))
-        assert ev.decision == {"rows": "above", "min_keys": 64}, ev.lines()
+        assert ev.decision == want["split"], ev.lines()
 
 
 def test_mapping_never_claims_more_than_observed() -> None:
@@ -169,3 +173,14 @@ def test_mma_probes_recover_a_simulated_unit() -> None:
         observed = mma.simulate(a, torch.ones(32, dtype=torch.float64), truth)
         result = mma.analyse(problems, observed, models)
         assert result["consistent"] == [truth.label], (truth.label, result["consistent"])
+
+
+def test_pv_rows_stay_within_the_unsplit_length() -> None:
+    assert P.pv_limits({"rows": "never"}) >= 4096
+    assert P.pv_limits({"rows": "above", "min_keys": 64}) == 64
+    assert P.pv_limits({"rows": "above", "min_keys": 100}) == 64
+    assert P.pv_limits({"rows": "any"}) is None and P.pv_limits(None) is None
+    ctx = P.Context(kernel=CORRECT_VARIANTS["flashmla_ftz_split"].backend, device="cpu", heads=1, log=lambda s: None)
+    ctx.decided["split"] = {"rows": "any"}
+    with pytest.raises(ProbeSkipped):
+        P.probe_pv_accumulation(ctx)

@@ -449,26 +449,45 @@ PV_PLACEMENTS = ((1, 299), (3, 200), (1, 130), (2, 64))
 PV_MEMBERS = (2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256)
 
 
+def pv_limits(split: object) -> int | None:
+    """The longest PV probe row that stays in one pass, from the split probe's decision: rows the
+    kernel splits go through its lse merge, whose f32 roundings would hide the accumulator's. None:
+    no row is safe (every row merged), so the PV probes do not run."""
+    if not isinstance(split, dict):
+        return None  # the split probe did not decide: no row is known to stay in one pass
+    if split.get("rows") == "never":
+        return 1 << 20
+    if split.get("rows") == "above" and split.get("min_keys", 0) >= 16:
+        return 1 << (int(split["min_keys"]).bit_length() - 1)  # a power of two, at most min_keys
+    return None
+
+
 def probe_pv_accumulation(ctx: Context) -> list[Evidence]:
     """The triple over keys of equal score: V = +256 (key 0), 0.75 ulp (key b: code 3*2^-9,
     scale 2^-8), -256 (key p); out[0] = (sum) / n exactly once the sum is known. Rounding (4
-    placements, both signs), fraction bits (256 + 2^(8-j) - 256 over keys 0, 1, 2) and membership."""
+    placements, both signs), fraction bits (256 + 2^(8-j) - 256 over keys 0, 1, 2) and membership.
+    Rows stay within the length the split probe found unsplit (`pv_limits`)."""
+    limit = pv_limits(ctx.decided.get("split"))
+    if limit is None:
+        raise ProbeSkipped("every row goes through the kernel's lse merge: the PV accumulator's rounding is not observable")
+    placements = [(b, p) for b, p in PV_PLACEMENTS if p < limit] or [(1, limit - 1), (3, limit // 2 + 1)]
+    member_sample = [p for p in PV_MEMBERS if p < limit]
     rnd = Evidence("pv_rounding", "PV accumulator rounding (nearest / toward zero / none in f32)", "")
     call = Call(heads=1, softmax_scale=1.0)
     zero = call.key(Key())
     lengths = []
-    for b, p in PV_PLACEMENTS:
+    for b, p in placements:
         for sign in (1.0, -1.0):
             _pv_row(call, zero, sign, {0: (256.0, 1.0), b: (SMALL_CODE, 2.0**-8), p: (-256.0, 1.0)}, p + 1)
             lengths.append(1 << p.bit_length())
     out, _ = ctx.run(call)
     classes = []
-    for i, (b, p) in enumerate(PV_PLACEMENTS):
+    for i, (b, p) in enumerate(placements):
         pos = float(out[2 * i, 0, 0]) * lengths[2 * i] / ULP256
         neg = float(out[2 * i + 1, 0, 0]) * lengths[2 * i + 1] / ULP256
         classes.append(_rounding_class(pos, neg))
         rnd.observed += f"keys (0, {b}, {p}): {pos:+.3f} / {neg:+.3f} ulp; "
-    rnd.problem = "sum over keys of P V = 256 + 0.75 ulp - 256 (and negated), scores equal, 4 placements"
+    rnd.problem = f"sum over keys of P V = 256 + 0.75 ulp - 256 (and negated), scores equal, placements {placements}"
     rnd.candidates = {"nearest": "+1 / -1 ulp", "toward_zero": "0 / 0", "down": "0 / -1", "exact": "+0.75 / -0.75"}
     rounded = {c for c in classes if c != "exact"}
     if not rounded and classes:
@@ -496,14 +515,16 @@ def probe_pv_accumulation(ctx: Context) -> list[Evidence]:
     mem = Evidence("pv_instruction", "PV: which keys are summed with keys 0 and 1 before a rounding (instruction block)", "")
     call = Call(heads=1, softmax_scale=1.0)
     zero = call.key(Key())
-    for p in PV_MEMBERS:
+    for p in member_sample:
         _pv_row(call, zero, 1.0, {0: (256.0, 1.0), 1: (SMALL_CODE, 2.0**-8), p: (-256.0, 1.0)}, p + 1)
     out, _ = ctx.run(call)
-    members = [p for i, p in enumerate(PV_MEMBERS) if abs(float(out[i, 0, 0]) * (1 << p.bit_length()) / ULP256 - 0.75) < 0.12]
-    mem.problem = f"sum over keys of V = 256 (key 0) + 0.75 ulp (key 1) - 256 (key p), p in {list(PV_MEMBERS)}"
+    members = [p for i, p in enumerate(member_sample) if abs(float(out[i, 0, 0]) * (1 << p.bit_length()) / ULP256 - 0.75) < 0.12]
+    mem.problem = f"sum over keys of V = 256 (key 0) + 0.75 ulp (key 1) - 256 (key p), p in {member_sample}"
     mem.candidates = {"contiguous blocks of B keys": "members = {p < B}", "sequential": "no member", "other": "any other set"}
     mem.observed = f"members: {members}"
-    block = _contiguous_block(members, PV_MEMBERS, 1 << 20)
+    block = _contiguous_block(members, member_sample, 1 << 20)
+    if block is not None and block >= limit:
+        block = None  # the whole sampled row shares one instruction: its size is not known
     mem.decision = block
     mem.matched = [f"contiguous B = {block}" if block and block > 1 else ("sequential (no member)" if block == 1 else "non-contiguous")]
     ctx.decided.update(pv_rounding=rnd.decision, pv_fraction_bits=frac.decision, pv_block=block)

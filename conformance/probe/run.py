@@ -65,10 +65,10 @@ def probe_kernel(
         ("p_shift", lambda: P.probe_p_shift(ctx)),
         ("subnormals", lambda: P.probe_subnormals(ctx)),
         ("qk", lambda: P.probe_qk_accumulation(ctx)),
-        ("pv", lambda: P.probe_pv_accumulation(ctx)),
         ("lse", lambda: P.probe_lse(ctx)),
         ("scale_cap", lambda: P.probe_scale_cap(ctx)),
         ("split", lambda: P.probe_split(ctx, split_lengths)),
+        ("pv", lambda: P.probe_pv_accumulation(ctx)),  # after split: rows stay unsplit
     ]
     t_all = time.perf_counter()
     for i, (step, fn) in enumerate(steps):

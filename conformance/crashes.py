@@ -343,6 +343,6 @@ def describe(line: dict[str, Any]) -> str:
         return f"crash in run {line.get('run')} worker {line.get('worker')}: {line.get('error')}"
     state = "saved" if line.get("new") else "already saved"
     return (
-        f"crash: {line.get('caught')}; kernel {line.get('kernel')}, property {line.get('property')}, "
+        f"crash (class 1, contract violation): {line.get('caught')}; kernel {line.get('kernel')}, property {line.get('property')}, "
         f"expect {line.get('expect')}: entry {state} as {line.get('entry')}"
     )

@@ -40,7 +40,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--thorough", action="store_true", help="also probe row splitting at 4096 and 8192 keys")
     p.add_argument("--json", type=output_file, default=None, help="also write the evidence as JSON")
     p.add_argument("--bringup", action="store_true", help="gfx950 bring-up: F1 probe and the agreement property, Markdown report")
-    p.add_argument("--agreement-examples", type=int, default=50, help="Hypothesis examples of the agreement property (--bringup)")
+    p.add_argument(
+        "--agreement-profile",
+        default="ci",
+        help="Hypothesis profile of the agreement property under --bringup (ci: 25 examples, nightly: 1000; none: skip)",
+    )
     p.set_defaults(func=run)
 
 
@@ -88,6 +92,6 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     from conformance.probe.bringup import bringup_report
 
-    ok, text = bringup_report(backend, args.kernel, device, report, agreement_examples=args.agreement_examples)
+    ok, text = bringup_report(backend, args.kernel, device, report, agreement_profile=args.agreement_profile)
     print(text)
     return EXIT_OK if ok else EXIT_FAILED

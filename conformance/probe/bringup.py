@@ -97,10 +97,11 @@ def f1_probe(kernel: Callable, device: str) -> tuple[str, dict[str, int]]:
     return "neither", diffs
 
 
-def agreement_property(kernel_name: str, examples: int, timeout_s: int = 1800) -> tuple[bool | None, str]:
-    """Run conformance/suite/test_gfx950_agreement.py against the kernel (None: not run)."""
-    if examples <= 0:
-        return None, "not run (--agreement-examples 0)"
+def agreement_property(kernel_name: str, hypothesis_profile: str, timeout_s: int = 1800) -> tuple[bool | None, str]:
+    """Run conformance/suite/test_gfx950_agreement.py against the kernel under a Hypothesis profile
+    (conformance.hypothesis_profiles: ci 25 examples, dev 40, nightly 1000); "none": not run (None)."""
+    if hypothesis_profile == "none":
+        return None, "not run (--agreement-profile none)"
     cmd = [
         sys.executable,
         "-m",
@@ -112,9 +113,7 @@ def agreement_property(kernel_name: str, examples: int, timeout_s: int = 1800) -
         "-p",
         "no:cacheprovider",
         "--hypothesis-profile",
-        "ci",
-        "-o",
-        f"hypothesis_max_examples={examples}",
+        hypothesis_profile,
     ]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
@@ -124,7 +123,7 @@ def agreement_property(kernel_name: str, examples: int, timeout_s: int = 1800) -
     return done.returncode == 0, "\n".join(tail)
 
 
-def bringup_report(kernel: Callable, name: str, device: str, report, *, agreement_examples: int = 50) -> tuple[bool, str]:
+def bringup_report(kernel: Callable, name: str, device: str, report, *, agreement_profile: str = "ci") -> tuple[bool, str]:
     """Markdown: machine, probe summary and evidence, F1 verdict, agreement result, measured profile."""
     lines = ["## gfx950 bring-up report", ""]
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU visible to torch"
@@ -150,7 +149,7 @@ def bringup_report(kernel: Callable, name: str, device: str, report, *, agreemen
         ),
         "",
     ]
-    ok_agree, text = agreement_property(name, agreement_examples)
+    ok_agree, text = agreement_property(name, agreement_profile)
     lines += [
         "### gfx950 agreement property",
         "",

@@ -47,6 +47,6 @@ def test_bringup_report_parts(monkeypatch) -> None:
     monkeypatch.setattr(om, "F8_LAYOUT", "split")
     report = ProbeReport(kernel="flydsl-isa", device="cpu")
     report.text = render(assemble({}, name="probed-flydsl-isa", description="parts only"), ["test"])
-    ok, text = bringup_report(resolve("flydsl-isa"), "flydsl-isa", "cpu", report, agreement_examples=0)
+    ok, text = bringup_report(resolve("flydsl-isa"), "flydsl-isa", "cpu", report, agreement_profile="none")
     assert ok
     assert "verdict: **split**" in text and "### Measured profile" in text and "not run" in text

@@ -7,6 +7,7 @@ change the message that failure signatures, corpus entries and reports are built
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -16,9 +17,10 @@ from hypothesis import reject
 from hypothesis import target as hypothesis_target
 from hypothesis.control import currently_in_test_context
 
-from conformance.harness import Verdict, judge, record, run_kernel
+from conformance.harness import Judgement, Verdict, check_types, judge, record, run_kernel
 from conformance.target import SuiteTarget
-from conformance.triage import triage
+from conformance.triage import contract_violation, triage
+from oracle.bound import Evaluation
 from oracle.preconditions import check_call, has_violation
 from strategies.materialize import Problem, materialize
 from strategies.recipe import Recipe, RecipeTooLarge
@@ -77,10 +79,15 @@ def differential(
     """Run the kernel, then judge it against the reference in both comparison modes; raise
     AssertionError with every failure. Returns the verdicts (exact-steps first). `timeout_s`:
     the per-call limit (conformance.harness.run_kernel; None: its default)."""
+    __tracebackhide__ = _verdict_only  # pytest: a verdict is shown at the property's call, not in here
     suite.judged.note(recipe, property_name)
     problem = materialize_for(suite, recipe)
     require_support(suite, problem)
     out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name, timeout_s=timeout_s)
+    broken = check_types(problem, out, lse)
+    if broken:  # the same in every mode, and not a matter of the bound
+        record(property_name, suite.name, problem, outcome="fail", extra={"mode": "contract", "class": 1})
+        raise contract_violation("; ".join(broken))
     judgement = judge(problem, out, lse, suite.profile)
     triaged = None if judgement.ok else triage(problem, out, lse, suite.profile, judgement)
     for mode, verdict in judgement.verdicts.items():
@@ -101,8 +108,40 @@ def differential(
             extra=extra,
         )
     if triaged is not None:
-        raise AssertionError(f"{triaged.headline}\nkernel output outside the a-priori bound:\n" + "\n".join(judgement.messages()))
+        raise AssertionError(f"{triaged.headline}\nkernel output outside the a-priori bound:\n" + "\n".join(failure_lines(judgement, lse)))
     return list(judgement.verdicts.values())
+
+
+def _verdict_only(info: pytest.ExceptionInfo[BaseException]) -> bool:
+    """pytest's traceback filter: hide the check's frame for a verdict (AssertionError) only."""
+    return info.errisinstance(AssertionError)
+
+
+def failure_lines(judgement: Judgement, lse: torch.Tensor | None) -> list[str]:
+    """Per failing mode: its failures, then the worst out element when an out check failed and
+    the worst lse value when an lse check failed (never an out element for an lse failure)."""
+    lines: list[str] = []
+    for mode, verdict in judgement.verdicts.items():
+        if verdict.ok:
+            continue
+        lines += verdict.failures
+        if verdict.worst and any(f.startswith(f"[{mode}] out") for f in verdict.failures):
+            lines.append("worst out element: " + json.dumps(verdict.worst, sort_keys=True))
+        if lse is not None and any(f.startswith(f"[{mode}] lse") for f in verdict.failures):
+            lines.append("worst lse value: " + json.dumps(_worst_lse(lse, judgement.evaluations[mode]), sort_keys=True))
+    return lines
+
+
+def _worst_lse(lse: torch.Tensor, evaluation: Evaluation) -> dict[str, Any]:
+    """(row, head), kernel lse, reference and bound where |lse - ref| / bound is largest (rows whose
+    reference is -inf count as infinitely bad when the kernel's value is not -inf)."""
+    got = lse.to(torch.float64).cpu()
+    ref, bound = evaluation.lse.to(torch.float64).cpu(), evaluation.lse_bound.to(torch.float64).cpu()
+    empty = torch.isneginf(ref)
+    ratio = torch.where(empty, torch.where(torch.isneginf(got), 0.0, float("inf")), (got - ref).abs() / bound.clamp_min(1e-300))
+    flat = int(torch.argmax(ratio.nan_to_num(nan=float("inf"))))
+    row, head = divmod(flat, ratio.shape[1])
+    return {"row": row, "head": head, "lse": float(got[row, head]), "ref": float(ref[row, head]), "bound": float(bound[row, head])}
 
 
 def violation_run(

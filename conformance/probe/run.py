@@ -57,7 +57,9 @@ def probe_kernel(
     """Run the probes on `backend` (a contract callable, e.g. a registry Backend)."""
     report = ProbeReport(kernel=name, device=device)
     ctx = P.Context(kernel=backend, device=device, heads=_heads(backend), log=log)
-    split_lengths = (2, 16, 64, 65, 128, 129, 256) if quick else (P.SPLIT_LENGTHS + P.SPLIT_LENGTHS_LONG if thorough else P.SPLIT_LENGTHS)
+    split_lengths = (
+        (2, 16, 64, 65, 96, 128, 129, 256) if quick else (P.SPLIT_LENGTHS + P.SPLIT_LENGTHS_LONG if thorough else P.SPLIT_LENGTHS)
+    )
     steps: list[tuple[str, Callable[[], object]]] = [
         ("q_representation", lambda: P.probe_q_representation(ctx)),
         ("output_rounding", lambda: P.probe_output_rounding(ctx)),

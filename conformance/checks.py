@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import pytest
@@ -125,11 +126,16 @@ def failure_lines(judgement: Judgement, lse: torch.Tensor | None) -> list[str]:
         if verdict.ok:
             continue
         lines += verdict.failures
-        if verdict.worst and any(f.startswith(f"[{mode}] out") for f in verdict.failures):
+        if verdict.worst and any(_about(f, mode, "out") for f in verdict.failures):
             lines.append("worst out element: " + json.dumps(verdict.worst, sort_keys=True))
-        if lse is not None and any(f.startswith(f"[{mode}] lse") for f in verdict.failures):
+        if lse is not None and any(_about(f, mode, "lse") for f in verdict.failures):
             lines.append("worst lse value: " + json.dumps(_worst_lse(lse, judgement.evaluations[mode]), sort_keys=True))
     return lines
+
+
+def _about(failure: str, mode: str, output: str) -> bool:
+    """Whether a failure line of conformance.harness.compare is about `output` ("out" or "lse")."""
+    return re.match(rf"\[{re.escape(mode)}\] (\d+ )?{output}\b", failure) is not None
 
 
 def _worst_lse(lse: torch.Tensor, evaluation: Evaluation) -> dict[str, Any]:

@@ -100,7 +100,12 @@ def run_kernel(
     changed = before.changes(problem.q, problem.kv_cache, problem.indices, problem.indptr)
     if changed:
         raise InputsModified("class 1 (contract violation): " + "; ".join(changed))
-    return result
+    if not (isinstance(result, tuple | list) and len(result) == 2):  # a bare tensor of n_q 2 would unpack silently
+        shape = f" {tuple(result.shape)}" if isinstance(result, torch.Tensor) else ""
+        raise AssertionError(
+            f"class 1 (contract violation): the kernel returned a {type(result).__name__}{shape}, not the pair (out, lse_or_None)"
+        )
+    return result[0], result[1]
 
 
 @dataclass

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 import sys
 from pathlib import Path
 
 import pytest
 from hypothesis.vendor.pretty import pretty
 
+from conformance.checks import differential
 from conformance.target import build_target
 from kernel.backend import BackendUnavailable
+from kernel.backends.emulated import run_emulated
 from kernel.registry import resolve
 from strategies.recipe import Recipe
 
@@ -19,7 +24,6 @@ def test_suite_target_and_recipe_print_on_one_line() -> None:
     assert pretty(target) == repr(target) == "<kernel emulated on cpu, profile gfx950>"
     recipe = Recipe(seed=3, n_q=2, heads=1, row_lengths=(1, 2), cache_rows=5, q_pad=(1, 0))
     assert pretty(recipe) == "Recipe(seed=3, n_q=2, heads=1, row_lengths=[1, 2], cache_rows=5, q_pad=[1, 0])"
-    target.judged.note(recipe, "differential")
     assert "\n" not in pretty(target) and "NumericsProfile" not in pretty(target)
 
 
@@ -40,3 +44,44 @@ def test_import_error_of_a_kernel_module_names_file_and_line(
         resolve("user_kernel_mod:fn")
     assert what in str(info.value)
     assert f"({tmp_path / 'user_kernel_mod.py'}, line {line})" in str(info.value)
+
+
+def bare_tensor(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
+    """A kernel returning out alone instead of the (out, lse) pair."""
+    return run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)[0]
+
+
+def float_out(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
+    """A kernel returning out in float32."""
+    result, lse = run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse)
+    return result.float(), lse
+
+
+for _kernel in (bare_tensor, float_out):
+    _kernel.profile = "gfx950"  # type: ignore[attr-defined]
+    _kernel.accepts_out = False  # type: ignore[attr-defined]
+
+TWO_ROWS = Recipe(seed=2, n_q=2, heads=1, row_lengths=(3, 5), cache_rows=50)
+
+
+@pytest.mark.parametrize("recipe", [TWO_ROWS, dataclasses.replace(TWO_ROWS, n_q=1, row_lengths=(4,))], ids=["n_q 2", "n_q 1"])
+def test_a_bare_tensor_is_a_contract_violation(recipe: Recipe) -> None:
+    with pytest.raises(AssertionError, match=r"^class 1 \(contract violation\): the kernel returned a Tensor \(\d, 1, 512\), not the pair"):
+        differential(build_target(f"{__name__}:bare_tensor", device="cpu"), recipe, use_target=False)
+
+
+def test_a_wrong_dtype_is_one_contract_line_not_a_bound_failure() -> None:
+    with pytest.raises(AssertionError) as info:
+        differential(build_target(f"{__name__}:float_out", device="cpu"), TWO_ROWS, use_target=False)
+    text = str(info.value)
+    assert text == "class 1 (contract violation): out is torch.float32 (2, 1, 512), expected bfloat16 (2, 1, 512)"
+
+
+def test_an_lse_failure_shows_the_worst_lse_not_an_out_element() -> None:
+    with pytest.raises(AssertionError) as info:
+        differential(build_target("examples.fp32_buggy.kernel:fp32_buggy", device="cpu"), TWO_ROWS, use_target=False)
+    text = str(info.value)
+    assert "lse values exceed the bound" in text and "worst lse value: " in text
+    assert "worst out element" not in text and "out elements exceed" not in text
+    worst = json.loads(text.split("worst lse value: ")[1].splitlines()[0])
+    assert abs(worst["lse"] * math.log(2.0) - worst["ref"]) < 1e-3 * max(1.0, abs(worst["ref"]))  # the kernel's lse is log2

@@ -111,6 +111,10 @@ def resolve(name: str) -> Backend:
         from kernel.backends.vllm_sparse import vllm_sparse_backend
 
         backend = vllm_sparse_backend()
+    elif name.startswith("isa:"):  # a compiled kernel on the ISA interpreter, per a launch spec (kernel/isa/contract_spec.py)
+        from kernel.isa.contract_spec import isa_contract_backend
+
+        backend = isa_contract_backend(name)
     elif ":" in name:
         module_name, _, attr = name.partition(":")
         if not module_name or not attr:

@@ -157,6 +157,22 @@ def pytest_configure(config: pytest.Config) -> None:
     gpus.publish_gpus()
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The session header of a suite session: kernel, numerics profile, device, Hypothesis profile."""
+    if not suite_active(config) or hasattr(config, "workerinput"):
+        return []
+    from hypothesis import settings
+
+    named = config.getoption("--kernel")
+    try:
+        suite = build_target(named, profile=config.getoption("--profile"), device=config.getoption("--device"), check_only=True)
+        what = f"kernel {suite.name}{'' if named else ' (the default here)'}, numerics profile {suite.profile.name}, device {suite.device}"
+    except TargetError as err:
+        what = f"kernel {named or 'default'}: {err}"
+    hypothesis = f"Hypothesis profile {settings.get_current_profile_name()!r} ({settings.default.max_examples} examples per property test)"
+    return [f"conformance: {what}; {hypothesis}"]
+
+
 def _check_target(config: pytest.Config) -> None:
     """Controller: a kernel, profile or device the user named that cannot be used is a usage error."""
     named = [config.getoption(o) for o in ("--kernel", "--profile", "--device")]
@@ -191,21 +207,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if judged is None or judged.recipe is None:
         return
     if report.failed and not item.config.getoption("--no-capture-corpus"):
-        from conformance.corpus import new_entry, save_entry
+        from conformance.corpus import new_entry, save_pending
 
         kernel = item.config.getoption("--kernel") or "default"
-        lines = str(call.excinfo.value).splitlines() if call.excinfo else []
-        caught = (lines[0] if lines else type(call.excinfo.value).__name__ if call.excinfo else "failure")[:500]
+        caught = _caught(call)
         entry = new_entry(
             judged.recipe, caught=f"{item.nodeid}: {caught}", kernel=kernel, property_name=judged.property_name, expect=judged.expect
         )
         try:
-            path = save_entry(entry, pending_dir())
+            path, saved = save_pending(entry, pending_dir())
         except OSError as err:  # CorpusWriteError names the folder and $CONFORMANCE_PENDING_DIR
             report.sections.append(("conformance corpus", f"failing recipe not saved: {err}\nrecipe: {judged.recipe.to_json()}"))
             judged.clear()
             return
-        report.sections.append(("conformance corpus", f"failing recipe saved to {path}"))
+        again = f"python -m conformance replay {path}" + (f" --kernel {kernel}" if kernel != "default" else "")
+        report.sections.append(("conformance corpus", f"failing recipe {saved}\nreplay it: {again}"))
         try:
             _log_failure(
                 {
@@ -221,6 +237,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         except OSError as err:  # the entry is saved; only the report line is missing
             report.sections.append(("conformance report", f"failure not logged for the run report: {err}"))
     judged.clear()
+
+
+MAX_CAUGHT = 2000
+
+
+def _caught(call: pytest.CallInfo[None]) -> str:
+    """The failure's whole message (every line, at most MAX_CAUGHT characters) for the entry's provenance."""
+    if call.excinfo is None:
+        return "failure"
+    text = str(call.excinfo.value).strip() or type(call.excinfo.value).__name__
+    return text if len(text) <= MAX_CAUGHT else text[: MAX_CAUGHT - 3] + "..."
 
 
 def _log_failure(line: dict[str, Any]) -> None:

@@ -97,33 +97,31 @@ def e4m3_to_f64(codes: np.ndarray) -> np.ndarray:
 def f32_to_e4m3(x: np.ndarray, saturate: bool = False) -> np.ndarray:
     """float32 -> uint8 E4M3 code, RNE. Without saturation (gfx950's default) a value whose
     rounded magnitude exceeds 448 (|x| > 464), an inf or a NaN gives NaN (sign | 0x7F); with it,
-    finite overflow gives +-448 (0x7E) and NaN stays NaN."""
+    finite overflow and inf give +-448 (0x7E) and NaN stays NaN.
+
+    On the bits: for |x| >= 2^-6 (E4M3 normals) the f32 pattern is rounded to 3 mantissa bits
+    by integer RNE (add 2^19 - 1 plus the kept lsb, shift by 20; a carry moves into the
+    exponent), then rebased from the f32 to the E4M3 exponent bias (120 << 3); below 2^-6 the
+    code is |x| / 2^-9 rounded to an integer (exact in float64, np.rint is RNE), 8 meaning the
+    smallest normal."""
     x = np.asarray(x, dtype=np.float32)
-    bits = f32_bits(x)
-    sign = ((bits >> 24) & 0x80).astype(np.uint8)
-    ax = np.abs(x.astype(np.float64))
-    nan = np.isnan(ax)
-    # Quantum of the E4M3 grid at |x|: 2^(e - 3) for normals (e = floor(log2|x|) >= -6), 2^-9 below.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        e = np.floor(np.log2(np.where(ax > 0, ax, 1.0)))
-    e = np.clip(e, -6, 15)
-    q = np.exp2(e - 3)
-    r = np.round(np.where(nan | np.isinf(ax), 0.0, ax) / q) * q  # np.round is half-to-even; ax/q exact
-    over = (r > 448.0) | np.isinf(ax)
-    # encode r (a grid value <= 448 when not over)
-    rr = np.where(over | nan, 0.0, r)
-    with np.errstate(divide="ignore"):
-        re = np.floor(np.log2(np.where(rr > 0, rr, 1.0)))
-    normal = rr >= 2.0**-6
-    exp_field = np.where(normal, re + 7, 0).astype(np.int64)
-    mant = np.where(normal, rr / np.exp2(re) * 8 - 8, rr / 2.0**-9).astype(np.int64)
-    code = ((exp_field << 3) | mant).astype(np.uint8)
+    b = x.view(np.uint32)
+    ab = b & np.uint32(0x7FFFFFFF)
+    sign = ((b >> np.uint32(24)) & np.uint32(0x80)).astype(np.uint8)
+    naninf = ab >= np.uint32(0x7F800000)
+    nan = ab > np.uint32(0x7F800000)
+    rn = (ab + np.uint32(0x7FFFF) + ((ab >> np.uint32(20)) & np.uint32(1))) >> np.uint32(20)
+    code = rn.astype(np.int64) - (120 << 3)
+    with np.errstate(invalid="ignore"):
+        sub = np.rint(np.where(naninf, 0.0, np.abs(x).astype(np.float64)) * 512.0).astype(np.int64)
+    code = np.where(ab >= np.uint32(0x3C800000), code, sub)
+    over = (code > 0x7E) & ~naninf
     if saturate:
-        code = np.where(over & ~nan, np.uint8(0x7E), code)
-        code = np.where(nan, np.uint8(0x7F), code)
+        code = np.where(over | (naninf & ~nan), 0x7E, code)
+        code = np.where(nan, 0x7F, code)
     else:
-        code = np.where(over | nan, np.uint8(0x7F), code)
-    return (code | sign).astype(np.uint8)
+        code = np.where(over | naninf, 0x7F, code)
+    return code.astype(np.uint8) | sign
 
 
 # ------------------------------------------------------------------ f16 / bf16

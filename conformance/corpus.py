@@ -158,3 +158,46 @@ def new_entry(
             "property": property_name,
         },
     )
+
+
+MAX_ALSO_CAUGHT = 20
+
+
+def save_pending(entry: CorpusEntry, directory: Path) -> tuple[Path, str]:
+    """Save a captured failure to the pending folder: (path, what happened, one line).
+
+    A new recipe is written as <directory>/<recipe hash>.json ("saved to PATH"). A recipe already
+    pending keeps its first provenance; this failure is added to its `also_caught` list (kernel,
+    property, date, caught; at most MAX_ALSO_CAUGHT, one per kernel and message) and the line says
+    so. A recipe that is a reviewed entry of the corpus is not copied ("is the reviewed entry
+    NAME"). CorpusWriteError (an OSError) when the folder cannot be written."""
+    for reviewed in corpus_files():
+        try:
+            known = load_entry(reviewed)
+        except CorpusError:
+            continue
+        if known.recipe == entry.recipe:
+            return reviewed, f"is the reviewed corpus entry {reviewed} (not copied to pending)"
+    path = directory / f"{recipe_hash(entry.recipe)}.json"
+    if not path.exists():
+        return save_entry(entry, directory), f"saved to {path}"
+    try:
+        first = load_entry(path)
+    except CorpusError:
+        return path, f"already pending as {path} (unreadable: left as it is)"
+    seen = list(first.provenance.get("also_caught", []))
+    mine = {k: entry.provenance.get(k) for k in ("kernel", "property", "date", "caught")}
+    same_as_first = all(first.provenance.get(k) == mine[k] for k in ("kernel", "caught"))
+    if not same_as_first and not any(s.get("kernel") == mine["kernel"] and s.get("caught") == mine["caught"] for s in seen):
+        seen = (seen + [mine])[-MAX_ALSO_CAUGHT:]
+        provenance = {**first.provenance, "also_caught": seen}
+        updated = CorpusEntry(name=first.name, recipe=first.recipe, expect=first.expect, provenance=provenance)
+        try:
+            atomic_write_text(path, updated.to_json())
+        except OSError as err:
+            raise CorpusWriteError(f"cannot update corpus entry {path.name} in {directory}: {err.strerror or err}") from err
+    origin = f"first saved {first.provenance.get('date', '?')} from kernel {first.provenance.get('kernel', '?')}"
+    if same_as_first:
+        return path, f"already pending as {path} (the same failure, {origin})"
+    return path, f"already pending as {path} ({origin}; this failure is added to its also_caught)"
+

@@ -10,6 +10,7 @@ A session that recorded nothing leaves no run folder behind.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 
 from conformance import crashes
 from conformance.state import current_run_dir, pending_dir
-from conformance.suite.activation import suite_active
+from conformance.suite.activation import SUITE_DIR, suite_active
 
 _CRASHES_KEY = pytest.StashKey[dict]()
 _REPORT_KEY = pytest.StashKey[Any]()
@@ -128,6 +129,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     """Controller: one line pointing at the run report."""
     if not _controller_of_suite(config):
         return
+    rerun = rerun_commands(config, [r.nodeid for r in terminalreporter.stats.get("failed", []) if getattr(r, "when", "call") == "call"])
+    if rerun:
+        terminalreporter.write_line("conformance: to rerun a failed test (ids above are relative to a folder other than this one):")
+        for line in rerun:
+            terminalreporter.write_line(f"  {line}")
     files = config.stash.get(_REPORT_KEY, None)
     if files is None:
         return
@@ -137,3 +143,29 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     from conformance.report import summary_line
 
     terminalreporter.write_line(summary_line(files))
+
+
+MAX_RERUN_LINES = 10
+
+
+def rerun_commands(config: pytest.Config, nodeids: list[str]) -> list[str]:
+    """A pytest command per failed test whose printed id cannot be pasted back here (a suite run
+    with --pyargs from another folder prints ids relative to the installed package): the test's
+    absolute path and its kernel options. Empty when every id resolves from the working directory."""
+    here = Path(config.invocation_params.dir)
+    options = [f"{o} {config.getoption(o)}" for o in ("--kernel", "--profile", "--device") if config.getoption(o)]
+    lines: list[str] = []
+    for nodeid in dict.fromkeys(nodeids):
+        file_part, sep, rest = nodeid.partition("::")
+        if (here / file_part).is_file():
+            continue
+        bases = (Path(config.rootpath), SUITE_DIR.parent, SUITE_DIR.parent.parent)
+        found = next((b / file_part for b in bases if (b / file_part).is_file()), None)
+        if found is None:
+            continue
+        test_id = f"{found.resolve()}{sep}{rest}"
+        lines.append(" ".join(["pytest", shlex.quote(test_id), *options]))
+    if len(lines) > MAX_RERUN_LINES:
+        lines = [*lines[:MAX_RERUN_LINES], f"... and {len(lines) - MAX_RERUN_LINES} more"]
+    return lines
+

@@ -81,7 +81,10 @@ def gather(kv_cache: torch.Tensor, indices: torch.Tensor, indptr: torch.Tensor, 
     valid = inside & (ids >= 0) if has_invalid else inside
     if bool((valid & ((ids < 0) | (ids >= kv.shape[0]))).any()):  # before the gather: no device-side assert on GPUs
         raise IndexError(f"a consumed index lies outside the cache's {kv.shape[0]} rows")
-    rec = kv[torch.where(valid, ids, 0)]
+    if kv.shape[0] == 0:  # a cache of no records: every row is empty, nothing is read
+        rec = torch.zeros(*valid.shape, RECORD, dtype=torch.uint8, device=device)
+    else:
+        rec = kv[torch.where(valid, ids, 0)]
     codes = rec[..., :LATENT].contiguous().view(torch.float8_e4m3fn).to(torch.float32)
     scales = rec[..., LATENT : LATENT + 16].contiguous().view(torch.float32)
     bits = rec[..., LATENT : LATENT + 16].contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF

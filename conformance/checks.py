@@ -19,7 +19,7 @@ from hypothesis import target as hypothesis_target
 from hypothesis.control import currently_in_test_context
 
 from conformance.harness import Judgement, Verdict, check_types, judge, record, run_kernel
-from conformance.target import SuiteTarget
+from conformance.target import SuiteTarget, judges
 from conformance.triage import contract_violation, triage
 from oracle.bound import Evaluation
 from oracle.preconditions import check_call, has_violation
@@ -74,6 +74,7 @@ def supported(suite: SuiteTarget, problem: Problem) -> str:
     return "" if support.ok else support.reason
 
 
+@judges()
 def differential(
     suite: SuiteTarget, recipe: Recipe, property_name: str = "differential", *, use_target: bool = True, timeout_s: float | None = None
 ) -> list[Verdict]:
@@ -81,7 +82,6 @@ def differential(
     AssertionError with every failure. Returns the verdicts (exact-steps first). `timeout_s`:
     the per-call limit (conformance.harness.run_kernel; None: its default)."""
     __tracebackhide__ = _verdict_only  # pytest: a verdict is shown at the property's call, not in here
-    suite.judged.note(recipe, property_name)
     problem = materialize_for(suite, recipe)
     require_support(suite, problem)
     out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name, timeout_s=timeout_s)
@@ -150,6 +150,7 @@ def _worst_lse(lse: torch.Tensor, evaluation: Evaluation) -> dict[str, Any]:
     return {"row": row, "head": head, "lse": float(got[row, head]), "ref": float(ref[row, head]), "bound": float(bound[row, head])}
 
 
+@judges(expect="precondition")
 def violation_run(
     suite: SuiteTarget,
     recipe: Recipe,
@@ -167,7 +168,6 @@ def violation_run(
     mantissa, it does not overflow). `problem`: the recipe already materialized on the target's
     device (not built again); `timeout_s`: the per-call limit (as for `differential`).
     """
-    suite.judged.note(recipe, property_name, expect="precondition")
     if problem is None:
         problem = materialize_for(suite, recipe)
     require_support(suite, problem)

@@ -5,15 +5,21 @@ by (the `profile` override, else what the kernel declares; loaded by oracle.prof
 device, raising `TargetError` with one line naming the problem. Every front end (the pytest
 plugin, `replay`, `fuzz`, `corpus minimise`) and the soundness campaign build their target here.
 
-`SuiteTarget.judged` holds what the checks last drew (the recipe, property and expectation):
-the checks note each recipe before judging it, and the pytest plugin saves the noted recipe of a
-failing test as a pending corpus entry. Each target owns its own note; nothing is global.
+`judging(recipe, property_name, expect)` (a context manager) and `judges(expect)` (the same as a
+decorator of a check taking `recipe` and `property_name`) make the recipe under judgement travel
+with the failure: an exception leaving the block carries an immutable `JudgedRecipe`, which the
+pytest plugin reads back from a failing test's exception (`judged_recipe`) to save a pending
+corpus entry. Nothing is noted anywhere; a test that fails outside a judging block saves nothing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import torch
@@ -22,32 +28,86 @@ if TYPE_CHECKING:
     from oracle.profiles import NumericsProfile
     from strategies.recipe import Recipe
 
+JUDGED_ATTR = "conformance_judged"  # the attribute of an exception holding its JudgedRecipe
+_NOT_CARRIED = (KeyboardInterrupt, SystemExit, GeneratorExit)  # the session's, not a verdict's
+F = TypeVar("F", bound=Callable[..., Any])
 
-@dataclass
+
+@dataclass(frozen=True)
 class JudgedRecipe:
-    """The recipe the checks are judging (None when nothing is noted)."""
+    """The recipe a failure happened on, with its property and how a corpus entry made from it
+    is judged on replay (expect: "conform" or "precondition")."""
 
-    recipe: Recipe | None = None
-    property_name: str = ""
+    recipe: Recipe
+    property_name: str
     expect: str = "conform"
 
-    def note(self, recipe: Recipe, property_name: str, expect: str = "conform") -> None:
-        """Note the recipe about to be judged (the last one noted is captured if the test fails)."""
-        self.recipe, self.property_name, self.expect = recipe, property_name, expect
 
-    def clear(self) -> None:
-        self.recipe = None
+@contextmanager
+def judging(recipe: Recipe, property_name: str, expect: str = "conform") -> Iterator[JudgedRecipe]:
+    """Run the block on `recipe`: an exception leaving it (but KeyboardInterrupt, SystemExit)
+    carries JudgedRecipe(recipe, property_name, expect) as attribute JUDGED_ATTR, unless an inner
+    block already gave it one (the innermost recipe is the one that failed)."""
+    judged = JudgedRecipe(recipe, property_name, expect)
+    try:
+        yield judged
+    except BaseException as err:
+        if not isinstance(err, _NOT_CARRIED) and getattr(err, JUDGED_ATTR, None) is None:
+            try:
+                setattr(err, JUDGED_ATTR, judged)
+            except (AttributeError, TypeError):  # an exception type that takes no attributes
+                pass
+        raise
+
+
+def judges(expect: str = "conform") -> Callable[[F], F]:
+    """Decorator of a check whose parameters include `recipe` and `property_name`: each call runs
+    inside judging(recipe, property_name, expect)."""
+
+    def decorate(check: F) -> F:
+        signature = inspect.signature(check)
+
+        @functools.wraps(check)
+        def judged_check(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # pytest: this frame is plumbing
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            with judging(bound.arguments["recipe"], bound.arguments["property_name"], expect):
+                return check(*args, **kwargs)
+
+        return judged_check  # type: ignore[return-value]
+
+    return decorate
+
+
+def judged_recipe(err: BaseException | None) -> JudgedRecipe | None:
+    """The JudgedRecipe a failure carries: on the exception itself, else on the first exception of
+    a group (Hypothesis reports distinct failures together) or of its cause / context chain that
+    has one; None when it carries none."""
+    seen: set[int] = set()
+    todo = [err]
+    while todo:
+        current = todo.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        judged = getattr(current, JUDGED_ATTR, None)
+        if isinstance(judged, JudgedRecipe):
+            return judged
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        todo.extend((current.__cause__, current.__context__))
+    return None
 
 
 @dataclass(frozen=True)
 class SuiteTarget:
-    """The kernel under test, where it runs, the numerics it declares and the recipe in judgement."""
+    """The kernel under test, where it runs and the numerics it is judged by."""
 
     name: str
     backend: Backend
     device: torch.device
     profile: NumericsProfile
-    judged: JudgedRecipe = field(default_factory=JudgedRecipe, compare=False)
 
     def __repr__(self) -> str:
         """One line (Hypothesis prints the fixture in every falsifying example)."""

@@ -25,8 +25,8 @@ lifts xdist's cap on worker restarts, since worker replacement under grouped sch
 run concurrently (caches over 4 GiB) take a machine-wide lock instead (conformance.suite.locks).
 
 GPU pinning per worker: conformance.suite.gpus. Crash recovery and the run report:
-conformance.suite.session. A failing property test's last noted recipe (the target's
-`judged`, see conformance.target) is saved as a pending corpus entry named by its content hash
+conformance.suite.session. The recipe a failing property test's exception carries (a check's
+JudgedRecipe, see conformance.target.judging) is saved as a pending corpus entry named by its content hash
 and logged to `<run>/failures-<worker>.jsonl` for the run report.
 """
 
@@ -62,7 +62,7 @@ from conformance.suite.session import (  # noqa: F401 - hooks
     pytest_terminal_summary,
     pytest_testnodedown,
 )
-from conformance.target import SuiteTarget, TargetError, build_target
+from conformance.target import SuiteTarget, TargetError, build_target, judged_recipe
 
 FAILURES_LOG = "failures-{worker}.jsonl"
 MAX_WORKER_RESTARTS = 10_000
@@ -202,9 +202,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()
     if report.when != "call":
         return
-    suite = getattr(item, "funcargs", {}).get("target")
-    judged = suite.judged if isinstance(suite, SuiteTarget) else None
-    if judged is None or judged.recipe is None:
+    judged = judged_recipe(call.excinfo.value if call.excinfo else None)
+    if judged is None:
         return
     if report.failed and not item.config.getoption("--no-capture-corpus"):
         from conformance.corpus import new_entry, save_pending
@@ -218,7 +217,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             path, saved = save_pending(entry, pending_dir())
         except OSError as err:  # CorpusWriteError names the folder and $CONFORMANCE_PENDING_DIR
             report.sections.append(("conformance corpus", f"failing recipe not saved: {err}\nrecipe: {judged.recipe.to_json()}"))
-            judged.clear()
             return
         again = f"python -m conformance replay {path}" + (f" --kernel {kernel}" if kernel != "default" else "")
         report.sections.append(("conformance corpus", f"failing recipe {saved}\nreplay it: {again}"))
@@ -236,7 +234,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             )
         except OSError as err:  # the entry is saved; only the report line is missing
             report.sections.append(("conformance report", f"failure not logged for the run report: {err}"))
-    judged.clear()
 
 
 MAX_CAUGHT = 2000

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from conformance.checks import backend_limits, materialize_for, require_support
 from conformance.harness import compare, record, run_kernel
-from conformance.target import SuiteTarget
+from conformance.target import SuiteTarget, judging
 from kernel.backends.emulated import run_emulated
 from oracle.bound import evaluate
 from strategies.hypothesis_recipes import recipes
@@ -40,38 +40,38 @@ def test_bit_exact_agreement_with_emulated(target: SuiteTarget, data: st.DataObj
     if target.name == "emulated":
         pytest.skip("the emulated kernel is the reference of this property")
     recipe = data.draw(recipes(max_n_q=32, max_total_keys=4096, exact=True, **backend_limits(target)), label="recipe")
-    target.judged.note(recipe, "gfx950_bit_exact")
-    problem = materialize_for(target, recipe)
-    require_support(target, problem)
-    out, lse = run_kernel(problem, target.backend, property_name="gfx950_bit_exact", kernel_name=target.name)
-    out = out.clone()
-    lse = None if lse is None else lse.clone()
-    expected, expected_lse = run_emulated(
-        problem.q,
-        problem.kv_cache,
-        problem.indices,
-        problem.indptr,
-        problem.softmax_scale,
-        has_invalid=problem.has_invalid,
-        return_lse=problem.return_lse,
-    )
-    same = out.view(torch.int16) == expected.view(torch.int16)
-    record("gfx950_bit_exact", target.name, problem, outcome="pass" if bool(same.all()) else "fail")
-    if not bool(same.all()):
-        where = [int(x) for x in torch.nonzero(~same)[0].tolist()]
-        raise AssertionError(
-            f"{int((~same).sum())} out elements differ from the emulated kernel on an exact-arithmetic recipe; "
-            f"first at (row, head, dim) {where}: kernel {float(out[tuple(where)])}, emulated {float(expected[tuple(where)])}"
+    with judging(recipe, "gfx950_bit_exact"):
+        problem = materialize_for(target, recipe)
+        require_support(target, problem)
+        out, lse = run_kernel(problem, target.backend, property_name="gfx950_bit_exact", kernel_name=target.name)
+        out = out.clone()
+        lse = None if lse is None else lse.clone()
+        expected, expected_lse = run_emulated(
+            problem.q,
+            problem.kv_cache,
+            problem.indices,
+            problem.indptr,
+            problem.softmax_scale,
+            has_invalid=problem.has_invalid,
+            return_lse=problem.return_lse,
         )
-    if problem.return_lse:
-        assert lse is not None and expected_lse is not None
-        empty = torch.isneginf(expected_lse)
-        assert bool((torch.isneginf(lse) == empty).all()), "lse -inf positions differ from the emulated kernel"
-        diff = torch.where(empty, 0.0, (lse.double() - expected_lse.double()).abs())
-        allowed = LSE_AGREEMENT * (expected_lse.double().abs().nan_to_num(0.0, neginf=0.0) + 16)
-        assert bool((diff <= allowed).all()), (
-            f"lse differs from the emulated kernel by {float(diff.max()):.3g} (allowed {float(allowed.max()):.3g})"
-        )
+        same = out.view(torch.int16) == expected.view(torch.int16)
+        record("gfx950_bit_exact", target.name, problem, outcome="pass" if bool(same.all()) else "fail")
+        if not bool(same.all()):
+            where = [int(x) for x in torch.nonzero(~same)[0].tolist()]
+            raise AssertionError(
+                f"{int((~same).sum())} out elements differ from the emulated kernel on an exact-arithmetic recipe; "
+                f"first at (row, head, dim) {where}: kernel {float(out[tuple(where)])}, emulated {float(expected[tuple(where)])}"
+            )
+        if problem.return_lse:
+            assert lse is not None and expected_lse is not None
+            empty = torch.isneginf(expected_lse)
+            assert bool((torch.isneginf(lse) == empty).all()), "lse -inf positions differ from the emulated kernel"
+            diff = torch.where(empty, 0.0, (lse.double() - expected_lse.double()).abs())
+            allowed = LSE_AGREEMENT * (expected_lse.double().abs().nan_to_num(0.0, neginf=0.0) + 16)
+            assert bool((diff <= allowed).all()), (
+                f"lse differs from the emulated kernel by {float(diff.max()):.3g} (allowed {float(allowed.max()):.3g})"
+            )
 
 
 def _violating(recipe: Recipe, kind: str) -> Recipe:
@@ -93,30 +93,32 @@ def test_documented_scale_behaviour(target: SuiteTarget, data: st.DataObject) ->
         st.sampled_from(("raw_writer", "above_cap_latent", "scale_above_cap", "scale_not_pow2", "zero_scale")), label="violation"
     )
     recipe = _violating(base, kind)
-    target.judged.note(recipe, "gfx950_scale_behaviour", expect="precondition")
-    problem = materialize_for(target, recipe)
-    require_support(target, problem)
-    out, lse = run_kernel(problem, target.backend, property_name="gfx950_scale_behaviour", kernel_name=target.name, expect="precondition")
-    evaluation = evaluate(
-        problem.q,
-        problem.kv_cache,
-        problem.indices,
-        problem.indptr,
-        problem.softmax_scale,
-        profile=target.profile,
-        mode="exact-steps",
-        has_invalid=problem.has_invalid,
-        scale_model="gfx950",
-    )
-    verdict = compare(problem, out, lse, evaluation)
-    record(
-        "gfx950_scale_behaviour",
-        target.name,
-        problem,
-        outcome="pass" if verdict.ok else "fail",
-        out_ratio=verdict.out_ratio,
-        lse_ratio=verdict.lse_ratio,
-        extra={"mode": "exact-steps"},
-    )
-    assert verdict.ok, f"under {kind} the kernel departs from the gfx950 documented scale behaviour:\n{verdict.message()}"
-    assert math.isfinite(verdict.out_ratio)
+    with judging(recipe, "gfx950_scale_behaviour", expect="precondition"):
+        problem = materialize_for(target, recipe)
+        require_support(target, problem)
+        out, lse = run_kernel(
+            problem, target.backend, property_name="gfx950_scale_behaviour", kernel_name=target.name, expect="precondition"
+        )
+        evaluation = evaluate(
+            problem.q,
+            problem.kv_cache,
+            problem.indices,
+            problem.indptr,
+            problem.softmax_scale,
+            profile=target.profile,
+            mode="exact-steps",
+            has_invalid=problem.has_invalid,
+            scale_model="gfx950",
+        )
+        verdict = compare(problem, out, lse, evaluation)
+        record(
+            "gfx950_scale_behaviour",
+            target.name,
+            problem,
+            outcome="pass" if verdict.ok else "fail",
+            out_ratio=verdict.out_ratio,
+            lse_ratio=verdict.lse_ratio,
+            extra={"mode": "exact-steps"},
+        )
+        assert verdict.ok, f"under {kind} the kernel departs from the gfx950 documented scale behaviour:\n{verdict.message()}"
+        assert math.isfinite(verdict.out_ratio)

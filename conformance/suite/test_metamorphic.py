@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from conformance.checks import backend_limits, materialize_for, require_support
 from conformance.harness import record, run_kernel
-from conformance.target import SuiteTarget
+from conformance.target import SuiteTarget, judging
 from conformance.triage import CLASS_NAMES, CONTRACT
 from oracle.bound import evaluate
 from strategies import rng
@@ -37,9 +37,9 @@ def _draw_problem(target: SuiteTarget, data: st.DataObject, prop: str, **overrid
     fields["row_lengths"] = [max(x, 0) for x in recipe.row_lengths]  # no overlapping rows
     fields.update(overrides)
     recipe = Recipe.from_json_dict(fields)
-    target.judged.note(recipe, prop)
-    problem = materialize_for(target, recipe)
-    require_support(target, problem)
+    with judging(recipe, prop):
+        problem = materialize_for(target, recipe)
+        require_support(target, problem)
     return problem
 
 
@@ -78,118 +78,123 @@ def _permuted_indices(problem: Problem, seed: int) -> torch.Tensor:
 @given(data=st.data())
 def test_permuting_keys(target: SuiteTarget, data: st.DataObject) -> None:
     problem = _draw_problem(target, data, "metamorphic_permute", return_lse=True)
-    out, lse = _run(target, problem, "metamorphic_permute")
-    permuted = _permuted_indices(problem, data.draw(st.integers(0, 2**31), label="permutation"))
-    out_p, lse_p = _run(target, problem, "metamorphic_permute", indices=permuted, out=None)
-    first, second = _bound(target, problem), _bound(target, problem, indices=permuted)
-    tol = (first.out_bound + second.out_bound).to(out.device)
-    diff = (out.double() - out_p.double()).abs()
-    ok = bool((diff <= tol).all())
-    assert lse is not None and lse_p is not None
-    empty = torch.isneginf(lse)
-    lse_ok = bool((empty == torch.isneginf(lse_p)).all()) and bool(
-        (torch.where(empty, 0.0, (lse.double() - lse_p.double()).abs()) <= (first.lse_bound + second.lse_bound).to(lse.device)).all()
-    )
-    record("metamorphic_permute", target.name, problem, outcome="pass" if ok and lse_ok else "fail")
-    assert ok, f"permuting keys moved out by {float((diff - tol).max()):.3g} beyond the two bounds"
-    assert lse_ok, "permuting keys moved lse beyond the two bounds (or changed -inf positions)"
+    with judging(problem.recipe, "metamorphic_permute"):
+        out, lse = _run(target, problem, "metamorphic_permute")
+        permuted = _permuted_indices(problem, data.draw(st.integers(0, 2**31), label="permutation"))
+        out_p, lse_p = _run(target, problem, "metamorphic_permute", indices=permuted, out=None)
+        first, second = _bound(target, problem), _bound(target, problem, indices=permuted)
+        tol = (first.out_bound + second.out_bound).to(out.device)
+        diff = (out.double() - out_p.double()).abs()
+        ok = bool((diff <= tol).all())
+        assert lse is not None and lse_p is not None
+        empty = torch.isneginf(lse)
+        lse_ok = bool((empty == torch.isneginf(lse_p)).all()) and bool(
+            (torch.where(empty, 0.0, (lse.double() - lse_p.double()).abs()) <= (first.lse_bound + second.lse_bound).to(lse.device)).all()
+        )
+        record("metamorphic_permute", target.name, problem, outcome="pass" if ok and lse_ok else "fail")
+        assert ok, f"permuting keys moved out by {float((diff - tol).max()):.3g} beyond the two bounds"
+        assert lse_ok, "permuting keys moved lse beyond the two bounds (or changed -inf positions)"
 
 
 @given(data=st.data())
 def test_split_and_merge(target: SuiteTarget, data: st.DataObject) -> None:
     problem = _draw_problem(target, data, "metamorphic_split", return_lse=True, out_pad=None)
-    out, lse = _run(target, problem, "metamorphic_split")
-    assert lse is not None
-    indptr = problem.indptr.to("cpu", torch.int64)
-    lengths = indptr[1:] - indptr[:-1]
-    cut_share = data.draw(st.integers(0, 1000), label="cut_permille")
-    cut = indptr[:-1] + lengths * cut_share // 1000
-    split_ptr = torch.stack((indptr[:-1], cut), dim=1).reshape(-1)
-    split_ptr = torch.cat((split_ptr, indptr[-1:])).to(torch.int32).to(problem.indptr.device)
-    # rows are contiguous, so row q's halves are [indptr[q], cut[q]) and [cut[q], indptr[q + 1])
-    q2 = problem.q.repeat_interleave(2, dim=0)
-    halves = dataclasses.replace(problem, q=q2, indptr=split_ptr, out=None)
-    half_out, half_lse = _run(target, halves, "metamorphic_split")
-    assert half_lse is not None
-    full_b = _bound(target, problem)
-    half_b = _bound(target, halves)
-    o = half_out.double().view(-1, 2, *half_out.shape[1:])
-    ls = half_lse.double().view(-1, 2, half_lse.shape[1])
-    ob = half_b.out_bound.to(o.device).view(-1, 2, *half_out.shape[1:])
-    lb = half_b.lse_bound.to(o.device).view(-1, 2, half_lse.shape[1])
-    merged_lse = torch.logaddexp(ls[:, 0], ls[:, 1])
-    safe = torch.where(torch.isneginf(merged_lse), 0.0, merged_lse)
-    weights = torch.where(torch.isneginf(ls), 0.0, torch.exp(ls - safe.unsqueeze(1)))  # [n_q, 2, H]
-    merged = (weights.unsqueeze(-1) * o).sum(dim=1)
-    drift = torch.exp(lb.sum(dim=1)).unsqueeze(-1)  # e^(lb_a + lb_b)
-    w_prod = (weights[:, 0] * weights[:, 1]).unsqueeze(-1)
-    # drift may be inf (huge lse bounds at extreme scores): a term whose other factor is exactly 0
-    # is 0, never inf * 0 = NaN
-    spread = (weights.unsqueeze(-1) * ob).sum(dim=1)
-    cross = (o[:, 0] - o[:, 1]).abs() * w_prod
-    tol = (
-        full_b.out_bound.to(o.device)
-        + torch.where(spread > 0, drift * spread, 0.0)
-        + torch.where(cross > 0, cross * (drift - 1) * drift, 0.0)
-    )
-    # The merge itself is evaluated in float64 (logaddexp, exp, a 2-term sum), whose rounding is
-    # not in any kernel bound: per weight a relative error of at most (|ls_i| + 5 |L| + 8) * 2^-53
-    # (|L| the merged lse; exp and logaddexp within 2 ulps on every device), plus 2 * 2^-53 for
-    # the products and the sum (TOLERANCES.md, section 9).
-    eps = 2.0**-53
-    scale = (ls.abs().nan_to_num(posinf=0.0, neginf=0.0).amax(dim=1) + 5 * safe.abs() + 10).unsqueeze(-1)
-    evaluation = eps * scale * (weights.unsqueeze(-1) * o.abs()).sum(dim=1)
-    tol = tol + evaluation
-    diff = (out.double() - merged).abs()
-    lse_tol = full_b.lse_bound.to(o.device) + lb.amax(dim=1) + 4 * eps * (1 + safe.abs())
-    empty = torch.isneginf(lse)
-    lse_ok = bool((empty == torch.isneginf(merged_lse)).all()) and bool(
-        (torch.where(empty, 0.0, (lse.double() - merged_lse).abs()) <= lse_tol).all()
-    )
-    ok = bool((diff <= tol).all())
-    record("metamorphic_split", target.name, problem, outcome="pass" if ok and lse_ok else "fail")
-    assert ok, f"merging the two halves misses the full row by {float((diff - tol).max()):.3g} beyond the bounds"
-    assert lse_ok, "merged lse of the halves misses the full row's lse beyond the bounds"
+    with judging(problem.recipe, "metamorphic_split"):
+        out, lse = _run(target, problem, "metamorphic_split")
+        assert lse is not None
+        indptr = problem.indptr.to("cpu", torch.int64)
+        lengths = indptr[1:] - indptr[:-1]
+        cut_share = data.draw(st.integers(0, 1000), label="cut_permille")
+        cut = indptr[:-1] + lengths * cut_share // 1000
+        split_ptr = torch.stack((indptr[:-1], cut), dim=1).reshape(-1)
+        split_ptr = torch.cat((split_ptr, indptr[-1:])).to(torch.int32).to(problem.indptr.device)
+        # rows are contiguous, so row q's halves are [indptr[q], cut[q]) and [cut[q], indptr[q + 1])
+        q2 = problem.q.repeat_interleave(2, dim=0)
+        halves = dataclasses.replace(problem, q=q2, indptr=split_ptr, out=None)
+        half_out, half_lse = _run(target, halves, "metamorphic_split")
+        assert half_lse is not None
+        full_b = _bound(target, problem)
+        half_b = _bound(target, halves)
+        o = half_out.double().view(-1, 2, *half_out.shape[1:])
+        ls = half_lse.double().view(-1, 2, half_lse.shape[1])
+        ob = half_b.out_bound.to(o.device).view(-1, 2, *half_out.shape[1:])
+        lb = half_b.lse_bound.to(o.device).view(-1, 2, half_lse.shape[1])
+        merged_lse = torch.logaddexp(ls[:, 0], ls[:, 1])
+        safe = torch.where(torch.isneginf(merged_lse), 0.0, merged_lse)
+        weights = torch.where(torch.isneginf(ls), 0.0, torch.exp(ls - safe.unsqueeze(1)))  # [n_q, 2, H]
+        merged = (weights.unsqueeze(-1) * o).sum(dim=1)
+        drift = torch.exp(lb.sum(dim=1)).unsqueeze(-1)  # e^(lb_a + lb_b)
+        w_prod = (weights[:, 0] * weights[:, 1]).unsqueeze(-1)
+        # drift may be inf (huge lse bounds at extreme scores): a term whose other factor is exactly 0
+        # is 0, never inf * 0 = NaN
+        spread = (weights.unsqueeze(-1) * ob).sum(dim=1)
+        cross = (o[:, 0] - o[:, 1]).abs() * w_prod
+        tol = (
+            full_b.out_bound.to(o.device)
+            + torch.where(spread > 0, drift * spread, 0.0)
+            + torch.where(cross > 0, cross * (drift - 1) * drift, 0.0)
+        )
+        # The merge itself is evaluated in float64 (logaddexp, exp, a 2-term sum), whose rounding is
+        # not in any kernel bound: per weight a relative error of at most (|ls_i| + 5 |L| + 8) * 2^-53
+        # (|L| the merged lse; exp and logaddexp within 2 ulps on every device), plus 2 * 2^-53 for
+        # the products and the sum (TOLERANCES.md, section 9).
+        eps = 2.0**-53
+        scale = (ls.abs().nan_to_num(posinf=0.0, neginf=0.0).amax(dim=1) + 5 * safe.abs() + 10).unsqueeze(-1)
+        evaluation = eps * scale * (weights.unsqueeze(-1) * o.abs()).sum(dim=1)
+        tol = tol + evaluation
+        diff = (out.double() - merged).abs()
+        lse_tol = full_b.lse_bound.to(o.device) + lb.amax(dim=1) + 4 * eps * (1 + safe.abs())
+        empty = torch.isneginf(lse)
+        lse_ok = bool((empty == torch.isneginf(merged_lse)).all()) and bool(
+            (torch.where(empty, 0.0, (lse.double() - merged_lse).abs()) <= lse_tol).all()
+        )
+        ok = bool((diff <= tol).all())
+        record("metamorphic_split", target.name, problem, outcome="pass" if ok and lse_ok else "fail")
+        assert ok, f"merging the two halves misses the full row by {float((diff - tol).max()):.3g} beyond the bounds"
+        assert lse_ok, "merged lse of the halves misses the full row's lse beyond the bounds"
 
 
 @given(data=st.data())
 def test_row_alone_equals_row_in_batch(target: SuiteTarget, data: st.DataObject) -> None:
     problem = _draw_problem(target, data, "metamorphic_alone")
-    out, lse = _run(target, problem, "metamorphic_alone")
-    row = data.draw(st.integers(0, problem.q.shape[0] - 1), label="row")
-    alone = dataclasses.replace(problem, q=problem.q[row : row + 1], indptr=problem.indptr[row : row + 2].clone(), out=None)
-    out_1, lse_1 = _run(target, alone, "metamorphic_alone")
-    if target.backend.batch_invariant:
-        ok = _bits_equal(out[row : row + 1], out_1) and (lse is None or lse_1 is None or _bits_equal(lse[row : row + 1], lse_1))
-        how = "bit for bit"
-    else:  # declared batch-dependent (split-KV schedules): both results within the bound
-        bound = _bound(target, alone)
-        ok = bool(((out[row : row + 1].double() - out_1.double()).abs() <= 2 * bound.out_bound.to(out.device)).all())
-        if lse is not None and lse_1 is not None:
-            empty = torch.isneginf(lse_1)
-            ok = (
-                ok
-                and bool((torch.isneginf(lse[row : row + 1]) == empty).all())
-                and bool(
-                    (
-                        torch.where(empty, 0.0, (lse[row : row + 1].double() - lse_1.double()).abs()) <= 2 * bound.lse_bound.to(lse.device)
-                    ).all()
+    with judging(problem.recipe, "metamorphic_alone"):
+        out, lse = _run(target, problem, "metamorphic_alone")
+        row = data.draw(st.integers(0, problem.q.shape[0] - 1), label="row")
+        alone = dataclasses.replace(problem, q=problem.q[row : row + 1], indptr=problem.indptr[row : row + 2].clone(), out=None)
+        out_1, lse_1 = _run(target, alone, "metamorphic_alone")
+        if target.backend.batch_invariant:
+            ok = _bits_equal(out[row : row + 1], out_1) and (lse is None or lse_1 is None or _bits_equal(lse[row : row + 1], lse_1))
+            how = "bit for bit"
+        else:  # declared batch-dependent (split-KV schedules): both results within the bound
+            bound = _bound(target, alone)
+            ok = bool(((out[row : row + 1].double() - out_1.double()).abs() <= 2 * bound.out_bound.to(out.device)).all())
+            if lse is not None and lse_1 is not None:
+                empty = torch.isneginf(lse_1)
+                ok = (
+                    ok
+                    and bool((torch.isneginf(lse[row : row + 1]) == empty).all())
+                    and bool(
+                        (
+                            torch.where(empty, 0.0, (lse[row : row + 1].double() - lse_1.double()).abs())
+                            <= 2 * bound.lse_bound.to(lse.device)
+                        ).all()
+                    )
                 )
-            )
-        how = "within twice the bound (the backend declares batch-dependent results)"
-    record("metamorphic_alone", target.name, problem, outcome="pass" if ok else "fail")
-    promise = f"{CLASS_NAMES[CONTRACT]}: the backend promises batch invariance; " if target.backend.batch_invariant else ""
-    assert ok, f"{promise}row {row} computed alone differs from the same row in the batch (expected {how})"
+            how = "within twice the bound (the backend declares batch-dependent results)"
+        record("metamorphic_alone", target.name, problem, outcome="pass" if ok else "fail")
+        promise = f"{CLASS_NAMES[CONTRACT]}: the backend promises batch invariance; " if target.backend.batch_invariant else ""
+        assert ok, f"{promise}row {row} computed alone differs from the same row in the batch (expected {how})"
 
 
 @given(data=st.data())
 def test_two_runs_bit_identical(target: SuiteTarget, data: st.DataObject) -> None:
     problem = _draw_problem(target, data, "metamorphic_repeat")
-    out, lse = _run(target, problem, "metamorphic_repeat")
-    again, lse_again = _run(target, problem, "metamorphic_repeat")
-    ok = _bits_equal(out, again) and (lse is None or lse_again is None or _bits_equal(lse, lse_again))
-    record("metamorphic_repeat", target.name, problem, outcome="pass" if ok else "fail")
-    assert ok, f"{CLASS_NAMES[CONTRACT]}: two runs on the same inputs differ"
+    with judging(problem.recipe, "metamorphic_repeat"):
+        out, lse = _run(target, problem, "metamorphic_repeat")
+        again, lse_again = _run(target, problem, "metamorphic_repeat")
+        ok = _bits_equal(out, again) and (lse is None or lse_again is None or _bits_equal(lse, lse_again))
+        record("metamorphic_repeat", target.name, problem, outcome="pass" if ok else "fail")
+        assert ok, f"{CLASS_NAMES[CONTRACT]}: two runs on the same inputs differ"
 
 
 @given(data=st.data())
@@ -199,8 +204,9 @@ def test_strided_equals_contiguous(target: SuiteTarget, data: st.DataObject) -> 
     if target.backend.accepts_out:
         overrides["out_pad"] = data.draw(pads, label="out_pad")
     problem = _draw_problem(target, data, "metamorphic_strides", **overrides)
-    out, lse = _run(target, problem, "metamorphic_strides")
-    plain_out, plain_lse = _run(target, problem, "metamorphic_strides", q=problem.q.contiguous(), out=None)
-    ok = _bits_equal(out.contiguous(), plain_out) and (lse is None or plain_lse is None or _bits_equal(lse, plain_lse))
-    record("metamorphic_strides", target.name, problem, outcome="pass" if ok else "fail")
-    assert ok, f"{CLASS_NAMES[CONTRACT]}: strided q / preallocated strided out give different bits from contiguous tensors"
+    with judging(problem.recipe, "metamorphic_strides"):
+        out, lse = _run(target, problem, "metamorphic_strides")
+        plain_out, plain_lse = _run(target, problem, "metamorphic_strides", q=problem.q.contiguous(), out=None)
+        ok = _bits_equal(out.contiguous(), plain_out) and (lse is None or plain_lse is None or _bits_equal(lse, plain_lse))
+        record("metamorphic_strides", target.name, problem, outcome="pass" if ok else "fail")
+        assert ok, f"{CLASS_NAMES[CONTRACT]}: strided q / preallocated strided out give different bits from contiguous tensors"

@@ -3,7 +3,8 @@
 # new peer (sglang-decode, vllm-decode, vllm-sparse), all at once, plus adapter / bare timings.
 # Run from the repo root with the wheels of .whl installed to /tmp/site and PYTHONPATH set (the
 # sglang 0.5.10.post1 wheel among them); .h200/carry_peers/vllm_py.tar.xz (vLLM 0.33.0's Python
-# files) carried. At most ~450 s wall clock; every step under `timeout`; runs beside other scripts.
+# files) carried. At most ~450 s wall clock; every step under `timeout` (suite and fuzz get SIGINT first:
+# pytest and fuzz still print their summaries); runs beside other scripts.
 # Writes under "$RESULTS/peers/":
 #   env.txt, resolve.txt, steps.log            versions, each backend resolved, what ran when, exit codes
 #   suite-<K>.log                              `CI=1 pytest conformance --kernel K -n 4 -q -rfE` (tail: the counts)
@@ -41,10 +42,10 @@ log "env written"
 
 for k in $PEERS; do
   ( CI=1 CONFORMANCE_DIR="$STATE/suite-$k" CONFORMANCE_PENDING_DIR="$R/pending-suite-$k" \
-      timeout -k 10 330 python3 -m pytest conformance --kernel "$k" -n 4 -q -rfE -p no:cacheprovider > "$R/suite-$k.log" 2>&1
+      timeout -s INT -k 20 320 python3 -m pytest conformance --kernel "$k" -n 4 -q -rfE -p no:cacheprovider > "$R/suite-$k.log" 2>&1
     log "suite $k rc=$?" ) &
   ( CONFORMANCE_DIR="$STATE/fuzz-$k" CONFORMANCE_PENDING_DIR="$R/pending-fuzz-$k" \
-      timeout -k 10 420 python3 -m conformance fuzz --kernel "$k" --minutes 6 --hypothesis-profile nightly --shrink-seconds 30 \
+      timeout -s INT -k 20 410 python3 -m conformance fuzz --kernel "$k" --minutes 6 --hypothesis-profile nightly --shrink-seconds 30 \
       > "$R/fuzz-$k.txt" 2> "$R/fuzz-$k.err"
     log "fuzz $k rc=$?" ) &
 done

@@ -6,10 +6,14 @@ import is still a dependency) and checks:
 - layering: kernel -> oracle / strategies -> conformance core -> front ends; a module imports
   only its own layer or lower ones (kernel.registry, the catalogue of backends, may import
   kernel.backends; nothing in kernel imports kernel.registry except conformance and tests);
+- the data package (strategies) imports no kernel code (kernel.backend, kernel.registry,
+  kernel.backends, kernel.isa): it builds tensors, the harness calls the kernel;
 - the core imports no front end (conformance.suite, conformance.cli, conformance.mutation), and
   front ends do not import each other, with one allowed edge: the command line (conformance.cli)
   runs the mutation score (conformance.mutation) for its `mutation-score` subcommand;
   conformance.__main__ starts the command line.
+The mutation score also runs suite tests in-process by name (conformance.mutation.kills, through
+importlib): not an import edge. docs/architecture.md follows a recipe through these layers.
 
     python scripts/import_graph.py [--png docs/import-graph.png]
 
@@ -83,6 +87,11 @@ def _is_front_end(name: str) -> str | None:
     return next((f for f in FRONT_ENDS if name == f or name.startswith(f + ".")), None)
 
 
+def _is_kernel_code(name: str) -> bool:
+    """A module holding or naming kernels: the Backend type, the registry, any backend."""
+    return name in ("kernel.backend", "kernel.registry") or name.startswith(("kernel.backends", "kernel.isa"))
+
+
 def _parent_packages(name: str) -> set[str]:
     parts = name.split(".")
     return {".".join(parts[:i]) for i in range(1, len(parts))}
@@ -103,6 +112,8 @@ def problems(edges: dict[str, set[str]]) -> list[str]:
                 found.append(f"{source} (layer {source.split('.')[0]}) imports the higher layer {target}")
             if target == "kernel.registry" and source.startswith("kernel."):
                 found.append(f"{source} imports kernel.registry (only the catalogue imports backends)")
+            if source.startswith("strategies.") and _is_kernel_code(target):
+                found.append(f"{source} imports {target} (the data package builds tensors; it never holds or calls a kernel)")
     found += [f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(edges)]
     return found
 

@@ -1,5 +1,6 @@
-"""The layering holds: no import cycle, no upward import, the core imports no front end
-(scripts/import_graph.py states the rules; docs/import-graph.png is its picture)."""
+"""The layering holds: no import cycle, no upward import, the core imports no front end, the data
+package imports no kernel code (scripts/import_graph.py states the rules; docs/import-graph.png
+is its picture, docs/architecture.md the recipe's route through it)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ def test_the_rules_catch_a_core_module_importing_a_front_end() -> None:
     edges["conformance.checks"] = {*edges["conformance.checks"], "conformance.suite.plugin"}
     edges["kernel.record"] = {*edges["kernel.record"], "oracle.bound"}
     edges["kernel.fp8"] = {*edges["kernel.fp8"], "kernel.record"}
+    edges["strategies.materialize"] = {*edges["strategies.materialize"], "kernel.backend"}
     found = graph.problems(edges)
     assert "conformance.checks imports the front end conformance.suite.plugin" in found
     assert any(line.startswith("kernel.record (layer kernel) imports the higher layer oracle.bound") for line in found)
     assert any(line.startswith("import cycle:") and "kernel.fp8" in line for line in found)
+    assert "strategies.materialize imports kernel.backend (the data package builds tensors; it never holds or calls a kernel)" in found

@@ -21,6 +21,7 @@ from hypothesis.control import currently_in_test_context
 from conformance.harness import Judgement, Verdict, check_types, judge, record, run_kernel
 from conformance.target import SuiteTarget, judges
 from conformance.triage import contract_violation, triage
+from conformance.watchdog import KernelHung
 from oracle.bound import Evaluation
 from oracle.preconditions import check_call, has_violation
 from strategies.materialize import Problem, materialize
@@ -84,7 +85,13 @@ def differential(
     __tracebackhide__ = _verdict_only  # pytest: a verdict is shown at the property's call, not in here
     problem = materialize_for(suite, recipe)
     require_support(suite, problem)
-    out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name, timeout_s=timeout_s)
+    try:
+        out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name, timeout_s=timeout_s)
+    except (AssertionError, KernelHung):
+        raise
+    except Exception as err:  # a valid call that raises breaks the contract (class 1), whatever the exception
+        record(property_name, suite.name, problem, outcome="fail", extra={"mode": "contract", "class": 1})
+        raise contract_violation(f"a valid call raised {type(err).__name__}: {str(err)[:300]}") from err
     broken = check_types(problem, out, lse)
     if broken:  # the same in every mode, and not a matter of the bound
         record(property_name, suite.name, problem, outcome="fail", extra={"mode": "contract", "class": 1})

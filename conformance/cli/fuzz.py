@@ -6,7 +6,8 @@ climbs toward large errors; conformance.checks.violation_run for precondition vi
 The campaign runs in chunks of the Hypothesis profile's max_examples (--hypothesis-profile: ci
 25, dev 40, nightly 1000), each with a fresh seed (ci: seeds 0, 1, 2, ... so a campaign is \
 reproducible), until the
-budget is spent. Problem sizes ramp up: the first chunk draws at most 1024 keys per call, each
+budget is spent (counted from the end of the set-up; a chunk stops the moment its time is up, not
+after drawing the rest of its examples). Problem sizes ramp up: the first chunk draws at most 1024 keys per call, each
 next chunk 4x more, up to the suite's own limits (quick feedback, quick shrinks). \
 A failure is shrunk by Hypothesis, for at most --shrink-seconds after it was
 found (the campaign may overrun its budget by that much), then saved to the pending corpus

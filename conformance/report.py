@@ -59,7 +59,9 @@ REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "report.png"
 FUZZ_SUMMARY = "fuzz-summary.json"  # written by a fuzz campaign; its summary_lines go into the report
 OUTPUTS = ("out", "lse")
 RATIO_NOTE = (
-    "ratios are max |err| / bound over one kernel call; an infinite ratio (an error where the bound is 0) "
+    "ratios are max |err| / bound over one kernel call (<= 1 passes; exactly 1 is common and right: the out bound of "
+    "an element is the distance to the farther of the bf16 values it admits, and the kernel returned that value); "
+    "an infinite ratio (an error where the bound is 0) "
     'is written as the string "inf", an undefined one (NaN) as null'
 )
 NO_MODE = "unspecified"
@@ -487,10 +489,40 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+MODE_COLOURS = {"exact-steps": "tab:blue", "float64": "tab:green"}
+PLOT_FLOOR = -12.0  # log10 ratios at or below this (zero errors included) sit in the first bin
+PLOT_BIN = 0.25  # bin width in log10 units; 0 (ratio 1) is a bin edge
+
+
+def _plot_ratios(data: RunData) -> dict[str, dict[str, dict[str, dict[str, list[tuple[float, bool]]]]]]:
+    """kernel -> property group -> output -> mode -> (ratio, the example failed) per recorded line."""
+    found: dict[str, dict[str, dict[str, dict[str, list[tuple[float, bool]]]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    )
+    for line in data.examples:
+        for output in OUTPUTS:
+            value = _as_ratio(line.get(f"{output}_ratio"))
+            if value is None or (output == "lse" and not _returns_lse(line)):
+                continue
+            group = property_group(str(line.get("property")))
+            found[str(line.get("kernel"))][group][output][str(line.get("mode") or NO_MODE)].append((value, line.get("outcome") == "fail"))
+    return found
+
+
+def _log_ratio(value: float) -> float:
+    """log10 of a finite ratio for the histogram: at least PLOT_FLOOR, and a ratio <= 1 stays left
+    of the bound line (ratio 1 would open the bin [0, PLOT_BIN))."""
+    if value <= 0:
+        return PLOT_FLOOR
+    log = max(PLOT_FLOOR, math.log10(value))
+    return min(log, -1e-9) if value <= 1 else log
+
+
 def write_plot(data: RunData, path: Path) -> tuple[Path | None, str]:
-    """Histograms of log10(ratio) per (kernel, property group) x output, one colour per mode.
-    Returns (path or None, a note saying what happened)."""
-    ratios = collect_ratios(data)
+    """Histograms of log10(ratio) per (kernel, property group) x output: one outline per comparison
+    mode for passing examples, failing examples as red bars; the same x range in every panel, the
+    bound (ratio 1) a bin edge. Returns (path or None, a note saying what happened)."""
+    ratios = _plot_ratios(data)
     panels = [(kernel, group, by_output) for kernel, groups in sorted(ratios.items()) for group, by_output in sorted(groups.items())]
     if not panels:
         return None, "no error/bound ratios recorded: no plot"
@@ -501,21 +533,29 @@ def write_plot(data: RunData, path: Path) -> tuple[Path | None, str]:
         import matplotlib.pyplot as plt
     except ImportError:
         return None, "matplotlib is not installed (optional extra `plots`: pip install 'sparse-mla-conformance[plots]'): PNG skipped"
-    floor = -12.0
+    every = [v for _, _, by_output in panels for by_mode in by_output.values() for values in by_mode.values() for v, _ in values]
+    finite = [math.log10(v) for v in every if math.isfinite(v) and v > 0]
+    top = max(2.0, math.ceil(max(finite, default=0.0)) + 0.5)
+    edges = [PLOT_FLOOR + PLOT_BIN * i for i in range(int((top - PLOT_FLOOR) / PLOT_BIN) + 1)]
     fig, axes = plt.subplots(len(panels), 2, figsize=(10, 2.2 * len(panels) + 0.8), squeeze=False)
     for row, (kernel, group, by_output) in enumerate(panels):
         for col, output in enumerate(OUTPUTS):
             ax = axes[row][col]
             by_mode = by_output.get(output, {})
-            infinite = 0
-            finite_logs = [math.log10(v) for values in by_mode.values() for v in values if math.isfinite(v) and v > 0]
-            top = max(2.0, math.ceil(max(finite_logs, default=0.0)) + 0.5)
-            for mode, values in sorted(by_mode.items()):
-                logs = [max(floor, math.log10(v)) if v > 0 else floor for v in values if math.isfinite(v)]
-                infinite += sum(1 for v in values if math.isinf(v))
-                if logs:
-                    ax.hist(logs, bins=48, range=(floor, top), alpha=0.55, label=f"{mode} ({len(values)})")
+            infinite = sum(1 for values in by_mode.values() for v, _ in values if math.isinf(v))
+            failing = [_log_ratio(v) for values in by_mode.values() for v, failed in values if failed and math.isfinite(v)]
+            outlines = {m: [_log_ratio(v) for v, failed in values if not failed and math.isfinite(v)] for m, values in by_mode.items()}
+            if len(outlines) > 1 and all(v == next(iter(outlines.values())) for v in outlines.values()):
+                outlines = {" = ".join(sorted(outlines)): next(iter(outlines.values()))}  # the modes agree: one outline
+            for mode, passing in sorted(outlines.items()):
+                if passing:
+                    colour = MODE_COLOURS.get(mode, "black")
+                    ax.hist(passing, bins=edges, histtype="step", linewidth=1.3, color=colour, label=f"{mode}, passing ({len(passing)})")
+            if failing:
+                ax.hist(failing, bins=edges, color="tab:red", alpha=0.6, label=f"failing examples, both modes ({len(failing)})")
             ax.axvline(0.0, color="red", linewidth=1)
+            ax.set_xlim(PLOT_FLOOR, top)
+            ax.set_ylabel("examples", fontsize=7)
             ax.set_title(f"{kernel} / {group} / {output}", fontsize=8)
             ax.tick_params(labelsize=7)
             if infinite:
@@ -525,7 +565,8 @@ def write_plot(data: RunData, path: Path) -> tuple[Path | None, str]:
             else:
                 ax.text(0.5, 0.5, "no ratios", transform=ax.transAxes, ha="center", fontsize=8)
             if row == len(panels) - 1:
-                ax.set_xlabel(f"log10(error / bound) (<= {floor:g}: zero error; red line: the bound)", fontsize=7)
+                label = f"log10(error / bound) (<= {PLOT_FLOOR:g}: zero error; red line: the bound, passing is left of it)"
+                ax.set_xlabel(label, fontsize=7)
     fig.suptitle(f"run {data.run_dir.name}: error / bound per example", fontsize=9)
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.png")
@@ -585,6 +626,10 @@ def summary_line(files: ReportFiles) -> str:
         if ratios:
             worst.append(f"{kernel}: {' / '.join(ratios)}")
     ratio = f", max err/bound (exact-steps) {'; '.join(worst)}" if worst else ""
+    if ratio and any(
+        v.get("ratio") == 1 for k in r["kernels"].values() for by_mode in k["largest_ratio"].values() for v in by_mode.values()
+    ):
+        ratio += " (<= 1 passes; 1: out is the farther bf16 value the bound admits)"
     return (
         f"conformance report: {r['status']}, {r['examples']} examples, {r['failing_examples']} failing, "
         f"{len(r['crashes'])} crashes{ratio} -> {files.md_path}"

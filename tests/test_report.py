@@ -271,7 +271,7 @@ def test_a_pytest_run_that_exited_1_is_failed(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_fails.py"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--kernel", "emulated", "test_fails.py"],  # a suite session
         capture_output=True,
         text=True,
         env=_env(tmp_path),

@@ -25,6 +25,9 @@ export PYTHONUNBUFFERED=1
 PEERS="sglang-decode vllm-decode vllm-sparse"
 STATE=/tmp/peers-state
 rm -rf "$STATE"; mkdir -p "$STATE"
+# SIGINT at its default disposition in the child (an asynchronous job may inherit it ignored), so that
+# `timeout -s INT` lets pytest and fuzz print their summaries.
+DFLINT=(python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])')
 log() { echo "[final_peers $(($(date +%s) - START)) s] $*" | tee -a "$R/steps.log"; }
 
 VLLM_DIR=/tmp/vllm_py
@@ -42,10 +45,10 @@ log "env written"
 
 for k in $PEERS; do
   ( CI=1 CONFORMANCE_DIR="$STATE/suite-$k" CONFORMANCE_PENDING_DIR="$R/pending-suite-$k" \
-      timeout -s INT -k 20 320 python3 -m pytest conformance --kernel "$k" -n 4 -q -rfE -p no:cacheprovider > "$R/suite-$k.log" 2>&1
+      timeout -s INT -k 20 320 "${DFLINT[@]}" python3 -m pytest conformance --kernel "$k" -n 4 -q -rfE -p no:cacheprovider > "$R/suite-$k.log" 2>&1
     log "suite $k rc=$?" ) &
   ( CONFORMANCE_DIR="$STATE/fuzz-$k" CONFORMANCE_PENDING_DIR="$R/pending-fuzz-$k" \
-      timeout -s INT -k 20 410 python3 -m conformance fuzz --kernel "$k" --minutes 6 --hypothesis-profile nightly --shrink-seconds 30 \
+      timeout -s INT -k 20 410 "${DFLINT[@]}" python3 -m conformance fuzz --kernel "$k" --minutes 6 --hypothesis-profile nightly --shrink-seconds 30 \
       > "$R/fuzz-$k.txt" 2> "$R/fuzz-$k.err"
     log "fuzz $k rc=$?" ) &
 done

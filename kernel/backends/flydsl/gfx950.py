@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from kernel.backends.flydsl import layout, mlir_layer
 from kernel.backends.flydsl.layout import (
@@ -148,27 +147,15 @@ from kernel.backends.flydsl.mlir_layer import (
     zeros_f32x4,
 )
 
-# flydsl modules, bound by _require_flydsl() on the first build (the kernel body names them).
-flyc: Any = None
-fx: Any = None
-ir: Any = None
-arith: Any = None
-llvm: Any = None
-rocdl: Any = None
-scf: Any = None
-vector: Any = None
-as_ir_value: Any = None
+# flydsl's modules (mlir_layer.FLYDSL_NAMES), bound here by _require_flydsl() on the first build:
+# the kernel body names them.
+flyc = fx = ir = arith = llvm = rocdl = scf = vector = as_ir_value = None
 
 
 def _require_flydsl() -> None:
-    """Import flydsl on first use (mlir_layer.require_flydsl) and bind its modules here too."""
-    global flyc, fx, ir, arith, llvm, rocdl, scf, vector, as_ir_value
-    if ir is not None:
-        return
-    mlir_layer.require_flydsl()
-    m = mlir_layer
-    flyc, fx, ir, arith, llvm = m.flyc, m.fx, m.ir, m.arith, m.llvm
-    rocdl, scf, vector, as_ir_value = m.rocdl, m.scf, m.vector, m.as_ir_value
+    """Import flydsl on first use and bind its modules in this module too."""
+    if ir is None:
+        globals().update(mlir_layer.flydsl_modules())
 
 
 P_SHIFT = 8.0  # P = exp2(x - m + 8) <= 2^8

@@ -44,6 +44,15 @@ def require_flydsl() -> None:
     rocdl, scf, vector, as_ir_value = _rocdl, _scf, _vector, _as_ir_value
 
 
+FLYDSL_NAMES = ("flyc", "fx", "ir", "arith", "llvm", "rocdl", "scf", "vector", "as_ir_value")
+
+
+def flydsl_modules() -> dict[str, Any]:
+    """{name: module} of the flydsl handles above (FLYDSL_NAMES), imported (require_flydsl)."""
+    require_flydsl()
+    return {name: globals()[name] for name in FLYDSL_NAMES}
+
+
 # ================================================================ types, scalars, memory, control flow
 # Every helper below builds MLIR at the current insertion point (the kernel being traced).
 

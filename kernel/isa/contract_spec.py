@@ -31,7 +31,6 @@ CheckFailed (FLYDSL_ISA_CHECKS=collect|off changes that, as for flydsl-isa).
 
 from __future__ import annotations
 
-import ast
 import os
 import tomllib
 from pathlib import Path
@@ -41,53 +40,11 @@ import torch
 
 from kernel.backend import Backend, BackendUnavailable
 from kernel.contract import MAX_HEADS, CallInfo, begin_call
-from kernel.isa.spec import SpecError, flydsl_layout
+from kernel.isa.spec import SpecError, eval_expr, flydsl_layout
 
 CONTRACT_TENSORS = ("q", "kv_cache", "indices", "indptr", "out", "lse")
 _CONTRACT_KEYS = {"heads", "has_invalid", "return_lse", "grid", "block", "profile", "max_index_entries", "max_rows"}
 _ARG_KEYS = {"name", "tensor", "zeros", "value", "layout"}
-
-
-def _expr(where: str, text: str, env: dict[str, Any]) -> int | float:
-    """Numbers, names of `env`, TENSOR.stride(i) / .shape[i] / .numel() / .nbytes, + - * / //."""
-
-    def ev(node: ast.AST) -> Any:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
-            return node.value
-        if isinstance(node, ast.Name) and node.id in env and not isinstance(env[node.id], torch.Tensor):
-            return env[node.id]
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub | ast.Mult | ast.Div | ast.FloorDiv):
-            a, b = ev(node.left), ev(node.right)
-            ops = {
-                ast.Add: lambda: a + b,
-                ast.Sub: lambda: a - b,
-                ast.Mult: lambda: a * b,
-                ast.Div: lambda: a / b,
-                ast.FloorDiv: lambda: a // b,
-            }
-            return ops[type(node.op)]()
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "shape":
-            return int(tensor(node.value.value).shape[ev(node.slice)])
-        if isinstance(node, ast.Attribute) and node.attr == "nbytes":
-            t = tensor(node.value)
-            return t.numel() * t.element_size()
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("stride", "numel"):
-            t = tensor(node.func.value)
-            return int(t.stride(ev(node.args[0]))) if node.func.attr == "stride" else t.numel()
-        raise SpecError(f"{where} {text!r}: unsupported expression part `{ast.unparse(node)}`")
-
-    def tensor(node: ast.AST) -> torch.Tensor:
-        if isinstance(node, ast.Name) and isinstance(env.get(node.id), torch.Tensor):
-            return env[node.id]
-        raise SpecError(f"{where} {text!r}: `{ast.unparse(node)}` is not a contract tensor of this call")
-
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError as err:
-        raise SpecError(f"{where} {text!r}: not an expression ({err.msg})") from err
-    return ev(tree.body)
 
 
 def _check_spec(spec: dict, n_explicit: int) -> dict:
@@ -188,10 +145,10 @@ def isa_contract_backend(name: str) -> Backend:
                 values.append(flydsl_layout(env[a["layout"]]))
             else:
                 v = a["value"]
-                values.append(_expr(f"arg[{i}].value", v, env) if isinstance(v, str) else v)
+                values.append(eval_expr(f"arg[{i}].value", v, env) if isinstance(v, str) else v)
         g = c["grid"]
         grid = [g] if not isinstance(g, list) else g
-        dims = [int(_expr("contract.grid", d, env)) if isinstance(d, str) else int(d) for d in grid]
+        dims = [int(eval_expr("contract.grid", d, env)) if isinstance(d, str) else int(d) for d in grid]
         dims += [1] * (3 - len(dims))
         kern.launch(tuple(dims), values, buffers, checks=os.environ.get("FLYDSL_ISA_CHECKS", "raise"))  # type: ignore[arg-type]
         return res, lse

@@ -18,7 +18,7 @@ Spec format (every key is checked; an unknown or malformed one is a one-line Spe
     [[arg]]
     name = "q_stride"
     value = "query.stride(0)" # or an expression over earlier tensors: NAME.shape[i],
-                              # NAME.stride(i), NAME.numel(), NAME.nbytes, ints, + - * //
+                              # NAME.stride(i), NAME.numel(), NAME.nbytes, numbers, + - * / //
     [[arg]]
     name = "query_layout"
     layout = "query"          # FlyDSL's by-value layout of a layout-dynamic fx.Tensor argument:
@@ -122,36 +122,49 @@ def _make_tensor(where: str, t: Any, gen: torch.Generator) -> torch.Tensor:
     raise SpecError(f"{where}.tensor.init {init!r}: use zeros, ones, arange, randn or randint:LO:HI")
 
 
-def _eval(where: str, expr: str, tensors: dict[str, torch.Tensor]) -> int:
-    """A small integer expression over earlier tensors (no names other than them)."""
+def eval_expr(where: str, text: str, env: dict[str, Any]) -> int | float:
+    """A small arithmetic expression: numbers, names of `env` bound to numbers, and for names
+    bound to tensors NAME.shape[i], NAME.stride(i), NAME.numel(), NAME.nbytes; + - * / // and
+    unary minus. Anything else is a SpecError naming `where`."""
 
-    def ev(node: ast.AST) -> int:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+    def ev(node: ast.AST) -> Any:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
             return node.value
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub | ast.Mult | ast.FloorDiv):
+        if isinstance(node, ast.Name) and node.id in env and not isinstance(env[node.id], torch.Tensor | type(None)):
+            return env[node.id]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub | ast.Mult | ast.Div | ast.FloorDiv):
             a, b = ev(node.left), ev(node.right)
-            return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b, ast.FloorDiv: a // b if b else 0}[type(node.op)]
+            if isinstance(node.op, ast.Div | ast.FloorDiv) and b == 0:
+                raise SpecError(f"{where} {text!r}: division by zero")
+            ops = {
+                ast.Add: lambda: a + b,
+                ast.Sub: lambda: a - b,
+                ast.Mult: lambda: a * b,
+                ast.Div: lambda: a / b,
+                ast.FloorDiv: lambda: a // b,
+            }
+            return ops[type(node.op)]()
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -ev(node.operand)
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "shape":
-            return int(_tensor(node.value.value).shape[ev(node.slice)])
+            return int(tensor(node.value.value).shape[ev(node.slice)])
         if isinstance(node, ast.Attribute) and node.attr == "nbytes":
-            t = _tensor(node.value)
+            t = tensor(node.value)
             return t.numel() * t.element_size()
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("stride", "numel"):
-            t = _tensor(node.func.value)
+            t = tensor(node.func.value)
             return int(t.stride(ev(node.args[0]))) if node.func.attr == "stride" else t.numel()
-        raise SpecError(f"{where}.value {expr!r}: unsupported expression part `{ast.unparse(node)}`")
+        raise SpecError(f"{where} {text!r}: unsupported expression part `{ast.unparse(node)}`")
 
-    def _tensor(node: ast.AST) -> torch.Tensor:
-        if isinstance(node, ast.Name) and node.id in tensors:
-            return tensors[node.id]
-        raise SpecError(f"{where}.value {expr!r}: `{ast.unparse(node)}` is not an earlier tensor argument")
+    def tensor(node: ast.AST) -> torch.Tensor:
+        if isinstance(node, ast.Name) and isinstance(env.get(node.id), torch.Tensor):
+            return env[node.id]
+        raise SpecError(f"{where} {text!r}: `{ast.unparse(node)}` is not an earlier tensor argument")
 
     try:
-        tree = ast.parse(expr, mode="eval")
+        tree = ast.parse(text, mode="eval")
     except SyntaxError as err:
-        raise SpecError(f"{where}.value {expr!r}: not an expression ({err.msg})") from err
+        raise SpecError(f"{where} {text!r}: not an expression ({err.msg})") from err
     return ev(tree.body)
 
 
@@ -220,7 +233,7 @@ def load_spec(spec: dict, n_explicit: int) -> tuple[Any, int | None, list[int | 
             v = a["value"]
             if isinstance(v, bool) or not isinstance(v, int | float | str):
                 raise SpecError(f"{where}.value must be an int, a float or an expression string, got {v!r}")
-            values.append(_eval(where, v, tensors) if isinstance(v, str) else v)
+            values.append(eval_expr(f"{where}.value", v, tensors) if isinstance(v, str) else v)
     return grid, block, values, tensors
 
 

@@ -38,7 +38,7 @@ def test_no_library_assert_carries_a_message() -> None:
 
 
 def test_differential_failure_message_is_only_the_judgement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The message of a failing differential check is its header and the judgement's lines."""
+    """The message of a failing differential check is its triage class, its header and the judgement's lines."""
     from conformance.state import RUN_ID_ENV
 
     monkeypatch.setenv("CONFORMANCE_DIR", str(tmp_path / "state"))  # the example's record goes here
@@ -51,5 +51,6 @@ def test_differential_failure_message_is_only_the_judgement(tmp_path: Path, monk
     with pytest.raises(AssertionError) as info:
         differential(suite, Recipe(seed=1, n_q=1, heads=1, row_lengths=(3,), cache_rows=8), "test", use_target=False)
     lines = str(info.value).splitlines()
-    assert lines[0] == "kernel output outside the a-priori bound:"
+    assert lines[0].startswith("class 3 (precision bug): "), lines[0]
+    assert lines[1] == "kernel output outside the a-priori bound:"
     assert not any(line.lstrip().startswith(("assert ", "+  where", "where ")) for line in lines)

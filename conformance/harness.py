@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from conformance import input_guard
+from conformance import input_guard, progress
 from conformance.device_fault import describe as describe_fault
 from conformance.device_fault import is_device_fault
 from conformance.state import call_timeout_s, run_dir, worker_id
@@ -86,6 +86,7 @@ def run_kernel(
     def mark(**what: object) -> None:
         atomic_write_text(inflight_path(folder, worker), json.dumps({**entry, **what}, sort_keys=True))
 
+    progress.tick()
     with in_flight(folder, worker, entry), limit_call(limit, lambda s: mark(hung_after_s=round(s, 1)), hard_only=worker != "main"):
         try:
             result = call_kernel(problem, kernel, out=out)

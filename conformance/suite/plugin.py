@@ -33,8 +33,10 @@ and logged to `<run>/failures-<worker>.jsonl` for the run report.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -194,6 +196,42 @@ def target(request: pytest.FixtureRequest) -> SuiteTarget:
         )
     except TargetError as err:
         pytest.fail(f"conformance: {err}", pytrace=False)
+
+
+PROGRESS_EVERY_S = 15.0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Suite sessions: a test running longer than PROGRESS_EVERY_S (many Hypothesis examples)
+    prints one line to stderr every PROGRESS_EVERY_S seconds with its kernel calls so far."""
+    if not suite_active(item.config):
+        yield
+        return
+    from conformance import progress
+
+    progress.reset()
+    progress.listen(_ProgressLine(item))
+    try:
+        yield
+    finally:
+        progress.listen(None)
+
+
+class _ProgressLine:
+    """The listener of conformance.progress for one test: at most one line per PROGRESS_EVERY_S."""
+
+    def __init__(self, item: pytest.Item) -> None:
+        self.item, self.next_at = item, PROGRESS_EVERY_S
+
+    def __call__(self, calls: int, elapsed_s: float) -> None:
+        if elapsed_s < self.next_at:
+            return
+        self.next_at = elapsed_s + PROGRESS_EVERY_S
+        capman = self.item.config.pluginmanager.getplugin("capturemanager")
+        with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
+            sys.stderr.write(f"\nconformance: [{worker_id()}] {self.item.nodeid}: {calls} kernel calls in {elapsed_s:.0f} s\n")
+            sys.stderr.flush()
 
 
 @pytest.hookimpl(hookwrapper=True)

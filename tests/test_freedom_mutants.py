@@ -109,6 +109,8 @@ def test_recipes_without_new_fields_keep_their_json() -> None:
     for path in corpus_files():
         entry = load_entry(path)
         raw = json.loads(path.read_text(encoding="utf-8"))["recipe"]
+        if "cache_shape" in raw or "stream_tail" in raw:  # an entry that draws a new freedom on purpose (edge-paged-cache)
+            continue
         assert "cache_shape" not in entry.recipe.to_json_dict() and "stream_tail" not in entry.recipe.to_json_dict()
         assert recipe_hash(entry.recipe) == recipe_hash(Recipe.from_json_dict(raw))
         assert set(entry.recipe.to_json_dict()) >= set(raw)

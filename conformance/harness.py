@@ -25,6 +25,7 @@ import torch
 from conformance import input_guard, progress
 from conformance.device_fault import describe as describe_fault
 from conformance.device_fault import is_device_fault
+from conformance.finding_class import CLASS_NAMES, CONTRACT
 from conformance.state import call_timeout_s, run_dir, worker_id
 from conformance.wal import atomic_write_text, in_flight, inflight_path
 from conformance.watchdog import limit_call
@@ -100,11 +101,11 @@ def run_kernel(
             raise
     changed = before.changes(problem.q, problem.kv_cache, problem.indices, problem.indptr)
     if changed:
-        raise InputsModified("class 1 (contract violation): " + "; ".join(changed))
+        raise InputsModified(f"{CLASS_NAMES[CONTRACT]}: " + "; ".join(changed))
     if not (isinstance(result, tuple | list) and len(result) == 2):  # a bare tensor of n_q 2 would unpack silently
         shape = f" {tuple(result.shape)}" if isinstance(result, torch.Tensor) else ""
         raise AssertionError(
-            f"class 1 (contract violation): the kernel returned a {type(result).__name__}{shape}, not the pair (out, lse_or_None)"
+            f"{CLASS_NAMES[CONTRACT]}: the kernel returned a {type(result).__name__}{shape}, not the pair (out, lse_or_None)"
         )
     return result[0], result[1]
 

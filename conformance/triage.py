@@ -28,25 +28,21 @@ names it alone, else it names the rungs 1..k it needed.
 
 from __future__ import annotations
 
+__all__ = ["CLASS_NAMES", "CONTRACT", "LADDER", "PRECISION", "PROFILE", "Rung", "Triage", "contract_violation", "triage"]
+
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from conformance.finding_class import CLASS_NAMES, CONTRACT, PRECISION, PROFILE
 from conformance.harness import Judgement, judge
 from oracle.accumulation import Accumulation
 from oracle.bound import Evaluation, Mode
 from oracle.profile_schema import OUT_CASTS, NumericsProfile, SplitModel
 from oracle.rows import PreconditionError, iter_chunks
 from strategies.materialize import Problem
-
-CONTRACT, PROFILE, PRECISION = 1, 2, 3
-CLASS_NAMES = {
-    CONTRACT: "class 1 (contract violation)",
-    PROFILE: "class 2 (the profile is too tight, not the kernel)",
-    PRECISION: "class 3 (precision bug)",
-}
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ def resolve(name: str) -> Backend:
 
     The backend's `profile` is what the kernel declares (None for a callable that declares none);
     choosing the numerics a run judges by, an override included, is the caller's job
-    (conformance.target.build_target)."""
+    (conformance.judging.target.build_target)."""
     if name == "emulated":
         from kernel.backends.emulated import emulated_backend
 

@@ -7,13 +7,13 @@ Stages (cumulative time of the functions that do them; they do not nest in one a
     draw         Hypothesis drawing recipes (DataObject.draw in the properties' body)
     materialise  strategies.materialize.materialize (recipe -> tensors)
     support      Backend.supports (the contract check before the call)
-    kernel       the kernel call (conformance.harness.run_kernel without the input guard)
-    input guard  conformance.input_guard (snapshot of the inputs and the check after the call)
+    kernel       the kernel call (conformance.judging.harness.run_kernel without the input guard)
+    input guard  conformance.durability.input_guard (snapshot of the inputs and the check after the call)
     oracle+bound oracle.bound.evaluate_modes (reference and a-priori bound, both modes)
       of which gather  oracle.rows.iter_bound_chunks (records gathered and decoded)
-    compare      conformance.harness.compare (errors against the bound)
-    record       conformance.harness.record (the run folder's example log)
-    coverage     conformance.coverage.Coverage.add
+    compare      conformance.judging.harness.compare (errors against the bound)
+    record       conformance.judging.harness.record (the run folder's example log)
+    coverage     conformance.records.coverage.Coverage.add
     other        the rest of the wall time (Hypothesis's engine, shrinking, progress, start-up)
 Writes DIR/profile.pstats, DIR/stages.json and DIR/stages.txt (also printed) and the fuzz
 summary as the fuzz command prints it; the exit code is fuzz's.
@@ -36,13 +36,13 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("draw", "hypothesis/strategies/_internal/core.py", "draw"),
     ("materialise", "strategies/materialize.py", "materialize"),
     ("support", "kernel/backend.py", "supports"),
-    ("kernel", "conformance/harness.py", "run_kernel"),
-    ("input guard", "conformance/input_guard.py", "snapshot"),
-    ("input guard", "conformance/input_guard.py", "changes"),
+    ("kernel", "conformance/judging/harness.py", "run_kernel"),
+    ("input guard", "conformance/durability/input_guard.py", "snapshot"),
+    ("input guard", "conformance/durability/input_guard.py", "changes"),
     ("oracle+bound", "oracle/bound.py", "evaluate_modes"),
-    ("compare", "conformance/harness.py", "compare"),
-    ("record", "conformance/harness.py", "record"),
-    ("coverage", "conformance/coverage.py", "add"),
+    ("compare", "conformance/judging/harness.py", "compare"),
+    ("record", "conformance/judging/harness.py", "record"),
+    ("coverage", "conformance/records/coverage.py", "add"),
 )
 GATHER = ("oracle/rows.py", "iter_bound_chunks")
 

@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conformance.harness import call_kernel
+from conformance.judging.harness import call_kernel
 from oracle.accumulation import Accumulation
 from oracle.bound import MODES, evaluate, evaluate_modes
 from oracle.profiles import load_profile

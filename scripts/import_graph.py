@@ -11,7 +11,9 @@ import is still a dependency) and checks:
 - the core imports no front end (conformance.suite, conformance.cli, conformance.mutation), and
   front ends do not import each other, with one allowed edge: the command line (conformance.cli)
   runs the mutation score (conformance.mutation) for its `mutation-score` subcommand;
-  conformance.__main__ starts the command line.
+  conformance.__main__ starts the command line;
+- inside the core, packages import downward only: durability (rank 0) <- judging (1) <- records
+  (2) <- campaign, tools (3); a core module imports no core package of a higher rank.
 The mutation score also runs suite tests in-process by name (conformance.mutation.kills, through
 importlib): not an import edge. docs/architecture.md follows a recipe through these layers.
 
@@ -34,6 +36,18 @@ FRONT_ENDS = ("conformance.suite", "conformance.cli", "conformance.mutation")
 ENTRY_POINTS = {"conformance.__main__"}
 ALLOWED_FRONT_END_EDGES = {("conformance.cli", "conformance.mutation")}
 LAYER = {"kernel": 0, "oracle": 1, "strategies": 1, "conformance": 2}
+CORE_RANK = {
+    "conformance.durability": 0,
+    "conformance.judging": 1,
+    "conformance.records": 2,
+    "conformance.campaign": 3,
+    "conformance.tools": 3,
+}
+
+
+def core_rank(name: str) -> tuple[str, int] | None:
+    """The core package of `name` and its rank (CORE_RANK), or None outside them."""
+    return next(((p, r) for p, r in CORE_RANK.items() if name == p or name.startswith(p + ".")), None)
 
 
 def module_name(path: Path) -> str:
@@ -110,6 +124,9 @@ def problems(edges: dict[str, set[str]]) -> list[str]:
                 found.append(f"{source} imports the front end {target}")
             if LAYER[source.split(".")[0]] < LAYER[target.split(".")[0]]:
                 found.append(f"{source} (layer {source.split('.')[0]}) imports the higher layer {target}")
+            source_core, target_core = core_rank(source), core_rank(target)
+            if source_core and target_core and source_core[1] < target_core[1]:
+                found.append(f"{source} ({source_core[0]}) imports the higher core package {target}")
             if target == "kernel.registry" and source.startswith("kernel."):
                 found.append(f"{source} imports kernel.registry (only the catalogue imports backends)")
             if source.startswith("strategies.") and _is_kernel_code(target):
@@ -164,6 +181,9 @@ def group_of(name: str) -> str:
         return front
     if name.startswith("kernel.backends") or name.startswith("kernel.isa"):
         return ".".join(name.split(".")[:2])
+    core = core_rank(name)
+    if core:
+        return core[0]
     return name.split(".")[0] if name.split(".")[0] != "conformance" else "conformance (core)"
 
 
@@ -182,7 +202,10 @@ def draw(edges: dict[str, set[str]], path: Path) -> None:
                 groups.setdefault(a, set()).add(b)
     rows = [
         ["conformance.suite", "conformance.cli", "conformance.mutation"],
-        ["conformance (core)"],
+        ["conformance.campaign", "conformance.tools", "conformance (core)"],
+        ["conformance.records"],
+        ["conformance.judging"],
+        ["conformance.durability"],
         ["oracle", "strategies", "kernel.registry"],
         ["kernel.backends", "kernel.isa"],
         ["kernel"],
@@ -194,7 +217,7 @@ def draw(edges: dict[str, set[str]], path: Path) -> None:
     sizes = {}
     for name in modules():
         sizes[group_of(name)] = sizes.get(group_of(name), 0) + 1
-    fig, ax = plt.subplots(figsize=(11, 8))
+    fig, ax = plt.subplots(figsize=(11, 11))
     for a, targets in groups.items():
         for b in targets:
             if a in pos and b in pos:
@@ -211,6 +234,7 @@ def draw(edges: dict[str, set[str]], path: Path) -> None:
                     },
                 )
     for name, (x, y) in pos.items():
+        colour = "#e8f0fe" if _is_front_end(name) else ("#fdf2e0" if core_rank(name) or name == "conformance (core)" else "#f4f4f4")
         ax.text(
             x,
             y,
@@ -218,7 +242,7 @@ def draw(edges: dict[str, set[str]], path: Path) -> None:
             ha="center",
             va="center",
             fontsize=10,
-            bbox={"boxstyle": "round", "facecolor": "#e8f0fe" if "conformance." in name else "#f4f4f4", "edgecolor": "0.3"},
+            bbox={"boxstyle": "round", "facecolor": colour, "edgecolor": "0.3"},
         )
     ax.set_axis_off()
     ax.set_title("Import graph between groups (arrow: imports; red would be an upward import)")

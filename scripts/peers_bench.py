@@ -1,6 +1,6 @@
 """Side-by-side timing of the references and every peer kernel, with the machine's limits beside them.
 
-One run times, on the same inputs (conformance.bench's shapes: n_q rows of KEYS uniform keys
+One run times, on the same inputs (conformance.tools.bench's shapes: n_q rows of KEYS uniform keys
 from a 1,048,576-record pow2 cache, H heads, softmax_scale 576^-0.5):
 - `oracle` (oracle.reference.reference, float64 on the device) and `emulated`;
 - each adapter through its contract callable (`flashmla`, `flashmla-prefill`, `torch-sdpa`), and
@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from conformance.bench import build_cache, build_inputs, peak_bandwidth, time_calls
+from conformance.tools.bench import build_cache, build_inputs, peak_bandwidth, time_calls
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_DIM
 from kernel.registry import BackendUnavailable, resolve
 

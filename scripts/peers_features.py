@@ -1,6 +1,6 @@
 """Summarise conformance run folders: examples per second, distinct strategy features, err/bound.
 
-Reads every `examples-*.jsonl` under the run folders given (as written by conformance.harness:
+Reads every `examples-*.jsonl` under the run folders given (as written by conformance.judging.harness:
 one line per judged example with its recipe, outcome and out/lse err/bound ratios) and prints,
 per folder, one JSON object:
 - examples, outcomes (pass / fail / observed), wall span (first to last example, s) and

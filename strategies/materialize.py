@@ -30,7 +30,7 @@ _ID_STRIDE = 1 << 24  # ids of (row, offset) pairs: row * 2^24 + offset
 @dataclass
 class Problem:
     """A materialized call: the kernel's arguments plus what the recipe knows about them (plain
-    data: conformance.harness.call_kernel makes the call).
+    data: conformance.judging.harness.call_kernel makes the call).
 
     referenced_rows: int64 [U] sorted unique KV rows consumed by valid entries (CPU);
     poison_rows: int64 [P] rows written with the NaN poison record (CPU).

@@ -29,12 +29,20 @@ def test_the_import_graph_keeps_its_rules() -> None:
 def test_the_rules_catch_a_core_module_importing_a_front_end() -> None:
     graph = _load()
     edges = graph.graph()
-    edges["conformance.checks"] = {*edges["conformance.checks"], "conformance.suite.plugin"}
+    edges["conformance.judging.checks"] = {*edges["conformance.judging.checks"], "conformance.suite.plugin"}
     edges["kernel.record"] = {*edges["kernel.record"], "oracle.bound"}
     edges["kernel.fp8"] = {*edges["kernel.fp8"], "kernel.record"}
     edges["strategies.materialize"] = {*edges["strategies.materialize"], "kernel.backend"}
     found = graph.problems(edges)
-    assert "conformance.checks imports the front end conformance.suite.plugin" in found
+    assert "conformance.judging.checks imports the front end conformance.suite.plugin" in found
     assert any(line.startswith("kernel.record (layer kernel) imports the higher layer oracle.bound") for line in found)
     assert any(line.startswith("import cycle:") and "kernel.fp8" in line for line in found)
     assert "strategies.materialize imports kernel.backend (the data package builds tensors; it never holds or calls a kernel)" in found
+
+
+def test_the_rules_catch_a_core_package_importing_upward() -> None:
+    graph = _load()
+    edges = graph.graph()
+    edges["conformance.durability.wal"] = {*edges["conformance.durability.wal"], "conformance.records.corpus"}
+    found = graph.problems(edges)
+    assert "conformance.durability.wal (conformance.durability) imports the higher core package conformance.records.corpus" in found

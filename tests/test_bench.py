@@ -1,4 +1,4 @@
-"""conformance.bench: runs on the CPU for the emulated kernel and the oracle with tiny shapes, and
+"""conformance.tools.bench: runs on the CPU for the emulated kernel and the oracle with tiny shapes, and
 produces a table (stdout), progress (stderr) and a valid JSON report; peak-bandwidth lookup,
 timing and argument handling."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance import bench
 from conformance.cli import bench as cli_bench
 from conformance.cli import main as cli_main
+from conformance.tools import bench
 from kernel.record import RECORD_BYTES, decode_records
 
 TINY = ["--n-q", "1,3", "--keys", "130", "--heads", "2", "--cache-rows", "300", "--iters", "2", "--warmup", "1", "--device", "cpu"]

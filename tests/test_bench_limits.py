@@ -1,4 +1,4 @@
-"""conformance.bench: the machine limits printed beside each measured time, and the peer rows."""
+"""conformance.tools.bench: the machine limits printed beside each measured time, and the peer rows."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from conformance import bench
+from conformance.tools import bench
 
 
 def test_fp64_peak_and_limits_for_an_h200() -> None:

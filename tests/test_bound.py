@@ -1,6 +1,6 @@
 """The a-priori error bound: sound for the emulated gfx950 kernel, broken by precision defects.
 
-Soundness at scale (100,000 problems) is the campaign in conformance/soundness.py; here a CI-sized
+Soundness at scale (100,000 problems) is the campaign in conformance/tools/soundness.py; here a CI-sized
 Hypothesis run plus constructed cases. The defects are the catalogue's `q_lo_dropped` (Q quantised
 to the hi part only) and `p_bf16` (P' rounded to bf16 instead of fp16).
 """
@@ -12,7 +12,7 @@ import math
 import torch
 from hypothesis import given, settings
 
-from conformance.harness import call_kernel
+from conformance.judging.harness import call_kernel
 from conformance.mutation.catalogue import CATALOGUE
 from kernel.backends.emulated import run_emulated
 from kernel.record import encode_records

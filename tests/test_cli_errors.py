@@ -237,7 +237,7 @@ def test_sigint_while_replay_starts(stage: str, modules: Path) -> None:
     torch's import, the kernel registry once the command runs) exits 130 with one line and is
     never swallowed (the command does not run on to a verdict). The child says when it reaches
     the import and waits there, so the signal lands at that point on any machine, at any load."""
-    from conformance.state import scrubbed_env
+    from conformance.durability.state import scrubbed_env
 
     script = modules / "ready_at_import.py"
     script.write_text(_READY_AT_IMPORT, encoding="utf-8")
@@ -265,8 +265,8 @@ def test_sigint_while_replay_starts(stage: str, modules: Path) -> None:
 
 
 def test_pending_dir_unwritable_is_a_clear_oserror(modules: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from conformance.corpus import CorpusWriteError, new_entry, save_entry
-    from conformance.state import pending_dir
+    from conformance.durability.state import pending_dir
+    from conformance.records.corpus import CorpusWriteError, new_entry, save_entry
     from strategies.recipe import Recipe
 
     locked = modules / "locked"
@@ -289,7 +289,7 @@ def test_pytest_with_an_unwritable_pending_dir_fails_the_test_not_the_session(tm
     reason in its report, not an INTERNALERROR (exit 3). The failure is a property's (a reviewed
     corpus entry is never copied to pending): the documented scale behaviour kills
     qk_scale_mantissa on its first failing example (no shrink phase: the mutation plugin)."""
-    from conformance.state import scrubbed_env
+    from conformance.durability.state import scrubbed_env
 
     env = {
         **scrubbed_env(dict(os.environ)),

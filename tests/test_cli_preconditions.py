@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conformance.cli import main
-from conformance.dumps import DumpError, list_tensors, load_dump
+from conformance.tools.dumps import DumpError, list_tensors, load_dump
 from kernel.record import RECORD_BYTES, SCALE_OFFSET, encode_records
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from conformance.cli import main
-from conformance.corpus import CORPUS_DIR, load_entry, recipe_hash
+from conformance.records.corpus import CORPUS_DIR, load_entry, recipe_hash
 from strategies.recipe import Recipe
 
 BROKEN = "conformance.mutation.catalogue:lse_base2"  # lse in log2 units: every non-empty row's lse is wrong
@@ -287,7 +287,7 @@ def test_a_non_utf8_file_in_pending_does_not_hide_the_others(dirs: tuple[Path, P
 
 
 def test_save_entry_into_an_unwritable_folder_is_a_corpus_write_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from conformance.corpus import CorpusWriteError, new_entry, save_entry
+    from conformance.records.corpus import CorpusWriteError, new_entry, save_entry
 
     blocked = tmp_path / "file-not-folder"
     blocked.write_text("x", encoding="utf-8")

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from conformance import crashes, state
 from conformance.cli import main
-from conformance.replay import child_env
+from conformance.records import crashes, state
+from conformance.records.replay import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 SENTINEL_ENV = "CONFORMANCE_TEST_SUICIDE_SENTINEL"

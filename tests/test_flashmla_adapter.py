@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from conformance.harness import call_kernel
+from conformance.judging.harness import call_kernel
 from kernel.backends import flashmla
 from kernel.contract import ContractError
 from kernel.fp8 import decode_e4m3

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.harness import judge
-from conformance.triage import LADDER, PROFILE, triage
+from conformance.judging.harness import judge
+from conformance.judging.triage import LADDER, PROFILE, triage
 from oracle.profile_schema import SplitModel
 from oracle.profiles import load_profile
 from strategies.materialize import materialize

@@ -1,4 +1,4 @@
-"""Mutation self-test of the FlyDSL kernel's ISA checks (kernel/backends/flydsl/mutations.py).
+"""Mutation self-test of the FlyDSL kernel's ISA checks (kernel/backends/flydsl/isa_mutations.py).
 
 Every mutant of the catalogue (a real bug injected into a copy of gfx950.py) is compiled for
 two configurations and must compile and be flagged by one of the checks it is meant to trip.
@@ -15,7 +15,7 @@ import pytest
 
 from kernel.backends.flydsl import compile as fc
 from kernel.backends.flydsl import isa_checks as ic
-from kernel.backends.flydsl import mutations as mu
+from kernel.backends.flydsl import isa_mutations as mu
 from kernel.backends.flydsl.isa_parse import iteration_paths, parse_program
 
 HAVE_FLYDSL = importlib.util.find_spec("flydsl") is not None

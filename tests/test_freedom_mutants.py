@@ -24,11 +24,11 @@ import torch
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-from conformance.checks import differential
-from conformance.corpus import corpus_files, load_entry, recipe_hash
-from conformance.harness import call_kernel
+from conformance.judging.checks import differential
+from conformance.judging.harness import call_kernel
+from conformance.judging.target import Target, build_target
 from conformance.mutation import catalogue
-from conformance.target import SuiteTarget, build_target
+from conformance.records.corpus import corpus_files, load_entry, recipe_hash
 from strategies.hypothesis_recipes import recipes
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
@@ -53,7 +53,7 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
-def _target(name: str) -> SuiteTarget:
+def _target(name: str) -> Target:
     return build_target(name, device="cpu")
 
 

@@ -1,4 +1,4 @@
-"""Strategy-feature coverage of fuzz campaigns (conformance.coverage, issue 15): the feature
+"""Strategy-feature coverage of fuzz campaigns (conformance.records.coverage, issue 15): the feature
 functions on hand-built recipes, the denominators against what the strategies really draw, and a
 short campaign whose summary, progress line, fuzz-summary.json and run report carry them."""
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
-from conformance.coverage import (
+from conformance.records.coverage import (
     FAMILIES,
     FAMILY_BY_KEY,
     ROW_LENGTH_CLASSES,
@@ -169,14 +169,14 @@ def _check_space(strategy: st.SearchStrategy[Recipe], expected: dict[str, tuple[
 
 @pytest.fixture(scope="module")
 def emulated() -> Any:
-    from conformance.target import build_target
+    from conformance.judging.target import build_target
 
     return build_target("emulated", device="cpu")
 
 
 @pytest.mark.parametrize("prop", ["differential", "long_rows", "preconditions"])
 def test_campaign_denominators_are_what_its_strategies_draw(emulated: Any, prop: str) -> None:
-    from conformance.cli.fuzz import _fuzz_strategies, fuzz_reachable
+    from conformance.campaign.fuzz import _fuzz_strategies, fuzz_reachable
 
     expected = fuzz_reachable(emulated, [prop])
     _check_space(_fuzz_strategies(emulated, [prop])[prop], expected, draws=150)
@@ -200,7 +200,7 @@ def test_other_strategy_parameters(strategy: st.SearchStrategy[Recipe], space: D
 
 
 def test_denominators_of_the_default_campaign(emulated: Any) -> None:
-    from conformance.cli.fuzz import PROPERTIES, fuzz_reachable
+    from conformance.campaign.fuzz import PROPERTIES, fuzz_reachable
 
     full = fuzz_reachable(emulated, list(PROPERTIES))
     counts = {key: len(classes) for key, classes in full.items()}
@@ -211,11 +211,11 @@ def test_denominators_of_the_default_campaign(emulated: Any) -> None:
     assert full == reachable_union(space for prop in PROPERTIES for space in _spaces(emulated, prop))
 
 
-def _spaces(suite: Any, prop: str) -> list[DrawSpace]:
-    from conformance.cli.fuzz import _fuzz_parameters
+def _spaces(target: Any, prop: str) -> list[DrawSpace]:
+    from conformance.campaign.fuzz import _fuzz_parameters
 
     made = {"recipes": recipes_space, "violating_recipes": violating_space}
-    return [made[kind](**kwargs) for kind, kwargs in _fuzz_parameters(suite, [prop]).values()]
+    return [made[kind](**kwargs) for kind, kwargs in _fuzz_parameters(target, [prop]).values()]
 
 
 # ---------------------------------------------------------------------------------------------

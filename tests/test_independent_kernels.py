@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.harness import call_kernel
+from conformance.judging.harness import call_kernel
 from conformance.mutation.catalogue import CORRECT_VARIANTS, PRECISION_DEFECTS
 from conformance.mutation.independent import float32_torch, float64_torch, gfx950_sequential_l
 from oracle.bound import evaluate

@@ -1,4 +1,4 @@
-"""The recipe under judgement travels with the failure (conformance.target.judging): an exception
+"""The recipe under judgement travels with the failure (conformance.judging.target.judging): an exception
 leaving a judging block carries an immutable JudgedRecipe, which the pytest plugin reads back
 from a failing test's exception to save a pending corpus entry (end to end through pytest:
 tests/test_cli_errors.py, the unwritable pending folder)."""
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.target import JudgedRecipe, judged_recipe, judges, judging
+from conformance.judging.target import JudgedRecipe, judged_recipe, judges, judging
 from strategies.recipe import Recipe
 
 A = Recipe(seed=1, n_q=1, heads=1, row_lengths=(2,), cache_rows=4)
@@ -50,7 +50,7 @@ def test_groups_and_chains_are_searched() -> None:
 
 def test_judges_reads_recipe_and_property_from_the_call() -> None:
     @judges(expect="precondition")
-    def check(suite: object, recipe: Recipe, property_name: str = "default", *, fail: bool = True) -> str:
+    def check(target: object, recipe: Recipe, property_name: str = "default", *, fail: bool = True) -> str:
         if fail:
             raise AssertionError("bad")
         return "ok"

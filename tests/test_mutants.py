@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.harness import call_kernel
+from conformance.judging.harness import call_kernel
 from conformance.mutation import catalogue as mutants
 from kernel.backend import Backend
 from kernel.backends import emulated

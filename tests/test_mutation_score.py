@@ -25,13 +25,13 @@ from typing import Any
 import pytest
 
 from conformance.cli import mutation as cli_mutation
+from conformance.judging.target import build_target
 from conformance.mutation import plugin as mutation_plugin
 from conformance.mutation import runner
 from conformance.mutation import score as scoring
 from conformance.mutation.kills import KILLED_BY, run_suite_test
 from conformance.mutation.runner import Examples, PytestEvents, RunSpec, count_examples, read_events
 from conformance.mutation.runner import judge_run as judge
-from conformance.target import build_target
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = Path("conformance/suite")
@@ -530,7 +530,7 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_recorded_kills_cover_the_score() -> None:
-    from conformance.corpus import CORPUS_DIR
+    from conformance.records.corpus import CORPUS_DIR
 
     assert list(KILLED_BY) == list(scoring.catalogue_specs()), "every mutant of the score needs a recorded kill, in catalogue order"
     for name, nodeid in KILLED_BY.items():
@@ -553,8 +553,8 @@ def test_every_mutant_is_killed_by_its_recorded_test(name: str, sandbox: None) -
 def test_correct_kernels_pass_every_recorded_kill(name: str, sandbox: None) -> None:
     """emulated and each correct variant of other numerics pass (or are outside: skip) every test
     recorded as a kill, so no recorded kill is a false alarm."""
-    suite = build_target(scoring.baseline_specs()[name], device="cpu")
-    results = [run_suite_test(nodeid, suite) for nodeid in sorted(set(KILLED_BY.values()))]
+    target = build_target(scoring.baseline_specs()[name], device="cpu")
+    results = [run_suite_test(nodeid, target) for nodeid in sorted(set(KILLED_BY.values()))]
     wrong = [f"{r.nodeid}: {r.outcome} {r.message}" for r in results if r.outcome not in ("passed", "skipped")]
     assert not wrong, f"{name} fails recorded kills:\n" + "\n".join(wrong)
     assert sum(r.outcome == "passed" for r in results) >= len(results) - 1

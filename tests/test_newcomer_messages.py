@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from hypothesis.vendor.pretty import pretty
 
-from conformance.checks import differential
-from conformance.target import build_target
+from conformance.judging.checks import differential
+from conformance.judging.target import build_target
 from kernel.backend import BackendUnavailable
 from kernel.backends.emulated import run_emulated
 from kernel.registry import resolve

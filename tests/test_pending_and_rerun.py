@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.corpus import CORPUS_DIR, load_entry, new_entry, save_pending
-from conformance.state import scrubbed_env
+from conformance.durability.state import scrubbed_env
+from conformance.records.corpus import CORPUS_DIR, load_entry, new_entry, save_pending
 from conformance.suite.plugin import MAX_CAUGHT, _caught
 from strategies.recipe import Recipe
 

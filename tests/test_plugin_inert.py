@@ -16,7 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from conformance.state import scrubbed_env
+from conformance.durability.state import scrubbed_env
 
 PLUGIN = "conformance.suite.plugin"
 

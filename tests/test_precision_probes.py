@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from conformance.harness import call_kernel, judge
+from conformance.judging.harness import call_kernel, judge
 from conformance.mutation.catalogue import CORRECT_VARIANTS, PRECISION_DEFECTS
 from kernel.record import decode_records
 from kernel.registry import resolve

@@ -1,4 +1,4 @@
-"""`python -m conformance probe` (conformance.probe): each probe recovers the known arithmetic of
+"""`python -m conformance probe` (conformance.tools.probe): each probe recovers the known arithmetic of
 the emulated kernel and of the catalogue's correct variants, the measured profile reads back with
 a comment per field, judges the kernel it was measured on as conforming, and the MMA model
 analysis recovers a simulated matrix unit. Slow kernels run only the probes whose settings
@@ -11,14 +11,14 @@ import tomllib
 import pytest
 import torch
 
-from conformance.harness import compare
+from conformance.judging.harness import compare
 from conformance.mutation.catalogue import CORRECT_VARIANTS
-from conformance.probe import mma
-from conformance.probe import probes as P
-from conformance.probe.build import ProbeSkipped
-from conformance.probe.profile import assemble, render, to_profile
-from conformance.probe.rounding import round_to
-from conformance.probe.run import probe_kernel
+from conformance.tools.probe import mma
+from conformance.tools.probe import probes as P
+from conformance.tools.probe.build import ProbeSkipped
+from conformance.tools.probe.profile import assemble, render, to_profile
+from conformance.tools.probe.rounding import round_to
+from conformance.tools.probe.run import probe_kernel
 from kernel.registry import resolve
 from oracle.bound import evaluate
 from strategies.materialize import materialize

@@ -1,10 +1,10 @@
-"""conformance.progress: run_kernel ticks once per kernel call; the listener sees calls and seconds."""
+"""conformance.judging.progress: run_kernel ticks once per kernel call; the listener sees calls and seconds."""
 
 from __future__ import annotations
 
-from conformance import progress
-from conformance.harness import run_kernel
-from conformance.target import build_target
+from conformance.judging import progress
+from conformance.judging.harness import run_kernel
+from conformance.judging.target import build_target
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 

@@ -37,7 +37,7 @@ def test_estimate_grows_with_keys_rows_and_cache() -> None:
 
 
 def test_every_shipped_corpus_entry_fits_in_a_gib() -> None:
-    from conformance.corpus import corpus_files, load_entry
+    from conformance.records.corpus import corpus_files, load_entry
 
     worst = max(memory_estimate(load_entry(p).recipe).host_bytes for p in corpus_files())
     assert worst < 2**30
@@ -107,7 +107,7 @@ def test_replay_isolated_of_a_huge_recipe_exits_2(tmp_path: Path) -> None:
     """The child of --isolate refuses it too (under a 4 GiB address-space cap, in case it did not)."""
     import os
 
-    from conformance.state import scrubbed_env
+    from conformance.durability.state import scrubbed_env
 
     env = {**scrubbed_env(dict(os.environ)), "CONFORMANCE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(REPO)}
     code = (

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from conformance import crashes
-from conformance import report as rpt
 from conformance.cli import main
+from conformance.records import crashes
+from conformance.records import report as rpt
 
 RECIPE_A = {"seed": 1, "n_q": 1, "heads": 2, "row_lengths": [5], "cache_rows": 64}
 RECIPE_B = {"seed": 2, "n_q": 2, "heads": 1, "row_lengths": [3, 0], "cache_rows": 64}
@@ -35,7 +35,7 @@ def _line(
     }
     if mode:
         data["mode"] = mode
-    return json.dumps(data)  # Python's json writes Infinity / NaN, as conformance.harness.record does
+    return json.dumps(data)  # Python's json writes Infinity / NaN, as conformance.judging.harness.record does
 
 
 def _strict(text: str) -> Any:
@@ -198,7 +198,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _env(tmp_path: Path) -> dict[str, str]:
     import os
 
-    from conformance.state import scrubbed_env
+    from conformance.durability.state import scrubbed_env
 
     env = scrubbed_env(dict(os.environ))
     env.update(
@@ -225,7 +225,7 @@ def test_a_run_killed_by_sigkill_is_unfinished(tmp_path: Path) -> None:
     """A session that marked its start, recorded a passing example and was SIGKILLed."""
     run = tmp_path / "state" / "runs" / "killed"
     script = (
-        f"import os, signal\nfrom pathlib import Path\nfrom conformance import crashes\nrun = Path({str(run)!r})\n"
+        f"import os, signal\nfrom pathlib import Path\nfrom conformance.records import crashes\nrun = Path({str(run)!r})\n"
         "run.mkdir(parents=True)\ncrashes.mark_session_start(run, kind='pytest')\n"
         "(run / 'examples-gw0.jsonl').write_text("
         f"{_line('differential', 'pass', RECIPE_A, mode='exact-steps', out=0.1, lse=0.0)!r} + '\\n')\n"
@@ -263,7 +263,7 @@ def test_a_pytest_run_that_exited_1_is_failed(tmp_path: Path) -> None:
     """A real pytest session (the plugin marks it) whose examples all passed but a test failed
     without a saved recipe: pytest exits 1, the report says failed and exits 1."""
     (tmp_path / "test_fails.py").write_text(
-        "from conformance.state import run_dir, worker_id\n"
+        "from conformance.durability.state import run_dir, worker_id\n"
         "def test_records_a_pass():\n"
         "    (run_dir() / f'examples-{worker_id()}.jsonl').write_text("
         f"{_line('differential', 'pass', RECIPE_A, out=0.1, lse=0.0)!r} + '\\n')\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conformance.report import PLOT_BIN, PLOT_FLOOR, RATIO_NOTE, ReportFiles, _log_ratio, summary_line
+from conformance.records.report import PLOT_BIN, PLOT_FLOOR, RATIO_NOTE, ReportFiles, _log_ratio, summary_line
 
 
 def _files(ratio: float) -> ReportFiles:

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import torch
 
-from conformance import state
-from conformance.harness import InputsModified, run_kernel
-from conformance.replay import child_env
-from conformance.target import TargetError, build_target
-from conformance.watchdog import KernelHung, limit_call
+from conformance.durability import state
+from conformance.durability.watchdog import KernelHung, limit_call
+from conformance.judging.harness import InputsModified, run_kernel
+from conformance.judging.target import TargetError, build_target
+from conformance.records.replay import child_env
 from strategies import materialize as materialize_module
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
@@ -109,8 +109,8 @@ def test_a_correct_kernel_under_a_tiny_memory_reading_is_skipped(
     sandbox: Path, monkeypatch: pytest.MonkeyPatch, fresh_memory_limits: None
 ) -> None:
     """A refusal of the memory guard is a skip naming the limit, never a failure of the kernel."""
-    from conformance.checks import differential
-    from conformance.corpus import CORPUS_DIR, load_entry
+    from conformance.judging.checks import differential
+    from conformance.records.corpus import CORPUS_DIR, load_entry
 
     monkeypatch.delenv(materialize_module.MEMORY_LIMIT_ENV, raising=False)
     monkeypatch.setattr(materialize_module, "_available_ram", lambda: 69 * 2**20)  # a 34.5 MiB limit
@@ -166,7 +166,7 @@ def test_hard_limit_marks_and_kills_the_process(tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     code = (
         "import time, pathlib\n"
-        "from conformance.watchdog import limit_call\n"
+        "from conformance.durability.watchdog import limit_call\n"
         f"with limit_call(0.5, lambda s: pathlib.Path({str(marker)!r}).write_text(str(s)), hard_only=True):\n"
         "    time.sleep(60)\n"
     )

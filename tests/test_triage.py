@@ -1,4 +1,4 @@
-"""Failure triage (conformance.triage): each class is reached by the failure it names.
+"""Failure triage (conformance.judging.triage): each class is reached by the failure it names.
 
 The kernel outputs here are the float64 reference perturbed the way a legitimate or a broken
 kernel would perturb it (subnormals flushed, merge weights off 1 at a large |lse|, a relative
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.harness import judge
-from conformance.triage import CONTRACT, LADDER, PRECISION, PROFILE, triage
+from conformance.judging.harness import judge
+from conformance.judging.triage import CONTRACT, LADDER, PRECISION, PROFILE, triage
 from oracle.bound import evaluate
 from oracle.profile_schema import SplitModel
 from oracle.profiles import load_profile

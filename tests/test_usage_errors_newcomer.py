@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main as cli_main
-from conformance.state import scrubbed_env
+from conformance.durability.state import scrubbed_env
 
 REPO = Path(__file__).resolve().parents[1]
 

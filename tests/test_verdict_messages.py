@@ -39,17 +39,17 @@ def test_no_library_assert_carries_a_message() -> None:
 
 def test_differential_failure_message_is_only_the_judgement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The message of a failing differential check is its triage class, its header and the judgement's lines."""
-    from conformance.state import RUN_ID_ENV
+    from conformance.durability.state import RUN_ID_ENV
 
     monkeypatch.setenv("CONFORMANCE_DIR", str(tmp_path / "state"))  # the example's record goes here
     monkeypatch.delenv(RUN_ID_ENV, raising=False)
-    from conformance.checks import differential
-    from conformance.target import build_target
+    from conformance.judging.checks import differential
+    from conformance.judging.target import build_target
     from strategies.recipe import Recipe
 
-    suite = build_target("conformance.mutation.catalogue:lse_base2", device="cpu")
+    target = build_target("conformance.mutation.catalogue:lse_base2", device="cpu")
     with pytest.raises(AssertionError) as info:
-        differential(suite, Recipe(seed=1, n_q=1, heads=1, row_lengths=(3,), cache_rows=8), "test", use_target=False)
+        differential(target, Recipe(seed=1, n_q=1, heads=1, row_lengths=(3,), cache_rows=8), "test", use_target=False)
     lines = str(info.value).splitlines()
     assert lines[0].startswith("class 3 (precision bug): "), lines[0]
     assert lines[1] == "kernel output outside the a-priori bound:"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from conformance.corpus import load_entry
-from conformance.harness import judge
+from conformance.judging.harness import judge
+from conformance.records.corpus import load_entry
 from oracle.profiles import load_profile
 from strategies.materialize import materialize
 from strategies.recipe import Recipe

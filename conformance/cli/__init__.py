@@ -28,6 +28,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "conformance.cli.bench",
     "conformance.cli.mutation",
     "conformance.cli.probe",
+    "conformance.cli.soundness",
 )
 
 

@@ -78,7 +78,7 @@ def write_output(path: str | Path, text: str) -> None:
     """Write `text` (UTF-8) to `path`, atomically for regular files (a temporary file next to it,
     then renamed), directly for device files such as /dev/stdout. OutputError (one line) when
     that fails: a folder, a missing folder, no permission, a full device."""
-    from conformance.wal import atomic_write_text
+    from conformance.durability.wal import atomic_write_text
 
     target = Path(path)
     try:

@@ -1,4 +1,4 @@
-"""The `bench` subcommand of `python -m conformance`: options and the table (measurement: conformance.bench).
+"""The `bench` subcommand of `python -m conformance`: options and the table (measurement: conformance.tools.bench).
 
 Exit codes: 0 every case ran (kernels of the default list that are unavailable here are
 reported and skipped), 1 a built-in kernel asked for by --kernel is unavailable on this machine
@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from conformance import bench
-from conformance.bench import DEFAULT_HEADS, DEFAULT_KERNELS, DEFAULT_KEYS, DEFAULT_N_Q, ORACLE, render_table, run_bench
 from conformance.cli.args import OutputError, non_negative_int, output_file, positive_int, write_output
+from conformance.tools import bench
+from conformance.tools.bench import DEFAULT_HEADS, DEFAULT_KERNELS, DEFAULT_KEYS, DEFAULT_N_Q, ORACLE, render_table, run_bench
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

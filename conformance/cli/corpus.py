@@ -7,7 +7,7 @@
     minimise ENTRY --kernel NAME
                           shrink a failing entry while it keeps failing the same way (greedy
                           passes: fewer rows, shorter rows, fewer heads, simpler distributions,
-                          no padding; see conformance.minimise) and write the smaller entry into
+                          no padding; see conformance.records.minimise) and write the smaller entry into
                           the pending folder (--pending; content-hash name, atomic) for review,
                           never into the reviewed corpus: `corpus add` moves it there after
                           review. When the reviewed corpus (--corpus) already holds the same
@@ -17,7 +17,7 @@
 
 Reviewed entries are conformance/corpus/*.json (in git; --corpus DIR to use another folder);
 pending ones conformance/corpus/pending/*.json ($CONFORMANCE_PENDING_DIR or --pending DIR).
-Files are named by the content hash of their recipe (conformance.corpus), so the same recipe is
+Files are named by the content hash of their recipe (conformance.records.corpus), so the same recipe is
 stored once per folder. Every write is atomic.
 
 Exit codes: 0 done; 1 `minimise`: the entry does not fail with that kernel (nothing to do);
@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from conformance.cli.args import finite_positive_seconds
-from conformance.crashes import is_crash_entry
-from conformance.state import CORPUS_DIR, pending_dir
+from conformance.durability.state import CORPUS_DIR, pending_dir
+from conformance.records.crashes import is_crash_entry
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -139,7 +139,7 @@ def _short(text: Any, width: int) -> str:
 
 def run_list(args: argparse.Namespace) -> int:
     """Handler of `corpus list`."""
-    from conformance.corpus import CorpusError, corpus_files, load_entry
+    from conformance.records.corpus import CorpusError, corpus_files, load_entry
 
     reviewed, pending = _dirs(args)
     folders = []
@@ -192,7 +192,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def _reviewed_hashes(folder: Path) -> dict[str, Path]:
-    from conformance.corpus import CorpusError, corpus_files, load_entry, recipe_hash
+    from conformance.records.corpus import CorpusError, corpus_files, load_entry, recipe_hash
 
     found: dict[str, Path] = {}
     if folder.is_dir():
@@ -206,9 +206,9 @@ def _reviewed_hashes(folder: Path) -> dict[str, Path]:
 
 def run_add(args: argparse.Namespace) -> int:
     """Handler of `corpus add`."""
-    from conformance.corpus import SUITE_VERSION, CorpusEntry, recipe_hash
-    from conformance.replay import ReplayInputError, load_replayable
-    from conformance.wal import atomic_write_text
+    from conformance.durability.wal import atomic_write_text
+    from conformance.records.corpus import SUITE_VERSION, CorpusEntry, recipe_hash
+    from conformance.records.replay import ReplayInputError, load_replayable
 
     reviewed, pending = _dirs(args)
     source = Path(args.file)
@@ -218,7 +218,7 @@ def run_add(args: argparse.Namespace) -> int:
         print(f"corpus add: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.name is not None:
-        from conformance.corpus import CorpusError, check_name
+        from conformance.records.corpus import CorpusError, check_name
 
         try:
             check_name(args.name, "--name")
@@ -263,21 +263,21 @@ def run_add(args: argparse.Namespace) -> int:
             f"corpus add: {source}: the same recipe is already in the reviewed corpus as {existing}; nothing written, {source} left as is"
         )
         return EXIT_OK
-    target = reviewed / f"{digest}.json"
-    atomic_write_text(target, entry.to_json())
+    dest = reviewed / f"{digest}.json"
+    atomic_write_text(dest, entry.to_json())
     moved = False
     if source.resolve().parent == pending.resolve() and not args.keep:
         source.unlink(missing_ok=True)
         moved = True
-    print(f"added {entry.name} (expect {entry.expect}) as {target}" + (" (moved from pending)" if moved else f" (from {source})"))
+    print(f"added {entry.name} (expect {entry.expect}) as {dest}" + (" (moved from pending)" if moved else f" (from {source})"))
     return EXIT_OK
 
 
 def run_minimise(args: argparse.Namespace) -> int:
     """Handler of `corpus minimise`."""
-    from conformance.corpus import CorpusEntry, save_entry
-    from conformance.minimise import in_process_check, isolated_check, minimise
-    from conformance.replay import ReplayInputError, load_replayable
+    from conformance.records.corpus import CorpusEntry, save_entry
+    from conformance.records.minimise import in_process_check, isolated_check, minimise
+    from conformance.records.replay import ReplayInputError, load_replayable
 
     reviewed, pending = _dirs(args)
     source = Path(args.entry)
@@ -305,10 +305,10 @@ def run_minimise(args: argparse.Namespace) -> int:
         check = isolated_check(kernel=args.kernel, profile=args.profile, device=args.device, expect=entry.expect, timeout_s=args.timeout)
         where = "each candidate in a child process"
     else:
-        from conformance.target import TargetError, build_target
+        from conformance.judging.target import TargetError, build_target
 
         try:
-            suite = build_target(args.kernel, profile=args.profile, device=args.device)
+            target = build_target(args.kernel, profile=args.profile, device=args.device)
         except TargetError as err:
             print(f"corpus minimise: {err}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -316,11 +316,11 @@ def run_minimise(args: argparse.Namespace) -> int:
         from strategies.recipe import RecipeError
 
         try:
-            check_memory(entry.recipe, suite.device)
+            check_memory(entry.recipe, target.device)
         except RecipeError as err:
             print(f"corpus minimise: {source}: {err}", file=sys.stderr)
             return EXIT_BAD_INPUT
-        check = in_process_check(suite, entry.expect, name=entry.name)
+        check = in_process_check(target, entry.expect, name=entry.name)
         where = "in this process"
     r = entry.recipe
     print(
@@ -362,28 +362,28 @@ def run_minimise(args: argparse.Namespace) -> int:
         "minimised_steps": result.accepted,
     }
     smaller = CorpusEntry(name=f"{base}-min", recipe=small, expect=entry.expect, provenance=provenance)
-    from conformance.corpus import CorpusWriteError, recipe_hash
+    from conformance.records.corpus import CorpusWriteError, recipe_hash
 
     existing = _reviewed_hashes(reviewed).get(recipe_hash(small))
     if existing is not None:
         print(f"the smaller recipe is already in the reviewed corpus as {existing} ({summary}); nothing written")
         return EXIT_OK
     try:
-        target = save_entry(smaller, pending)
+        dest = save_entry(smaller, pending)
     except CorpusWriteError as err:
         print(f"corpus minimise: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(
-        f"wrote the smaller entry {target} to the pending folder ({summary}); the original {source} is kept; "
-        f"after review: python -m conformance corpus add {target}" + (f" --corpus {reviewed}" if args.corpus else "")
+        f"wrote the smaller entry {dest} to the pending folder ({summary}); the original {source} is kept; "
+        f"after review: python -m conformance corpus add {dest}" + (f" --corpus {reviewed}" if args.corpus else "")
     )
-    print(f"replay: python -m conformance replay {target} --kernel {args.kernel}")
+    print(f"replay: python -m conformance replay {dest} --kernel {args.kernel}")
     return EXIT_OK
 
 
 def run_recover(args: argparse.Namespace) -> int:
     """Handler of `corpus recover`."""
-    from conformance.crashes import describe, recover_leftovers
+    from conformance.records.crashes import describe, recover_leftovers
 
     _, pending = _dirs(args)
     found = recover_leftovers(None, pending)

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 import torch
 
 from conformance.cli.args import OutputError, output_file, positive_int, write_output
-from conformance.dumps import DumpError, load_dump
+from conformance.tools.dumps import DumpError, load_dump
 from kernel.contract import ContractError
 from kernel.record import RECORD_BYTES
 from oracle import preconditions as pc
@@ -172,7 +172,7 @@ def build_report(
     max_examples: int = pc.DEFAULT_MAX_EXAMPLES,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Scan a loaded `conformance.dumps.Dump`; return the report as a JSON-serialisable dict.
+    """Scan a loaded `conformance.tools.dumps.Dump`; return the report as a JSON-serialisable dict.
 
     Keys: inputs, mode ("all_rows" or "consumed_rows"), verdict ("clean" / "violation"),
     exit_code, findings (they decide the verdict), whole_cache_summary (findings over every row,

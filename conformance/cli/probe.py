@@ -49,8 +49,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from conformance.probe.build import ProbeSkipped
-    from conformance.probe.run import probe_kernel
+    from conformance.tools.probe.build import ProbeSkipped
+    from conformance.tools.probe.run import probe_kernel
     from kernel.backend import BackendUnavailable
     from kernel.registry import resolve
 
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"profile written to {out_path}")
     if not args.bringup:
         return EXIT_OK
-    from conformance.probe.bringup import bringup_report
+    from conformance.tools.probe.bringup import bringup_report
 
     ok, text = bringup_report(backend, args.kernel, device, report, agreement_profile=args.agreement_profile)
     print(text)

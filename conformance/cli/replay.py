@@ -1,6 +1,6 @@
 """`python -m conformance replay ENTRY_OR_RECIPE.json`: run one corpus entry against a kernel, diagnosed.
 
-The file is a corpus entry (conformance.corpus: {"name", "recipe", "expect", "provenance"}) or a
+The file is a corpus entry (conformance.records.corpus: {"name", "recipe", "expect", "provenance"}) or a
 bare recipe (strategies.recipe fields; its expectation is inferred from the recipe: raw writer,
 latent above the cap, corruptions or negative entries without has_invalid make it a
 "precondition" recipe, --expect overrides). The tensors are built from the recipe on the device,
@@ -10,7 +10,7 @@ the kernel runs first (with the write-ahead record, in a temporary state folder)
   modes ("exact-steps" and "float64"); per output (out, lse) and mode: max |err|, the worst
   err / bound and where, how many elements exceed; for a failure the top elements and which
   rows / heads / dims exceed and by how much;
-- "precondition" entries: run as the suite does (conformance.checks.violation_run) and judged
+- "precondition" entries: run as the suite does (conformance.judging.checks.violation_run) and judged
   only on what the contract still promises (no exception for a data violation, finite output
   under scale violations); the behaviour observed is printed;
 - always: the precondition findings of the call (oracle.preconditions.check_call): which are
@@ -18,7 +18,7 @@ the kernel runs first (with the write-ahead record, in a temporary state folder)
 
 --isolate runs the replay in a child process, so a kernel that kills its process (GPU fault,
 abort, SIGKILL) is reported ("the process died with signal 9 (SIGKILL) during the kernel
-call") instead of taking the command down; crash entries (provenance from conformance.crashes)
+call") instead of taking the command down; crash entries (provenance from conformance.records.crashes)
 are isolated by default (--no-isolate to run them in-process).
 
 Without --kernel the machine's default kernel runs (`flydsl` on gfx950, else `emulated`), not
@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from conformance.cli.args import OutputError, finite_positive_seconds, output_file, write_output
-from conformance.crashes import is_crash_entry
-from conformance.replay import (
+from conformance.records.crashes import is_crash_entry
+from conformance.records.replay import (
     DEFAULT_ISOLATE_TIMEOUT_S,
     DEFAULT_TOP,
     EXIT_BAD_INPUT,
@@ -166,24 +166,24 @@ def run(args: argparse.Namespace) -> int:
             print(format_diagnosis(result.diagnosis))
         return _write_json(args.json, result.diagnosis) or result.diagnosis.exit_code
 
-    from conformance.target import TargetError, build_target
+    from conformance.judging.target import TargetError, build_target
     from strategies.materialize import check_memory
     from strategies.recipe import RecipeError
 
     try:
-        suite = build_target(args.kernel, profile=args.profile, device=args.device)
+        target = build_target(args.kernel, profile=args.profile, device=args.device)
     except TargetError as err:
         print(f"replay: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        check_memory(entry.recipe, suite.device)
+        check_memory(entry.recipe, target.device)
     except RecipeError as err:
         print(f"replay: {path}: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(format_header(entry, kind, path, suite, kernel_given=args.kernel is not None), flush=True)
+    print(format_header(entry, kind, path, target, kernel_given=args.kernel is not None), flush=True)
     try:
         with sandbox_state():
-            diag = diagnose(entry, suite, top=max(1, args.top))
+            diag = diagnose(entry, target, top=max(1, args.top))
     except RecipeError as err:  # the recipe cannot be built here (too large once the device is known, ...)
         print(f"replay: {path}: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -2,11 +2,11 @@
 
 RUN_DIR is a run folder (`<state dir>/runs/<run id>`, the state dir being $CONFORMANCE_DIR or
 .conformance) or a run id; without it, the most recently active run that recorded anything. The
-report is aggregated from every worker's files of the run (conformance.report) and written as
+report is aggregated from every worker's files of the run (conformance.records.report) and written as
 report.json (strict JSON), report.md and, with matplotlib (the optional extra `plots`),
 report.png in the run folder; the Markdown is printed (--json prints the JSON instead).
 
-The status (conformance.report) is "clean" only for a run whose session finished with exit
+The status (conformance.records.report) is "clean" only for a run whose session finished with exit
 status 0 and that recorded no failure and no crash; a run killed before it finished
 ("unfinished"), still running ("running"), or whose session exited non-zero ("failed") is not
 clean, and the report says why (`status_reasons`; the status line also goes to stderr).
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conformance.state import runs_root
+from conformance.durability.state import runs_root
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -46,7 +46,7 @@ def register(subparsers: Any) -> None:
 def resolve_run(arg: str | None) -> Path:
     """The run folder named by `arg` (a path or a run id), or the last run; FileNotFoundError
     with a message naming what was looked for."""
-    from conformance.report import latest_run
+    from conformance.records.report import latest_run
 
     if arg is None:
         found = latest_run()
@@ -64,7 +64,7 @@ def resolve_run(arg: str | None) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of `report`."""
-    from conformance.report import CLEAN, write_report
+    from conformance.records.report import CLEAN, write_report
 
     try:
         run_dir = resolve_run(args.run_dir)

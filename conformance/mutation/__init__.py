@@ -13,7 +13,7 @@ never mix their example records. `-x` stops a run at its first failing test: a m
 *survived (timeout)* when the run exceeds the per-run timeout, and *error* when the run could
 not judge it (collection or fixture error, every test skipped, pytest usage error).
 
-Counting examples: the harness (`conformance.harness.record`) appends one JSON line per judged
+Counting examples: the harness (`conformance.judging.harness.record`) appends one JSON line per judged
 example to `<CONFORMANCE_DIR>/runs/<run id>/examples-<worker>.jsonl`; the differential check
 writes one line per comparison mode for the same kernel call, so consecutive lines of one
 property and recipe with distinct `mode`s count as one example. A mutant's *examples* are the

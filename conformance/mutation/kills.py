@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from conformance.target import SuiteTarget
+    from conformance.judging.target import Target
 
 _CORPUS = "test_corpus.py::test_corpus_entry"
 _SCALE_BEHAVIOUR = "test_gfx950_agreement.py::test_documented_scale_behaviour"
@@ -92,15 +92,15 @@ def _is_verdict(err: BaseException) -> bool:
     return isinstance(err, AssertionError)
 
 
-def run_suite_test(nodeid: str, suite: SuiteTarget, *, hypothesis_profile: str = "ci") -> SuiteTestResult:
+def run_suite_test(nodeid: str, target: Target, *, hypothesis_profile: str = "ci") -> SuiteTestResult:
     """Run the suite test `nodeid` (relative to conformance/suite/: a corpus entry
     `test_corpus.py::test_corpus_entry[NAME]` or a Hypothesis property `FILE::FUNCTION`) against
-    `suite` in this process. ValueError for any other kind of node id."""
+    `target` in this process. ValueError for any other kind of node id."""
     import pytest
     from hypothesis import Phase, settings
 
-    from conformance.corpus import CORPUS_DIR
-    from conformance.hypothesis_profiles import PROFILES
+    from conformance.judging.hypothesis_profiles import PROFILES
+    from conformance.records.corpus import CORPUS_DIR
 
     file_name, _, test = nodeid.partition("::")
     function_name, _, param = test.partition("[")
@@ -110,12 +110,12 @@ def run_suite_test(nodeid: str, suite: SuiteTarget, *, hypothesis_profile: str =
         path = CORPUS_DIR / f"{param.removesuffix(']')}.json"
 
         def call() -> None:
-            function(suite, path)
+            function(target, path)
 
     elif hasattr(function, "hypothesis") and not param:
 
         def call() -> None:
-            function(target=suite)
+            function(target=target)
 
     else:
         raise ValueError(f"{nodeid}: only corpus entries and Hypothesis properties of conformance/suite run in-process")

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from conformance.durability.state import PENDING_ENV, RUN_ID_ENV, STATE_DIR_ENV, scrubbed_env
 from conformance.mutation.plugin import REPORT_ENV, SHRINK_ENV
-from conformance.state import PENDING_ENV, RUN_ID_ENV, STATE_DIR_ENV, scrubbed_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUITE_PATH = "conformance"

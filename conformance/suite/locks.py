@@ -11,7 +11,7 @@ import fcntl
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from conformance.state import state_dir
+from conformance.durability.state import state_dir
 
 
 @contextmanager

@@ -11,7 +11,7 @@ conftest.py. Options:
     --no-capture-corpus do not save failing recipes to the pending corpus
     --call-timeout S    seconds one kernel call may take (default 300; 0: no limit); a hung call
                         fails its test with a "hung" entry, and under xdist ends its worker,
-                        which is replaced (conformance.watchdog)
+                        which is replaced (conformance.durability.watchdog)
 
 A kernel the user named that cannot be used here (unknown name, import error, no profile, bad
 --profile or --device, a backend unavailable on this machine) is a usage error: the session
@@ -26,7 +26,7 @@ run concurrently (caches over 4 GiB) take a machine-wide lock instead (conforman
 
 GPU pinning per worker: conformance.suite.gpus. Crash recovery and the run report:
 conformance.suite.session. The recipe a failing property test's exception carries (a check's
-JudgedRecipe, see conformance.target.judging) is saved as a pending corpus entry named by its content hash
+JudgedRecipe, see conformance.judging.target.judging) is saved as a pending corpus entry named by its content hash
 and logged to `<run>/failures-<worker>.jsonl` for the run report.
 """
 
@@ -42,8 +42,7 @@ from typing import Any
 
 import pytest
 
-from conformance.hypothesis_profiles import register_profiles
-from conformance.state import (
+from conformance.durability.state import (
     CALL_TIMEOUT_ENV,
     DEFAULT_CALL_TIMEOUT_S,
     RUN_ID_ENV,
@@ -55,6 +54,8 @@ from conformance.state import (
     run_dir,
     worker_id,
 )
+from conformance.judging.hypothesis_profiles import register_profiles
+from conformance.judging.target import Target, TargetError, build_target, judged_recipe
 from conformance.suite import gpus
 from conformance.suite.activation import suite_active
 from conformance.suite.session import (  # noqa: F401 - hooks
@@ -64,7 +65,6 @@ from conformance.suite.session import (  # noqa: F401 - hooks
     pytest_terminal_summary,
     pytest_testnodedown,
 )
-from conformance.target import SuiteTarget, TargetError, build_target, judged_recipe
 
 FAILURES_LOG = "failures-{worker}.jsonl"
 MAX_WORKER_RESTARTS = 10_000
@@ -149,7 +149,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except StateDirError as err:
         raise pytest.UsageError(f"conformance: {err}") from None
     _check_target(config)
-    from conformance import crashes
+    from conformance.records import crashes
 
     inherited = current_run_dir()
     if inherited is not None and crashes.owned_by_another_session(inherited):
@@ -167,8 +167,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
     named = config.getoption("--kernel")
     try:
-        suite = build_target(named, profile=config.getoption("--profile"), device=config.getoption("--device"), check_only=True)
-        what = f"kernel {suite.name}{'' if named else ' (the default here)'}, numerics profile {suite.profile.name}, device {suite.device}"
+        target = build_target(named, profile=config.getoption("--profile"), device=config.getoption("--device"), check_only=True)
+        what = (
+            f"kernel {target.name}{'' if named else ' (the default here)'}, numerics profile {target.profile.name}, device {target.device}"
+        )
     except TargetError as err:
         what = f"kernel {named or 'default'}: {err}"
     hypothesis = f"Hypothesis profile {settings.get_current_profile_name()!r} ({settings.default.max_examples} examples per property test)"
@@ -187,7 +189,7 @@ def _check_target(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def target(request: pytest.FixtureRequest) -> SuiteTarget:
+def target(request: pytest.FixtureRequest) -> Target:
     """The kernel under test (the machine's default when none is named); a kernel that cannot run
     here fails every test that needs it, with the reason."""
     try:
@@ -208,7 +210,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     if not suite_active(item.config):
         yield
         return
-    from conformance import progress
+    from conformance.judging import progress
 
     progress.reset()
     progress.listen(_ProgressLine(item))
@@ -219,7 +221,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 
 
 class _ProgressLine:
-    """The listener of conformance.progress for one test: at most one line per PROGRESS_EVERY_S."""
+    """The listener of conformance.judging.progress for one test: at most one line per PROGRESS_EVERY_S."""
 
     def __init__(self, item: pytest.Item) -> None:
         self.item, self.next_at = item, PROGRESS_EVERY_S
@@ -244,7 +246,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if judged is None:
         return
     if report.failed and not item.config.getoption("--no-capture-corpus"):
-        from conformance.corpus import new_entry, save_pending
+        from conformance.records.corpus import new_entry, save_pending
 
         kernel = item.config.getoption("--kernel") or "default"
         caught = _caught(call)

@@ -2,9 +2,9 @@
 
 Run by the xdist controller (or the only process without xdist). At the start of the session
 the run folder is marked live and write-ahead files left by dead processes of earlier runs
-become crash entries (conformance.crashes); when an xdist worker goes down its in-flight recipe
+become crash entries (conformance.records.crashes); when an xdist worker goes down its in-flight recipe
 is recorded at once and the crashed test's report names the entry; at the end the run report
-(conformance.report) is written from every worker's files and one summary line points at it.
+(conformance.records.report) is written from every worker's files and one summary line points at it.
 A session that recorded nothing leaves no run folder behind.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from conformance import crashes
-from conformance.state import current_run_dir, pending_dir
+from conformance.durability.state import current_run_dir, pending_dir
+from conformance.records import crashes
 from conformance.suite.activation import SUITE_DIR, suite_active
 
 _CRASHES_KEY = pytest.StashKey[dict]()
@@ -118,7 +118,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             (run / crashes.SESSION_FILE).unlink(missing_ok=True)
             run.rmdir()
             return
-        from conformance.report import write_report
+        from conformance.records.report import write_report
 
         config.stash[_REPORT_KEY] = write_report(run)
     except Exception as err:  # noqa: BLE001 - the report must never break the session
@@ -140,7 +140,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if isinstance(files, str):
         terminalreporter.write_line(files)
         return
-    from conformance.report import summary_line
+    from conformance.records.report import summary_line
 
     terminalreporter.write_line(summary_line(files))
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.checks import differential, violation_run
-from conformance.corpus import CORPUS_DIR, corpus_files, load_entry
-from conformance.target import SuiteTarget
+from conformance.judging.checks import differential, violation_run
+from conformance.judging.target import Target
+from conformance.records.corpus import CORPUS_DIR, corpus_files, load_entry
 
 ENTRIES = corpus_files(CORPUS_DIR)
 
 
 @pytest.mark.parametrize("path", ENTRIES, ids=[p.stem for p in ENTRIES])
-def test_corpus_entry(target: SuiteTarget, path) -> None:  # type: ignore[no-untyped-def]
+def test_corpus_entry(target: Target, path) -> None:  # type: ignore[no-untyped-def]
     entry = load_entry(path)
     recipe = entry.recipe
     if entry.expect == "precondition":

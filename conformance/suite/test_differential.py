@@ -10,20 +10,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.checks import backend_limits, differential, size_limits
+from conformance.judging.checks import backend_limits, differential, size_limits
+from conformance.judging.target import Target
 from conformance.suite.locks import exclusive
-from conformance.target import SuiteTarget
 from strategies.hypothesis_recipes import recipes
 
 
 @given(data=st.data())
-def test_differential(target: SuiteTarget, data: st.DataObject) -> None:
+def test_differential(target: Target, data: st.DataObject) -> None:
     recipe = data.draw(recipes(**size_limits(target), **backend_limits(target)), label="recipe")
     differential(target, recipe)
 
 
 @given(data=st.data())
-def test_differential_long_rows(target: SuiteTarget, data: st.DataObject) -> None:
+def test_differential_long_rows(target: Target, data: st.DataObject) -> None:
     """Few rows, up to 8192 keys each: many tiles, rescales and long accumulations."""
     limits = {"max_n_q": 4, "max_total_keys": 8192 if target.device.type == "cpu" else 1 << 15}
     recipe = data.draw(recipes(**limits, **backend_limits(target)), label="recipe")
@@ -32,7 +32,7 @@ def test_differential_long_rows(target: SuiteTarget, data: st.DataObject) -> Non
 
 @pytest.mark.huge_cache
 @given(data=st.data())
-def test_differential_beyond_4gib(target: SuiteTarget, data: st.DataObject) -> None:
+def test_differential_beyond_4gib(target: Target, data: st.DataObject) -> None:
     """Every referenced record lies past the first 4 GiB of a cache larger than 4 GiB. On the CPU
     one such case runs at a time per machine (each holds over 4 GiB of host memory)."""
     recipe = data.draw(recipes(max_n_q=8, max_total_keys=2048, huge_cache=True, **backend_limits(target)), label="recipe")

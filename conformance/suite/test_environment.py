@@ -9,12 +9,12 @@ import os
 import pytest
 import torch
 
+from conformance.judging.target import Target
 from conformance.suite.gpus import GPU_LIST_ENV, GPU_VAR_ENV
-from conformance.target import SuiteTarget
 
 
 @pytest.mark.parametrize("probe", range(4))
-def test_worker_device_pinning(target: SuiteTarget, probe: int) -> None:
+def test_worker_device_pinning(target: Target, probe: int) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     published = [x for x in os.environ.get(GPU_LIST_ENV, "").split(",") if x]
     variable = os.environ.get(GPU_VAR_ENV, "CUDA_VISIBLE_DEVICES")

@@ -18,9 +18,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.checks import backend_limits, materialize_for, require_support
-from conformance.harness import compare, record, run_kernel
-from conformance.target import SuiteTarget, judging
+from conformance.judging.checks import backend_limits, materialize_for, require_support
+from conformance.judging.harness import compare, record, run_kernel
+from conformance.judging.target import Target, judging
 from kernel.backends.emulated import run_emulated
 from oracle.bound import evaluate
 from strategies.hypothesis_recipes import recipes
@@ -29,13 +29,13 @@ from strategies.recipe import Recipe
 LSE_AGREEMENT = 2.0**-20  # relative to (|lse| + 16): 1 v_log_f32 ulp of log2(l) <= 2^-23 * 21, x3
 
 
-def _need_gfx950(suite: SuiteTarget) -> None:
-    if suite.profile.name != "gfx950":
-        pytest.skip(f"kernel {suite.name!r} declares profile {suite.profile.name!r}, not gfx950")
+def _need_gfx950(target: Target) -> None:
+    if target.profile.name != "gfx950":
+        pytest.skip(f"kernel {target.name!r} declares profile {target.profile.name!r}, not gfx950")
 
 
 @given(data=st.data())
-def test_bit_exact_agreement_with_emulated(target: SuiteTarget, data: st.DataObject) -> None:
+def test_bit_exact_agreement_with_emulated(target: Target, data: st.DataObject) -> None:
     _need_gfx950(target)
     if target.name == "emulated":
         pytest.skip("the emulated kernel is the reference of this property")
@@ -86,7 +86,7 @@ def _violating(recipe: Recipe, kind: str) -> Recipe:
 
 
 @given(data=st.data())
-def test_documented_scale_behaviour(target: SuiteTarget, data: st.DataObject) -> None:
+def test_documented_scale_behaviour(target: Target, data: st.DataObject) -> None:
     _need_gfx950(target)
     base = data.draw(recipes(max_n_q=16, max_total_keys=4096, **backend_limits(target)), label="recipe")
     kind = data.draw(

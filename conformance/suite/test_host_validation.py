@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from conformance.target import SuiteTarget
+from conformance.judging.target import Target
 from kernel.record import RECORD_BYTES
 from strategies.materialize import Problem, materialize
 from strategies.recipe import Recipe
@@ -64,7 +64,7 @@ BAD_INPUTS: dict[str, tuple[str, Callable[[Problem], dict[str, object]]]] = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
-def test_bad_input_gets_clear_error(target: SuiteTarget, case: str) -> None:
+def test_bad_input_gets_clear_error(target: Target, case: str) -> None:
     keyword, build = BAD_INPUTS[case]
     if keyword == "out" and not target.backend.accepts_out:
         pytest.skip(f"{target.name} takes no out=")
@@ -80,7 +80,7 @@ def test_bad_input_gets_clear_error(target: SuiteTarget, case: str) -> None:
     assert keyword in message, f"{case}: the error does not name {keyword!r}: {caught.value!r}"
 
 
-def test_device_mismatch_gets_clear_error(target: SuiteTarget) -> None:
+def test_device_mismatch_gets_clear_error(target: Target) -> None:
     if target.device.type == "cpu":
         pytest.skip("needs a GPU to put one argument on another device")
     problem = materialize(BASE, target.device)

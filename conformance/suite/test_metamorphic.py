@@ -18,10 +18,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.checks import backend_limits, materialize_for, require_support
-from conformance.harness import record, run_kernel
-from conformance.target import SuiteTarget, judging
-from conformance.triage import CLASS_NAMES, CONTRACT
+from conformance.judging.checks import backend_limits, materialize_for, require_support
+from conformance.judging.harness import record, run_kernel
+from conformance.judging.target import Target, judging
+from conformance.judging.triage import CLASS_NAMES, CONTRACT
 from oracle.bound import evaluate
 from strategies import rng
 from strategies.hypothesis_recipes import recipes
@@ -31,7 +31,7 @@ from strategies.recipe import Recipe
 SMALL = {"max_n_q": 16, "max_total_keys": 4096}
 
 
-def _draw_problem(target: SuiteTarget, data: st.DataObject, prop: str, **overrides: object) -> Problem:
+def _draw_problem(target: Target, data: st.DataObject, prop: str, **overrides: object) -> Problem:
     recipe = data.draw(recipes(**SMALL, **backend_limits(target)), label="recipe")
     fields = recipe.to_json_dict()
     fields["row_lengths"] = [max(x, 0) for x in recipe.row_lengths]  # no overlapping rows
@@ -43,13 +43,13 @@ def _draw_problem(target: SuiteTarget, data: st.DataObject, prop: str, **overrid
     return problem
 
 
-def _run(target: SuiteTarget, problem: Problem, prop: str, **changes: object) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _run(target: Target, problem: Problem, prop: str, **changes: object) -> tuple[torch.Tensor, torch.Tensor | None]:
     variant = dataclasses.replace(problem, **changes) if changes else problem
     out, lse = run_kernel(variant, target.backend, property_name=prop, kernel_name=target.name)
     return out.clone(), None if lse is None else lse.clone()
 
 
-def _bound(target: SuiteTarget, problem: Problem, **changes: object):  # type: ignore[no-untyped-def]
+def _bound(target: Target, problem: Problem, **changes: object):  # type: ignore[no-untyped-def]
     p = dataclasses.replace(problem, **changes) if changes else problem
     return evaluate(
         p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, profile=target.profile, mode="exact-steps", has_invalid=p.has_invalid
@@ -76,7 +76,7 @@ def _permuted_indices(problem: Problem, seed: int) -> torch.Tensor:
 
 
 @given(data=st.data())
-def test_permuting_keys(target: SuiteTarget, data: st.DataObject) -> None:
+def test_permuting_keys(target: Target, data: st.DataObject) -> None:
     problem = _draw_problem(target, data, "metamorphic_permute", return_lse=True)
     with judging(problem.recipe, "metamorphic_permute"):
         out, lse = _run(target, problem, "metamorphic_permute")
@@ -97,7 +97,7 @@ def test_permuting_keys(target: SuiteTarget, data: st.DataObject) -> None:
 
 
 @given(data=st.data())
-def test_split_and_merge(target: SuiteTarget, data: st.DataObject) -> None:
+def test_split_and_merge(target: Target, data: st.DataObject) -> None:
     problem = _draw_problem(target, data, "metamorphic_split", return_lse=True, out_pad=None)
     with judging(problem.recipe, "metamorphic_split"):
         out, lse = _run(target, problem, "metamorphic_split")
@@ -155,7 +155,7 @@ def test_split_and_merge(target: SuiteTarget, data: st.DataObject) -> None:
 
 
 @given(data=st.data())
-def test_row_alone_equals_row_in_batch(target: SuiteTarget, data: st.DataObject) -> None:
+def test_row_alone_equals_row_in_batch(target: Target, data: st.DataObject) -> None:
     problem = _draw_problem(target, data, "metamorphic_alone")
     with judging(problem.recipe, "metamorphic_alone"):
         out, lse = _run(target, problem, "metamorphic_alone")
@@ -187,7 +187,7 @@ def test_row_alone_equals_row_in_batch(target: SuiteTarget, data: st.DataObject)
 
 
 @given(data=st.data())
-def test_two_runs_bit_identical(target: SuiteTarget, data: st.DataObject) -> None:
+def test_two_runs_bit_identical(target: Target, data: st.DataObject) -> None:
     problem = _draw_problem(target, data, "metamorphic_repeat")
     with judging(problem.recipe, "metamorphic_repeat"):
         out, lse = _run(target, problem, "metamorphic_repeat")
@@ -198,7 +198,7 @@ def test_two_runs_bit_identical(target: SuiteTarget, data: st.DataObject) -> Non
 
 
 @given(data=st.data())
-def test_strided_equals_contiguous(target: SuiteTarget, data: st.DataObject) -> None:
+def test_strided_equals_contiguous(target: Target, data: st.DataObject) -> None:
     pads = st.tuples(st.integers(1, 64), st.integers(1, 64)).map(list)
     overrides = {"q_pad": data.draw(pads, label="q_pad")}
     if target.backend.accepts_out:

@@ -21,22 +21,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis import target as hypothesis_target
 
-from conformance.checks import require_support
-from conformance.harness import judge, record, run_kernel
-from conformance.target import SuiteTarget
-from conformance.triage import triage
+from conformance.judging.checks import require_support
+from conformance.judging.harness import judge, record, run_kernel
+from conformance.judging.target import Target
+from conformance.judging.triage import triage
 from strategies.precision_probes import PROBES, to_device
 
 PROPERTY = "precision_probes"
 
 
-def _heads(suite: SuiteTarget) -> st.SearchStrategy[int]:
-    counts = suite.backend.head_counts
-    return st.sampled_from(sorted(counts)) if counts else st.integers(1, suite.backend.max_heads)
+def _heads(target: Target) -> st.SearchStrategy[int]:
+    counts = target.backend.head_counts
+    return st.sampled_from(sorted(counts)) if counts else st.integers(1, target.backend.max_heads)
 
 
 @given(data=st.data())
-def test_precision_probes(target: SuiteTarget, data: st.DataObject) -> None:
+def test_precision_probes(target: Target, data: st.DataObject) -> None:
     name = data.draw(st.sampled_from(tuple(PROBES)), label="probe")
     probe = PROBES[name]
     seed = data.draw(st.integers(0, 2**31 - 1), label="seed")

@@ -11,13 +11,13 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.checks import violation_run
-from conformance.target import SuiteTarget
+from conformance.judging.checks import violation_run
+from conformance.judging.target import Target
 from strategies.hypothesis_recipes import violating_recipes
 
 
 @given(data=st.data())
-def test_precondition_violations(target: SuiteTarget, data: st.DataObject) -> None:
+def test_precondition_violations(target: Target, data: st.DataObject) -> None:
     recipe = data.draw(
         violating_recipes(allow_out_of_range=target.backend.bounded_index_reads, heads=target.backend.head_counts),
         label="recipe",

@@ -23,7 +23,7 @@ timeout 120 python3 - "$R/flashmla_outputs.pt" > "$R/flashmla_outputs.txt" 2>&1 
 import json, sys
 from pathlib import Path
 import torch
-from conformance.harness import run_kernel
+from conformance.judging.harness import run_kernel
 from kernel.registry import resolve
 from strategies.materialize import materialize
 from strategies.recipe import Recipe

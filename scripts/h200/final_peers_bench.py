@@ -1,5 +1,5 @@
 """Adapter and bare-kernel timings of the sglang / vLLM Triton peers (issue 23), as in
-scripts/peers_bench.py: conformance.bench's inputs (n_q rows of KEYS uniform keys from a
+scripts/peers_bench.py: conformance.tools.bench's inputs (n_q rows of KEYS uniform keys from a
 1,048,576-record pow2 cache, H heads), CUDA-event medians; `NAME:bare` is the kernel alone on the
 buffers its adapter prepared (`prepare_*().run()`: sglang's / vLLM's entry point only), `NAME` the
 whole contract call. Run beside other GPU work, the numbers are contended: read the ratio.
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from conformance.bench import build_cache, build_inputs, time_calls
+from conformance.tools.bench import build_cache, build_inputs, time_calls
 from kernel.registry import BackendUnavailable, resolve
 
 PEERS = ("sglang-decode", "vllm-decode", "vllm-sparse")

@@ -16,10 +16,10 @@ import pytest
 pytest.importorskip("flydsl")
 
 import kernel.isa.ops_matrix as om
-from conformance.probe import probes as P
-from conformance.probe.bringup import bringup_report, f1_probe
-from conformance.probe.profile import assemble, render
-from conformance.probe.run import ProbeReport
+from conformance.tools.probe import probes as P
+from conformance.tools.probe.bringup import bringup_report, f1_probe
+from conformance.tools.probe.profile import assemble, render
+from conformance.tools.probe.run import ProbeReport
 from kernel.registry import resolve
 
 

@@ -38,7 +38,7 @@ CLI:
         [--jobs N] [--per-process K] [--json PATH] [--keep-isa DIR]
 
 `compile_configs(..., source=PATH)` (and $FLYDSL_KERNEL_SOURCE in the worker) compiles a copy of
-the kernel module instead of gfx950.py: the mutation self-test (mutations.py) uses it.
+the kernel module instead of gfx950.py: the mutation self-test (isa_mutations.py) uses it.
 """
 
 from __future__ import annotations
@@ -391,7 +391,7 @@ class ConfigResult:
 
 def _kernel_module(source: str | None):  # type: ignore[no-untyped-def]
     """The kernel module: kernel.backends.flydsl.gfx950, or a copy of it at `source` (a mutant
-    of the self-test, mutations.py), loaded under its own module name."""
+    of the self-test, isa_mutations.py), loaded under its own module name."""
     if not source:
         from kernel.backends.flydsl import gfx950
 
@@ -522,7 +522,7 @@ def compile_configs(
     """Compile and check every configuration: `per_process` configurations per subprocess (a
     group whose process dies is retried one configuration per process), `jobs` subprocesses at
     once. ISA dumps go under `dump_root` (a temporary directory when None; it is then removed).
-    `source`: a copy of the kernel module to compile instead of gfx950.py (mutations.py)."""
+    `source`: a copy of the kernel module to compile instead of gfx950.py (isa_mutations.py)."""
     rocm_path = ensure_toolchain()
     own_root = dump_root is None
     root = Path(tempfile.mkdtemp(prefix="flydsl_isa_")) if own_root else Path(dump_root)

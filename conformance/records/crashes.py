@@ -1,6 +1,6 @@
 """Crash recovery: a write-ahead file left by a dead process becomes a crash corpus entry.
 
-Before each kernel call `conformance.harness.run_kernel` writes the recipe to
+Before each kernel call `conformance.judging.harness.run_kernel` writes the recipe to
 `<state dir>/runs/<run id>/inflight-<worker>.json` and removes it when the call returns. A file
 still there after its process is gone means the process died inside the kernel call (GPU fault,
 abort, SIGKILL, out-of-memory killer). This module turns each such file into a corpus entry:
@@ -11,7 +11,7 @@ abort, SIGKILL, out-of-memory killer). This module turns each such file into a c
 - with xdist, when a worker goes down with an error, the controller calls `recover_worker` at
   once for that worker's file in the current run folder.
 
-Each crash becomes an entry (conformance.corpus format) in the pending corpus (or, with
+Each crash becomes an entry (conformance.records.corpus format) in the pending corpus (or, with
 `--no-capture-corpus`, in `<run>/crashes/`): expect "conform" or "precondition" (as recorded in
 the write-ahead file when it says so, else inferred from the recipe, see `infer_expect`),
 provenance caught = "process died during the kernel call (<how>)", kernel, property, plus a
@@ -24,7 +24,7 @@ loses nothing either; an unreadable write-ahead file is renamed `*.unreadable`, 
 Sessions mark their run folder with `session.json` (pid, host, start, finish) so that a session
 never takes the write-ahead file of another session that is still running.
 
-Folders and environment variables: conformance.state.
+Folders and environment variables: conformance.durability.state.
 This module imports torch only when it has a crash to record.
 """
 
@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conformance.state import runs_root
-from conformance.wal import atomic_write_text
+from conformance.durability.state import runs_root
+from conformance.durability.wal import atomic_write_text
 
 CRASH_CAUGHT_PREFIX = "process died during the kernel call"
 SESSION_FILE = "session.json"
@@ -116,7 +116,7 @@ def run_is_live(run_dir: Path) -> bool:
     """True when the process owning `run_dir` may still be running (its write-ahead files are
     then in use, not leftovers): an unfinished session.json of a live pid on this host, or of
     another host (which cannot be checked from here); without session.json, a run id of the
-    form "<YYYYmmdd>-<HHMMSS>-<pid>" (conformance.harness) naming a live process."""
+    form "<YYYYmmdd>-<HHMMSS>-<pid>" (conformance.judging.harness) naming a live process."""
     session = read_session(run_dir)
     if session is not None:
         if session.get("finished"):
@@ -157,15 +157,15 @@ def _safe(text: str) -> str:
 
 
 def crash_entry(inflight: dict[str, Any], *, how: str, run: str, worker: str, nodeid: str | None = None) -> Any:
-    """A conformance.corpus.CorpusEntry for a parsed write-ahead record.
+    """A conformance.records.corpus.CorpusEntry for a parsed write-ahead record.
 
-    Raises conformance.corpus.CorpusError / strategies.recipe.RecipeError when the record holds
+    Raises conformance.records.corpus.CorpusError / strategies.recipe.RecipeError when the record holds
     no valid recipe."""
-    from conformance.corpus import SUITE_VERSION, CorpusEntry, recipe_hash
+    from conformance.records.corpus import SUITE_VERSION, CorpusEntry, recipe_hash
     from strategies.recipe import Recipe
 
     recipe = Recipe.from_json_dict(inflight.get("recipe"))
-    expect = inflight.get("expect")  # not written by conformance.harness today: inferred below
+    expect = inflight.get("expect")  # not written by conformance.judging.harness today: inferred below
     if expect not in ("conform", "precondition"):
         expect = infer_expect(recipe.to_json_dict())
     prop = str(inflight.get("property") or "unknown")
@@ -211,7 +211,7 @@ def save_crash_entry(entry: Any, destination: Path) -> tuple[Path, bool]:
     """Write a crash entry atomically as `<recipe hash>.json` in `destination`; returns (path,
     written). The same crash already saved there is kept (not written again); a non-crash entry
     of the same recipe is kept too and the crash goes to `<hash>-crash.json`."""
-    from conformance.corpus import recipe_hash
+    from conformance.records.corpus import recipe_hash
 
     digest = recipe_hash(entry.recipe)
     for name in (f"{digest}.json", f"{digest}-crash.json"):
@@ -305,7 +305,7 @@ def annotate_nodeid(line: dict[str, Any], nodeid: str) -> None:
 def recover_worker(run_dir: Path, worker: str, *, error: str, destination: Path) -> dict[str, Any] | None:
     """The xdist controller's reaction to a worker going down: record its write-ahead file in
     the current run folder, if any (None when the worker died outside a kernel call)."""
-    from conformance.wal import inflight_path
+    from conformance.durability.wal import inflight_path
 
     path = inflight_path(run_dir, worker)
     if not path.exists():

@@ -1,14 +1,14 @@
 """The run report: what one run of the suite (or a fuzz campaign) saw, per kernel and property.
 
 Inputs, all in the run folder `<state dir>/runs/<run id>/` (every xdist worker writes its own):
-- `examples-<worker>.jsonl`: one line per judged example (conformance.harness.record): property,
+- `examples-<worker>.jsonl`: one line per judged example (conformance.judging.harness.record): property,
   kernel, outcome, out_ratio / lse_ratio (|err| / bound, the largest over the call), mode,
   observed (precondition runs), recipe, time;
 - `failures-<worker>.jsonl`: one line per failing test whose recipe was saved to the pending
   corpus (conformance.suite.plugin);
-- `crashes.jsonl`: crashes recorded by conformance.crashes;
-- `session.json`: who ran it (conformance.crashes);
-- `fuzz-summary.json`: a fuzz campaign's summary (conformance.cli.fuzz): its examples/s and
+- `crashes.jsonl`: crashes recorded by conformance.records.crashes;
+- `session.json`: who ran it (conformance.records.crashes);
+- `fuzz-summary.json`: a fuzz campaign's summary (conformance.campaign.fuzz): its examples/s and
   strategy-coverage lines become `report["fuzz_summary"]` and a section of report.md.
 
 Outputs (`write_report`): `report.json` (strict JSON: `allow_nan=False`; an infinite ratio, an
@@ -50,9 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.crashes import CRASHES_LOG, SESSION_FILE, read_session, run_is_live
-from conformance.state import runs_root
-from conformance.wal import atomic_write_text
+from conformance.durability.state import runs_root
+from conformance.durability.wal import atomic_write_text
+from conformance.records.crashes import CRASHES_LOG, SESSION_FILE, read_session, run_is_live
 
 SCHEMA = 1
 REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "report.png"
@@ -279,7 +279,7 @@ def build_report(data: RunData) -> dict[str, Any]:
         if group == "corpus":
             p["entries"].add(str(line.get("property")))
         if line.get("class") is not None:
-            # the triage class of a failing example (conformance.triage), counted once per example
+            # the triage class of a failing example (conformance.judging.triage), counted once per example
             k["failure_classes"].setdefault(str(line.get("class")), set()).add(index)
         mode = str(line.get("mode") or NO_MODE)
         for output in OUTPUTS:
@@ -422,7 +422,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         if k.get("failure_classes"):
             names = {"1": "contract violation", "2": "profile too tight, not a kernel finding", "3": "precision bug"}
             counted = ", ".join(f"class {c} ({names.get(c, '?')}): {n}" for c, n in k["failure_classes"].items())
-            lines += [f"Failing examples by triage class (conformance.triage): {counted}.", ""]
+            lines += [f"Failing examples by triage class (conformance.judging.triage): {counted}.", ""]
         lines += ["| property | examples | outcomes | max out/bound | max lse/bound |", "|---|---:|---|---|---|"]
         for group, p in k["properties"].items():
             outcomes = ", ".join(f"{n} {o}" for o, n in p["outcomes"].items())
@@ -602,7 +602,7 @@ def write_report(run_dir: Path, *, plot: bool = True) -> ReportFiles:
     else:
         note = "plot not requested"
     report["plot"] = {"path": str(png) if png else None, "note": note}
-    try:  # a fuzz campaign's throughput and strategy coverage (conformance.cli.fuzz.FUZZ_SUMMARY)
+    try:  # a fuzz campaign's throughput and strategy coverage (conformance.records.report.FUZZ_SUMMARY)
         report["fuzz_summary"] = json.loads((run_dir / FUZZ_SUMMARY).read_text(encoding="utf-8"))["summary_lines"]
     except (OSError, ValueError, KeyError, TypeError):
         pass

@@ -1,4 +1,4 @@
-"""The three classes a failure is sorted into (conformance.triage decides which; TOLERANCES.md
+"""The three classes a failure is sorted into (conformance.judging.triage decides which; TOLERANCES.md
 section 13): 1 a contract violation that needs no bound, 2 a profile too tight for the kernel,
 3 a precision bug. Kept apart from the triage so the harness can label class-1 findings it
 detects itself (written inputs, a result that is not the contract's pair) without importing it."""

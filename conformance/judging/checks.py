@@ -18,51 +18,51 @@ from hypothesis import reject
 from hypothesis import target as hypothesis_target
 from hypothesis.control import currently_in_test_context
 
-from conformance.harness import Judgement, Verdict, check_types, judge, record, run_kernel
-from conformance.target import SuiteTarget, judges
-from conformance.triage import contract_violation, triage
-from conformance.watchdog import KernelHung
+from conformance.durability.watchdog import KernelHung
+from conformance.judging.harness import Judgement, Verdict, check_types, judge, record, run_kernel
+from conformance.judging.target import Target, judges
+from conformance.judging.triage import contract_violation, triage
 from oracle.bound import Evaluation
 from oracle.preconditions import check_call, has_violation
 from strategies.materialize import Problem, materialize
 from strategies.recipe import Recipe, RecipeTooLarge
 
 
-def size_limits(suite: SuiteTarget) -> dict[str, int]:
+def size_limits(target: Target) -> dict[str, int]:
     """Problem sizes for the general properties: modest on a CPU, larger on a GPU."""
-    if suite.device.type == "cpu":
+    if target.device.type == "cpu":
         return {"max_n_q": 64, "max_total_keys": 8192}
     return {"max_n_q": 256, "max_total_keys": 1 << 17}
 
 
-def backend_limits(suite: SuiteTarget) -> dict[str, Any]:
+def backend_limits(target: Target) -> dict[str, Any]:
     """Recipe restrictions the backend declares (head counts, out=)."""
-    return {"heads": suite.backend.head_counts, "max_heads": suite.backend.max_heads, "allow_out": suite.backend.accepts_out}
+    return {"heads": target.backend.head_counts, "max_heads": target.backend.max_heads, "allow_out": target.backend.accepts_out}
 
 
-def materialize_for(suite: SuiteTarget, recipe: Recipe) -> Problem:
+def materialize_for(target: Target, recipe: Recipe) -> Problem:
     """The recipe's problem on the target's device. A recipe the memory guard refuses
     (strategies.materialize.check_memory) skips the test with the guard's reason: a machine too
     small for a recipe says nothing about the kernel."""
     try:
-        return materialize(recipe, suite.device)
+        return materialize(recipe, target.device)
     except RecipeTooLarge as err:
         pytest.skip(f"not run here: {err}")
 
 
-def require_support(suite: SuiteTarget, problem: Problem) -> None:
+def require_support(target: Target, problem: Problem) -> None:
     """Reject a problem the backend declares it does not take (a Hypothesis rejection inside a
     property, a pytest skip with the reason elsewhere)."""
-    reason = supported(suite, problem)
+    reason = supported(target, problem)
     if reason:
         if currently_in_test_context():
             reject()
-        pytest.skip(f"{suite.name} does not take this call: {reason}")
+        pytest.skip(f"{target.name} does not take this call: {reason}")
 
 
-def supported(suite: SuiteTarget, problem: Problem) -> str:
+def supported(target: Target, problem: Problem) -> str:
     """Empty when the backend takes this call, else the reason it does not."""
-    support = suite.backend.supports(
+    support = target.backend.supports(
         problem.q,
         problem.kv_cache,
         problem.indices,
@@ -77,27 +77,27 @@ def supported(suite: SuiteTarget, problem: Problem) -> str:
 
 @judges()
 def differential(
-    suite: SuiteTarget, recipe: Recipe, property_name: str = "differential", *, use_target: bool = True, timeout_s: float | None = None
+    target: Target, recipe: Recipe, property_name: str = "differential", *, use_target: bool = True, timeout_s: float | None = None
 ) -> list[Verdict]:
     """Run the kernel, then judge it against the reference in both comparison modes; raise
     AssertionError with every failure. Returns the verdicts (exact-steps first). `timeout_s`:
-    the per-call limit (conformance.harness.run_kernel; None: its default)."""
+    the per-call limit (conformance.judging.harness.run_kernel; None: its default)."""
     __tracebackhide__ = _verdict_only  # pytest: a verdict is shown at the property's call, not in here
-    problem = materialize_for(suite, recipe)
-    require_support(suite, problem)
+    problem = materialize_for(target, recipe)
+    require_support(target, problem)
     try:
-        out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name, timeout_s=timeout_s)
+        out, lse = run_kernel(problem, target.backend, property_name=property_name, kernel_name=target.name, timeout_s=timeout_s)
     except (AssertionError, KernelHung):
         raise
     except Exception as err:  # a valid call that raises breaks the contract (class 1), whatever the exception
-        record(property_name, suite.name, problem, outcome="fail", extra={"mode": "contract", "class": 1})
+        record(property_name, target.name, problem, outcome="fail", extra={"mode": "contract", "class": 1})
         raise contract_violation(f"a valid call raised {type(err).__name__}: {str(err)[:300]}") from err
     broken = check_types(problem, out, lse)
     if broken:  # the same in every mode, and not a matter of the bound
-        record(property_name, suite.name, problem, outcome="fail", extra={"mode": "contract", "class": 1})
+        record(property_name, target.name, problem, outcome="fail", extra={"mode": "contract", "class": 1})
         raise contract_violation("; ".join(broken))
-    judgement = judge(problem, out, lse, suite.profile)
-    triaged = None if judgement.ok else triage(problem, out, lse, suite.profile, judgement)
+    judgement = judge(problem, out, lse, target.profile)
+    triaged = None if judgement.ok else triage(problem, out, lse, target.profile, judgement)
     for mode, verdict in judgement.verdicts.items():
         if use_target:
             for label, value in ((f"out/{mode}", verdict.out_ratio), (f"lse/{mode}", verdict.lse_ratio)):
@@ -108,7 +108,7 @@ def differential(
             extra["class"] = triaged.klass
         record(
             property_name,
-            suite.name,
+            target.name,
             problem,
             outcome="pass" if verdict.ok else "fail",
             out_ratio=verdict.out_ratio,
@@ -141,7 +141,7 @@ def failure_lines(judgement: Judgement, lse: torch.Tensor | None) -> list[str]:
 
 
 def _about(failure: str, mode: str, output: str) -> bool:
-    """Whether a failure line of conformance.harness.compare is about `output` ("out" or "lse")."""
+    """Whether a failure line of conformance.judging.harness.compare is about `output` ("out" or "lse")."""
     return re.match(rf"\[{re.escape(mode)}\] (\d+ )?{output}\b", failure) is not None
 
 
@@ -159,7 +159,7 @@ def _worst_lse(lse: torch.Tensor, evaluation: Evaluation) -> dict[str, Any]:
 
 @judges(expect="precondition")
 def violation_run(
-    suite: SuiteTarget,
+    target: Target,
     recipe: Recipe,
     property_name: str = "preconditions",
     *,
@@ -176,8 +176,8 @@ def violation_run(
     device (not built again); `timeout_s`: the per-call limit (as for `differential`).
     """
     if problem is None:
-        problem = materialize_for(suite, recipe)
-    require_support(suite, problem)
+        problem = materialize_for(target, recipe)
+    require_support(target, problem)
     findings = check_call(
         problem.q, problem.kv_cache, problem.indices, problem.indptr, has_invalid=problem.has_invalid, softmax_scale=problem.softmax_scale
     )
@@ -185,24 +185,24 @@ def violation_run(
     if not has_violation(findings):
         raise AssertionError(f"recipe meant to violate a precondition reports none: {recipe.to_json()}")
     observed: dict[str, Any] = {"kinds": kinds}
-    if "index_out_of_range" in kinds and not suite.backend.bounded_index_reads:
+    if "index_out_of_range" in kinds and not target.backend.bounded_index_reads:
         observed["behaviour"] = "not run: out-of-range index on a backend whose reads can fault"
-        record(property_name, suite.name, problem, outcome="skipped", extra={"observed": observed})
+        record(property_name, target.name, problem, outcome="skipped", extra={"observed": observed})
         return observed
     try:
         out, lse = run_kernel(
-            problem, suite.backend, property_name=property_name, kernel_name=suite.name, expect="precondition", timeout_s=timeout_s
+            problem, target.backend, property_name=property_name, kernel_name=target.name, expect="precondition", timeout_s=timeout_s
         )
     except Exception as err:  # noqa: BLE001 - the behaviour under a violation is what we record
         observed["behaviour"] = f"raised {type(err).__name__}: {str(err)[:200]}"
-        record(property_name, suite.name, problem, outcome="raised", extra={"observed": observed})
+        record(property_name, target.name, problem, outcome="raised", extra={"observed": observed})
         if "index_out_of_range" in kinds:
             return observed
         raise AssertionError(f"kernel raised under a data precondition violation ({kinds}) instead of returning: {err!r}") from err
     finite = torch.isfinite(out.to(torch.float32))
     observed["non_finite_out"] = int((~finite).sum())
     observed["behaviour"] = "returned" + ("" if bool(finite.all()) else f" with {observed['non_finite_out']} non-finite outputs")
-    record(property_name, suite.name, problem, outcome="observed", extra={"observed": observed})
+    record(property_name, target.name, problem, outcome="observed", extra={"observed": observed})
     promised_finite = {"scale_above_cap", "scale_not_pow2"}
     if set(kinds) <= promised_finite and not bool(finite.all()):
         raise AssertionError(

@@ -133,9 +133,9 @@ def minimise(
     from strategies.recipe import Recipe, RecipeError
 
     started = time.monotonic()
-    target = check(recipe) if signature is None else signature
-    result = MinimiseResult(recipe=recipe, signature=target)
-    if not target:
+    wanted = check(recipe) if signature is None else signature
+    result = MinimiseResult(recipe=recipe, signature=wanted)
+    if not wanted:
         result.stopped = "the recipe does not fail"
         return result
     seen: set[str] = {recipe.to_json()}
@@ -161,7 +161,7 @@ def minimise(
             seen.add(key)
             result.tries += 1
             got = check(candidate)
-            if got == target:
+            if got == wanted:
                 result.recipe = candidate
                 result.accepted.append(description)
                 if log:
@@ -172,14 +172,14 @@ def minimise(
     return result
 
 
-def in_process_check(suite: Any, expect: str, *, name: str = "minimise") -> Check:
+def in_process_check(target: Any, expect: str, *, name: str = "minimise") -> Check:
     """A check running the replay diagnosis in this process (state in a temporary folder)."""
-    from conformance.corpus import CorpusEntry
-    from conformance.replay import diagnose, sandbox_state
+    from conformance.records.corpus import CorpusEntry
+    from conformance.records.replay import diagnose, sandbox_state
 
     def check(recipe: Any) -> frozenset[str]:
         with sandbox_state():
-            diag = diagnose(CorpusEntry(name=name, recipe=recipe, expect=expect), suite, findings=False)
+            diag = diagnose(CorpusEntry(name=name, recipe=recipe, expect=expect), target, findings=False)
         return diag.signature
 
     return check
@@ -192,8 +192,8 @@ def isolated_check(*, kernel: str | None, profile: str | None, device: str | Non
     import tempfile
     from pathlib import Path
 
-    from conformance.corpus import CorpusEntry
-    from conformance.replay import run_isolated
+    from conformance.records.corpus import CorpusEntry
+    from conformance.records.replay import run_isolated
 
     def check(recipe: Any) -> frozenset[str]:
         with tempfile.TemporaryDirectory(prefix="conformance-minimise-") as folder:

@@ -1,4 +1,4 @@
-"""The kernel under test as the suite sees it: `SuiteTarget` and `build_target`.
+"""The kernel under test as the suite sees it: `Target` and `build_target`.
 
 `build_target` resolves a kernel name (kernel.registry), the numerics profile a run judges it
 by (the `profile` override, else what the kernel declares; loaded by oracle.profiles) and the
@@ -101,7 +101,7 @@ def judged_recipe(err: BaseException | None) -> JudgedRecipe | None:
 
 
 @dataclass(frozen=True)
-class SuiteTarget:
+class Target:
     """The kernel under test, where it runs and the numerics it is judged by."""
 
     name: str
@@ -121,7 +121,7 @@ class TargetError(RuntimeError):
     """The kernel under test cannot be used here; the message says why in one line."""
 
 
-def build_target(name: str | None, *, profile: str | None = None, device: str | None = None, check_only: bool = False) -> SuiteTarget:
+def build_target(name: str | None, *, profile: str | None = None, device: str | None = None, check_only: bool = False) -> Target:
     """Resolve a kernel (None: the machine's default) with its numerics profile and device;
     TargetError names the problem (unknown kernel, unavailable backend, unknown profile, bad or
     unsupported device). `check_only`: validate without selecting the GPU (no CUDA context is
@@ -161,4 +161,4 @@ def build_target(name: str | None, *, profile: str | None = None, device: str | 
             raise TargetError(f"device {wanted!r} asked for but torch sees no GPU")
         if not check_only:
             torch.cuda.set_device(dev.index or 0)
-    return SuiteTarget(name=name, backend=backend, device=dev, profile=numerics)
+    return Target(name=name, backend=backend, device=dev, profile=numerics)

@@ -3,7 +3,7 @@
 Before each kernel call the recipe is written atomically to `<run dir>/inflight-<worker>.json`;
 after the call returns (or raises) the file is removed. A file left behind means the process
 died inside the call (GPU fault, abort, kill): the next run, or the xdist controller when a
-worker goes down, turns it into a crash entry of the corpus (see conformance.crashes).
+worker goes down, turns it into a crash entry of the corpus (see conformance.records.crashes).
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.state import CORPUS_DIR
-from conformance.wal import atomic_write_text
+from conformance.durability.state import CORPUS_DIR
+from conformance.durability.wal import atomic_write_text
 from strategies.recipe import Recipe, RecipeError
 
 EXPECTATIONS = ("conform", "precondition")
@@ -128,7 +128,7 @@ def save_entry(entry: CorpusEntry, directory: Path) -> Path:
     """Write `entry` atomically as <directory>/<recipe hash>.json (the folder is created); an
     existing file is kept. CorpusWriteError (an OSError) naming the folder when it cannot be
     written; nothing partial is left."""
-    from conformance.state import PENDING_ENV, pending_dir
+    from conformance.durability.state import PENDING_ENV, pending_dir
 
     path = directory / f"{recipe_hash(entry.recipe)}.json"
     try:

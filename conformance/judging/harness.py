@@ -22,13 +22,14 @@ from typing import Any
 
 import torch
 
-from conformance import input_guard, progress
-from conformance.device_fault import describe as describe_fault
-from conformance.device_fault import is_device_fault
-from conformance.finding_class import CLASS_NAMES, CONTRACT
-from conformance.state import call_timeout_s, run_dir, worker_id
-from conformance.wal import atomic_write_text, in_flight, inflight_path
-from conformance.watchdog import limit_call
+from conformance.durability import input_guard
+from conformance.durability.device_fault import describe as describe_fault
+from conformance.durability.device_fault import is_device_fault
+from conformance.durability.state import call_timeout_s, run_dir, worker_id
+from conformance.durability.wal import atomic_write_text, in_flight, inflight_path
+from conformance.durability.watchdog import limit_call
+from conformance.judging import progress
+from conformance.judging.finding_class import CLASS_NAMES, CONTRACT
 from kernel.record import LATENT_DIM
 from oracle.bound import MODES, Evaluation, Mode, evaluate_modes
 from oracle.profiles import NumericsProfile
@@ -60,15 +61,15 @@ def run_kernel(
     expect: str = "conform",
     timeout_s: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Call `kernel` on `problem` with the recipe written ahead (see conformance.wal), under the
-    per-call time limit (conformance.watchdog; `timeout_s`, default conformance.state.call_timeout_s()),
-    then check that the call left its inputs as they were (conformance.input_guard).
+    """Call `kernel` on `problem` with the recipe written ahead (see conformance.durability.wal), under the
+    per-call time limit (conformance.durability.watchdog; `timeout_s`, default conformance.durability.state.call_timeout_s()),
+    then check that the call left its inputs as they were (conformance.durability.input_guard).
 
     `expect` ("conform" or "precondition") is how a crash entry made from the write-ahead file
     will be judged when replayed. Raises watchdog.KernelHung for a call past the soft limit and
     InputsModified when the kernel wrote into an input; a call past the hard limit kills the
     process (the write-ahead file, marked hung, becomes a crash entry), and so does a device fault
-    in an xdist worker (conformance.device_fault: marked with the fault)."""
+    in an xdist worker (conformance.durability.device_fault: marked with the fault)."""
     limit = call_timeout_s() if timeout_s is None else timeout_s
     worker = worker_id()
     entry = {

@@ -8,13 +8,13 @@ the search climb toward the worst case. Every call is judged in both comparison 
 violation (ratio > 1) is kept with the recipe owning the row. The summary records the count,
 the violations and the largest ratio per output and mode with the recipe that reached it.
 
-    python -m conformance.soundness --problems 100000 --kernel emulated --json soundness.json
+    python -m conformance soundness --problems 100000 --kernel emulated --json soundness.json
+
+(the command line: conformance.cli.soundness)
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 import time
@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis import target as hypothesis_target
 
-from conformance.harness import call_kernel, judge
-from conformance.target import build_target
+from conformance.judging.harness import call_kernel, judge
+from conformance.judging.target import build_target
 from oracle.bound import MODES
 from oracle.rows import row_bounds
 from strategies.hypothesis_recipes import recipes
@@ -91,8 +91,8 @@ def run_campaign(
     kernel_name: str, problems: int, *, device: str = "cpu", max_total_keys: int = 2048, seed: int = 0, progress: bool = True
 ) -> dict[str, Any]:
     """Judge `problems` Hypothesis-drawn problems; return the summary (see module docstring)."""
-    suite = build_target(kernel_name, device=device)
-    backend, profile = suite.backend, suite.profile
+    target = build_target(kernel_name, device=device)
+    backend, profile = target.backend, target.profile
     stats: dict[str, Any] = {
         "kernel": kernel_name,
         "profile": profile.name,
@@ -166,37 +166,3 @@ def merge(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         if key in best["worst_recipe"]:
             merged["worst_recipe"][key] = best["worst_recipe"][key]
     return merged
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m conformance.soundness", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kernel", default="emulated")
-    parser.add_argument("--problems", type=int, default=1000)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--max-total-keys", type=int, default=2048)
-    parser.add_argument("--json", default=None, help="write the summary here")
-    parser.add_argument(
-        "--merge", nargs="+", default=None, metavar="SUMMARY", help="merge summaries of earlier campaigns instead of running one"
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress line")
-    args = parser.parse_args(argv)
-    if args.merge:
-        try:
-            summaries = [json.loads(open(path, encoding="utf-8").read()) for path in args.merge]
-        except (OSError, json.JSONDecodeError) as err:
-            print(f"error: cannot read a summary: {err}", file=sys.stderr)
-            return 2
-        stats = merge(summaries)
-    else:
-        stats = run_campaign(args.kernel, args.problems, device=args.device, max_total_keys=args.max_total_keys, progress=not args.quiet)
-    text = json.dumps(stats, indent=2, sort_keys=True)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            handle.write(text)
-    print(json.dumps({k: stats[k] for k in ("problems", "max_ratio", "seconds")}, sort_keys=True))
-    print(f"violations: {len(stats['violations'])}")
-    return 1 if stats["violations"] else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

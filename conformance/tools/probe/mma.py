@@ -20,7 +20,7 @@ lost), 3/4 of an ulp above and below 1 (rounding), a negative term below the kep
 (truncation vs floor), exact cancellation before a tiny term (alignment before summation).
 `analyse` runs every candidate on every problem and reports which match bit for bit.
 
-Device use: `python -m conformance.probe.mma --device cuda --json out.json` (cuBLAS through
+Device use: `python -m conformance.tools.probe.mma --device cuda --json out.json` (cuBLAS through
 ``torch.mm(..., out_dtype=torch.float32)``, Triton ``tl.dot`` when importable, plus a randomized
 bit-exact validation of the surviving models). Units: `frac_bits` and `block` are counts; values
 are f32 numbers carried in float64 tensors.
@@ -318,7 +318,7 @@ def probe_backend(name: str, run: Callable[[torch.Tensor, torch.Tensor], torch.T
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m conformance.probe.mma", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m conformance.tools.probe.mma", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json", default=None, help="write the analysis here")
     parser.add_argument("--k", type=int, default=64)

@@ -11,7 +11,7 @@ among the failures. A mutant that does not compile would not test the checks, so
 failure is reported as such, not as flagged.
 
 CLI (prints the table docs/flydsl.md shows):
-    python -m kernel.backends.flydsl.mutations [--configs h5_i1_l0,h16_i0_l1] [--jobs 2] [--only ID,...]
+    python -m kernel.backends.flydsl.isa_mutations [--configs h5_i1_l0,h16_i0_l1] [--jobs 2] [--only ID,...]
 """
 
 from __future__ import annotations
@@ -329,7 +329,7 @@ def format_table(mutations: Sequence[Mutation], results: Sequence[MutantResult])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kernel.backends.flydsl.mutations", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m kernel.backends.flydsl.isa_mutations", description=__doc__.split("\n\n")[0])
     ap.add_argument("--configs", default="h5_i1_l0,h16_i0_l1", help="configuration labels hH_iI_lL (default: the CI pair)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated mutation ids")

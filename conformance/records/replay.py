@@ -2,8 +2,8 @@
 `corpus minimise` and `fuzz`).
 
 `load_replayable` reads an entry or bare recipe file; `diagnose` runs the kernel (write-ahead,
-in the current state folder) and judges it as the suite does (conformance.harness.judge for
-"conform" entries, conformance.checks.violation_run for "precondition" entries), with the
+in the current state folder) and judges it as the suite does (conformance.judging.harness.judge for
+"conform" entries, conformance.judging.checks.violation_run for "precondition" entries), with the
 precondition findings of the call; `run_isolated` replays in a child process so that a crash
 or a hang becomes a diagnosis; `format_*` render it. See conformance.cli.replay for the
 command and its exit codes.
@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.crashes import infer_expect
-from conformance.state import CORPUS_DIR, RUN_ID_ENV, STATE_DIR_ENV, pending_dir, scrubbed_env
+from conformance.durability.state import CORPUS_DIR, RUN_ID_ENV, STATE_DIR_ENV, pending_dir, scrubbed_env
+from conformance.records.crashes import infer_expect
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TOP = 5
 DEFAULT_ISOLATE_TIMEOUT_S = 600.0
 ISOLATED_CHILD_ENV = "CONFORMANCE_REPLAY_CHILD"  # set for the child of --isolate: its state folder is the parent's
@@ -47,7 +47,7 @@ class ReplayInputError(ValueError):
 def load_replayable(path: Path, *, expect: str | None = None) -> tuple[Any, str]:
     """(CorpusEntry, kind) from an entry file or a bare recipe file; kind is "entry" or
     "recipe". ReplayInputError naming the file on any problem."""
-    from conformance.corpus import CorpusEntry, CorpusError, parse_entry
+    from conformance.records.corpus import CorpusEntry, CorpusError, parse_entry
     from strategies.recipe import Recipe, RecipeError
 
     try:
@@ -117,7 +117,7 @@ class Diagnosis:
     the output's units: out values, lse in natural-log units); findings: precondition findings as
     dicts; holds: precondition kinds not found; observed: the behaviour of a precondition run;
     crash: what the dead process had in flight; finding_class, triage: the failure's class (1
-    contract, 2 profile too tight, 3 precision: conformance.triage) and its one-line reason."""
+    contract, 2 profile too tight, 3 precision: conformance.judging.triage) and its one-line reason."""
 
     name: str
     expect: str
@@ -290,40 +290,40 @@ def _findings(problem: Any) -> tuple[list[dict[str, Any]], list[str], str | None
     return [f.to_dict() for f in found], [k for k in KINDS if k not in kinds], None
 
 
-def diagnose(entry: Any, suite: Any, *, top: int = DEFAULT_TOP, findings: bool = True) -> Diagnosis:
-    """Replay `entry` (a CorpusEntry) against `suite` (conformance.target.SuiteTarget) and
-    diagnose it (see the module docstring). The kernel runs through conformance.harness.run_kernel
+def diagnose(entry: Any, target: Any, *, top: int = DEFAULT_TOP, findings: bool = True) -> Diagnosis:
+    """Replay `entry` (a CorpusEntry) against `target` (conformance.judging.target.Target) and
+    diagnose it (see the module docstring). The kernel runs through conformance.judging.harness.run_kernel
     (write-ahead) in the current state folder."""
     import pytest
     import torch
 
-    from conformance.checks import supported, violation_run
-    from conformance.harness import InputsModified, judge, run_kernel
-    from conformance.triage import triage
-    from conformance.watchdog import KernelHung
+    from conformance.durability.watchdog import KernelHung
+    from conformance.judging.checks import supported, violation_run
+    from conformance.judging.harness import InputsModified, judge, run_kernel
+    from conformance.judging.triage import triage
     from oracle.rows import PreconditionError
     from strategies.materialize import materialize
 
-    diag = Diagnosis(name=entry.name, expect=entry.expect, kernel=suite.name, profile=suite.profile.name, device=str(suite.device))
-    problem = materialize(entry.recipe, suite.device)
-    reason = supported(suite, problem)
+    diag = Diagnosis(name=entry.name, expect=entry.expect, kernel=target.name, profile=target.profile.name, device=str(target.device))
+    problem = materialize(entry.recipe, target.device)
+    reason = supported(target, problem)
     if reason:
         diag.outcome = "skip"
-        diag.reasons.append(f"{suite.name} does not take this call: {reason}")
+        diag.reasons.append(f"{target.name} does not take this call: {reason}")
         return diag
     if findings:
         diag.findings, diag.holds, diag.findings_error = _findings(problem)
     property_name = f"replay:{entry.name}"
     if entry.expect == "precondition":
         try:
-            diag.observed = violation_run(suite, entry.recipe, property_name=property_name, problem=problem)
+            diag.observed = violation_run(target, entry.recipe, property_name=property_name, problem=problem)
         except pytest.skip.Exception as err:
             diag.outcome, diag.reasons = "skip", [str(err.msg)]
         except (AssertionError, KernelHung) as err:
             diag.outcome, diag.reasons = "fail", [str(err)]
         return diag
     try:
-        out, lse = run_kernel(problem, suite.backend, property_name=property_name, kernel_name=suite.name)
+        out, lse = run_kernel(problem, target.backend, property_name=property_name, kernel_name=target.name)
     except KernelHung as err:
         diag.outcome = "fail"
         diag.reasons.append(str(err))
@@ -345,7 +345,7 @@ def diagnose(entry: Any, suite: Any, *, top: int = DEFAULT_TOP, findings: bool =
         diag.reasons.append(unusable)
         return diag
     try:
-        judgement = judge(problem, out, lse, suite.profile)
+        judgement = judge(problem, out, lse, target.profile)
     except PreconditionError as err:
         diag.outcome = "fail"
         diag.reasons.append(
@@ -367,20 +367,20 @@ def diagnose(entry: Any, suite: Any, *, top: int = DEFAULT_TOP, findings: bool =
     diag.reasons = list(dict.fromkeys(diag.reasons))
     diag.outcome = "fail" if diag.reasons else "pass"
     if not judgement.ok:
-        triaged = triage(problem, out, lse, suite.profile, judgement)
+        triaged = triage(problem, out, lse, target.profile, judgement)
         diag.finding_class, diag.triage = triaged.klass, triaged.headline
     return diag
 
 
 def _contract_class(diag: Diagnosis, what: str) -> None:
-    from conformance.triage import CLASS_NAMES, CONTRACT
+    from conformance.judging.triage import CLASS_NAMES, CONTRACT
 
     diag.finding_class, diag.triage = CONTRACT, f"{CLASS_NAMES[CONTRACT]}: {what}"
 
 
 def _unusable_outputs(out: Any, lse: Any) -> str | None:
     """Why the kernel's returned tensors hold no data to compare (meta or otherwise storage-less
-    tensors), or None. Wrong types and shapes are left to conformance.harness.compare."""
+    tensors), or None. Wrong types and shapes are left to conformance.judging.harness.compare."""
     import torch
 
     for name, value in (("out", out), ("lse", lse)):
@@ -546,7 +546,7 @@ def caught_with(entry: Any) -> str | None:
     return str(kernel) if kernel and str(kernel) not in ("any", "default", "unknown", "?") else None
 
 
-def format_header(entry: Any, kind: str, path: Path, suite: Any, *, kernel_given: bool = True) -> str:
+def format_header(entry: Any, kind: str, path: Path, target: Any, *, kernel_given: bool = True) -> str:
     """What is replayed, against what. Without --kernel (`kernel_given` False) the header says
     the kernel is the machine's default, and, for an entry caught with another kernel, that the
     replay does not run that kernel."""
@@ -560,11 +560,11 @@ def format_header(entry: Any, kind: str, path: Path, suite: Any, *, kernel_given
         lines.append(f"  caught: {str(prov.get('caught', '?'))[:300]}")
         lines.append(f"          kernel {prov.get('kernel', '?')}, property {prov.get('property', '?')}, {prov.get('date', '?')}")
     default = "" if kernel_given else ", the machine's default: no --kernel given"
-    lines.append(f"  kernel: {suite.name} (profile {suite.profile.name}) on {suite.device}{default}")
+    lines.append(f"  kernel: {target.name} (profile {target.profile.name}) on {target.device}{default}")
     other = caught_with(entry)
-    if other and other != suite.name:
+    if other and other != target.name:
         lines.append(
-            f"  NOTE:   the entry was caught with kernel {other}; this replay runs {suite.name}, not {other} "
+            f"  NOTE:   the entry was caught with kernel {other}; this replay runs {target.name}, not {other} "
             f"(--kernel {other} replays against it)"
         )
     lengths = list(r.row_lengths)

@@ -1,6 +1,6 @@
 """Progress of long property tests: one line now and then while a test runs many kernel calls.
 
-`conformance.harness.run_kernel` calls `tick()` once per kernel call; a front end that wants
+`conformance.judging.harness.run_kernel` calls `tick()` once per kernel call; a front end that wants
 progress installs a listener with `listen(fn)` (the pytest plugin does, in suite sessions). The
 listener gets the number of calls since `reset()` and the seconds since then. Nothing here
 imports torch or pytest.

@@ -1,6 +1,6 @@
 """gfx950 bring-up: the checks a user with an MI355X runs once, and the report they paste into an issue.
 
-`python -m conformance probe --kernel flydsl --bringup` runs the probes (conformance.probe.run),
+`python -m conformance probe --kernel flydsl --bringup` runs the probes (conformance.tools.probe.run),
 then:
 
 - the F1 probe (docs/isa.md, finding F1): one row over 64 keys whose Q blocks have distinct E8M0
@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from conformance.probe.build import HEAD_DIM, Call, Key, run_call
+from conformance.tools.probe.build import HEAD_DIM, Call, Key, run_call
 
 F1_POSITIONS = (5, 21, 40, 70, 100, 120)
 
@@ -99,7 +99,7 @@ def f1_probe(kernel: Callable, device: str) -> tuple[str, dict[str, int]]:
 
 def agreement_property(kernel_name: str, hypothesis_profile: str, timeout_s: int = 1800) -> tuple[bool | None, str]:
     """Run conformance/suite/test_gfx950_agreement.py against the kernel under a Hypothesis profile
-    (conformance.hypothesis_profiles: ci 25 examples, dev 40, nightly 1000); "none": not run (None)."""
+    (conformance.judging.hypothesis_profiles: ci 25 examples, dev 40, nightly 1000); "none": not run (None)."""
     if hypothesis_profile == "none":
         return None, "not run (--agreement-profile none)"
     cmd = [

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.finding_class import CLASS_NAMES, CONTRACT, PRECISION, PROFILE
-from conformance.harness import Judgement, judge
+from conformance.judging.finding_class import CLASS_NAMES, CONTRACT, PRECISION, PROFILE
+from conformance.judging.harness import Judgement, judge
 from oracle.accumulation import Accumulation
 from oracle.bound import Evaluation, Mode
 from oracle.profile_schema import OUT_CASTS, NumericsProfile, SplitModel

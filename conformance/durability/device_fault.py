@@ -4,7 +4,7 @@ A device-side assert, an illegal memory access or a launch failure leaves the CU
 context of the process broken: every later GPU call in it fails. `is_device_fault(err)` tells
 such an error from an ordinary exception (torch.AcceleratorError, or a RuntimeError whose message
 is the driver's: "CUDA error: ...", "HIP error: ...", "device-side assert", "illegal memory
-access"). conformance.harness.run_kernel reacts to one inside the kernel call: in an xdist worker
+access"). conformance.judging.harness.run_kernel reacts to one inside the kernel call: in an xdist worker
 it marks the write-ahead record with the fault and ends the process, so the controller records
 the crash entry, fails that one test and starts a fresh worker for the rest; in a single
 process it re-raises (the later GPU tests of that session will fail: run GPU suites with -n).

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from conformance.probe import probes as P
-from conformance.probe.build import ProbeSkipped
-from conformance.probe.profile import assemble, render, to_profile
+from conformance.tools.probe import probes as P
+from conformance.tools.probe.build import ProbeSkipped
+from conformance.tools.probe.profile import assemble, render, to_profile
 from oracle.profile_schema import NumericsProfile
 
 

@@ -23,7 +23,7 @@ RUN_ID_ENV = "CONFORMANCE_RUN_ID"
 PENDING_ENV = "CONFORMANCE_PENDING_DIR"
 CALL_TIMEOUT_ENV = "CONFORMANCE_CALL_TIMEOUT"
 DEFAULT_CALL_TIMEOUT_S = 300.0
-CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
+CORPUS_DIR = Path(__file__).resolve().parents[1] / "corpus"
 # Variables a nested suite process must not inherit from the calling session: it would believe it
 # is an xdist worker of that session, pin that session's GPU, or write into that session's run.
 SESSION_ENV_PREFIXES = ("PYTEST_XDIST_", "CONFORMANCE_GPU_")
@@ -95,7 +95,7 @@ def run_dir() -> Path:
 
 
 def call_timeout_s() -> float:
-    """Seconds one kernel call may take (conformance.watchdog): $CONFORMANCE_CALL_TIMEOUT, else
+    """Seconds one kernel call may take (conformance.durability.watchdog): $CONFORMANCE_CALL_TIMEOUT, else
     DEFAULT_CALL_TIMEOUT_S; 0 means no limit. The pytest plugin sets the variable from
     --call-timeout, so xdist workers inherit it. ValueError naming the variable when malformed."""
     raw = os.environ.get(CALL_TIMEOUT_ENV)

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from conformance.probe.build import HEAD_DIM, Call, Key, ProbeSkipped, run_call
-from conformance.probe.rounding import round_to
+from conformance.tools.probe.build import HEAD_DIM, Call, Key, ProbeSkipped, run_call
+from conformance.tools.probe.rounding import round_to
 
 ULP256 = 2.0**-15  # f32 ulp of 256
 SMALL_CODE = 3 * 2.0**-9  # e4m3 value; with q = 2^-8 the product is 0.75 ulp of 256

@@ -58,8 +58,8 @@ from types import ModuleType
 import torch
 
 from kernel.backend import Backend, BackendUnavailable
-from kernel.backends.triton_peers import SlotKeys, cuda_reason, int32_chunks, int32_row_chunks, load_sglang, slot_keys
-from kernel.contract import CallInfo, empty_outputs, validate_call
+from kernel.backends.triton_peers import SlotKeys, cuda_reason, int32_chunks, int32_row_chunks, load_sglang, peer_backend, slot_keys
+from kernel.contract import begin_call
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
 
 NAME = "sglang-decode"
@@ -231,9 +231,9 @@ def run_sglang_decode(
 
     kernel / reader: sglang's decode_attention and dequant_k_cache modules (imported when None).
     """
-    info = validate_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
-    if info.n_q == 0:
-        return empty_outputs(q, info.heads, out=out, return_lse=return_lse)
+    _, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    if empty is not None:
+        return empty
     if kernel is None:
         kernel = load_sglang(KERNEL_MODULE, NAME)[0]
     if reader is None:
@@ -243,10 +243,6 @@ def run_sglang_decode(
     return call.finish(out, return_lse)
 
 
-def _support(info: CallInfo) -> str:
-    return cuda_reason(NAME) if info.device.type == "cuda" else ""
-
-
 def sglang_decode_backend() -> Backend:
     """The `sglang-decode` backend; BackendUnavailable (with the reason) without CUDA, Triton or sglang."""
     reason = cuda_reason(NAME)
@@ -254,19 +250,13 @@ def sglang_decode_backend() -> Backend:
         raise BackendUnavailable(reason)
     kernel, _ = load_sglang(KERNEL_MODULE, NAME)
     reader, _ = load_sglang(READER_MODULE, NAME)
-
-    return Backend(
-        name=NAME,
-        fn=partial(run_sglang_decode, kernel=kernel, reader=reader),
+    return peer_backend(
+        NAME,
+        partial(run_sglang_decode, kernel=kernel, reader=reader),
         profile=PROFILE,
-        devices=("cuda",),
-        max_heads=16,
-        head_counts=None,
-        accepts_out=True,
+        limits=LIMITS,
         bounded_index_reads=False,
         batch_invariant=True,
-        extra_support=_support,
-        limits=LIMITS,
     )
 
 

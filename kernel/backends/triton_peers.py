@@ -33,10 +33,10 @@ from types import ModuleType
 
 import torch
 
-from kernel.backend import BackendUnavailable
+from kernel.backend import Backend, BackendUnavailable
 from kernel.backends.flashmla import csr_to_padded, sync_free_width
 from kernel.backends.gathered import dequantise_bf16
-from kernel.contract import INT32_MAX
+from kernel.contract import INT32_MAX, CallInfo
 from kernel.record import HEAD_DIM, RECORD_BYTES
 
 SGLANG_WHEEL = "sglang==0.5.10.post1"
@@ -54,6 +54,37 @@ def cuda_reason(name: str) -> str:
     if importlib.util.find_spec("triton") is None:
         return f"{name}: Triton is not installed"
     return ""
+
+
+def peer_backend(
+    name: str,
+    fn: Callable[..., tuple[torch.Tensor, torch.Tensor | None]],
+    *,
+    profile: str,
+    limits: dict[str, int],
+    bounded_index_reads: bool,
+    batch_invariant: bool,
+) -> Backend:
+    """The Backend of one of these Triton peers: CUDA only, 1-16 heads of any count, `out=`
+    accepted; the declarations that differ between the peers are the arguments. The caller has
+    checked `cuda_reason(name)` and loaded the kernel modules into `fn` already."""
+
+    def support(info: CallInfo) -> str:
+        return cuda_reason(name) if info.device.type == "cuda" else ""
+
+    return Backend(
+        name=name,
+        fn=fn,
+        profile=profile,
+        devices=("cuda",),
+        max_heads=16,
+        head_counts=None,
+        accepts_out=True,
+        bounded_index_reads=bounded_index_reads,
+        batch_invariant=batch_invariant,
+        extra_support=support,
+        limits=limits,
+    )
 
 
 def load_sglang(module: str, name: str) -> tuple[ModuleType, str]:

@@ -45,8 +45,8 @@ from types import ModuleType
 import torch
 
 from kernel.backend import Backend, BackendUnavailable
-from kernel.backends.triton_peers import cuda_reason, load_vllm, slot_keys
-from kernel.contract import CallInfo, empty_outputs, validate_call
+from kernel.backends.triton_peers import cuda_reason, load_vllm, peer_backend, slot_keys
+from kernel.contract import begin_call
 from kernel.record import HEAD_DIM, LATENT_DIM
 
 NAME = "vllm-decode"
@@ -182,9 +182,9 @@ def run_vllm_decode(
     kernel: vLLM's triton_decode_attention module (imported when None); sm_count: the device's
     multiprocessors (read from the device when None).
     """
-    info = validate_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
-    if info.n_q == 0:
-        return empty_outputs(q, info.heads, out=out, return_lse=return_lse)
+    _, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    if empty is not None:
+        return empty
     if kernel is None:
         kernel = load_vllm(KERNEL_MODULE, NAME)[0]
     if sm_count is None:
@@ -194,10 +194,6 @@ def run_vllm_decode(
     return call.finish(out, return_lse)
 
 
-def _support(info: CallInfo) -> str:
-    return cuda_reason(NAME) if info.device.type == "cuda" else ""
-
-
 def vllm_decode_backend() -> Backend:
     """The `vllm-decode` backend; BackendUnavailable (with the reason) without CUDA, Triton or vLLM's files."""
     reason = cuda_reason(NAME)
@@ -205,19 +201,13 @@ def vllm_decode_backend() -> Backend:
         raise BackendUnavailable(reason)
     kernel, _ = load_vllm(KERNEL_MODULE, NAME)
     sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-
-    return Backend(
-        name=NAME,
-        fn=partial(run_vllm_decode, kernel=kernel, sm_count=sm_count),
+    return peer_backend(
+        NAME,
+        partial(run_vllm_decode, kernel=kernel, sm_count=sm_count),
         profile=PROFILE,
-        devices=("cuda",),
-        max_heads=16,
-        head_counts=None,
-        accepts_out=True,
+        limits=LIMITS,
         bounded_index_reads=False,
         batch_invariant=False,
-        extra_support=_support,
-        limits=LIMITS,
     )
 
 

@@ -41,8 +41,8 @@ from types import ModuleType
 import torch
 
 from kernel.backend import Backend, BackendUnavailable
-from kernel.backends.triton_peers import cuda_reason, int32_row_chunks, load_vllm, slot_keys
-from kernel.contract import CallInfo, empty_outputs, validate_call
+from kernel.backends.triton_peers import cuda_reason, int32_row_chunks, load_vllm, peer_backend, slot_keys
+from kernel.contract import begin_call
 from kernel.record import HEAD_DIM
 
 NAME = "vllm-sparse"
@@ -140,18 +140,14 @@ def run_vllm_sparse(
 
     kernel: vLLM's xpu_mla_sparse module (imported when None).
     """
-    info = validate_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
-    if info.n_q == 0:
-        return empty_outputs(q, info.heads, out=out, return_lse=return_lse)
+    _, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    if empty is not None:
+        return empty
     if kernel is None:
         kernel = load_vllm(KERNEL_MODULE, NAME)[0]
     call = prepare_vllm_sparse(q, kv_cache, indices, indptr, softmax_scale, kernel=kernel)
     call.run()
     return call.finish(out, return_lse)
-
-
-def _support(info: CallInfo) -> str:
-    return cuda_reason(NAME) if info.device.type == "cuda" else ""
 
 
 def vllm_sparse_backend() -> Backend:
@@ -160,19 +156,13 @@ def vllm_sparse_backend() -> Backend:
     if reason:
         raise BackendUnavailable(reason)
     kernel, _ = load_vllm(KERNEL_MODULE, NAME)
-
-    return Backend(
-        name=NAME,
-        fn=partial(run_vllm_sparse, kernel=kernel),
+    return peer_backend(
+        NAME,
+        partial(run_vllm_sparse, kernel=kernel),
         profile=PROFILE,
-        devices=("cuda",),
-        max_heads=16,
-        head_counts=None,
-        accepts_out=True,
+        limits=LIMITS,
         bounded_index_reads=True,
         batch_invariant=True,
-        extra_support=_support,
-        limits=LIMITS,
     )
 
 

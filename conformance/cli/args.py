@@ -1,55 +1,54 @@
-"""argparse types shared by the subcommands (each raises argparse.ArgumentTypeError naming the value)."""
+"""What the subcommands share: argparse types (each raises argparse.ArgumentTypeError naming the
+value), writing an output file, and the kernel under test for a recipe read from a file."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import os
+import sys
 from pathlib import Path
+from typing import Any
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+    return value
 
 
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+    return _int_at_least(text, 1)
 
 
 def non_negative_int(text: str) -> int:
     """argparse type: an integer >= 0."""
+    return _int_at_least(text, 0)
+
+
+def _finite_positive(text: str, what: str, must_be: str) -> float:
     try:
-        value = int(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be {must_be}, got {text}")
     return value
 
 
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
+    return _finite_positive(text, "a number", "a positive number")
 
 
 def finite_positive_seconds(text: str) -> float:
     """argparse type: a finite number of seconds > 0 (no nan, no inf)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
-    return value
+    return _finite_positive(text, "a number of seconds", "a finite number of seconds > 0")
 
 
 def output_file(text: str) -> str:
@@ -91,3 +90,24 @@ def write_output(path: str | Path, text: str) -> None:
             atomic_write_text(target, text)
     except OSError as err:
         raise OutputError(f"cannot write {target}: {err.strerror or err}") from err
+
+
+def target_for_recipe(command: str, kernel: str | None, profile: str | None, device: str | None, recipe: Any, source: object) -> Any:
+    """The Target of `kernel` (conformance.judging.target.build_target) once the recipe read from
+    `source` fits its device's memory (strategies.materialize.check_memory); None after printing
+    `<command>: <why>` to stderr when either refuses (the caller exits with a usage error)."""
+    from conformance.judging.target import TargetError, build_target
+    from strategies.materialize import check_memory
+    from strategies.recipe import RecipeError
+
+    try:
+        target = build_target(kernel, profile=profile, device=device)
+    except TargetError as err:
+        print(f"{command}: {err}", file=sys.stderr)
+        return None
+    try:
+        check_memory(recipe, target.device)
+    except RecipeError as err:
+        print(f"{command}: {source}: {err}", file=sys.stderr)
+        return None
+    return target

@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conformance.cli.args import finite_positive_seconds
+from conformance.cli.args import finite_positive_seconds, target_for_recipe
 from conformance.durability.state import CORPUS_DIR, pending_dir
 from conformance.records.crashes import is_crash_entry
 
@@ -305,20 +305,8 @@ def run_minimise(args: argparse.Namespace) -> int:
         check = isolated_check(kernel=args.kernel, profile=args.profile, device=args.device, expect=entry.expect, timeout_s=args.timeout)
         where = "each candidate in a child process"
     else:
-        from conformance.judging.target import TargetError, build_target
-
-        try:
-            target = build_target(args.kernel, profile=args.profile, device=args.device)
-        except TargetError as err:
-            print(f"corpus minimise: {err}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        from strategies.materialize import check_memory
-        from strategies.recipe import RecipeError
-
-        try:
-            check_memory(entry.recipe, target.device)
-        except RecipeError as err:
-            print(f"corpus minimise: {source}: {err}", file=sys.stderr)
+        target = target_for_recipe("corpus minimise", args.kernel, args.profile, args.device, entry.recipe, source)
+        if target is None:
             return EXIT_BAD_INPUT
         check = in_process_check(target, entry.expect, name=entry.name)
         where = "in this process"

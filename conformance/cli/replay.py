@@ -45,7 +45,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conformance.cli.args import OutputError, finite_positive_seconds, output_file, write_output
+from conformance.cli.args import OutputError, finite_positive_seconds, output_file, target_for_recipe, write_output
 from conformance.records.crashes import is_crash_entry
 from conformance.records.replay import (
     DEFAULT_ISOLATE_TIMEOUT_S,
@@ -166,19 +166,10 @@ def run(args: argparse.Namespace) -> int:
             print(format_diagnosis(result.diagnosis))
         return _write_json(args.json, result.diagnosis) or result.diagnosis.exit_code
 
-    from conformance.judging.target import TargetError, build_target
-    from strategies.materialize import check_memory
     from strategies.recipe import RecipeError
 
-    try:
-        target = build_target(args.kernel, profile=args.profile, device=args.device)
-    except TargetError as err:
-        print(f"replay: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    try:
-        check_memory(entry.recipe, target.device)
-    except RecipeError as err:
-        print(f"replay: {path}: {err}", file=sys.stderr)
+    target = target_for_recipe("replay", args.kernel, args.profile, args.device, entry.recipe, path)
+    if target is None:
         return EXIT_BAD_INPUT
     print(format_header(entry, kind, path, target, kernel_given=args.kernel is not None), flush=True)
     try:

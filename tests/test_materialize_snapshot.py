@@ -1,0 +1,27 @@
+"""materialize is bit-identical to the recorded snapshot: every tensor of 199 recipes (the
+oracle snapshot's fixed problems and recipes drawn from every strategy regime) hashes as it did
+when tests/data/materialize_hashes.json was written (scripts/materialize_snapshot.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from materialize_snapshot import check  # noqa: E402
+
+
+def test_materialize_matches_the_recorded_hashes() -> None:
+    entries = json.loads((ROOT / "tests" / "data" / "materialize_hashes.json").read_text())
+    assert len(entries) == 199
+    assert check(entries) == []
+
+
+def test_the_check_sees_a_changed_tensor() -> None:
+    entries = json.loads((ROOT / "tests" / "data" / "materialize_hashes.json").read_text())[:3]
+    entries[1]["hashes"]["indices"] = "0" * 32
+    differences = check(entries)
+    assert len(differences) == 1 and "recipe 1 " in differences[0] and "indices differs" in differences[0]

@@ -89,19 +89,29 @@ class Executor:
         self.mem = mem
         self.wg = wg
         self.checks = checks
+        self.chk = checks.on  # checkers enabled (read per operand access)
 
     def retire(self, w: Wave, op: PendingOp) -> None:
         g = self.wg
         if op.lds_bytes is not None:
-            idx = op.lds_bytes
-            mine = g.lds_pending[idx] == op.token
-            landed = idx[mine]
-            g.lds_pending[landed] = 0
-            g.lds_epoch[landed] = g.epoch  # the bytes count as written when the wait covers them
+            idx = op.lds_bytes  # byte indices, or a slice of the LDS
+            pend = g.lds_pending[idx]
+            mine = pend == op.token
+            if isinstance(idx, slice):
+                pend[mine] = 0  # a view: writes through
+                g.lds_epoch[idx][mine] = g.epoch
+            else:
+                landed = idx[mine]
+                g.lds_pending[landed] = 0
+                g.lds_epoch[landed] = g.epoch  # the bytes count as written when the wait covers them
+            g.dma_inflight -= 1
+            g.note_write(w.wid)
         if op.vgprs is not None:
             i, n = op.vgprs
-            sl = w.vpend[i : i + n]
-            sl[sl == op.token] = 0
+            vp = w.vpend
+            for j in range(i, i + n):
+                if vp[j] == op.token:
+                    vp[j] = 0
         if op.sgprs is not None:
             i, n = op.sgprs
             for j in range(i, i + n):
@@ -207,15 +217,16 @@ def run_workgroup(
     if setup is not None:
         for w in waves:
             setup(w)
-    while True:
-        live = [w for w in waves if not w.done]
-        if not live:
-            break
-        for w in live:
-            x.run_wave(w)
-        waiting = [w for w in waves if not w.done and w.at_barrier]
-        if waiting:
-            wg.epoch += 1
-            for w in waiting:
-                w.at_barrier = False
+    with np.errstate(all="ignore"):  # IEEE results (inf, NaN, denormals) are values here, not errors
+        while True:
+            live = [w for w in waves if not w.done]
+            if not live:
+                break
+            for w in live:
+                x.run_wave(w)
+            waiting = [w for w in waves if not w.done and w.at_barrier]
+            if waiting:
+                wg.epoch += 1
+                for w in waiting:
+                    w.at_barrier = False
     return WorkgroupResult(sum(w.executed for w in waves), wg.epoch, waves, wg)

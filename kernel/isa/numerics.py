@@ -94,7 +94,7 @@ def e4m3_to_f64(codes: np.ndarray) -> np.ndarray:
     return E4M3_VALUES[np.asarray(codes, dtype=np.uint8)]
 
 
-def f32_to_e4m3(x: np.ndarray, saturate: bool = False) -> np.ndarray:
+def f32_to_e4m3_arith(x: np.ndarray, saturate: bool = False) -> np.ndarray:
     """float32 -> uint8 E4M3 code, RNE. Without saturation (gfx950's default) a value whose
     rounded magnitude exceeds 448 (|x| > 464), an inf or a NaN gives NaN (sign | 0x7F); with it,
     finite overflow and inf give +-448 (0x7E) and NaN stays NaN.
@@ -122,6 +122,30 @@ def f32_to_e4m3(x: np.ndarray, saturate: bool = False) -> np.ndarray:
     else:
         code = np.where(over | naninf, 0x7F, code)
     return code.astype(np.uint8) | sign
+
+
+def _e4m3_tables() -> tuple[np.ndarray, np.ndarray]:
+    """E4M3 code (sign cleared) of every non-negative f32 class (bits 30..19, sticky) where
+    sticky = any of bits 18..0 set: RNE to E4M3 depends on nothing else (the rounding position
+    is at bit 20 or above: bit 19 is at most the round bit, bits 18..0 only matter through
+    their OR), so one representative per class, rounded by f32_to_e4m3_arith, gives the code
+    of the whole class. Index = (bits 30..19) << 1 | sticky."""
+    prefix = np.arange(1 << 12, dtype=np.uint32)
+    reps = ((prefix[:, None] << np.uint32(19)) | np.array([0, 1], dtype=np.uint32)[None, :]).reshape(-1)
+    x = reps.view(np.float32)
+    return f32_to_e4m3_arith(x, False), f32_to_e4m3_arith(x, True)
+
+
+_E4M3_TABLE = _e4m3_tables()
+
+
+def f32_to_e4m3(x: np.ndarray, saturate: bool = False) -> np.ndarray:
+    """float32 -> uint8 E4M3 code, RNE, as f32_to_e4m3_arith (same results for every input:
+    a lookup of the rounding class, see _e4m3_tables)."""
+    b = np.asarray(x, dtype=np.float32).view(np.uint32)
+    ab = b & np.uint32(0x7FFFFFFF)
+    cls = ((ab >> np.uint32(18)) & np.uint32(0x1FFE)) | ((ab & np.uint32(0x7FFFF)) != 0)
+    return _E4M3_TABLE[int(saturate)][cls] | ((b >> np.uint32(24)) & np.uint32(0x80)).astype(np.uint8)
 
 
 # ------------------------------------------------------------------ f16 / bf16

@@ -99,22 +99,31 @@ def src32(ins: Instr, op: Operand, flt: bool = False, need: int = 0xF) -> Getter
         if neg or ab:
 
             def g(w: Wave, x: Any) -> np.ndarray:
-                if x.checks.on:
+                if x.chk and not (w.vfull[idx] and not w.vpend[idx]):
                     check_vgpr(w, x, idx, need)
                 return mod(w.v[idx])
         else:
 
             def g(w: Wave, x: Any) -> np.ndarray:
-                if x.checks.on:
+                if x.chk and not (w.vfull[idx] and not w.vpend[idx]):
                     check_vgpr(w, x, idx, need)
                 return w.v[idx]
 
         return g
 
+    if neg or ab:
+
+        def gsm(w: Wave, x: Any) -> np.ndarray:
+            if x.chk and (not w.sdef[idx] or w.spend[idx]):
+                check_sgpr(w, x, idx, 1)
+            return mod(np.full(LANES, w.s[idx], dtype=np.uint32))
+
+        return gsm
+
     def gs(w: Wave, x: Any) -> np.ndarray:
-        if x.checks.on:
+        if x.chk and (not w.sdef[idx] or w.spend[idx]):
             check_sgpr(w, x, idx, 1)
-        return mod(np.full(LANES, w.s[idx], dtype=np.uint32))
+        return np.full(LANES, w.s[idx], dtype=np.uint32)
 
     return gs
 
@@ -134,15 +143,15 @@ def src64(ins: Instr, op: Operand) -> Getter:
     if op.file == "v":
 
         def g(w: Wave, x: Any) -> np.ndarray:
-            if x.checks.on:
+            if x.chk and not (w.vfull[idx] and w.vfull[idx + 1] and not w.vpend[idx] and not w.vpend[idx + 1]):
                 check_vgpr(w, x, idx)
                 check_vgpr(w, x, idx + 1)
-            return w.v[idx].astype(np.uint64) | (w.v[idx + 1].astype(np.uint64) << np.uint64(32))
+            return np.ascontiguousarray(w.v[idx : idx + 2].T).view(np.uint64).reshape(LANES)
 
         return g
 
     def gs(w: Wave, x: Any) -> np.ndarray:
-        if x.checks.on:
+        if x.chk:
             check_sgpr(w, x, idx, 2)
         return np.full(LANES, w.s[idx] | (w.s[idx + 1] << 32), dtype=np.uint64)
 
@@ -157,7 +166,7 @@ def src64_lo_checked(ins: Instr, op: Operand) -> tuple[Getter, int | None]:
         idx = op.index
 
         def g(w: Wave, x: Any) -> np.ndarray:
-            if x.checks.on:
+            if x.chk:
                 check_vgpr(w, x, idx)
                 if w.vpend[idx + 1]:
                     check_vgpr(w, x, idx + 1, need=0)
@@ -185,23 +194,52 @@ def vdst(ins: Instr, op: Operand, count: int = 1) -> int:
 
 def write_v(w: Wave, idx: int, val: np.ndarray, bytemask: int = 0xF) -> None:
     """v[idx] = val on EXEC lanes; `bytemask` bytes become defined."""
-    m = w.exec
-    if m.all():
+    if w.exec_all:
         w.v[idx] = val
-        if bytemask == 0xF:
-            if not w.vfull[idx]:
+        if not w.vfull[idx]:
+            if bytemask == 0xF:
                 w.vdef[idx] = 0xF
                 w.vfull[idx] = True
-        else:
-            w.vdef[idx] |= bytemask
+            else:
+                w.vdef[idx] |= bytemask
     else:
+        m = w.exec
         np.copyto(w.v[idx], val.astype(np.uint32, copy=False), where=m)
         w.vdef[idx][m] |= bytemask
 
 
+def write_vn(w: Wave, idx: int, vals: np.ndarray) -> None:
+    """v[idx + i] = vals[i] (uint32 [n, 64]) on EXEC lanes, all bytes defined."""
+    n = vals.shape[0]
+    if w.exec_all:
+        w.v[idx : idx + n] = vals
+        full = w.vfull
+        for i in range(idx, idx + n):
+            if not full[i]:
+                w.vdef[i] = 0xF
+                full[i] = True
+    else:
+        for i in range(n):
+            write_v(w, idx + i, vals[i])
+
+
+def write_half(w: Wave, idx: int, hi: int, word: np.ndarray) -> None:
+    """The low (hi = 0) or high (hi = 1) 16-bit word of v[idx] = word (uint16 [64]) on EXEC
+    lanes; the other word (value and definedness) is kept."""
+    if w.exec_all:
+        w.v[idx].view(np.uint16)[hi::2] = word
+        if not w.vfull[idx]:
+            w.vdef[idx] |= 0xC if hi else 0x3
+    else:
+        prev = w.v[idx]
+        word = word.astype(np.uint32)
+        val = (prev & np.uint32(0xFFFF)) | (word << np.uint32(16)) if hi else (prev & np.uint32(0xFFFF0000)) | word
+        write_v(w, idx, val, 0xC if hi else 0x3)
+
+
 def write_v64(w: Wave, idx: int, val: np.ndarray) -> None:
-    write_v(w, idx, (val & np.uint64(0xFFFFFFFF)).astype(np.uint32))
-    write_v(w, idx + 1, (val >> np.uint64(32)).astype(np.uint32))
+    """{v[idx + 1], v[idx]} = val (uint64 [64]) on EXEC lanes."""
+    write_vn(w, idx, np.ascontiguousarray(val).view(np.uint32).reshape(LANES, 2).T)
 
 
 def sdst(ins: Instr, op: Operand, count: int = 1) -> int:
@@ -234,14 +272,14 @@ def ssrc(ins: Instr, op: Operand, count: int = 1) -> SGetter:
     if count == 1:
 
         def g(w: Wave, x: Any) -> int:
-            if x.checks.on and (not w.sdef[idx] or w.spend[idx]):
+            if x.chk and (not w.sdef[idx] or w.spend[idx]):
                 check_sgpr(w, x, idx, 1)
             return w.s[idx]
 
         return g
 
     def g2(w: Wave, x: Any) -> int:
-        if x.checks.on:
+        if x.chk:
             check_sgpr(w, x, idx, count)
         v = 0
         for i in range(count):

@@ -36,14 +36,16 @@ import numpy as np
 from kernel.isa import numerics as nm
 from kernel.isa.asm import Imm, Instr, Reg, modifier_list
 from kernel.isa.errors import UnknownInstruction
-from kernel.isa.operands import check_vgpr, require, vdst, write_v
-from kernel.isa.state import LANES, Wave
+from kernel.isa.operands import check_vgpr, require, vdst, write_v, write_vn
+from kernel.isa.state import LANES, QUIET, Wave
 
 Fn = Callable[[Wave, Any], int | None]
 MFMA: dict[str, Callable[[Instr, Any], Fn]] = {}
 U32 = np.uint32
 
 F8_LAYOUT = os.environ.get("FLYDSL_ISA_F8_LAYOUT", "split")
+
+E8M0_VALUES = nm.e8m0_to_f64(np.arange(256))  # 2^(e - 127) of every E8M0 byte, NaN for 0xFF
 
 _l = np.arange(LANES)
 _T = _l % 16
@@ -55,12 +57,27 @@ def _vreg_block(ins: Instr, op: Any, n: int) -> int:
     return op.index
 
 
+def _check_block(w: Wave, x: Any, idx: int, n: int) -> None:
+    full, pend = w.vfull, w.vpend
+    for i in range(idx, idx + n):
+        if not full[i] or pend[i]:
+            check_vgpr(w, x, i)
+
+
 def _read_block(w: Wave, x: Any, idx: int, n: int) -> np.ndarray:
     """[LANES, n] uint32 of v[idx .. idx + n)."""
-    if x.checks.on:
-        for i in range(n):
-            check_vgpr(w, x, idx + i)
+    if x.chk:
+        _check_block(w, x, idx, n)
     return np.ascontiguousarray(w.v[idx : idx + n].T)
+
+
+def _operand_rows(w: Wave, x: Any, idx: int, n: int) -> np.ndarray:
+    """The operand bits of a 16x16 MFMA source v[idx .. idx + n) as [t, g, r] uint32
+    (lane = 16 g + t, dword r), C-contiguous: viewed as bytes, row t holds lane (g, t)'s
+    elements in order for g = 0..3."""
+    if x.chk:
+        _check_block(w, x, idx, n)
+    return np.ascontiguousarray(w.v[idx : idx + n].reshape(n, 4, 16).transpose(2, 1, 0))
 
 
 def _acc(ins: Instr, op: Any) -> Callable[[Wave, Any], np.ndarray]:
@@ -68,22 +85,23 @@ def _acc(ins: Instr, op: Any) -> Callable[[Wave, Any], np.ndarray]:
     if isinstance(op, Imm):
         require(op.bits == 0, ins, "non-zero immediate accumulator")
         z = np.zeros((16, 16))
+        z.setflags(write=False)
         return lambda w, x: z
     idx = _vreg_block(ins, op, 4)
 
     def get(w: Wave, x: Any) -> np.ndarray:
-        regs = _read_block(w, x, idx, 4).view(np.float32).astype(np.float64)  # [lane, r]
-        c = np.empty((16, 16))
-        c[4 * _G[:, None] + np.arange(4)[None, :], _T[:, None]] = regs
-        return c
+        if x.chk:
+            _check_block(w, x, idx, 4)
+        # C[4 g + r][t] = dword r of lane 16 g + t
+        return w.v[idx : idx + 4].view(np.float32).reshape(4, 4, 16).transpose(1, 0, 2).reshape(16, 16).astype(np.float64)
 
     return get
 
 
 def _store_d(w: Wave, dst: int, dmat: np.ndarray) -> None:
-    vals = nm.round_f64_to_f32(dmat)[4 * _G[:, None] + np.arange(4)[None, :], _T[:, None]]  # [lane, r]
-    for r in range(4):
-        write_v(w, dst + r, np.ascontiguousarray(vals[:, r]).view(U32))
+    """D[4 g + r][t] (float64, rounded once to f32, RNE) -> dword r of lane 16 g + t."""
+    vals = dmat.astype(np.float32).reshape(4, 4, 16).transpose(1, 0, 2).reshape(4, LANES)
+    write_vn(w, dst, vals.view(U32))
 
 
 def _no_mods(ins: Instr, allowed: dict[str, str]) -> None:
@@ -100,28 +118,28 @@ def _mfma_16x16x32(ins: Instr, d: Any) -> Fn:
     ia = _vreg_block(ins, ins.operands[1], 4)
     ib = _vreg_block(ins, ins.operands[2], 4)
     c = _acc(ins, ins.operands[3])
-    dec = nm.bf16_bits_to_f64 if ins.mnemonic.endswith("bf16") else nm.f16_bits_to_f64
-    k_of = 8 * _G[:, None] + np.arange(8)[None, :]  # [lane, j]
+    bf16 = ins.mnemonic.endswith("bf16")
+
+    def dec(rows: np.ndarray) -> np.ndarray:  # [t, g, r] dwords -> [t, 8 g + j] values
+        if bf16:
+            return (rows.view(np.uint16).astype(U32) << U32(16)).view(np.float32).reshape(16, 32).astype(np.float64)
+        return rows.view(np.float16).reshape(16, 32).astype(np.float64)
 
     def run(w: Wave, x: Any) -> None:
-        av = dec(_read_block(w, x, ia, 4).view(np.uint16))  # [lane, 8]
-        bv = dec(_read_block(w, x, ib, 4).view(np.uint16))
-        A = np.empty((16, 32))
-        B = np.empty((32, 16))
-        A[_T[:, None], k_of] = av
-        B[k_of, _T[:, None]] = bv
-        with np.errstate(all="ignore"):
-            _store_d(w, dst, A @ B + c(w, x))
+        A = dec(_operand_rows(w, x, ia, 4))  # A[t][8 g + j]: element j of lane (g, t)
+        B = np.ascontiguousarray(dec(_operand_rows(w, x, ib, 4)).T)  # B[8 g + j][t]
+        _store_d(w, dst, A @ B + c(w, x))
 
     return run
 
 
-def _k_of_f8() -> np.ndarray:
-    j = np.arange(32)[None, :]
+def _k_of_f8() -> np.ndarray | None:
+    """None for the split layout (K = 16 g + j, j < 16; 64 + 16 g + j - 16 otherwise), the
+    K of byte j of lane (g, t) for the contiguous one (K = 32 g + j)."""
     if F8_LAYOUT == "contiguous":
-        return 32 * _G[:, None] + j
+        return 32 * _G[:, None] + np.arange(32)[None, :]
     if F8_LAYOUT == "split":
-        return np.where(j < 16, 16 * _G[:, None] + j, 64 + 16 * _G[:, None] + (j - 16))
+        return None
     raise ValueError(f"FLYDSL_ISA_F8_LAYOUT must be contiguous or split, not {F8_LAYOUT!r}")
 
 
@@ -145,25 +163,26 @@ def _mfma_scale(ins: Instr, d: Any) -> Fn:
     sa_op, sb_op = ins.operands[4], ins.operands[5]
     require(isinstance(sa_op, Reg) and sa_op.file == "v" and sa_op.count == 1, ins, "scale A operand")
     require(isinstance(sb_op, Reg) and sb_op.file == "v" and sb_op.count == 1, ins, "scale B operand")
-    k_of = _k_of_f8()
+    split = _k_of_f8() is None
+
+    def operand(w: Wave, x: Any, idx: int) -> np.ndarray:  # [t, K] E4M3 values of row / column t
+        b = _operand_rows(w, x, idx, 8).view(np.uint8).reshape(16, 4, 32)  # [t, g, j]
+        if split:  # j < 16: K = 16 g + j; j >= 16: K = 64 + 16 g + (j - 16)
+            b = b.reshape(16, 4, 2, 16).transpose(0, 2, 1, 3)
+        return nm.E4M3_VALUES[b.reshape(16, 128)]
 
     def run(w: Wave, x: Any) -> None:
-        ab = _read_block(w, x, ia, 8).view(np.uint8)  # [lane, 32]
-        bb = _read_block(w, x, ib, 8).view(np.uint8)
-        if x.checks.on:
+        A = operand(w, x, ia)
+        B = operand(w, x, ib)
+        if x.chk:
             check_vgpr(w, x, sa_op.index, need=0x1)
             check_vgpr(w, x, sb_op.index, need=0x1)
-        sa = nm.e8m0_to_f64(w.v[sa_op.index] & U32(0xFF))  # lane m + 16 kb -> scale (m, kb)
-        sb = nm.e8m0_to_f64(w.v[sb_op.index] & U32(0xFF))
-        A = np.empty((16, 128))
-        B = np.empty((128, 16))
-        A[_T[:, None], k_of] = nm.e4m3_to_f64(ab)
-        B[k_of, _T[:, None]] = nm.e4m3_to_f64(bb)
-        kb = np.arange(128) // 32
-        SA = sa[(np.arange(16)[:, None] + 16 * kb[None, :])]  # [m, k]
-        SB = sb[(np.arange(16)[None, :] + 16 * kb[:, None])]  # [k, n]
-        with np.errstate(all="ignore"):
-            _store_d(w, dst, (A * SA) @ (B * SB) + c(w, x))
+        # lane m + 16 kb holds the scale of row / column m for K block kb (K = 32 kb + i)
+        sa = E8M0_VALUES[w.v[sa_op.index].view(np.uint8)[::4]].reshape(4, 16)  # [kb, m]
+        sb = E8M0_VALUES[w.v[sb_op.index].view(np.uint8)[::4]].reshape(4, 16)  # [kb, n]
+        As = (A.reshape(16, 4, 32) * sa.T[:, :, None]).reshape(16, 128)
+        Bs = (B.T.reshape(4, 32, 16) * sb[:, None, :]).reshape(128, 16)
+        _store_d(w, dst, As @ Bs + c(w, x))
 
     return run
 
@@ -179,17 +198,11 @@ def _mfma_16x16x32_fp8(ins: Instr, d: Any) -> Fn:
     ia = _vreg_block(ins, ins.operands[1], 2)
     ib = _vreg_block(ins, ins.operands[2], 2)
     c = _acc(ins, ins.operands[3])
-    k_of = 8 * _G[:, None] + np.arange(8)[None, :]  # [lane, j]
 
     def run(w: Wave, x: Any) -> None:
-        av = nm.e4m3_to_f64(_read_block(w, x, ia, 2).view(np.uint8))  # [lane, 8]
-        bv = nm.e4m3_to_f64(_read_block(w, x, ib, 2).view(np.uint8))
-        A = np.empty((16, 32))
-        B = np.empty((32, 16))
-        A[_T[:, None], k_of] = av
-        B[k_of, _T[:, None]] = bv
-        with np.errstate(all="ignore"):
-            _store_d(w, dst, A @ B + c(w, x))
+        A = nm.E4M3_VALUES[_operand_rows(w, x, ia, 2).view(np.uint8).reshape(16, 32)]  # A[t][8 g + j]
+        B = np.ascontiguousarray(nm.E4M3_VALUES[_operand_rows(w, x, ib, 2).view(np.uint8).reshape(16, 32)].T)
+        _store_d(w, dst, A @ B + c(w, x))
 
     return run
 
@@ -233,7 +246,7 @@ def _mfma_bf16_k4(mn: int):
             C = np.zeros((mn, mn))
             if ic is not None:
                 C[m_of, t[:, None]] = _read_block(w, x, ic, nreg).view(np.float32).astype(np.float64)
-            with np.errstate(all="ignore"):
+            with QUIET:
                 vals = nm.round_f64_to_f32(A @ B + C)[m_of, t[:, None]]  # [lane, r]
             for i in range(nreg):
                 write_v(w, dst + i, np.ascontiguousarray(vals[:, i]).view(U32))

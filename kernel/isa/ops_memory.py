@@ -32,8 +32,9 @@ from kernel.isa.operands import (
     ssrc,
     vdst,
     write_v,
+    write_vn,
 )
-from kernel.isa.state import LANE_IDS, LANES, M0, PendingOp, Wave
+from kernel.isa.state import LANE_IDS, LANES, M0, PendingOp, Wave, byte_span, no_lanes
 
 Fn = Callable[[Wave, Any], int | None]
 MEM: dict[str, Callable[[Instr, Any], Fn]] = {}
@@ -81,7 +82,7 @@ def _words_to_bytes(ws: list[np.ndarray]) -> np.ndarray:
 def _mark_pending(w: Wave, x: Any, dst: int, n: int, lds: np.ndarray | None, pc: int) -> None:
     tok = x.wg.next_token()
     if dst >= 0:
-        w.vpend[dst : dst + n] = tok
+        w.vpend[dst : dst + n] = [tok] * n
     w.vm.append(PendingOp(tok, lds, (dst, n) if dst >= 0 else None, pc))
 
 
@@ -89,12 +90,12 @@ def _mark_lgkm(w: Wave, x: Any, dst: int, n: int, pc: int) -> None:
     """An LDS operation counted by lgkmcnt; dst >= 0: its VGPR destinations stay pending."""
     tok = x.wg.next_token()
     if dst >= 0:
-        w.vpend[dst : dst + n] = tok
+        w.vpend[dst : dst + n] = [tok] * n
     w.lgkm.append(PendingOp(tok, None, (dst, n) if dst >= 0 else None, pc))
 
 
 def _oob(x: Any, w: Wave, bad: np.ndarray, what: str) -> None:
-    if bad.any():
+    if bad is not no_lanes(bad.shape[0]) and bad.any():
         report(x, w, "out_of_bounds", lanes_of(bad), what)
 
 
@@ -282,10 +283,21 @@ def _global_store(ins: Instr, d: Any) -> Fn:
 def _dma_to_lds(x: Any, w: Wave, b: np.ndarray, size: int, base: int) -> None:
     """Land active lane l's `size` bytes (b[l]) at LDS base + size * l as an outstanding DMA
     (vmcnt); destination bytes outside the allocation are reported and skipped."""
+    g = x.wg
+    g.dma_inflight += 1
+    g.note_write(w.wid)
+    if w.exec_all and base >= 0 and base + LANES * size <= g.lds.size:  # one contiguous block
+        sl = slice(base, base + LANES * size)
+        g.lds[sl] = b.reshape(-1)
+        tok = g.next_token()
+        g.lds_pending[sl] = tok
+        g.lds_writer[sl] = w.wid
+        g.lds_epoch[sl] = g.epoch
+        w.vm.append(PendingOp(tok, sl, None, w.pc))
+        return
     span = np.arange(size, dtype=np.int64)
     lanes = np.nonzero(w.exec)[0]
     idx = (base + size * lanes.astype(np.int64))[:, None] + span
-    g = x.wg
     inside = (idx >= 0).all(axis=1) & (idx < g.lds.size).all(axis=1)
     if not inside.all():
         report(
@@ -330,8 +342,10 @@ def _global_load_lds(ins: Instr, d: Any) -> Fn:
 
 def _lds_index(ins: Instr, w: Wave, x: Any, addr: np.ndarray, size: int, what: str) -> tuple[np.ndarray, np.ndarray]:
     """(active lanes inside the allocation, their byte indices [k, size]); reports the rest."""
+    a = addr.astype(np.int64, copy=False)
+    if w.exec_all and a.min() >= 0 and a.max() + size <= x.wg.lds.size:
+        return LANE_IDS, a[:, None] + byte_span(size)
     act = w.exec
-    a = addr.astype(np.int64)
     inside = act & (a >= 0) & (a + size <= x.wg.lds.size)
     bad = act & ~inside
     if bad.any():
@@ -340,8 +354,19 @@ def _lds_index(ins: Instr, w: Wave, x: Any, addr: np.ndarray, size: int, what: s
     return lanes, a[lanes][:, None] + np.arange(size, dtype=np.int64)
 
 
+def _gather(x: Any, lanes: np.ndarray, idx: np.ndarray, size: int) -> np.ndarray:
+    """[LANES, size] LDS bytes at idx for `lanes` (from _lds_index), 0 for the other lanes."""
+    if lanes is LANE_IDS:
+        return x.wg.lds[idx]
+    b = np.zeros((LANES, size), dtype=np.uint8)
+    b[lanes] = x.wg.lds[idx]
+    return b
+
+
 def check_lds_read(ins: Instr, w: Wave, x: Any, lanes: np.ndarray, idx: np.ndarray) -> None:
     g = x.wg
+    if not g.dma_inflight and not g.others_wrote(w.wid):
+        return  # no byte is pending and no other wave wrote in this epoch: nothing to find
     pend = g.lds_pending[idx]
     if pend.any():
         bad = lanes[(pend != 0).any(axis=1)]
@@ -368,6 +393,7 @@ def check_lds_read(ins: Instr, w: Wave, x: Any, lanes: np.ndarray, idx: np.ndarr
 
 def _lds_write(x: Any, w: Wave, idx: np.ndarray, data: np.ndarray) -> None:
     g = x.wg
+    g.note_write(w.wid)
     g.lds[idx] = data
     g.lds_writer[idx] = w.wid
     g.lds_epoch[idx] = g.epoch
@@ -386,7 +412,7 @@ def _ds_read_sub(ins: Instr, d: Any) -> Fn:
 
     def run(w: Wave, x: Any) -> None:
         lanes, idx = _lds_index(ins, w, x, va(w, x).astype(np.int64) + off, size, "read")
-        if x.checks.on:
+        if x.chk:
             check_lds_read(ins, w, x, lanes, idx)
         b = np.zeros((LANES, 4), dtype=np.uint8)
         b[lanes, :size] = x.wg.lds[idx]
@@ -405,15 +431,20 @@ def _ds_read(ins: Instr, d: Any) -> Fn:
     dst = vdst(ins, ins.operands[0], n)
     va = src32(ins, ins.operands[1])
 
+    span = byte_span(n)
+
     def run(w: Wave, x: Any) -> None:
-        lanes, idx = _lds_index(ins, w, x, va(w, x).astype(np.int64) + off, 4 * n, "read")
-        if x.checks.on:
-            check_lds_read(ins, w, x, lanes, idx)
-        b = np.zeros((LANES, 4 * n), dtype=np.uint8)
-        b[lanes] = x.wg.lds[idx]
-        ws = _bytes_to_words(b, n)
-        for i in range(n):
-            write_v(w, dst + i, ws[i])
+        a = va(w, x).astype(np.int64) + off
+        g = x.wg
+        if w.exec_all and not (a & 3).any() and a.min() >= 0 and a.max() + 4 * n <= g.lds.size:  # dword-aligned, inside
+            if x.chk and (g.dma_inflight or g.others_wrote(w.wid)):
+                check_lds_read(ins, w, x, LANE_IDS, a[:, None] + byte_span(4 * n))
+            write_vn(w, dst, g.lds[: g.lds.size & ~3].view(U32)[(a >> 2)[:, None] + span].T)
+        else:
+            lanes, idx = _lds_index(ins, w, x, a, 4 * n, "read")
+            if x.chk:
+                check_lds_read(ins, w, x, lanes, idx)
+            write_vn(w, dst, _bytes_to_words(_gather(x, lanes, idx, 4 * n), n))
         _mark_lgkm(w, x, dst, n, w.pc)
 
     return run
@@ -449,17 +480,13 @@ def _ds_read_tr8(ins: Instr, d: Any) -> Fn:
     src_byte = (i % 8)[:, None]
 
     def run(w: Wave, x: Any) -> None:
-        if not w.exec.all():
+        if not w.exec_all:
             raise UnsupportedOperands(f"`{ins.text}`: partial EXEC not modelled for the transpose load")
         lanes, idx = _lds_index(ins, w, x, va(w, x).astype(np.int64) + off, 8, "transpose read")
-        if x.checks.on:
+        if x.chk:
             check_lds_read(ins, w, x, lanes, idx)
-        rows = np.zeros((LANES, 8), dtype=np.uint8)
-        rows[lanes] = x.wg.lds[idx]
-        out = rows[src_lane, src_byte]  # [lane, j]
-        ws = _bytes_to_words(np.ascontiguousarray(out), 2)
-        write_v(w, dst, ws[0])
-        write_v(w, dst + 1, ws[1])
+        out = _gather(x, lanes, idx, 8)[src_lane, src_byte]  # [lane, j]
+        write_vn(w, dst, _bytes_to_words(out, 2))
         _mark_lgkm(w, x, dst, 2, w.pc)
 
     return run
@@ -477,7 +504,7 @@ def _ds_bpermute(ins: Instr, d: Any) -> Fn:
 
     def run(w: Wave, x: Any) -> None:
         src = ((va(w, x).astype(np.int64) + off) >> 2) & 63
-        if x.checks.on:
+        if x.chk:
             from kernel.isa.operands import check_vgpr
 
             used = np.zeros(LANES, dtype=bool)
@@ -514,13 +541,9 @@ def _ds_read2(ins: Instr, d: Any) -> Fn:
         a = va(w, x).astype(np.int64)
         for e, o in enumerate((o0, o1)):
             lanes, idx = _lds_index(ins, w, x, a + o * scale, esz, "read")
-            if x.checks.on:
+            if x.chk:
                 check_lds_read(ins, w, x, lanes, idx)
-            b = np.zeros((LANES, esz), dtype=np.uint8)
-            b[lanes] = x.wg.lds[idx]
-            ws = _bytes_to_words(b, k)
-            for i in range(k):
-                write_v(w, dst + e * k + i, ws[i])
+            write_vn(w, dst + e * k, _bytes_to_words(_gather(x, lanes, idx, esz), k))
         _mark_lgkm(w, x, dst, 2 * k, w.pc)
 
     return run
@@ -616,7 +639,7 @@ def _ds_swizzle(ins: Instr, d: Any) -> Fn:
         act = w.exec
         if not act[src[act]].all():
             raise UnsupportedOperands(f"`{ins.text}`: reads an inactive lane (the ISA's value for it is not modelled)")
-        if x.checks.on:
+        if x.chk:
             from kernel.isa.operands import check_vgpr
 
             used = np.zeros(LANES, dtype=bool)

@@ -44,7 +44,7 @@ def _no_mods(ins: Instr) -> None:
 
 
 def _scc_of(w: Wave, x: Any) -> int:
-    if x.checks.on and not w.scc_def:
+    if x.chk and not w.scc_def:
         report(x, w, "uninitialized_read", [], "SCC read before any write")
     return w.scc
 

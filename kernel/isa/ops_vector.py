@@ -28,11 +28,13 @@ from kernel.isa.operands import (
     src64_lo_checked,
     src_pair,
     vdst,
+    write_half,
     write_s,
     write_v,
     write_v64,
+    write_vn,
 )
-from kernel.isa.state import LANES, Wave, mask_to_int
+from kernel.isa.state import LANES, QUIET, Wave, mask_to_int
 
 Fn = Callable[[Wave, Any], int | None]
 U32 = np.uint32
@@ -184,7 +186,7 @@ def _readfirstlane(ins: Instr, d: Any) -> Fn:
     def run(w: Wave, x: Any) -> None:
         act = np.nonzero(w.exec)[0]
         lane = int(act[0]) if act.size else 0
-        if x.checks.on:
+        if x.chk:
             check_vgpr(w, x, idx, lanes=np.arange(LANES) == lane)
         write_s(w, dst, int(w.v[idx][lane]))
 
@@ -312,7 +314,7 @@ def _cmp_factory(ins: Instr, d: Any) -> Fn:
             return (p < q) | (p > q)
 
     def run(w: Wave, x: Any) -> None:
-        with np.errstate(invalid="ignore"):
+        with QUIET:
             r = fn(conv(a(w, x)), conv(b(w, x)))
         write_s(w, dst, mask_to_int(r & w.exec), 2)
 
@@ -377,7 +379,7 @@ def _float_factory(fn, n):
         srcs = [src32(ins, o, flt=True) for o in ins.operands[1:]]
 
         def run(w: Wave, x: Any) -> None:
-            with np.errstate(all="ignore"):
+            with QUIET:
                 write_v(w, dst, fn(*[s(w, x) for s in srcs]))
 
         return run
@@ -400,7 +402,7 @@ def _fmac(ins: Instr, d: Any) -> Fn:
     acc = src32(ins, Reg("v", dst), flt=True)
 
     def run(w: Wave, x: Any) -> None:
-        with np.errstate(all="ignore"):
+        with QUIET:
             write_v(w, dst, bits(nm.fma_f32(f32v(s0(w, x)), f32v(s1(w, x)), f32v(acc(w, x)))))
 
     return run
@@ -430,7 +432,7 @@ def _div_scale(ins: Instr, d: Any) -> Fn:
         fa = a.view(np.float32).astype(np.float64)
         fd, fn_ = den.view(np.float32).astype(np.float64), num.view(np.float32).astype(np.float64)
         ed, en = _exp_field(den), _exp_field(num)
-        with np.errstate(all="ignore"):
+        with QUIET:
             rcp_den = np.abs(1.0 / fd) < 2.0**-1022  # as f64 denormal
             quo_den = (np.abs(fn_ / fd) < 2.0**-126) & (fn_ / fd != 0)
         denorm_d = (ed == 0) & (fd != 0)
@@ -476,7 +478,7 @@ def _div_fmas(ins: Instr, d: Any) -> Fn:
     vcc = lane_mask_src(ins, Reg("s", 106, 2))
 
     def run(w: Wave, x: Any) -> None:
-        with np.errstate(all="ignore"):
+        with QUIET:
             r = nm.fma_f32(f32v(s[0](w, x)), f32v(s[1](w, x)), f32v(s[2](w, x)))
             m = vcc(w, x)
             if (m & w.exec).any():
@@ -501,7 +503,7 @@ def _div_fixup(ins: Instr, d: Any) -> Fn:
         q, den, num = (f32v(v).astype(np.float64) for v in (qb, db, nb))
         sign = np.signbit(den) ^ np.signbit(num)
         ed, en = _exp_field(db), _exp_field(nb)
-        with np.errstate(all="ignore"):
+        with QUIET:
             mag = np.abs(q)
             conds = [
                 (np.isnan(num), num),
@@ -570,7 +572,7 @@ def _pk_f32(ins: Instr, d: Any) -> Fn:
             b = a if same[i] else get_hi[i](w, x)
             lo.append((a ^ sign if neg_lo[i] else a).view(np.float32))
             hi.append((b ^ sign if neg_hi[i] else b).view(np.float32))
-        with np.errstate(all="ignore"):
+        with QUIET:
             if nsrc == 3:
                 r0, r1 = nm.fma_f32(*lo), nm.fma_f32(*hi)
             elif "mul" in name:
@@ -601,14 +603,9 @@ def _cvt_pk_fp8(ins: Instr, d: Any) -> Fn:
     hi = sel[2]
 
     def run(w: Wave, x: Any) -> None:
-        b0 = nm.f32_to_e4m3(f32v(s0(w, x))).astype(U32)
-        b1 = nm.f32_to_e4m3(f32v(s1(w, x))).astype(U32)
-        word = b0 | (b1 << U32(8))
-        prev = w.v[dst]  # the other word is kept, not read: its definedness carries over
-        if hi:
-            write_v(w, dst, (prev & U32(0xFFFF)) | (word << U32(16)), 0xC)
-        else:
-            write_v(w, dst, (prev & U32(0xFFFF0000)) | word, 0x3)
+        codes = nm.f32_to_e4m3(np.stack((s0(w, x), s1(w, x)), axis=1).view(np.float32))  # [lane, (S0, S1)]
+        # the other word is kept, not read: its definedness carries over
+        write_half(w, dst, hi, codes.view(np.uint16).reshape(LANES))
 
     return run
 
@@ -640,14 +637,13 @@ def _cvt_pk_f32_fp8(ins: Instr, d: Any) -> Fn:
     sel = _word_sel(ins)
     dst = vdst(ins, ins.operands[0], 2)
     s0 = src32(ins, ins.operands[1], need=0xC if sel else 0x3)
-    sh = U32(16 * sel)
+
+    b0 = 2 * sel
 
     def run(w: Wave, x: Any) -> None:
-        word = s0(w, x) >> sh
-        lo = nm.e4m3_to_f64((word & U32(0xFF)).astype(np.uint8)).astype(np.float32)
-        hi = nm.e4m3_to_f64(((word >> U32(8)) & U32(0xFF)).astype(np.uint8)).astype(np.float32)
-        write_v(w, dst, bits(lo))
-        write_v(w, dst + 1, bits(hi))
+        pair = np.ascontiguousarray(s0(w, x)).view(np.uint8).reshape(LANES, 4)[:, b0 : b0 + 2]  # [lane, (byte 0, byte 1)]
+        vals = nm.E4M3_VALUES[pair].astype(np.float32)  # exact
+        write_vn(w, dst, vals.view(U32).T)
 
     return run
 
@@ -664,15 +660,13 @@ def _cvt_scalef32_pk_f16_fp8(ins: Instr, d: Any) -> Fn:
     dst = vdst(ins, ins.operands[0])
     s0 = src32(ins, ins.operands[1], need=0xC if sel[0] else 0x3)
     s1 = src32(ins, ins.operands[2], flt=True)
-    sh = U32(16 * sel[0])
+
+    b0 = 2 * sel[0]
 
     def run(w: Wave, x: Any) -> None:
-        word = s0(w, x) >> sh
-        scale = f32v(s1(w, x)).astype(np.float64)
-        vals = [nm.e4m3_to_f64(((word >> U32(8 * i)) & U32(0xFF)).astype(np.uint8)) * scale for i in (0, 1)]
-        with np.errstate(all="ignore"):
-            h = [v.astype(np.float16).view(np.uint16).astype(U32) for v in vals]  # exact product, one RNE
-        write_v(w, dst, h[0] | (h[1] << U32(16)))
+        pair = np.ascontiguousarray(s0(w, x)).view(np.uint8).reshape(LANES, 4)[:, b0 : b0 + 2]  # [lane, (byte 0, byte 1)]
+        vals = nm.E4M3_VALUES[pair] * f32v(s1(w, x)).astype(np.float64)[:, None]  # exact product
+        write_v(w, dst, vals.astype(np.float16).view(U32).reshape(LANES))  # one RNE; low half from byte 0
 
     return run
 
@@ -710,9 +704,9 @@ def _permlane_swap(ins: Instr, d: Any) -> Fn:
     span = 16 if "16" in ins.mnemonic else 32
 
     def run(w: Wave, x: Any) -> None:
-        if not w.exec.all():
+        if not w.exec_all:
             raise UnsupportedOperands(f"`{ins.text}`: partial EXEC not modelled")
-        if x.checks.on:
+        if x.chk:
             check_vgpr(w, x, a)
             check_vgpr(w, x, b)
         va, vb = w.v[a].copy(), w.v[b].copy()
@@ -775,7 +769,7 @@ def _fcmp_extra_factory(ins: Instr, d: Any) -> Fn:
 
     def run(w: Wave, x: Any) -> None:
         p, q = a(w, x).view(np.float32), b(w, x).view(np.float32)
-        with np.errstate(invalid="ignore"):
+        with QUIET:
             if cop in _FCMP_NEG:
                 r = ~_FCMP_NEG[cop](p, q)
             elif cop == "nlg":
@@ -833,7 +827,7 @@ def _mad_i64(ins: Instr, d: Any) -> Fn:
     def run(w: Wave, x: Any) -> None:
         p = s0(w, x).view(np.int32).astype(np.int64) * s1(w, x).view(np.int32).astype(np.int64)  # |p| <= 2^62
         c = s2(w, x).view(np.int64)
-        with np.errstate(over="ignore"):
+        with QUIET:
             s = p + c  # wraps mod 2^64
         pos_ovf = (p >= 0) & (c >= 0) & (s < 0)
         neg_ovf = (p < 0) & (c < 0) & (s >= 0)
@@ -857,7 +851,7 @@ def _ldexp(ins: Instr, d: Any) -> Fn:
 
     def run(w: Wave, x: Any) -> None:
         e = np.clip(s1(w, x).view(np.int32).astype(np.int64), -300, 300)
-        with np.errstate(all="ignore"):
+        with QUIET:
             r = np.ldexp(f32v(s0(w, x)).astype(np.float64), e)
         write_v(w, dst, bits(nm.round_f64_to_f32(r)))
 

@@ -10,6 +10,7 @@ the checker can report a read before any write without false alarms on partial w
 from __future__ import annotations
 
 from collections import deque
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,34 @@ VCC = 106
 EXEC = 126
 M0 = 124
 LANE_IDS = np.arange(LANES, dtype=np.int64)
+_LANE_SHIFTS = np.arange(LANES, dtype=np.uint64)
+ALL_LANES = np.ones(LANES, dtype=bool)
+ALL_LANES.setflags(write=False)
+# run_workgroup runs every instruction under np.errstate(all="ignore") (IEEE specials are values
+# there); the semantics use this no-op context where they would otherwise enter their own.
+QUIET = nullcontext()
+_SPANS: dict[int, np.ndarray] = {}
+
+
+_NONE: dict[int, np.ndarray] = {}
+
+
+def no_lanes(n: int) -> np.ndarray:
+    """bool[n] of False (cached; read-only): 'no lane' results of the fast paths."""
+    a = _NONE.get(n)
+    if a is None:
+        a = _NONE[n] = np.zeros(n, dtype=bool)
+        a.setflags(write=False)
+    return a
+
+
+def byte_span(n: int) -> np.ndarray:
+    """arange(n) as int64 (cached; read-only)."""
+    a = _SPANS.get(n)
+    if a is None:
+        a = _SPANS[n] = np.arange(n, dtype=np.int64)
+        a.setflags(write=False)
+    return a  # shared by every wave whose EXEC is all ones: never written in place
 
 
 class Checks:
@@ -87,6 +116,22 @@ class GlobalMemory:
                 raise ValueError(f"buffer {name} [{start:#x}, {end:#x}) overlaps {r.name} [{r.start:#x}, {r.end:#x})")
         self.regions.append(Region(start, end, data, name))
 
+    def _region_of(self, lo: int, hi: int) -> Region | None:
+        """The region holding all of [lo, hi), if one does."""
+        for r in self.regions:
+            if r.start <= lo and hi <= r.end:
+                return r
+        return None
+
+    def _span(self, addr: np.ndarray, size: int, sel: np.ndarray) -> tuple[Region | None, np.ndarray]:
+        """Fast path: the one region holding every selected lane's [addr, addr + size) and those
+        lanes' byte offsets in it; (None, empty) when the lanes do not share one region."""
+        a = addr[sel]
+        r = self._region_of(int(a.min()), int(a.max()) + size)
+        if r is None:
+            return None, a
+        return r, (a - np.uint64(r.start)).astype(np.int64)
+
     def locate(self, addr: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
         """(region index per lane, -1 when [addr, addr + size) is not inside one region; byte
         offset inside it)."""
@@ -103,7 +148,21 @@ class GlobalMemory:
     def read(self, addr: np.ndarray, size: int, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bytes [n, size] at addr for the lanes set in `lanes` (others 0), and the lanes whose
         access fell outside every buffer."""
+        if lanes is ALL_LANES:  # every lane: the one-region fast path needs no selection
+            a = addr.astype(np.uint64, copy=False)
+            r = self._region_of(int(a.min()), int(a.max()) + size)
+            if r is not None:
+                off = (a - np.uint64(r.start)).astype(np.int64)
+                return r.data[off[:, None] + byte_span(size)], no_lanes(addr.shape[0])
         out = np.zeros((addr.shape[0], size), dtype=np.uint8)
+        sel = np.flatnonzero(lanes)
+        if sel.size == 0:
+            return out, no_lanes(addr.shape[0])
+        addr = addr.astype(np.uint64, copy=False)
+        r, off = self._span(addr, size, sel)
+        if r is not None:
+            out[sel] = r.data[off[:, None] + byte_span(size)]
+            return out, no_lanes(addr.shape[0])
         idx, off = self.locate(addr, size)
         bad = lanes & (idx < 0)
         span = np.arange(size, dtype=np.int64)
@@ -114,8 +173,19 @@ class GlobalMemory:
         return out, bad
 
     def write(self, addr: np.ndarray, data: np.ndarray, lanes: np.ndarray) -> np.ndarray:
-        """Write data [n, size] for the selected lanes (in lane order); return the lanes outside."""
+        """Write data [n, size] for the selected lanes (in lane order: where two lanes' bytes
+        coincide, the higher lane's win); return the lanes outside."""
         size = data.shape[1]
+        sel = np.flatnonzero(lanes)
+        if sel.size == 0:
+            return no_lanes(addr.shape[0])
+        addr = addr.astype(np.uint64, copy=False)
+        r, off = self._span(addr, size, sel)
+        if r is not None:
+            srt = np.sort(off)
+            if sel.size == 1 or (srt[1:] - srt[:-1] >= size).all():  # no two lanes share a byte: order is moot
+                r.data[(off[:, None] + byte_span(size)).reshape(-1)] = data[sel].reshape(-1)
+                return no_lanes(addr.shape[0])
         idx, off = self.locate(addr, size)
         bad = lanes & (idx < 0)
         span = np.arange(size, dtype=np.int64)
@@ -138,7 +208,7 @@ class PendingOp:
     destinations (register index range) for the checkers."""
 
     token: int
-    lds_bytes: np.ndarray | None
+    lds_bytes: np.ndarray | slice | None  # LDS byte indices (or a slice) of a DMA
     vgprs: tuple[int, int] | None
     pc: int
     sgprs: tuple[int, int] | None = None
@@ -152,13 +222,14 @@ class Wave:
         self.wid = wid
         self.v = np.zeros((n_vgpr, LANES), dtype=np.uint32)
         self.vdef = np.zeros((n_vgpr, LANES), dtype=np.uint8)  # defined bytes, bit b = byte b
-        self.vpend = np.zeros(n_vgpr, dtype=np.int64)  # token of an outstanding load into it, 0 none
+        self.vpend = [0] * n_vgpr  # token of an outstanding load into it, 0 none
         self.vfull = [False] * n_vgpr  # cache: every byte of every lane defined (fast check path)
         self.s = [0] * SGPR_FILE
         self.sdef = [False] * SGPR_FILE
         self.scc = 0
         self.scc_def = False
-        self.exec = np.ones(LANES, dtype=bool)
+        self.exec = ALL_LANES
+        self.exec_all = True  # cache: EXEC is all ones
         self.pc = 0
         self.done = False
         self.at_barrier = False
@@ -170,7 +241,8 @@ class Wave:
     # ---- scalar registers
     def set_exec_from_sgprs(self) -> None:
         val = self.s[EXEC] | (self.s[EXEC + 1] << 32)
-        self.exec = ((val >> LANE_IDS.astype(np.uint64)) & 1).astype(bool) if val != 0xFFFFFFFFFFFFFFFF else np.ones(LANES, dtype=bool)
+        self.exec_all = val == 0xFFFFFFFFFFFFFFFF
+        self.exec = ALL_LANES if self.exec_all else int_to_mask(val)
 
     def exec_value(self) -> int:
         return self.s[EXEC] | (self.s[EXEC + 1] << 32)
@@ -181,8 +253,19 @@ def mask_to_int(mask: np.ndarray) -> int:
     return int(np.packbits(mask.astype(np.uint8), bitorder="little").view(np.uint64)[0])
 
 
+_MASKS: dict[int, np.ndarray] = {}
+
+
 def int_to_mask(val: int) -> np.ndarray:
-    return ((np.uint64(val & 0xFFFFFFFFFFFFFFFF) >> LANE_IDS.astype(np.uint64)) & np.uint64(1)).astype(bool)
+    """64-bit integer -> bool[64], lane i = bit i (shared and read-only: never write into it)."""
+    val &= 0xFFFFFFFFFFFFFFFF
+    m = _MASKS.get(val)
+    if m is None:
+        m = ((np.uint64(val) >> _LANE_SHIFTS) & np.uint64(1)).astype(bool)
+        m.setflags(write=False)
+        if len(_MASKS) < 4096:
+            _MASKS[val] = m
+    return m
 
 
 class Workgroup:
@@ -197,6 +280,21 @@ class Workgroup:
         self.epoch = 0  # barriers completed
         self.checks = checks
         self.token = 0
+        self.dma_inflight = 0  # LDS DMAs issued and not yet retired (0: no byte is pending)
+        self.writers: set[int] = set()  # waves that wrote LDS bytes in epoch writers_epoch
+        self.writers_epoch = -1
+
+    def note_write(self, wid: int) -> None:
+        """Wave `wid` wrote (or landed DMA) bytes in the current epoch."""
+        if self.writers_epoch != self.epoch:
+            self.writers_epoch = self.epoch
+            self.writers = set()
+        self.writers.add(wid)
+
+    def others_wrote(self, wid: int) -> bool:
+        """Whether a wave other than `wid` may have written LDS bytes in the current epoch
+        (False means no LDS read of `wid` can race)."""
+        return self.writers_epoch == self.epoch and bool(self.writers - {wid})
 
     def next_token(self) -> int:
         self.token += 1

@@ -1,8 +1,11 @@
 """The gfx950 sparse MLA kernel's algorithm, step by step, in torch (CPU or any GPU).
 
 All rows and heads are processed at once; the only loops are over row chunks (bounded memory),
-over 128-key tiles, and over the fixed in-tile accumulation steps. Stages carry the names the
-FlyDSL kernel uses:
+over 128-key tiles, and over the fixed in-tile accumulation steps. With the default per-tile
+stages the tiles of a chunk run batched (`_run_chunk_batched`): every stage without state across
+tiles runs once for a group of tiles, and only the running m, l and o are updated tile by tile,
+bit-identical to the per-tile loop (`batch_tiles=False`). Stages carry the names the FlyDSL
+kernel uses:
 
     read_q          q rows and heads through their strides (f32 view of bf16)
     tile_count      tiles per row: ceil(len / 128), or with has_invalid ceil(last_valid / 128)
@@ -35,6 +38,7 @@ Modelling choices where the hardware is not documented:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from collections.abc import Callable
@@ -57,6 +61,10 @@ LO_E8M0_OFFSET = 5
 MIN_HI_E8M0 = 5
 LN2_F32 = float(torch.tensor(math.log(2.0), dtype=torch.float32))
 DEFAULT_ROW_KEY_BUDGET = {"cpu": 1 << 16, "cuda": 1 << 19}  # rows * 128 keys per chunk (bounds memory per tile)
+# Key slots per group of tiles run batched (_run_chunk_batched), at most the budget above. On a
+# CPU small groups stay in cache and reuse the allocator's memory (larger tensors cost page
+# faults and cache misses that outweigh the launches saved); on a GPU the launches dominate.
+TILE_GROUP_SLOTS = {"cpu": 1 << 10, "cuda": 1 << 19}
 
 
 def f32(x: torch.Tensor) -> torch.Tensor:
@@ -120,13 +128,21 @@ def tile_count(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, 
     return (last_valid + TILE - 1) // TILE
 
 
-def load_slots(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(slots, masked) [R, 128] for tile `tile` of each row: KV row per position (0 where masked)."""
-    positions = tile * TILE + torch.arange(TILE, device=r_beg.device)
+def load_slot_range(
+    indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, first_tile: int, n_tiles: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(slots, masked) [R, n_tiles * 128] for tiles first_tile .. first_tile + n_tiles - 1 of each
+    row: KV row per position (0 where masked)."""
+    positions = first_tile * TILE + torch.arange(n_tiles * TILE, device=r_beg.device)
     in_row = positions < r_len.unsqueeze(1)
     entries = bounded_read(indices, r_beg.unsqueeze(1) + positions)
     masked = ~in_row | (entries < 0)
     return torch.where(masked, 0, entries), masked
+
+
+def load_slots(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(slots, masked) [R, 128] for tile `tile` of each row: KV row per position (0 where masked)."""
+    return load_slot_range(indices, r_beg, r_len, tile, 1)
 
 
 def gather_records(kv_rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
@@ -250,21 +266,40 @@ def online_softmax(
     P = exp2(x - max(m_new - 8, -1e20)); each (wave w, lane group g) sums its 8 keys
     32w + 16s + 4g + r in (s, r) order and does l = l * alpha + psum.
     """
-    x = scores * c_log2
-    x = torch.where(masked.unsqueeze(1), MASKED_SCORE, x)  # the f32 value of -1e30
-    tile_max = torch.where(torch.isnan(x), float("-inf"), x).amax(dim=-1)
-    m_new = torch.maximum(state.m, tile_max)
+    x = tile_logits(scores, masked, c_log2)
+    m_new = torch.maximum(state.m, tile_max(x))
     alpha = exp2_f32(state.m - m_new)
-    m_clamped = torch.clamp_min(m_new - P_SHIFT, M_FLOOR)
-    p = exp2_f32(x - m_clamped.unsqueeze(-1))
+    p = tile_p(x, m_new)
     r, heads, _ = p.shape
-    lanes = p.reshape(r, heads, 4, 2, 4, 4).permute(0, 1, 2, 4, 3, 5).reshape(r, heads, 4, 4, 8)  # [.., w, g, (s, r)]
-    psum = torch.zeros(r, heads, 4, 4, dtype=torch.float32, device=p.device)
-    for k in range(8):
-        psum = psum + lanes[..., k]
-    state.l_parts = state.l_parts * alpha.view(r, heads, 1, 1) + psum
+    state.l_parts = state.l_parts * alpha.view(r, heads, 1, 1) + lane_sums(p)
     state.m = m_new
     return p, alpha
+
+
+def tile_logits(scores: torch.Tensor, masked: torch.Tensor, c_log2: torch.Tensor) -> torch.Tensor:
+    """x = s * c_log2 f32 [..., H, 128], masked keys (masked [..., 128]) at the f32 value of -1e30."""
+    return torch.where(masked.unsqueeze(-2), MASKED_SCORE, scores * c_log2)
+
+
+def tile_max(x: torch.Tensor) -> torch.Tensor:
+    """Max over a tile's keys f32 [..., H], NaN scores left out (never NaN: -1e30 at least)."""
+    return torch.where(torch.isnan(x), float("-inf"), x).amax(dim=-1)
+
+
+def tile_p(x: torch.Tensor, m_new: torch.Tensor) -> torch.Tensor:
+    """P = exp2(x - max(m_new - 8, -1e20)) f32 [..., H, 128] for m_new f32 [..., H]."""
+    return exp2_f32(x - torch.clamp_min(m_new - P_SHIFT, M_FLOOR).unsqueeze(-1))
+
+
+def lane_sums(p: torch.Tensor) -> torch.Tensor:
+    """psum f32 [..., H, 4 waves, 4 lane groups] of P [..., H, 128]: (wave w, lane group g) sums
+    its 8 keys 32w + 16s + 4g + r in (s, r) order, starting from 0."""
+    lead = p.shape[:-1]
+    lanes = p.reshape(*lead, 4, 2, 4, 4).transpose(-3, -2).reshape(*lead, 4, 4, 8)  # [.., w, g, (s, r)]
+    psum = torch.zeros(*lead, 4, 4, dtype=torch.float32, device=p.device)
+    for k in range(8):
+        psum = psum + lanes[..., k]
+    return psum
 
 
 def scale_p(p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
@@ -283,6 +318,15 @@ def pv_accumulate(
     """o = f32(o * alpha), then o += V^T P' by 4 f16 MFMAs (32 keys each) per 128-dim block.
 
     V codes of masked keys are zeroed, so a NaN row they fall back to cannot reach o."""
+    terms = pv_terms(p_scaled, records, masked)
+    o = o * alpha.unsqueeze(-1)
+    for kk in range(4):
+        o = add_f32(o, terms[:, kk])
+    return o
+
+
+def pv_terms(p_scaled: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """The 4 f16 PV MFMAs' exact products f64 [R, kk, H, 512] of one tile (see pv_accumulate)."""
     r, heads, _, _ = p_scaled.shape
     codes = torch.where(masked.unsqueeze(-1), 0, records[..., :SCALE_OFFSET]).to(torch.uint8)
     # key = 64 hf + 32 a + 16 b + 8 c + 4 sub + t  ->  [hf, sub] x 32 keys (permuted as bytes)
@@ -292,11 +336,7 @@ def pv_accumulate(
         p_scaled.to(torch.float64).reshape(r, heads, 2, 2, 2, 2, 2, 4, 4).permute(0, 1, 2, 6, 8, 3, 4, 5, 7).reshape(r, heads, 4, 4, 32)
     )  # [R, H, kk, b, 32]
     terms = torch.matmul(p_groups.permute(0, 2, 3, 1, 4), v_groups)  # [R, kk, b, H, 128]
-    terms = terms.permute(0, 1, 3, 2, 4).reshape(r, 4, heads, LATENT_DIM)
-    o = o * alpha.unsqueeze(-1)
-    for kk in range(4):
-        o = add_f32(o, terms[:, kk])
-    return o
+    return terms.permute(0, 1, 3, 2, 4).reshape(r, 4, heads, LATENT_DIM)
 
 
 def finalize(state: SoftmaxState) -> tuple[torch.Tensor, torch.Tensor]:
@@ -333,6 +373,90 @@ class Stages:
 DEFAULT_STAGES = Stages()
 
 
+_TILE_STAGES = ("load_slots", "gather_records", "qk_scores", "online_softmax", "scale_p", "pv_accumulate")
+
+
+def tiles_batchable(stages: Stages) -> bool:
+    """True when the per-tile stages of `stages` are the default ones, which _run_chunk_batched
+    runs over many tiles at once (a variant replacing one of them runs tile by tile)."""
+    return all(getattr(stages, name) is getattr(DEFAULT_STAGES, name) for name in _TILE_STAGES)
+
+
+def _live_counts(chunk_tiles: list[int], first: int, last: int) -> list[int]:
+    """For each tile t in first..last - 1: how many rows of the chunk (tile counts sorted
+    descending) have more than t tiles (they form a prefix)."""
+    ascending = chunk_tiles[::-1]
+    return [len(chunk_tiles) - bisect.bisect_right(ascending, t) for t in range(first, last)]
+
+
+def _run_chunk_batched(
+    state: SoftmaxState,
+    rows: torch.Tensor,
+    chunk_tiles: list[int],
+    qq: QuantizedQ,
+    indices: torch.Tensor,
+    r_beg: torch.Tensor,
+    r_len: torch.Tensor,
+    kv_rows: torch.Tensor,
+    c_log2: torch.Tensor,
+    budget: int,
+    peak: torch.Tensor | None,
+) -> torch.Tensor | None:
+    """All tiles of one chunk of rows (sorted by tile count, descending) into `state`, in groups
+    of tiles whose key slots fit `budget`; returns the updated peak slot (check_slots).
+
+    The per-tile loop of run_emulated, reorganised: within a group, everything that does not
+    carry state from tile to tile (slots, records, QK scores, x, tile max, P, P', the PV MFMA
+    products) is computed for all the group's tiles in one pass of each stage, on the rows live
+    at the group's first tile; what carries state is done tile by tile on the rows live at that
+    tile, with the same f32 operations: m = max(m, tile max) (on every row of the group: a tile
+    past a row's count is masked here, its tile max is -1e30 and m >= -1e30 is never NaN, so m
+    keeps its bits), l = l * alpha + psum, o = f32(o * alpha) then the 4 rounded MFMA adds.
+    alpha = exp2(m_old - m_new) and P then use each tile's m exactly as the loop does."""
+    heads = state.m.shape[1]
+    device = state.m.device
+    total = chunk_tiles[0] if chunk_tiles else 0
+    first = 0
+    while first < total:
+        live0 = _live_counts(chunk_tiles, first, first + 1)[0]
+        group = min(total - first, max(1, budget // (live0 * TILE)))  # budget: min(row_key_budget, TILE_GROUP_SLOTS)
+        live = _live_counts(chunk_tiles, first, first + group)
+        grows = rows[:live0]
+        slots, masked = load_slot_range(indices, r_beg[grows], r_len[grows], first, group)
+        if chunk_tiles[live0 - 1] < first + group:  # some row ends inside the group: mask its tiles past its count
+            tile_of = first + torch.arange(group, device=device).repeat_interleave(TILE)
+            past = tile_of >= torch.tensor(chunk_tiles[:live0], device=device).unsqueeze(1)
+            masked = masked | past
+            slots = torch.where(past, 0, slots)
+        top = slots.max()
+        peak = top if peak is None else torch.maximum(peak, top)
+        records = gather_records(kv_rows, slots).view(live0 * group, TILE, RECORD_BYTES)
+        masked = masked.view(live0 * group, TILE)
+        scores = qk_scores(qq, grows.repeat_interleave(group), records)  # [(row, tile), H, 128]
+        x = tile_logits(scores, masked, c_log2).view(live0, group, heads, TILE)
+        t_max = tile_max(x)
+        m_hist = torch.empty(live0, group + 1, heads, dtype=torch.float32, device=device)
+        m_hist[:, 0] = state.m[:live0]
+        for t in range(group):
+            torch.maximum(m_hist[:, t], t_max[:, t], out=m_hist[:, t + 1])
+        alpha = exp2_f32(m_hist[:, :group] - m_hist[:, 1:])  # [row, tile, H]
+        p = tile_p(x, m_hist[:, 1:])
+        psum = lane_sums(p)  # [row, tile, H, 4, 4]
+        p_scaled = scale_p(p.view(live0 * group, heads, TILE), records, masked)
+        terms = pv_terms(p_scaled, records, masked).view(live0, group, 4, heads, LATENT_DIM)
+        for t in range(group):
+            n = live[t]
+            l_parts, o = state.l_parts[:n], state.o[:n]
+            torch.mul(l_parts, alpha[:n, t].view(n, heads, 1, 1), out=l_parts)
+            l_parts.add_(psum[:n, t])
+            torch.mul(o, alpha[:n, t].unsqueeze(-1), out=o)
+            for kk in range(4):
+                torch.add(o, terms[:n, t, kk], out=o)  # f64 sum rounded once to f32 (add_f32)
+        state.m[:live0] = m_hist[:, group]
+        first += group
+    return peak
+
+
 def run_emulated(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -345,8 +469,16 @@ def run_emulated(
     out: torch.Tensor | None = None,
     stages: Stages = DEFAULT_STAGES,
     row_key_budget: int | None = None,
+    batch_tiles: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The emulated gfx950 kernel with the contract's signature (stages swappable)."""
+    """The emulated gfx950 kernel with the contract's signature (stages swappable).
+
+    row_key_budget: key slots (rows x keys) per step, bounding memory (default
+    DEFAULT_ROW_KEY_BUDGET for the device). batch_tiles: run a step's tiles batched
+    (_run_chunk_batched: the same operations on the same values, a few launches per tile instead
+    of one pass of every stage per tile); None = whenever the per-tile stages are the default
+    ones (tiles_batchable), False = the per-tile loop (the definition both paths must match bit
+    for bit)."""
     info, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     if empty is not None:
         return empty
@@ -374,6 +506,10 @@ def run_emulated(
             l_parts=torch.zeros(rows.numel(), heads, 4, 4, dtype=torch.float32, device=device),
             o=torch.zeros(rows.numel(), heads, LATENT_DIM, dtype=torch.float32, device=device),
         )
+        if batch_tiles if batch_tiles is not None else tiles_batchable(stages):
+            group_slots = min(budget, TILE_GROUP_SLOTS.get(device.type, TILE_GROUP_SLOTS["cpu"]))
+            peak = _run_chunk_batched(state, rows, chunk_tiles, qq, indices, r_beg, r_len, kv_rows, c_log2, group_slots, peak)
+            chunk_tiles = []  # done: the per-tile loop below runs no tile
         live = len(chunk_tiles)
         for tile in range(chunk_tiles[0] if chunk_tiles else 0):
             while chunk_tiles[live - 1] <= tile:

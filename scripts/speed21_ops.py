@@ -1,0 +1,159 @@
+"""Per-call cost of the references and the gathered-KV adapters: torch ops, host syncs, time.
+
+For each kernel (`oracle`, `emulated`, `torch-sdpa`; `flashmla-prefill` on a Hopper GPU) on the
+bench's inputs (conformance bench shapes: n_q rows of KEYS uniform keys, H heads), one call
+under a counting dispatch mode gives the number of aten ops (on a GPU: about one kernel launch
+each) and of host synchronisations (ops that read device data back to the host:
+`_local_scalar_dense` (item, int(), bool()), `nonzero`, `unique`, ... listed in SYNC_OPS); then
+the median time per call over repeated calls (CPU: process time; CUDA: device events).
+The adapters are timed on the second call with the same tensors (a serving engine's next
+layer: the index layout and the dequantised cache are kept), and, as `NAME:new-cache`, on a
+fresh copy of the cache each call (the first call on a cache).
+
+Usage: python scripts/speed21_ops.py [--n-q 1,64] [--keys 2048] [--heads 16] [--cache-rows 65536]
+       [--kernels oracle,emulated,torch-sdpa] [--iters 5] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+try:
+    from conformance.tools.bench import build_cache, build_inputs
+except ImportError:  # before the conformance/tools move
+    from conformance.bench import build_cache, build_inputs  # type: ignore[no-redef]
+
+SYNC_OPS = ("_local_scalar_dense", "nonzero", "unique", "masked_select", "repeat_interleave", "equal", "is_nonzero")
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten ops dispatched inside it (by overload packet name)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+    @property
+    def syncs(self) -> dict[str, int]:
+        """Ops among SYNC_OPS and how often each ran (repeat_interleave syncs only without output_size)."""
+        return {name: n for name, n in self.ops.items() if any(name.startswith(s) for s in SYNC_OPS)}
+
+
+def count_ops(fn: Callable[[], object]) -> OpCounter:
+    """The ops of one call of fn."""
+    counter = OpCounter()
+    with counter:
+        fn()
+    return counter
+
+
+def median_ms(fn: Callable[[], object], device: torch.device, iters: int) -> float:
+    """Median per-call time in ms (CUDA events on a GPU, process time on the CPU)."""
+    samples = []
+    for _ in range(iters):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end))
+        else:
+            t0 = time.process_time()
+            fn()
+            samples.append((time.process_time() - t0) * 1e3)
+    return statistics.median(samples)
+
+
+def kernel_calls(name: str, inputs: Any) -> list[tuple[str, Callable[[], object]]]:
+    """(row, callable) for kernel `name` on `inputs`; [] when it cannot run here."""
+    args = (inputs.q, inputs.kv_cache, inputs.indices, inputs.indptr, inputs.softmax_scale)
+    if name == "oracle":
+        from oracle.reference import reference
+
+        return [("oracle", lambda: reference(*args))]
+    if name == "bound":
+        from oracle.bound import evaluate_modes
+        from oracle.profiles import load_profile
+
+        profile = load_profile("gfx950")
+        return [("bound", lambda: evaluate_modes(*args, profile=profile))]
+    from kernel.registry import BackendUnavailable, resolve
+
+    try:
+        backend = resolve(name)
+    except BackendUnavailable as err:
+        print(f"{name}: unavailable: {err}", file=sys.stderr)
+        return []
+    if inputs.q.device.type not in backend.devices:
+        return []
+    rows: list[tuple[str, Callable[[], object]]] = [(name, lambda: backend(*args, return_lse=True))]
+    if name != "emulated":
+        q, kv, idx, ptr, scale = args
+        rows.append((name + ":new-cache", lambda: backend(q, kv.clone(), idx, ptr, scale, return_lse=True)))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n-q", default="1,64")
+    parser.add_argument("--keys", type=int, default=2048)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--cache-rows", type=int, default=1 << 16)
+    parser.add_argument("--kernels", default="oracle,emulated,torch-sdpa")
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    cache = build_cache(args.cache_rows, device)
+    results = []
+    print(f"device {device}; keys {args.keys}, H {args.heads}, cache {args.cache_rows} rows")
+    print(f"{'KERNEL':<24} {'N_Q':>5} {'OPS':>6} {'SYNCS':>6} {'MEDIAN ms':>10}  sync ops")
+    for n_q in [int(x) for x in args.n_q.split(",")]:
+        inputs = build_inputs(cache, n_q, args.keys, args.heads)
+        for name in args.kernels.split(","):
+            for row, fn in kernel_calls(name, inputs):
+                fn()  # warm: caches filled, lazy imports done
+                counter = count_ops(fn)
+                ms = median_ms(fn, device, args.iters)
+                syncs = counter.syncs
+                results.append(
+                    {
+                        "kernel": row,
+                        "n_q": n_q,
+                        "ops": counter.total,
+                        "syncs": syncs,
+                        "median_ms": ms,
+                        "top_ops": counter.ops.most_common(12),
+                    }
+                )
+                print(f"{row:<24} {n_q:>5} {counter.total:>6} {sum(syncs.values()):>6} {ms:>10.3f}  {syncs or ''}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": str(device), "results": results}, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

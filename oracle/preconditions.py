@@ -1001,6 +1001,16 @@ def check_call(
     return sort_findings(found)
 
 
+def _consumed_positions(start: torch.Tensor, length: torch.Tensor, n: int) -> torch.Tensor:
+    """bool [n]: stream positions inside some slice [start, start + length) (length >= 0), clipped
+    to the stream [0, n)."""
+    delta = torch.zeros(n + 1, dtype=torch.int64, device=start.device)
+    live = length > 0
+    delta.index_add_(0, start[live].clamp(0, n), torch.ones_like(start[live]))
+    delta.index_add_(0, (start + length)[live].clamp(0, n), -torch.ones_like(start[live]))
+    return torch.cumsum(delta, 0)[:n] > 0
+
+
 def score_range_findings(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -1019,6 +1029,7 @@ def score_range_findings(
       f32's largest finite value, so a partial sum of q . K may overflow in f32 (K's latent as the
       stored code * scale). Checked exactly per key, but only for query rows whose cheap bound
       ||q||_1 * max|K| could reach it.
+    Only consumed entries count (an unconsumed entry may hold anything, a 0-row cache included).
     Vectorised over the oracle's padded row chunks; never raises for in-range inputs."""
     from oracle.rows import iter_chunks  # the oracle's gathering step (no import cycle at module load)
 
@@ -1044,12 +1055,13 @@ def score_range_findings(
     kv = kv_cache.reshape(-1, RECORD_BYTES)
     start = indptr[:-1].to(torch.int64)
     length = (indptr[1:].to(torch.int64) - start).clamp_min(0)
-    # cheap bound per query row: ||q||_1 (over heads: the largest) times the largest |K| it may read
+    # cheap bound per query row: ||q||_1 (over heads: the largest) times the largest |K| it may
+    # read; only consumed entries are keys (unconsumed entries of the stream may hold anything)
     ids = indices.to(torch.int64)
-    usable = ids if not has_invalid else ids.clamp_min(0)
+    usable = ids[_consumed_positions(start, length, ids.numel()) & (ids >= 0) & (ids < kv.shape[0])]
     if usable.numel() == 0:
         return found
-    recs = kv[usable.clamp(0, kv.shape[0] - 1).to(kv.device)]
+    recs = kv[usable.to(kv.device)]
     scale = recs[:, SCALE_OFFSET : SCALE_OFFSET + 16].contiguous().view(torch.float32).abs().to(torch.float64).amax(dim=-1)
     rope = recs[:, ROPE_OFFSET:].contiguous().view(torch.bfloat16).to(torch.float64).abs().amax(dim=-1)
     k_max = float(torch.maximum(scale * 448.0, rope).max().cpu()) if recs.shape[0] else 0.0

@@ -524,3 +524,24 @@ def test_f32_overflow_findings() -> None:
     found = pc.check_call(big, p.kv_cache, p.indices, p.indptr, has_invalid=False, softmax_scale=1e-40)
     assert [f.kind for f in found] == [pc.KIND_SCORE_OVERFLOW]
     assert found[0].count == 4 and found[0].examples[0]["sum_abs_q_times_abs_k"] >= pc.F32_MAX
+
+
+def test_check_call_reads_only_consumed_entries() -> None:
+    """A 0-row cache with every row empty and unconsumed entries in the stream (which may hold
+    anything: row 0 of no cache, out of range, negative) is a valid call: check_call reports no
+    violation (only the negative row length's notice), with the softmax scale too (it used to
+    raise IndexError)."""
+    from strategies.materialize import materialize
+    from strategies.recipe import Recipe
+
+    p = materialize(Recipe(seed=1, n_q=2, heads=1, row_lengths=(0, -1), stream_offset=2, cache_rows=0, stream_tail=5), "cpu")
+    assert p.kv_cache.shape[0] == 0 and p.indices.numel() > 0
+    for indices in (p.indices, torch.full_like(p.indices, 2**31 - 1), torch.full_like(p.indices, -7)):
+        for has_invalid in (False, True):
+            found = pc.check_call(p.q, p.kv_cache, indices, p.indptr, has_invalid=has_invalid, softmax_scale=0.04)
+            assert [f.kind for f in found] == [pc.KIND_NEG_ROW_LEN]
+    # garbage around the consumed slice of a real cache is no violation either
+    g = materialize(Recipe(seed=2, n_q=1, heads=1, row_lengths=(3,), stream_offset=2, cache_rows=8, stream_tail=2), "cpu")
+    garbage = g.indices.clone()
+    garbage[:2], garbage[-2:] = torch.tensor([-(2**31), 8], dtype=torch.int32), torch.tensor([2**31 - 1, -1], dtype=torch.int32)
+    assert pc.check_call(g.q, g.kv_cache, garbage, g.indptr, has_invalid=False, softmax_scale=0.04) == []

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernel.isa.consts import K
+
 F32_EXP_MASK = np.uint32(0x7F800000)
 F32_MANT_MASK = np.uint32(0x007FFFFF)
 F32_SIGN = np.uint32(0x80000000)
@@ -87,6 +89,8 @@ def _e4m3_decode_table() -> np.ndarray:
 
 
 E4M3_VALUES = _e4m3_decode_table()  # float64 value of every code (NaN for 0x7F / 0xFF)
+# value of the low byte (row 0) and the high byte (row 1) of every 16-bit word
+E4M3_WORD_VALUES = np.stack([np.tile(E4M3_VALUES, 256), np.repeat(E4M3_VALUES, 256)])
 
 
 def e4m3_to_f64(codes: np.ndarray) -> np.ndarray:
@@ -136,16 +140,25 @@ def _e4m3_tables() -> tuple[np.ndarray, np.ndarray]:
     return f32_to_e4m3_arith(x, False), f32_to_e4m3_arith(x, True)
 
 
-_E4M3_TABLE = _e4m3_tables()
+def _signed_tables() -> tuple[np.ndarray, np.ndarray]:
+    """The class tables extended by the sign (index bit 13 = bit 31 of the f32)."""
+    out = []
+    for t in _e4m3_tables():
+        out.append(np.concatenate([t, t | np.uint8(0x80)]))
+    return out[0], out[1]
+
+
+_E4M3_TABLE = _signed_tables()
 
 
 def f32_to_e4m3(x: np.ndarray, saturate: bool = False) -> np.ndarray:
     """float32 -> uint8 E4M3 code, RNE, as f32_to_e4m3_arith (same results for every input:
-    a lookup of the rounding class, see _e4m3_tables)."""
+    a lookup of the rounding class and sign, see _e4m3_tables)."""
     b = np.asarray(x, dtype=np.float32).view(np.uint32)
-    ab = b & np.uint32(0x7FFFFFFF)
-    cls = ((ab >> np.uint32(18)) & np.uint32(0x1FFE)) | ((ab & np.uint32(0x7FFFF)) != 0)
-    return _E4M3_TABLE[int(saturate)][cls] | ((b >> np.uint32(24)) & np.uint32(0x80)).astype(np.uint8)
+    sh = b.shape
+    u = np.uint32
+    cls = ((b >> K(18, u, sh)) & K(0x3FFE, u, sh)) | np.minimum(b & K(0x7FFFF, u, sh), K(1, u, sh))
+    return _E4M3_TABLE[int(saturate)][cls.astype(np.intp)]
 
 
 # ------------------------------------------------------------------ f16 / bf16

@@ -561,28 +561,53 @@ def _pk_f32(ins: Instr, d: Any) -> Fn:
         pair = src_pair(ins, o)
         get_lo.append(pair[op_sel[i]])
         get_hi.append(pair[op_sel_hi[i]])
-    sign = np.uint32(0x80000000)
-
-    same = [get_lo[i] is get_hi[i] for i in range(nsrc)]  # one read when both elements take one dword
+    rows = [_pk_rows(o, get_lo[i], get_hi[i], op_sel[i], op_sel_hi[i]) for i, o in enumerate(ins.operands[1:])]
+    negs = [
+        None if not (neg_lo[i] or neg_hi[i]) else np.array([[neg_lo[i] << 31] * LANES, [neg_hi[i] << 31] * LANES], dtype=U32)
+        for i in range(nsrc)
+    ]
+    kind = "fma" if nsrc == 3 else "mul" if "mul" in name else "add"
 
     def run(w: Wave, x: Any) -> None:
-        lo, hi = [], []
+        ops = []  # [(element 0, element 1), lane] f32
         for i in range(nsrc):
-            a = get_lo[i](w, x)
-            b = a if same[i] else get_hi[i](w, x)
-            lo.append((a ^ sign if neg_lo[i] else a).view(np.float32))
-            hi.append((b ^ sign if neg_hi[i] else b).view(np.float32))
-        with QUIET:
-            if nsrc == 3:
-                r0, r1 = nm.fma_f32(*lo), nm.fma_f32(*hi)
-            elif "mul" in name:
-                r0, r1 = lo[0] * lo[1], hi[0] * hi[1]
-            else:
-                r0, r1 = lo[0] + lo[1], hi[0] + hi[1]
-        write_v(w, dst, bits(r0))
-        write_v(w, dst + 1, bits(r1))
+            r = rows[i](w, x)
+            if negs[i] is not None:
+                r = r ^ negs[i]
+            ops.append(r.view(np.float32))
+        if kind == "mul":
+            res = ops[0] * ops[1]
+        elif kind == "add":
+            res = ops[0] + ops[1]
+        else:
+            res = nm.fma_f32(*ops)
+        write_vn(w, dst, res.view(U32))
 
     return run
+
+
+def _pk_rows(o: Any, g_lo: Any, g_hi: Any, sel_lo: int, sel_hi: int) -> Callable[[Wave, Any], np.ndarray]:
+    """A packed-f32 source as [2, 64] uint32 rows (element 0, element 1): the VGPR pair itself
+    (a view) when op_sel / op_sel_hi pick (lo, hi); else the two getters' dwords (checked by
+    them). Only the selected dwords are checked."""
+    if isinstance(o, Reg) and o.file == "v" and (sel_lo, sel_hi) == (0, 1):
+        idx = o.index
+
+        def pair(w: Wave, x: Any) -> np.ndarray:
+            if x.chk and not (w.vfull[idx] and w.vfull[idx + 1] and not w.vpend[idx] and not w.vpend[idx + 1]):
+                g_lo(w, x)
+                g_hi(w, x)
+            return w.v[idx : idx + 2]
+
+        return pair
+    if g_lo is g_hi:  # both elements take one dword: one read
+
+        def same(w: Wave, x: Any) -> np.ndarray:
+            r = g_lo(w, x)
+            return np.array((r, r))
+
+        return same
+    return lambda w, x: np.array((g_lo(w, x), g_hi(w, x)))
 
 
 # ------------------------------------------------------------------ conversions
@@ -603,9 +628,16 @@ def _cvt_pk_fp8(ins: Instr, d: Any) -> Fn:
     hi = sel[2]
 
     def run(w: Wave, x: Any) -> None:
-        codes = nm.f32_to_e4m3(np.stack((s0(w, x), s1(w, x)), axis=1).view(np.float32))  # [lane, (S0, S1)]
+        codes = nm.f32_to_e4m3(np.array((s0(w, x), s1(w, x))).view(np.float32))  # [(S0, S1), lane]
         # the other word is kept, not read: its definedness carries over
-        write_half(w, dst, hi, codes.view(np.uint16).reshape(LANES))
+        if w.exec_all:
+            dbytes = w.v[dst].view(np.uint8)
+            dbytes[2 * hi :: 4] = codes[0]
+            dbytes[2 * hi + 1 :: 4] = codes[1]
+            if not w.vfull[dst]:
+                w.vdef[dst] |= 0xC if hi else 0x3
+        else:
+            write_half(w, dst, hi, codes[0].astype(np.uint16) | (codes[1].astype(np.uint16) << np.uint16(8)))
 
     return run
 
@@ -661,12 +693,24 @@ def _cvt_scalef32_pk_f16_fp8(ins: Instr, d: Any) -> Fn:
     s0 = src32(ins, ins.operands[1], need=0xC if sel[0] else 0x3)
     s1 = src32(ins, ins.operands[2], flt=True)
 
-    b0 = 2 * sel[0]
+    word_sel = sel[0]
+    lo_vals, hi_vals = nm.E4M3_WORD_VALUES
 
     def run(w: Wave, x: Any) -> None:
-        pair = np.ascontiguousarray(s0(w, x)).view(np.uint8).reshape(LANES, 4)[:, b0 : b0 + 2]  # [lane, (byte 0, byte 1)]
-        vals = nm.E4M3_VALUES[pair] * f32v(s1(w, x)).astype(np.float64)[:, None]  # exact product
-        write_v(w, dst, vals.astype(np.float16).view(U32).reshape(LANES))  # one RNE; low half from byte 0
+        word = np.ascontiguousarray(s0(w, x)).view(np.uint16)[word_sel::2].astype(np.intp)
+        scale = f32v(s1(w, x)).astype(np.float64)
+        if w.exec_all:
+            halves = w.v[dst].view(np.float16)
+            halves[0::2] = lo_vals[word] * scale  # exact product, one RNE in the f64 -> f16 cast
+            halves[1::2] = hi_vals[word] * scale
+            if not w.vfull[dst]:
+                w.vdef[dst] = 0xF
+                w.vfull[dst] = True
+        else:
+            h = np.empty((LANES, 2), dtype=np.float16)
+            h[:, 0] = lo_vals[word] * scale
+            h[:, 1] = hi_vals[word] * scale
+            write_v(w, dst, h.view(U32).reshape(LANES))
 
     return run
 

@@ -15,6 +15,7 @@ import functools
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from kernel.fp8 import round_f32_to_bf16
@@ -50,16 +51,19 @@ class Problem:
 
 
 def _stream(recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(indptr int64 [n_q + 1], pair rows, pair offsets, pair positions) on the CPU."""
-    lengths = torch.tensor(recipe.row_lengths, dtype=torch.int64)
-    indptr = torch.full((recipe.n_q + 1,), recipe.stream_offset, dtype=torch.int64)
-    indptr[1:] += torch.cumsum(lengths, 0) if recipe.n_q else torch.zeros(0, dtype=torch.int64)
-    positive = lengths.clamp_min(0)
-    pair_rows = torch.repeat_interleave(torch.arange(recipe.n_q), positive)
-    firsts = torch.cumsum(positive, 0) - positive
-    pair_offsets = torch.arange(int(positive.sum())) - torch.repeat_interleave(firsts, positive)
+    """(indptr int64 [n_q + 1], pair rows, pair offsets, pair positions) on the CPU.
+
+    Built with numpy (single-threaded): torch's CPU repeat_interleave opens a parallel region
+    for any size, which costs milliseconds per call when several processes share the cores."""
+    lengths = np.asarray(recipe.row_lengths, dtype=np.int64).reshape(-1)
+    indptr = np.full(recipe.n_q + 1, recipe.stream_offset, dtype=np.int64)
+    indptr[1:] += np.cumsum(lengths)
+    positive = np.maximum(lengths, 0)
+    pair_rows = np.repeat(np.arange(recipe.n_q, dtype=np.int64), positive)
+    firsts = np.cumsum(positive) - positive
+    pair_offsets = np.arange(int(positive.sum()), dtype=np.int64) - np.repeat(firsts, positive)
     pair_positions = indptr[:-1][pair_rows] + pair_offsets
-    return indptr, pair_rows, pair_offsets, pair_positions
+    return tuple(torch.from_numpy(a) for a in (indptr, pair_rows, pair_offsets, pair_positions))  # type: ignore[return-value]
 
 
 def _index_values(recipe: Recipe, pair_rows: torch.Tensor, pair_ids: torch.Tensor) -> torch.Tensor:
@@ -365,20 +369,24 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
     n_rows = recipe.cache_rows
     small = n_rows * RECORD_BYTES <= SMALL_CACHE_BYTES
     if small:
-        kv = torch.zeros((n_rows, RECORD_BYTES), dtype=torch.uint8, device=device)
+        kv = torch.empty((n_rows, RECORD_BYTES), dtype=torch.uint8, device=device)
+        if not recipe.poison:
+            kv.zero_()
     else:
         kv = torch.empty((n_rows, RECORD_BYTES), dtype=torch.uint8, device=device)
     poison_rows = torch.zeros(0, dtype=torch.int64)
     if recipe.poison:
+        poison = _poison_record(1).to(device)
         if small:
             unreferenced = torch.ones(n_rows, dtype=torch.bool)
             unreferenced[referenced] = False
             poison_rows = torch.nonzero(unreferenced).squeeze(1)
+            kv.copy_(poison.expand(n_rows, RECORD_BYTES))  # every row; the referenced ones are overwritten below
         else:
             near = torch.cat((torch.tensor([0, n_rows - 1]), referenced - 1, referenced + 1))
             near = torch.unique(near[(near >= 0) & (near < n_rows)])
             poison_rows = near[~torch.isin(near, referenced)]
-        kv[poison_rows.to(device)] = _poison_record(poison_rows.numel()).to(device)
+            kv[poison_rows.to(device)] = poison
     elif not small:
         near = torch.cat((torch.tensor([0, n_rows - 1]), referenced - 1, referenced + 1))
         near = torch.unique(near[(near >= 0) & (near < n_rows)])

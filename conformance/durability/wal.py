@@ -4,6 +4,13 @@ Before each kernel call the recipe is written atomically to `<run dir>/inflight-
 after the call returns (or raises) the file is removed. A file left behind means the process
 died inside the call (GPU fault, abort, kill): the next run, or the xdist controller when a
 worker goes down, turns it into a crash entry of the corpus (see conformance.records.crashes).
+
+Durability: the record is in the file system (the kernel's page cache) before the call starts,
+which is what a process death needs: the file outlives the process that wrote it, whatever
+signal ends it. It is not fsynced (`durable=False`): an fsync per kernel call cost 8 ms of wall
+time (and stalled the unlink after it on the journal), and only protects against the machine
+itself going down, which also ends the run. Everything meant to be kept (corpus entries,
+reports, session markers) is written with `durable=True`, the default.
 """
 
 from __future__ import annotations
@@ -17,15 +24,18 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically (temporary file in the same folder, fsync, rename)."""
+def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    """Write `text` to `path` atomically: a reader sees the old file or the whole new one (a
+    temporary file in the same folder, renamed over `path`). `durable`: fsync the data before
+    the rename, so the new file also survives a machine crash (without: a process crash)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -39,9 +49,10 @@ def inflight_path(run_dir: Path, worker: str) -> Path:
 
 @contextmanager
 def in_flight(run_dir: Path, worker: str, entry: dict[str, Any]) -> Iterator[None]:
-    """Record `entry` (recipe, kernel, property, ...) as in flight for the duration of the block."""
+    """Record `entry` (recipe, kernel, property, ...) as in flight for the duration of the block
+    (written before the block starts, removed after it ends; see the module docstring)."""
     path = inflight_path(run_dir, worker)
-    atomic_write_text(path, json.dumps(entry, sort_keys=True))
+    atomic_write_text(path, json.dumps(entry, sort_keys=True), durable=False)
     try:
         yield
     finally:

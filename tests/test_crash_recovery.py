@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from conformance.cli import main
-from conformance.records import crashes, state
+from conformance.durability import state
+from conformance.records import crashes
 from conformance.records.replay import child_env
 
 REPO = Path(__file__).resolve().parents[1]

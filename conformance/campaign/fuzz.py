@@ -31,7 +31,11 @@ SUMMARY_SCHEMA = 1
 
 
 class ProgressLine:
-    """A status line on `stream`: rewritten in place on a terminal, else one line per `every` s."""
+    """A status line on `stream`: rewritten in place on a terminal, else one line per `every` s.
+
+    Best effort: a write that fails (a closed pipe, `2>&1 | head`) closes the line for good and
+    raises nothing, so it can never end the campaign or count as a failure of the example in
+    flight (`closed` says it happened)."""
 
     def __init__(self, stream: TextIO, *, every: float = 10.0):
         self.stream = stream
@@ -39,6 +43,16 @@ class ProgressLine:
         self.every = every if not self.tty else 0.2
         self.last = 0.0
         self.width = 0
+        self.closed = False
+
+    def _write(self, text: str) -> None:
+        if self.closed:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except OSError:  # BrokenPipeError and kin: the reader is gone
+            self.closed = True
 
     def show(self, text: str, *, force: bool = False) -> None:
         now = time.monotonic()
@@ -46,16 +60,14 @@ class ProgressLine:
             return
         self.last = now
         if self.tty:
-            self.stream.write("\r" + text.ljust(self.width))
+            self._write("\r" + text.ljust(self.width))
             self.width = len(text)
         else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+            self._write(text + "\n")
 
     def done(self) -> None:
         if self.tty and self.width:
-            self.stream.write("\n")
-            self.stream.flush()
+            self._write("\n")
 
 
 @dataclass

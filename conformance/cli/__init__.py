@@ -80,7 +80,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into a reader that stopped (e.g. `| head`)
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        discard_stdout()
         return 0
+
+
+def print_result(text: str) -> None:
+    """Print a command's final text on stdout; a reader that stopped (`| head`) is no error: the
+    rest is discarded (discard_stdout) and the command's exit code stands."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        discard_stdout()
+
+
+def discard_stdout() -> None:
+    """Point stdout at /dev/null (after a closed pipe), so that the interpreter's final flush
+    does not fail again."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

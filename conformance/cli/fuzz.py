@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.campaign.fuzz import PROPERTIES, Campaign, ProgressLine, campaign, format_summary, fuzz_reachable, summary_json
+from conformance.cli import print_result
 from conformance.cli.args import positive_float, positive_int
 from conformance.durability.state import RUN_ID_ENV, current_run_dir, pending_dir
 from conformance.records.coverage import Coverage
@@ -200,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"fuzz: run report not written: {type(err).__name__}: {err}", file=sys.stderr)
         if interrupted:
             print("fuzz: interrupted", file=sys.stderr)
-        print(
+        print_result(  # a closed stdout (`| head -1`) keeps the exit code
             format_summary(
                 state,
                 target,

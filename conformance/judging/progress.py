@@ -27,8 +27,13 @@ def reset() -> None:
 
 
 def tick() -> None:
-    """One kernel call happened: tell the listener (calls so far, seconds since reset)."""
+    """One kernel call happened: tell the listener (calls so far, seconds since reset). A listener
+    whose write fails (OSError: a closed pipe, `2>&1 | head`) is removed and nothing is raised:
+    progress output never fails the judged call that ticks."""
     _state["calls"] = int(_state["calls"]) + 1  # type: ignore[call-overload]
     listener = _state["listener"]
     if listener is not None:
-        listener(int(_state["calls"]), time.monotonic() - float(_state["started"]))  # type: ignore[operator, arg-type]
+        try:
+            listener(int(_state["calls"]), time.monotonic() - float(_state["started"]))  # type: ignore[operator, arg-type]
+        except OSError:
+            _state["listener"] = None

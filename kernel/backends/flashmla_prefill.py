@@ -16,9 +16,12 @@ SM100f architectures", measured by scripts/peers_probe.py):
 The contract's fp8_ds_mla records become bf16 KV exactly when every scale is a power of two
 (kernel.backends.gathered), so this kernel computes the contract's function. What the adapter
 does (all vectorised, no host sync when the stream holds <= 4096 entries):
-- gathers and dequantises only the records the rows consume, one bf16 KV row per slot of the
-  [n_q, W] padded block (W = a multiple of 128), and hands the kernel the slot positions
-  q * W + j as indices (-1 for an empty slot) with topk_length = the row lengths;
+- KV: the whole cache dequantised to bf16 and kept while the same cache tensor comes back
+  unchanged (kernel.backends.dequant_cache: a serving engine's bf16 cache), handed to the
+  kernel with the rows' own indices padded to W (a multiple of 128; -1 for an empty slot) and
+  topk_length = the row lengths; when the cache is not kept (first sight of a cache with more
+  rows than the call's slots), only the records the rows consume are gathered and dequantised,
+  one bf16 KV row per slot of the [n_q, W] block, with the slot positions q * W + j as indices;
 - heads: q (H in 1..16, any strides) goes into a zero bf16 [n_q, 64, 576] buffer (a zero head is
   sliced off); softmax_scale <= 0 as (-q, -scale) or (q = 0, scale = 1), as for `flashmla`;
 - lse +inf (no key) -> -inf; out= is filled by a copy.
@@ -42,6 +45,7 @@ from typing import Any
 import torch
 
 from kernel.backend import Backend
+from kernel.backends.dequant_cache import DequantCache
 from kernel.backends.flashmla import LayoutCache, device_reason, effective_scale, load_flash_mla, map_lse, pad_heads, require_flash_mla
 from kernel.backends.gathered import RowLayout, gather_rows, row_layout
 from kernel.contract import INT32_MAX, CallInfo, begin_call
@@ -104,31 +108,42 @@ def prepare_prefill(
     *,
     padded_heads: int = HEAD_COUNTS[0],
     layout_cache: LayoutCache | None = None,
+    dequant_cache: DequantCache | None = None,
 ) -> PrefillCall:
     """Build flash_mla_sparse_fwd's inputs from a contract call (module docstring); no validation.
     layout_cache: the slot layout, KV indices and topk_length reused while the same index tensors
-    come again (the records are gathered and dequantised on every call)."""
+    come again; dequant_cache: the whole cache kept dequantised (kernel.backends.dequant_cache),
+    handed to the kernel as its KV with the rows' own indices (-1 for an empty slot); without
+    it, or when it declines, the records are gathered and dequantised per slot and the kernel
+    reads slot q * W + j. Either way each attended position reads the same bf16 key."""
     if padded_heads not in HEAD_COUNTS:
         raise ValueError(f"padded_heads must be one of {HEAD_COUNTS}, got {padded_heads}")
     n_q, heads, _ = q.shape
     sign, scale = effective_scale(softmax_scale)
 
-    def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor]:
+    def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
         layout = row_layout(indices, indptr, multiple=TOPK_MULTIPLE)
         width = layout.width
         if n_q * width > INT32_MAX:
             raise ValueError(f"n_q {n_q} x width {width} slots exceed int32 KV indices")
         slot = torch.arange(n_q * width, device=q.device, dtype=torch.int32).view(n_q, width)
         kv_index = torch.where(layout.valid, slot, -1).view(n_q, 1, width)
-        return layout, kv_index, layout.lengths.clamp_max(width).to(torch.int32)
+        row_index = torch.where(layout.valid, layout.slots.view(n_q, width), -1).view(n_q, 1, width)
+        return layout, kv_index, row_index, layout.lengths.clamp_max(width).to(torch.int32)
 
-    layout, kv_index, topk_length = build() if layout_cache is None else layout_cache.get(indices, indptr, (NAME, TOPK_MULTIPLE), build)
-    rows = gather_rows(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE, layout=layout)
-    width = rows.width
+    params = (NAME, TOPK_MULTIPLE)
+    layout, kv_index, row_index, topk_length = build() if layout_cache is None else layout_cache.get(indices, indptr, params, build)
+    width = layout.width
+    whole = None if dequant_cache is None else dequant_cache.get(kv_cache, n_q * width)
+    if whole is not None:
+        kv, kv_indices = whole.view(-1, 1, HEAD_DIM), row_index
+    else:
+        rows = gather_rows(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE, layout=layout)
+        kv, kv_indices = rows.keys.view(n_q * width, 1, HEAD_DIM), kv_index
     return PrefillCall(
         q=pad_heads(q, padded_heads, sign=sign).view(n_q, padded_heads, HEAD_DIM),
-        kv=rows.keys.view(n_q * width, 1, HEAD_DIM),
-        indices=kv_index,
+        kv=kv,
+        indices=kv_indices,
         topk_length=topk_length,
         softmax_scale=scale,
         heads=heads,
@@ -149,14 +164,18 @@ def run_flashmla_prefill(
     padded_heads: int = HEAD_COUNTS[0],
     module: ModuleType | None = None,
     layout_cache: LayoutCache | None = None,
+    dequant_cache: DequantCache | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The sparse prefill with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None)."""
+    """The sparse prefill with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
+    layout_cache, dequant_cache: as in prepare_prefill (None: built per call)."""
     info, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     if empty is not None:
         return empty
     n_q, heads = info.n_q, info.heads
     fm = load_flash_mla() if module is None else module
-    call = prepare_prefill(q, kv_cache, indices, indptr, softmax_scale, padded_heads=padded_heads, layout_cache=layout_cache)
+    call = prepare_prefill(
+        q, kv_cache, indices, indptr, softmax_scale, padded_heads=padded_heads, layout_cache=layout_cache, dequant_cache=dequant_cache
+    )
     out_raw, _max_logits, lse_raw = call.run(fm)
     got = out_raw.view(n_q, -1, LATENT_DIM)[:, :heads]
     if out is not None:
@@ -178,6 +197,7 @@ def flashmla_prefill_backend(*, padded_heads: int = HEAD_COUNTS[0]) -> Backend:
     there is no CUDA device of compute capability 9.x."""
     module = require_flash_mla(NAME)
     layout_cache = LayoutCache()
+    dequant_cache = DequantCache()
 
     def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
         return run_flashmla_prefill(
@@ -192,6 +212,7 @@ def flashmla_prefill_backend(*, padded_heads: int = HEAD_COUNTS[0]) -> Backend:
             padded_heads=padded_heads,
             module=module,
             layout_cache=layout_cache,
+            dequant_cache=dequant_cache,
         )
 
     return Backend(

@@ -15,8 +15,10 @@ log-sum-exp comes back:
 
 The flash and cuDNN SDPA kernels refuse head size 576 (at most 256) on the H200 (measured by
 scripts/peers_probe.py), so the memory-efficient kernel is the one fused SDPA kernel that runs.
-Keys are gathered per slot and dequantised to bf16 by kernel.backends.gathered (exact for
-power-of-two scales). A row without a valid key gets out = 0 and lse = -inf from the adapter
+Keys are dequantised to bf16 by kernel.backends.gathered (exact for power-of-two scales): the
+backend keeps the whole cache dequantised while the same cache tensor comes back unchanged
+(kernel.backends.dequant_cache: a serving engine's bf16 cache) and gathers bf16 rows from it,
+else it gathers and dequantises the records per slot (the same bits). A row without a valid key gets out = 0 and lse = -inf from the adapter
 (the kernel itself returns out 0 and lse 0 for an all-masked row: measured).
 
 Numerics (from the kernel's source: PyTorch aten/src/ATen/native/transformers/cuda/mem_eff_attention):
@@ -38,10 +40,11 @@ from typing import Any
 import torch
 
 from kernel.backend import Backend
+from kernel.backends.dequant_cache import DequantCache
 from kernel.backends.flashmla import LayoutCache
 from kernel.backends.gathered import RowLayout, gather_rows, row_layout
 from kernel.contract import begin_call
-from kernel.record import LATENT_DIM
+from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
 
 NAME = "torch-sdpa"
 KEY_MULTIPLE = 64  # padded keys per row: keeps the bias rows 16-element aligned
@@ -116,21 +119,34 @@ def prepare_sdpa(
     softmax_scale: float,
     *,
     layout_cache: LayoutCache | None = None,
+    dequant_cache: DequantCache | None = None,
 ) -> SdpaCall:
-    """Build the fused kernel's inputs from a contract call (module docstring); no validation."""
+    """Build the fused kernel's inputs from a contract call (module docstring); no validation.
+    layout_cache: the slot layout, bias and empty-row mask kept per index tensors;
+    dequant_cache: the whole cache kept dequantised (kernel.backends.dequant_cache), from which
+    the keys are gathered as bf16 rows (an empty slot reads its +0 row); without it, or when it
+    declines, the records are gathered and dequantised per slot. Both give the same bits."""
     n_q, heads, _ = q.shape
+    kv_rows = kv_cache.numel() // RECORD_BYTES
 
-    def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor]:
+    def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
         layout = row_layout(indices, indptr, multiple=KEY_MULTIPLE)
         ninf = torch.full((), float("-inf"), dtype=torch.bfloat16, device=q.device)
         zero = torch.zeros((), dtype=torch.bfloat16, device=q.device)
         bias = torch.where(layout.valid, zero, ninf).view(n_q, 1, 1, layout.width).expand(n_q, 1, heads, layout.width).contiguous()
-        return layout, bias, ~layout.valid.any(dim=1)
+        row_index = torch.where(layout.valid.view(-1), layout.slots, kv_rows)  # the +0 row for an empty slot
+        return layout, bias, ~layout.valid.any(dim=1), row_index
 
-    layout, bias, no_key = build() if layout_cache is None else layout_cache.get(indices, indptr, (NAME, heads), build)
-    rows = gather_rows(indices, indptr, kv_cache, multiple=KEY_MULTIPLE, layout=layout)
+    params = (NAME, heads, kv_rows)
+    layout, bias, no_key, row_index = build() if layout_cache is None else layout_cache.get(indices, indptr, params, build)
+    width = layout.width
+    whole = None if dequant_cache is None else dequant_cache.get(kv_cache, n_q * width)
+    if whole is not None:
+        keys = whole.index_select(0, row_index).view(n_q, 1, width, HEAD_DIM)
+    else:
+        keys = gather_rows(indices, indptr, kv_cache, multiple=KEY_MULTIPLE, layout=layout).keys.view(n_q, 1, width, HEAD_DIM)
     q4 = aligned(q.contiguous()).view(n_q, 1, heads, q.shape[-1])
-    return SdpaCall(q4=q4, keys=rows.keys.view(n_q, 1, rows.width, -1), bias=bias, scale=float(softmax_scale), no_key=no_key)
+    return SdpaCall(q4=q4, keys=keys, bias=bias, scale=float(softmax_scale), no_key=no_key)
 
 
 def run_torch_sdpa(
@@ -144,15 +160,15 @@ def run_torch_sdpa(
     return_lse: bool = False,
     out: torch.Tensor | None = None,
     layout_cache: LayoutCache | None = None,
+    dequant_cache: DequantCache | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """SDPA with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
-    layout_cache: the slot layout, bias and empty-row mask reused while the same index tensors
-    come again (keys are gathered and dequantised on every call)."""
+    layout_cache, dequant_cache: as in prepare_sdpa (None: built per call)."""
     info, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     if empty is not None:
         return empty
     n_q, heads = info.n_q, info.heads
-    call = prepare_sdpa(q, kv_cache, indices, indptr, softmax_scale, layout_cache=layout_cache)
+    call = prepare_sdpa(q, kv_cache, indices, indptr, softmax_scale, layout_cache=layout_cache, dequant_cache=dequant_cache)
     got, lse = call.run()
     got = got.view(n_q, heads, LATENT_DIM).masked_fill(call.no_key.view(n_q, 1, 1), 0.0)
     if out is not None:
@@ -165,8 +181,10 @@ def run_torch_sdpa(
 
 
 def torch_sdpa_backend() -> Backend:
-    """The `torch-sdpa` backend (any CPU or CUDA device torch runs on)."""
+    """The `torch-sdpa` backend (any CPU or CUDA device torch runs on); it keeps the index
+    layout per index tensors and the dequantised cache per cache tensor, as a server would."""
     layout_cache = LayoutCache()
+    dequant_cache = DequantCache()
 
     def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
         return run_torch_sdpa(
@@ -179,6 +197,7 @@ def torch_sdpa_backend() -> Backend:
             return_lse=return_lse,
             out=out,
             layout_cache=layout_cache,
+            dequant_cache=dequant_cache,
         )
 
     return Backend(

@@ -92,3 +92,26 @@ def test_a_forked_child_gets_its_own_watchdog(tmp_path: Path) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     assert float(marker.read_text()) >= 0.5
+
+
+def test_record_checksums_see_every_byte_at_any_alignment() -> None:
+    import torch
+
+    from conformance.durability.input_guard import CPU_CHUNK_RECORDS, record_checksums
+    from kernel.record import RECORD_BYTES
+
+    rows = CPU_CHUNK_RECORDS + 5  # two chunks, the last one partial
+    kv = torch.randint(0, 256, (rows, RECORD_BYTES), generator=torch.Generator().manual_seed(4), dtype=torch.int32).to(torch.uint8)
+    before = record_checksums(kv)
+    for byte in range(RECORD_BYTES):  # one bit of one byte, in a different record each time
+        row = (byte * 37) % rows
+        changed = kv.clone()
+        changed[row, byte] ^= 1 << (byte % 8)
+        assert torch.nonzero(record_checksums(changed) != before).flatten().tolist() == [row], byte
+    for offset in (1, 4):  # a misaligned view of the same bytes
+        buf = torch.zeros(rows * RECORD_BYTES + offset, dtype=torch.uint8)
+        view = buf[offset:].view(rows, RECORD_BYTES)
+        view.copy_(kv)
+        assert torch.equal(record_checksums(view), before)
+    picked = torch.tensor([rows - 1, 0, 7])
+    assert torch.equal(record_checksums(kv, picked), before[picked])

@@ -2,16 +2,18 @@
 
 q, indices and indptr are small: they are copied whole and compared byte for byte. The KV cache
 can exceed 4 GiB, so it is summarised instead: one 64-bit checksum per 656-byte record (the
-record's 164 int32 words, each multiplied by a fixed odd weight, summed with int64 wrap-around),
-computed in chunks of records on the cache's own device. Any write that changes a record changes
-its checksum except with negligible probability (a change must cancel modulo 2^64 against fixed
-pseudo-random weights), and the changed records are named by index. Memory: 8 bytes per record
-plus one chunk of int64 words.
+record's 82 int64 words, each multiplied by a fixed odd weight, summed with int64 wrap-around),
+computed in chunks of records on the cache's own device. A write that changes one word always
+changes its record's checksum (an odd weight is invertible modulo 2^64); one that changes several
+does except with negligible probability (the changes must cancel against fixed pseudo-random
+weights); the changed records are named by index. Memory: 8 bytes per record plus one chunk of
+int64 words (chunks of CPU_CHUNK_RECORDS on the CPU, small enough to stay in the caches: about
+0.25 s per GiB there, twice per call).
 
-Every record is checked on a GPU and for caches up to FULL_CHECK_BYTES on the CPU (about 1.1 s
-per GiB there, twice per call). A larger CPU cache is sampled: the records the call's index
-stream references (where the kernel reads, and most likely writes), the first and last
-EDGE_RECORDS records, and SAMPLED_RECORDS records at fixed pseudo-random places.
+Every record is checked on a GPU and for caches up to FULL_CHECK_BYTES on the CPU. A larger CPU
+cache is sampled: the records the call's index stream references (where the kernel reads, and
+most likely writes), the first and last EDGE_RECORDS records, and SAMPLED_RECORDS records at
+fixed pseudo-random places.
 
 `snapshot(q, kv_cache, indices, indptr)` -> `InputSnapshot`; `InputSnapshot.changes(...)` -> one
 message per modified input ("the kernel wrote into kv_cache at rows [...]", ...), empty when
@@ -27,11 +29,12 @@ import torch
 from kernel.record import RECORD_BYTES
 
 CHUNK_RECORDS = 1 << 16
+CPU_CHUNK_RECORDS = 2048  # 1.3 MiB of words: the product stays in the CPU's caches
 FULL_CHECK_BYTES = 1 << 30
 EDGE_RECORDS = 4096
 SAMPLED_RECORDS = 1 << 16
 SHOWN = 8
-_WORDS = RECORD_BYTES // 4
+_WORDS = RECORD_BYTES // 8
 
 
 def _weights(device: torch.device) -> torch.Tensor:
@@ -40,18 +43,30 @@ def _weights(device: torch.device) -> torch.Tensor:
     return odd.to(device)
 
 
+def _words(part: torch.Tensor) -> torch.Tensor:
+    """int64 [n, 82]: the words of uint8 [n, 656] records (a view when contiguous and 8-byte aligned)."""
+    if not (part.is_contiguous() and part.data_ptr() % 8 == 0):
+        part = part.clone(memory_format=torch.contiguous_format)
+    return part.view(torch.int64)
+
+
 def record_checksums(kv_cache: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
     """int64 [n]: the checksum of each 656-byte record of a uint8 [records, 656] cache (of the
     records numbered by int64 `rows` when given, else of every record). Any leading shape
     ([blocks, block_size, 656] included) is read as flat records."""
     kv_cache = kv_cache.reshape(-1, RECORD_BYTES)
     count = kv_cache.shape[0] if rows is None else rows.numel()
-    weights = _weights(kv_cache.device)
-    sums = torch.empty(count, dtype=torch.int64, device=kv_cache.device)
-    for start in range(0, count, CHUNK_RECORDS):
-        part = kv_cache[start : start + CHUNK_RECORDS] if rows is None else kv_cache[rows[start : start + CHUNK_RECORDS]]
-        words = part.contiguous().view(torch.int32).to(torch.int64)
-        sums[start : start + words.shape[0]] = (words * weights).sum(dim=1)
+    device = kv_cache.device
+    weights = _weights(device)
+    chunk = CPU_CHUNK_RECORDS if device.type == "cpu" else CHUNK_RECORDS
+    sums = torch.empty(count, dtype=torch.int64, device=device)
+    products = torch.empty((min(chunk, count), _WORDS), dtype=torch.int64, device=device)
+    for start in range(0, count, chunk):
+        part = kv_cache[start : start + chunk] if rows is None else kv_cache[rows[start : start + chunk]]
+        words = _words(part)
+        n = words.shape[0]
+        torch.mul(words, weights, out=products[:n])
+        torch.sum(products[:n], dim=1, out=sums[start : start + n])
     return sums
 
 

@@ -6,9 +6,11 @@ under a counting dispatch mode gives the number of aten ops (on a GPU: about one
 each) and of host synchronisations (ops that read device data back to the host:
 `_local_scalar_dense` (item, int(), bool()), `nonzero`, `unique`, ... listed in SYNC_OPS); then
 the median time per call over repeated calls (CPU: process time; CUDA: device events).
-The adapters are timed on the second call with the same tensors (a serving engine's next
-layer: the index layout and the dequantised cache are kept), and, as `NAME:new-cache`, on a
-fresh copy of the cache each call (the first call on a cache).
+The adapters are timed on calls with the same tensors (a serving engine's next layer: the
+index layout and the dequantised cache are kept), and, as `NAME:new-cache`, on a fresh copy of
+the cache each call (the first call on a cache: per-slot gather, plus the clone); on CUDA,
+`NAME:bare-kept` is the bare kernel on the inputs the adapter prepares from the kept cache, and
+"x bare" the adapter's median over it.
 
 Usage: python scripts/speed21_ops.py [--n-q 1,64] [--keys 2048] [--heads 16] [--cache-rows 65536]
        [--kernels oracle,emulated,torch-sdpa] [--iters 5] [--json PATH]
@@ -108,11 +110,40 @@ def kernel_calls(name: str, inputs: Any) -> list[tuple[str, Callable[[], object]
         return []
     if inputs.q.device.type not in backend.devices:
         return []
-    rows: list[tuple[str, Callable[[], object]]] = [(name, lambda: backend(*args, return_lse=True))]
+    rows: list[tuple[str, Callable[[], object]]] = []
+    bare = bare_on_kept_cache(name, args)
+    if bare is not None:
+        rows.append((name + ":bare-kept", bare))
+    rows.append((name, lambda: backend(*args, return_lse=True)))
     if name != "emulated":
         q, kv, idx, ptr, scale = args
         rows.append((name + ":new-cache", lambda: backend(q, kv.clone(), idx, ptr, scale, return_lse=True)))
     return rows
+
+
+def bare_on_kept_cache(name: str, args: tuple[Any, ...]) -> Callable[[], object] | None:
+    """The bare kernel on the inputs the adapter prepares from a kept dequantised cache (the
+    bf16 cache and the rows' own indices for the prefill, the gathered bf16 keys for SDPA), or
+    None (CPU, or no such adapter)."""
+    if args[0].device.type != "cuda":
+        return None
+    from kernel.backends.dequant_cache import DequantCache
+
+    cache = DequantCache()
+    if name == "flashmla-prefill":
+        from kernel.backends.flashmla import load_flash_mla
+        from kernel.backends.flashmla_prefill import prepare_prefill
+
+        module = load_flash_mla()
+        prepare_prefill(*args, dequant_cache=cache)
+        call = prepare_prefill(*args, dequant_cache=cache)
+        return lambda: call.run(module)
+    if name == "torch-sdpa":
+        from kernel.backends.torch_sdpa import prepare_sdpa
+
+        prepare_sdpa(*args, dequant_cache=cache)
+        return prepare_sdpa(*args, dequant_cache=cache).run
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,26 +161,25 @@ def main(argv: list[str] | None = None) -> int:
     cache = build_cache(args.cache_rows, device)
     results = []
     print(f"device {device}; keys {args.keys}, H {args.heads}, cache {args.cache_rows} rows")
-    print(f"{'KERNEL':<24} {'N_Q':>5} {'OPS':>6} {'SYNCS':>6} {'MEDIAN ms':>10}  sync ops")
+    print(f"{'KERNEL':<24} {'N_Q':>5} {'OPS':>6} {'SYNCS':>6} {'MEDIAN ms':>10} {'x bare':>7}  sync ops")
     for n_q in [int(x) for x in args.n_q.split(",")]:
         inputs = build_inputs(cache, n_q, args.keys, args.heads)
+        bare_ms: dict[str, float] = {}
         for name in args.kernels.split(","):
             for row, fn in kernel_calls(name, inputs):
                 fn()  # warm: caches filled, lazy imports done
+                fn()
                 counter = count_ops(fn)
                 ms = median_ms(fn, device, args.iters)
                 syncs = counter.syncs
-                results.append(
-                    {
-                        "kernel": row,
-                        "n_q": n_q,
-                        "ops": counter.total,
-                        "syncs": syncs,
-                        "median_ms": ms,
-                        "top_ops": counter.ops.most_common(12),
-                    }
-                )
-                print(f"{row:<24} {n_q:>5} {counter.total:>6} {sum(syncs.values()):>6} {ms:>10.3f}  {syncs or ''}", flush=True)
+                base = row.split(":")[0]
+                if row.endswith(":bare-kept"):
+                    bare_ms[base] = ms
+                x_bare = ms / bare_ms[base] if base in bare_ms and not row.endswith(":bare-kept") else None
+                entry = {"kernel": row, "n_q": n_q, "ops": counter.total, "syncs": syncs, "median_ms": ms, "x_bare": x_bare}
+                results.append({**entry, "top_ops": counter.ops.most_common(12)})
+                ratio = f"{x_bare:>7.2f}" if x_bare is not None else f"{'':>7}"
+                print(f"{row:<24} {n_q:>5} {counter.total:>6} {sum(syncs.values()):>6} {ms:>10.3f} {ratio}  {syncs or ''}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"device": str(device), "results": results}, indent=1), encoding="utf-8")
     return 0

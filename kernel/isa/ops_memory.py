@@ -431,16 +431,16 @@ def _ds_read(ins: Instr, d: Any) -> Fn:
     dst = vdst(ins, ins.operands[0], n)
     va = src32(ins, ins.operands[1])
 
-    span = byte_span(n)
-
     def run(w: Wave, x: Any) -> None:
-        a = va(w, x).astype(np.int64) + off
+        a32 = va(w, x)
         g = x.wg
-        if w.exec_all and not (a & 3).any() and a.min() >= 0 and a.max() + 4 * n <= g.lds.size:  # dword-aligned, inside
+        rows = g.lds_rows(a32, off, 4 * n) if w.exec_all else None  # aligned and inside: one gather
+        if rows is not None:
             if x.chk and (g.dma_inflight or g.others_wrote(w.wid)):
-                check_lds_read(ins, w, x, LANE_IDS, a[:, None] + byte_span(4 * n))
-            write_vn(w, dst, g.lds[: g.lds.size & ~3].view(U32)[(a >> 2)[:, None] + span].T)
+                check_lds_read(ins, w, x, LANE_IDS, (a32.astype(np.int64) + off)[:, None] + byte_span(4 * n))
+            write_vn(w, dst, rows.T)
         else:
+            a = a32.astype(np.int64) + off
             lanes, idx = _lds_index(ins, w, x, a, 4 * n, "read")
             if x.chk:
                 check_lds_read(ins, w, x, lanes, idx)
@@ -478,15 +478,25 @@ def _ds_read_tr8(ins: Instr, d: Any) -> Fn:
     grp = (i // 16) * 16
     src_lane = grp[:, None] + 2 * np.arange(8)[None, :] + ((i % 16) // 8)[:, None]  # [lane, j]
     src_byte = (i % 8)[:, None]
+    flat_src = (8 * src_lane + src_byte).astype(np.intp)  # byte of the [lane, 8] rows, flattened
 
     def run(w: Wave, x: Any) -> None:
         if not w.exec_all:
             raise UnsupportedOperands(f"`{ins.text}`: partial EXEC not modelled for the transpose load")
-        lanes, idx = _lds_index(ins, w, x, va(w, x).astype(np.int64) + off, 8, "transpose read")
-        if x.chk:
-            check_lds_read(ins, w, x, lanes, idx)
-        out = _gather(x, lanes, idx, 8)[src_lane, src_byte]  # [lane, j]
-        write_vn(w, dst, _bytes_to_words(out, 2))
+        a32 = va(w, x)
+        g = x.wg
+        rows = g.lds_rows(a32, off, 8)
+        if rows is not None:
+            if x.chk and (g.dma_inflight or g.others_wrote(w.wid)):
+                check_lds_read(ins, w, x, LANE_IDS, (a32.astype(np.int64) + off)[:, None] + byte_span(8))
+            data = rows.view(np.uint8)
+        else:
+            lanes, idx = _lds_index(ins, w, x, a32.astype(np.int64) + off, 8, "transpose read")
+            if x.chk:
+                check_lds_read(ins, w, x, lanes, idx)
+            data = _gather(x, lanes, idx, 8)
+        out = np.ascontiguousarray(data).reshape(-1)[flat_src]  # [lane, j]
+        write_vn(w, dst, out.view(U32).T)
         _mark_lgkm(w, x, dst, 2, w.pc)
 
     return run

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections import deque
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from kernel.isa.consts import K
 from kernel.isa.errors import CheckFailed, Finding
 
 LANES = 64
@@ -87,6 +88,15 @@ class Region:
     end: int
     data: np.ndarray  # uint8 view of the buffer (shares memory)
     name: str
+    _rows: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def rows(self, size: int) -> np.ndarray:
+        """The data as [len // size, size // 4] uint32 rows (a view; size 4, 8 or 16)."""
+        v = self._rows.get(size)
+        if v is None:
+            n = self.data.size // size * size
+            v = self._rows[size] = self.data[:n].view(np.uint32).reshape(-1, size // 4)
+        return v
 
 
 class GlobalMemory:
@@ -145,15 +155,28 @@ class GlobalMemory:
                 off = np.where(inside, (addr - np.uint64(r.start)).astype(np.int64), off)
         return idx, off
 
+    def read_all(self, addr: np.ndarray, size: int) -> np.ndarray | None:
+        """Fast path of read() for every lane of a lane vector: bytes [64, size] when every
+        lane's [addr, addr + size) lies in the region of lane 0's, else None (use read())."""
+        a = addr.astype(np.uint64, copy=False)
+        a0 = int(a[0])
+        r = self._region_of(a0, a0 + size)
+        if r is None:
+            return None
+        off = a - K(r.start, np.uint64)  # wraps to huge below the start
+        if np.count_nonzero(off > K(r.end - r.start - size, np.uint64)):
+            return None
+        if size in (4, 8, 16) and not np.count_nonzero(off & K(size - 1, np.uint64)):  # aligned: gather rows
+            return r.rows(size)[(off >> K(size.bit_length() - 1, np.uint64)).astype(np.intp)].view(np.uint8)
+        return r.data[off.astype(np.intp)[:, None] + byte_span(size)]
+
     def read(self, addr: np.ndarray, size: int, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bytes [n, size] at addr for the lanes set in `lanes` (others 0), and the lanes whose
         access fell outside every buffer."""
-        if lanes is ALL_LANES:  # every lane: the one-region fast path needs no selection
-            a = addr.astype(np.uint64, copy=False)
-            r = self._region_of(int(a.min()), int(a.max()) + size)
-            if r is not None:
-                off = (a - np.uint64(r.start)).astype(np.int64)
-                return r.data[off[:, None] + byte_span(size)], no_lanes(addr.shape[0])
+        if lanes is ALL_LANES:
+            b = self.read_all(addr, size)
+            if b is not None:
+                return b, no_lanes(addr.shape[0])
         out = np.zeros((addr.shape[0], size), dtype=np.uint8)
         sel = np.flatnonzero(lanes)
         if sel.size == 0:
@@ -281,8 +304,24 @@ class Workgroup:
         self.checks = checks
         self.token = 0
         self.dma_inflight = 0  # LDS DMAs issued and not yet retired (0: no byte is pending)
+        self._rows: dict[int, np.ndarray] = {}  # LDS as uint32 rows of 4, 8, 16 bytes (views)
         self.writers: set[int] = set()  # waves that wrote LDS bytes in epoch writers_epoch
         self.writers_epoch = -1
+
+    def lds_rows(self, a32: np.ndarray, off: int, size: int) -> np.ndarray | None:
+        """[64, size // 4] uint32 LDS rows at a32 + off (a uint32 lane vector), when every lane's
+        address is a multiple of size (4, 8 or 16) inside the allocation; else None."""
+        if off % size:
+            return None
+        rows = self._rows.get(size)
+        if rows is None:
+            n = self.lds.size // size * size
+            rows = self._rows[size] = self.lds[:n].view(np.uint32).reshape(-1, size // 4)
+        lim = rows.shape[0] * size - size - off
+        if lim < 0 or np.count_nonzero(a32 & K(size - 1)) or np.count_nonzero(a32 > K(lim)):
+            return None
+        r = a32 >> K(size.bit_length() - 1)
+        return rows[r.astype(np.intp) + (off // size) if off else r.astype(np.intp)]
 
     def note_write(self, wid: int) -> None:
         """Wave `wid` wrote (or landed DMA) bytes in the current epoch."""

@@ -17,6 +17,7 @@ import numpy as np
 
 from kernel.isa import numerics as nm
 from kernel.isa.asm import Imm, Instr, Reg, modifier_list
+from kernel.isa.consts import K
 from kernel.isa.errors import UnknownInstruction, UnsupportedOperands
 from kernel.isa.operands import (
     check_vgpr,
@@ -723,12 +724,18 @@ def _cvt_pk_16(ins: Instr, d: Any) -> Fn:
     dst = vdst(ins, ins.operands[0])
     s0 = src32(ins, ins.operands[1], flt=True)
     s1 = src32(ins, ins.operands[2], flt=True)
-    conv = nm.f32_to_bf16_bits if "bf16" in ins.mnemonic else nm.f32_to_f16_bits
+    bf16 = "bf16" in ins.mnemonic
+    sh = (2, LANES)
+    k16, k1, kr, kabs, kinf, kq = (K(v, U32, sh) for v in (16, 1, 0x7FFF, 0x7FFFFFFF, 0x7F800000, 0x40))
 
     def run(w: Wave, x: Any) -> None:
-        lo = conv(f32v(s0(w, x))).astype(U32)
-        hi = conv(f32v(s1(w, x))).astype(U32)
-        write_v(w, dst, lo | (hi << U32(16)))
+        b = np.array((s0(w, x), s1(w, x)))  # [(S0, S1), lane] f32 bits
+        if bf16:  # RNE on the bits (no overflow: a non-NaN pattern is at most 0xFF800000); NaN -> quiet NaN
+            top = b >> k16
+            h = np.where((b & kabs) > kinf, top | kq, (b + kr + (top & k1)) >> k16).astype(np.uint16)
+        else:
+            h = b.view(np.float32).astype(np.float16).view(np.uint16)  # numpy's cast: RNE, subnormals kept
+        write_v(w, dst, np.ascontiguousarray(h.T).view(U32).reshape(LANES))  # low half from S0
 
     return run
 

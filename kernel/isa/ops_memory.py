@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from kernel.isa.asm import Imm, Instr, Reg
+from kernel.isa.consts import K
 from kernel.isa.errors import UnknownInstruction, UnsupportedOperands
 from kernel.isa.operands import (
     is_off,
@@ -142,6 +143,12 @@ def _buffer_load(ins: Instr, d: Any) -> Fn:
         base, nrec = _raw_buffer(ins, rsrc, soff, w, x)
         off = (vaddr(w, x).astype(np.int64) if vaddr else np.zeros(LANES, np.int64)) + inst_off
         addr0 = np.uint64(base) + off.astype(np.uint64)
+        if w.exec_all and nrec >= 4 * n and not np.count_nonzero(off > K(nrec - 4 * n, np.int64)):
+            b = x.mem.read_all(addr0, 4 * n)  # every dword of every lane in range, one buffer
+            if b is not None:
+                write_vn(w, dst, b.view(U32).reshape(LANES, n).T)
+                _mark_pending(w, x, dst, n, None, w.pc)
+                return
         act = w.exec
         words = []
         for i in range(n):
@@ -171,6 +178,11 @@ def _buffer_load_lds(ins: Instr, n: int) -> Fn:
         base, nrec = _raw_buffer(ins, rsrc, soff, w, x)
         off = (vaddr(w, x).astype(np.int64) if vaddr else np.zeros(LANES, np.int64)) + inst_off
         addr0 = np.uint64(base) + off.astype(np.uint64)
+        if w.exec_all and nrec >= size and not np.count_nonzero(off > K(nrec - size, np.int64)):
+            fast = x.mem.read_all(addr0, size)  # every dword of every lane in range, one buffer
+            if fast is not None:
+                _dma_to_lds(x, w, fast, size, m0(w, x) + inst_off)
+                return
         b = np.zeros((LANES, size), dtype=np.uint8)
         for i in range(n):
             inr = w.exec & (off + 4 * i + 4 <= nrec)

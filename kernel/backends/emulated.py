@@ -60,7 +60,7 @@ LO_FACTOR = 32.0
 LO_E8M0_OFFSET = 5
 MIN_HI_E8M0 = 5
 LN2_F32 = float(torch.tensor(math.log(2.0), dtype=torch.float32))
-DEFAULT_ROW_KEY_BUDGET = {"cpu": 1 << 16, "cuda": 1 << 19}  # rows * 128 keys per chunk (bounds memory per tile)
+DEFAULT_ROW_KEY_BUDGET = {"cpu": 1 << 16, "cuda": 1 << 19}  # key slots (rows x keys) per step: bounds memory
 # Key slots per group of tiles run batched (_run_chunk_batched), at most the budget above. On a
 # CPU small groups stay in cache and reuse the allocator's memory (larger tensors cost page
 # faults and cache misses that outweigh the launches saved); on a GPU the launches dominate.

@@ -89,6 +89,7 @@ class Campaign:
     """Counters and failures of a campaign."""
 
     started: float = field(default_factory=time.monotonic)
+    cpu_started: float = field(default_factory=time.process_time)  # CPU seconds of this process (all threads)
     examples: Counter = field(default_factory=Counter)
     seconds: Counter = field(default_factory=Counter)  # per property: seconds spent judging its examples
     coverage: Coverage | None = None  # strategy features of the judged examples (campaign() sets it)
@@ -101,10 +102,22 @@ class Campaign:
     stopped: str = ""
     known_failures: int = 0
     finished: float | None = None  # when the search (and shrinking) ended; the run report comes after
+    cpu_finished: float | None = None  # process CPU time then
 
     def elapsed(self) -> float:
         """Wall seconds of the campaign: until it finished, else until now."""
         return (self.finished if self.finished is not None else time.monotonic()) - self.started
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds this process spent on the campaign (every thread of it; a GPU's time is
+        not in it): until it finished, else until now."""
+        return (self.cpu_finished if self.cpu_finished is not None else time.process_time()) - self.cpu_started
+
+    def cpu_rate(self) -> float:
+        """Examples per CPU second (cpu_seconds): what a machine of busy cores buys, whatever
+        else shares them; 0 before any."""
+        cpu = self.cpu_seconds()
+        return sum(self.examples.values()) / cpu if cpu > 0 else 0.0
 
     def rate(self, prop: str | None = None) -> float:
         """Examples per second: overall (prop None: all examples / wall time of the campaign) or of
@@ -225,7 +238,7 @@ def campaign(
     coverage = state.coverage
     # the budget is the search's: it starts once the campaign is set up (imports, the session
     # marker, leftover recovery and the coverage denominators are not part of it)
-    state.started = time.monotonic()
+    state.started, state.cpu_started = time.monotonic(), time.process_time()
     deadline = state.started + budget_s
     stop_at = [deadline]
 
@@ -336,7 +349,7 @@ def campaign(
         progress.show(state.status(budget_s), force=True)
         if hung:
             break
-    state.finished = time.monotonic()
+    state.finished, state.cpu_finished = time.monotonic(), time.process_time()
     return state
 
 
@@ -427,7 +440,8 @@ def _rate_and_coverage_lines(state: Campaign) -> list[str]:
         f"examples/s: {state.rate():.2f} overall ({sum(state.examples.values())} examples in {elapsed:.1f} s of wall time, "
         f"shrinking included); per property (examples / seconds judging them): {per_property or '-'}"
     ]
-    return lines + (state.coverage.summary_lines() if state.coverage is not None else [])
+    cpu = f"CPU time: {state.cpu_seconds():.1f} s of this process (all threads), {state.cpu_rate():.2f} examples per CPU second"
+    return lines + (state.coverage.summary_lines() if state.coverage is not None else []) + [cpu]
 
 
 def summary_json(
@@ -435,11 +449,12 @@ def summary_json(
 ) -> dict[str, Any]:
     """The machine-readable summary (FUZZ_SUMMARY). Keys: schema, kernel, numerics_profile,
     device, hypothesis_profile, properties, budget_s, seconds (wall time), chunks, seeds,
-    examples, examples_per_s (overall), per_property {prop: examples, pass, fail, observed,
-    seconds (judging), examples_per_s}, failures (distinct), known_failures, stopped,
-    exit_code, features {family: title, hit, reachable, counts per reachable class, never_hit,
-    not_drawable, outside} (conformance.records.coverage.Coverage.to_json), summary_lines (the
-    examples/s and coverage lines of the text summary, which the run report shows)."""
+    examples, examples_per_s (overall), cpu_s and examples_per_cpu_s (this process's CPU time),
+    per_property {prop: examples, pass, fail, observed, seconds (judging), examples_per_s},
+    failures (distinct), known_failures, stopped, exit_code, features {family: title, hit,
+    reachable, counts per reachable class, never_hit, not_drawable, outside}
+    (conformance.records.coverage.Coverage.to_json), summary_lines (the examples/s, coverage
+    and CPU time lines of the text summary, which the run report shows)."""
     elapsed = state.elapsed()
     coverage = state.coverage
     return {
@@ -455,6 +470,8 @@ def summary_json(
         "seeds": list(state.seeds),
         "examples": sum(state.examples.values()),
         "examples_per_s": round(state.rate(), 4),
+        "cpu_s": round(state.cpu_seconds(), 3),
+        "examples_per_cpu_s": round(state.cpu_rate(), 4),
         "per_property": {
             prop: {
                 "examples": state.examples[prop],

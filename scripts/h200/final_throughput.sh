@@ -1,57 +1,90 @@
 #!/usr/bin/env bash
-# Issue 21 on one H200: the bench (run ALONE, <= 150 s) and the nightly-profile fuzz campaigns.
+# Issue 21 on the H200 host: the bench (run ALONE, <= 150 s) and the nightly-profile fuzz campaigns.
 #   bash scripts/h200/final_throughput.sh bench
 #       scripts/peers_bench.py (n_q 1, 64, 1024, 4096; the gather / fp64 limits and the adapter /
 #       bare-kernel ratio beside each row) -> bench.txt, bench.json, bench.err
 #   bash scripts/h200/final_throughput.sh campaign SECONDS
-#       `python -m conformance fuzz --hypothesis-profile nightly --seconds SECONDS` for emulated,
-#       flashmla, flashmla-prefill and torch-sdpa concurrently (one process each on the GPU,
-#       failures saved to pending-<kernel>/), plus one emulated campaign of min(SECONDS, 120) s under
-#       cProfile (scripts/campaign_profile.py: where the time goes). Writes fuzz-<kernel>.txt/.err,
-#       fuzz-<kernel>.json (the fuzz summary: per-property rates and coverage), campaigns.txt /
-#       campaigns.md (scripts/campaign_table.py), profile-emulated/ (stages.txt, top.txt, profile.pstats).
+#       For every kernel of $KERNELS, $PROCS concurrent `python -m conformance fuzz --kernel K
+#       --hypothesis-profile nightly --seconds SECONDS` processes (each its own seeds and run
+#       folder; failures saved to pending-<kernel>/), every process pinned to one GPU, round robin
+#       over the GPUs of the host (CUDA_VISIBLE_DEVICES), OMP_NUM_THREADS=1 each; plus one
+#       emulated campaign of min(SECONDS, 120) s under cProfile (scripts/campaign_profile.py:
+#       where the time goes). Writes fuzz-<kernel>-<n>.txt/.err/.json (each process's summary),
+#       campaigns.txt / campaigns.md (scripts/campaign_table.py: the processes of a kernel merged
+#       into one row: examples/s summed, features hit by any process), profile-emulated/
+#       (stages.txt, top.txt, profile.pstats), campaign-env.txt (cores, GPUs, processes).
+#       Wall time: at most SECONDS + 70 s (each process gets SIGINT at SECONDS + 50 s, which
+#       still writes its summary, and SIGKILL 15 s later); SECONDS 480 -> under 560 s.
+# Environment: KERNELS (default: the seven registered GPU kernels), PROCS (processes per kernel;
+# default (cores - 1) / kernels, at least 1, at most 16), PROFILE (0: no cProfile campaign).
 # Everything goes under "$RESULTS/throughput/". Every step runs under `timeout`.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 R="${RESULTS:-results}/throughput"
 mkdir -p "$R"
-KERNELS="emulated flashmla flashmla-prefill torch-sdpa"
+KERNELS="${KERNELS:-emulated flashmla flashmla-prefill torch-sdpa sglang-decode vllm-decode vllm-sparse}"
+PY="${PYTHON:-python3}"
 
 case "${1:-}" in
 bench)
   { date -u; nvidia-smi -L; } > "$R/bench-env.txt" 2>&1
-  timeout 150 python3 scripts/peers_bench.py --json "$R/bench.json" > "$R/bench.txt" 2> "$R/bench.err"
+  timeout 150 "$PY" scripts/peers_bench.py --json "$R/bench.json" > "$R/bench.txt" 2> "$R/bench.err"
   echo "bench rc=$?" | tee -a "$R/bench.txt"
   cat "$R/bench.txt"; tail -3 "$R/bench.err"
   ;;
 campaign)
   S="${2:?usage: final_throughput.sh campaign SECONDS}"
   PROF_S=$(( S < 120 ? S : 120 ))
-  # five processes share the host's cores: torch's default of one intra-op thread per core each
-  # oversubscribes them (the profile of the final run spent 29 s of a 126 s campaign in CPU
-  # repeat_interleave calls of a few thousand elements); a few threads per process instead
+  read -r -a kernels <<< "$KERNELS"
   NPROC=$(nproc 2> /dev/null || echo 16)
-  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( NPROC / 5 > 1 ? NPROC / 5 : 1 ))}
-  date -u > "$R/campaign-env.txt"
-  for k in $KERNELS; do
-    CONFORMANCE_PENDING_DIR="$R/pending-$k" timeout $(( S + 180 )) python3 -m conformance fuzz --kernel "$k" --seconds "$S" \
-      --hypothesis-profile nightly --shrink-seconds 30 > "$R/fuzz-$k.txt" 2> "$R/fuzz-$k.err" &
+  NGPU=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
+  [ "${NGPU:-0}" -ge 1 ] || NGPU=0
+  DEFAULT_PROCS=$(( (NPROC - 1) / ${#kernels[@]} ))
+  DEFAULT_PROCS=$(( DEFAULT_PROCS < 1 ? 1 : (DEFAULT_PROCS > 16 ? 16 : DEFAULT_PROCS) ))
+  P="${PROCS:-$DEFAULT_PROCS}"
+  # one CPU thread per process: many processes share the cores, and torch's intra-op threads
+  # only add parallel regions whose start-up, oversubscribed, costs milliseconds per small op
+  export OMP_NUM_THREADS=1
+  { date -u; echo "cores $NPROC, GPUs $NGPU, kernels ${kernels[*]}, processes per kernel $P, campaign ${S} s, profile ${PROF_S} s";
+    nvidia-smi -L 2> /dev/null; } > "$R/campaign-env.txt"
+  cat "$R/campaign-env.txt"
+  slot=0
+  next_gpu() {  # GPU_ENV: the GPU of the next process, round robin (on a machine without GPUs only its slot number)
+    if [ "$NGPU" -ge 1 ]; then GPU_ENV="CUDA_VISIBLE_DEVICES=$(( slot % NGPU ))"; else GPU_ENV="THROUGHPUT_SLOT=$slot"; fi
+    slot=$(( slot + 1 ))
+  }
+  for k in "${kernels[@]}"; do
+    for n in $(seq 1 "$P"); do
+      next_gpu
+      env "$GPU_ENV" CONFORMANCE_PENDING_DIR="$R/pending-$k" timeout -s INT -k 15 $(( S + 50 )) \
+        "$PY" -m conformance fuzz --kernel "$k" --seconds "$S" --hypothesis-profile nightly --shrink-seconds 20 \
+        > "$R/fuzz-$k-$n.txt" 2> "$R/fuzz-$k-$n.err" &
+    done
   done
-  CONFORMANCE_PENDING_DIR="$R/pending-profile" timeout $(( PROF_S + 240 )) python3 scripts/campaign_profile.py --out "$R/profile-emulated" -- \
-    --kernel emulated --seconds "$PROF_S" --hypothesis-profile nightly --shrink-seconds 30 --no-save > "$R/profile-emulated.txt" 2>&1 &
+  if [ "${PROFILE:-1}" != 0 ]; then
+    next_gpu
+    env "$GPU_ENV" CONFORMANCE_PENDING_DIR="$R/pending-profile" timeout -s INT -k 15 $(( PROF_S + 50 )) \
+      "$PY" scripts/campaign_profile.py --out "$R/profile-emulated" -- \
+      --kernel emulated --seconds "$PROF_S" --hypothesis-profile nightly --shrink-seconds 20 --no-save > "$R/profile-emulated.txt" 2>&1 &
+  fi
   wait
   summaries=()
-  for k in $KERNELS; do
-    path=$(sed -n 's/^  summary (JSON): //p' "$R/fuzz-$k.txt" | tail -1)
-    if [ -n "$path" ] && [ -f "$path" ]; then cp "$path" "$R/fuzz-$k.json"; summaries+=("$R/fuzz-$k.json"); fi
-    echo "--- fuzz $k"; grep -E "^fuzz summary|^  (differential|long_rows|preconditions) |examples/s|FAILURES|^  - " "$R/fuzz-$k.txt" | head -12; tail -2 "$R/fuzz-$k.err"
+  for k in "${kernels[@]}"; do
+    echo "--- fuzz $k ($P processes)"
+    for n in $(seq 1 "$P"); do
+      path=$(sed -n 's/^  summary (JSON): //p' "$R/fuzz-$k-$n.txt" | tail -1)
+      if [ -n "$path" ] && [ -f "$path" ]; then cp "$path" "$R/fuzz-$k-$n.json"; summaries+=("$R/fuzz-$k-$n.json"); fi
+      grep -E "examples/s|FAILURES|^  - |^  (a kernel call hung|Hypothesis stopped)" "$R/fuzz-$k-$n.txt" | head -6; tail -2 "$R/fuzz-$k-$n.err"
+    done
   done
   if [ ${#summaries[@]} -gt 0 ]; then
-    timeout 30 python3 scripts/campaign_table.py "${summaries[@]}" > "$R/campaigns.txt" 2>&1
-    timeout 30 python3 scripts/campaign_table.py --markdown "${summaries[@]}" > "$R/campaigns.md" 2>&1
+    timeout 30 "$PY" scripts/campaign_table.py "${summaries[@]}" > "$R/campaigns.txt" 2>&1
+    timeout 30 "$PY" scripts/campaign_table.py --markdown "${summaries[@]}" > "$R/campaigns.md" 2>&1
     cat "$R/campaigns.txt"
   fi
-  echo "--- where the time goes (emulated, under cProfile)"; cat "$R/profile-emulated/stages.txt" 2>/dev/null || tail -5 "$R/profile-emulated.txt"
+  if [ "${PROFILE:-1}" != 0 ]; then
+    echo "--- where the time goes (emulated, under cProfile)"; cat "$R/profile-emulated/stages.txt" 2> /dev/null || tail -5 "$R/profile-emulated.txt"
+  fi
   ;;
 *)
   echo "usage: bash scripts/h200/final_throughput.sh bench | campaign SECONDS" >&2

@@ -101,24 +101,27 @@ def _check_scale(sigma: float, profile: NumericsProfile) -> None:
 
 
 def _check_chunk_preconditions(chunk: BoundChunk, profile: NumericsProfile, scale_model: str) -> None:
-    """Raise PreconditionError where the profile's bound is not promised for these keys."""
+    """Raise PreconditionError where the profile's bound is not promised for these keys (the
+    first broken one in the order below; every check read back in one host sync)."""
     valid = chunk.valid.unsqueeze(-1)
     scales = chunk.scales
+    checks: list[tuple[torch.Tensor, str]] = []
     if scale_model == "gfx950":
-        if bool((valid & ~torch.isfinite(scales)).any()):
-            raise PreconditionError("a consumed record's scale is NaN or infinite")
+        checks.append(((valid & ~torch.isfinite(scales)).any(), "a consumed record's scale is NaN or infinite"))
     elif profile.needs_pow2_scales:
         bits = scales.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
         exponent = (bits >> 23) & 0xFF
         pow2 = ((bits & 0x7FFFFF) == 0) & (exponent > 0) & (exponent < 0xFF) & ((bits >> 31) == 0)
-        if bool((valid & ~pow2).any()):
-            raise PreconditionError("a consumed record's scale is not a positive normal power of two")
-    elif bool((valid & ~(torch.isfinite(scales) & (scales > 0))).any()):
-        raise PreconditionError("a consumed record's scale is not positive and finite")
-    if scale_model == "stored" and profile.scale_cap is not None and bool((valid & (scales > profile.scale_cap)).any()):
-        raise PreconditionError(f"a consumed record's scale exceeds {profile.scale_cap:g}")
-    if bool(((chunk.codes & 0x7F) == 0x7F).any()):
-        raise PreconditionError("a consumed record holds NaN codes")
+        checks.append(((valid & ~pow2).any(), "a consumed record's scale is not a positive normal power of two"))
+    else:
+        checks.append(((valid & ~(torch.isfinite(scales) & (scales > 0))).any(), "a consumed record's scale is not positive and finite"))
+    if scale_model == "stored" and profile.scale_cap is not None:
+        checks.append(((valid & (scales > profile.scale_cap)).any(), f"a consumed record's scale exceeds {profile.scale_cap:g}"))
+    checks.append((((chunk.codes & 0x7F) == 0x7F).any(), "a consumed record holds NaN codes"))
+    broken = torch.stack([flag for flag, _ in checks]).tolist()
+    for is_broken, (_, message) in zip(broken, checks, strict=True):
+        if is_broken:
+            raise PreconditionError(message)
 
 
 @dataclass(frozen=True)
@@ -345,12 +348,13 @@ def _check_f32_range(stats: _ChunkStats, qk_mag: torch.Tensor, profile: Numerics
     limit = FORMAT_MAX[profile.score_format]
     most = profile.qk.roundings(2.0 * LATENT_DIM + 64, float(profile.qk_instructions)) + profile.qk.product_roundings
     gamma_qk = float(gamma(most, profile.qk.u))
-    if float(qk_mag.max()) * (1 + gamma_qk) >= limit:
+    # the three maxima in one host sync (each exact in f64: n_valid is an integer count)
+    qk_max, n_max, v_max = torch.stack((qk_mag.max(), stats.n_valid.max(), stats.abs_v_max.max())).tolist()
+    if qk_max * (1 + gamma_qk) >= limit:
         raise PreconditionError(
-            f"a partial sum of q . K may overflow {profile.score_format} (sum_d |q_d| |K_d| = {float(qk_mag.max()):.3g}, "
-            f"largest finite {limit:.3g})"
+            f"a partial sum of q . K may overflow {profile.score_format} (sum_d |q_d| |K_d| = {qk_max:.3g}, largest finite {limit:.3g})"
         )
-    growth = 2.0**profile.p_shift * float(stats.n_valid.max()) * float(stats.abs_v_max.max())
+    growth = 2.0**profile.p_shift * n_max * v_max
     if growth * (1 + 2.0**-8) >= limit:
         raise PreconditionError(f"the PV accumulation may overflow {profile.score_format} (n * 2^p_shift * max|v| = {growth:.3g})")
 

@@ -104,6 +104,7 @@ class GlobalMemory:
 
     def __init__(self) -> None:
         self.regions: list[Region] = []
+        self._sorted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # starts, ends, region index
 
     def add_tensor(self, t: torch.Tensor, name: str) -> None:
         """Register a CPU tensor's whole storage (strided views included)."""
@@ -146,13 +147,21 @@ class GlobalMemory:
         """(region index per lane, -1 when [addr, addr + size) is not inside one region; byte
         offset inside it)."""
         addr = addr.astype(np.uint64)
-        idx = np.full(addr.shape, -1, dtype=np.int64)
-        off = np.zeros(addr.shape, dtype=np.int64)
-        for i, r in enumerate(self.regions):
-            inside = (addr >= np.uint64(r.start)) & (addr + np.uint64(size) <= np.uint64(r.end))
-            if inside.any():
-                idx = np.where(inside, i, idx)
-                off = np.where(inside, (addr - np.uint64(r.start)).astype(np.int64), off)
+        if self._sorted is None or len(self._sorted[0]) != len(self.regions):
+            order = sorted(range(len(self.regions)), key=lambda i: self.regions[i].start)
+            starts = np.array([self.regions[i].start for i in order], dtype=np.uint64)
+            ends = np.array([self.regions[i].end for i in order], dtype=np.uint64)
+            self._sorted = (starts, ends, np.array(order, dtype=np.int64))
+        starts, ends, order = self._sorted
+        if not starts.size:
+            return np.full(addr.shape, -1, dtype=np.int64), np.zeros(addr.shape, dtype=np.int64)
+        pos = np.searchsorted(starts, addr, side="right") - 1  # the last region starting at or below
+        p = np.maximum(pos, 0)
+        end = ends[p]
+        # regions do not overlap: only that one can hold [addr, addr + size) (no wrap-around)
+        inside = (pos >= 0) & (addr < end) & (end - np.minimum(addr, end) >= np.uint64(size))
+        idx = np.where(inside, order[p], -1)
+        off = np.where(inside, (addr - starts[p]).astype(np.int64), 0)
         return idx, off
 
     def read_all(self, addr: np.ndarray, size: int) -> np.ndarray | None:
@@ -188,11 +197,10 @@ class GlobalMemory:
             return out, no_lanes(addr.shape[0])
         idx, off = self.locate(addr, size)
         bad = lanes & (idx < 0)
-        span = np.arange(size, dtype=np.int64)
-        for i, r in enumerate(self.regions):
+        span = byte_span(size)
+        for i in np.unique(idx[lanes & (idx >= 0)]):
             sel = lanes & (idx == i)
-            if sel.any():
-                out[sel] = r.data[off[sel][:, None] + span]
+            out[sel] = self.regions[i].data[off[sel][:, None] + span]
         return out, bad
 
     def write(self, addr: np.ndarray, data: np.ndarray, lanes: np.ndarray) -> np.ndarray:

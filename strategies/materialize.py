@@ -368,10 +368,14 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
 
     n_rows = recipe.cache_rows
     small = n_rows * RECORD_BYTES <= SMALL_CACHE_BYTES
-    if small:
-        kv = torch.empty((n_rows, RECORD_BYTES), dtype=torch.uint8, device=device)
-        if not recipe.poison:
-            kv.zero_()
+    if small and not recipe.poison and device.type == "cpu":
+        # calloc'd (numpy): the pages stay the kernel's shared zero page until written, so only the
+        # referenced rows cost a page fault, instead of a memset of the whole cache
+        kv = torch.from_numpy(np.zeros((n_rows, RECORD_BYTES), dtype=np.uint8))
+    elif small and not recipe.poison:
+        kv = torch.zeros((n_rows, RECORD_BYTES), dtype=torch.uint8, device=device)
+    elif small:
+        kv = torch.empty((n_rows, RECORD_BYTES), dtype=torch.uint8, device=device)  # every row written below
     else:
         kv = torch.empty((n_rows, RECORD_BYTES), dtype=torch.uint8, device=device)
     poison_rows = torch.zeros(0, dtype=torch.int64)

@@ -20,7 +20,7 @@ import torch
 
 from kernel.fp8 import round_f32_to_bf16
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_DIM, ROPE_OFFSET, SCALE_OFFSET, encode_records
-from strategies import rng
+from strategies import layouts, rng
 from strategies.recipe import ROWS_BEYOND_4GIB, MemoryEstimate, Recipe, RecipeTooLarge, memory_estimate
 
 HEAD_DIM = LATENT_DIM + ROPE_DIM
@@ -357,6 +357,8 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
         covered = owner < pair_positions.numel()
         entries[covered] = values[owner[covered]]
         consumed = covered
+    if recipe.unconsumed == "garbage":  # entries no row consumes: values the kernel must not read
+        entries = torch.where(consumed, entries, layouts.garbage(recipe.seed, torch.arange(n_idx), recipe.cache_rows))
 
     referenced = torch.unique(entries[consumed & (entries >= 0) & (entries < recipe.cache_rows)])
     # Row data is generated where it will live: integer hashing and IEEE arithmetic give the
@@ -399,11 +401,19 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
     kv[referenced_here] = records
 
     q_values = _query(recipe, device)
-    q = _strided(q_values, recipe.q_pad, float("nan"), device)
+    if recipe.q_layout == "rows":
+        q = _strided(q_values, recipe.q_pad, float("nan"), device)
+    else:  # head-major, a stride 0, overlapping heads (strategies.layouts)
+        q_strides = layouts.strides(recipe.q_layout, recipe.n_q, recipe.heads, HEAD_DIM, recipe.q_pad)
+        q = layouts.place(q_values, *q_strides, float("nan"), device)
     out = None
     if recipe.out_pad is not None:
         empty = torch.empty((recipe.n_q, recipe.heads, LATENT_DIM), dtype=torch.bfloat16, device=device)
-        out = _strided(empty.fill_(float("nan")), recipe.out_pad, float("nan"), device)
+        if recipe.out_layout == "rows":
+            out = _strided(empty.fill_(float("nan")), recipe.out_pad, float("nan"), device)
+        else:
+            out_strides = layouts.strides(recipe.out_layout, recipe.n_q, recipe.heads, LATENT_DIM, recipe.out_pad)
+            out = layouts.place(empty.fill_(float("nan")), *out_strides, float("nan"), device)
     return Problem(
         recipe=recipe,
         q=q,

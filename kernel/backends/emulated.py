@@ -477,8 +477,8 @@ def run_emulated(
     DEFAULT_ROW_KEY_BUDGET for the device). batch_tiles: run a step's tiles batched
     (_run_chunk_batched: the same operations on the same values, a few launches per tile instead
     of one pass of every stage per tile); None = whenever the per-tile stages are the default
-    ones (tiles_batchable), False = the per-tile loop (the definition both paths must match bit
-    for bit)."""
+    ones (tiles_batchable) and a group of TILE_GROUP_SLOTS holds 2 tiles of the chunk's rows,
+    False = the per-tile loop (the definition both paths must match bit for bit)."""
     info, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     if empty is not None:
         return empty
@@ -506,8 +506,10 @@ def run_emulated(
             l_parts=torch.zeros(rows.numel(), heads, 4, 4, dtype=torch.float32, device=device),
             o=torch.zeros(rows.numel(), heads, LATENT_DIM, dtype=torch.float32, device=device),
         )
-        if batch_tiles if batch_tiles is not None else tiles_batchable(stages):
-            group_slots = min(budget, TILE_GROUP_SLOTS.get(device.type, TILE_GROUP_SLOTS["cpu"]))
+        group_slots = min(budget, TILE_GROUP_SLOTS.get(device.type, TILE_GROUP_SLOTS["cpu"]))
+        # by default a chunk runs batched where groups hold at least 2 tiles of its rows (with
+        # one tile per group the batched path is the loop with more operations)
+        if batch_tiles if batch_tiles is not None else (tiles_batchable(stages) and group_slots >= 2 * TILE * len(chunk_tiles)):
             peak = _run_chunk_batched(state, rows, chunk_tiles, qq, indices, r_beg, r_len, kv_rows, c_log2, group_slots, peak)
             chunk_tiles = []  # done: the per-tile loop below runs no tile
         live = len(chunk_tiles)

@@ -253,9 +253,18 @@ def _lshl_add64(ins: Instr, d: Any) -> Fn:
     s1 = src32(ins, ins.operands[2])
     s2 = src64(ins, ins.operands[3])
 
+    sop = ins.operands[2]
+    if isinstance(sop, Imm) and 0 <= sop.value <= 4:  # the usual form: a constant shift
+        ksh = K(sop.value, np.uint64)
+
+        def run_k(w: Wave, x: Any) -> None:
+            write_v64(w, dst, (s0(w, x) << ksh) + s2(w, x))
+
+        return run_k
+
     def run(w: Wave, x: Any) -> None:
         sh = s1(w, x)
-        if (sh > 4).any():
+        if np.count_nonzero(sh > K(4)):
             raise UnsupportedOperands(f"`{ins.text}`: shift {int(sh.max())} > 4 (the instruction takes 0..4)")
         write_v64(w, dst, (s0(w, x) << sh.astype(np.uint64)) + s2(w, x))
 
@@ -317,7 +326,7 @@ def _cmp_factory(ins: Instr, d: Any) -> Fn:
     def run(w: Wave, x: Any) -> None:
         with QUIET:
             r = fn(conv(a(w, x)), conv(b(w, x)))
-        write_s(w, dst, mask_to_int(r & w.exec), 2)
+        write_s(w, dst, mask_to_int(r if w.exec_all else r & w.exec), 2)
 
     return run
 
@@ -833,7 +842,7 @@ def _fcmp_extra_factory(ins: Instr, d: Any) -> Fn:
                 r = np.zeros(LANES, dtype=bool)
             else:  # tru
                 r = np.ones(LANES, dtype=bool)
-        write_s(w, dst, mask_to_int(r & w.exec), 2)
+        write_s(w, dst, mask_to_int(r if w.exec_all else r & w.exec), 2)
 
     return run
 

@@ -281,7 +281,7 @@ class Wave:
 
 def mask_to_int(mask: np.ndarray) -> int:
     """bool[64] -> 64-bit integer, bit i = lane i."""
-    return int(np.packbits(mask.astype(np.uint8), bitorder="little").view(np.uint64)[0])
+    return int(np.packbits(mask.view(np.uint8), bitorder="little").view(np.uint64)[0])
 
 
 _MASKS: dict[int, np.ndarray] = {}

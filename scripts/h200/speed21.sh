@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21, reference and adapter speed, on one H200 (run it ALONE on the GPU: it times; <= 200 s).
+# Issue 21, reference and adapter speed, on one H200 (run it ALONE on the GPU: it times; <= 200 s: timeouts 105 + 50 + 30 s, 5 s grace each).
 #   bash scripts/h200/speed21.sh
 # Writes under "$RESULTS/speed21/":
 #   env.txt                 date, GPU, git HEAD
@@ -11,6 +11,9 @@
 #                           bf16-KV adapters, their median device ms, and the adapters beside
 #                           their bare kernel on the inputs prepared from the kept bf16 cache
 #                           (NAME:bare-kept; peers_bench's NAME:bare reads the per-slot copy)
+#   same.txt                scripts/speed21_same.py: flashmla-prefill and torch-sdpa give the same
+#                           bits through the kept bf16 cache as through the per-slot gather
+#                           (n_q 1, 64, 1024); "same rc=1" if any differs
 # Every step runs under `timeout`; a step that fails leaves its rc in the .txt and the next runs.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -22,17 +25,22 @@ mkdir -p "$R"
 if [ -n "${SPEED21_TINY:-}" ]; then
   BENCH=(--n-q 1,4 --keys 256 --cache-rows 4096 --iters 2 --max-seconds 1)
   OPS=(--n-q 1,4 --keys 256 --cache-rows 4096 --iters 2)
+  SAME=(--n-q 1,4 --keys 256 --cache-rows 4096)
 else
   BENCH=(--n-q 1,64,1024,4096 --iters 10 --max-seconds 2)
   OPS=(--n-q 1,64,1024 --cache-rows 1048576 --iters 10)
+  SAME=(--n-q 1,64,1024 --cache-rows 1048576)
 fi
 
-timeout -k 5 120 python3 scripts/peers_bench.py "${BENCH[@]}" --json "$R/bench.json" > "$R/bench.txt" 2> "$R/bench.err"
+timeout -k 5 105 python3 scripts/peers_bench.py "${BENCH[@]}" --json "$R/bench.json" > "$R/bench.txt" 2> "$R/bench.err"
 echo "bench rc=$?" >> "$R/bench.txt"
 
-timeout -k 5 60 python3 scripts/speed21_ops.py "${OPS[@]}" --kernels oracle,bound,emulated,flashmla-prefill,torch-sdpa \
+timeout -k 5 50 python3 scripts/speed21_ops.py "${OPS[@]}" --kernels oracle,bound,emulated,flashmla-prefill,torch-sdpa \
   --json "$R/ops.json" > "$R/ops.txt" 2>&1
 echo "ops rc=$?" >> "$R/ops.txt"
 
-cat "$R/bench.txt" "$R/ops.txt"
+timeout -k 5 30 python3 scripts/speed21_same.py "${SAME[@]}" > "$R/same.txt" 2>&1
+echo "same rc=$?" >> "$R/same.txt"
+
+cat "$R/bench.txt" "$R/ops.txt" "$R/same.txt"
 tail -3 "$R/bench.err"

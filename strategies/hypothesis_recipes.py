@@ -10,6 +10,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from kernel.record import PRECONDITION_WRITERS
+from strategies.layouts import OUT_LAYOUTS, Q_LAYOUTS, UNCONSUMED
 from strategies.recipe import (
     EXACT_MAX_ROW,
     INVALID_PATTERNS,
@@ -99,7 +100,7 @@ def recipes(
         cache_rows = ROWS_BEYOND_4GIB + draw(st.integers(1, 100_000), label="rows_past_4gib")
     else:
         index_pattern = draw(st.sampled_from(PLAIN_PATTERNS), label="index_pattern")
-        cache_rows = draw(st.one_of(st.integers(2, 64), st.integers(2, 100_000)), label="cache_rows")
+        cache_rows = draw(st.one_of(st.integers(2, 64), st.integers(2, 100_000), st.just(1)), label="cache_rows")
         if not any(x > 0 for x in row_lengths) and draw(st.booleans(), label="empty_cache"):
             cache_rows = 0  # every row empty: a cache of 0 rows is a valid call
     cache_shape = None
@@ -115,6 +116,11 @@ def recipes(
     pad = st.tuples(st.integers(0, 64), st.integers(0, 64))
     q_pad = draw(st.one_of(st.just((0, 0)), pad), label="q_pad")
     out_pad = draw(st.one_of(st.none(), pad), label="out_pad") if allow_out else None
+    # layouts beyond padded row-major (strategies.layouts); overlapping heads mix q vectors, so
+    # not in exact recipes
+    q_layouts = tuple(x for x in Q_LAYOUTS[1:] if not (exact and x == "overlapping_heads"))
+    q_layout = draw(st.one_of(st.just(Q_LAYOUTS[0]), st.sampled_from(q_layouts)), label="q_layout")
+    out_layout = draw(st.sampled_from(OUT_LAYOUTS), label="out_layout") if out_pad is not None else OUT_LAYOUTS[0]
     return Recipe(
         seed=draw(st.integers(0, 2**32 - 1), label="seed"),
         n_q=n_q,
@@ -137,6 +143,9 @@ def recipes(
         poison=draw(st.booleans(), label="poison") if cache_rows >= 2 else False,
         cache_shape=cache_shape,
         stream_tail=draw(st.one_of(st.just(0), st.integers(1, 300)), label="stream_tail"),
+        q_layout=q_layout,
+        out_layout=out_layout,
+        unconsumed=draw(st.sampled_from(UNCONSUMED), label="unconsumed"),
     )
 
 

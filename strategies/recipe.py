@@ -21,6 +21,8 @@ unless stated):
                      dims whose product is cache_rows (rows are the flattened leading dims)
     stream_tail      index entries after the last one any row consumes (unread filler; the
                      stream is longer than indptr[n_q])
+    unconsumed       valid | garbage: what index entries no row consumes hold: valid rows, or
+                     out-of-range and negative values the kernel must not read (strategies.layouts)
     latent           normal | heavy | outliers | zero_blocks | tiny_blocks | max57344 | large |
                      above_cap | exact
     rope             normal | large | tiny | zero | exact
@@ -28,7 +30,10 @@ unless stated):
     softmax_scale    default | peaked | flat | exact (ln 2) | negative | zero, or a number
     writer           pow2 | pow2-floor | raw
     q_pad            [row pad, head pad] added to q's row / head strides
+    q_layout         rows | heads | shared_rows | shared_heads | overlapping_heads: q's memory
+                     layout (strategies.layouts: row- or head-major, a stride 0, overlapping heads)
     out_pad          null (kernel allocates out) or [row pad, head pad] of a preallocated out
+    out_layout       rows | heads: a preallocated out row- or head-major (needs out_pad)
     return_lse, has_invalid
     poison           NaN-poison unreferenced rows (row 0 included) and never reference row 0
     corruptions      list of {"kind": nan_codes | scale_not_pow2 | scale_above_cap |
@@ -49,6 +54,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from kernel.record import RECORD_BYTES, WRITERS
+from strategies.layouts import OUT_LAYOUTS, Q_LAYOUTS, UNCONSUMED
 
 RECIPE_VERSION = 1
 INDEX_PATTERNS = ("uniform", "clustered", "duplicates", "sorted", "reversed", "tail", "beyond_4gib")
@@ -70,7 +76,7 @@ ROWS_BEYOND_4GIB = (4 * 2**30) // 656 + 1  # first row whose record starts past 
 
 
 # Fields added after version 1 and their defaults: omitted from the JSON at their default.
-OPTIONAL_FIELDS: dict[str, Any] = {"cache_shape": None, "stream_tail": 0}
+OPTIONAL_FIELDS: dict[str, Any] = {"cache_shape": None, "stream_tail": 0, "q_layout": "rows", "out_layout": "rows", "unconsumed": "valid"}
 
 
 class RecipeError(ValueError):
@@ -109,6 +115,9 @@ class Recipe:
     corruptions: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     cache_shape: tuple[int, ...] | None = None
     stream_tail: int = 0
+    q_layout: str = "rows"
+    out_layout: str = "rows"
+    unconsumed: str = "valid"
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -140,6 +149,7 @@ class Recipe:
             and self.writer in ("pow2", "pow2-floor")
             and all(length <= EXACT_MAX_ROW for length in self.row_lengths)
             and not self.corruptions
+            and self.q_layout != "overlapping_heads"  # overlapping heads mix their q vectors
         )
 
     @property
@@ -261,6 +271,10 @@ def _validate(r: Recipe) -> None:
             f"softmax_scale must be a finite number or a name, got {r.softmax_scale!r}",
         )
     need(r.writer in WRITERS, f"writer must be one of {WRITERS}, got {r.writer!r}")
+    need(r.q_layout in Q_LAYOUTS, f"q_layout must be one of {Q_LAYOUTS}, got {r.q_layout!r}")
+    need(r.out_layout in OUT_LAYOUTS, f"out_layout must be one of {OUT_LAYOUTS}, got {r.out_layout!r}")
+    need(r.out_layout == "rows" or r.out_pad is not None, f"out_layout {r.out_layout!r} needs a preallocated out (out_pad)")
+    need(r.unconsumed in UNCONSUMED, f"unconsumed must be one of {UNCONSUMED}, got {r.unconsumed!r}")
     for name in ("q_pad", "out_pad"):
         pad = getattr(r, name)
         if pad is None and name == "out_pad":
@@ -328,6 +342,8 @@ def memory_estimate(recipe: Recipe, device_type: str = "cpu") -> MemoryEstimate:
     cache_resident = cache_full if cache_full <= SMALL_CACHE_BYTES_ else min(cache_full, (3 * referenced + 2) * RECORD_BYTES)
     pad_rows, pad_heads = recipe.q_pad
     q_elems = recipe.n_q * (recipe.heads + pad_heads) * 576 + recipe.n_q * pad_rows
+    if recipe.q_layout != "rows" or recipe.out_layout != "rows":  # strategies.layouts.place: 3 int64 per element
+        q_elems += recipe.n_q * recipe.heads * 576
     out_elems = recipe.n_q * recipe.heads * 512
     budget = REFERENCE_KEY_BUDGET_.get(device_type, REFERENCE_KEY_BUDGET_["cuda"])
     slots = max(min(recipe.n_q * longest, budget), longest)

@@ -102,7 +102,9 @@ def test_features_of_a_plain_recipe() -> None:
     assert f["pattern"] == {"duplicates"} and f["writer"] == {"pow2"} and f["corruption"] == frozenset()
     assert f["heads"] == {"16"} and f["n_q"] == {"2-8"} and f["cache"] == {"2-64"}
     assert f["has_invalid"] == {"off"} and f["q_strides"] == {"head pad"} and f["out"] == {"out= row pad"}
-    assert f["options"] == {"no lse", "no poison", "indptr[0]=0", "no stream tail"} and f["cache_layout"] == {"[rows, 656]"}
+    assert f["options"] == {"no lse", "no poison", "indptr[0]=0", "no stream tail", "unconsumed valid"} and f["cache_layout"] == {
+        "[rows, 656]"
+    }
     assert f["softmax_scale"] == {"default"} and f["latent"] == {"normal"}
     assert features(_recipe(softmax_scale=0.25, stream_offset=3, out_pad=(0, 0)))["softmax_scale"] == {"number"}
     assert features(_recipe(stream_offset=3, out_pad=(0, 0), q_pad=(1, 1)))["options"] >= {"indptr[0]>0"}

@@ -3,7 +3,7 @@
 A *family* is one dimension of the recipe (strategies.recipe.Recipe) that a kernel engineer wants
 to know was exercised: row-length classes, index patterns, writers, precondition violations
 ("corruptions"), the latent / rope / q distributions, softmax scales, head counts, query-row
-counts, has_invalid masking, cache sizes, q and out strides, and the call options. Each family is
+counts, has_invalid masking, cache sizes, q and out strides and layouts, and the call options. Each family is
 a pure function recipe -> frozenset of class names (a set, not one string, because some
 dimensions hold several values per recipe: one class per row for the row lengths, every violated
 precondition, and the three flags of `options`); its classes are a fixed, ordered tuple and the
@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel.record import PRECONDITION_WRITERS, RECORD_BYTES, WRITERS
+from strategies.layouts import Q_LAYOUTS
 from strategies.recipe import (
     INDEX_PATTERNS,
     INVALID_PATTERNS,
@@ -106,8 +107,19 @@ VIOLATION_KINDS = (
 SCALE_CLASSES = (*SOFTMAX_SCALES, "number")
 INVALID_CLASSES = ("off", *(f"on/{p}" for p in INVALID_PATTERNS))
 PAD_KINDS = ("contiguous", "row pad", "head pad", "row+head pad")
-OUT_CLASSES = ("kernel allocates", *(f"out= {k}" for k in PAD_KINDS))
-OPTION_CLASSES = ("lse", "no lse", "poison", "no poison", "indptr[0]=0", "indptr[0]>0", "no stream tail", "stream tail")
+OUT_CLASSES = ("kernel allocates", *(f"out= {k}" for k in PAD_KINDS), "out= head-major")
+OPTION_CLASSES = (
+    "lse",
+    "no lse",
+    "poison",
+    "no poison",
+    "indptr[0]=0",
+    "indptr[0]>0",
+    "no stream tail",
+    "stream tail",
+    "unconsumed valid",
+    "unconsumed garbage",
+)
 
 
 def row_length_class(length: int) -> str:
@@ -175,6 +187,12 @@ def violations(recipe: Recipe) -> frozenset[str]:
     return frozenset(kinds)
 
 
+def _out_class(recipe: Recipe) -> str:
+    if recipe.out_pad is None:
+        return "kernel allocates"
+    return "out= head-major" if recipe.out_layout == "heads" else f"out= {_pad_kind(recipe.out_pad)}"
+
+
 def _one(value: str) -> frozenset[str]:
     return frozenset((value,))
 
@@ -210,7 +228,8 @@ FAMILIES: tuple[Family, ...] = (
         "cache_layout", "cache layouts", CACHE_LAYOUT_CLASSES, lambda r: _one(CACHE_LAYOUT_CLASSES[max(len(r.cache_shape or ()) - 1, 0)])
     ),
     Family("q_strides", "q strides", PAD_KINDS, lambda r: _one(_pad_kind(r.q_pad))),
-    Family("out", "out", OUT_CLASSES, lambda r: _one("kernel allocates" if r.out_pad is None else f"out= {_pad_kind(r.out_pad)}")),
+    Family("q_layout", "q layouts", Q_LAYOUTS, lambda r: _one(r.q_layout)),
+    Family("out", "out", OUT_CLASSES, lambda r: _one(_out_class(r))),
     Family(
         "options",
         "options",
@@ -221,6 +240,7 @@ FAMILIES: tuple[Family, ...] = (
                 "poison" if r.poison else "no poison",
                 "indptr[0]>0" if r.stream_offset else "indptr[0]=0",
                 "stream tail" if r.stream_tail else "no stream tail",
+                f"unconsumed {r.unconsumed}",
             )
         ),
     ),
@@ -311,7 +331,7 @@ def reachable(space: DrawSpace) -> dict[str, tuple[str, ...]]:
     if space.huge_cache:
         patterns, caches = ("beyond_4gib",), {cache_class(ROWS_BEYOND_4GIB + 1), cache_class(ROWS_BEYOND_4GIB + 100_000)}
     else:
-        patterns, caches = _PLAIN_PATTERNS, {cache_class(n) for n in (_CACHE_ROWS[0], 64, 65, _CACHE_ROWS[1])}
+        patterns, caches = _PLAIN_PATTERNS, {cache_class(n) for n in (1, _CACHE_ROWS[0], 64, 65, _CACHE_ROWS[1])}
         if not violating:
             caches.add(cache_class(0))  # every row empty
     found: dict[str, set[str]] = {
@@ -329,6 +349,7 @@ def reachable(space: DrawSpace) -> dict[str, tuple[str, ...]]:
         "cache": caches,
         "cache_layout": {CACHE_LAYOUT_CLASSES[0]} if space.huge_cache else set(CACHE_LAYOUT_CLASSES),
         "q_strides": set(PAD_KINDS),
+        "q_layout": {x for x in Q_LAYOUTS if not (space.exact and x == "overlapping_heads")},
         "out": set(OUT_CLASSES) if space.allow_out else {"kernel allocates"},
         "options": set(OPTION_CLASSES),
     }

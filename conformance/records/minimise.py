@@ -14,7 +14,7 @@ changes nothing (or the budget is spent):
     simpler data    latent / rope / q "normal", softmax_scale "default", index_pattern
                     "uniform", writer "pow2", no invalid entries, no poison, fewer corruptions,
                     no lse, stream_offset 0, fewer cache rows
-    no padding      q_pad [0, 0], out_pad null
+    no padding      q_pad [0, 0], q_layout / out_layout "rows", out_pad null, unconsumed "valid"
 Each accepted candidate is checked again by the next ones, so the result is a local minimum:
 no single candidate of the list makes it smaller while failing the same way.
 """
@@ -38,7 +38,10 @@ SIMPLE_VALUES: tuple[tuple[str, Any], ...] = (
     ("poison", False),
     ("stream_offset", 0),
     ("q_pad", [0, 0]),
+    ("q_layout", "rows"),
+    ("out_layout", "rows"),
     ("out_pad", None),
+    ("unconsumed", "valid"),
 )
 
 
@@ -77,7 +80,7 @@ def candidates(recipe: Any) -> Iterator[tuple[str, dict[str, Any]]]:
                 rows[i] = shorter
                 yield f"row {i} length {shorter}", {**base, "row_lengths": rows}
     for name, value in SIMPLE_VALUES:
-        if base.get(name) != value:
+        if base.get(name, value) != value:  # a field left out of the JSON is at its default
             yield f"{name} {value}", {**base, name: value}
     if base["invalid_pattern"] != "none" or base["invalid_permille"]:
         yield "no invalid entries", {**base, "invalid_pattern": "none", "invalid_permille": 0}

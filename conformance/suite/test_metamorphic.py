@@ -98,7 +98,7 @@ def test_permuting_keys(target: Target, data: st.DataObject) -> None:
 
 @given(data=st.data())
 def test_split_and_merge(target: Target, data: st.DataObject) -> None:
-    problem = _draw_problem(target, data, "metamorphic_split", return_lse=True, out_pad=None)
+    problem = _draw_problem(target, data, "metamorphic_split", return_lse=True, out_pad=None, out_layout="rows")
     with judging(problem.recipe, "metamorphic_split"):
         out, lse = _run(target, problem, "metamorphic_split")
         assert lse is not None

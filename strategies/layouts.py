@@ -1,0 +1,91 @@
+"""Memory layouts of q and out beyond padded row-major, and garbage for unconsumed index entries.
+
+The contract (docs/design.md section 2) leaves q's row and head strides free (last dim
+contiguous) and out's row and head strides free as long as its elements do not overlap. A
+recipe's `q_layout` / `out_layout` name the layout, its `q_pad` / `out_pad` the padding added to
+each stride beyond its packed value (elements; `width` is 576 for q, 512 for out):
+
+    rows               row-major: head stride width + head pad, row stride H * head stride + row pad
+    heads              head-major: row stride width + row pad, head stride n_q * row stride + head pad
+    shared_rows        (q only) row stride 0: every row reads the same memory; head stride width + head pad
+    shared_heads       (q only) head stride 0: every head of a row reads the same memory; row stride
+                       width + row pad
+    overlapping_heads  (q only) head stride 64 + head pad (< width): consecutive heads share most of
+                       their elements; row stride (H - 1) * head stride + width + row pad
+
+Where elements overlap, the value an element holds is that of the last (row, head) in row-major
+order writing it (so every (row, head) reads a full vector drawn from the recipe's q
+distribution, except that overlapping heads mix their neighbours' tails). Gaps hold NaN.
+
+`unconsumed` "garbage": every index entry no row consumes (before indptr's first slice, between
+slices where the pointer steps back, after the last one) holds, by a hash of its position, one of
+-1, -2^31, kv rows, 2^31 - 1 or kv rows + (0..999): values the kernel would fault on or mask if
+it read them, and must not read.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from strategies import rng
+
+Q_LAYOUTS = ("rows", "heads", "shared_rows", "shared_heads", "overlapping_heads")
+OUT_LAYOUTS = ("rows", "heads")
+OVERLAP_HEAD_STRIDE = 64  # overlapping_heads: the head stride before its pad (elements)
+UNCONSUMED = ("valid", "garbage")
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def strides(layout: str, n_q: int, heads: int, width: int, pad: tuple[int, int]) -> tuple[int, int]:
+    """(row stride, head stride) in elements of `layout` (module docstring); ValueError for an
+    unknown layout."""
+    row_pad, head_pad = pad
+    if layout == "rows":
+        head = width + head_pad
+        return heads * head + row_pad, head
+    if layout == "heads":
+        row = width + row_pad
+        return row, n_q * row + head_pad
+    if layout == "shared_rows":
+        return 0, width + head_pad
+    if layout == "shared_heads":
+        return width + row_pad, 0
+    if layout == "overlapping_heads":
+        head = OVERLAP_HEAD_STRIDE + head_pad
+        return (heads - 1) * head + width + row_pad, head
+    raise ValueError(f"unknown layout {layout!r}; known: {', '.join(Q_LAYOUTS)}")
+
+
+def place(values: torch.Tensor, row_stride: int, head_stride: int, fill: float, device: torch.device) -> torch.Tensor:
+    """values [n, H, D] stored in a `fill`-filled buffer as a view of strides (row_stride,
+    head_stride, 1); where views overlap, the last (row, head) in row-major order wins."""
+    n, heads, width = values.shape
+    offsets = (
+        torch.arange(n, device=device).view(n, 1, 1) * row_stride
+        + torch.arange(heads, device=device).view(1, heads, 1) * head_stride
+        + torch.arange(width, device=device).view(1, 1, width)
+    ).reshape(-1)
+    size = int(offsets.max()) + 1 if offsets.numel() else 1
+    storage = torch.full((size,), fill, dtype=values.dtype, device=device)
+    # the writer of each element: the largest flat (row, head, d) index mapping to it
+    writer = torch.full((size,), -1, dtype=torch.int64, device=device)
+    writer.scatter_reduce_(0, offsets, torch.arange(offsets.numel(), device=device), reduce="amax")
+    written = writer >= 0
+    storage[written] = values.reshape(-1)[writer[written]]
+    return storage.as_strided((n, heads, width), (row_stride, head_stride, 1))
+
+
+def garbage(seed: int, positions: torch.Tensor, kv_rows: int) -> torch.Tensor:
+    """int64 garbage for the unconsumed index entries at `positions` (module docstring)."""
+    kind = rng.integers(seed, "garbage", positions, 5)
+    near = (kv_rows + rng.integers(seed, "garbage_near", positions, 1000)).clamp_max(INT32_MAX)
+    choices = torch.stack(
+        (
+            torch.full_like(positions, -1),
+            torch.full_like(positions, INT32_MIN),
+            torch.full_like(positions, kv_rows),
+            torch.full_like(positions, INT32_MAX),
+            near,
+        )
+    )
+    return choices.gather(0, kind.view(1, -1)).view(-1)

@@ -200,7 +200,14 @@ KILL: dict[str, tuple[Callable[[], Problem], Judge]] = {
     "empty_cache_early_return": (recipe(row_lengths=(0, 0, 0), cache_rows=0), failures),
     "uniform_rows_from_stream_length": (recipe(row_lengths=(100, 100, 100), stream_tail=300), failures),
     "scale_magnitude": (recipe(softmax_scale="negative"), failures),
+    "q_extent_from_row_stride": (recipe(q_layout="heads"), failures),
+    "out_extent_from_row_stride": (recipe(out_layout="heads", out_pad=(0, 0)), failures),
+    "stream_gathered_whole": (recipe(stream_tail=100, unconsumed="garbage"), failures),
+    "one_row_cache_as_empty": (recipe(cache_rows=1), failures),
 }
+# mutants whose bug is a read the contract forbids: on a device a fault, here an IndexError (the
+# suite reports a valid call that raises as a class-1 contract violation)
+FAULTS: dict[str, type[Exception]] = {"stream_gathered_whole": IndexError}
 
 SPARE: dict[str, Callable[[], Problem]] = {
     "offset32": recipe(),  # a cache under 4 GiB
@@ -229,6 +236,10 @@ SPARE: dict[str, Callable[[], Problem]] = {
     "empty_cache_early_return": recipe(),  # a cache with rows
     "uniform_rows_from_stream_length": recipe(row_lengths=(100, 100, 100)),  # the stream ends where the rows end
     "scale_magnitude": recipe(),  # softmax_scale > 0
+    "q_extent_from_row_stride": recipe(q_pad=(48, 5)),  # row-major, padded
+    "out_extent_from_row_stride": recipe(out_pad=(16, 8)),  # row-major, padded
+    "stream_gathered_whole": recipe(stream_tail=100),  # unconsumed entries are rows
+    "one_row_cache_as_empty": recipe(cache_rows=2),
 }
 
 NAMES = list(mutants.CATALOGUE)
@@ -320,9 +331,13 @@ def test_mutant_is_killed(name: str) -> None:
     mutant = mutants.CATALOGUE[name].backend
     assert emulated_failures(build, judge) == (), "the unbroken emulated kernel must pass the kill case"
     problem = build()
+    if name in FAULTS:
+        with pytest.raises(FAULTS[name]):
+            call_kernel(problem, mutant)
+        return
     try:
         out, lse = call_kernel(problem, mutant)
-    except Exception as err:  # noqa: BLE001 (a crash would count as caught, but none of these mutants should crash)
+    except Exception as err:  # noqa: BLE001 (a crash would count as caught, but only the FAULTS mutants should crash)
         pytest.fail(f"mutant {name} raised {err!r} instead of returning a wrong result")
     assert judge(problem, out, lse) != [], f"mutant {name} survived its kill case"
 

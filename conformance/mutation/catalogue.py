@@ -747,6 +747,135 @@ scale_magnitude = _wrapped_mutant(
 )
 
 
+# Freedoms drawn in the second round of the freedom table: q and out layouts beyond padded
+# row-major (strategies.layouts), garbage in unconsumed index entries, a one-row cache.
+
+
+def read_q_extent_from_row_stride(q: torch.Tensor) -> torch.Tensor:
+    """read_q through a bounded buffer of n_q * q.stride(0) elements from q's first element (the
+    row pitch times the rows, as if rows were q's outermost dimension): reads past it return 0.
+    Right for every row-major q, padded or not; a head-major q, or rows of stride 0, reads 0."""
+    n_q, heads, width = q.shape
+    extent = n_q * q.stride(0)  # BUG: q spans (n_q - 1) * stride(0) + (H - 1) * stride(1) + 576
+    return _bounded_view(q, extent).to(torch.float32)
+
+
+def _strided_offsets(t: torch.Tensor) -> torch.Tensor:
+    """int64 [n, H, D]: the element offset of each element of a 3-D t from its first element."""
+    n, heads, width = t.shape
+    rows = torch.arange(n, device=t.device).view(n, 1, 1) * t.stride(0)
+    return rows + torch.arange(heads, device=t.device).view(1, heads, 1) * t.stride(1) + torch.arange(width, device=t.device)
+
+
+def _bounded_view(t: torch.Tensor, extent: int) -> torch.Tensor:
+    """t's elements read through a buffer of `extent` elements from its first one (0 past it)."""
+    offsets = _strided_offsets(t)
+    if offsets.numel() == 0:
+        return t.clone()
+    flat = t.as_strided((int(offsets.max()) + 1,), (1,), t.storage_offset())
+    inside = offsets < extent
+    return torch.where(inside, flat[offsets.clamp_max(max(extent - 1, 0))], torch.zeros((), dtype=t.dtype, device=t.device))
+
+
+def _out_extent_from_row_stride(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The emulated kernel storing a preallocated out through a bounded buffer of n_q *
+    out.stride(0) elements (stores past it are dropped, as a buffer descriptor drops them): right
+    for every row-major out; a head-major out keeps what it held in heads 1.. ."""
+    result, lse = run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse)
+    if out is None:
+        return result, lse
+    offsets = _strided_offsets(out)
+    inside = offsets < out.shape[0] * out.stride(0)  # BUG: out spans (n_q - 1) * stride(0) + (H - 1) * stride(1) + 512
+    if offsets.numel():
+        flat = out.as_strided((int(offsets.max()) + 1,), (1,), out.storage_offset())
+        flat[offsets[inside]] = result[inside]
+    return out, lse
+
+
+def _stream_gathered_whole(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The emulated kernel with a batched prefetch: the records of every entry >= 0 of the whole
+    index stream are gathered before the rows are split by indptr (a cache of 0 rows skips it).
+    Right while every entry of the stream is a row; an unconsumed entry >= kv rows is read
+    anyway (a fault on a device: IndexError here)."""
+    flat = kv_cache.reshape(-1, RECORD_BYTES)
+    if flat.shape[0] and indices.numel():
+        ids = indices[indices >= 0].to(torch.int64)
+        flat.index_select(0, ids)  # BUG: only consumed entries are promised to be rows
+    return run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+
+
+def _one_row_cache_as_empty(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The emulated kernel with the empty-cache shortcut (every row empty: out 0, lse -inf)
+    guarded by `last row id <= 0` instead of `rows == 0`: a one-row cache is taken as empty."""
+    if kv_cache.numel() // RECORD_BYTES - 1 <= 0 and q.shape[0]:  # BUG: rows - 1 <= 0 is also true for one row
+        n_q, heads = q.shape[0], q.shape[1]
+        result = out if out is not None else torch.empty(n_q, heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+        result.zero_()
+        lse = torch.full((n_q, heads), float("-inf"), dtype=torch.float32, device=q.device) if return_lse else None
+        return result, lse
+    return run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+
+
+q_extent_from_row_stride = _stage_mutant(
+    "q_extent_from_row_stride",
+    "q read through a buffer of n_q * stride(0) elements: a head-major q, or rows of stride 0, read 0 past it",
+    "layout",
+    "q head-major (H > 1) or with a row stride 0",
+    read_q=read_q_extent_from_row_stride,
+)
+out_extent_from_row_stride = _wrapped_mutant(
+    "out_extent_from_row_stride",
+    "a preallocated out stored through a buffer of n_q * stride(0) elements: a head-major out loses heads 1..",
+    "layout",
+    "out= head-major with H > 1",
+    _out_extent_from_row_stride,
+)
+stream_gathered_whole = _wrapped_mutant(
+    "stream_gathered_whole",
+    "the records of every entry >= 0 of the whole index stream are prefetched: an unconsumed entry >= kv rows is read",
+    "addressing",
+    "an index entry no row consumes holding a value >= kv rows",
+    _stream_gathered_whole,
+)
+one_row_cache_as_empty = _wrapped_mutant(
+    "one_row_cache_as_empty",
+    "the empty-cache shortcut tests rows - 1 <= 0: a one-row cache returns out 0 and lse -inf",
+    "finalize",
+    "a cache of one row and a row with keys",
+    _one_row_cache_as_empty,
+)
+
+
 def get_mutant(name: str) -> Mutant:
     """The mutant called `name`; KeyError naming the known ones otherwise."""
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernel.isa.numerics import E4M3_VALUES, f32_to_e4m3
+from kernel.isa.numerics import E4M3_VALUES, f32_to_e4m3, f32_to_e4m3_arith
 
 GRID = E4M3_VALUES[:0x7F]  # the 127 finite non-negative values, codes 0..0x7E, increasing
 
@@ -39,3 +39,16 @@ def test_f32_to_e4m3_infinities() -> None:
     x = np.array([np.inf, -np.inf], dtype=np.float32)
     assert f32_to_e4m3(x).tolist() == [0x7F, 0xFF]
     assert f32_to_e4m3(x, saturate=True).tolist() == [0x7E, 0xFE]
+
+
+@pytest.mark.parametrize("saturate", [False, True])
+def test_class_table_equals_the_arithmetic_rounding(saturate: bool) -> None:
+    """f32_to_e4m3 (one lookup of bits 31..19 and the OR of bits 18..0) gives f32_to_e4m3_arith's
+    code for every class with several low-bit patterns (bit 18 alone, bit 0 alone, all, none)
+    and for random patterns over the whole f32 range."""
+    top = np.arange(1 << 13, dtype=np.uint32) << np.uint32(19)
+    low = np.array([0, 1, 0x40000, 0x3FFFF, 0x7FFFF, 0x2A5A5], dtype=np.uint32)
+    rng = np.random.default_rng(5)
+    bits = np.concatenate([(top[:, None] | low[None, :]).reshape(-1), rng.integers(0, 1 << 32, 200_000, dtype=np.uint64).astype(np.uint32)])
+    x = bits.view(np.float32)
+    assert (f32_to_e4m3(x, saturate) == f32_to_e4m3_arith(x, saturate)).all()

@@ -550,6 +550,8 @@ def format_header(entry: Any, kind: str, path: Path, target: Any, *, kernel_give
     """What is replayed, against what. Without --kernel (`kernel_given` False) the header says
     the kernel is the machine's default, and, for an entry caught with another kernel, that the
     replay does not run that kernel."""
+    from strategies.recipe import OPTIONAL_FIELDS
+
     r = entry.recipe
     prov = entry.provenance or {}
     lines = [
@@ -576,7 +578,10 @@ def format_header(entry: Any, kind: str, path: Path, target: Any, *, kernel_give
         f"          index {r.index_pattern}, invalid {r.invalid_pattern} (has_invalid {r.has_invalid}), "
         f"latent {r.latent}, rope {r.rope}, q {r.q}, "
         f"softmax_scale {r.softmax_scale}, writer {r.writer}, q_pad {list(r.q_pad)}, out_pad {r.out_pad and list(r.out_pad)}, "
-        f"return_lse {r.return_lse}, poison {r.poison}" + (f", corruptions {list(r.corruptions)}" if r.corruptions else "")
+        f"return_lse {r.return_lse}, poison {r.poison}"
+        + (f", corruptions {list(r.corruptions)}" if r.corruptions else "")
+        # fields added since version 1 (cache_shape, stream_tail, layouts, unconsumed): only when not at their default
+        + "".join(f", {name} {value}" for name, value in r.to_json_dict().items() if name in OPTIONAL_FIELDS)
     )
     return "\n".join(lines)
 

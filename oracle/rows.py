@@ -336,13 +336,15 @@ def gather_keys(
     Same values as gather_chunk's k_latent / rope (code * scale and rope are exact in f64), with
     fewer passes over memory: masked slots gather an all-zero record (so whatever row 0 holds,
     NaN codes included, never reaches them), codes are looked up as f64 values (e4m3 -> f32 ->
-    f64, exact) and multiplied by the f64 scale straight into the key tensor.
+    f64, exact) and multiplied by the f64 scale straight into the key tensor. Two host syncs
+    (the block's width, whether every slot holds a key).
     """
     width, entries, valid = _row_slots(rows, start, length, indices, has_invalid=has_invalid)
     flat = kv_cache.reshape(-1, RECORD_BYTES)
     n_rows = rows.numel()
     records = index_records(flat, torch.where(valid, entries, 0).view(-1)).view(n_rows, width, RECORD_BYTES)
-    record_words(records).masked_fill_(~valid.unsqueeze(-1), 0)
+    if not bool(valid.all()):  # one host sync; a block of full rows (the usual case) skips the pass
+        record_words(records).masked_fill_(~valid.unsqueeze(-1), 0)
     keys = torch.empty(n_rows, width, 576, dtype=torch.float64, device=rows.device)
     # code (e4m3 -> f32, exact) x f64 scale: the product is formed in f64 from the f32 code
     # widened exactly (NaN codes keep the f32 cast's NaN bits: the values of _e4m3_f32_table),

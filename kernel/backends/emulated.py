@@ -392,6 +392,7 @@ def _live_counts(chunk_tiles: list[int], first: int, last: int) -> list[int]:
 def _run_chunk_batched(
     state: SoftmaxState,
     rows: torch.Tensor,
+    row_tiles: torch.Tensor,
     chunk_tiles: list[int],
     qq: QuantizedQ,
     indices: torch.Tensor,
@@ -404,6 +405,8 @@ def _run_chunk_batched(
 ) -> torch.Tensor | None:
     """All tiles of one chunk of rows (sorted by tile count, descending) into `state`, in groups
     of tiles whose key slots fit `budget`; returns the updated peak slot (check_slots).
+    row_tiles: the rows' tile counts on the device, chunk_tiles the same on the host. No host
+    sync.
 
     The per-tile loop of run_emulated, reorganised: within a group, everything that does not
     carry state from tile to tile (slots, records, QK scores, x, tile max, P, P', the PV MFMA
@@ -424,15 +427,16 @@ def _run_chunk_batched(
         grows = rows[:live0]
         slots, masked = load_slot_range(indices, r_beg[grows], r_len[grows], first, group)
         if chunk_tiles[live0 - 1] < first + group:  # some row ends inside the group: mask its tiles past its count
-            tile_of = first + torch.arange(group, device=device).repeat_interleave(TILE)
-            past = tile_of >= torch.tensor(chunk_tiles[:live0], device=device).unsqueeze(1)
+            tile_of = first + torch.arange(group * TILE, device=device) // TILE
+            past = tile_of >= row_tiles[:live0].unsqueeze(1)
             masked = masked | past
             slots = torch.where(past, 0, slots)
         top = slots.max()
         peak = top if peak is None else torch.maximum(peak, top)
         records = gather_records(kv_rows, slots).view(live0 * group, TILE, RECORD_BYTES)
         masked = masked.view(live0 * group, TILE)
-        scores = qk_scores(qq, grows.repeat_interleave(group), records)  # [(row, tile), H, 128]
+        flat_rows = grows.unsqueeze(1).expand(live0, group).reshape(-1)  # the row of each (row, tile)
+        scores = qk_scores(qq, flat_rows, records)  # [(row, tile), H, 128]
         x = tile_logits(scores, masked, c_log2).view(live0, group, heads, TILE)
         t_max = tile_max(x)
         m_hist = torch.empty(live0, group + 1, heads, dtype=torch.float32, device=device)
@@ -500,7 +504,8 @@ def run_emulated(
         rows = order[begin : begin + chunk_rows]
         # tiles per row, longest first: the rows still iterating at any tile are a prefix
         # (one host sync per chunk, none per tile)
-        chunk_tiles = n_tiles[rows].tolist()
+        row_tiles = n_tiles[rows]
+        chunk_tiles = row_tiles.tolist()
         state = SoftmaxState(
             m=torch.full((rows.numel(), heads), MASKED_SCORE, dtype=torch.float32, device=device),
             l_parts=torch.zeros(rows.numel(), heads, 4, 4, dtype=torch.float32, device=device),
@@ -510,7 +515,7 @@ def run_emulated(
         # by default a chunk runs batched where groups hold at least 2 tiles of its rows (with
         # one tile per group the batched path is the loop with more operations)
         if batch_tiles if batch_tiles is not None else (tiles_batchable(stages) and group_slots >= 2 * TILE * len(chunk_tiles)):
-            peak = _run_chunk_batched(state, rows, chunk_tiles, qq, indices, r_beg, r_len, kv_rows, c_log2, group_slots, peak)
+            peak = _run_chunk_batched(state, rows, row_tiles, chunk_tiles, qq, indices, r_beg, r_len, kv_rows, c_log2, group_slots, peak)
             chunk_tiles = []  # done: the per-tile loop below runs no tile
         live = len(chunk_tiles)
         for tile in range(chunk_tiles[0] if chunk_tiles else 0):

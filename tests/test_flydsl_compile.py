@@ -5,7 +5,10 @@
   checks (scaled fp8 MFMA and LDS DMA present, no scratch or spills, registers and LDS within
   gfx950's budget at 2 waves per EU) and every algorithm check of isa_checks.py (exact counts,
   64-bit KV path, waits and M0, MFMA operands, layout, numerics, guards, row order). Skipped, with the reason, when flydsl is not installed.
-  FLYDSL_COMPILE_PER_PROCESS=K compiles K configurations per subprocess (default 1).
+  FLYDSL_COMPILE_PER_PROCESS=K compiles K configurations per subprocess (default 4: the four
+  has_invalid x return_lse variants of one H share a process and its ~3 CPU-s of imports). The
+  ISA of every configuration that compiled is stored in the interpreter's cache
+  (kernel.isa.build.store_compiled), so the ISA tests and the suite on flydsl-isa reuse it.
 - The ISA checker itself is tested on synthetic dumps (no flydsl needed).
 - A lane-level simulation runs one tile through the kernel's own layout functions
   (kernel.backends.flydsl.gfx950: DMA windows, operand addresses, P exchange, transposed V reads, output
@@ -28,10 +31,11 @@ from kernel.backend import BackendUnavailable, gfx950_available
 from kernel.backends.flydsl import compile as fc
 from kernel.backends.flydsl import layout as K
 from kernel.fp8 import decode_e4m3, encode_e4m3, f32_exponent_field
+from kernel.isa.build import store_compiled
 from kernel.registry import resolve
 
 HAVE_FLYDSL = importlib.util.find_spec("flydsl") is not None
-PER_PROCESS = max(1, int(os.environ.get("FLYDSL_COMPILE_PER_PROCESS", "1")))
+PER_PROCESS = max(1, int(os.environ.get("FLYDSL_COMPILE_PER_PROCESS", "4")))
 ALL = fc.all_configs()
 
 
@@ -513,9 +517,11 @@ def _params():
 
 
 @pytest.mark.parametrize("cfg", _params())
-def test_compile_and_check_isa(cfg, toolchain):
+def test_compile_and_check_isa(cfg, toolchain, tmp_path):
     if cfg not in _GROUP_RESULTS:
-        for res in fc.compile_configs(_group_of(cfg), per_process=PER_PROCESS):
+        results = fc.compile_configs(_group_of(cfg), per_process=PER_PROCESS, dump_root=tmp_path)
+        store_compiled([r for r in results if r.ok])
+        for res in results:
             _GROUP_RESULTS[(res.heads, res.has_invalid, res.return_lse)] = res
     res = _GROUP_RESULTS[cfg]
     assert res.error == "", res.error

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KERNEL_SOURCE = REPO_ROOT / "kernel" / "backends" / "flydsl" / "gfx950.py"
@@ -69,14 +70,31 @@ def _compile_into(root: Path, todo: Sequence[tuple[int, bool, bool]], jobs: int)
     try:
         results = compile_configs(list(todo), jobs=jobs, per_process=max(1, len(todo) // max(1, jobs)), dump_root=dump)
         for res in results:
-            cfg = (res.heads, res.has_invalid, res.return_lse)
             if not res.isa_path:
-                raise IsaBuildError(f"{label(*cfg)} did not compile: {res.error or res.failures}")
-            tmp = root / f".{label(*cfg)}.{os.getpid()}.tmp"
-            shutil.copyfile(res.isa_path, tmp)
-            os.replace(tmp, root / f"{label(*cfg)}.s")
+                raise IsaBuildError(f"{label(res.heads, res.has_invalid, res.return_lse)} did not compile: {res.error or res.failures}")
+        store_compiled(results, root)
     finally:
         shutil.rmtree(dump, ignore_errors=True)
+
+
+def store_compiled(results: Sequence[Any], root: Path | None = None) -> int:
+    """Put the ISA of compiled configurations (kernel.backends.flydsl.compile.ConfigResult with
+    an isa_path that still exists: compile_configs with a dump_root) into the cache under `root`
+    (default: this source's folder, cache_root() / source_hash()), each file atomically; a result
+    without ISA is skipped. Returns how many were stored. Used by the compile-only tests so that
+    the interpreter's tests and the suite on flydsl-isa reuse what they compiled."""
+    root = root if root is not None else cache_root() / source_hash()
+    root.mkdir(parents=True, exist_ok=True)
+    stored = 0
+    for res in results:
+        if not res.isa_path or not Path(res.isa_path).is_file():
+            continue
+        name = label(res.heads, res.has_invalid, res.return_lse)
+        tmp = root / f".{name}.{os.getpid()}.tmp"
+        shutil.copyfile(res.isa_path, tmp)
+        os.replace(tmp, root / f"{name}.s")
+        stored += 1
+    return stored
 
 
 def build_many(configs: Sequence[tuple[int, bool, bool]], jobs: int = 1) -> dict[tuple[int, bool, bool], Path]:

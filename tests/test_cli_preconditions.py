@@ -270,8 +270,10 @@ def test_bad_input_exits_2(files: dict[str, Path], name: str, capsys: pytest.Cap
     assert BAD_INPUTS[name] in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("name", ["truncated_npy", "truncated_st", "wrong_dtype", "missing", "garbage"])
-def test_bad_input_exits_2_subprocess(files: dict[str, Path], name: str) -> None:
+def test_bad_input_exits_2_subprocess(files: dict[str, Path]) -> None:
+    # every bad input is checked in-process above (test_bad_input_exits_2); one through the real
+    # entry point shows the process's exit status and stderr are the same
+    name = "truncated_npy"
     proc = run_subprocess(files[name])
     assert proc.returncode == 2
     assert proc.stdout == "" and "Traceback" not in proc.stderr

@@ -114,9 +114,9 @@ class _Ops(TorchDispatchMode):
 
 
 def test_batched_call_launches_and_syncs() -> None:
-    """16 tiles of one row: the batched call dispatches a fraction of the loop's ops, and reads
+    """8 tiles of one row: the batched call dispatches under a third of the loop's ops, and reads
     device data back twice (the chunk's tile counts, the slot check at the end)."""
-    p = materialize(Recipe(seed=9, n_q=1, heads=16, row_lengths=(2048,), cache_rows=4096), "cpu")
+    p = materialize(Recipe(seed=9, n_q=1, heads=2, row_lengths=(1024,), cache_rows=4096), "cpu")
     args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
     counts = {}
     for batched in (False, True):
@@ -128,6 +128,6 @@ def test_batched_call_launches_and_syncs() -> None:
         finally:
             emulated.TILE_GROUP_SLOTS["cpu"] = saved
         counts[batched] = ops.names
-    assert len(counts[True]) * 4 < len(counts[False])
+    assert len(counts[True]) * 3 < len(counts[False])
     syncs = [n for n in counts[True] if n in ("_local_scalar_dense", "nonzero", "item")]
     assert len(syncs) <= 1  # int(peak) in check_slots; the tile counts come back through tolist

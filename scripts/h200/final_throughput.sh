@@ -16,7 +16,7 @@
 #       Wall time: at most SECONDS + 70 s (each process gets SIGINT at SECONDS + 50 s, which
 #       still writes its summary, and SIGKILL 15 s later); SECONDS 480 -> under 560 s.
 # Environment: KERNELS (default: the seven registered GPU kernels), PROCS (processes per kernel;
-# default (cores - 1) / kernels, at least 1, at most 16), PROFILE (0: no cProfile campaign).
+# default (cores - 1) / kernels, at least 1, at most 12), PROFILE (0: no cProfile campaign).
 # Everything goes under "$RESULTS/throughput/". Every step runs under `timeout`.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -40,7 +40,7 @@ campaign)
   NGPU=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
   [ "${NGPU:-0}" -ge 1 ] || NGPU=0
   DEFAULT_PROCS=$(( (NPROC - 1) / ${#kernels[@]} ))
-  DEFAULT_PROCS=$(( DEFAULT_PROCS < 1 ? 1 : (DEFAULT_PROCS > 16 ? 16 : DEFAULT_PROCS) ))
+  DEFAULT_PROCS=$(( DEFAULT_PROCS < 1 ? 1 : (DEFAULT_PROCS > 12 ? 12 : DEFAULT_PROCS) ))
   P="${PROCS:-$DEFAULT_PROCS}"
   # one CPU thread per process: many processes share the cores, and torch's intra-op threads
   # only add parallel regions whose start-up, oversubscribed, costs milliseconds per small op

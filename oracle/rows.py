@@ -65,13 +65,15 @@ def check_stream(indices: torch.Tensor, indptr: torch.Tensor, kv_rows: int, *, h
     """Raise PreconditionError when a consumed position or index is out of range (vectorised)."""
     start, length = row_bounds(indptr)
     used = length > 0
-    if bool((used & ((start < 0) | (start + length > indices.numel()))).any()):
-        bad = int(torch.nonzero(used & ((start < 0) | (start + length > indices.numel())))[0, 0])
+    beyond = used & ((start < 0) | (start + length > indices.numel()))
+    any_beyond, any_used = torch.stack((beyond.any(), used.any())).tolist()  # one host sync for both
+    if any_beyond:
+        bad = int(torch.nonzero(beyond)[0, 0])
         raise PreconditionError(
             f"row {bad} reads indices[{int(start[bad])}:{int(start[bad] + length[bad])}] beyond the "
             f"index stream of {indices.numel()} entries"
         )
-    if indices.numel() == 0 or not bool(used.any()):
+    if indices.numel() == 0 or not any_used:
         return
     # Positions consumed by some row: mark coverage with a difference array (rows may overlap).
     cover = torch.zeros(indices.numel() + 1, dtype=torch.int64, device=indices.device)
@@ -309,6 +311,7 @@ class KeyBlock:
 
 
 _E4M3_F32_TABLES: dict[torch.device, torch.Tensor] = {}
+_SKIP_MASK_SLOTS = 1 << 16  # gather_keys: blocks at least this large check whether any slot is masked
 
 
 def _e4m3_f32_table(device: torch.device) -> torch.Tensor:
@@ -336,14 +339,16 @@ def gather_keys(
     Same values as gather_chunk's k_latent / rope (code * scale and rope are exact in f64), with
     fewer passes over memory: masked slots gather an all-zero record (so whatever row 0 holds,
     NaN codes included, never reaches them), codes are looked up as f64 values (e4m3 -> f32 ->
-    f64, exact) and multiplied by the f64 scale straight into the key tensor. Two host syncs
-    (the block's width, whether every slot holds a key).
+    f64, exact) and multiplied by the f64 scale straight into the key tensor. One host sync
+    (the block's width), and for a block of _SKIP_MASK_SLOTS slots or more a second (whether
+    every slot holds a key: then the zeroing pass is skipped).
     """
     width, entries, valid = _row_slots(rows, start, length, indices, has_invalid=has_invalid)
     flat = kv_cache.reshape(-1, RECORD_BYTES)
     n_rows = rows.numel()
     records = index_records(flat, torch.where(valid, entries, 0).view(-1)).view(n_rows, width, RECORD_BYTES)
-    if not bool(valid.all()):  # one host sync; a block of full rows (the usual case) skips the pass
+    # a large block of full rows (the usual case) skips the pass, for one host sync
+    if n_rows * width < _SKIP_MASK_SLOTS or not bool(valid.all()):
         record_words(records).masked_fill_(~valid.unsqueeze(-1), 0)
     keys = torch.empty(n_rows, width, 576, dtype=torch.float64, device=rows.device)
     # code (e4m3 -> f32, exact) x f64 scale: the product is formed in f64 from the f32 code

@@ -3,8 +3,12 @@ key): invalid entries pointing at a poisoned row never reach the result."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 import torch
 
+from oracle import rows
 from oracle.reference import reference
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
@@ -34,3 +38,21 @@ def test_masked_slots_never_reach_the_result() -> None:
     assert torch.isfinite(got.out).all()
     torch.testing.assert_close(got.out, want.out, rtol=1e-12, atol=0)
     torch.testing.assert_close(got.lse, want.lse, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("has_invalid", [False, True])
+def test_mask_check_path_same_bits(monkeypatch: pytest.MonkeyPatch, has_invalid: bool) -> None:
+    """Blocks that check whether a slot is masked (large blocks) give the bits of the blocks that
+    always zero (small blocks), with and without masked slots."""
+    recipe = Recipe(seed=8, n_q=5, heads=4, row_lengths=(130, 130, 130, 0, 130), cache_rows=300, has_invalid=has_invalid)
+    if has_invalid:
+        recipe = dataclasses.replace(recipe, invalid_pattern="scattered", invalid_permille=200)
+    p = materialize(recipe, "cpu")
+    p.indices[p.indices == 0] = 1  # row 0, where masked slots point, holds NaN codes and no key
+    p.kv_cache.view(-1, 656)[0, :512] = 0x7F
+    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    always = reference(*args, has_invalid=has_invalid)
+    monkeypatch.setattr(rows, "_SKIP_MASK_SLOTS", 1)
+    checked = reference(*args, has_invalid=has_invalid)
+    for a, b in ((always.out, checked.out), (always.lse, checked.lse)):
+        assert torch.equal(a.view(torch.int64), b.view(torch.int64))

@@ -19,13 +19,15 @@ attention backend calls it for an MLA model (absorbed weights: one KV head of 57
         softmax_scale, 1.0, 1.0)   # sm_scale, k_scale, v_scale
 
 What the adapter does (vectorised, no host sync for streams of at most 4096 entries):
-- keys: each row's slot records gathered (torch indexing) and dequantised by sglang's own reader
-  of fp8_ds_mla records, `dequantize_k_cache_paged` (nsa/dequant_k_cache.py: bf16(f32(code) *
-  f32(scale)), exact for power-of-two scales) over the gathered records, into a [n_q * W, 576]
-  buffer; an entry < 0 or >= the cache's rows is masked (kernel.backends.triton_peers.slot_keys).
-  The reader forms token * 656 in int32, so it is given the gathered records (fewer than 2^31 /
-  656 per launch), not the cache: on a cache of more than 3,273,603 rows it would address wrong
-  bytes (scripts/repro/sglang_decode_reader_int32.py);
+- keys: dequantised by sglang's own reader of fp8_ds_mla records, `dequantize_k_cache_paged`
+  (nsa/dequant_k_cache.py: bf16(f32(code) * f32(scale)), exact for power-of-two scales). The
+  backend keeps the whole cache so dequantised while the same cache tensor comes back unchanged
+  (kernel.backends.triton_peers.KeptCache) and the kernel reads it at the rows' own cache rows;
+  otherwise each row's slot records are gathered (torch indexing) and dequantised into a
+  [n_q * W, 576] buffer; an entry < 0 or >= the cache's rows is masked
+  (kernel.backends.triton_peers.slot_keys). The reader forms token * 656 in int32, so it is
+  given records in launches of fewer than 2^31 / 656 rows, not the cache: on a cache of more
+  than 3,273,603 rows it would address wrong bytes (scripts/repro/sglang_decode_reader_int32.py);
 - rows: the valid slots of each row, in order, as a contiguous CSR (kv_indptr = running sum of the
   valid counts): a masked entry is simply not in its row;
 - splits: S = 8 for every row (sglang's default `--triton-attention-num-kv-splits`); stage 1 cuts
@@ -33,7 +35,7 @@ What the adapter does (vectorised, no host sync for streams of at most 4096 entr
   never split and the pieces depend on the row alone (batch-invariant);
 - heads: H = 1 is run as 2 heads (a zero second head, sliced off): with one query head sglang
   dispatches its MHA kernel (`kv_group_num == 1`), which an MLA model never reaches;
-- launches: at most 3,728,270 slots per launch (the kernel's offsets slot * 576 are int32);
+- launches: at most 3,728,270 buffer rows per launch (a kept cache of more rows is not used) (the kernel's offsets slot * 576 are int32);
 - outputs: o is written by the kernel into `out=` when given (any row / head strides); a row
   without a valid key (the kernel divides 0 by 0 there) gets out 0 and lse -inf;
 - lse: the kernel keeps the per-split lse in attn_lse and returns none; the adapter merges them
@@ -58,7 +60,17 @@ from types import ModuleType
 import torch
 
 from kernel.backend import Backend, BackendUnavailable
-from kernel.backends.triton_peers import SlotKeys, cuda_reason, int32_chunks, int32_row_chunks, load_sglang, peer_backend, slot_keys
+from kernel.backends.dequant_cache import DequantCache
+from kernel.backends.triton_peers import (
+    KeptCache,
+    SlotKeys,
+    cuda_reason,
+    int32_chunks,
+    int32_row_chunks,
+    load_sglang,
+    peer_backend,
+    slot_keys,
+)
 from kernel.contract import begin_call
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
 
@@ -111,11 +123,16 @@ def sglang_dequantise(reader: ModuleType, records: torch.Tensor) -> torch.Tensor
     return out
 
 
+def kept_cache(reader: ModuleType) -> KeptCache:
+    """The whole cache kept dequantised by sglang's reader (sglang_dequantise), for prepare_sglang_decode."""
+    return KeptCache(partial(sglang_dequantise, reader))
+
+
 def csr_of_valid(keys: SlotKeys, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(kv_indptr int32 [rows + 1], kv_indices int32 [rows * W]) of rows [start, stop): each row's
-    valid slots in order, as buffer rows local to the chunk (slot j of row q -> (q - start) * W + j)."""
+    valid slots in order, as buffer rows of the chunk's buffer (SlotKeys.chunk_base)."""
     width = keys.width
-    order = keys.valid_first()[start:stop] - start * width
+    order = keys.valid_first()[start:stop] - keys.chunk_base(start)
     counts = keys.counts[start:stop]
     n = stop - start
     indptr = torch.zeros(n + 1, dtype=torch.int32, device=counts.device)
@@ -135,7 +152,7 @@ class SglangCall:
     kernel: ModuleType
     q_run: torch.Tensor
     buffer: torch.Tensor
-    chunks: list[tuple[int, int, torch.Tensor, torch.Tensor]]
+    chunks: list[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]]
     o: torch.Tensor
     logits: torch.Tensor
     att_lse: torch.Tensor
@@ -145,10 +162,9 @@ class SglangCall:
     heads: int
 
     def run(self) -> None:
-        """The kernel alone: decode_attention_fwd on each chunk of rows."""
-        width = self.keys.width
-        for start, stop, kv_indptr, kv_indices in self.chunks:
-            k_chunk = self.buffer[start * width : stop * width]
+        """The kernel alone: decode_attention_fwd on each chunk of rows (start, stop, its key
+        buffer [n, 1, 576], kv_indptr, kv_indices)."""
+        for start, stop, k_chunk, kv_indptr, kv_indices in self.chunks:
             self.kernel.decode_attention_fwd(
                 self.q_run[start:stop],
                 k_chunk,
@@ -188,21 +204,28 @@ def prepare_sglang_decode(
     out: torch.Tensor | None,
     kernel: ModuleType,
     reader: ModuleType,
+    dequant_cache: DequantCache | None = None,
 ) -> SglangCall:
-    """Keys, CSR rows, heads and output buffers for one validated call with n_q >= 1 (module docstring)."""
+    """Keys, CSR rows, heads and output buffers for one validated call with n_q >= 1 (module
+    docstring). dequant_cache: the cache kept dequantised by this reader (`kept_cache(reader)`);
+    None: gathered per slot. Either way the kernel reads the same keys."""
     n_q, heads = q.shape[0], q.shape[1]
     run_heads = max(heads, 2)
-    keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE, dequantise=lambda records: sglang_dequantise(reader, records))
+    keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE, dequantise=partial(sglang_dequantise, reader), kept=dequant_cache)
     q_run = q if run_heads == heads else torch.cat([q, torch.zeros_like(q)], dim=1)
     if out is not None and run_heads == heads:
         o = out
     else:
         o = torch.empty(n_q, run_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
-    chunks = [(start, stop, *csr_of_valid(keys, start, stop)) for start, stop in int32_row_chunks(n_q, keys.width)]
+    buffer = keys.keys.view(-1, 1, HEAD_DIM)
+    chunks = []
+    for start, stop in int32_row_chunks(n_q, keys.width) if keys.per_slot else [(0, n_q)]:
+        k_chunk = buffer[start * keys.width : stop * keys.width] if keys.per_slot else buffer
+        chunks.append((start, stop, k_chunk, *csr_of_valid(keys, start, stop)))
     return SglangCall(
         kernel=kernel,
         q_run=q_run,
-        buffer=keys.keys.view(n_q * keys.width, 1, HEAD_DIM),
+        buffer=buffer,
         chunks=chunks,
         o=o,
         logits=torch.empty(n_q, run_heads, NUM_KV_SPLITS, LATENT_DIM, dtype=torch.float32, device=q.device),
@@ -226,10 +249,12 @@ def run_sglang_decode(
     out: torch.Tensor | None = None,
     kernel: ModuleType | None = None,
     reader: ModuleType | None = None,
+    dequant_cache: DequantCache | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """sglang's decode kernel with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
 
-    kernel / reader: sglang's decode_attention and dequant_k_cache modules (imported when None).
+    kernel / reader: sglang's decode_attention and dequant_k_cache modules (imported when None);
+    dequant_cache: as in prepare_sglang_decode (None: gathered per slot).
     """
     _, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     if empty is not None:
@@ -238,7 +263,9 @@ def run_sglang_decode(
         kernel = load_sglang(KERNEL_MODULE, NAME)[0]
     if reader is None:
         reader = load_sglang(READER_MODULE, NAME)[0]
-    call = prepare_sglang_decode(q, kv_cache, indices, indptr, softmax_scale, out=out, kernel=kernel, reader=reader)
+    call = prepare_sglang_decode(
+        q, kv_cache, indices, indptr, softmax_scale, out=out, kernel=kernel, reader=reader, dequant_cache=dequant_cache
+    )
     call.run()
     return call.finish(out, return_lse)
 
@@ -252,7 +279,7 @@ def sglang_decode_backend() -> Backend:
     reader, _ = load_sglang(READER_MODULE, NAME)
     return peer_backend(
         NAME,
-        partial(run_sglang_decode, kernel=kernel, reader=reader),
+        partial(run_sglang_decode, kernel=kernel, reader=reader, dequant_cache=kept_cache(reader)),
         profile=PROFILE,
         limits=LIMITS,
         bounded_index_reads=False,
@@ -268,6 +295,7 @@ __all__ = [
     "PROFILE",
     "SglangCall",
     "csr_of_valid",
+    "kept_cache",
     "prepare_sglang_decode",
     "run_sglang_decode",
     "sglang_decode_backend",

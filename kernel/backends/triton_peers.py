@@ -14,11 +14,16 @@ Importing (no numerics touched; see load_sglang / load_vllm):
   `vllm._C_stable_libtorch`. Where that import fails, an empty module stands in for it: the
   Triton kernels call none of its ops.
 
-Keys: each row's slots are gathered from the records and dequantised to bf16 [n_q * W, 576]
-(W: the padded row width) and the kernels address that buffer, as the engines' own gather /
+Keys (slot_keys): the kernels address a bf16 buffer of keys through a slot table. Kept: the
+whole cache dequantised once and kept while the same cache tensor comes back unchanged
+(kernel.backends.dequant_cache; KeptCache for a reader of the engine's own), addressed by the
+rows' own cache rows, as a serving engine's bf16 cache is. Per slot (the cache not kept, or too
+large for the kernels' int32 offsets): each row's slots gathered from the records and
+dequantised to bf16 [n_q * W, 576] (W: the padded row width), as the engines' own gather /
 upconvert steps do before their bf16 kernels (sglang's dequantize_k_cache_paged, vLLM's
-cp_gather_and_upconvert_fp8_kv_cache). A slot's key is valid when its entry is >= 0 and < the
-cache's rows; other slots hold a zero key and are never attended.
+cp_gather_and_upconvert_fp8_kv_cache). Either way an attended slot reads the same bf16 key.
+A slot's key is valid when its entry is >= 0 and < the cache's rows; other slots point at a
++0 key and are never attended.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import importlib
 import importlib.util
 import sys
 import types
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -34,6 +40,7 @@ from types import ModuleType
 import torch
 
 from kernel.backend import Backend, BackendUnavailable
+from kernel.backends.dequant_cache import BUILD_CHUNK_ROWS, DEFAULT_MAX_BYTES, DequantCache
 from kernel.backends.flashmla import csr_to_padded, sync_free_width
 from kernel.backends.gathered import dequantise_bf16
 from kernel.contract import INT32_MAX, CallInfo
@@ -141,32 +148,84 @@ def load_vllm(module: str, name: str) -> tuple[ModuleType, str]:
         raise BackendUnavailable(f"{name}: cannot import {module} ({first}; with an empty {VLLM_OPS}: {err})") from err
 
 
+MAX_KEPT_ROWS = INT32_MAX // HEAD_DIM  # buffer rows the kernels address (row * 576 is int32)
+
+
+def dequantise_whole_with(
+    kv_cache: torch.Tensor, dequantise: Callable[[torch.Tensor], torch.Tensor], chunk_rows: int = BUILD_CHUNK_ROWS
+) -> torch.Tensor:
+    """bf16 [rows + 1, 576]: dequantise(records) of every record of the flat cache, in passes of
+    chunk_rows records, then a +0 row (kernel.backends.dequant_cache.dequantise_whole's layout)."""
+    flat = kv_cache.reshape(-1, RECORD_BYTES)
+    rows = flat.shape[0]
+    out = torch.empty(rows + 1, HEAD_DIM, dtype=torch.bfloat16, device=kv_cache.device)
+    out[rows] = 0
+    for begin in range(0, rows, chunk_rows):
+        end = min(rows, begin + chunk_rows)
+        out[begin:end] = dequantise(flat[begin:end])
+    return out
+
+
+class KeptCache(DequantCache):
+    """DequantCache whose whole copy is dequantised by `dequantise` (records uint8 [n, 656]
+    contiguous -> bf16 [n, 576]), an engine's own reader; the same rule for when a cache is
+    built, kept and dropped (kernel.backends.dequant_cache)."""
+
+    def __init__(self, dequantise: Callable[[torch.Tensor], torch.Tensor], max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        super().__init__(max_bytes)
+        self.dequantise = dequantise
+
+    def get(self, kv_cache: torch.Tensor, slots: int) -> torch.Tensor | None:
+        """As DequantCache.get, the copy built by `dequantise`."""
+        key = self._key_of(kv_cache)
+        if key is None:
+            return None
+        if self._ref is not None and self._ref() is kv_cache and self._key == key:
+            return self._bf16
+        rows = kv_cache.numel() // RECORD_BYTES
+        if (rows + 1) * HEAD_DIM * 2 > self.max_bytes:
+            return None
+        seen_twice = self._seen is not None and self._seen[0]() is kv_cache and self._seen[1] == key
+        if rows > slots and not seen_twice:
+            self._seen = (weakref.ref(kv_cache), key)
+            return None
+        self._drop()
+        self._bf16 = dequantise_whole_with(kv_cache, self.dequantise)
+        self._ref, self._key, self._seen = weakref.ref(kv_cache, self._source_freed), key, None
+        self.builds += 1
+        return self._bf16
+
+
 @dataclass(frozen=True)
 class SlotKeys:
     """The keys of n_q rows of W slots each, as one bf16 buffer the kernels address.
 
-    keys: bf16 [n_q * W, 576] contiguous; slot j of row q is keys[q * W + j] (zero when not valid);
+    keys: bf16 [n, 576] contiguous, the buffer: the kept whole cache [rows + 1, 576] (row `rows`
+      +0) or, per slot, [n_q * W, 576] (slot j of row q at q * W + j, zero when not valid);
+    table: int32 [n_q, W], the buffer row of slot j of row q (a +0 row when not valid);
     valid: bool [n_q, W], the slot holds a key (inside the row, entry >= 0 and < the cache's rows);
     counts: int32 [n_q] valid slots per row;
-    width: W, a positive multiple of the `multiple` asked for.
+    width: W, a positive multiple of the `multiple` asked for;
+    per_slot: the buffer is the per-slot block (row chunks of it may be launched apart, with
+      table entries made local by subtracting start * W); False: the kept cache, addressed whole.
     """
 
     keys: torch.Tensor
+    table: torch.Tensor
     valid: torch.Tensor
     counts: torch.Tensor
     width: int
-
-    def slot_ids(self) -> torch.Tensor:
-        """int32 [n_q, W]: q * W + j, the buffer row of slot j of row q."""
-        n_q = self.valid.shape[0]
-        base = torch.arange(n_q, device=self.valid.device, dtype=torch.int32).unsqueeze(1) * self.width
-        return base + torch.arange(self.width, device=self.valid.device, dtype=torch.int32)
+    per_slot: bool
 
     def valid_first(self) -> torch.Tensor:
         """int32 [n_q, W]: each row's buffer rows of its valid slots first (in slot order), then
         the others: row q's first counts[q] entries are its keys (a stable sort, no host sync)."""
-        order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices.to(torch.int32)
-        return order + self.slot_ids()[:, :1]
+        order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices
+        return torch.gather(self.table, 1, order)
+
+    def chunk_base(self, start: int) -> int:
+        """What to subtract from table entries of a chunk starting at row `start`."""
+        return start * self.width if self.per_slot else 0
 
 
 def slot_keys(
@@ -176,23 +235,35 @@ def slot_keys(
     *,
     multiple: int,
     dequantise: Callable[[torch.Tensor], torch.Tensor] = dequantise_bf16,
+    kept: DequantCache | None = None,
 ) -> SlotKeys:
-    """Gather and dequantise each row's slots (SlotKeys). Every entry < 0 or >= the cache's rows
-    is masked; only consumed entries are read (torch indexing, any cache size). W is sync-free for
-    short streams (as in kernel.backends.gathered). dequantise(records uint8 [n, 656] contiguous)
-    -> bf16 [n, 576] is the reader (default kernel.backends.gathered.dequantise_bf16, exact for
-    power-of-two scales); the keys of masked slots are zeroed after it.
+    """Each row's slots and the buffer of their keys (SlotKeys). Every entry < 0 or >= the cache's
+    rows is masked; W is sync-free for short streams (as in kernel.backends.gathered).
+    dequantise(records uint8 [n, 656] contiguous) -> bf16 [n, 576] is the reader (default
+    kernel.backends.gathered.dequantise_bf16, exact for power-of-two scales). kept: the cache
+    kept dequantised by the same reader (a DequantCache for the default one, else a KeptCache);
+    when it gives the whole copy (and its rows fit the kernels' int32 offsets) the table holds
+    the rows' own cache rows, else only the consumed records are gathered (torch indexing, any
+    cache size) and dequantised, the keys of masked slots zeroed after it. No host sync.
     """
     rows = csr_to_padded(indices, indptr, has_invalid=True, multiple=multiple, width=sync_free_width(indices.numel(), multiple))
     flat = kv_cache.reshape(-1, RECORD_BYTES)
     n_rows = flat.shape[0]
+    n_q, width = rows.indices.shape[0], rows.width
     valid = (rows.indices >= 0) & (rows.indices < n_rows)
+    counts = valid.sum(dim=1, dtype=torch.int32)
+    whole = None if kept is None or n_rows + 1 > MAX_KEPT_ROWS else kept.get(kv_cache, n_q * width)
+    if whole is not None:
+        table = torch.where(valid, rows.indices, n_rows).to(torch.int32)
+        return SlotKeys(keys=whole, table=table, valid=valid, counts=counts, width=width, per_slot=False)
     if n_rows == 0:
         flat = torch.zeros(1, RECORD_BYTES, dtype=torch.uint8, device=kv_cache.device)
     records = flat[torch.where(valid, rows.indices, 0).reshape(-1)]
     keys = dequantise(records).reshape(-1, HEAD_DIM)
     keys.masked_fill_(~valid.view(-1, 1), 0)
-    return SlotKeys(keys=keys, valid=valid, counts=valid.sum(dim=1, dtype=torch.int32), width=rows.width)
+    base = torch.arange(n_q, device=valid.device, dtype=torch.int32).unsqueeze(1) * width
+    table = base + torch.arange(width, device=valid.device, dtype=torch.int32)
+    return SlotKeys(keys=keys, table=table, valid=valid, counts=counts, width=width, per_slot=True)
 
 
 def int32_chunks(n: int, row_elements: int) -> list[tuple[int, int]]:
@@ -210,10 +281,13 @@ def int32_row_chunks(n_q: int, width: int, row_elements: int = HEAD_DIM) -> list
 
 
 __all__ = [
+    "MAX_KEPT_ROWS",
+    "KeptCache",
     "SGLANG_WHEEL",
     "SlotKeys",
     "VLLM_FILES",
     "cuda_reason",
+    "dequantise_whole_with",
     "int32_chunks",
     "int32_row_chunks",
     "load_sglang",

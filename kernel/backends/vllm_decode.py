@@ -16,9 +16,12 @@ index list is a row:
         S, softmax_scale, 1, k_scale=1.0, v_scale=1.0, is_mla=True)
 
 What the adapter does (vectorised, no host sync for streams of at most 4096 entries):
-- keys: each row's slots gathered and dequantised to bf16 (kernel.backends.triton_peers.slot_keys:
-  bf16(bf16(code) * bf16(scale)), exact for power-of-two scales; an entry < 0 or >= the cache's
-  rows is masked); block_table holds each row's valid slots first, seq_lens their count;
+- keys: dequantised to bf16 (kernel.backends.triton_peers.slot_keys: bf16(bf16(code) *
+  bf16(scale)), exact for power-of-two scales; an entry < 0 or >= the cache's rows is masked):
+  the backend keeps the whole cache dequantised while the same cache tensor comes back unchanged
+  (kernel.backends.dequant_cache) and the kernel reads it at the rows' own cache rows (page
+  numbers), else each row's slots are gathered into a [n_q * W, 576] buffer; block_table holds
+  each row's valid slots first, seq_lens their count;
 - splits: vLLM's own rule, S = min(next_pow2(max(1, W // 512)), 2 * SMs), with W the batch's
   padded row width standing in for the batch's max_seq_len (as in forward_mqa); stage 1 cuts a
   row of n keys into S pieces of ceil(n / S) keys. S depends on the batch: not batch-invariant
@@ -45,6 +48,7 @@ from types import ModuleType
 import torch
 
 from kernel.backend import Backend, BackendUnavailable
+from kernel.backends.dequant_cache import DequantCache
 from kernel.backends.triton_peers import cuda_reason, load_vllm, peer_backend, slot_keys
 from kernel.contract import begin_call
 from kernel.record import HEAD_DIM, LATENT_DIM
@@ -137,11 +141,13 @@ def prepare_vllm_decode(
     out: torch.Tensor | None,
     kernel: ModuleType,
     sm_count: int,
+    dequant_cache: DequantCache | None = None,
 ) -> VllmDecodeCall:
-    """Keys, block table, split count and output buffers for one validated call with n_q >= 1."""
+    """Keys, block table, split count and output buffers for one validated call with n_q >= 1.
+    dequant_cache: the whole cache kept dequantised (None: gathered per slot); the same keys either way."""
     n_q, heads = q.shape[0], q.shape[1]
     run_heads = max(heads, 2)
-    keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE)
+    keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE, kept=dequant_cache)
     splits = num_kv_splits(keys.width, sm_count)
     q_run = q if run_heads == heads else torch.cat([q, torch.zeros_like(q)], dim=1)
     if out is not None and run_heads == heads:
@@ -176,11 +182,12 @@ def run_vllm_decode(
     out: torch.Tensor | None = None,
     kernel: ModuleType | None = None,
     sm_count: int | None = None,
+    dequant_cache: DequantCache | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """vLLM's decode kernel with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
 
     kernel: vLLM's triton_decode_attention module (imported when None); sm_count: the device's
-    multiprocessors (read from the device when None).
+    multiprocessors (read from the device when None); dequant_cache: as in prepare_vllm_decode.
     """
     _, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     if empty is not None:
@@ -189,7 +196,9 @@ def run_vllm_decode(
         kernel = load_vllm(KERNEL_MODULE, NAME)[0]
     if sm_count is None:
         sm_count = torch.cuda.get_device_properties(q.device).multi_processor_count
-    call = prepare_vllm_decode(q, kv_cache, indices, indptr, softmax_scale, out=out, kernel=kernel, sm_count=sm_count)
+    call = prepare_vllm_decode(
+        q, kv_cache, indices, indptr, softmax_scale, out=out, kernel=kernel, sm_count=sm_count, dequant_cache=dequant_cache
+    )
     call.run()
     return call.finish(out, return_lse)
 
@@ -203,7 +212,7 @@ def vllm_decode_backend() -> Backend:
     sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     return peer_backend(
         NAME,
-        partial(run_vllm_decode, kernel=kernel, sm_count=sm_count),
+        partial(run_vllm_decode, kernel=kernel, sm_count=sm_count, dequant_cache=DequantCache()),
         profile=PROFILE,
         limits=LIMITS,
         bounded_index_reads=False,

@@ -13,12 +13,15 @@ backend calls it:
     # out bf16 [n_q, H, 512], lse f32 [n_q, H] natural log
 
 What the adapter does (vectorised, no host sync for streams of at most 4096 entries):
-- keys: each row's slots gathered and dequantised to bf16 (kernel.backends.triton_peers.slot_keys:
-  bf16(bf16(code) * bf16(scale)), exact for power-of-two scales) into a [n_q * W, 576] buffer,
-  the way vLLM's sparse backends upconvert an fp8_ds_mla cache into a bf16 workspace and remap
-  the top-k indices to it; an entry < 0 or >= the cache's rows is sent as -1, the kernel's own
-  masking rule (`(indices >= 0) & (indices < seq_kv)`), hence bounded_index_reads = True;
-- launches: at most 3,728,270 slots per launch (the kernel forms index * 576 in int32);
+- keys: dequantised to bf16 (kernel.backends.triton_peers.slot_keys: bf16(bf16(code) *
+  bf16(scale)), exact for power-of-two scales): the backend keeps the whole cache dequantised
+  while the same cache tensor comes back unchanged (kernel.backends.dequant_cache) and sends the
+  rows' own cache rows as indices; otherwise each row's slots are gathered into a [n_q * W, 576]
+  buffer, the way vLLM's sparse backends upconvert an fp8_ds_mla cache into a bf16 workspace and
+  remap the top-k indices to it; an entry < 0 or >= the cache's rows is sent as -1, the kernel's
+  own masking rule (`(indices >= 0) & (indices < seq_kv)`), hence bounded_index_reads = True;
+- launches: at most 3,728,270 buffer rows per launch (the kernel forms index * 576 in int32; a
+  kept cache of more rows is not used);
 - outputs: the interface allocates out and lse itself; out is copied into `out=` when given;
   a row without a valid key comes back as out 0 and lse = ln 2 * (-1e30 + log2 W) (the kernel's
   finite -1e30 sentinel for masked scores): the adapter reports the contract's -inf there.
@@ -41,6 +44,7 @@ from types import ModuleType
 import torch
 
 from kernel.backend import Backend, BackendUnavailable
+from kernel.backends.dequant_cache import DequantCache
 from kernel.backends.triton_peers import cuda_reason, int32_row_chunks, load_vllm, peer_backend, slot_keys
 from kernel.contract import begin_call
 from kernel.record import HEAD_DIM
@@ -67,20 +71,18 @@ class VllmSparseCall:
 
     kernel: ModuleType
     q: torch.Tensor
-    buffer: torch.Tensor
-    chunks: list[tuple[int, int, torch.Tensor]]
+    chunks: list[tuple[int, int, torch.Tensor, torch.Tensor]]
     counts: torch.Tensor
     width: int
     softmax_scale: float
     results: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
     def run(self) -> None:
-        """The kernel alone: triton_bf16_mla_sparse_interface on each chunk of rows."""
+        """The kernel alone: triton_bf16_mla_sparse_interface on each chunk of rows (start, stop,
+        its key buffer [n, 1, 576], its indices int32 [rows, 1, W])."""
         self.results = []
-        for start, stop, local in self.chunks:
-            got, _, lse = self.kernel.triton_bf16_mla_sparse_interface(
-                self.q[start:stop], self.buffer[start * self.width : stop * self.width], local, self.softmax_scale
-            )
+        for start, stop, k_chunk, local in self.chunks:
+            got, _, lse = self.kernel.triton_bf16_mla_sparse_interface(self.q[start:stop], k_chunk, local, self.softmax_scale)
             self.results.append((got, lse))
 
     def finish(self, out: torch.Tensor | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -103,20 +105,23 @@ def prepare_vllm_sparse(
     softmax_scale: float,
     *,
     kernel: ModuleType,
+    dequant_cache: DequantCache | None = None,
 ) -> VllmSparseCall:
-    """Keys and per-chunk slot indices (-1 where masked) for one validated call with n_q >= 1."""
+    """Keys and per-chunk buffer indices (-1 where masked) for one validated call with n_q >= 1.
+    dequant_cache: the whole cache kept dequantised (None: gathered per slot); the same keys either way."""
     n_q = q.shape[0]
-    keys = slot_keys(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE)
+    keys = slot_keys(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE, kept=dequant_cache)
     width = keys.width
-    ids = torch.where(keys.valid, keys.slot_ids(), -1)
+    buffer = keys.keys.view(-1, 1, HEAD_DIM)
     chunks = []
-    for start, stop in int32_row_chunks(n_q, width):
-        local = torch.where(ids[start:stop] >= 0, ids[start:stop] - start * width, -1)
-        chunks.append((start, stop, local.unsqueeze(1).contiguous()))
+    for start, stop in int32_row_chunks(n_q, width) if keys.per_slot else [(0, n_q)]:
+        part = keys.valid[start:stop]
+        local = torch.where(part, keys.table[start:stop] - keys.chunk_base(start), -1)
+        k_chunk = buffer[start * width : stop * width] if keys.per_slot else buffer
+        chunks.append((start, stop, k_chunk, local.unsqueeze(1).contiguous()))
     return VllmSparseCall(
         kernel=kernel,
         q=q,
-        buffer=keys.keys.view(n_q * width, 1, HEAD_DIM),
         chunks=chunks,
         counts=keys.counts,
         width=width,
@@ -135,17 +140,18 @@ def run_vllm_sparse(
     return_lse: bool = False,
     out: torch.Tensor | None = None,
     kernel: ModuleType | None = None,
+    dequant_cache: DequantCache | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """vLLM's sparse kernel with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
 
-    kernel: vLLM's xpu_mla_sparse module (imported when None).
+    kernel: vLLM's xpu_mla_sparse module (imported when None); dequant_cache: as in prepare_vllm_sparse.
     """
     _, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     if empty is not None:
         return empty
     if kernel is None:
         kernel = load_vllm(KERNEL_MODULE, NAME)[0]
-    call = prepare_vllm_sparse(q, kv_cache, indices, indptr, softmax_scale, kernel=kernel)
+    call = prepare_vllm_sparse(q, kv_cache, indices, indptr, softmax_scale, kernel=kernel, dequant_cache=dequant_cache)
     call.run()
     return call.finish(out, return_lse)
 
@@ -158,7 +164,7 @@ def vllm_sparse_backend() -> Backend:
     kernel, _ = load_vllm(KERNEL_MODULE, NAME)
     return peer_backend(
         NAME,
-        partial(run_vllm_sparse, kernel=kernel),
+        partial(run_vllm_sparse, kernel=kernel, dequant_cache=DequantCache()),
         profile=PROFILE,
         limits=LIMITS,
         bounded_index_reads=True,

@@ -4,7 +4,7 @@ For each kernel (`oracle`, `emulated`, `torch-sdpa`; `flashmla-prefill` on a Hop
 bench's inputs (conformance bench shapes: n_q rows of KEYS uniform keys, H heads), one call
 under a counting dispatch mode gives the number of aten ops (on a GPU: about one kernel launch
 each) and of host synchronisations (ops that read device data back to the host:
-`_local_scalar_dense` (item, int(), bool()), `nonzero`, `unique`, ... listed in SYNC_OPS); then
+`_local_scalar_dense` (item, int(), bool()), `tolist`, `nonzero`, `unique`, ... listed in SYNC_OPS); then
 the median time per call over repeated calls (CPU: process time; CUDA: device events).
 The adapters are timed on calls with the same tensors (a serving engine's next layer: the
 index layout and the dequantised cache are kept), and, as `NAME:new-cache`, on a fresh copy of
@@ -38,7 +38,7 @@ try:
 except ImportError:  # before the conformance/tools move
     from conformance.bench import build_cache, build_inputs  # type: ignore[no-redef]
 
-SYNC_OPS = ("_local_scalar_dense", "nonzero", "unique", "masked_select", "repeat_interleave", "equal", "is_nonzero")
+SYNC_OPS = ("_local_scalar_dense", "tolist", "nonzero", "unique", "masked_select", "repeat_interleave", "equal", "is_nonzero")
 
 
 class OpCounter(TorchDispatchMode):
@@ -63,10 +63,21 @@ class OpCounter(TorchDispatchMode):
 
 
 def count_ops(fn: Callable[[], object]) -> OpCounter:
-    """The ops of one call of fn."""
+    """The ops of one call of fn; Tensor.tolist calls (a host sync that dispatches no scalar read
+    on the CPU) are counted as the op "tolist"."""
     counter = OpCounter()
-    with counter:
-        fn()
+    original = torch.Tensor.tolist
+
+    def tolist(self: torch.Tensor) -> Any:
+        counter.ops["tolist"] += 1
+        return original(self)
+
+    torch.Tensor.tolist = tolist  # type: ignore[method-assign]
+    try:
+        with counter:
+            fn()
+    finally:
+        torch.Tensor.tolist = original  # type: ignore[method-assign]
     return counter
 
 

@@ -5,15 +5,19 @@ gather / bf16 dequantisation step, against the float64 oracle.
 
 from __future__ import annotations
 
+import gc
 import math
 import sys
 import types
+from functools import partial
 from typing import Any
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernel.backends import flashmla_prefill, gathered, sglang_decode, torch_sdpa, triton_peers, vllm_decode, vllm_sparse
+from kernel.backends.dequant_cache import DequantCache, dequantise_whole
 from kernel.record import LATENT_DIM, RECORD_BYTES, decode_records, encode_records
 from kernel.registry import BackendUnavailable, resolve
 from oracle.reference import reference
@@ -262,7 +266,7 @@ class FakeSglang(types.ModuleType):
         assert kv_indptr.dtype == torch.int32 and kv_indptr.shape == (n + 1,) and kv_indices.dtype == torch.int32
         assert attn_logits.shape == (n, heads, max_kv_splits, 512) and attn_lse.shape == (n, heads, max_kv_splits)
         assert num_kv_splits.dtype == torch.int32 and k_scale == 1.0 and v_scale == 1.0 and o.stride(-1) == 1
-        self.calls.append({"heads": heads, "rows": n, "splits": int(max_kv_splits), "o_ptr": o.data_ptr()})
+        self.calls.append({"heads": heads, "rows": n, "splits": int(max_kv_splits), "o_ptr": o.data_ptr(), "kv_rows": k_buffer.shape[0]})
         attn_lse.fill_(float("nan"))
         for r in range(n):
             start, stop = int(kv_indptr[r]), int(kv_indptr[r + 1])
@@ -312,7 +316,7 @@ class FakeVllmDecode(types.ModuleType):
         assert heads >= 2 and is_mla and page_size == 1 and k_buffer.shape[1:] == (1, 1, 576) and v_buffer.shape[-1] == 512
         assert req_to_token.dtype == torch.int32 and req_to_token.shape[0] == n and b_seq_len.dtype == torch.int32
         assert attn_logits.shape == (n, heads, num_kv_splits, 513) and lse.dtype == torch.float32 and lse.stride() == (heads, 1)
-        self.calls.append({"heads": heads, "splits": num_kv_splits, "width": req_to_token.shape[1]})
+        self.calls.append({"heads": heads, "splits": num_kv_splits, "width": req_to_token.shape[1], "kv_rows": k_buffer.shape[0]})
         for r in range(n):
             length = int(b_seq_len[r])
             if length == 0:
@@ -333,7 +337,7 @@ class FakeVllmSparse(types.ModuleType):
         n, heads, _ = q.shape
         assert kv.shape[1:] == (1, 576) and indices.dtype == torch.int32 and indices.shape[:2] == (n, 1)
         assert indices.shape[2] % 16 == 0 and indices.is_contiguous()
-        self.calls.append({"indices": indices.clone(), "rows": kv.shape[0]})
+        self.calls.append({"indices": indices.clone(), "rows": kv.shape[0], "kv_rows": kv.shape[0]})
         out = torch.zeros(n, heads, 512, dtype=q.dtype)
         lse = torch.zeros(n, heads, dtype=torch.float32)
         for r in range(n):
@@ -539,3 +543,155 @@ def test_backends_built_around_the_engine_modules(monkeypatch: pytest.MonkeyPatc
         assert not backend.supports(**p, softmax_scale=0.05)  # a CPU call: the backend runs on CUDA only
         out, lse = backend(**p, softmax_scale=0.05, has_invalid=True, return_lse=True)
         check_against_oracle(p, out, lse, 0.05, has_invalid=True, out_tol=2**-7, lse_tol=1e-6)
+
+
+# ------------------------------------------------------------------------------ kept cache (Triton peers)
+#
+# The backends keep the whole cache dequantised per cache tensor (kernel.backends.dequant_cache;
+# triton_peers.KeptCache with sglang's reader) and the kernels read it at the rows' own cache rows:
+# every call must give the bits of the per-slot path (dequant_cache=None) on the cache as it is now.
+
+TRITON_PEERS = ("sglang-decode", "vllm-decode", "vllm-sparse")
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view({4: torch.int32, 2: torch.int16}[t.element_size()])
+
+
+def _fake_for(name: str) -> Any:
+    return {"sglang-decode": FakeSglang, "vllm-decode": FakeVllmDecode, "vllm-sparse": FakeVllmSparse}[name]()
+
+
+def _kept_for(name: str, fake: Any) -> DequantCache:
+    return sglang_decode.kept_cache(fake) if name == "sglang-decode" else DequantCache()
+
+
+def _peer_call(name: str, p: dict[str, Any], fake: Any, kept: DequantCache | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    common: dict[str, Any] = dict(**p, softmax_scale=0.05, has_invalid=True, return_lse=True, dequant_cache=kept)
+    if name == "sglang-decode":
+        return sglang_decode.run_sglang_decode(**common, kernel=fake, reader=fake)
+    if name == "vllm-decode":
+        return vllm_decode.run_vllm_decode(**common, kernel=fake, sm_count=132)
+    return vllm_sparse.run_vllm_sparse(**common, kernel=fake)
+
+
+def _slot_rows(name: str, p: dict[str, Any]) -> int:
+    """Rows of the per-slot key buffer: n_q x the stream length rounded up to the adapter's multiple."""
+    multiple = vllm_sparse.TOPK_MULTIPLE if name == "vllm-sparse" else sglang_decode.SLOT_MULTIPLE
+    return (p["indptr"].numel() - 1) * -(-p["indices"].numel() // multiple) * multiple
+
+
+def _same_bits(got: tuple[torch.Tensor, torch.Tensor | None], want: tuple[torch.Tensor, torch.Tensor | None]) -> bool:
+    assert got[1] is not None and want[1] is not None
+    return torch.equal(_bits(got[0]), _bits(want[0])) and torch.equal(_bits(got[1]), _bits(want[1]))
+
+
+def _kept_problem(rows: int, writer: str) -> dict[str, Any]:
+    p = make_problem([0, 5, 40, 1, 90], 3, seed=41, rows=rows, negative_every=6, writer=writer)
+    p["indices"][2] = rows  # one past the cache: masked
+    p["indices"][p["indices"] == 0] = 1
+    p["kv_cache"][0, :512] = 0x7F  # NaN codes in a record no valid slot reads (the per-slot path's padding record)
+    return p
+
+
+@pytest.mark.parametrize("name", TRITON_PEERS)
+@pytest.mark.parametrize("writer", ["pow2", "raw"])
+@pytest.mark.parametrize("rows", [300, 2000])
+def test_kept_cache_gives_the_per_slot_bits(name: str, writer: str, rows: int) -> None:
+    """Several calls through one kept cache: the per-slot bits on every call, the cache built once
+    per cache state (at once when it has no more rows than the call's slots, 720 or 800, else on
+    the second sight), built again after an in-place write and for a different cache tensor."""
+    p = _kept_problem(rows, writer)
+    fake = _fake_for(name)
+    kept = _kept_for(name, fake)
+    first = _peer_call(name, p, _fake_for(name), None)
+    sights = 1 if rows <= _slot_rows(name, p) else 2
+    for call in range(3):
+        assert _same_bits(_peer_call(name, p, fake, kept), first)
+        assert fake.calls[-1]["kv_rows"] == (rows + 1 if call >= sights - 1 else _slot_rows(name, p))
+    assert kept.builds == 1
+    read = int(p["indices"][5])  # row 1's first key: valid, never record 0
+    p["kv_cache"][read] = p["kv_cache"][2 if read == 1 else 1]  # an in-place write: version counter bumped
+    mutated = _peer_call(name, p, _fake_for(name), None)
+    assert not _same_bits(mutated, first)
+    for _ in range(sights + 1):
+        assert _same_bits(_peer_call(name, p, fake, kept), mutated)
+    assert kept.builds == 2 and fake.calls[-1]["kv_rows"] == rows + 1
+    other = dict(p, kv_cache=p["kv_cache"].clone())
+    other["kv_cache"][read] = p["kv_cache"][4 if read == 3 else 3]
+    want = _peer_call(name, other, _fake_for(name), None)
+    for _ in range(sights + 1):
+        assert _same_bits(_peer_call(name, other, fake, kept), want)
+    assert kept.builds == 3 and fake.calls[-1]["kv_rows"] == rows + 1
+
+
+def test_kept_cache_uses_the_given_reader() -> None:
+    """KeptCache: the whole copy by its reader (sglang's here, which rounds raw scales unlike
+    dequantise_bf16), DequantCache's policy (first sight, hit, in-place write, freed source)."""
+    p = make_problem([4], 2, seed=42, rows=200, writer="raw")
+    kv = p["kv_cache"]
+    reader = partial(sglang_decode.sglang_dequantise, FakeSglang())
+    want = triton_peers.dequantise_whole_with(kv, reader, chunk_rows=64)
+    assert torch.equal(_bits(want[:-1]), _bits(reader(kv))) and not bool(want[-1].any()) and not bool(want[-1].signbit().any())
+    assert not torch.equal(_bits(want), _bits(dequantise_whole(kv)))
+    assert torch.equal(_bits(triton_peers.dequantise_whole_with(kv, gathered.dequantise_bf16, chunk_rows=64)), _bits(dequantise_whole(kv)))
+    kept = triton_peers.KeptCache(reader)
+    assert kept.get(kv, slots=100) is None  # more rows than slots, first sight
+    got = kept.get(kv, slots=100)
+    assert got is not None and torch.equal(_bits(got), _bits(want)) and kept.builds == 1
+    assert kept.get(kv, slots=100) is got and kept.builds == 1
+    kv[7, 600] ^= 1
+    assert kept.get(kv, slots=100) is None and kept.get(kv, slots=100) is not None and kept.builds == 2
+    small = kv[:50].clone()
+    assert kept.get(small, slots=64) is not None and kept.builds == 3
+    del small
+    gc.collect()
+    assert kept._bf16 is None
+    assert triton_peers.KeptCache(reader, max_bytes=1000).get(kv, slots=1 << 20) is None
+
+
+@pytest.mark.parametrize("name", TRITON_PEERS)
+def test_kept_cache_past_the_int32_offsets_is_not_used(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache whose bf16 copy the kernels could not address (row * 576 past int32) is never
+    built: the keys are gathered per slot, with the same bits."""
+    p = _kept_problem(300, "pow2")
+    monkeypatch.setattr(triton_peers, "MAX_KEPT_ROWS", 300)
+    fake = _fake_for(name)
+    kept = _kept_for(name, fake)
+    want = _peer_call(name, p, _fake_for(name), None)
+    for _ in range(2):
+        assert _same_bits(_peer_call(name, p, fake, kept), want)
+    assert kept.builds == 0 and fake.calls[-1]["kv_rows"] == _slot_rows(name, p)
+
+
+class _Ops(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", TRITON_PEERS)
+def test_kept_cache_call_has_no_host_sync(name: str) -> None:
+    """The adapter's own work (prepare, then finish after the kernel), building the kept copy or
+    hitting it, reads nothing back from the device (no .item() / nonzero)."""
+    p = _kept_problem(300, "pow2")
+    args = (p["q"], p["kv_cache"], p["indices"], p["indptr"], 0.05)
+    fake = _fake_for(name)
+    kept = _kept_for(name, fake)
+    for _ in range(2):  # build, then hit
+        with _Ops() as ops:
+            if name == "sglang-decode":
+                call: Any = sglang_decode.prepare_sglang_decode(*args, out=None, kernel=fake, reader=fake, dequant_cache=kept)
+            elif name == "vllm-decode":
+                call = vllm_decode.prepare_vllm_decode(*args, out=None, kernel=fake, sm_count=132, dequant_cache=kept)
+            else:
+                call = vllm_sparse.prepare_vllm_sparse(*args, kernel=fake, dequant_cache=kept)
+        call.run()
+        with ops:
+            call.finish(None, True)
+        assert "_local_scalar_dense" not in ops.names and "nonzero" not in ops.names and "item" not in ops.names
+    assert kept.builds == 1

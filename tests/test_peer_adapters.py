@@ -695,3 +695,17 @@ def test_kept_cache_call_has_no_host_sync(name: str) -> None:
             call.finish(None, True)
         assert "_local_scalar_dense" not in ops.names and "nonzero" not in ops.names and "item" not in ops.names
     assert kept.builds == 1
+
+
+def test_valid_first_is_the_stable_sort_and_csr_holds_the_valid_slots() -> None:
+    gen = torch.Generator().manual_seed(43)
+    valid = torch.rand(6, 32, generator=gen) < 0.6
+    valid[0], valid[1] = True, False
+    table = torch.randint(0, 1000, (6, 32), generator=gen, dtype=torch.int32)
+    counts = valid.sum(dim=1, dtype=torch.int32)
+    keys = triton_peers.SlotKeys(keys=torch.zeros(1, 576), table=table, valid=valid, counts=counts, width=32, per_slot=False)
+    order = torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices
+    assert torch.equal(keys.valid_first(), torch.gather(table, 1, order))
+    indptr, flat = sglang_decode.csr_of_valid(keys, 0, 6)
+    assert torch.equal(indptr[1:].diff(prepend=indptr[:1]), counts) and int(indptr[0]) == 0
+    assert torch.equal(flat[: int(indptr[-1])], table[valid])

@@ -132,15 +132,13 @@ def csr_of_valid(keys: SlotKeys, start: int, stop: int) -> tuple[torch.Tensor, t
     """(kv_indptr int32 [rows + 1], kv_indices int32 [rows * W]) of rows [start, stop): each row's
     valid slots in order, as buffer rows of the chunk's buffer (SlotKeys.chunk_base)."""
     width = keys.width
-    order = keys.valid_first()[start:stop] - keys.chunk_base(start)
     counts = keys.counts[start:stop]
     n = stop - start
     indptr = torch.zeros(n + 1, dtype=torch.int32, device=counts.device)
     torch.cumsum(counts, dim=0, out=indptr[1:])
-    pos = torch.arange(width, device=counts.device, dtype=torch.int32)
-    dest = torch.where(pos < counts.unsqueeze(1), indptr[:-1].unsqueeze(1) + pos, n * width)
+    dest = torch.where(keys.valid[start:stop], indptr[:-1].unsqueeze(1) + keys.valid_rank()[start:stop], n * width)
     flat = torch.zeros(n * width + 1, dtype=torch.int32, device=counts.device)
-    flat.scatter_(0, dest.reshape(-1).to(torch.int64), order.reshape(-1))
+    flat.scatter_(0, dest.reshape(-1).to(torch.int64), (keys.table[start:stop] - keys.chunk_base(start)).reshape(-1))
     return indptr, flat[: n * width]
 
 

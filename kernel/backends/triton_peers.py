@@ -219,9 +219,16 @@ class SlotKeys:
 
     def valid_first(self) -> torch.Tensor:
         """int32 [n_q, W]: each row's buffer rows of its valid slots first (in slot order), then
-        the others: row q's first counts[q] entries are its keys (a stable sort, no host sync)."""
-        order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices
-        return torch.gather(self.table, 1, order)
+        the others: row q's first counts[q] entries are its keys (what a stable sort on ~valid
+        gives, placed by running counts and one scatter; no host sync)."""
+        valid_before = self.valid_rank()
+        slot = torch.arange(self.width, device=self.valid.device, dtype=torch.int32)
+        place = torch.where(self.valid, valid_before, self.counts.unsqueeze(1) + slot - valid_before)
+        return torch.empty_like(self.table).scatter_(1, place.to(torch.int64), self.table)
+
+    def valid_rank(self) -> torch.Tensor:
+        """int32 [n_q, W]: the valid slots before slot j of its row (its place among them when valid)."""
+        return torch.cumsum(self.valid, dim=1, dtype=torch.int32) - self.valid.to(torch.int32)
 
     def chunk_base(self, start: int) -> int:
         """What to subtract from table entries of a chunk starting at row `start`."""

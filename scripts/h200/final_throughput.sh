@@ -7,7 +7,7 @@
 #       For every kernel of $KERNELS, $PROCS concurrent `python -m conformance fuzz --kernel K
 #       --hypothesis-profile nightly --seconds SECONDS` processes (each its own seeds and run
 #       folder; failures saved to pending-<kernel>/), every process pinned to one GPU, round robin
-#       over the GPUs of the host (CUDA_VISIBLE_DEVICES), OMP_NUM_THREADS=1 each; plus one
+#       over the GPUs of $CUDA_VISIBLE_DEVICES, else of the host; OMP_NUM_THREADS=1 each; plus one
 #       emulated campaign of min(SECONDS, 120) s under cProfile (scripts/campaign_profile.py:
 #       where the time goes). Writes fuzz-<kernel>-<n>.txt/.err/.json (each process's summary),
 #       campaigns.txt / campaigns.md (scripts/campaign_table.py: the processes of a kernel merged
@@ -37,8 +37,12 @@ campaign)
   PROF_S=$(( S < 120 ? S : 120 ))
   read -r -a kernels <<< "$KERNELS"
   NPROC=$(nproc 2> /dev/null || echo 16)
-  NGPU=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
-  [ "${NGPU:-0}" -ge 1 ] || NGPU=0
+  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then  # the GPUs this call may use, else every GPU of the host
+    read -r -a gpus <<< "${CUDA_VISIBLE_DEVICES//,/ }"
+  else
+    read -r -a gpus <<< "$(seq -s ' ' 0 $(( $(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true) - 1 )))"
+  fi
+  NGPU=${#gpus[@]}
   DEFAULT_PROCS=$(( (NPROC - 1) / ${#kernels[@]} ))
   DEFAULT_PROCS=$(( DEFAULT_PROCS < 1 ? 1 : (DEFAULT_PROCS > 12 ? 12 : DEFAULT_PROCS) ))
   P="${PROCS:-$DEFAULT_PROCS}"
@@ -50,7 +54,7 @@ campaign)
   cat "$R/campaign-env.txt"
   slot=0
   next_gpu() {  # GPU_ENV: the GPU of the next process, round robin (on a machine without GPUs only its slot number)
-    if [ "$NGPU" -ge 1 ]; then GPU_ENV="CUDA_VISIBLE_DEVICES=$(( slot % NGPU ))"; else GPU_ENV="THROUGHPUT_SLOT=$slot"; fi
+    if [ "$NGPU" -ge 1 ]; then GPU_ENV="CUDA_VISIBLE_DEVICES=${gpus[$(( slot % NGPU ))]}"; else GPU_ENV="THROUGHPUT_SLOT=$slot"; fi
     slot=$(( slot + 1 ))
   }
   for k in "${kernels[@]}"; do

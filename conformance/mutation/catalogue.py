@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -408,27 +409,63 @@ def finalize_lse_shift_missing(state: SoftmaxState) -> tuple[torch.Tensor, torch
 # ---------------------------------------------------------------------------------------------
 # Wrapped kernels (bugs outside the stages).
 
+Outputs = tuple[torch.Tensor, torch.Tensor | None]
 
-def _out_row_stride_ignored(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    has_invalid: bool = False,
-    return_lse: bool = False,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+
+@dataclass(frozen=True)
+class Call:
+    """One call's arguments as the contract names them (kernel.contract), for a wrapped mutant to
+    read and rewrite before (or instead of) running the emulated kernel."""
+
+    q: torch.Tensor
+    kv_cache: torch.Tensor
+    indices: torch.Tensor
+    indptr: torch.Tensor
+    softmax_scale: float
+    has_invalid: bool
+    return_lse: bool
+    out: torch.Tensor | None
+
+    def emulated(self, **changes: object) -> Outputs:
+        """run_emulated on these arguments with `changes` (field=value) applied."""
+        c = dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+        kwargs: dict[str, object] = {"has_invalid": c.has_invalid, "return_lse": c.return_lse}
+        if c.out is not None:
+            kwargs["out"] = c.out
+        return run_emulated(c.q, c.kv_cache, c.indices, c.indptr, c.softmax_scale, **kwargs)  # type: ignore[arg-type]
+
+
+def contract_kernel(body: Callable[[Call], Outputs]) -> Callable[..., Outputs]:
+    """A kernel with the contract's signature whose work is `body(Call(...))` (its name and
+    docstring are the body's; its signature stays the contract's, for what reads it)."""
+
+    def kernel(
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        indices: torch.Tensor,
+        indptr: torch.Tensor,
+        softmax_scale: float,
+        *,
+        has_invalid: bool = False,
+        return_lse: bool = False,
+        out: torch.Tensor | None = None,
+    ) -> Outputs:
+        return body(Call(q, kv_cache, indices, indptr, softmax_scale, has_invalid, return_lse, out))
+
+    kernel.__name__, kernel.__qualname__, kernel.__doc__ = body.__name__, body.__qualname__, body.__doc__
+    return kernel
+
+
+def _out_row_stride_ignored(c: Call) -> Outputs:
     """The emulated kernel storing a preallocated out at row * H * stride_oh + h * stride_oh
     (the row stride ignored: rows assumed packed)."""
-    if out is None:
-        return run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse)
-    result, lse = run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse)
-    heads = out.shape[1]
-    wrong = out.as_strided(out.shape, (heads * out.stride(1), out.stride(1), 1), out.storage_offset())  # BUG
+    result, lse = c.emulated(out=None)
+    if c.out is None:
+        return result, lse
+    heads = c.out.shape[1]
+    wrong = c.out.as_strided(c.out.shape, (heads * c.out.stride(1), c.out.stride(1), 1), c.out.storage_offset())  # BUG
     wrong.copy_(result)
-    return out, lse
+    return c.out, lse
 
 
 # ---------------------------------------------------------------------------------------------
@@ -452,9 +489,10 @@ def _stage_mutant(name: str, description: str, bug_class: BugClass, needs: str, 
     return _register(name, emulated.with_stage(f"{MODULE}:{name}", **stages), description, bug_class, needs)  # type: ignore[arg-type]
 
 
-def _wrapped_mutant(name: str, description: str, bug_class: BugClass, needs: str, fn: object) -> Backend:
-    """A mutant wrapping the emulated kernel (same declared limits and profile)."""
-    backend = dataclasses.replace(emulated.emulated_backend(name=f"{MODULE}:{name}"), fn=fn)
+def _wrapped_mutant(name: str, description: str, bug_class: BugClass, needs: str, body: Callable[[Call], Outputs]) -> Backend:
+    """A mutant wrapping the emulated kernel (same declared limits and profile): its kernel is
+    `contract_kernel(body)`."""
+    backend = dataclasses.replace(emulated.emulated_backend(name=f"{MODULE}:{name}"), fn=contract_kernel(body))
     return _register(name, backend, description, bug_class, needs)
 
 
@@ -635,86 +673,46 @@ lse_shift_missing = _stage_mutant(
 # only by the strategy that draws its freedom (tests/test_freedom_mutants.py).
 
 
-def _paged_cache_as_rows(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    has_invalid: bool = False,
-    return_lse: bool = False,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _paged_cache_as_rows(c: Call) -> Outputs:
     """The emulated kernel addressing record i at byte i * kv_cache.stride(0), as if the cache
     were [rows, 656]: on a paged [blocks, block_size, 656] cache, index i reads the first record
     of block i (wrapping at the end of the cache)."""
-    flat = kv_cache.reshape(-1, RECORD_BYTES)
-    step = kv_cache.stride(0) // RECORD_BYTES if kv_cache.dim() > 2 else 1
+    flat = c.kv_cache.reshape(-1, RECORD_BYTES)
+    step = c.kv_cache.stride(0) // RECORD_BYTES if c.kv_cache.dim() > 2 else 1
     if step > 1 and flat.shape[0]:
         flat = flat[(torch.arange(flat.shape[0], device=flat.device) * step) % flat.shape[0]]  # BUG
-    return run_emulated(q, flat, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    return c.emulated(kv_cache=flat)
 
 
-def _empty_cache_early_return(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    has_invalid: bool = False,
-    return_lse: bool = False,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _empty_cache_early_return(c: Call) -> Outputs:
     """The emulated kernel with an early return for a cache of 0 rows (valid when every row is
     empty) that skips the empty-row finalisation: out is left unwritten (NaN here; whatever the
     memory held on a device) and lse is 0 instead of -inf."""
-    if kv_cache.numel() == 0 and q.shape[0]:
-        n_q, heads = q.shape[0], q.shape[1]
-        result = out if out is not None else torch.empty(n_q, heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+    if c.kv_cache.numel() == 0 and c.q.shape[0]:
+        n_q, heads = c.q.shape[0], c.q.shape[1]
+        result = c.out if c.out is not None else torch.empty(n_q, heads, LATENT_DIM, dtype=torch.bfloat16, device=c.q.device)
         result.fill_(float("nan"))  # BUG: never written
-        return result, (torch.zeros(n_q, heads, dtype=torch.float32, device=q.device) if return_lse else None)
-    return run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+        return result, (torch.zeros(n_q, heads, dtype=torch.float32, device=c.q.device) if c.return_lse else None)
+    return c.emulated()
 
 
-def _uniform_rows_from_stream_length(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    has_invalid: bool = False,
-    return_lse: bool = False,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _uniform_rows_from_stream_length(c: Call) -> Outputs:
     """The emulated kernel with a fixed-top-k fast path: when every row has the same length, it
     takes that length as (len(indices) - indptr[0]) // n_q, assuming the stream ends where the
     rows end (entries after the last consumed one are allowed and must not be read)."""
+    indptr = c.indptr
     n_q = indptr.numel() - 1
     lengths = indptr[1:] - indptr[:-1]
     if n_q >= 1 and bool((lengths == lengths[0]).all()) and int(lengths[0]) >= 0:
-        topk = (indices.numel() - int(indptr[0])) // n_q  # BUG: the stream may hold trailing entries
+        topk = (c.indices.numel() - int(indptr[0])) // n_q  # BUG: the stream may hold trailing entries
         indptr = (int(indptr[0]) + topk * torch.arange(n_q + 1, device=indptr.device)).to(torch.int32)
-    return run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    return c.emulated(indptr=indptr)
 
 
-def _scale_magnitude(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    has_invalid: bool = False,
-    return_lse: bool = False,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _scale_magnitude(c: Call) -> Outputs:
     """The emulated kernel taking |softmax_scale| (the scale kept as a magnitude, e.g. as
     log2(scale) in a constant buffer): a negative softmax_scale attends to the wrong keys."""
-    scale = abs(float(softmax_scale))  # BUG: the contract's softmax_scale is any finite real
-    return run_emulated(q, kv_cache, indices, indptr, scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    return c.emulated(softmax_scale=abs(float(c.softmax_scale)))  # BUG: the contract's softmax_scale is any finite real
 
 
 paged_cache_as_rows = _wrapped_mutant(
@@ -777,21 +775,12 @@ def _bounded_view(t: torch.Tensor, extent: int) -> torch.Tensor:
     return torch.where(inside, flat[offsets.clamp_max(max(extent - 1, 0))], torch.zeros((), dtype=t.dtype, device=t.device))
 
 
-def _out_extent_from_row_stride(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    has_invalid: bool = False,
-    return_lse: bool = False,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _out_extent_from_row_stride(c: Call) -> Outputs:
     """The emulated kernel storing a preallocated out through a bounded buffer of n_q *
     out.stride(0) elements (stores past it are dropped, as a buffer descriptor drops them): right
     for every row-major out; a head-major out keeps what it held in heads 1.. ."""
-    result, lse = run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse)
+    result, lse = c.emulated(out=None)
+    out = c.out
     if out is None:
         return result, lse
     offsets = _strided_offsets(out)
@@ -802,48 +791,28 @@ def _out_extent_from_row_stride(
     return out, lse
 
 
-def _stream_gathered_whole(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    has_invalid: bool = False,
-    return_lse: bool = False,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _stream_gathered_whole(c: Call) -> Outputs:
     """The emulated kernel with a batched prefetch: the records of every entry >= 0 of the whole
     index stream are gathered before the rows are split by indptr (a cache of 0 rows skips it).
     Right while every entry of the stream is a row; an unconsumed entry >= kv rows is read
     anyway (a fault on a device: IndexError here)."""
-    flat = kv_cache.reshape(-1, RECORD_BYTES)
-    if flat.shape[0] and indices.numel():
-        ids = indices[indices >= 0].to(torch.int64)
+    flat = c.kv_cache.reshape(-1, RECORD_BYTES)
+    if flat.shape[0] and c.indices.numel():
+        ids = c.indices[c.indices >= 0].to(torch.int64)
         flat.index_select(0, ids)  # BUG: only consumed entries are promised to be rows
-    return run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    return c.emulated()
 
 
-def _one_row_cache_as_empty(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    has_invalid: bool = False,
-    return_lse: bool = False,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _one_row_cache_as_empty(c: Call) -> Outputs:
     """The emulated kernel with the empty-cache shortcut (every row empty: out 0, lse -inf)
     guarded by `last row id <= 0` instead of `rows == 0`: a one-row cache is taken as empty."""
-    if kv_cache.numel() // RECORD_BYTES - 1 <= 0 and q.shape[0]:  # BUG: rows - 1 <= 0 is also true for one row
-        n_q, heads = q.shape[0], q.shape[1]
-        result = out if out is not None else torch.empty(n_q, heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+    if c.kv_cache.numel() // RECORD_BYTES - 1 <= 0 and c.q.shape[0]:  # BUG: rows - 1 <= 0 is also true for one row
+        n_q, heads = c.q.shape[0], c.q.shape[1]
+        result = c.out if c.out is not None else torch.empty(n_q, heads, LATENT_DIM, dtype=torch.bfloat16, device=c.q.device)
         result.zero_()
-        lse = torch.full((n_q, heads), float("-inf"), dtype=torch.float32, device=q.device) if return_lse else None
+        lse = torch.full((n_q, heads), float("-inf"), dtype=torch.float32, device=c.q.device) if c.return_lse else None
         return result, lse
-    return run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    return c.emulated()
 
 
 q_extent_from_row_stride = _stage_mutant(

@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernel.backends import flashmla_prefill, gathered, sglang_decode, torch_sdpa, triton_peers, vllm_decode, vllm_sparse
 from kernel.backends.dequant_cache import DequantCache, dequantise_whole
+from kernel.backends.flashmla import LayoutCache
 from kernel.record import LATENT_DIM, RECORD_BYTES, decode_records, encode_records
 from kernel.registry import BackendUnavailable, resolve
 from oracle.reference import reference
@@ -566,8 +567,10 @@ def _kept_for(name: str, fake: Any) -> DequantCache:
     return sglang_decode.kept_cache(fake) if name == "sglang-decode" else DequantCache()
 
 
-def _peer_call(name: str, p: dict[str, Any], fake: Any, kept: DequantCache | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    common: dict[str, Any] = dict(**p, softmax_scale=0.05, has_invalid=True, return_lse=True, dequant_cache=kept)
+def _peer_call(
+    name: str, p: dict[str, Any], fake: Any, kept: DequantCache | None, layouts: LayoutCache | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    common: dict[str, Any] = dict(**p, softmax_scale=0.05, has_invalid=True, return_lse=True, dequant_cache=kept, layout_cache=layouts)
     if name == "sglang-decode":
         return sglang_decode.run_sglang_decode(**common, kernel=fake, reader=fake)
     if name == "vllm-decode":
@@ -600,14 +603,16 @@ def _kept_problem(rows: int, writer: str) -> dict[str, Any]:
 def test_kept_cache_gives_the_per_slot_bits(name: str, writer: str, rows: int) -> None:
     """Several calls through one kept cache: the per-slot bits on every call, the cache built once
     per cache state (at once when it has no more rows than the call's slots, 720 or 800, else on
-    the second sight), built again after an in-place write and for a different cache tensor."""
+    the second sight), built again after an in-place write and for a different cache tensor; the
+    index layouts kept per index tensors alongside (LayoutCache), rebuilt when the indices are written."""
     p = _kept_problem(rows, writer)
     fake = _fake_for(name)
     kept = _kept_for(name, fake)
+    layouts = LayoutCache(triton_peers.LAYOUTS_KEPT)
     first = _peer_call(name, p, _fake_for(name), None)
     sights = 1 if rows <= _slot_rows(name, p) else 2
     for call in range(3):
-        assert _same_bits(_peer_call(name, p, fake, kept), first)
+        assert _same_bits(_peer_call(name, p, fake, kept, layouts), first)
         assert fake.calls[-1]["kv_rows"] == (rows + 1 if call >= sights - 1 else _slot_rows(name, p))
     assert kept.builds == 1
     read = int(p["indices"][5])  # row 1's first key: valid, never record 0
@@ -615,14 +620,18 @@ def test_kept_cache_gives_the_per_slot_bits(name: str, writer: str, rows: int) -
     mutated = _peer_call(name, p, _fake_for(name), None)
     assert not _same_bits(mutated, first)
     for _ in range(sights + 1):
-        assert _same_bits(_peer_call(name, p, fake, kept), mutated)
+        assert _same_bits(_peer_call(name, p, fake, kept, layouts), mutated)
     assert kept.builds == 2 and fake.calls[-1]["kv_rows"] == rows + 1
     other = dict(p, kv_cache=p["kv_cache"].clone())
     other["kv_cache"][read] = p["kv_cache"][4 if read == 3 else 3]
     want = _peer_call(name, other, _fake_for(name), None)
     for _ in range(sights + 1):
-        assert _same_bits(_peer_call(name, other, fake, kept), want)
+        assert _same_bits(_peer_call(name, other, fake, kept, layouts), want)
     assert kept.builds == 3 and fake.calls[-1]["kv_rows"] == rows + 1
+    other["indices"][5:9] = torch.tensor([2, rows + 5, -1, 7], dtype=torch.int32)  # the kept layout's indices written in place
+    written = _peer_call(name, other, _fake_for(name), None)
+    assert not _same_bits(written, want)
+    assert _same_bits(_peer_call(name, other, fake, kept, layouts), written) and kept.builds == 3
 
 
 def test_kept_cache_uses_the_given_reader() -> None:
@@ -675,25 +684,30 @@ class _Ops(TorchDispatchMode):
 
 
 @pytest.mark.parametrize("name", TRITON_PEERS)
-def test_kept_cache_call_has_no_host_sync(name: str) -> None:
+@pytest.mark.parametrize("lengths", [[0, 5, 40, 1, 90], [3000, 1200]])
+def test_kept_cache_call_has_no_host_sync(name: str, lengths: list[int]) -> None:
     """The adapter's own work (prepare, then finish after the kernel), building the kept copy or
-    hitting it, reads nothing back from the device (no .item() / nonzero)."""
-    p = _kept_problem(300, "pow2")
+    hitting it, reads nothing back from the device (no .item() / nonzero); a stream longer than
+    the sync-free width (4096 entries) reads its longest row once, then never while its layout is kept."""
+    p = make_problem(lengths, 3, seed=44, rows=300, negative_every=6)
     args = (p["q"], p["kv_cache"], p["indices"], p["indptr"], 0.05)
     fake = _fake_for(name)
     kept = _kept_for(name, fake)
-    for _ in range(2):  # build, then hit
+    layouts = LayoutCache(triton_peers.LAYOUTS_KEPT)
+    for call_no in range(2):  # build, then hit
         with _Ops() as ops:
+            common: dict[str, Any] = dict(dequant_cache=kept, layout_cache=layouts)
             if name == "sglang-decode":
-                call: Any = sglang_decode.prepare_sglang_decode(*args, out=None, kernel=fake, reader=fake, dequant_cache=kept)
+                call: Any = sglang_decode.prepare_sglang_decode(*args, out=None, kernel=fake, reader=fake, **common)
             elif name == "vllm-decode":
-                call = vllm_decode.prepare_vllm_decode(*args, out=None, kernel=fake, sm_count=132, dequant_cache=kept)
+                call = vllm_decode.prepare_vllm_decode(*args, out=None, kernel=fake, sm_count=132, **common)
             else:
-                call = vllm_sparse.prepare_vllm_sparse(*args, kernel=fake, dequant_cache=kept)
+                call = vllm_sparse.prepare_vllm_sparse(*args, kernel=fake, **common)
         call.run()
         with ops:
             call.finish(None, True)
-        assert "_local_scalar_dense" not in ops.names and "nonzero" not in ops.names and "item" not in ops.names
+        syncs = [op for op in ops.names if op in ("_local_scalar_dense", "nonzero", "item")]
+        assert syncs == (["_local_scalar_dense"] if call_no == 0 and sum(lengths) > 4096 else []), syncs
     assert kept.builds == 1
 
 
@@ -709,3 +723,18 @@ def test_valid_first_is_the_stable_sort_and_csr_holds_the_valid_slots() -> None:
     indptr, flat = sglang_decode.csr_of_valid(keys, 0, 6)
     assert torch.equal(indptr[1:].diff(prepend=indptr[:1]), counts) and int(indptr[0]) == 0
     assert torch.equal(flat[: int(indptr[-1])], table[valid])
+
+
+@pytest.mark.parametrize("name", TRITON_PEERS)
+def test_kept_layout_follows_the_cache_rows(name: str) -> None:
+    """The same index tensors against a smaller cache (entries past its rows now masked) through
+    the same kept caches: the per-slot bits of that cache, not the bigger one's layout."""
+    p = _kept_problem(300, "pow2")
+    fake = _fake_for(name)
+    kept, layouts = _kept_for(name, fake), LayoutCache(triton_peers.LAYOUTS_KEPT)
+    for cache in (p["kv_cache"], p["kv_cache"][:200].clone()):
+        q = dict(p, kv_cache=cache)
+        want = _peer_call(name, q, _fake_for(name), None)
+        for _ in range(2):
+            assert _same_bits(_peer_call(name, q, fake, kept, layouts), want)
+    assert not _same_bits(want, _peer_call(name, p, _fake_for(name), None))

@@ -61,12 +61,15 @@ import torch
 
 from kernel.backend import Backend, BackendUnavailable
 from kernel.backends.dequant_cache import DequantCache
+from kernel.backends.flashmla import LayoutCache
 from kernel.backends.triton_peers import (
+    LAYOUTS_KEPT,
     KeptCache,
     SlotKeys,
     cuda_reason,
     int32_chunks,
     int32_row_chunks,
+    kept_index,
     load_sglang,
     peer_backend,
     slot_keys,
@@ -203,23 +206,32 @@ def prepare_sglang_decode(
     kernel: ModuleType,
     reader: ModuleType,
     dequant_cache: DequantCache | None = None,
+    layout_cache: LayoutCache | None = None,
 ) -> SglangCall:
     """Keys, CSR rows, heads and output buffers for one validated call with n_q >= 1 (module
     docstring). dequant_cache: the cache kept dequantised by this reader (`kept_cache(reader)`);
-    None: gathered per slot. Either way the kernel reads the same keys."""
+    None: gathered per slot. Either way the kernel reads the same keys. layout_cache: the slot
+    layout and CSR rows kept per index tensors (None: built per call)."""
     n_q, heads = q.shape[0], q.shape[1]
     run_heads = max(heads, 2)
-    keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE, dequantise=partial(sglang_dequantise, reader), kept=dequant_cache)
+    reading = partial(sglang_dequantise, reader)
+    keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE, dequantise=reading, kept=dequant_cache, layouts=layout_cache)
     q_run = q if run_heads == heads else torch.cat([q, torch.zeros_like(q)], dim=1)
     if out is not None and run_heads == heads:
         o = out
     else:
         o = torch.empty(n_q, run_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
     buffer = keys.keys.view(-1, 1, HEAD_DIM)
+
+    def rows_csr() -> list[tuple[int, int, torch.Tensor, torch.Tensor]]:
+        ranges = int32_row_chunks(n_q, keys.width) if keys.per_slot else [(0, n_q)]
+        return [(start, stop, *csr_of_valid(keys, start, stop)) for start, stop in ranges]
+
     chunks = []
-    for start, stop in int32_row_chunks(n_q, keys.width) if keys.per_slot else [(0, n_q)]:
+    params = (NAME, kv_cache.numel() // RECORD_BYTES, keys.per_slot)  # the CSR is a function of these and the indices
+    for start, stop, kv_indptr, kv_indices in kept_index(layout_cache, indices, indptr, params, rows_csr):
         k_chunk = buffer[start * keys.width : stop * keys.width] if keys.per_slot else buffer
-        chunks.append((start, stop, k_chunk, *csr_of_valid(keys, start, stop)))
+        chunks.append((start, stop, k_chunk, kv_indptr, kv_indices))
     return SglangCall(
         kernel=kernel,
         q_run=q_run,
@@ -248,11 +260,12 @@ def run_sglang_decode(
     kernel: ModuleType | None = None,
     reader: ModuleType | None = None,
     dequant_cache: DequantCache | None = None,
+    layout_cache: LayoutCache | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """sglang's decode kernel with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
 
     kernel / reader: sglang's decode_attention and dequant_k_cache modules (imported when None);
-    dequant_cache: as in prepare_sglang_decode (None: gathered per slot).
+    dequant_cache, layout_cache: as in prepare_sglang_decode (None: built per call).
     """
     _, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     if empty is not None:
@@ -262,7 +275,16 @@ def run_sglang_decode(
     if reader is None:
         reader = load_sglang(READER_MODULE, NAME)[0]
     call = prepare_sglang_decode(
-        q, kv_cache, indices, indptr, softmax_scale, out=out, kernel=kernel, reader=reader, dequant_cache=dequant_cache
+        q,
+        kv_cache,
+        indices,
+        indptr,
+        softmax_scale,
+        out=out,
+        kernel=kernel,
+        reader=reader,
+        dequant_cache=dequant_cache,
+        layout_cache=layout_cache,
     )
     call.run()
     return call.finish(out, return_lse)
@@ -277,7 +299,7 @@ def sglang_decode_backend() -> Backend:
     reader, _ = load_sglang(READER_MODULE, NAME)
     return peer_backend(
         NAME,
-        partial(run_sglang_decode, kernel=kernel, reader=reader, dequant_cache=kept_cache(reader)),
+        partial(run_sglang_decode, kernel=kernel, reader=reader, dequant_cache=kept_cache(reader), layout_cache=LayoutCache(LAYOUTS_KEPT)),
         profile=PROFILE,
         limits=LIMITS,
         bounded_index_reads=False,

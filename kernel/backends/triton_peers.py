@@ -35,13 +35,15 @@ import types
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from types import ModuleType
+from typing import Any, TypeVar
 
 import torch
 
 from kernel.backend import Backend, BackendUnavailable
 from kernel.backends.dequant_cache import BUILD_CHUNK_ROWS, DEFAULT_MAX_BYTES, DequantCache
-from kernel.backends.flashmla import csr_to_padded, sync_free_width
+from kernel.backends.flashmla import LayoutCache, csr_to_padded, sync_free_width
 from kernel.backends.gathered import dequantise_bf16
 from kernel.contract import INT32_MAX, CallInfo
 from kernel.record import HEAD_DIM, RECORD_BYTES
@@ -50,6 +52,8 @@ SGLANG_WHEEL = "sglang==0.5.10.post1"
 VLLM_FILES = "vLLM 0.33.0's Python files (the wheel without its compiled libraries) on PYTHONPATH"
 VLLM_OPS = "vllm._C_stable_libtorch"  # the compiled ops library vllm.platforms.cuda imports
 ROUTE_ATTR = "_conformance_import_route"  # marks the modules this file put in sys.modules
+LAYOUTS_KEPT = 8  # index layouts a backend keeps (two entries per index tensors: slots, kernel indices)
+T = TypeVar("T")
 
 
 def cuda_reason(name: str) -> str:
@@ -235,6 +239,42 @@ class SlotKeys:
         return start * self.width if self.per_slot else 0
 
 
+@dataclass(frozen=True)
+class SlotLayout:
+    """The part of SlotKeys that depends on the index stream and the cache's row count alone
+    (what a LayoutCache keeps per index tensors).
+
+    rows: int32 [n_q, W], the cache row of slot j of row q, or n_rows when the slot is not valid;
+    valid, counts, width: as in SlotKeys.
+    """
+
+    rows: torch.Tensor
+    valid: torch.Tensor
+    counts: torch.Tensor
+    width: int
+
+
+def slot_layout(indices: torch.Tensor, indptr: torch.Tensor, n_rows: int, *, multiple: int) -> SlotLayout:
+    """Each row's slots padded to W (a multiple of `multiple`, sync-free for short streams as in
+    kernel.backends.gathered); every entry < 0 or >= n_rows is not valid."""
+    rows = csr_to_padded(indices, indptr, has_invalid=True, multiple=multiple, width=sync_free_width(indices.numel(), multiple))
+    valid = (rows.indices >= 0) & (rows.indices < n_rows)
+    return SlotLayout(
+        rows=torch.where(valid, rows.indices, n_rows).to(torch.int32),
+        valid=valid,
+        counts=valid.sum(dim=1, dtype=torch.int32),
+        width=rows.width,
+    )
+
+
+def kept_index(
+    layouts: LayoutCache | None, indices: torch.Tensor, indptr: torch.Tensor, params: tuple[Any, ...], build: Callable[[], T]
+) -> T:
+    """build(), a function of (indices, indptr, params) alone, kept in `layouts` per index
+    tensors (kernel.backends.flashmla.LayoutCache: the same tensors, unchanged); None: built."""
+    return build() if layouts is None else layouts.get(indices, indptr, params, build)
+
+
 def slot_keys(
     indices: torch.Tensor,
     indptr: torch.Tensor,
@@ -243,6 +283,7 @@ def slot_keys(
     multiple: int,
     dequantise: Callable[[torch.Tensor], torch.Tensor] = dequantise_bf16,
     kept: DequantCache | None = None,
+    layouts: LayoutCache | None = None,
 ) -> SlotKeys:
     """Each row's slots and the buffer of their keys (SlotKeys). Every entry < 0 or >= the cache's
     rows is masked; W is sync-free for short streams (as in kernel.backends.gathered).
@@ -251,21 +292,22 @@ def slot_keys(
     kept dequantised by the same reader (a DequantCache for the default one, else a KeptCache);
     when it gives the whole copy (and its rows fit the kernels' int32 offsets) the table holds
     the rows' own cache rows, else only the consumed records are gathered (torch indexing, any
-    cache size) and dequantised, the keys of masked slots zeroed after it. No host sync.
+    cache size) and dequantised, the keys of masked slots zeroed after it. layouts: keeps
+    slot_layout per index tensors (kept_index). No host sync for short streams (slot_layout),
+    none at all when the layout is kept.
     """
-    rows = csr_to_padded(indices, indptr, has_invalid=True, multiple=multiple, width=sync_free_width(indices.numel(), multiple))
     flat = kv_cache.reshape(-1, RECORD_BYTES)
     n_rows = flat.shape[0]
-    n_q, width = rows.indices.shape[0], rows.width
-    valid = (rows.indices >= 0) & (rows.indices < n_rows)
-    counts = valid.sum(dim=1, dtype=torch.int32)
+    build = partial(slot_layout, indices, indptr, n_rows, multiple=multiple)
+    lay = kept_index(layouts, indices, indptr, ("slot_layout", multiple, n_rows), build)
+    valid, counts, width = lay.valid, lay.counts, lay.width
+    n_q = valid.shape[0]
     whole = None if kept is None or n_rows + 1 > MAX_KEPT_ROWS else kept.get(kv_cache, n_q * width)
     if whole is not None:
-        table = torch.where(valid, rows.indices, n_rows).to(torch.int32)
-        return SlotKeys(keys=whole, table=table, valid=valid, counts=counts, width=width, per_slot=False)
+        return SlotKeys(keys=whole, table=lay.rows, valid=valid, counts=counts, width=width, per_slot=False)
     if n_rows == 0:
         flat = torch.zeros(1, RECORD_BYTES, dtype=torch.uint8, device=kv_cache.device)
-    records = flat[torch.where(valid, rows.indices, 0).reshape(-1)]
+    records = flat[torch.where(valid, lay.rows, 0).reshape(-1)]
     keys = dequantise(records).reshape(-1, HEAD_DIM)
     keys.masked_fill_(~valid.view(-1, 1), 0)
     base = torch.arange(n_q, device=valid.device, dtype=torch.int32).unsqueeze(1) * width
@@ -288,16 +330,20 @@ def int32_row_chunks(n_q: int, width: int, row_elements: int = HEAD_DIM) -> list
 
 
 __all__ = [
+    "LAYOUTS_KEPT",
     "MAX_KEPT_ROWS",
     "KeptCache",
     "SGLANG_WHEEL",
     "SlotKeys",
+    "SlotLayout",
     "VLLM_FILES",
     "cuda_reason",
     "dequantise_whole_with",
     "int32_chunks",
     "int32_row_chunks",
+    "kept_index",
     "load_sglang",
     "load_vllm",
     "slot_keys",
+    "slot_layout",
 ]

@@ -49,9 +49,10 @@ import torch
 
 from kernel.backend import Backend, BackendUnavailable
 from kernel.backends.dequant_cache import DequantCache
-from kernel.backends.triton_peers import cuda_reason, load_vllm, peer_backend, slot_keys
+from kernel.backends.flashmla import LayoutCache
+from kernel.backends.triton_peers import LAYOUTS_KEPT, cuda_reason, kept_index, load_vllm, peer_backend, slot_keys
 from kernel.contract import begin_call
-from kernel.record import HEAD_DIM, LATENT_DIM
+from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
 
 NAME = "vllm-decode"
 KERNEL_MODULE = "vllm.v1.attention.ops.triton_decode_attention"
@@ -142,12 +143,15 @@ def prepare_vllm_decode(
     kernel: ModuleType,
     sm_count: int,
     dequant_cache: DequantCache | None = None,
+    layout_cache: LayoutCache | None = None,
 ) -> VllmDecodeCall:
     """Keys, block table, split count and output buffers for one validated call with n_q >= 1.
-    dequant_cache: the whole cache kept dequantised (None: gathered per slot); the same keys either way."""
+    dequant_cache: the whole cache kept dequantised (None: gathered per slot); the same keys either
+    way. layout_cache: the slot layout and block table kept per index tensors (None: built per call)."""
     n_q, heads = q.shape[0], q.shape[1]
     run_heads = max(heads, 2)
-    keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE, kept=dequant_cache)
+    keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE, kept=dequant_cache, layouts=layout_cache)
+    params = (NAME, kv_cache.numel() // RECORD_BYTES, keys.per_slot)  # the table is a function of these and the indices
     splits = num_kv_splits(keys.width, sm_count)
     q_run = q if run_heads == heads else torch.cat([q, torch.zeros_like(q)], dim=1)
     if out is not None and run_heads == heads:
@@ -158,7 +162,7 @@ def prepare_vllm_decode(
         kernel=kernel,
         q_run=q_run,
         cache=keys.keys.view(-1, 1, 1, HEAD_DIM),
-        table=keys.valid_first(),
+        table=kept_index(layout_cache, indices, indptr, params, keys.valid_first),
         counts=keys.counts,
         o=o,
         lse=torch.empty(n_q, run_heads, dtype=torch.float32, device=q.device),
@@ -183,11 +187,12 @@ def run_vllm_decode(
     kernel: ModuleType | None = None,
     sm_count: int | None = None,
     dequant_cache: DequantCache | None = None,
+    layout_cache: LayoutCache | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """vLLM's decode kernel with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
 
     kernel: vLLM's triton_decode_attention module (imported when None); sm_count: the device's
-    multiprocessors (read from the device when None); dequant_cache: as in prepare_vllm_decode.
+    multiprocessors (read from the device when None); dequant_cache, layout_cache: as in prepare_vllm_decode.
     """
     _, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     if empty is not None:
@@ -197,7 +202,16 @@ def run_vllm_decode(
     if sm_count is None:
         sm_count = torch.cuda.get_device_properties(q.device).multi_processor_count
     call = prepare_vllm_decode(
-        q, kv_cache, indices, indptr, softmax_scale, out=out, kernel=kernel, sm_count=sm_count, dequant_cache=dequant_cache
+        q,
+        kv_cache,
+        indices,
+        indptr,
+        softmax_scale,
+        out=out,
+        kernel=kernel,
+        sm_count=sm_count,
+        dequant_cache=dequant_cache,
+        layout_cache=layout_cache,
     )
     call.run()
     return call.finish(out, return_lse)
@@ -212,7 +226,7 @@ def vllm_decode_backend() -> Backend:
     sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     return peer_backend(
         NAME,
-        partial(run_vllm_decode, kernel=kernel, sm_count=sm_count, dequant_cache=DequantCache()),
+        partial(run_vllm_decode, kernel=kernel, sm_count=sm_count, dequant_cache=DequantCache(), layout_cache=LayoutCache(LAYOUTS_KEPT)),
         profile=PROFILE,
         limits=LIMITS,
         bounded_index_reads=False,

@@ -45,9 +45,10 @@ import torch
 
 from kernel.backend import Backend, BackendUnavailable
 from kernel.backends.dequant_cache import DequantCache
-from kernel.backends.triton_peers import cuda_reason, int32_row_chunks, load_vllm, peer_backend, slot_keys
+from kernel.backends.flashmla import LayoutCache
+from kernel.backends.triton_peers import LAYOUTS_KEPT, cuda_reason, int32_row_chunks, kept_index, load_vllm, peer_backend, slot_keys
 from kernel.contract import begin_call
-from kernel.record import HEAD_DIM
+from kernel.record import HEAD_DIM, RECORD_BYTES
 
 NAME = "vllm-sparse"
 KERNEL_MODULE = "vllm.v1.attention.ops.xpu_mla_sparse"
@@ -106,19 +107,26 @@ def prepare_vllm_sparse(
     *,
     kernel: ModuleType,
     dequant_cache: DequantCache | None = None,
+    layout_cache: LayoutCache | None = None,
 ) -> VllmSparseCall:
     """Keys and per-chunk buffer indices (-1 where masked) for one validated call with n_q >= 1.
-    dequant_cache: the whole cache kept dequantised (None: gathered per slot); the same keys either way."""
+    dequant_cache: the whole cache kept dequantised (None: gathered per slot); the same keys either
+    way. layout_cache: the slot layout and kernel indices kept per index tensors (None: built per call)."""
     n_q = q.shape[0]
-    keys = slot_keys(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE, kept=dequant_cache)
+    keys = slot_keys(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE, kept=dequant_cache, layouts=layout_cache)
     width = keys.width
     buffer = keys.keys.view(-1, 1, HEAD_DIM)
+
+    def kernel_indices() -> list[tuple[int, int, torch.Tensor]]:
+        ranges = int32_row_chunks(n_q, width) if keys.per_slot else [(0, n_q)]
+        local = [torch.where(keys.valid[a:b], keys.table[a:b] - keys.chunk_base(a), -1) for a, b in ranges]
+        return [(a, b, part.unsqueeze(1).contiguous()) for (a, b), part in zip(ranges, local, strict=True)]
+
+    params = (NAME, kv_cache.numel() // RECORD_BYTES, keys.per_slot)  # the indices sent are a function of these and the stream
     chunks = []
-    for start, stop in int32_row_chunks(n_q, width) if keys.per_slot else [(0, n_q)]:
-        part = keys.valid[start:stop]
-        local = torch.where(part, keys.table[start:stop] - keys.chunk_base(start), -1)
+    for start, stop, local in kept_index(layout_cache, indices, indptr, params, kernel_indices):
         k_chunk = buffer[start * width : stop * width] if keys.per_slot else buffer
-        chunks.append((start, stop, k_chunk, local.unsqueeze(1).contiguous()))
+        chunks.append((start, stop, k_chunk, local))
     return VllmSparseCall(
         kernel=kernel,
         q=q,
@@ -141,17 +149,20 @@ def run_vllm_sparse(
     out: torch.Tensor | None = None,
     kernel: ModuleType | None = None,
     dequant_cache: DequantCache | None = None,
+    layout_cache: LayoutCache | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """vLLM's sparse kernel with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
 
-    kernel: vLLM's xpu_mla_sparse module (imported when None); dequant_cache: as in prepare_vllm_sparse.
+    kernel: vLLM's xpu_mla_sparse module (imported when None); dequant_cache, layout_cache: as in prepare_vllm_sparse.
     """
     _, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     if empty is not None:
         return empty
     if kernel is None:
         kernel = load_vllm(KERNEL_MODULE, NAME)[0]
-    call = prepare_vllm_sparse(q, kv_cache, indices, indptr, softmax_scale, kernel=kernel, dequant_cache=dequant_cache)
+    call = prepare_vllm_sparse(
+        q, kv_cache, indices, indptr, softmax_scale, kernel=kernel, dequant_cache=dequant_cache, layout_cache=layout_cache
+    )
     call.run()
     return call.finish(out, return_lse)
 
@@ -164,7 +175,7 @@ def vllm_sparse_backend() -> Backend:
     kernel, _ = load_vllm(KERNEL_MODULE, NAME)
     return peer_backend(
         NAME,
-        partial(run_vllm_sparse, kernel=kernel, dequant_cache=DequantCache()),
+        partial(run_vllm_sparse, kernel=kernel, dequant_cache=DequantCache(), layout_cache=LayoutCache(LAYOUTS_KEPT)),
         profile=PROFILE,
         limits=LIMITS,
         bounded_index_reads=True,

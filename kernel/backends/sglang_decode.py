@@ -18,7 +18,9 @@ attention backend calls it for an MLA model (absorbed weights: one KV head of 57
         S,            # max_kv_splits
         softmax_scale, 1.0, 1.0)   # sm_scale, k_scale, v_scale
 
-What the adapter does (vectorised, no host sync for streams of at most 4096 entries):
+What the adapter does (vectorised; no host sync for streams of at most 4096 entries, and none
+at all while the backend keeps the layout of the same index tensors: it keeps the slot layout
+and the kernel's index tensors per index tensors and cache row count, kernel.backends.flashmla.LayoutCache):
 - keys: dequantised by sglang's own reader of fp8_ds_mla records, `dequantize_k_cache_paged`
   (nsa/dequant_k_cache.py: bf16(f32(code) * f32(scale)), exact for power-of-two scales). The
   backend keeps the whole cache so dequantised while the same cache tensor comes back unchanged

@@ -15,7 +15,9 @@ index list is a row:
         attn_logits,   # f32 [n_q, H_k, S, 513]: per-split output and lse
         S, softmax_scale, 1, k_scale=1.0, v_scale=1.0, is_mla=True)
 
-What the adapter does (vectorised, no host sync for streams of at most 4096 entries):
+What the adapter does (vectorised; no host sync for streams of at most 4096 entries, and none
+at all while the backend keeps the layout of the same index tensors: it keeps the slot layout
+and the kernel's index tensors per index tensors and cache row count, kernel.backends.flashmla.LayoutCache):
 - keys: dequantised to bf16 (kernel.backends.triton_peers.slot_keys: bf16(bf16(code) *
   bf16(scale)), exact for power-of-two scales; an entry < 0 or >= the cache's rows is masked):
   the backend keeps the whole cache dequantised while the same cache tensor comes back unchanged

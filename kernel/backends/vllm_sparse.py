@@ -12,7 +12,9 @@ backend calls it:
         softmax_scale)
     # out bf16 [n_q, H, 512], lse f32 [n_q, H] natural log
 
-What the adapter does (vectorised, no host sync for streams of at most 4096 entries):
+What the adapter does (vectorised; no host sync for streams of at most 4096 entries, and none
+at all while the backend keeps the layout of the same index tensors: it keeps the slot layout
+and the kernel's index tensors per index tensors and cache row count, kernel.backends.flashmla.LayoutCache):
 - keys: dequantised to bf16 (kernel.backends.triton_peers.slot_keys: bf16(bf16(code) *
   bf16(scale)), exact for power-of-two scales): the backend keeps the whole cache dequantised
   while the same cache tensor comes back unchanged (kernel.backends.dequant_cache) and sends the

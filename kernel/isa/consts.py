@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 _CACHE: dict[tuple, np.ndarray] = {}
-_MAX = 1 << 16  # distinct constants kept (SGPR values read as lane vectors are cached too)
+_MAX = 1 << 16  # distinct constants kept (beyond that K still works, uncached)
 
 
 def K(value: int | float, dtype: type = np.uint32, shape: int | tuple[int, ...] = 64) -> np.ndarray:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from kernel.isa.asm import Imm, Instr, Operand, Reg, Special
+from kernel.isa.consts import K
 from kernel.isa.errors import Finding, UnknownInstruction
 from kernel.isa.state import EXEC, LANES, Wave, int_to_mask
 
@@ -123,7 +124,7 @@ def src32(ins: Instr, op: Operand, flt: bool = False, need: int = 0xF) -> Getter
     def gs(w: Wave, x: Any) -> np.ndarray:
         if x.chk and (not w.sdef[idx] or w.spend[idx]):
             check_sgpr(w, x, idx, 1)
-        return np.full(LANES, w.s[idx], dtype=np.uint32)
+        return K(w.s[idx])  # shared, read-only (as an inline constant's array)
 
     return gs
 

@@ -84,7 +84,7 @@ def resolve(name: str) -> Backend:
 
         backend = flydsl_backend()
     elif name == "flydsl-isa":
-        from kernel.isa.backend import flydsl_isa_backend
+        from kernel.backends.flydsl_isa import flydsl_isa_backend
 
         backend = flydsl_isa_backend()
     elif name == "flashmla":

@@ -40,7 +40,7 @@ def _problem(h: int, hi: bool, rl: bool, rows: tuple[int, ...]):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from kernel.isa.backend import flydsl_isa_sparse_mla, get_kernel, last_stats
+    from kernel.backends.flydsl_isa import flydsl_isa_sparse_mla, get_kernel, last_stats
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3, help="calls per problem; the fastest (CPU) is reported")
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _op_table(k: int, repeat: int) -> None:
     """CPU time per opcode on the first problem (the decoded closures wrapped in timers)."""
-    from kernel.isa.backend import flydsl_isa_sparse_mla, get_kernel
+    from kernel.backends.flydsl_isa import flydsl_isa_sparse_mla, get_kernel
 
     h, hi, rl, rows = PROBLEMS[0]
     dec = get_kernel(h, hi, rl).decoded

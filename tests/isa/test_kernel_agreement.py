@@ -24,7 +24,7 @@ pytest.importorskip("flydsl")
 
 import kernel.isa.ops_matrix as om
 from kernel.backends.emulated import run_emulated
-from kernel.isa.backend import flydsl_isa_sparse_mla, last_stats
+from kernel.backends.flydsl_isa import flydsl_isa_sparse_mla, last_stats
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 

@@ -56,7 +56,7 @@ def _interpreter(layout: str) -> Callable | None:
     """flydsl-isa under an fp8 operand reading, or None when the interpreter cannot run here."""
     try:
         import kernel.isa.ops_matrix as om
-        from kernel.isa.backend import flydsl_isa_backend
+        from kernel.backends.flydsl_isa import flydsl_isa_backend
     except ImportError:
         return None
     try:

@@ -99,20 +99,26 @@ LIMITS = (
 )
 
 
-def split_lse(attn_lse: torch.Tensor, counts: torch.Tensor, splits: int = NUM_KV_SPLITS) -> torch.Tensor:
-    """The row lse [n_q, H] (f32, natural log; -inf for a row without keys) from the kernel's
-    per-split lse [n_q, H, splits]: log-sum-exp over the splits that hold keys, in f32 as the
-    kernel's stage 2 merges (max first). A split that holds no key is never written by the kernel."""
+def split_holds(counts: torch.Tensor, splits: int = NUM_KV_SPLITS) -> torch.Tensor:
+    """bool [n_q, 1, splits]: split s of row q holds keys (stage 1's pieces of a row of counts[q] keys)."""
     n = counts.to(torch.int64)
     per = (n + splits - 1) // splits
     per = (per + MIN_BLOCK_KV - 1) // MIN_BLOCK_KV * MIN_BLOCK_KV
     start = torch.arange(splits, device=counts.device, dtype=torch.int64).unsqueeze(0) * per.unsqueeze(1)
-    holds = (start < n.unsqueeze(1)).unsqueeze(1)  # [n_q, 1, splits]
+    return (start < n.unsqueeze(1)).unsqueeze(1)
+
+
+def split_lse(attn_lse: torch.Tensor, counts: torch.Tensor, splits: int = NUM_KV_SPLITS, holds: torch.Tensor | None = None) -> torch.Tensor:
+    """The row lse [n_q, H] (f32, natural log; -inf for a row without keys) from the kernel's
+    per-split lse [n_q, H, splits]: log-sum-exp over the splits that hold keys, in f32 as the
+    kernel's stage 2 merges (max first). A split that holds no key is never written by the kernel.
+    holds: split_holds(counts, splits) when already known (split 0 holds keys iff the row has any)."""
+    holds = split_holds(counts, splits) if holds is None else holds
     lse_i = torch.where(holds, attn_lse, float("-inf"))
     peak = lse_i.amax(dim=-1, keepdim=True)
     safe = torch.where(torch.isfinite(peak), peak, 0.0)
     total = torch.exp(lse_i - safe).sum(dim=-1)
-    return torch.where(n.unsqueeze(1) > 0, safe.squeeze(-1) + torch.log(total), float("-inf"))
+    return torch.where(holds[..., 0], safe.squeeze(-1) + torch.log(total), float("-inf"))
 
 
 def sglang_dequantise(reader: ModuleType, records: torch.Tensor) -> torch.Tensor:
@@ -162,6 +168,7 @@ class SglangCall:
     splits: torch.Tensor
     softmax_scale: float
     keys: SlotKeys
+    holds: torch.Tensor
     heads: int
 
     def run(self) -> None:
@@ -186,14 +193,13 @@ class SglangCall:
 
     def finish(self, out: torch.Tensor | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(out, lse) of the contract from the kernel's outputs (module docstring)."""
-        n_q = self.o.shape[0]
-        has_key = (self.keys.counts > 0).view(n_q, 1, 1)
+        has_key = self.holds[..., :1]  # [n_q, 1, 1]: split 0 holds keys iff the row has any
         if out is not None and self.o is out:
             result = out.masked_fill_(~has_key, 0)
         else:
             got = torch.where(has_key, self.o[:, : self.heads], torch.zeros((), dtype=torch.bfloat16, device=self.o.device))
             result = out.copy_(got) if out is not None else got
-        lse = split_lse(self.att_lse[:, : self.heads], self.keys.counts) if return_lse else None
+        lse = split_lse(self.att_lse[:, : self.heads], self.keys.counts, holds=self.holds) if return_lse else None
         return result, lse
 
 
@@ -225,13 +231,14 @@ def prepare_sglang_decode(
         o = torch.empty(n_q, run_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
     buffer = keys.keys.view(-1, 1, HEAD_DIM)
 
-    def rows_csr() -> list[tuple[int, int, torch.Tensor, torch.Tensor]]:
+    def rows_csr() -> tuple[list[tuple[int, int, torch.Tensor, torch.Tensor]], torch.Tensor]:
         ranges = int32_row_chunks(n_q, keys.width) if keys.per_slot else [(0, n_q)]
-        return [(start, stop, *csr_of_valid(keys, start, stop)) for start, stop in ranges]
+        return [(start, stop, *csr_of_valid(keys, start, stop)) for start, stop in ranges], split_holds(keys.counts)
 
     chunks = []
     params = (NAME, kv_cache.numel() // RECORD_BYTES, keys.per_slot)  # the CSR is a function of these and the indices
-    for start, stop, kv_indptr, kv_indices in kept_index(layout_cache, indices, indptr, params, rows_csr):
+    csr, holds = kept_index(layout_cache, indices, indptr, params, rows_csr)
+    for start, stop, kv_indptr, kv_indices in csr:
         k_chunk = buffer[start * keys.width : stop * keys.width] if keys.per_slot else buffer
         chunks.append((start, stop, k_chunk, kv_indptr, kv_indices))
     return SglangCall(
@@ -245,6 +252,7 @@ def prepare_sglang_decode(
         splits=torch.full((n_q,), NUM_KV_SPLITS, dtype=torch.int32, device=q.device),
         softmax_scale=float(softmax_scale),
         keys=keys,
+        holds=holds,
         heads=heads,
     )
 
@@ -321,5 +329,6 @@ __all__ = [
     "prepare_sglang_decode",
     "run_sglang_decode",
     "sglang_decode_backend",
+    "split_holds",
     "split_lse",
 ]

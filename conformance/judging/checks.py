@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import reject
+from hypothesis import event, reject
 from hypothesis import target as hypothesis_target
 from hypothesis.control import currently_in_test_context
 
@@ -174,6 +174,8 @@ def violation_run(
     2^7 or a non-power-of-two scale the output must stay finite (the kernel clamps / drops the
     mantissa, it does not overflow). `problem`: the recipe already materialized on the target's
     device (not built again); `timeout_s`: the per-call limit (as for `differential`).
+    A recipe that violates nothing is no evidence against the kernel: under Hypothesis the example
+    is rejected (an `event` names it); outside Hypothesis (a stored entry) AssertionError.
     """
     if problem is None:
         problem = materialize_for(target, recipe)
@@ -183,6 +185,11 @@ def violation_run(
     )
     kinds = sorted({f.kind for f in findings if f.severity == "violation"})
     if not has_violation(findings):
+        # the recipe is not evidence against the kernel: under Hypothesis (a strategy's draw) the
+        # example is rejected and counted as an event; a stored entry (replay, corpus) is wrong
+        if currently_in_test_context():
+            event("violating recipe without a violation (rejected)")
+            reject()
         raise AssertionError(f"recipe meant to violate a precondition reports none: {recipe.to_json()}")
     observed: dict[str, Any] = {"kinds": kinds}
     if "index_out_of_range" in kinds and not target.backend.bounded_index_reads:

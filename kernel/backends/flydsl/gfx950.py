@@ -190,7 +190,7 @@ def kernel_name(heads: int, has_invalid: bool, return_lse: bool) -> str:
 
 # ================================================================ the scaled MFMA
 # Kept with the kernel (not in mlir_layer.py): its operand formats are this kernel's choice, and
-# the ISA mutation self-test (mutations.py) edits them in this file.
+# the ISA mutation self-test (isa_mutations.py) edits them in this file.
 
 
 def mfma_scaled(a: ir.Value, b: ir.Value, acc: ir.Value, sel_a: int, scale_a: V, sel_b: int, scale_b: V) -> ir.Value:

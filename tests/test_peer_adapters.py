@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernel.backends import flashmla_prefill, gathered, sglang_decode, torch_sdpa, triton_peers, vllm_decode, vllm_sparse
+from kernel.backends import dequant_cache, flashmla_prefill, gathered, sglang_decode, torch_sdpa, triton_peers, vllm_decode, vllm_sparse
 from kernel.backends.dequant_cache import DequantCache, dequantise_whole
 from kernel.backends.flashmla import LayoutCache
 from kernel.record import LATENT_DIM, RECORD_BYTES, decode_records, encode_records
@@ -550,7 +550,7 @@ def test_backends_built_around_the_engine_modules(monkeypatch: pytest.MonkeyPatc
 # ------------------------------------------------------------------------------ kept cache (Triton peers)
 #
 # The backends keep the whole cache dequantised per cache tensor (kernel.backends.dequant_cache;
-# triton_peers.KeptCache with sglang's reader) and the kernels read it at the rows' own cache rows:
+# dequant_cache.DequantCache with sglang's reader) and the kernels read it at the rows' own cache rows:
 # every call must give the bits of the per-slot path (dequant_cache=None) on the cache as it is now.
 
 TRITON_PEERS = ("sglang-decode", "vllm-decode", "vllm-sparse")
@@ -636,16 +636,16 @@ def test_kept_cache_gives_the_per_slot_bits(name: str, writer: str, rows: int) -
 
 
 def test_kept_cache_uses_the_given_reader() -> None:
-    """KeptCache: the whole copy by its reader (sglang's here, which rounds raw scales unlike
+    """DequantCache(dequantise=reader): the whole copy by its reader (sglang's here, which rounds raw scales unlike
     dequantise_bf16), DequantCache's policy (first sight, hit, in-place write, freed source)."""
     p = make_problem([4], 2, seed=42, rows=200, writer="raw")
     kv = p["kv_cache"]
     reader = partial(sglang_decode.sglang_dequantise, FakeSglang())
-    want = triton_peers.dequantise_whole_with(kv, reader, chunk_rows=64)
+    want = dequant_cache.dequantise_whole(kv, 64, dequantise=reader)
     assert torch.equal(_bits(want[:-1]), _bits(reader(kv))) and not bool(want[-1].any()) and not bool(want[-1].signbit().any())
     assert not torch.equal(_bits(want), _bits(dequantise_whole(kv)))
-    assert torch.equal(_bits(triton_peers.dequantise_whole_with(kv, gathered.dequantise_bf16, chunk_rows=64)), _bits(dequantise_whole(kv)))
-    kept = triton_peers.KeptCache(reader)
+    assert torch.equal(_bits(dequant_cache.dequantise_whole(kv, 64, dequantise=gathered.dequantise_bf16)), _bits(dequantise_whole(kv)))
+    kept = dequant_cache.DequantCache(dequantise=reader)
     assert kept.get(kv, slots=100) is None  # more rows than slots, first sight
     got = kept.get(kv, slots=100)
     assert got is not None and torch.equal(_bits(got), _bits(want)) and kept.builds == 1
@@ -657,7 +657,7 @@ def test_kept_cache_uses_the_given_reader() -> None:
     del small
     gc.collect()
     assert kept._bf16 is None
-    assert triton_peers.KeptCache(reader, max_bytes=1000).get(kv, slots=1 << 20) is None
+    assert dequant_cache.DequantCache(1000, dequantise=reader).get(kv, slots=1 << 20) is None
 
 
 @pytest.mark.parametrize("name", TRITON_PEERS)

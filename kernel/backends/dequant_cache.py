@@ -21,6 +21,7 @@ source tensor is freed. Caches whose bf16 copy would pass `max_bytes` are never 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,15 +33,20 @@ DEFAULT_MAX_BYTES = 4 << 30  # bf16 copy kept at most (a 3.7M-record cache)
 BUILD_CHUNK_ROWS = 1 << 18  # records dequantised per pass while building (bounds the temporaries)
 
 
-def dequantise_whole(kv_cache: torch.Tensor, chunk_rows: int = BUILD_CHUNK_ROWS) -> torch.Tensor:
-    """bf16 [rows + 1, 576]: dequantise_bf16 of every record of the flat cache, then a +0 row."""
+Dequantise = Callable[[torch.Tensor], torch.Tensor]  # records uint8 [n, 656] contiguous -> bf16 [n, 576]
+
+
+def dequantise_whole(kv_cache: torch.Tensor, chunk_rows: int = BUILD_CHUNK_ROWS, dequantise: Dequantise = dequantise_bf16) -> torch.Tensor:
+    """bf16 [rows + 1, 576]: `dequantise` (default dequantise_bf16, the project's reader; an
+    engine's own reader otherwise) of every record of the flat cache, in passes of chunk_rows
+    records, then a +0 row."""
     flat = kv_cache.reshape(-1, RECORD_BYTES)
     rows = flat.shape[0]
     out = torch.empty(rows + 1, HEAD_DIM, dtype=torch.bfloat16, device=kv_cache.device)
     out[rows] = 0
     for begin in range(0, rows, chunk_rows):
         end = min(rows, begin + chunk_rows)
-        out[begin:end] = dequantise_bf16(flat[begin:end])
+        out[begin:end] = dequantise(flat[begin:end])
     return out
 
 
@@ -52,10 +58,12 @@ def _version(t: torch.Tensor) -> int | None:
 
 
 class DequantCache:
-    """One kept dequantised cache (module docstring)."""
+    """One kept dequantised cache (module docstring), built by `dequantise` (default the
+    project's reader, dequantise_bf16; an engine's own reader for a kernel that reads through it)."""
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, dequantise: Dequantise = dequantise_bf16) -> None:
         self.max_bytes = max_bytes
+        self.dequantise = dequantise
         self._ref: weakref.ref[torch.Tensor] | None = None
         self._key: tuple[Any, ...] | None = None
         self._bf16: torch.Tensor | None = None
@@ -92,10 +100,10 @@ class DequantCache:
             self._seen = (weakref.ref(kv_cache), key)
             return None
         self._drop()
-        self._bf16 = dequantise_whole(kv_cache)
+        self._bf16 = dequantise_whole(kv_cache, dequantise=self.dequantise)
         self._ref, self._key, self._seen = weakref.ref(kv_cache, self._source_freed), key, None
         self.builds += 1
         return self._bf16
 
 
-__all__ = ["BUILD_CHUNK_ROWS", "DEFAULT_MAX_BYTES", "DequantCache", "dequantise_whole"]
+__all__ = ["BUILD_CHUNK_ROWS", "DEFAULT_MAX_BYTES", "DequantCache", "Dequantise", "dequantise_whole"]

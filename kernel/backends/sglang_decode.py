@@ -24,7 +24,7 @@ and the kernel's index tensors per index tensors and cache row count, kernel.bac
 - keys: dequantised by sglang's own reader of fp8_ds_mla records, `dequantize_k_cache_paged`
   (nsa/dequant_k_cache.py: bf16(f32(code) * f32(scale)), exact for power-of-two scales). The
   backend keeps the whole cache so dequantised while the same cache tensor comes back unchanged
-  (kernel.backends.triton_peers.KeptCache) and the kernel reads it at the rows' own cache rows;
+  (kernel.backends.dequant_cache.DequantCache with sglang's reader) and the kernel reads it at the rows' own cache rows;
   otherwise each row's slot records are gathered (torch indexing) and dequantised into a
   [n_q * W, 576] buffer; an entry < 0 or >= the cache's rows is masked
   (kernel.backends.triton_peers.slot_keys). The reader forms token * 656 in int32, so it is
@@ -66,7 +66,6 @@ from kernel.backends.dequant_cache import DequantCache
 from kernel.backends.flashmla import LayoutCache
 from kernel.backends.triton_peers import (
     LAYOUTS_KEPT,
-    KeptCache,
     SlotKeys,
     cuda_reason,
     int32_chunks,
@@ -134,9 +133,9 @@ def sglang_dequantise(reader: ModuleType, records: torch.Tensor) -> torch.Tensor
     return out
 
 
-def kept_cache(reader: ModuleType) -> KeptCache:
+def kept_cache(reader: ModuleType) -> DequantCache:
     """The whole cache kept dequantised by sglang's reader (sglang_dequantise), for prepare_sglang_decode."""
-    return KeptCache(partial(sglang_dequantise, reader))
+    return DequantCache(dequantise=partial(sglang_dequantise, reader))
 
 
 def csr_of_valid(keys: SlotKeys, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:

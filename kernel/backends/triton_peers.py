@@ -16,7 +16,7 @@ Importing (no numerics touched; see load_sglang / load_vllm):
 
 Keys (slot_keys): the kernels address a bf16 buffer of keys through a slot table. Kept: the
 whole cache dequantised once and kept while the same cache tensor comes back unchanged
-(kernel.backends.dequant_cache; KeptCache for a reader of the engine's own), addressed by the
+(kernel.backends.dequant_cache, with the engine's own reader where it has one), addressed by the
 rows' own cache rows, as a serving engine's bf16 cache is. Per slot (the cache not kept, or too
 large for the kernels' int32 offsets): each row's slots gathered from the records and
 dequantised to bf16 [n_q * W, 576] (W: the padded row width), as the engines' own gather /
@@ -32,7 +32,6 @@ import importlib
 import importlib.util
 import sys
 import types
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -42,7 +41,7 @@ from typing import Any, TypeVar
 import torch
 
 from kernel.backend import Backend, BackendUnavailable
-from kernel.backends.dequant_cache import BUILD_CHUNK_ROWS, DEFAULT_MAX_BYTES, DequantCache
+from kernel.backends.dequant_cache import DequantCache
 from kernel.backends.flashmla import LayoutCache, csr_to_padded, sync_free_width
 from kernel.backends.gathered import dequantise_bf16
 from kernel.contract import INT32_MAX, CallInfo
@@ -155,51 +154,6 @@ def load_vllm(module: str, name: str) -> tuple[ModuleType, str]:
 MAX_KEPT_ROWS = INT32_MAX // HEAD_DIM  # buffer rows the kernels address (row * 576 is int32)
 
 
-def dequantise_whole_with(
-    kv_cache: torch.Tensor, dequantise: Callable[[torch.Tensor], torch.Tensor], chunk_rows: int = BUILD_CHUNK_ROWS
-) -> torch.Tensor:
-    """bf16 [rows + 1, 576]: dequantise(records) of every record of the flat cache, in passes of
-    chunk_rows records, then a +0 row (kernel.backends.dequant_cache.dequantise_whole's layout)."""
-    flat = kv_cache.reshape(-1, RECORD_BYTES)
-    rows = flat.shape[0]
-    out = torch.empty(rows + 1, HEAD_DIM, dtype=torch.bfloat16, device=kv_cache.device)
-    out[rows] = 0
-    for begin in range(0, rows, chunk_rows):
-        end = min(rows, begin + chunk_rows)
-        out[begin:end] = dequantise(flat[begin:end])
-    return out
-
-
-class KeptCache(DequantCache):
-    """DequantCache whose whole copy is dequantised by `dequantise` (records uint8 [n, 656]
-    contiguous -> bf16 [n, 576]), an engine's own reader; the same rule for when a cache is
-    built, kept and dropped (kernel.backends.dequant_cache)."""
-
-    def __init__(self, dequantise: Callable[[torch.Tensor], torch.Tensor], max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        super().__init__(max_bytes)
-        self.dequantise = dequantise
-
-    def get(self, kv_cache: torch.Tensor, slots: int) -> torch.Tensor | None:
-        """As DequantCache.get, the copy built by `dequantise`."""
-        key = self._key_of(kv_cache)
-        if key is None:
-            return None
-        if self._ref is not None and self._ref() is kv_cache and self._key == key:
-            return self._bf16
-        rows = kv_cache.numel() // RECORD_BYTES
-        if (rows + 1) * HEAD_DIM * 2 > self.max_bytes:
-            return None
-        seen_twice = self._seen is not None and self._seen[0]() is kv_cache and self._seen[1] == key
-        if rows > slots and not seen_twice:
-            self._seen = (weakref.ref(kv_cache), key)
-            return None
-        self._drop()
-        self._bf16 = dequantise_whole_with(kv_cache, self.dequantise)
-        self._ref, self._key, self._seen = weakref.ref(kv_cache, self._source_freed), key, None
-        self.builds += 1
-        return self._bf16
-
-
 @dataclass(frozen=True)
 class SlotKeys:
     """The keys of n_q rows of W slots each, as one bf16 buffer the kernels address.
@@ -289,7 +243,7 @@ def slot_keys(
     rows is masked; W is sync-free for short streams (as in kernel.backends.gathered).
     dequantise(records uint8 [n, 656] contiguous) -> bf16 [n, 576] is the reader (default
     kernel.backends.gathered.dequantise_bf16, exact for power-of-two scales). kept: the cache
-    kept dequantised by the same reader (a DequantCache for the default one, else a KeptCache);
+    kept dequantised by the same reader (a DequantCache built by that reader);
     when it gives the whole copy (and its rows fit the kernels' int32 offsets) the table holds
     the rows' own cache rows, else only the consumed records are gathered (torch indexing, any
     cache size) and dequantised, the keys of masked slots zeroed after it. layouts: keeps
@@ -332,13 +286,11 @@ def int32_row_chunks(n_q: int, width: int, row_elements: int = HEAD_DIM) -> list
 __all__ = [
     "LAYOUTS_KEPT",
     "MAX_KEPT_ROWS",
-    "KeptCache",
     "SGLANG_WHEEL",
     "SlotKeys",
     "SlotLayout",
     "VLLM_FILES",
     "cuda_reason",
-    "dequantise_whole_with",
     "int32_chunks",
     "int32_row_chunks",
     "kept_index",

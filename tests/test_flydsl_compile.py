@@ -1,14 +1,17 @@
 """Compile-only checks of the FlyDSL gfx950 kernel, and a lane-level check of its data layout.
 
-- Every configuration (H 1..16 x has_invalid x return_lse) is compiled for gfx950 in its own
-  subprocess with flydsl's cache off, and its dumped ISA must pass kernel.backends.flydsl.compile's
+- Configurations are compiled for gfx950 in subprocesses with flydsl's cache off, and each dumped
+  ISA must pass kernel.backends.flydsl.compile's
   checks (scaled fp8 MFMA and LDS DMA present, no scratch or spills, registers and LDS within
   gfx950's budget at 2 waves per EU) and every algorithm check of isa_checks.py (exact counts,
   64-bit KV path, waits and M0, MFMA operands, layout, numerics, guards, row order). Skipped, with the reason, when flydsl is not installed.
-  FLYDSL_COMPILE_PER_PROCESS=K compiles K configurations per subprocess (default 4: the four
-  has_invalid x return_lse variants of one H share a process and its ~3 CPU-s of imports). The
-  ISA of every configuration that compiled is stored in the interpreter's cache
-  (kernel.isa.build.store_compiled), so the ISA tests and the suite on flydsl-isa reuse it.
+  By default 25 of the 64: every H (1..16) with has_invalid and return_lse (the variant with every
+  code path), and the other three variants of H 1, 5 and 16 (one head, a partial 16-lane group,
+  the full group); FLYDSL_COMPILE_ALL=1 compiles all 64 (so does `tox -e flydsl-compile`, the
+  command line `python -m kernel.backends.flydsl.compile`). The configurations of one H share a
+  subprocess and its ~3 CPU-s of imports. The ISA of every configuration that compiled is stored
+  in the interpreter's cache (kernel.isa.build.store_compiled) for the ISA tests and the suite on
+  flydsl-isa.
 - The ISA checker itself is tested on synthetic dumps (no flydsl needed).
 - A lane-level simulation runs one tile through the kernel's own layout functions
   (kernel.backends.flydsl.gfx950: DMA windows, operand addresses, P exchange, transposed V reads, output
@@ -35,8 +38,8 @@ from kernel.isa.build import store_compiled
 from kernel.registry import resolve
 
 HAVE_FLYDSL = importlib.util.find_spec("flydsl") is not None
-PER_PROCESS = max(1, int(os.environ.get("FLYDSL_COMPILE_PER_PROCESS", "4")))
 ALL = fc.all_configs()
+SELECTED = ALL if os.environ.get("FLYDSL_COMPILE_ALL") else [c for c in ALL if (c[1] and c[2]) or c[0] in (1, 5, 16)]
 
 
 # ================================================================ availability
@@ -503,14 +506,12 @@ _GROUP_RESULTS: dict[tuple, fc.ConfigResult] = {}
 
 
 def _group_of(cfg: tuple) -> list[tuple]:
-    i = ALL.index(cfg)
-    start = i - i % PER_PROCESS
-    return ALL[start : start + PER_PROCESS]
+    return [c for c in SELECTED if c[0] == cfg[0]]  # the selected configurations of one H
 
 
 def _params():
     out = []
-    for cfg in ALL:
+    for cfg in SELECTED:
         group = _group_of(cfg)
         out.append(pytest.param(cfg, id=fc.config_label(cfg), marks=pytest.mark.xdist_group(fc.config_label(group[0]))))
     return out
@@ -519,7 +520,8 @@ def _params():
 @pytest.mark.parametrize("cfg", _params())
 def test_compile_and_check_isa(cfg, toolchain, tmp_path):
     if cfg not in _GROUP_RESULTS:
-        results = fc.compile_configs(_group_of(cfg), per_process=PER_PROCESS, dump_root=tmp_path)
+        group = _group_of(cfg)
+        results = fc.compile_configs(group, per_process=len(group), dump_root=tmp_path)
         store_compiled([r for r in results if r.ok])
         for res in results:
             _GROUP_RESULTS[(res.heads, res.has_invalid, res.return_lse)] = res

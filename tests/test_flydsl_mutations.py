@@ -3,7 +3,7 @@
 Every mutant of the catalogue (a real bug injected into a copy of gfx950.py) is compiled for
 two configurations and must compile and be flagged by one of the checks it is meant to trip.
 The unmutated kernel passing the same checks is tests/test_flydsl_compile.py's
-test_compile_and_check_isa (all 64 configurations). Synthetic dumps test the dataflow checks
+test_compile_and_check_isa (25 configurations; all 64 with FLYDSL_COMPILE_ALL=1). Synthetic dumps test the dataflow checks
 without flydsl.
 """
 

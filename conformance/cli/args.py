@@ -8,7 +8,10 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from conformance.judging.target import Target
 
 
 def _int_at_least(text: str, low: int) -> int:
@@ -92,7 +95,9 @@ def write_output(path: str | Path, text: str) -> None:
         raise OutputError(f"cannot write {target}: {err.strerror or err}") from err
 
 
-def target_for_recipe(command: str, kernel: str | None, profile: str | None, device: str | None, recipe: Any, source: object) -> Any:
+def target_for_recipe(
+    command: str, kernel: str | None, profile: str | None, device: str | None, recipe: Any, source: object
+) -> Target | None:
     """The Target of `kernel` (conformance.judging.target.build_target) once the recipe read from
     `source` fits its device's memory (strategies.materialize.check_memory); None after printing
     `<command>: <why>` to stderr when either refuses (the caller exits with a usage error)."""

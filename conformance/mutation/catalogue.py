@@ -429,10 +429,9 @@ class Call:
     def emulated(self, **changes: object) -> Outputs:
         """run_emulated on these arguments with `changes` (field=value) applied."""
         c = dataclasses.replace(self, **changes)  # type: ignore[arg-type]
-        kwargs: dict[str, object] = {"has_invalid": c.has_invalid, "return_lse": c.return_lse}
-        if c.out is not None:
-            kwargs["out"] = c.out
-        return run_emulated(c.q, c.kv_cache, c.indices, c.indptr, c.softmax_scale, **kwargs)  # type: ignore[arg-type]
+        return run_emulated(
+            c.q, c.kv_cache, c.indices, c.indptr, c.softmax_scale, has_invalid=c.has_invalid, return_lse=c.return_lse, out=c.out
+        )
 
 
 def contract_kernel(body: Callable[[Call], Outputs]) -> Callable[..., Outputs]:

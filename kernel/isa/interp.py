@@ -1,31 +1,34 @@
-"""Decoder and workgroup scheduler.
+"""Decoder and workgroup runner.
 
-`decode(program)` turns every instruction into a closure once (unknown opcodes, operand forms
-or modifiers raise UnknownInstruction naming all of them). `run_workgroup` executes one
-workgroup: its waves run one at a time, each until it reaches s_barrier or s_endpgm; when every
-live wave waits at the barrier, the barrier epoch advances and they continue (a wave that ended
-no longer takes part, as on hardware). So every cross-wave LDS exchange goes through a barrier
-exactly as the program orders it, and the checkers see each wave's accesses in program order.
+`decode(program)` turns every instruction into a per-wave closure once (unknown opcodes,
+operand forms or modifiers raise UnknownInstruction naming all of them) and, where
+`kernel.isa.compiled` has one, a batched closure over a group of waves. `run_workgroups`
+executes workgroups together on the lockstep scheduler (`kernel.isa.lockstep`): their waves
+advance instruction by instruction in groups, a barrier holds a wave until every live wave of
+its workgroup has reached it (a wave that ended no longer takes part, as on hardware), then the
+workgroup's barrier epoch advances. So every cross-wave LDS exchange goes through a barrier
+exactly as the program orders it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from kernel.isa.asm import Instr, Program, Reg
-from kernel.isa.errors import IsaError, UnknownInstruction
+from kernel.isa.compiled import compile_batched
+from kernel.isa.errors import UnknownInstruction
+from kernel.isa.lockstep import run_lockstep
 from kernel.isa.ops_matrix import MFMA
 from kernel.isa.ops_memory import MEM
-from kernel.isa.ops_scalar import BARRIER, SALU
+from kernel.isa.ops_scalar import SALU
 from kernel.isa.ops_vector import VALU, base_name
 from kernel.isa.state import EXEC, LANES, Checks, GlobalMemory, PendingOp, Wave, Workgroup
 
 Fn = Callable[[Wave, Any], int | None]
-MAX_INSTRUCTIONS_PER_WAVE = 20_000_000
 SDWA_OK = {"v_cvt_pk_f32_fp8"}
 
 
@@ -53,9 +56,14 @@ def implemented_opcodes() -> list[str]:
 
 @dataclass
 class Decoded:
+    """Per instruction: the per-wave closure (`code`), the batched closure or None (`bcode`),
+    and whether the per-wave closure leaves VGPR state alone (`vsafe`: SALU / SOPP)."""
+
     program: Program
     code: list[Fn]
     n_vgpr: int
+    bcode: list = field(default_factory=list)
+    vsafe: list[bool] = field(default_factory=list)
 
 
 def decode(program: Program) -> Decoded:
@@ -77,7 +85,8 @@ def decode(program: Program) -> Decoded:
     if errors:
         head = f"{len(errors)} instruction(s) the interpreter does not model:\n  "
         raise UnknownInstruction(head + "\n  ".join(errors[:40]))
-    return Decoded(program, code, d.n_vgpr)
+    vsafe = [ins.mnemonic in SALU for ins in program.instrs]
+    return Decoded(program, code, d.n_vgpr, compile_batched(program, d), vsafe)
 
 
 class Executor:
@@ -118,43 +127,6 @@ class Executor:
                 if w.spend[j] == op.token:
                     w.spend[j] = 0
 
-    def run_wave(self, w: Wave) -> None:
-        code = self.code
-        n_code = len(code)
-        pc = w.pc
-        n = 0
-        try:
-            while True:
-                if pc >= n_code:
-                    raise IsaError(f"wave {w.wid} ran past the last instruction")
-                w.pc = pc
-                r = code[pc](w, self)
-                n += 1
-                if r is None:
-                    pc += 1
-                elif r >= 0:
-                    pc = r
-                elif r == BARRIER:
-                    w.pc = pc + 1
-                    w.at_barrier = True
-                    break
-                else:  # ENDPGM
-                    while w.vm:
-                        self.retire(w, w.vm.popleft())
-                    while w.lgkm:
-                        self.retire(w, w.lgkm.popleft())
-                    w.done = True
-                    break
-                if n > MAX_INSTRUCTIONS_PER_WAVE:
-                    raise IsaError(f"wave {w.wid} executed more than {MAX_INSTRUCTIONS_PER_WAVE} instructions")
-        except IsaError:
-            raise
-        except Exception as err:  # an interpreter bug: name the instruction
-            ins = self.instrs[w.pc]
-            raise IsaError(f"internal error at #{w.pc} `{ins.text}` (wave {w.wid}): {type(err).__name__}: {err}") from err
-        finally:
-            w.executed += n
-
 
 @dataclass
 class WorkgroupResult:
@@ -166,15 +138,17 @@ class WorkgroupResult:
     workgroup: Workgroup
 
 
-def init_wave(dec: Decoded, wid: int, wgid: int | tuple[int, int, int], kernarg_addr: int) -> Wave:
+def init_wave(
+    dec: Decoded, wid: int, wgid: int | tuple[int, int, int], kernarg_addr: int, v: np.ndarray | None = None, vdef: np.ndarray | None = None
+) -> Wave:
     """Initial state per the kernel descriptor: kernarg pointer and the enabled workgroup ids
     (x, then y, then z, in consecutive system SGPRs after the user SGPRs: AMDGPUUsage "Initial
     Kernel Execution State") in their SGPRs, v0 = flat work-item id (x), EXEC all ones;
-    everything else undefined."""
+    everything else undefined. `v` / `vdef`: the wave's rows of stacked register files."""
     desc = dec.program.descriptor
     if desc.workitem_id_dims != 0:
         raise UnknownInstruction("only .amdhsa_system_vgpr_workitem_id 0 (x in v0) is modelled")
-    w = Wave(wid, dec.n_vgpr)
+    w = Wave(wid, dec.n_vgpr, v, vdef)
     if desc.kernarg_ptr_sgpr is not None:
         k = desc.kernarg_ptr_sgpr
         w.s[k], w.s[k + 1] = kernarg_addr & 0xFFFFFFFF, kernarg_addr >> 32
@@ -194,6 +168,47 @@ def init_wave(dec: Decoded, wid: int, wgid: int | tuple[int, int, int], kernarg_
     return w
 
 
+def run_workgroups(
+    dec: Decoded,
+    wgids: list[int | tuple[int, int, int]],
+    kernarg_addr: int,
+    mem: GlobalMemory,
+    checks: Checks,
+    threads: int,
+    setup: Callable[[Wave], None] | None = None,
+    wg_setup: Callable[[Workgroup], None] | None = None,
+) -> list[WorkgroupResult]:
+    """Execute workgroups `wgids` of `threads` work-items (a multiple of 64) together, in
+    lockstep; `setup(wave)` and `wg_setup(workgroup)`, when given, adjust the initial state
+    (tests). Workgroups share only global memory."""
+    if threads % LANES:
+        raise UnknownInstruction(f"workgroup of {threads} threads is not a whole number of waves")
+    per = threads // LANES
+    V = np.zeros((len(wgids) * per, dec.n_vgpr, LANES), dtype=np.uint32)
+    VDEF = np.zeros(V.shape, dtype=np.uint8)
+    groups: list[tuple[Workgroup, list[Wave]]] = []
+    waves: list[Wave] = []
+    for g, wgid in enumerate(wgids):
+        flat = wgid if isinstance(wgid, int) else wgid[0]
+        wg = Workgroup(flat, dec.program.descriptor.group_segment_size, checks)
+        if wg_setup is not None:
+            wg_setup(wg)
+        x = Executor(dec, mem, wg, checks)
+        mine = []
+        for i in range(per):
+            j = g * per + i
+            w = init_wave(dec, i, wgid, kernarg_addr, V[j], VDEF[j])
+            w.x = x
+            if setup is not None:
+                setup(w)
+            mine.append(w)
+        groups.append((wg, mine))
+        waves += mine
+    with np.errstate(all="ignore"):  # IEEE results (inf, NaN, denormals) are values here, not errors
+        run_lockstep(dec, waves, V, VDEF, checks.on)
+    return [WorkgroupResult(sum(w.executed for w in ws), wg.epoch, ws, wg) for wg, ws in groups]
+
+
 def run_workgroup(
     dec: Decoded,
     wgid: int | tuple[int, int, int],
@@ -204,29 +219,5 @@ def run_workgroup(
     setup: Callable[[Wave], None] | None = None,
     wg_setup: Callable[[Workgroup], None] | None = None,
 ) -> WorkgroupResult:
-    """Execute workgroup `wgid` of `threads` work-items (a multiple of 64); `setup(wave)` and
-    `wg_setup(workgroup)`, when given, adjust the initial state (tests)."""
-    if threads % LANES:
-        raise UnknownInstruction(f"workgroup of {threads} threads is not a whole number of waves")
-    flat = wgid if isinstance(wgid, int) else wgid[0]
-    wg = Workgroup(flat, dec.program.descriptor.group_segment_size, checks)
-    if wg_setup is not None:
-        wg_setup(wg)
-    x = Executor(dec, mem, wg, checks)
-    waves = [init_wave(dec, i, wgid, kernarg_addr) for i in range(threads // LANES)]
-    if setup is not None:
-        for w in waves:
-            setup(w)
-    with np.errstate(all="ignore"):  # IEEE results (inf, NaN, denormals) are values here, not errors
-        while True:
-            live = [w for w in waves if not w.done]
-            if not live:
-                break
-            for w in live:
-                x.run_wave(w)
-            waiting = [w for w in waves if not w.done and w.at_barrier]
-            if waiting:
-                wg.epoch += 1
-                for w in waiting:
-                    w.at_barrier = False
-    return WorkgroupResult(sum(w.executed for w in waves), wg.epoch, waves, wg)
+    """Execute workgroup `wgid` alone (run_workgroups of one)."""
+    return run_workgroups(dec, [wgid], kernarg_addr, mem, checks, threads, setup, wg_setup)[0]

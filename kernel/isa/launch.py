@@ -7,7 +7,7 @@
 packed little-endian to the argument's size, Python floats as f32 (4 bytes) or f64 (8)); the
 kernarg segment is built from them and its address goes to the kernarg-pointer SGPRs.
 `buffers` are the CPU tensors the kernel may touch; an address outside all of them is a
-checker finding. Workgroups run one after the other (they share nothing but global memory).
+checker finding. Workgroups share nothing but global memory; they run in lockstep chunks.
 
 To run your own FlyDSL kernel: dump its ISA (FLYDSL_DEBUG_DUMP_ASM=1 FLYDSL_DUMP_DIR=... with
 COMPILE_ONLY=1 ARCH=gfx950, see kernel.isa.build), then IsaKernel.from_asm(open(path).read())
@@ -28,8 +28,10 @@ import torch
 
 from kernel.isa.asm import Program, parse_program
 from kernel.isa.errors import Finding, IsaError
-from kernel.isa.interp import Decoded, decode, run_workgroup
+from kernel.isa.interp import Decoded, decode, run_workgroups
 from kernel.isa.state import Checks, GlobalMemory
+
+WORKGROUPS_TOGETHER = 16  # workgroups run in lockstep at a time (memory: their registers and LDS shadows)
 
 
 @dataclass
@@ -131,8 +133,8 @@ class IsaKernel:
         checks: str | Checks = "raise",
         workgroups: Sequence[int] | None = None,
     ) -> LaunchStats:
-        """Run the grid's workgroups x fastest (or the listed flat ids, x only); raise CheckFailed
-        in 'raise' mode."""
+        """Run the grid's workgroups x fastest (or the listed flat ids, x only), up to
+        WORKGROUPS_TOGETHER at a time in lockstep; raise CheckFailed in 'raise' mode."""
         chk = checks if isinstance(checks, Checks) else Checks(checks)
         mem = GlobalMemory()
         for t, name in buffers:
@@ -147,6 +149,7 @@ class IsaKernel:
             ids: list = [(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)]
         else:
             ids = list(workgroups)
-        for wg in ids:
-            n += run_workgroup(self.decoded, wg, karg.ctypes.data, mem, chk, self.threads).instructions
+        for c in range(0, len(ids), WORKGROUPS_TOGETHER):
+            res = run_workgroups(self.decoded, ids[c : c + WORKGROUPS_TOGETHER], karg.ctypes.data, mem, chk, self.threads)
+            n += sum(r.instructions for r in res)
         return LaunchStats(len(ids), n, time.perf_counter() - t0, chk.findings)

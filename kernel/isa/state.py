@@ -249,10 +249,12 @@ class PendingOp:
 class Wave:
     """Registers and counters of one wave."""
 
-    def __init__(self, wid: int, n_vgpr: int) -> None:
+    def __init__(self, wid: int, n_vgpr: int, v: np.ndarray | None = None, vdef: np.ndarray | None = None) -> None:
+        """`v` / `vdef`, when given, are this wave's [n_vgpr, 64] rows of a launch's stacked
+        register files (views: the lockstep scheduler reads them across waves)."""
         self.wid = wid
-        self.v = np.zeros((n_vgpr, LANES), dtype=np.uint32)
-        self.vdef = np.zeros((n_vgpr, LANES), dtype=np.uint8)  # defined bytes, bit b = byte b
+        self.v = np.zeros((n_vgpr, LANES), dtype=np.uint32) if v is None else v
+        self.vdef = np.zeros((n_vgpr, LANES), dtype=np.uint8) if vdef is None else vdef  # defined bytes, bit b = byte b
         self.vpend = [0] * n_vgpr  # token of an outstanding load into it, 0 none
         self.vfull = [False] * n_vgpr  # cache: every byte of every lane defined (fast check path)
         self.s = [0] * SGPR_FILE
@@ -268,12 +270,16 @@ class Wave:
         self.lgkm: deque[PendingOp] = deque()  # LDS (in order) and SMEM operations
         self.spend = [0] * SGPR_FILE  # token of an outstanding SMEM load into the SGPR, 0 none
         self.executed = 0
+        self.x = None  # the executor of the wave's workgroup (set by the scheduler)
+        self.batch = None  # the lockstep batch running the wave, told when EXEC changes
 
     # ---- scalar registers
     def set_exec_from_sgprs(self) -> None:
         val = self.s[EXEC] | (self.s[EXEC + 1] << 32)
         self.exec_all = val == 0xFFFFFFFFFFFFFFFF
         self.exec = ALL_LANES if self.exec_all else int_to_mask(val)
+        if self.batch is not None:
+            self.batch.exec_dirty = True
 
     def exec_value(self) -> int:
         return self.s[EXEC] | (self.s[EXEC + 1] << 32)

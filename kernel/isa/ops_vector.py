@@ -734,19 +734,23 @@ def _cvt_pk_16(ins: Instr, d: Any) -> Fn:
     s0 = src32(ins, ins.operands[1], flt=True)
     s1 = src32(ins, ins.operands[2], flt=True)
     bf16 = "bf16" in ins.mnemonic
-    sh = (2, LANES)
-    k16, k1, kr, kabs, kinf, kq = (K(v, U32, sh) for v in (16, 1, 0x7FFF, 0x7FFFFFFF, 0x7F800000, 0x40))
 
     def run(w: Wave, x: Any) -> None:
-        b = np.array((s0(w, x), s1(w, x)))  # [(S0, S1), lane] f32 bits
-        if bf16:  # RNE on the bits (no overflow: a non-NaN pattern is at most 0xFF800000); NaN -> quiet NaN
-            top = b >> k16
-            h = np.where((b & kabs) > kinf, top | kq, (b + kr + (top & k1)) >> k16).astype(np.uint16)
-        else:
-            h = b.view(np.float32).astype(np.float16).view(np.uint16)  # numpy's cast: RNE, subnormals kept
+        h = pk16_halves(np.array((s0(w, x), s1(w, x))), bf16)  # [(S0, S1), lane]
         write_v(w, dst, np.ascontiguousarray(h.T).view(U32).reshape(LANES))  # low half from S0
 
     return run
+
+
+def pk16_halves(b: np.ndarray, bf16: bool) -> np.ndarray:
+    """f32 bits (any shape) -> bf16 (RNE on the bits, NaN -> quiet NaN; no overflow: a non-NaN
+    pattern is at most 0xFF800000) or f16 (numpy's cast: RNE, subnormals kept) bits, uint16."""
+    if not bf16:
+        return b.view(np.float32).astype(np.float16).view(np.uint16)
+    sh = b.shape
+    top = b >> K(16, U32, sh)
+    rounded = (b + K(0x7FFF, U32, sh) + (top & K(1, U32, sh))) >> K(16, U32, sh)
+    return np.where((b & K(0x7FFFFFFF, U32, sh)) > K(0x7F800000, U32, sh), top | K(0x40, U32, sh), rounded).astype(np.uint16)
 
 
 # ------------------------------------------------------------------ cross-lane

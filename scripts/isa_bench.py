@@ -68,26 +68,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _op_table(k: int, repeat: int) -> None:
-    """CPU time per opcode on the first problem (the decoded closures wrapped in timers)."""
+    """CPU time per opcode on the first problem (the decoded closures, per-wave and batched,
+    wrapped in timers; a batched closure's time is one call for its whole lockstep group)."""
     from kernel.backends.flydsl_isa import flydsl_isa_sparse_mla, get_kernel
 
     h, hi, rl, rows = PROBLEMS[0]
     dec = get_kernel(h, hi, rl).decoded
-    orig = list(dec.code)
+    orig, borig = list(dec.code), list(dec.bcode)
     clock = time.thread_time
     runs: list[collections.Counter] = []
+    cur: collections.Counter = collections.Counter()
 
     def wrap(f, m):
-        def timed(w, x):
+        def timed(*a):
             t = clock()
-            r = f(w, x)
+            r = f(*a)
             cur[m] += clock() - t
             return r
 
         return timed
 
-    cur: collections.Counter = collections.Counter()
-    dec.code[:] = [wrap(f, dec.program.instrs[i].mnemonic) for i, f in enumerate(orig)]
+    names = [i.mnemonic for i in dec.program.instrs]
+    dec.code[:] = [wrap(f, m) for f, m in zip(orig, names)]
+    dec.bcode[:] = [None if f is None else wrap(f, m + " (batched)") for f, m in zip(borig, names)]
     try:
         p = _problem(h, hi, rl, rows)
         for _ in range(max(1, repeat)):
@@ -95,12 +98,12 @@ def _op_table(k: int, repeat: int) -> None:
             flydsl_isa_sparse_mla(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, has_invalid=hi, return_lse=rl)
             runs.append(collections.Counter(cur))
     finally:
-        dec.code[:] = orig
+        dec.code[:], dec.bcode[:] = orig, borig
     best = {m: min(r.get(m, 0.0) for r in runs) for m in runs[0]}
     total = sum(best.values())
     print(f"\nopcodes of H{h} rows {rows} by CPU time (min over {len(runs)} runs; {total:.3f} s in all):")
     for m, t in sorted(best.items(), key=lambda kv: -kv[1])[:k]:
-        print(f"  {m:40s} {t * 1e3:8.1f} ms  {100 * t / total:5.1f} %")
+        print(f"  {m:50s} {t * 1e3:8.1f} ms  {100 * t / total:5.1f} %")
 
 
 if __name__ == "__main__":

@@ -522,6 +522,8 @@ def batched_form(ins: Instr) -> BFn | None:
     """The batched closure of one (already decoded) instruction, or None."""
     if ins.mnemonic == "s_nop":
         return _nop
+    if ins.mnemonic in BMFMA:
+        return BMFMA[ins.mnemonic](ins)
     base, enc = ov.base_name(ins.mnemonic)
     make = BVALU.get(base)
     if make is None or enc not in ("", "e32", "e64") and not (enc == "sdwa" and base == "v_cvt_pk_f32_fp8"):
@@ -532,3 +534,116 @@ def batched_form(ins: Instr) -> BFn | None:
 def compile_batched(program: Program, d: Any) -> list[BFn | None]:
     """The batched closure of each instruction, or None where it runs wave by wave."""
     return [batched_form(ins) for ins in program.instrs]
+
+
+# ------------------------------------------------------------------ MFMA (16x16 forms of ops_matrix)
+
+
+def _rows_of(b: Batch, idx: int, n: int) -> np.ndarray:
+    """ops_matrix._operand_rows per wave: [k, t, g, r] uint32, C-contiguous, checked."""
+    if b.chk:
+        for i in range(idx, idx + n):
+            if i not in b.ok:
+                _check_v(b, i)
+    return np.ascontiguousarray(b.V[:, idx : idx + n].reshape(b.k, n, 4, 16).transpose(0, 3, 2, 1))
+
+
+def _bacc(op: Operand) -> Callable[[Batch], np.ndarray] | None:
+    """The C operand as float64 [k, 16, 16] (m, n), as ops_matrix._acc."""
+    if isinstance(op, Imm):
+        return (lambda b: np.zeros((b.k, 16, 16))) if op.bits == 0 else None
+    ic = _vreg(op, 4)
+    if ic is None:
+        return None
+
+    def get(b: Batch) -> np.ndarray:
+        if b.chk:
+            for i in range(ic, ic + 4):
+                if i not in b.ok:
+                    _check_v(b, i)
+        return b.V[:, ic : ic + 4].view(np.float32).reshape(b.k, 4, 4, 16).transpose(0, 2, 1, 3).reshape(b.k, 16, 16).astype(np.float64)
+
+    return get
+
+
+def _bstore_d(b: Batch, dst: int, A: np.ndarray, B: np.ndarray, C: np.ndarray) -> None:
+    """D = A @ B + C per wave (the same 2-D float64 products as the per-wave closure, one per
+    wave), rounded once to f32, into dword r of lane 16 g + t (as ops_matrix._store_d)."""
+    P = np.empty((b.k, 16, 16))
+    for i in range(b.k):
+        P[i] = A[i] @ B[i]
+    vals = (P + C).astype(np.float32).reshape(b.k, 4, 4, 16).transpose(0, 2, 1, 3).reshape(b.k, 4, LANES)
+    bwrite_vn(b, dst, vals.view(U32))
+
+
+def _mods_ok(ins: Instr, allowed: dict[str, str]) -> bool:
+    return all(k in allowed and str(v) == allowed[k] for k, v in ins.modifiers.items())
+
+
+def _mfma_16x16x32(ins: Instr) -> BFn | None:
+    if not _mods_ok(ins, {"cbsz": "0", "abid": "0", "blgp": "0"}) or len(ins.operands) != 4:
+        return None
+    dst, ia, ib = _vreg(ins.operands[0], 4), _vreg(ins.operands[1], 4), _vreg(ins.operands[2], 4)
+    c = _bacc(ins.operands[3])
+    if dst is None or ia is None or ib is None or c is None:
+        return None
+    bf16 = ins.mnemonic.endswith("bf16")
+
+    def dec(rows: np.ndarray) -> np.ndarray:  # [k, t, g, r] dwords -> [k, t, 8 g + j] values
+        if bf16:
+            return (rows.view(np.uint16).astype(U32) << U32(16)).view(np.float32).reshape(-1, 16, 32).astype(np.float64)
+        return rows.view(np.float16).reshape(-1, 16, 32).astype(np.float64)
+
+    def run(b: Batch) -> None:
+        A = dec(_rows_of(b, ia, 4))
+        B = np.ascontiguousarray(dec(_rows_of(b, ib, 4)).transpose(0, 2, 1))
+        _bstore_d(b, dst, A, B, c(b))
+
+    return run
+
+
+def _mfma_scale(ins: Instr) -> BFn | None:
+    from kernel.isa import ops_matrix as om
+
+    ms = dict(ins.modifiers)
+    sel = modifier_list(ms.pop("op_sel"), 3) if "op_sel" in ms else [0, 0, 0]
+    selhi = modifier_list(ms.pop("op_sel_hi"), 3) if "op_sel_hi" in ms else [0, 0, 0]
+    for k in ("cbsz", "blgp"):
+        if k in ms and str(ms[k]) == "0":
+            ms.pop(k)
+    if ms or any(sel) or any(selhi) or len(ins.operands) != 6:
+        return None
+    dst, ia, ib = _vreg(ins.operands[0], 4), _vreg(ins.operands[1], 8), _vreg(ins.operands[2], 8)
+    c = _bacc(ins.operands[3])
+    isa, isb = _vreg(ins.operands[4]), _vreg(ins.operands[5])
+    if dst is None or ia is None or ib is None or c is None or isa is None or isb is None:
+        return None
+    split = om._k_of_f8() is None
+
+    def operand(b: Batch, idx: int) -> np.ndarray:  # [k, t, K] E4M3 values
+        v = _rows_of(b, idx, 8).view(np.uint8).reshape(b.k, 16, 4, 32)
+        if split:
+            v = v.reshape(b.k, 16, 4, 2, 16).transpose(0, 1, 3, 2, 4)
+        return nm.E4M3_VALUES[v.reshape(b.k, 16, 128)]
+
+    def run(b: Batch) -> None:
+        A = operand(b, ia)
+        B = operand(b, ib)
+        if b.chk:
+            for i in (isa, isb):
+                if i not in b.ok:
+                    _check_v(b, i, 0x1)
+        sa = om.E8M0_VALUES[b.V[:, isa].view(np.uint8)[:, ::4]].reshape(b.k, 4, 16)  # [k, kb, m]
+        sb = om.E8M0_VALUES[b.V[:, isb].view(np.uint8)[:, ::4]].reshape(b.k, 4, 16)  # [k, kb, n]
+        As = (A.reshape(b.k, 16, 4, 32) * sa.transpose(0, 2, 1)[:, :, :, None]).reshape(b.k, 16, 128)
+        Bs = (B.transpose(0, 2, 1).reshape(b.k, 4, 32, 16) * sb[:, :, None, :]).reshape(b.k, 128, 16)
+        _bstore_d(b, dst, As, Bs, c(b))
+
+    return run
+
+
+BMFMA = {
+    "v_mfma_f32_16x16x32_f16": _mfma_16x16x32,
+    "v_mfma_f32_16x16x32_bf16": _mfma_16x16x32,
+    "v_mfma_scale_f32_16x16x128_f8f6f4": _mfma_scale,
+}

@@ -72,6 +72,9 @@ INSTRUCTIONS = [
     "v_lshl_add_u64 v[2:3], v[40:41], 2, v[14:15]",
     "v_lshl_add_u64 v[2:3], s[20:21], 0, v[14:15]",
     "s_nop 0",
+    "v_mfma_f32_16x16x32_f16 v[2:5], v[10:13], v[14:17], v[18:21]",
+    "v_mfma_f32_16x16x32_bf16 v[2:5], v[10:13], v[14:17], 0",
+    "v_mfma_scale_f32_16x16x128_f8f6f4 v[2:5], v[24:31], v[32:39], v[18:21], v12, v13 op_sel_hi:[0,0,0]",
 ]
 # sequences: a register written then read (the clean-register cache), partly undefined sources
 # and destinations (v50: some bytes of some lanes undefined; v51 never written)
@@ -87,6 +90,8 @@ SEQUENCES = [
     "v_cmp_lt_i32_e64 exec, v10, v11\nv_add_u32_e32 v1, v10, v11\nv_mov_b32_e32 v2, v1",
     "v_cndmask_b32_e64 v1, v10, v11, s[60:61]",
     "v_add_u32_e32 v1, s62, v10",
+    "v_mfma_f32_16x16x32_f16 v[2:5], v[48:51], v[14:17], v[18:21]",
+    "v_mfma_scale_f32_16x16x128_f8f6f4 v[2:5], v[24:31], v[32:39], v[18:21], v50, v13 op_sel_hi:[0,0,0]",
 ]
 
 
@@ -104,6 +109,7 @@ def _setup(execs: tuple[int, int, int]):
         w.vdef[1:50] = 0xF
         w.vdef[50] = rng.integers(0, 16, 64, dtype=np.uint8) | np.uint8(0x1)
         w.vdef[50][: 32 + w.wid] = 0xF
+        w.v[24:40] = rng.integers(0, 1 << 32, (16, 64), dtype=np.uint64).astype(np.uint32) & np.uint32(0x7E7E7E7E)
         w.vdef[51:] = 0xF
         w.vdef[51] = 0
         for i in range(20, 24):

@@ -12,6 +12,8 @@ saturating at +-448):
     pow2-floor  scale = pow2ceil(max(amax / 448, 1e-4))            (vLLM today; zero tile: 2^-13)
     raw         scale = max(amax / 448, FLT_MIN), any f32          (vLLM <= 0.26; violates the
                                                                     kernel's pow2 precondition)
+Engine writers (ENGINE_WRITERS): records written by an engine's own code where it runs:
+    sglang      sglang's Triton quantiser, scale = amax / 448 as Triton divides (kernel.writers.sglang)
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ ROPE_OFFSET = 528
 MAX_VALID_SCALE = 2.0**7
 MAX_LATENT_FOR_VALID_SCALE = 448.0 * MAX_VALID_SCALE  # 57344
 
-Writer = Literal["pow2", "pow2-floor", "raw"]
-WRITERS: tuple[Writer, ...] = ("pow2", "pow2-floor", "raw")
+Writer = Literal["pow2", "pow2-floor", "raw", "sglang"]
+WRITERS: tuple[Writer, ...] = ("pow2", "pow2-floor", "raw", "sglang")
+ENGINE_WRITERS: tuple[Writer, ...] = ("sglang",)  # run the engine's code: only where it runs
 PRECONDITION_WRITERS: tuple[Writer, ...] = ("pow2", "pow2-floor")
 
 _FLT_MIN = 2.0**-126
@@ -52,6 +55,8 @@ def writer_scales(block_amax: torch.Tensor, writer: Writer) -> torch.Tensor:
         return pow2_ceil_f32(torch.clamp_min(block_amax / 448.0, 1e-4))
     if writer == "raw":
         return torch.clamp_min(block_amax / 448.0, _FLT_MIN)
+    if writer in ENGINE_WRITERS:
+        raise ValueError(f"writer {writer!r} is an engine's code, not a scale rule: encode_records runs it (kernel.writers)")
     raise ValueError(f"unknown writer {writer!r}; expected one of {WRITERS}")
 
 
@@ -59,7 +64,8 @@ def encode_records(latent: torch.Tensor, rope: torch.Tensor, writer: Writer) -> 
     """Build records uint8 [..., 656] from latent [..., 512] (bf16 or f32) and rope [..., 64] (bf16).
 
     Latent values are taken as f32 (bf16 widens exactly). Non-finite latent values are refused:
-    no writer in the wild stores them.
+    no writer in the wild stores them. An engine writer (ENGINE_WRITERS) runs the engine's code
+    (kernel.writers.sglang.write_records: bf16-valued latent; WriterUnavailable where it cannot run).
     """
     if latent.shape[-1] != LATENT_DIM:
         raise ValueError(f"latent last dim must be {LATENT_DIM}, got {latent.shape[-1]}")
@@ -74,6 +80,10 @@ def encode_records(latent: torch.Tensor, rope: torch.Tensor, writer: Writer) -> 
     x = latent.to(torch.float32)
     if not bool(torch.isfinite(x).all()):
         raise ValueError("latent holds non-finite values")
+    if writer in ENGINE_WRITERS:
+        from kernel.writers.sglang import write_records  # the engine's code, imported only when asked for
+
+        return write_records(latent, rope)
     lead = x.shape[:-1]
     blocks = x.reshape(*lead, N_SCALE_BLOCKS, SCALE_BLOCK)
     scales = writer_scales(blocks.abs().amax(dim=-1), writer)

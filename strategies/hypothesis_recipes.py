@@ -7,9 +7,11 @@ failure toward one short row, one head, normal data, no padding. Tensors are bui
 
 from __future__ import annotations
 
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from kernel.record import PRECONDITION_WRITERS
+from kernel.writers import sglang as sglang_writer
 from strategies.layouts import OUT_LAYOUTS, Q_LAYOUTS, UNCONSUMED
 from strategies.recipe import (
     EXACT_MAX_ROW,
@@ -27,6 +29,15 @@ STREAM_OFFSETS = (0, 3, 200)
 BLOCK_SIZES = (16, 64, 1, 3)  # paged caches: tokens per block (1: one row per block)
 CACHE_LAYOUTS = ("flat", "paged", "paged_3d")
 PLAIN_PATTERNS = ("uniform", "clustered", "duplicates", "sorted", "reversed", "tail")
+
+
+def differential_writers(needs_pow2_scales: bool) -> tuple[str, ...]:
+    """The writers a differential property draws for a profile: the project's precondition
+    writers, plus the sglang engine writer where it runs (kernel.writers.sglang) for a profile
+    that does not need power-of-two scales (its scales never are; for a profile that needs them
+    its caches go to the precondition-violation property: violating_recipes)."""
+    engine = ("sglang",) if not needs_pow2_scales and sglang_writer.available() else ()
+    return (*PRECONDITION_WRITERS, *engine)
 
 
 def _row_length(max_row: int) -> st.SearchStrategy[int]:
@@ -80,7 +91,9 @@ def recipes(
     exact: bool = False,
     allow_out: bool = True,
 ) -> Recipe:
-    """A recipe meeting every precondition (unless `writers` includes "raw").
+    """A recipe meeting every precondition (unless `writers` includes "raw"; "sglang" meets
+    those of a profile without needs_pow2_scales: its latent is never "zero_blocks", whose all-zero
+    tiles the engine stores with scale 0).
 
     huge_cache: the cache spans more than 4 GiB and every index points past the 4 GiB mark.
     exact: an exact-arithmetic recipe (see strategies.recipe), rows of at most 256 keys.
@@ -121,7 +134,7 @@ def recipes(
     q_layouts = tuple(x for x in Q_LAYOUTS[1:] if not (exact and x == "overlapping_heads"))
     q_layout = draw(st.one_of(st.just(Q_LAYOUTS[0]), st.sampled_from(q_layouts)), label="q_layout")
     out_layout = draw(st.sampled_from(OUT_LAYOUTS), label="out_layout") if out_pad is not None else OUT_LAYOUTS[0]
-    return Recipe(
+    recipe = Recipe(
         seed=draw(st.integers(0, 2**32 - 1), label="seed"),
         n_q=n_q,
         heads=head_count,
@@ -147,22 +160,34 @@ def recipes(
         out_layout=out_layout,
         unconsumed=draw(st.sampled_from(UNCONSUMED), label="unconsumed"),
     )
+    if recipe.writer == "sglang":
+        assume(recipe.latent != "zero_blocks")  # scale 0 tiles: no profile's bound is promised there
+    return recipe
 
 
 @st.composite
 def violating_recipes(
-    draw: st.DrawFn, *, allow_out_of_range: bool, max_total_keys: int = 4096, heads: tuple[int, ...] | None = None
+    draw: st.DrawFn,
+    *,
+    allow_out_of_range: bool,
+    max_total_keys: int = 4096,
+    heads: tuple[int, ...] | None = None,
+    engine_writer: bool | None = None,
 ) -> Recipe:
     """A recipe that breaks exactly one precondition the host cannot check.
 
     Kinds: raw (non-pow2) writer, scale above 2^7 (latent above 57344 or a corrupted scale),
-    NaN codes in a consumed row, a zero scale, a negative entry without has_invalid, and (only
-    with allow_out_of_range, i.e. on backends whose index reads cannot fault) an index >= rows.
+    NaN codes in a consumed row, a zero scale, a negative entry without has_invalid, (only
+    with allow_out_of_range, i.e. on backends whose index reads cannot fault) an index >= rows,
+    and (only with engine_writer; None: where kernel.writers.sglang runs) the cache written by
+    sglang's quantiser (scales amax / 448, not powers of two; 0 for an all-zero tile).
     """
     base = draw(recipes(max_n_q=8, max_row=512, max_total_keys=max_total_keys, heads=heads))
     kinds = ["raw_writer", "above_cap_latent", "scale_above_cap", "nan_codes", "zero_scale", "negative_without_has_invalid"]
     if allow_out_of_range:
         kinds.append("index_out_of_range")
+    if sglang_writer.available() if engine_writer is None else engine_writer:
+        kinds.append("sglang_writer")
     kind = draw(st.sampled_from(kinds), label="violation")
     rows = tuple(max(x, 1) for x in base.row_lengths)
     fields = base.to_json_dict()
@@ -172,6 +197,8 @@ def violating_recipes(
     fields["corruptions"] = []
     if kind == "raw_writer":
         fields["writer"] = "raw"
+    elif kind == "sglang_writer":
+        fields["writer"] = "sglang"
     elif kind == "above_cap_latent":
         fields["latent"] = "above_cap"
     elif kind == "negative_without_has_invalid":

@@ -20,8 +20,9 @@ import torch
 
 from kernel.fp8 import round_f32_to_bf16
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_DIM, ROPE_OFFSET, SCALE_OFFSET, encode_records
+from kernel.writers.sglang import WriterUnavailable
 from strategies import layouts, rng
-from strategies.recipe import ROWS_BEYOND_4GIB, MemoryEstimate, Recipe, RecipeTooLarge, memory_estimate
+from strategies.recipe import ROWS_BEYOND_4GIB, MemoryEstimate, Recipe, RecipeError, RecipeTooLarge, memory_estimate
 
 HEAD_DIM = LATENT_DIM + ROPE_DIM
 SMALL_CACHE_BYTES = 64 * 2**20
@@ -365,7 +366,10 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
     # same bits on every device.
     referenced_here = referenced.to(device)
     latent = _latent(recipe, referenced_here)
-    records = encode_records(latent, _rope(recipe, referenced_here), recipe.writer)  # type: ignore[arg-type]
+    try:
+        records = encode_records(latent, _rope(recipe, referenced_here), recipe.writer)  # type: ignore[arg-type]
+    except WriterUnavailable as err:  # an engine writer (kernel.writers) that cannot run on this machine
+        raise RecipeError(f"writer {recipe.writer!r} cannot write this cache here: {err}") from None
     _corrupt(recipe, records, entries, consumed)
 
     n_rows = recipe.cache_rows

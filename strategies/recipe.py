@@ -28,7 +28,8 @@ unless stated):
     rope             normal | large | tiny | zero | exact
     q                normal | large | tiny | zero_blocks | tiny_blocks | exact
     softmax_scale    default | peaked | flat | exact (ln 2) | negative | zero, or a number
-    writer           pow2 | pow2-floor | raw
+    writer           pow2 | pow2-floor | raw | sglang (an engine's writer, kernel.writers.sglang: only
+                     where sglang's quantiser runs, a CUDA machine; drawn only there)
     q_pad            [row pad, head pad] added to q's row / head strides
     q_layout         rows | heads | shared_rows | shared_heads | overlapping_heads: q's memory
                      layout (strategies.layouts: row- or head-major, a stride 0, overlapping heads)

@@ -30,8 +30,11 @@ from conformance.records.coverage import (
     violations,
 )
 from kernel.record import WRITERS
+from kernel.writers import sglang as sglang_writer
 from strategies.hypothesis_recipes import recipes, violating_recipes
 from strategies.recipe import ROWS_BEYOND_4GIB, Recipe
+
+ABSENT_ENGINE = [] if sglang_writer.available() else ["sglang_writer"]  # the engine writer's kind: drawn only where it runs
 
 
 def _recipe(**fields: Any) -> Recipe:
@@ -136,7 +139,7 @@ def test_coverage_counts_and_lines() -> None:
     assert cov.headline() == "rows 1/10 patterns 1/6 writers 2/3 corruptions 2/6"
     data = cov.to_json()
     assert data["corruption"]["counts"]["raw_writer"] == 1
-    assert data["corruption"]["not_drawable"] == ["index_out_of_range", "scale_not_pow2"]
+    assert data["corruption"]["not_drawable"] == ["index_out_of_range", "scale_not_pow2", *ABSENT_ENGINE]
     assert set(data) == set(FAMILY_BY_KEY)
     cov.add(_recipe(row_lengths=(-1,), stream_offset=1))  # outside the violating strategies' space
     assert cov.outside("row_length") == ("<0",) and "drawn outside" in cov.summary_lines()[-1]
@@ -257,7 +260,7 @@ def test_short_campaign_reports_rates_and_features(state: Path, capsys: pytest.C
     assert set(feats) == set(FAMILY_BY_KEY)
     assert sum(feats["writer"]["counts"].values()) == examples  # one writer per example
     assert sum(feats["corruption"]["counts"].values()) == examples  # one violation per example
-    assert feats["corruption"]["hit"] == int(line.group(4)) and feats["corruption"]["not_drawable"] == ["scale_not_pow2"]
+    assert feats["corruption"]["hit"] == int(line.group(4)) and feats["corruption"]["not_drawable"] == ["scale_not_pow2", *ABSENT_ENGINE]
     assert data["summary_lines"][1].startswith("strategy features:")
     report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
     assert report["fuzz_summary"] == data["summary_lines"]

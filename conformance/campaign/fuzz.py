@@ -158,8 +158,9 @@ def _fuzz_parameters(target: Any, properties: list[str], chunk: int = 99) -> dic
     of at most RAMP_KEYS keys, each next one 4x more, up to the suite's own limits; small
     problems first give quick feedback and quick shrinks)."""
     from conformance.judging.checks import backend_limits, size_limits
+    from strategies.hypothesis_recipes import differential_writers
 
-    limits = backend_limits(target)
+    limits = {**backend_limits(target), "writers": differential_writers(target.profile.needs_pow2_scales)}
     cap = RAMP_KEYS * 4 ** min(chunk, 10)
     general = size_limits(target)
     general = {"max_n_q": min(general["max_n_q"], max(8, cap // 64)), "max_total_keys": min(general["max_total_keys"], cap)}

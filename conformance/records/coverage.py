@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel.record import PRECONDITION_WRITERS, RECORD_BYTES, WRITERS
+from kernel.writers import sglang as sglang_writer
 from strategies.layouts import Q_LAYOUTS
 from strategies.recipe import (
     INDEX_PATTERNS,
@@ -93,7 +94,8 @@ HEAD_CLASSES = tuple(str(h) for h in range(1, 17))
 CACHE_CLASSES = ("0", "1", "2-64", "<=64MiB", ">64MiB", ">4GiB")
 CACHE_LAYOUT_CLASSES = ("[rows, 656]", "[blocks, block_size, 656]", "[a, blocks, block_size, 656]")
 # the precondition violations a recipe can declare: violating_recipes' kinds, then the recipe's
-# corruption kinds it never picks (scale_not_pow2: the raw writer stands for it)
+# corruption kinds it never picks (scale_not_pow2: the raw writer stands for it), then the engine
+# writer's cache (drawn only where kernel.writers.sglang runs)
 VIOLATION_KINDS = (
     "raw_writer",
     "above_cap_latent",
@@ -103,6 +105,7 @@ VIOLATION_KINDS = (
     "negative_without_has_invalid",
     "index_out_of_range",
     "scale_not_pow2",
+    "sglang_writer",
 )
 SCALE_CLASSES = (*SOFTMAX_SCALES, "number")
 INVALID_CLASSES = ("off", *(f"on/{p}" for p in INVALID_PATTERNS))
@@ -179,6 +182,8 @@ def violations(recipe: Recipe) -> frozenset[str]:
     kinds = {c["kind"] for c in recipe.corruptions}
     if recipe.writer == "raw":
         kinds.add("raw_writer")
+    if recipe.writer == "sglang":
+        kinds.add("sglang_writer")
     if recipe.latent == "above_cap":
         kinds.add("above_cap_latent")
     if not recipe.has_invalid and recipe.invalid_pattern != "none":
@@ -295,9 +300,12 @@ def recipes_space(**kwargs: Any) -> DrawSpace:
     return DrawSpace(**kwargs)
 
 
-def violating_space(*, allow_out_of_range: bool, max_total_keys: int = 4096, heads: Iterable[int] | None = None) -> DrawSpace:
+def violating_space(
+    *, allow_out_of_range: bool, max_total_keys: int = 4096, heads: Iterable[int] | None = None, engine_writer: bool | None = None
+) -> DrawSpace:
     """The space of strategies.hypothesis_recipes.violating_recipes(...) with these arguments."""
-    kinds = VIOLATION_KINDS[:6] + (("index_out_of_range",) if allow_out_of_range else ())
+    engine = sglang_writer.available() if engine_writer is None else engine_writer
+    kinds = VIOLATION_KINDS[:6] + (("index_out_of_range",) if allow_out_of_range else ()) + (("sglang_writer",) if engine else ())
     return DrawSpace(**_VIOLATING_BASE, max_total_keys=max_total_keys, heads=tuple(heads) if heads is not None else None, violations=kinds)
 
 
@@ -325,9 +333,11 @@ def reachable(space: DrawSpace) -> dict[str, tuple[str, ...]]:
     else:
         latent, rope, q, scales = _CLEAN_LATENT, _CLEAN_ROPE, _CLEAN_Q, _SCALES
     kinds = set(space.violations or ())
-    writers = set(space.writers) | ({"raw"} if "raw_writer" in kinds else set())
+    writers = set(space.writers) | ({"raw"} if "raw_writer" in kinds else set()) | ({"sglang"} if "sglang_writer" in kinds else set())
     if "raw" in writers:
         kinds.add("raw_writer")
+    if "sglang" in writers:
+        kinds.add("sglang_writer")
     if space.huge_cache:
         patterns, caches = ("beyond_4gib",), {cache_class(ROWS_BEYOND_4GIB + 1), cache_class(ROWS_BEYOND_4GIB + 100_000)}
     else:
@@ -363,6 +373,13 @@ def reachable_union(spaces: Iterable[DrawSpace]) -> dict[str, tuple[str, ...]]:
         for key, classes in reachable(space).items():
             union[key].update(classes)
     return {f.key: tuple(c for c in f.classes if c in union[f.key]) for f in FAMILIES}
+
+
+def absent_writers(reach: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
+    """Engine writers not in the writer denominators because they cannot run on this machine,
+    with the reason (kernel.writers.sglang.unavailable_reason)."""
+    why = sglang_writer.unavailable_reason()
+    return {"sglang": why} if why and "sglang" not in reach.get("writer", ()) else {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,6 +424,7 @@ class Coverage:
         parts = [f"{f.title} {self.fraction(f.key)}" for f in FAMILIES if f.key in HEADLINE]
         others = [f"{f.title} {self.fraction(f.key)}" for f in FAMILIES if f.key not in HEADLINE]
         lines = ["strategy features: " + ", ".join(parts), "  also: " + ", ".join(others)]
+        lines += [f"  not drawn here: writer {name}: {why}" for name, why in absent_writers(self.reachable).items()]
         missing = [f"  {f.title}: {', '.join(self.never_hit(f.key))}" for f in FAMILIES if self.never_hit(f.key)]
         lines += ["never hit:", *missing] if missing else ["never hit: none (every class the strategies can draw was drawn)"]
         stray = [f"{f.title}: {', '.join(self.outside(f.key))}" for f in FAMILIES if self.outside(f.key)]
@@ -429,4 +447,5 @@ class Coverage:
                 "not_drawable": [c for c in f.classes if c not in reach],
                 "outside": {c: self.counts[f.key][c] for c in self.outside(f.key)},
             }
+        out["writer"]["absent"] = absent_writers(self.reachable)
         return out

@@ -138,9 +138,9 @@ def run_is_live(run_dir: Path) -> bool:
 
 def infer_expect(recipe_fields: dict[str, Any]) -> str:
     """ "precondition" when a recipe (plain JSON fields) breaks a precondition by construction (raw
-    writer, latent above the cap, corruptions, negative entries without has_invalid), else
+    or sglang writer, latent above the cap, corruptions, negative entries without has_invalid), else
     "conform". Used when a write-ahead file does not record the expectation."""
-    if recipe_fields.get("writer") == "raw" or recipe_fields.get("latent") == "above_cap" or recipe_fields.get("corruptions"):
+    if recipe_fields.get("writer") in ("raw", "sglang") or recipe_fields.get("latent") == "above_cap" or recipe_fields.get("corruptions"):
         return "precondition"
     if recipe_fields.get("invalid_pattern", "none") != "none" and not recipe_fields.get("has_invalid", False):
         return "precondition"

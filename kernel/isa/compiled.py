@@ -518,12 +518,18 @@ def _nop(b: Batch) -> None:
     return None
 
 
-def batched_form(ins: Instr) -> BFn | None:
-    """The batched closure of one (already decoded) instruction, or None."""
+def batched_form(ins: Instr, per_wave: Callable[[Any, Any], Any] | None = None) -> BFn | None:
+    """The batched closure of one (already decoded) instruction, or None; memory forms need
+    the instruction's per-wave closure (`per_wave`) for their slow path."""
     if ins.mnemonic == "s_nop":
         return _nop
     if ins.mnemonic in BMFMA:
         return BMFMA[ins.mnemonic](ins)
+    if per_wave is not None:
+        from kernel.isa.compiled_memory import BMEM
+
+        if ins.mnemonic in BMEM:
+            return BMEM[ins.mnemonic](ins, per_wave)
     base, enc = ov.base_name(ins.mnemonic)
     make = BVALU.get(base)
     if make is None or enc not in ("", "e32", "e64") and not (enc == "sdwa" and base == "v_cvt_pk_f32_fp8"):
@@ -531,9 +537,10 @@ def batched_form(ins: Instr) -> BFn | None:
     return make(ins)
 
 
-def compile_batched(program: Program, d: Any) -> list[BFn | None]:
-    """The batched closure of each instruction, or None where it runs wave by wave."""
-    return [batched_form(ins) for ins in program.instrs]
+def compile_batched(program: Program, d: Any, code: list | None = None) -> list[BFn | None]:
+    """The batched closure of each instruction (given the per-wave closures `code`), or None
+    where it runs wave by wave."""
+    return [batched_form(ins, code[i] if code is not None else None) for i, ins in enumerate(program.instrs)]
 
 
 # ------------------------------------------------------------------ MFMA (16x16 forms of ops_matrix)

@@ -26,7 +26,7 @@ from kernel.isa.ops_matrix import MFMA
 from kernel.isa.ops_memory import MEM
 from kernel.isa.ops_scalar import SALU
 from kernel.isa.ops_vector import VALU, base_name
-from kernel.isa.state import EXEC, LANES, Checks, GlobalMemory, PendingOp, Wave, Workgroup
+from kernel.isa.state import EXEC, LANES, Checks, GlobalMemory, PendingOp, StackedLds, Wave, Workgroup
 
 Fn = Callable[[Wave, Any], int | None]
 SDWA_OK = {"v_cvt_pk_f32_fp8"}
@@ -86,7 +86,7 @@ def decode(program: Program) -> Decoded:
         head = f"{len(errors)} instruction(s) the interpreter does not model:\n  "
         raise UnknownInstruction(head + "\n  ".join(errors[:40]))
     vsafe = [ins.mnemonic in SALU for ins in program.instrs]
-    return Decoded(program, code, d.n_vgpr, compile_batched(program, d), vsafe)
+    return Decoded(program, code, d.n_vgpr, compile_batched(program, d, code), vsafe)
 
 
 class Executor:
@@ -188,9 +188,10 @@ def run_workgroups(
     VDEF = np.zeros(V.shape, dtype=np.uint8)
     groups: list[tuple[Workgroup, list[Wave]]] = []
     waves: list[Wave] = []
+    stack = StackedLds(len(wgids), dec.program.descriptor.group_segment_size)
     for g, wgid in enumerate(wgids):
         flat = wgid if isinstance(wgid, int) else wgid[0]
-        wg = Workgroup(flat, dec.program.descriptor.group_segment_size, checks)
+        wg = Workgroup(flat, stack.size, checks, stack, g)
         if wg_setup is not None:
             wg_setup(wg)
         x = Executor(dec, mem, wg, checks)
@@ -205,7 +206,7 @@ def run_workgroups(
         groups.append((wg, mine))
         waves += mine
     with np.errstate(all="ignore"):  # IEEE results (inf, NaN, denormals) are values here, not errors
-        run_lockstep(dec, waves, V, VDEF, checks.on)
+        run_lockstep(dec, waves, V, VDEF, checks.on, stack)
     return [WorkgroupResult(sum(w.executed for w in ws), wg.epoch, ws, wg) for wg, ws in groups]
 
 

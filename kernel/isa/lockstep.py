@@ -25,7 +25,7 @@ import numpy as np
 
 from kernel.isa.errors import IsaError
 from kernel.isa.ops_scalar import BARRIER
-from kernel.isa.state import Wave
+from kernel.isa.state import StackedLds, Wave
 
 MAX_INSTRUCTIONS_PER_WAVE = 20_000_000
 
@@ -37,8 +37,10 @@ class Batch:
     (cleared by any per-wave instruction that may touch VGPR state), `exec_mask()` = None when
     every wave's EXEC is all ones, else the stacked bool [k, 64] EXEC."""
 
-    def __init__(self, waves: list[Wave], V: np.ndarray, VDEF: np.ndarray, chk: bool) -> None:
+    def __init__(self, waves: list[Wave], V: np.ndarray, VDEF: np.ndarray, chk: bool, stack: StackedLds | None = None) -> None:
         self.waves = waves
+        self.stack = stack  # the workgroups' stacked LDS; wave i's slot is slots[i]
+        self.slots = np.array([w.x.wg.slot for w in waves]) if stack is not None else None
         self.V = V
         self.VDEF = VDEF
         self.k = len(waves)
@@ -139,9 +141,10 @@ def _after(w: Wave, pc: int, r: int | None) -> None:
         w.done = True
 
 
-def run_lockstep(dec: Any, waves: list[Wave], V: np.ndarray, VDEF: np.ndarray, chk: bool) -> None:
-    """Run `waves` (each with .x set; V / VDEF their stacked registers, in the same order) to
-    the end of the program, barrier epochs advancing per workgroup as documented above."""
+def run_lockstep(dec: Any, waves: list[Wave], V: np.ndarray, VDEF: np.ndarray, chk: bool, stack: StackedLds | None = None) -> None:
+    """Run `waves` (each with .x set; V / VDEF their stacked registers, in the same order;
+    `stack` their workgroups' stacked LDS) to the end of the program, barrier epochs advancing
+    per workgroup as documented above."""
     code, bcode, vsafe, instrs = dec.code, dec.bcode, dec.vsafe, dec.program.instrs
     nw = len(waves)
     while True:
@@ -162,5 +165,5 @@ def run_lockstep(dec: Any, waves: list[Wave], V: np.ndarray, VDEF: np.ndarray, c
             hi += 1
         others = [waves[i].pc for i in run if i < lo or i >= hi]
         stop = min(others) if others else 1 << 62
-        b = Batch(waves[lo:hi], V[lo:hi], VDEF[lo:hi], chk)
+        b = Batch(waves[lo:hi], V[lo:hi], VDEF[lo:hi], chk, stack)
         run_group(code, bcode, vsafe, instrs, b, max(stop, pc + 1))

@@ -481,16 +481,23 @@ def _ds_write(ins: Instr, d: Any) -> Fn:
     return run
 
 
+def _tr8_source() -> np.ndarray:
+    """ds_read_b64_tr_b8: byte j of lane l's result is byte l % 8 of the 8 bytes lane
+    16 (l // 16) + 2 j + (l % 16) // 8 read, as an index into the flattened [lane, 8] rows."""
+    i = np.arange(LANES)
+    src_lane = ((i // 16) * 16)[:, None] + 2 * np.arange(8)[None, :] + ((i % 16) // 8)[:, None]  # [lane, j]
+    return (8 * src_lane + (i % 8)[:, None]).astype(np.intp)
+
+
+TR8_SOURCE = _tr8_source()
+
+
 @op("ds_read_b64_tr_b8")
 def _ds_read_tr8(ins: Instr, d: Any) -> Fn:
     off = _offset(ins, ())
     dst = vdst(ins, ins.operands[0], 2)
     va = src32(ins, ins.operands[1])
-    i = np.arange(LANES)
-    grp = (i // 16) * 16
-    src_lane = grp[:, None] + 2 * np.arange(8)[None, :] + ((i % 16) // 8)[:, None]  # [lane, j]
-    src_byte = (i % 8)[:, None]
-    flat_src = (8 * src_lane + src_byte).astype(np.intp)  # byte of the [lane, 8] rows, flattened
+    flat_src = TR8_SOURCE
 
     def run(w: Wave, x: Any) -> None:
         if not w.exec_all:

@@ -165,18 +165,20 @@ class GlobalMemory:
         return idx, off
 
     def read_all(self, addr: np.ndarray, size: int) -> np.ndarray | None:
-        """Fast path of read() for every lane of a lane vector: bytes [64, size] when every
-        lane's [addr, addr + size) lies in the region of lane 0's, else None (use read())."""
+        """Fast path of read() for every lane of a lane vector (or of several waves' lanes,
+        flattened): bytes [n, size] when every lane's [addr, addr + size) lies in the region of
+        the first lane's, else None (use read())."""
         a = addr.astype(np.uint64, copy=False)
         a0 = int(a[0])
         r = self._region_of(a0, a0 + size)
         if r is None:
             return None
-        off = a - K(r.start, np.uint64)  # wraps to huge below the start
-        if np.count_nonzero(off > K(r.end - r.start - size, np.uint64)):
+        sh = a.shape
+        off = a - K(r.start, np.uint64, sh)  # wraps to huge below the start
+        if np.count_nonzero(off > K(r.end - r.start - size, np.uint64, sh)):
             return None
-        if size in (4, 8, 16) and not np.count_nonzero(off & K(size - 1, np.uint64)):  # aligned: gather rows
-            return r.rows(size)[(off >> K(size.bit_length() - 1, np.uint64)).astype(np.intp)].view(np.uint8)
+        if size in (4, 8, 16) and not np.count_nonzero(off & K(size - 1, np.uint64, sh)):  # aligned: gather rows
+            return r.rows(size)[(off >> K(size.bit_length() - 1, np.uint64, sh)).astype(np.intp)].view(np.uint8)
         return r.data[off.astype(np.intp)[:, None] + byte_span(size)]
 
     def read(self, addr: np.ndarray, size: int, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -305,15 +307,44 @@ def int_to_mask(val: int) -> np.ndarray:
     return m
 
 
-class Workgroup:
-    """LDS (bytes) and its shadow for one workgroup, plus the shared checker sink."""
+class StackedLds:
+    """The LDS and its shadow of G workgroups run together, stacked ([G, size] arrays; slot g
+    is workgroup g's), so that batched LDS reads gather across workgroups at once."""
 
-    def __init__(self, wgid: int, lds_bytes: int, checks: Checks) -> None:
+    def __init__(self, groups: int, lds_bytes: int) -> None:
+        n = max(lds_bytes, 0)
+        self.size = n
+        self.lds = np.zeros((groups, n), dtype=np.uint8)
+        self.writer = np.full((groups, n), -1, dtype=np.int8)
+        self.epoch = np.full((groups, n), -1, dtype=np.int32)
+        self.pending = np.zeros((groups, n), dtype=np.int64)
+        self._rows: dict[int, np.ndarray] = {}
+
+    def rows(self, size: int) -> np.ndarray | None:
+        """All slots' LDS as [G * size_of_slot // size, size // 4] uint32 rows (a view), when
+        a slot is a whole number of rows (else None)."""
+        if self.size % size:
+            return None
+        v = self._rows.get(size)
+        if v is None:
+            v = self._rows[size] = self.lds.reshape(-1).view(np.uint32).reshape(-1, size // 4)
+        return v
+
+
+class Workgroup:
+    """LDS (bytes) and its shadow for one workgroup, plus the shared checker sink; with
+    `stack`, slot `slot` of those stacked arrays (views)."""
+
+    def __init__(self, wgid: int, lds_bytes: int, checks: Checks, stack: StackedLds | None = None, slot: int = 0) -> None:
         self.wgid = wgid
-        self.lds = np.zeros(max(lds_bytes, 0), dtype=np.uint8)
-        self.lds_writer = np.full(self.lds.size, -1, dtype=np.int8)
-        self.lds_epoch = np.full(self.lds.size, -1, dtype=np.int32)
-        self.lds_pending = np.zeros(self.lds.size, dtype=np.int64)  # DMA token, 0 = landed
+        self.slot = slot
+        if stack is None:
+            stack = StackedLds(1, lds_bytes)
+            slot = 0
+        self.lds = stack.lds[slot]
+        self.lds_writer = stack.writer[slot]
+        self.lds_epoch = stack.epoch[slot]
+        self.lds_pending = stack.pending[slot]  # DMA token, 0 = landed
         self.epoch = 0  # barriers completed
         self.checks = checks
         self.token = 0

@@ -27,12 +27,13 @@ def _report(state: Path) -> dict:
 
 
 def test_fuzz_emulated_finds_nothing(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["fuzz", "--kernel", "emulated", "--seconds", "20", "--hypothesis-profile", "ci", "--chunk-examples", "2"])
+    args = "fuzz --kernel emulated --seconds 600 --max-chunks 2 --hypothesis-profile ci --chunk-examples 2"
+    code = main(args.split())
     captured = capsys.readouterr()
     assert code == 0, captured.out + captured.err
     assert "no failures found" in captured.out
     chunks = int(captured.out.split(" chunk(s)")[0].rsplit(", ", 1)[1])
-    assert chunks >= 2, captured.out  # several chunks (fresh seeds, sizes ramping up)
+    assert chunks == 2, captured.out  # --max-chunks ends it (fresh seeds, sizes ramping up), not the clock
     assert "fuzz: kernel emulated (profile gfx950) on cpu" in captured.err  # progress on stderr
     assert not list((state / "pending").glob("*.json"))
     report = _report(state)
@@ -95,7 +96,11 @@ def test_fuzz_profile_options_mean_what_they_mean_elsewhere(state: Path, capsys:
             "--kernel",
             "emulated",
             "--seconds",
-            "2",
+            "600",
+            "--max-chunks",
+            "1",
+            "--shrink-seconds",
+            "1",
             "--profile",
             "exact",
             "--hypothesis-profile",

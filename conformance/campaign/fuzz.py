@@ -207,9 +207,11 @@ def campaign(
     save: bool,
     progress: ProgressLine,
     chunk_examples: int | None = None,
+    max_chunks: int | None = None,
 ) -> Campaign:
     """Run the campaign (see the module docstring) into `state` (its counters and failures stay
-    valid when the campaign is interrupted); returns `state`."""
+    valid when the campaign is interrupted); returns `state`. `max_chunks` ends it after that many
+    chunks even with budget left (a campaign bounded by its examples, not by the clock)."""
     from hypothesis import HealthCheck, Verbosity, given, seed, settings
     from hypothesis import strategies as st
     from hypothesis.errors import HypothesisException
@@ -301,7 +303,7 @@ def campaign(
             progress.show(state.status(budget_s))
 
     chunk = 0
-    while time.monotonic() < deadline and len(state.failures) < max_failures:
+    while time.monotonic() < deadline and len(state.failures) < max_failures and (max_chunks is None or chunk < max_chunks):
         chunk_seed = chunk if hypothesis_profile == "ci" else int.from_bytes(os.urandom(4), "little")
         state.seeds.append(chunk_seed)
         state.chunks = chunk = chunk + 1

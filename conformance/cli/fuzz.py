@@ -13,7 +13,8 @@ A failure is shrunk by Hypothesis, for at most --shrink-seconds after it was
 found (the campaign may overrun its budget by that much), then saved to the pending corpus
 (content-hash names: the same failure is stored once; CONFORMANCE_PENDING_DIR overrides the
 folder). An example failing the same way as a failure already saved counts, but is not shrunk
-again. After --max-failures distinct failures the campaign stops.
+again. After --max-failures distinct failures the campaign stops, and after --max-chunks chunks
+(--chunk-examples each) even with budget left: a campaign bounded by its examples.
 
 Properties (--property, repeatable; default all three):
     differential   the general differential property (test_differential.py's recipes)
@@ -105,6 +106,13 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="examples per chunk (default: the Hypothesis profile's max_examples); smaller chunks ramp sizes up sooner",
     )
+    p.add_argument(
+        "--max-chunks",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="stop after N chunks even with budget left (a campaign bounded by its examples: --chunk-examples x N)",
+    )
     p.add_argument("--no-save", action="store_true", help="do not write failures to the pending corpus (report them only)")
     p.set_defaults(func=run)
 
@@ -167,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
                 save=not args.no_save,
                 progress=progress,
                 chunk_examples=args.chunk_examples,
+                max_chunks=args.max_chunks,
             )
         except KeyboardInterrupt:
             interrupted = True

@@ -19,7 +19,15 @@ done
 OUT=${OUT:-/tmp/h200-out}; mkdir -p "$OUT"
 export RESULTS=/tmp/results; rm -rf "$RESULTS"; mkdir -p "$RESULTS/logs"
 start=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl > "$RESULTS/logs/pip.log" 2>&1 || echo "pip install failed (see logs/pip.log)"
+# a warm machine keeps /tmp/site: reinstalling under processes still running from it (a detached
+# campaign of an earlier call) would swap their files, so the same wheels are installed once
+stamp="/tmp/site/.wheels-$(cat .whl/*.whl | md5sum | cut -c1-12)"
+if [ -f "$stamp" ]; then
+  echo "wheels already installed ($stamp)" > "$RESULTS/logs/pip.log"
+else
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl > "$RESULTS/logs/pip.log" 2>&1 \
+    && touch "$stamp" || echo "pip install failed (see logs/pip.log)"
+fi
 export PYTHONPATH=/tmp/site:$PWD
 nvidia-smi -L > "$RESULTS/logs/gpu.txt" 2>&1
 if [ "$BENCH_S" -gt 0 ]; then

@@ -25,9 +25,10 @@ below. The device the records end up on does not matter: on a machine with CUDA,
 materialised on the CPU gets the bytes the GPU wrote (one function of the input on every
 device). Without CUDA the writer is absent: Triton's CPU interpreter (TRITON_INTERPRET=1, Triton
 3.9) does run this kernel on CPU tensors, but writes other bytes than the H200 did for the same
-input (scripts/sglang_writer_interpret.py: every scale IEEE-rounded where the H200's division
-leaves 9330 of 16384 one ulp away, and codes whose rounding carries into the next binade written
-a binade low), so its records are not the engine's.
+input: every scale IEEE-rounded where the H200's division left 9330 of 16384 one ulp away, and
+codes whose rounding carries into the next binade written a binade low (-4 for -7.97 at a scale
+where the H200 wrote -8), which this writer's own check refuses; measured on the H200's 4096
+records (`scripts/sglang_writer_caches.py --interpreter --compare-with FILE`).
 
 Every write is checked (`rounding_failures`): the records decoded by kernel.record.decode_records
 must be the bf16 input within the format's rounding, else SglangWriterError (a writer not called
@@ -74,7 +75,7 @@ def _cuda_triton_reason() -> str:
         return (
             f"sglang writer: needs a CUDA device (torch {torch.__version__}); sglang's quantiser is a Triton kernel, and Triton's "
             "CPU interpreter (TRITON_INTERPRET=1) runs it but writes other bytes than the H200 (IEEE scales, codes a binade low "
-            "where rounding carries: scripts/sglang_writer_interpret.py)"
+            "where rounding carries: scripts/sglang_writer_caches.py --interpreter)"
         )
     if importlib.util.find_spec("triton") is None:
         return "sglang writer: Triton is not installed"

@@ -43,6 +43,10 @@ and the kernel's index tensors per index tensors and cache row count, kernel.bac
 - lse: the kernel keeps the per-split lse in attn_lse and returns none; the adapter merges them
   as stage 2 does (f32, natural log): lse = max + log(sum exp(lse_i - max)) over the splits that
   hold keys (`split_lse`).
+- a repeated call (the same index tensors, the kept cache): the CSR rows, the splits that hold
+  keys and the split counts come from the layout kept per index tensors (`RowSplits`); around the
+  kernel the call launches only the output mapping: the empty rows of out zeroed in place, and
+  with lse its merge (9 device ops at 16 heads), no host sync.
 
 Numerics (from the kernel source; profile oracle/profile_files/sglang-triton-decode.toml): QK as
 `tl.dot` of bf16 [16 heads, 512] x [512, 32 keys] plus the 64 rope dims, f32 accumulation on
@@ -107,17 +111,40 @@ def split_holds(counts: torch.Tensor, splits: int = NUM_KV_SPLITS) -> torch.Tens
     return (start < n.unsqueeze(1)).unsqueeze(1)
 
 
-def split_lse(attn_lse: torch.Tensor, counts: torch.Tensor, splits: int = NUM_KV_SPLITS, holds: torch.Tensor | None = None) -> torch.Tensor:
+@dataclass(frozen=True)
+class RowSplits:
+    """What the kernel's splits of each row are, a function of the rows' key counts alone (kept
+    with the CSR rows per index tensors, so a repeated call builds none of it).
+
+    empty_split: bool [n_q, 1, S], split s of row q holds no key (never written by the kernel);
+    no_key: bool [n_q, 1, 1], the row has no valid key (split 0 holds keys iff the row has any);
+    num_kv_splits: int32 [n_q] = S, the kernel's per-row split count."""
+
+    empty_split: torch.Tensor
+    no_key: torch.Tensor
+    num_kv_splits: torch.Tensor
+
+
+def row_splits(counts: torch.Tensor, splits: int = NUM_KV_SPLITS) -> RowSplits:
+    """RowSplits of rows with counts[q] valid keys."""
+    empty = ~split_holds(counts, splits)
+    return RowSplits(
+        empty_split=empty,
+        no_key=empty[..., :1].contiguous(),
+        num_kv_splits=torch.full((counts.shape[0],), splits, dtype=torch.int32, device=counts.device),
+    )
+
+
+def split_lse(attn_lse: torch.Tensor, counts: torch.Tensor, splits: int = NUM_KV_SPLITS, rows: RowSplits | None = None) -> torch.Tensor:
     """The row lse [n_q, H] (f32, natural log; -inf for a row without keys) from the kernel's
     per-split lse [n_q, H, splits]: log-sum-exp over the splits that hold keys, in f32 as the
-    kernel's stage 2 merges (max first). A split that holds no key is never written by the kernel.
-    holds: split_holds(counts, splits) when already known (split 0 holds keys iff the row has any)."""
-    holds = split_holds(counts, splits) if holds is None else holds
-    lse_i = torch.where(holds, attn_lse, float("-inf"))
-    peak = lse_i.amax(dim=-1, keepdim=True)
-    safe = torch.where(torch.isfinite(peak), peak, 0.0)
-    total = torch.exp(lse_i - safe).sum(dim=-1)
-    return torch.where(holds[..., 0], safe.squeeze(-1) + torch.log(total), float("-inf"))
+    kernel's stage 2 merges (max first; a non-finite max counts as 0). A split that holds no key
+    is never written by the kernel. A row without keys has every split at -inf, so its sum is 0
+    and its lse 0 + log(0) = -inf. rows: row_splits(counts, splits) when already known."""
+    rows = row_splits(counts, splits) if rows is None else rows
+    lse_i = attn_lse.masked_fill(rows.empty_split, float("-inf"))
+    safe = lse_i.amax(dim=-1, keepdim=True).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+    return lse_i.sub_(safe).exp_().sum(dim=-1).log_().add_(safe.squeeze(-1))
 
 
 def sglang_dequantise(reader: ModuleType, records: torch.Tensor) -> torch.Tensor:
@@ -164,26 +191,31 @@ class SglangCall:
     o: torch.Tensor
     logits: torch.Tensor
     att_lse: torch.Tensor
-    splits: torch.Tensor
     softmax_scale: float
     keys: SlotKeys
-    holds: torch.Tensor
+    rows: RowSplits
     heads: int
 
     def run(self) -> None:
         """The kernel alone: decode_attention_fwd on each chunk of rows (start, stop, its key
         buffer [n, 1, 576], kv_indptr, kv_indices)."""
+        n_q = self.o.shape[0]
         for start, stop, k_chunk, kv_indptr, kv_indices in self.chunks:
+            whole = (start, stop) == (0, n_q)  # one chunk: the tensors themselves, no views
+
+            def rows(t: torch.Tensor, start: int = start, stop: int = stop, whole: bool = whole) -> torch.Tensor:
+                return t if whole else t[start:stop]
+
             self.kernel.decode_attention_fwd(
-                self.q_run[start:stop],
+                rows(self.q_run),
                 k_chunk,
                 k_chunk[..., :LATENT_DIM],
-                self.o[start:stop],
+                rows(self.o),
                 kv_indptr,
                 kv_indices,
-                self.logits[start:stop],
-                self.att_lse[start:stop],
-                self.splits[start:stop],
+                rows(self.logits),
+                rows(self.att_lse),
+                rows(self.rows.num_kv_splits),
                 NUM_KV_SPLITS,
                 self.softmax_scale,
                 1.0,
@@ -191,14 +223,17 @@ class SglangCall:
             )
 
     def finish(self, out: torch.Tensor | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(out, lse) of the contract from the kernel's outputs (module docstring)."""
-        has_key = self.holds[..., :1]  # [n_q, 1, 1]: split 0 holds keys iff the row has any
-        if out is not None and self.o is out:
-            result = out.masked_fill_(~has_key, 0)
+        """(out, lse) of the contract from the kernel's outputs (module docstring). The kernel's
+        own o is returned (rows without keys zeroed in place) when it is `out` or when it has
+        exactly the call's heads; else the heads are copied out of it."""
+        no_key = self.rows.no_key
+        if self.o.shape[1] == self.heads and (out is None or self.o is out):
+            result = self.o.masked_fill_(no_key, 0)
         else:
-            got = torch.where(has_key, self.o[:, : self.heads], torch.zeros((), dtype=torch.bfloat16, device=self.o.device))
+            got = self.o[:, : self.heads].masked_fill(no_key, 0)
             result = out.copy_(got) if out is not None else got
-        lse = split_lse(self.att_lse[:, : self.heads], self.keys.counts, holds=self.holds) if return_lse else None
+        att_lse = self.att_lse if self.att_lse.shape[1] == self.heads else self.att_lse[:, : self.heads]
+        lse = split_lse(att_lse, self.keys.counts, rows=self.rows) if return_lse else None
         return result, lse
 
 
@@ -230,13 +265,13 @@ def prepare_sglang_decode(
         o = torch.empty(n_q, run_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
     buffer = keys.keys.view(-1, 1, HEAD_DIM)
 
-    def rows_csr() -> tuple[list[tuple[int, int, torch.Tensor, torch.Tensor]], torch.Tensor]:
+    def rows_csr() -> tuple[list[tuple[int, int, torch.Tensor, torch.Tensor]], RowSplits]:
         ranges = int32_row_chunks(n_q, keys.width) if keys.per_slot else [(0, n_q)]
-        return [(start, stop, *csr_of_valid(keys, start, stop)) for start, stop in ranges], split_holds(keys.counts)
+        return [(start, stop, *csr_of_valid(keys, start, stop)) for start, stop in ranges], row_splits(keys.counts)
 
     chunks = []
     params = (NAME, kv_cache.numel() // RECORD_BYTES, keys.per_slot)  # the CSR is a function of these and the indices
-    csr, holds = kept_index(layout_cache, indices, indptr, params, rows_csr)
+    csr, rows = kept_index(layout_cache, indices, indptr, params, rows_csr)
     for start, stop, kv_indptr, kv_indices in csr:
         k_chunk = buffer[start * keys.width : stop * keys.width] if keys.per_slot else buffer
         chunks.append((start, stop, k_chunk, kv_indptr, kv_indices))
@@ -248,10 +283,9 @@ def prepare_sglang_decode(
         o=o,
         logits=torch.empty(n_q, run_heads, NUM_KV_SPLITS, LATENT_DIM, dtype=torch.float32, device=q.device),
         att_lse=torch.empty(n_q, run_heads, NUM_KV_SPLITS, dtype=torch.float32, device=q.device),
-        splits=torch.full((n_q,), NUM_KV_SPLITS, dtype=torch.int32, device=q.device),
         softmax_scale=float(softmax_scale),
         keys=keys,
-        holds=holds,
+        rows=rows,
         heads=heads,
     )
 
@@ -322,10 +356,12 @@ __all__ = [
     "NAME",
     "NUM_KV_SPLITS",
     "PROFILE",
+    "RowSplits",
     "SglangCall",
     "csr_of_valid",
     "kept_cache",
     "prepare_sglang_decode",
+    "row_splits",
     "run_sglang_decode",
     "sglang_decode_backend",
     "split_holds",

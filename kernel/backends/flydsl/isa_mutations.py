@@ -3,7 +3,9 @@
 Each `Mutation` replaces exact text of kernel/backends/flydsl/gfx950.py (each `old` must occur
 exactly once, so a kernel edit that moves the code makes the catalogue fail loudly instead of
 silently testing nothing). `run_mutations` writes each mutant to a temporary file, compiles it
-for the given configurations in a subprocess (compile.compile_configs(source=...)), and runs
+for the given configurations in a subprocess (several mutants per subprocess, each loaded as its
+own module with its own ISA dump folder; one that kills the process is compiled again alone with
+compile.compile_configs(source=...)), and runs
 every check (compile.check_isa, which includes isa_checks.check_kernel). A mutant is *flagged*
 on a configuration when it compiled and at least one check failed; `expect` names the check ids
 (isa_checks module docstring) the bug is meant to trip, and the self-test requires one of them
@@ -17,11 +19,12 @@ CLI (prints the table docs/flydsl.md shows):
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -268,42 +271,127 @@ def check_ids(failures: Sequence[str]) -> list[str]:
     return out
 
 
+def _result(m_id: str, r: fc.ConfigResult) -> MutantResult:
+    compiled = r.stats is not None and not r.error
+    return MutantResult(
+        m_id,
+        r.label,
+        compiled,
+        check_ids(r.failures) if compiled else [],
+        list(r.failures[:3]),
+        r.error.splitlines()[-1] if r.error else "",
+    )
+
+
+def _batch_worker(manifest: str) -> int:
+    """Subprocess body: for each mutant of the manifest (a JSON file: [{"id", "source",
+    "dump_dir", "configs"}]), a marker line {"mutant": id}, then compile.py's worker on its
+    configurations, its ISA dumped under its own dump_dir. One process pays the imports once."""
+    import json
+
+    for item in json.loads(Path(manifest).read_text(encoding="utf-8")):
+        print(json.dumps({"mutant": item["id"]}), flush=True)
+        os.environ["FLYDSL_KERNEL_SOURCE"] = item["source"]
+        os.environ["FLYDSL_DUMP_DIR"] = item["dump_dir"]
+        fc._worker([(int(h), bool(hi), bool(rl)) for h, hi, rl in item["configs"]])
+    return 0
+
+
+def _run_batch(work: Sequence[tuple[Mutation, list[fc.Config]]], src: str, tmp: Path, timeout: float) -> dict[str, list[MutantResult]]:
+    """Compile the mutants of `work` in one subprocess; the results of every mutant it finished.
+    A mutant whose compile kills the process (and those after it) is missing from the result."""
+    import json
+    import subprocess
+
+    from kernel.backends.flydsl.gfx950 import kernel_name
+
+    items = []
+    for m, cfgs in work:
+        path = tmp / f"{m.id}.py"
+        path.write_text(mutant_source(m, src), encoding="utf-8")
+        dump = tmp / f"dump_{m.id}"
+        dump.mkdir()
+        items.append({"id": m.id, "source": str(path), "dump_dir": str(dump), "configs": [list(c) for c in cfgs]})
+    manifest = tmp / f"batch_{work[0][0].id}.json"
+    manifest.write_text(json.dumps(items), encoding="utf-8")
+    env = fc.compile_env(fc.ensure_toolchain(), tmp)
+    cmd = [sys.executable, "-m", "kernel.backends.flydsl.isa_mutations", "--batch-worker", str(manifest)]
+    try:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=str(fc.REPO_ROOT), check=False).stdout
+    except subprocess.TimeoutExpired as err:
+        out = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
+    finished: dict[str, set[fc.Config]] = {}
+    current = None
+    for line in out.splitlines():
+        if not line.startswith("{"):
+            continue
+        rec = json.loads(line)
+        if "mutant" in rec:
+            current = rec["mutant"]
+            finished[current] = set()
+        elif "config" in rec and current is not None:
+            h, hi, rl = rec["config"]
+            finished[current].add((int(h), bool(hi), bool(rl)))
+    results: dict[str, list[MutantResult]] = {}
+    for m, cfgs in work:
+        if set(cfgs) - finished.get(m.id, set()):
+            continue  # the process died in (or before) this mutant: it is compiled again alone
+        res = []
+        for h, hi, rl in cfgs:
+            isa = fc._find_isa(tmp / f"dump_{m.id}", kernel_name(h, hi, rl))
+            if isa is None:
+                res.append(_result(m.id, fc.ConfigResult(h, hi, rl, ok=False, error=f"no ISA dump found for {m.id}")))
+                continue
+            stats, failures = fc.check_isa(isa.read_text(encoding="utf-8"))
+            res.append(_result(m.id, fc.ConfigResult(h, hi, rl, ok=not failures, stats=stats, failures=failures, isa_path=str(isa))))
+        results[m.id] = res
+    return results
+
+
 def run_mutations(
-    mutations: Sequence[Mutation], configs: Sequence[fc.Config], *, jobs: int = 1, timeout: float = fc.DEFAULT_TIMEOUT_S
+    mutations: Sequence[Mutation],
+    configs: Sequence[fc.Config] | Mapping[str, Sequence[fc.Config]],
+    *,
+    jobs: int = 1,
+    timeout: float = fc.DEFAULT_TIMEOUT_S,
+    per_process: int = 1,
 ) -> list[MutantResult]:
-    """Compile and check every mutant on the configurations it applies to (one subprocess per
-    mutant compiles its configurations in turn), `jobs` mutants at once."""
+    """Compile and check every mutant on the configurations it applies to (of `configs`, or of
+    `configs[mutant id]` when it is a mapping; a mutant missing from the mapping is skipped): `per_process` mutants
+    share one subprocess (its ~6 CPU-s of imports paid once; each mutant's ISA dumped apart),
+    `jobs` subprocesses at once. A mutant whose compile kills a shared process, and any the
+    process did not reach, are compiled again one per process (a mutant that crashes the
+    compiler is reported as not compiled, with the error). Results in the order of `mutations`."""
     import concurrent.futures
 
     src = KERNEL_SOURCE.read_text()
-    work = [(m, [c for c in configs if m.applies_to(c)]) for m in mutations]
-    results: list[MutantResult] = []
+    work = [(m, [c for c in (configs.get(m.id, ()) if isinstance(configs, Mapping) else configs) if m.applies_to(c)]) for m in mutations]
+    work = [(m, cfgs) for m, cfgs in work if cfgs]
+    per_process = max(1, int(per_process))
+    batches = [work[i : i + per_process] for i in range(0, len(work), per_process)]
+    done: dict[str, list[MutantResult]] = {}
     with tempfile.TemporaryDirectory(prefix="flydsl_mutants_") as tmp:
 
-        def one(m: Mutation, cfgs: list[fc.Config]) -> list[MutantResult]:
-            path = Path(tmp) / f"{m.id}.py"
-            path.write_text(mutant_source(m, src))
-            res = fc.compile_configs(cfgs, per_process=len(cfgs), timeout=timeout, source=str(path))
-            out = []
-            for r in res:
-                compiled = r.stats is not None and not r.error
-                out.append(
-                    MutantResult(
-                        m.id,
-                        r.label,
-                        compiled,
-                        check_ids(r.failures) if compiled else [],
-                        list(r.failures[:3]),
-                        r.error.splitlines()[-1] if r.error else "",
-                    )
-                )
-            return out
+        def alone(m: Mutation, cfgs: list[fc.Config]) -> list[MutantResult]:
+            path = Path(tmp) / f"alone_{m.id}.py"
+            path.write_text(mutant_source(m, src), encoding="utf-8")
+            return [_result(m.id, r) for r in fc.compile_configs(cfgs, per_process=len(cfgs), timeout=timeout, source=str(path))]
+
+        def batch(b: list[tuple[Mutation, list[fc.Config]]]) -> dict[str, list[MutantResult]]:
+            if len(b) == 1:
+                return {b[0][0].id: alone(*b[0])}
+            sub = Path(tmp) / f"b_{b[0][0].id}"
+            sub.mkdir()
+            got = _run_batch(b, src, sub, timeout)
+            for m, cfgs in b:
+                if m.id not in got:
+                    got[m.id] = alone(m, cfgs)
+            return got
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            futs = [pool.submit(one, m, cfgs) for m, cfgs in work if cfgs]
-            for f in futs:
-                results += f.result()
-    return results
+            for f in [pool.submit(batch, b) for b in batches]:
+                done.update(f.result())
+    return [r for m, _ in work for r in done[m.id]]
 
 
 def format_table(mutations: Sequence[Mutation], results: Sequence[MutantResult]) -> str:
@@ -333,7 +421,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--configs", default="h5_i1_l0,h16_i0_l1", help="configuration labels hH_iI_lL (default: the CI pair)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated mutation ids")
+    ap.add_argument("--per-process", type=int, default=4, help="mutants per compile subprocess (default 4)")
+    ap.add_argument("--batch-worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.batch_worker is not None:
+        return _batch_worker(args.batch_worker)
     configs = []
     for label in args.configs.split(","):
         m = re.fullmatch(r"h(\d+)_i([01])_l([01])", label.strip())
@@ -342,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configs.append((int(m.group(1)), m.group(2) == "1", m.group(3) == "1"))
     muts = [m for m in CATALOGUE if not args.only or m.id in args.only.split(",")]
     t0 = time.perf_counter()
-    res = run_mutations(muts, configs, jobs=args.jobs)
+    res = run_mutations(muts, configs, jobs=args.jobs, per_process=args.per_process)
     print(format_table(muts, res))
     bad = [r for r in res if not r.flagged or not set(r.checks) & set(next(m for m in muts if m.id == r.mutation).expect)]
     for r in bad:

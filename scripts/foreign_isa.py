@@ -264,9 +264,10 @@ def coverage(path: Path) -> dict:
     text = path.read_text()
     try:
         prog = parse_program(text)
+        descriptor = prog.descriptor  # read on first use: its errors are parse errors here
     except IsaError as err:
         return {"kernel": path.stem, "parse_error": str(err)}
-    ctx = DecodeCtx(prog.labels, prog.descriptor.next_free_vgpr)
+    ctx = DecodeCtx(prog.labels, descriptor.next_free_vgpr)
     counts: collections.Counter[str] = collections.Counter()
     missing: dict[str, str] = {}
     for ins in prog.instrs:
@@ -277,7 +278,7 @@ def coverage(path: Path) -> dict:
             missing.setdefault(ins.mnemonic, str(err).splitlines()[0][:200])
     return {
         "kernel": path.stem,
-        "symbol": prog.descriptor.name,
+        "symbol": descriptor.name,
         "instructions": len(prog.instrs),
         "opcodes": sorted(counts),
         "unmodelled": missing,

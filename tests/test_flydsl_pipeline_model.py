@@ -10,7 +10,7 @@ import pytest
 
 from kernel.backends.flydsl import compile as fc
 from kernel.backends.flydsl import pipeline_model as pm
-from kernel.backends.flydsl.isa_parse import parse_program
+from kernel.isa.asm import parse_program
 
 HAVE_FLYDSL = importlib.util.find_spec("flydsl") is not None
 TR8 = "PV V tr8 (ds_read_b64_tr_b8)"

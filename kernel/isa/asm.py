@@ -1,6 +1,20 @@
-"""Reader of AMDGPU assembly text (LLVM's output for gfx950): instructions with operands and
-modifiers, labels, the kernel descriptor (.amdhsa_* directives) and the kernarg layout
-(.amdgpu_metadata .args). One kernel per file.
+"""The project's one reader of AMDGPU assembly text (LLVM's output for gfx950).
+
+Used by the interpreter (kernel/isa) and by the static checks of the FlyDSL kernel's final ISA
+(kernel/backends/flydsl: compile.check_isa, isa_checks, pipeline_model).
+
+Contract:
+- `parse_program(text)` returns the (single) kernel as a `Program`: its instructions in text
+  order (`Instr`: mnemonic, typed operands, modifiers, 1-based source line), its labels (the
+  kernel's own name included), every `.amdhsa_* N` directive, the `.set NAME, N` symbols and the
+  `.amdgpu_metadata` block. Code lines count from the kernel's label (the first label not
+  starting with `.L`) to `.Lfunc_end*`; `;` and `//` start comments. An unreadable instruction
+  raises AsmParseError naming its line; so does a text without a kernel.
+- `Program.descriptor` (what a launch needs: LDS, registers, user SGPRs, kernarg layout) is
+  built on first read and raises AsmParseError when the text lacks it or asks for something the
+  interpreter does not model (scratch, dispatch pointer, ...); the static checks never read it.
+- `Program.blocks` / `Program.loops`: basic blocks with successor edges and the loops (kernel.isa.cfg).
+- `reg_names(op)` names the 32-bit registers an operand denotes ("v4", "s106", ...).
 
 Syntax follows LLVM's AMDGPU assembler (AMDGPUAsmParser / llvm/test/MC/AMDGPU/gfx950*.s):
 `mnemonic op, op, ... [mod[:value]] ...`; registers v5, v[4:7], s3, s[0:1], vcc, exec, m0;
@@ -12,7 +26,9 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass, field
+from functools import cached_property
 
+from kernel.isa.cfg import Block, basic_blocks, cyclic_components
 from kernel.isa.errors import AsmParseError
 
 SPECIAL_SGPRS = {  # name -> (SGPR file index, dwords)
@@ -36,6 +52,7 @@ FLOAT_INLINE = {
     "-4.0": 0xC0800000,
     "0.15915494": 0x3E22F983,
 }
+_SPECIAL_NAMES = {(idx, n): name for name, (idx, n) in SPECIAL_SGPRS.items()}
 FLAG_MODIFIERS = {"offen", "idxen", "glc", "slc", "nt", "sc0", "sc1", "lds", "clamp", "gds"}
 
 
@@ -50,6 +67,14 @@ class Reg:
     neg: bool = False
     abs: bool = False
 
+    def __str__(self) -> str:
+        name = _SPECIAL_NAMES.get((self.index, self.count)) if self.file == "s" else None
+        if name is None:
+            name = f"{self.file}{self.index}" if self.count == 1 else f"{self.file}[{self.index}:{self.index + self.count - 1}]"
+        if self.abs:
+            name = f"|{name}|"
+        return f"-{name}" if self.neg else name
+
 
 @dataclass(frozen=True)
 class Imm:
@@ -62,10 +87,18 @@ class Imm:
     is_float: bool = False
     neg: bool = False
 
+    def __str__(self) -> str:
+        if self.is_float:
+            return repr(struct.unpack("<f", struct.pack("<I", self.bits))[0])
+        return hex(self.bits) if self.literal else str(self.value)
+
 
 @dataclass(frozen=True)
 class Label:
     name: str
+
+    def __str__(self) -> str:
+        return self.name
 
 
 @dataclass(frozen=True)
@@ -74,8 +107,25 @@ class Special:
 
     name: str
 
+    def __str__(self) -> str:
+        return self.name
+
 
 Operand = Reg | Imm | Label | Special
+OFF = Special("off")
+
+
+def reg_names(op: Operand | None) -> tuple[str, ...]:
+    """The 32-bit registers an operand denotes: v[4:5] -> ("v4", "v5"), vcc -> ("s106", "s107");
+    () for anything but a register."""
+    if not isinstance(op, Reg):
+        return ()
+    return tuple(f"{op.file}{op.index + k}" for k in range(op.count))
+
+
+def imm_bits(op: Operand | None) -> int | None:
+    """The 32-bit pattern of an immediate operand (f32 bits for a float), None for anything else."""
+    return op.bits if isinstance(op, Imm) else None
 
 
 @dataclass
@@ -122,14 +172,55 @@ class KernelDescriptor:
 
 @dataclass
 class Program:
-    """A parsed kernel: instructions in order, label -> instruction index, descriptor."""
+    """A parsed kernel (module docstring): instructions in text order, label -> instruction
+    index, `.amdhsa_*` directives, `.set` symbols, the metadata block's text."""
 
+    name: str
     instrs: list[Instr]
     labels: dict[str, int]
-    descriptor: KernelDescriptor
+    directives: dict[str, int]
+    symbols: dict[str, int]
+    metadata: str
 
     def opcodes(self) -> list[str]:
         return sorted({i.mnemonic for i in self.instrs})
+
+    def meta_int(self, key: str) -> int | None:
+        """The first integer `key: N` of the metadata block (None when absent)."""
+        m = re.search(rf"^[\s-]*{re.escape(key)}:\s+(-?\d+)\s*$", self.metadata, re.MULTILINE)
+        return int(m.group(1)) if m else None
+
+    @cached_property
+    def descriptor(self) -> KernelDescriptor:
+        """What a launch needs (AsmParseError when the text lacks it or the interpreter does not
+        model what it enables)."""
+        return _descriptor(self)
+
+    @cached_property
+    def blocks(self) -> list[Block]:
+        """Basic blocks in text order with successor and predecessor edges (kernel.isa.cfg)."""
+        return basic_blocks(self.instrs, self.labels)
+
+    @cached_property
+    def loops(self) -> list[list[int]]:
+        """Block indices of each strongly connected component with a cycle."""
+        return cyclic_components(self.blocks)
+
+    @cached_property
+    def block_of(self) -> list[int]:
+        """Instruction index -> its block's index."""
+        out = [0] * len(self.instrs)
+        for blk in self.blocks:
+            out[blk.start : blk.end] = [blk.index] * (blk.end - blk.start)
+        return out
+
+    def block_instrs(self, b: int) -> list[Instr]:
+        blk = self.blocks[b]
+        return self.instrs[blk.start : blk.end]
+
+    def loop_instrs(self, loop: list[int]) -> list[Instr]:
+        """Instructions of a loop's blocks, in text order."""
+        return [i for b in sorted(loop, key=lambda x: self.blocks[x].start) for i in self.block_instrs(b)]
 
 
 _REG_RE = re.compile(r"^([vsa])(?:(\d+)|\[(\d+):(\d+)\])$")
@@ -287,63 +378,61 @@ def _parse_args(meta: str) -> list[KernArg]:
     return args
 
 
+def _int_or_none(text: str) -> int | None:
+    try:
+        return _parse_int(text)
+    except ValueError:
+        return None
+
+
 def parse_program(text: str) -> Program:
-    """Parse the (single) kernel of an LLVM AMDGPU assembly file."""
+    """Parse the (single) kernel of an LLVM AMDGPU assembly file (module docstring)."""
     instrs: list[Instr] = []
     labels: dict[str, int] = {}
+    directives: dict[str, int] = {}
+    symbols: dict[str, int] = {}
+    meta_lines: list[str] = []
     name = None
     in_func = False
-    in_kd = False
     in_meta = False
-    directives: dict[str, int] = {}
-    meta_lines: list[str] = []
     for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.split(";", 1)[0].split("//", 1)[0].rstrip()
-        s = line.strip()
+        s = raw.split(";", 1)[0].split("//", 1)[0].strip()
         if s.startswith(".amdgpu_metadata"):
             in_meta = True
-            continue
-        if s.startswith(".end_amdgpu_metadata"):
+        elif s.startswith(".end_amdgpu_metadata"):
             in_meta = False
-            continue
-        if in_meta:
+        elif in_meta:
             meta_lines.append(raw)
+        elif not s:
             continue
-        if not s:
-            continue
-        if s.startswith(".amdhsa_kernel"):
-            in_kd = True
-            continue
-        if s.startswith(".end_amdhsa_kernel"):
-            in_kd = False
-            continue
-        if in_kd:
-            parts = s.split()
-            if len(parts) >= 2 and parts[0].startswith(".amdhsa_"):
-                directives[parts[0]] = _parse_int(parts[1])
-            continue
-        if s.endswith(":") and not s.startswith("."):
+        elif s.endswith(":") and not any(c.isspace() for c in s):
             lab = s[:-1]
             if name is None and not lab.startswith(".L"):
-                name = lab
-                in_func = True
-                continue
-            if in_func:
-                labels[lab] = len(instrs)
-            continue
-        if s.endswith(":") and s.startswith(".L"):
-            if s.startswith(".Lfunc_end"):
+                name, in_func = lab, True
+            if lab.startswith(".Lfunc_end"):
                 in_func = False
             elif in_func:
-                labels[s[:-1]] = len(instrs)
-            continue
-        if s.startswith("."):
-            continue
-        if in_func:
-            instrs.append(parse_instruction(s, len(instrs), lineno))
+                labels[lab] = len(instrs)
+        elif s.startswith("."):
+            if s.startswith((".amdhsa_", ".set")):
+                words = s.replace(",", " ").split()
+                if words[0] == ".set" and len(words) == 3 and (v := _int_or_none(words[2])) is not None:
+                    symbols[words[1]] = v
+                elif words[0].startswith(".amdhsa_") and len(words) == 2 and (v := _int_or_none(words[1])) is not None:
+                    directives[words[0]] = v
+        elif in_func:
+            try:
+                instrs.append(parse_instruction(s, len(instrs), lineno))
+            except AsmParseError as err:
+                raise AsmParseError(f"line {lineno}: {err}" + ("" if s in str(err) else f" in `{s}`")) from None
     if name is None or not instrs:
         raise AsmParseError("no kernel function found in the assembly text")
-    meta = "\n".join(meta_lines)
+    return Program(name, instrs, labels, directives, symbols, "\n".join(meta_lines))
+
+
+def _descriptor(prog: Program) -> KernelDescriptor:
+    """The launch's view of the kernel descriptor and metadata (Program.descriptor)."""
+    directives = prog.directives
     for key in (".amdhsa_group_segment_fixed_size", ".amdhsa_next_free_vgpr", ".amdhsa_next_free_sgpr"):
         if key not in directives:
             raise AsmParseError(f"kernel descriptor lacks {key}")
@@ -351,10 +440,9 @@ def parse_program(text: str) -> Program:
     nxt = 0
     if directives.get(".amdhsa_user_sgpr_private_segment_buffer", 0):
         nxt += 4
-    for key, n in ((".amdhsa_user_sgpr_dispatch_ptr", 2), (".amdhsa_user_sgpr_queue_ptr", 2)):
+    for key in (".amdhsa_user_sgpr_dispatch_ptr", ".amdhsa_user_sgpr_queue_ptr"):
         if directives.get(key, 0):
             raise AsmParseError(f"{key} is enabled; the interpreter provides only the kernarg pointer")
-            nxt += n
     kptr = None
     if directives.get(".amdhsa_user_sgpr_kernarg_segment_ptr", 0):
         kptr = nxt
@@ -373,14 +461,12 @@ def parse_program(text: str) -> Program:
     wg_x = user_count if directives.get(".amdhsa_system_sgpr_workgroup_id_x", 0) else None
     wg_y = bool(directives.get(".amdhsa_system_sgpr_workgroup_id_y", 0))
     wg_z = bool(directives.get(".amdhsa_system_sgpr_workgroup_id_z", 0))
-    wsize = 64
-    mw = re.search(r"\.wavefront_size:\s+(\d+)", meta)
-    if mw:
-        wsize = int(mw.group(1))
-    mk = re.search(r"\.kernarg_segment_size:\s+(\d+)", meta)
-    kernarg_size = int(mk.group(1)) if mk else directives.get(".amdhsa_kernarg_size", 0)
+    wsize = prog.meta_int(".wavefront_size") or 64
+    kernarg_size = prog.meta_int(".kernarg_segment_size")
+    if kernarg_size is None:
+        kernarg_size = directives.get(".amdhsa_kernarg_size", 0)
     desc = KernelDescriptor(
-        name=name,
+        name=prog.name,
         group_segment_size=directives[".amdhsa_group_segment_fixed_size"],
         private_segment_size=directives.get(".amdhsa_private_segment_fixed_size", 0),
         kernarg_size=kernarg_size,
@@ -394,9 +480,9 @@ def parse_program(text: str) -> Program:
         next_free_sgpr=directives[".amdhsa_next_free_sgpr"],
         accum_offset=directives.get(".amdhsa_accum_offset", directives[".amdhsa_next_free_vgpr"]),
         wavefront_size=wsize,
-        args=_parse_args(meta),
+        args=_parse_args(prog.metadata),
         directives=directives,
     )
     if desc.private_segment_size:
         raise AsmParseError("the kernel uses scratch (private segment); not modelled")
-    return Program(instrs, labels, desc)
+    return desc

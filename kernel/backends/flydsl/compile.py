@@ -47,7 +47,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -56,6 +55,8 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from kernel.isa.asm import Program, parse_program
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -258,49 +259,24 @@ class IsaStats:
     instruction_counts: dict[str, int] = field(default_factory=dict)
 
 
-def _meta_int(text: str, key: str) -> int | None:
-    m = re.search(rf"^\s*{re.escape(key)}:\s+(-?\d+)\s*$", text, re.MULTILINE)
-    return int(m.group(1)) if m else None
+def _symbol_int(prog: Program, suffix: str) -> int | None:
+    """The first `.set NAME.suffix, N` of the dump."""
+    return next((v for k, v in prog.symbols.items() if k.endswith("." + suffix)), None)
 
 
-def _directive_int(text: str, key: str) -> int | None:
-    m = re.search(rf"^\s*{re.escape(key)}\s+(-?\d+)\s*$", text, re.MULTILINE)
-    return int(m.group(1)) if m else None
-
-
-def _set_int(text: str, suffix: str) -> int | None:
-    m = re.search(rf"^\s*\.set\s+\S+\.{re.escape(suffix)},\s*(-?\d+)\s*$", text, re.MULTILINE)
-    return int(m.group(1)) if m else None
-
-
-def _instructions(text: str) -> list[str]:
-    """Mnemonics of the code lines (labels, directives and metadata skipped)."""
-    out = []
-    in_meta = False
-    for line in text.splitlines():
-        s = line.strip()
-        if s.startswith(".amdgpu_metadata"):
-            in_meta = True
-        elif s.startswith(".end_amdgpu_metadata"):
-            in_meta = False
-            continue
-        if in_meta or not s or s.startswith((".", ";", "//")) or s.endswith(":"):
-            continue
-        out.append(s.split()[0])
-    return out
-
-
-def parse_isa(text: str) -> IsaStats:
-    """Resource use and instruction counts of the (single) kernel in an ISA dump."""
-    arch = _set_int(text, "num_vgpr")
+def parse_isa(text: str | Program) -> IsaStats:
+    """Resource use and instruction counts of the (single) kernel in an ISA dump (its text or
+    the kernel.isa.asm parse of it)."""
+    prog = parse_program(text) if isinstance(text, str) else text
+    arch = _symbol_int(prog, "num_vgpr")
     if arch is None:
-        arch = _directive_int(text, ".amdhsa_next_free_vgpr") or 0
-    agpr = _set_int(text, "num_agpr")
+        arch = prog.directives.get(".amdhsa_next_free_vgpr") or 0
+    agpr = _symbol_int(prog, "num_agpr")
     if agpr is None:
-        agpr = _meta_int(text, ".agpr_count") or 0
+        agpr = prog.meta_int(".agpr_count") or 0
     total = ((arch + 3) // 4) * 4 + agpr if agpr > 0 else arch
     allocated = ((max(total, 1) + GFX950_VGPR_GRANULE - 1) // GFX950_VGPR_GRANULE) * GFX950_VGPR_GRANULE
-    mnemonics = _instructions(text)
+    mnemonics = [i.mnemonic for i in prog.instrs]
     counts: dict[str, int] = {}
     for name in REQUIRED_INSTRUCTIONS:
         counts[name] = sum(1 for m in mnemonics if m == name)
@@ -311,29 +287,31 @@ def parse_isa(text: str) -> IsaStats:
         agprs=agpr,
         total_vgprs=total,
         allocated_vgprs=allocated,
-        sgprs=_meta_int(text, ".sgpr_count") or 0,
-        lds_bytes=_meta_int(text, ".group_segment_fixed_size") or 0,
-        private_segment_bytes=_meta_int(text, ".private_segment_fixed_size") or 0,
-        vgpr_spills=_meta_int(text, ".vgpr_spill_count") or 0,
-        sgpr_spills=_meta_int(text, ".sgpr_spill_count") or 0,
+        sgprs=prog.meta_int(".sgpr_count") or 0,
+        lds_bytes=prog.meta_int(".group_segment_fixed_size") or 0,
+        private_segment_bytes=prog.meta_int(".private_segment_fixed_size") or 0,
+        vgpr_spills=prog.meta_int(".vgpr_spill_count") or 0,
+        sgpr_spills=prog.meta_int(".sgpr_spill_count") or 0,
         scratch_instructions=scratch,
         instruction_counts=counts,
     )
 
 
 def check_isa(text: str) -> tuple[IsaStats, list[str]]:
-    """Parse an ISA dump and list every violated check (empty list: all pass)."""
+    """Parse an ISA dump and list every violated check (empty list: all pass; AsmParseError
+    naming the line for a dump the reader cannot read)."""
     failures: list[str] = []
+    prog = parse_program(text)
     for key in (".private_segment_fixed_size", ".vgpr_spill_count", ".sgpr_spill_count", ".group_segment_fixed_size"):
-        if _meta_int(text, key) is None:
+        if prog.meta_int(key) is None:
             failures.append(f"metadata key {key} missing from the ISA dump")
-    st = parse_isa(text)
+    st = parse_isa(prog)
     for name, n in st.instruction_counts.items():
         if n == 0:
             failures.append(f"{name} not used")
     if st.private_segment_bytes != 0:
         failures.append(f"private segment (scratch) of {st.private_segment_bytes} bytes")
-    if _directive_int(text, ".amdhsa_enable_private_segment") not in (None, 0):
+    if prog.directives.get(".amdhsa_enable_private_segment", 0) != 0:
         failures.append("private segment enabled")
     if st.vgpr_spills:
         failures.append(f"{st.vgpr_spills} VGPR spills")
@@ -359,7 +337,7 @@ def check_isa(text: str) -> tuple[IsaStats, list[str]]:
     from kernel.backends.flydsl import isa_checks
 
     if isa_checks.KERNEL_RE.search(text):
-        failures += [str(f) for f in isa_checks.check_kernel(text)]
+        failures += [str(f) for f in isa_checks.check_program(prog)]
     return st, failures
 
 

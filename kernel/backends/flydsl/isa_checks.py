@@ -1,6 +1,6 @@
 """Static checks of the FlyDSL gfx950 kernel's final ISA that pin its algorithm.
 
-`check_kernel(text)` parses one dump (isa_parse.parse_program), reads the configuration from the
+`check_kernel(text)` parses one dump (kernel.isa.asm.parse_program), reads the configuration from the
 kernel's symbol name (sparse_mla_fp8ds_gfx950_h{H}_i{0|1}_l{0|1}) and returns a list of
 `Failure(check, message)`; an empty list means every check passed. The check ids (used by the
 mutation self-test, isa_mutations.py, and the table in docs/flydsl.md):
@@ -52,7 +52,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kernel.backends.flydsl import isa_expect as E
-from kernel.backends.flydsl.isa_parse import Instr, Program, iteration_paths, loop_header, parse_program, regs
+from kernel.backends.flydsl import isa_flow as F
+from kernel.isa.asm import OFF, SPECIAL_SGPRS, Instr, Operand, Program, Reg, imm_bits, parse_program, reg_names
 
 KERNEL_RE = re.compile(r"sparse_mla_fp8ds_gfx950_h(\d+)_i([01])_l([01])")
 RECORD_BYTES = 656
@@ -108,16 +109,15 @@ def _count_key(counter: Counter, key: str) -> int:
     return counter.get(key, 0)
 
 
-def _literal(op: str) -> int | None:
-    """Integer bits of a literal operand (hex, decimal, or an inline float), else None."""
-    op = op.strip()
-    if re.fullmatch(r"-?0x[0-9a-fA-F]+", op):
-        return int(op, 16) & 0xFFFFFFFF
-    if re.fullmatch(r"-?\d+", op):
-        return int(op) & 0xFFFFFFFF
-    if re.fullmatch(r"-?\d+\.\d+", op):
-        return struct.unpack("<I", struct.pack("<f", float(op)))[0]
-    return None
+def _one_reg(op: Operand | None) -> str | None:
+    """The register an operand names when it names exactly one, else None."""
+    r = reg_names(op)
+    return r[0] if len(r) == 1 else None
+
+
+M0 = Reg("s", *SPECIAL_SGPRS["m0"])
+EXEC = (Reg("s", *SPECIAL_SGPRS["exec"]), Reg("s", *SPECIAL_SGPRS["exec_lo"]))
+KERNARG_PTR = Reg("s", 0, 2)  # s[0:1]: the kernarg segment pointer (the first user SGPRs)
 
 
 def _f32_bits(x: float) -> int:
@@ -137,46 +137,47 @@ class Defs:
         self.loop_list = prog.loop_instrs(loop) if loop else []
         self.loop_pos = {ins.index: k for k, ins in enumerate(self.loop_list)}
         self.loop_first = min((i.index for i in self.loop_list), default=0)
+        self.defs = [F.defs(i) for i in prog.instrs]
 
-    def reaching(self, at: Instr, reg: str) -> Instr | None:
+    def reaching(self, at: Instr, reg: str | None) -> Instr | None:
         if at.index in self.loop_pos:
             k = self.loop_pos[at.index]
             n = len(self.loop_list)
             for step in range(1, n + 1):
                 ins = self.loop_list[(k - step) % n]
-                if reg in ins.defs:
+                if reg in self.defs[ins.index]:
                     return ins
             start = self.loop_first
         else:
             start = at.index
         for ins in reversed(self.prog.instrs[:start]):
-            if reg in ins.defs:
+            if reg in self.defs[ins.index]:
                 return ins
         return None
 
-    def source(self, at: Instr, reg: str, depth: int = 6) -> Instr | None:
+    def source(self, at: Instr, reg: str | None, depth: int = 6) -> Instr | None:
         """The defining instruction of reg at `at`, through v_mov/s_mov copies."""
         d = self.reaching(at, reg)
         while d is not None and depth > 0 and d.mnemonic.startswith(("v_mov_b32", "v_mov_b64", "s_mov_b32", "s_mov_b64")):
-            src = regs(d.operands[1]) if len(d.operands) > 1 else ()
+            src = reg_names(d.operands[1]) if len(d.operands) > 1 else ()
             if not src:
                 return d  # a literal move
-            off = d.defs.index(reg) if reg in d.defs else 0
+            off = self.defs[d.index].index(reg) if reg in self.defs[d.index] else 0
             d = self.reaching(d, src[min(off, len(src) - 1)])
             depth -= 1
         return d
 
-    def const(self, at: Instr, op: str) -> int | None:
+    def const(self, at: Instr, op: Operand) -> int | None:
         """Value of an operand that is a literal or a register holding one (moved in)."""
-        lit = _literal(op)
+        lit = imm_bits(op)
         if lit is not None:
             return lit
-        r = regs(op)
+        r = reg_names(op)
         if len(r) != 1:
             return None
         d = self.source(at, r[0])
         if d is not None and d.mnemonic in ("v_mov_b32_e32", "s_mov_b32", "s_movk_i32", "v_mov_b32_e64") and len(d.operands) > 1:
-            return _literal(d.operands[1])
+            return imm_bits(d.operands[1])
         return None
 
 
@@ -222,7 +223,7 @@ def check_counts(k: Kernel) -> list[Failure]:
     if k.tile_loop is None:
         return out
     try:
-        paths = iteration_paths(k.prog, k.tile_loop)
+        paths = F.iteration_paths(k.prog, k.tile_loop)
     except ValueError as err:
         return out + [Failure("counts.tile", f"tile loop paths: {err}")]
     seen: dict[str, set[int]] = {key: set() for key in exp.tile}
@@ -247,7 +248,6 @@ def _record_mads(k: Kernel, defs: Defs, instrs: Iterable[Instr]) -> tuple[list[I
     mads, fails = [], []
     for ins in instrs:
         m = ins.mnemonic
-        srcs = ins.operands[len(ins.defs and ins.operands[:1]) :] if ins.defs else ins.operands
         uses_656 = [op for op in ins.operands[1:] if defs.const(ins, op) == RECORD_BYTES]
         if not uses_656:
             continue
@@ -255,7 +255,6 @@ def _record_mads(k: Kernel, defs: Defs, instrs: Iterable[Instr]) -> tuple[list[I
             mads.append(ins)
         elif m.startswith(("v_mul", "s_mul", "v_mad", "v_lshl", "s_lshl", "v_mad_u32_u24", "v_mul_u32_u24")):
             fails.append(Failure("kv64.mul", f"line {ins.line}: record size 656 in a 32-bit multiply: {ins.text}"))
-        del srcs
     return mads, fails
 
 
@@ -272,7 +271,7 @@ def check_kv64(k: Kernel) -> list[Failure]:
         )
     if k.tile_loop is not None:
         try:
-            paths = iteration_paths(prog, k.tile_loop)
+            paths = F.iteration_paths(prog, k.tile_loop)
         except ValueError:
             paths = []
         mad_ids = {i.index for i in mads}
@@ -281,7 +280,7 @@ def check_kv64(k: Kernel) -> list[Failure]:
             out.append(Failure("kv64.mul", f"{sorted(per)} record offsets per tile path, expected {sorted(exp.record_mads_tile)}"))
     # each record address goes through the masked select (the zero record for masked positions)
     for mad in mads:
-        dst = regs(mad.operands[0])
+        dst = reg_names(mad.operands[0])
         readers = _first_readers(prog, mad, dst)
         bad = [r for r in readers if not r.mnemonic.startswith("v_cndmask_b32")]
         if bad or len(readers) < len(dst):
@@ -299,10 +298,10 @@ def check_kv64(k: Kernel) -> list[Failure]:
                 out.append(Failure("kv64.form", f"line {ins.line}: {m} (only global_ and buffer_ memory operations expected)"))
             continue
         if m.startswith("global_load_lds"):
-            vaddr, tail = (ins.operands[0] if ins.operands else ""), ins.operands[1:]
+            vaddr, tail = (ins.operands[0] if ins.operands else None), ins.operands[1:]
         else:
-            vaddr, tail = (ins.operands[1] if len(ins.operands) > 1 else ""), ins.operands[2:]
-        wide = len(regs(vaddr)) == 2 and vaddr.startswith("v[") and (tail[-1] if tail else "") == "off"
+            vaddr, tail = (ins.operands[1] if len(ins.operands) > 1 else None), ins.operands[2:]
+        wide = len(reg_names(vaddr)) == 2 and str(vaddr).startswith("v[") and tail[-1:] == [OFF]
         if m.startswith("global_load_lds") or ins.index in loop_ids:
             if not wide:
                 out.append(Failure("kv64.form", f"line {ins.line}: not the 64-bit `v[..], off` form: {ins.text}"))
@@ -326,12 +325,15 @@ def check_kv64(k: Kernel) -> list[Failure]:
                 rsrcs.add(ins.operands[2])
     if len(rsrcs) > 1:
         out.append(
-            Failure("kv64.buffer", f"buffer instructions use {len(rsrcs)} descriptors {sorted(rsrcs)}, expected the index buffer's only")
+            Failure(
+                "kv64.buffer",
+                f"buffer instructions use {len(rsrcs)} descriptors {sorted(map(str, rsrcs))}, expected the index buffer's only",
+            )
         )
-    for rs in rsrcs:
-        r = regs(rs)
+    for rs in sorted(rsrcs, key=str):
+        r = reg_names(rs)
         first = next(i for i in prog.instrs if i.mnemonic.startswith("buffer_") and len(i.operands) > 2 and i.operands[2] == rs)
-        if len(r) != 4 or defs.const(first, r[3]) != 0x27000:
+        if len(r) != 4 or defs.const(first, Reg(rs.file, rs.index + 3)) != 0x27000:
             out.append(Failure("kv64.buffer", f"descriptor {rs}: word 3 is not the raw 32-bit format 0x27000"))
     return out
 
@@ -342,10 +344,10 @@ def _first_readers(prog: Program, at: Instr, dst: tuple[str, ...]) -> list[Instr
     out = []
     for reg in dst:
         for ins in prog.instrs[at.index + 1 :]:
-            if reg in ins.uses():
+            if reg in F.uses(ins):
                 out.append(ins)
                 break
-            if reg in ins.defs:
+            if reg in F.defs(ins):
                 break
     return out
 
@@ -372,12 +374,8 @@ class _State:
 
 
 def _waitcnt(ins: Instr) -> dict[str, int]:
-    out = {}
-    for key in ("vmcnt", "lgkmcnt", "expcnt"):
-        m = re.search(rf"{key}\((\d+)\)", ins.text)
-        if m:
-            out[key] = int(m.group(1))
-    return out
+    """The counters an s_waitcnt waits for (the reader decodes them into its modifiers)."""
+    return {key: int(n) for key, n in ins.modifiers.items() if key in ("vmcnt", "lgkmcnt", "expcnt")}
 
 
 def _step(st: _State, ins: Instr, report: list[Failure] | None, loop_top_barrier: int | None) -> _State:
@@ -432,7 +430,7 @@ def check_sync(k: Kernel) -> list[Failure]:
     prog = k.prog
     loop_top = None
     if k.tile_loop is not None:
-        head = loop_header(prog, k.tile_loop)
+        head = F.loop_header(prog, k.tile_loop)
         bars = [i for i in prog.block_instrs(head) if i.mnemonic == "s_barrier"]
         loop_top = bars[0].index if bars else None
         if loop_top is None:
@@ -467,7 +465,7 @@ def check_sync(k: Kernel) -> list[Failure]:
     for blk in prog.blocks:
         m0_fresh = False
         for ins in prog.block_instrs(blk.index):
-            if ins.operands and ins.operands[0] == "m0" and ins.mnemonic.startswith("s_"):
+            if ins.operands and ins.operands[0] == M0 and ins.mnemonic.startswith("s_"):
                 m0_fresh = True
             elif is_lds_dma(ins.mnemonic):
                 if not m0_fresh:
@@ -485,7 +483,8 @@ def check_mfma(k: Kernel) -> list[Failure]:
     defs = Defs(prog, k.tile_loop)
     scaled = [i for i in prog.instrs if i.mnemonic.startswith("v_mfma_scale_f32_16x16x128_f8f6f4")]
     for ins in scaled:
-        bad = [mod for mod in ins.modifiers if mod not in ("op_sel_hi:[0,0,0]", "op_sel:[0,0,0]")]
+        mods = [key if val is True else f"{key}:{val}" for key, val in ins.modifiers.items()]
+        bad = [mod for mod in mods if mod not in ("op_sel_hi:[0,0,0]", "op_sel:[0,0,0]")]
         if bad:
             out.append(Failure("mfma.format", f"line {ins.line}: modifiers {bad} (e4m3 x e4m3, scale byte 0 expected)"))
         if len(ins.operands) != 6:
@@ -494,19 +493,20 @@ def check_mfma(k: Kernel) -> list[Failure]:
         return out
     b_scales = Counter(i.operands[5] for i in scaled if len(i.operands) == 6)
     if len(b_scales) != 2 or sorted(b_scales.values()) != [len(scaled) // 2] * 2:
-        out.append(Failure("mfma.lo_scale", f"B-scale registers {dict(b_scales)}: expected two (hi, lo), {len(scaled) // 2} MFMAs each"))
+        seen = {str(r): n for r, n in b_scales.items()}
+        out.append(Failure("mfma.lo_scale", f"B-scale registers {seen}: expected two (hi, lo), {len(scaled) // 2} MFMAs each"))
     else:
         ra, rb = list(b_scales)
         ok = False
         for hi, lo in ((ra, rb), (rb, ra)):
             user = next(i for i in scaled if i.operands[5] == lo)
-            d = defs.source(user, lo)
-            if d is None or not _is_minus_5(defs, d, hi):
+            d = defs.source(user, _one_reg(lo))
+            if d is None or not _is_minus_5(defs, d, _one_reg(hi)):
                 continue
             # the hi register still holds the value the minus-5 read, at every hi MFMA
             hi_users = [i for i in scaled if i.operands[5] == hi]
-            hd = {defs.reaching(i, hi).index if defs.reaching(i, hi) else None for i in hi_users}
-            src = defs.reaching(d, hi)
+            hd = {defs.reaching(i, _one_reg(hi)).index if defs.reaching(i, _one_reg(hi)) else None for i in hi_users}
+            src = defs.reaching(d, _one_reg(hi))
             if len(hd) == 1 and src is not None and hd == {src.index}:
                 ok = True
         if not ok:
@@ -521,9 +521,9 @@ def check_mfma(k: Kernel) -> list[Failure]:
     for ins in scaled:
         if len(ins.operands) != 6:
             continue
-        r = regs(ins.operands[4])
+        r = reg_names(ins.operands[4])
         d = defs.source(ins, r[0]) if len(r) == 1 else None
-        if d is None or not (d.mnemonic.startswith("v_bfe_u32") and d.operands[2:4] == ["23", "8"]):
+        if d is None or not (d.mnemonic.startswith("v_bfe_u32") and [imm_bits(o) for o in d.operands[2:4]] == [23, 8]):
             out.append(
                 Failure(
                     "mfma.k_scale",
@@ -531,7 +531,7 @@ def check_mfma(k: Kernel) -> list[Failure]:
                     f"(v_bfe_u32 x, 23, 8): {d.text if d else None}",
                 )
             )
-        a = regs(ins.operands[1])
+        a = reg_names(ins.operands[1])
         srcs = {defs.source(ins, x).mnemonic if defs.source(ins, x) else None for x in a}
         if srcs != {"ds_read_b128"}:
             out.append(
@@ -542,8 +542,8 @@ def check_mfma(k: Kernel) -> list[Failure]:
             )
     for ins in prog.instrs:
         if ins.mnemonic == "v_mfma_f32_16x16x32_f16":
-            a = {defs.source(ins, x).mnemonic if defs.source(ins, x) else None for x in regs(ins.operands[1])}
-            b = {defs.source(ins, x).mnemonic if defs.source(ins, x) else None for x in regs(ins.operands[2])}
+            a = {defs.source(ins, x).mnemonic if defs.source(ins, x) else None for x in reg_names(ins.operands[1])}
+            b = {defs.source(ins, x).mnemonic if defs.source(ins, x) else None for x in reg_names(ins.operands[2])}
             if a != {"v_cvt_scalef32_pk_f16_fp8"} or b != {"v_cvt_pk_f16_f32"}:
                 out.append(
                     Failure(
@@ -556,11 +556,11 @@ def check_mfma(k: Kernel) -> list[Failure]:
     return out
 
 
-def _is_minus_5(defs: Defs, d: Instr, hi: str) -> bool:
+def _is_minus_5(defs: Defs, d: Instr, hi: str | None) -> bool:
     m, ops = d.mnemonic, d.operands
     if len(ops) < 3:
         return False
-    srcs = [regs(o) for o in ops[1:3]]
+    srcs = [reg_names(o) for o in ops[1:3]]
     consts = [defs.const(d, o) for o in ops[1:3]]
     if m.startswith(("v_add_u32", "v_add_nc_u32", "v_add_co_u32", "v_add_i32", "s_add_i32")):
         return (consts[0] == (-5 & 0xFFFFFFFF) and srcs[1] == (hi,)) or (consts[1] == (-5 & 0xFFFFFFFF) and srcs[0] == (hi,))
@@ -577,7 +577,7 @@ def _is_minus_5(defs: Defs, d: Instr, hi: str) -> bool:
 def check_layout(k: Kernel) -> list[Failure]:
     prog = k.prog
     out: list[Failure] = []
-    lds = prog.header.get(".amdhsa_group_segment_fixed_size")
+    lds = prog.directives.get(".amdhsa_group_segment_fixed_size")
     want = E.expected_lds_bytes()
     if lds != want:
         out.append(Failure("layout.lds", f"group segment {lds} bytes, the layout's is {want}"))
@@ -587,17 +587,15 @@ def check_layout(k: Kernel) -> list[Failure]:
     offs = []
     bases = []
     for i in tr8:
-        off = 0
-        for mod in i.modifiers:
-            if mod.startswith("offset:"):
-                off = int(mod.split(":", 1)[1], 0)
-        offs.append(off)
-        bases.append(i.operands[1] if len(i.operands) > 1 else "")
+        offs.append(int(str(i.modifiers.get("offset", 0)), 0))
+        bases.append(i.operands[1] if len(i.operands) > 1 else None)
     if offs != E.expected_tr8_offsets():
         out.append(Failure("layout.tr8", f"tr8 immediate offsets {offs} differ from the layout's {E.expected_tr8_offsets()}"))
     order = list(dict.fromkeys(bases))
     if len(order) != 2 or [order.index(b) for b in bases] != E.expected_tr8_bases():
-        out.append(Failure("layout.tr8", f"tr8 base registers {bases}: expected two, alternating per K-chunk (sub = kc & 1)"))
+        out.append(
+            Failure("layout.tr8", f"tr8 base registers {list(map(str, bases))}: expected two, alternating per K-chunk (sub = kc & 1)")
+        )
     return out
 
 
@@ -608,8 +606,8 @@ def check_numerics(k: Kernel) -> list[Failure]:
     prog = k.prog
     out: list[Failure] = []
     for key in (".amdhsa_float_denorm_mode_32", ".amdhsa_float_denorm_mode_16_64"):
-        if prog.header.get(key) != 3:
-            out.append(Failure("num.denorm", f"{key} = {prog.header.get(key)}, expected 3 (denormals kept)"))
+        if prog.directives.get(key) != 3:
+            out.append(Failure("num.denorm", f"{key} = {prog.directives.get(key)}, expected 3 (denormals kept)"))
     for ins in prog.instrs:
         m = ins.mnemonic
         if m.startswith(("s_denorm_mode", "s_round_mode", "s_setreg")):
@@ -676,7 +674,7 @@ def check_stores(k: Kernel) -> list[Failure]:
             continue
         if is_lse:
             continue
-        cond = regs(guard.operands[1]) if len(guard.operands) > 1 else ()
+        cond = reg_names(guard.operands[1]) if len(guard.operands) > 1 else ()
         d = defs.reaching(guard, cond[0]) if cond else None
         if d is None or not _is_head_compare(defs, d, k.heads):
             out.append(Failure("store.guard", f"line {ins.line}: output store's exec mask is not t < {k.heads}: {d.text if d else None}"))
@@ -686,7 +684,7 @@ def check_stores(k: Kernel) -> list[Failure]:
 def _exec_guard(prog: Program, at: Instr) -> Instr | None:
     """The s_and_saveexec_b64 the instruction executes under (text-order scan back through
     its block and single-predecessor blocks), None when exec is not narrowed."""
-    b = at.block
+    b = prog.block_of[at.index]
     idx = at.index
     seen = set()
     while b not in seen:
@@ -695,7 +693,7 @@ def _exec_guard(prog: Program, at: Instr) -> Instr | None:
         for ins in reversed(prog.instrs[blk.start : idx]):
             if ins.mnemonic.startswith("s_and_saveexec_b64"):
                 return ins
-            if ins.operands and ins.operands[0] in ("exec", "exec_lo") and not ins.mnemonic.startswith("s_cbranch"):
+            if ins.operands and ins.operands[0] in EXEC and not ins.mnemonic.startswith("s_cbranch"):
                 return None
         if len(blk.preds) != 1:
             return None
@@ -709,7 +707,7 @@ def _is_head_compare(defs: Defs, d: Instr, heads: int) -> bool:
     if not m.startswith("v_cmp_"):
         if m.startswith(("s_and_b64", "s_mov_b64")) and len(d.operands) > 1:
             for op in d.operands[1:]:
-                r = regs(op)
+                r = reg_names(op)
                 if r:
                     dd = defs.reaching(d, r[0])
                     if dd is not None and dd.mnemonic.startswith("v_cmp_") and _is_head_compare(defs, dd, heads):
@@ -735,11 +733,11 @@ def _kernarg_sgprs(prog: Program) -> dict[int, list[str]]:
     """Kernarg byte offset -> SGPRs loaded from it (s_load_dword{,xN} sD, s[0:1], off)."""
     out: dict[int, list[str]] = {}
     for ins in prog.instrs:
-        if ins.mnemonic.startswith("s_load_dword") and len(ins.operands) == 3 and ins.operands[1] == "s[0:1]":
-            base = _literal(ins.operands[2])
+        if ins.mnemonic.startswith("s_load_dword") and len(ins.operands) == 3 and ins.operands[1] == KERNARG_PTR:
+            base = imm_bits(ins.operands[2])
             if base is None:
                 continue
-            for k, r in enumerate(regs(ins.operands[0])):
+            for k, r in enumerate(reg_names(ins.operands[0])):
                 out.setdefault(base + 4 * k, []).append(r)
     return out
 
@@ -747,7 +745,7 @@ def _kernarg_sgprs(prog: Program) -> dict[int, list[str]]:
 def check_row_order(k: Kernel) -> list[Failure]:
     """qi = n_q - 1 - wgid, evaluated symbolically over the SALU prologue as a*n_q + b*wgid + c."""
     prog = k.prog
-    wg = prog.header.get(".amdhsa_user_sgpr_count")
+    wg = prog.directives.get(".amdhsa_user_sgpr_count")
     if wg is None:
         return [Failure("row.order", ".amdhsa_user_sgpr_count missing")]
     nq_regs = _kernarg_sgprs(prog).get(56)  # n_q is the 8th kernarg (after 7 addresses)
@@ -756,20 +754,20 @@ def check_row_order(k: Kernel) -> list[Failure]:
     val: dict[str, tuple[int, int, int]] = {f"s{wg}": (0, 1, 0)}
     seen = set()
     for ins in prog.instrs[:400]:
-        if ins.mnemonic.startswith("s_load_dword") and ins.operands[1:2] == ["s[0:1]"]:
-            base = _literal(ins.operands[2])
-            for word, r in enumerate(regs(ins.operands[0])):
+        if ins.mnemonic.startswith("s_load_dword") and ins.operands[1:2] == [KERNARG_PTR]:
+            base = imm_bits(ins.operands[2])
+            for word, r in enumerate(reg_names(ins.operands[0])):
                 val.pop(r, None)
                 if base is not None and base + 4 * word == 56:
                     val[r] = (1, 0, 0)
             continue
         m, ops = ins.mnemonic, ins.operands
 
-        def lin(op: str) -> tuple[int, int, int] | None:
-            lit = _literal(op)
+        def lin(op: Operand) -> tuple[int, int, int] | None:
+            lit = imm_bits(op)
             if lit is not None:
                 return (0, 0, lit - (1 << 32) if lit >= 1 << 31 else lit)
-            return val.get(op)
+            return val.get(_one_reg(op) or "")
 
         res = None
         if m == "s_not_b32" and len(ops) == 2 and lin(ops[1]):
@@ -783,11 +781,12 @@ def check_row_order(k: Kernel) -> list[Failure]:
             res = (x[0] - y[0], x[1] - y[1], x[2] - y[2])  # type: ignore[index]
         elif m == "s_mov_b32" and len(ops) == 2 and lin(ops[1]):
             res = lin(ops[1])
-        if ins.defs:
-            for r in ins.defs:
+        written = F.defs(ins)
+        if written:
+            for r in written:
                 val.pop(r, None)
-            if res is not None and len(ins.defs) == 1:
-                val[ins.defs[0]] = res
+            if res is not None and len(written) == 1:
+                val[written[0]] = res
                 seen.add(res)
     if (1, -1, -1) not in seen:
         return [Failure("row.order", f"no SGPR holds n_q - 1 - workgroup id (linear forms seen: {sorted(seen)})")]
@@ -799,7 +798,11 @@ def check_row_order(k: Kernel) -> list[Failure]:
 
 def check_kernel(text: str) -> list[Failure]:
     """Every check of this module on one ISA dump (empty list: all pass)."""
-    prog = parse_program(text)
+    return check_program(parse_program(text))
+
+
+def check_program(prog: Program) -> list[Failure]:
+    """Every check of this module on one parsed ISA dump (empty list: all pass)."""
     k, fails = kernel_structure(prog)
     if k is None:
         return fails

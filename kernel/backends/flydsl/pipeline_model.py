@@ -19,7 +19,7 @@ QK reads at tok * 128 + ((g % 2) ^ fsw(tok)) * 16 ^ 32 blk, PV tr8 reads of toke
 ^ 16 dc + 8 (t % 2)); only the latent-tile reads are modelled for the seed.
 
 Scoreboard (`simulate`): one wave issues one iteration's instructions in order (the refill path
-of the tile loop read from the ISA by isa_parse), three iterations in a row, and the last one's
+of the tile loop read from the ISA by kernel.isa.asm), three iterations in a row, and the last one's
 length is the per-tile estimate. Issue costs and latencies (`Costs`, assumptions): VALU 4 cycles
 (wave64 on a 16-lane SIMD), transcendental 16, SALU 1, memory instructions 4 to issue; MFMAs
 occupy the matrix pipe 32 cycles (scaled 16x16x128 f8) or 16 (16x16x32 f16 / bf16), from the
@@ -32,12 +32,12 @@ loads are covered by s_waitcnt, not the scoreboard.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from kernel.backends.flydsl import isa_flow as F
 from kernel.backends.flydsl import layout as K
-from kernel.backends.flydsl.isa_parse import Instr, Program, iteration_paths, parse_program
+from kernel.isa.asm import Instr, Program, parse_program
 
 LANES = range(64)
 BANKS = 64
@@ -223,8 +223,9 @@ class Estimate:
         return sum(c for _, _, c in self.stalls)
 
 
-def _waits(text: str) -> dict[str, int]:
-    return {k: int(v) for k, v in re.findall(r"(vmcnt|lgkmcnt)\((\d+)\)", text)}
+def _waits(ins: Instr) -> dict[str, int]:
+    """The VMEM and LDS counters an s_waitcnt waits for (decoded by the reader)."""
+    return {k: int(v) for k, v in ins.modifiers.items() if k in ("vmcnt", "lgkmcnt")}
 
 
 def simulate(instrs: Sequence[Instr], ds_cycles: Callable[[Instr], int], costs: Costs = Costs(), iterations: int = 3) -> Estimate:
@@ -237,16 +238,18 @@ def simulate(instrs: Sequence[Instr], ds_cycles: Callable[[Instr], int], costs: 
     mfma_free = 0
     lds_free = 0
     est = Estimate(0, 0, 0, 0)
+    reads = [F.uses(ins) for ins in instrs]
+    writes = [F.defs(ins) for ins in instrs]
     for it in range(iterations):
         last = it == iterations - 1
         t0, m0, l0 = t, 0, 0
         stalls = []
         issue = 0
-        for ins in instrs:
+        for ins, read, written in zip(instrs, reads, writes):
             m = ins.mnemonic
-            start = max([t] + [ready.get(r, 0) for r in ins.uses()])
+            start = max([t] + [ready.get(r, 0) for r in read])
             if m == "s_waitcnt":
-                w = _waits(ins.text)
+                w = _waits(ins)
                 need = start
                 if "vmcnt" in w and len(vm) > w["vmcnt"]:
                     need = max(need, vm[len(vm) - w["vmcnt"] - 1])
@@ -264,7 +267,7 @@ def simulate(instrs: Sequence[Instr], ds_cycles: Callable[[Instr], int], costs: 
             if m in mfma_cost:
                 s = max(start, mfma_free)
                 mfma_free = s + mfma_cost[m]
-                for r in ins.defs:
+                for r in written:
                     ready[r] = mfma_free
                 m0 += mfma_cost[m]
                 t = s + costs.valu
@@ -293,13 +296,13 @@ def simulate(instrs: Sequence[Instr], ds_cycles: Callable[[Instr], int], costs: 
             if m.startswith("s_"):
                 t = start + costs.salu
                 issue += costs.salu
-                for r in ins.defs:
+                for r in written:
                     ready[r] = t
                 continue
             cost = costs.trans if m.startswith(("v_exp", "v_log", "v_rcp", "v_sqrt", "v_rsq")) else costs.valu
             t = start + cost
             issue += cost
-            for r in ins.defs:
+            for r in written:
                 ready[r] = t
         if last:
             est = Estimate(t - t0, m0, l0, issue, stalls)
@@ -309,7 +312,7 @@ def simulate(instrs: Sequence[Instr], ds_cycles: Callable[[Instr], int], costs: 
 def loop_path(prog: Program) -> list[Instr]:
     """The instructions of the tile loop's longest iteration path (the refill path)."""
     loop = next(lp for lp in prog.loops if any(i.mnemonic.startswith("v_mfma_scale") for i in prog.loop_instrs(lp)))
-    paths = iteration_paths(prog, loop)
+    paths = F.iteration_paths(prog, loop)
     best = max(paths, key=lambda p: sum(len(prog.block_instrs(b)) for b in p))
     return [i for b in best for i in prog.block_instrs(b)]
 

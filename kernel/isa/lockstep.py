@@ -6,11 +6,13 @@ consecutive waves at the same program counter. It executes instruction by instru
 instruction with a batched form (`kernel.isa.compiled`) runs once on the group's [k, 64] lane
 arrays; any other runs wave by wave through the per-wave closure. The group ends where its
 waves part (different branch targets, a barrier, the end of the program) or where it reaches
-the pc of another runnable wave (so waves that skipped ahead are picked up again).
+the pc of a runnable wave ahead of it (so waves that skipped ahead are picked up again).
 
 Order: the scheduler always runs the runnable waves of lowest pc first; a barrier is released
 once no wave can run (every live wave of every workgroup waits or has ended), which advances
-the barrier epoch of each workgroup with waiting waves. Within a barrier epoch the waves of a
+the barrier epoch of each workgroup with waiting waves. A group stops at the pc of the nearest
+runnable wave ahead of it (to run on together from there); waves at the same pc that are not
+consecutive run as separate groups, one after the other. Within a barrier epoch the waves of a
 workgroup therefore interleave instruction by instruction (in wave order at each pc), which a
 race-free program cannot observe; a racy one gets the checkers' reports (lds_race,
 dma_before_wait) for the order the interleaving produces.
@@ -75,7 +77,7 @@ def run_group(
     stop: int,
 ) -> None:
     """Execute the group's waves (all at one pc, none waiting or done) until they part, one
-    waits at a barrier or ends, or the pc reaches `stop` (after at least one instruction)."""
+    waits at a barrier or ends, or the pc reaches `stop` (> the starting pc)."""
     ws = b.waves
     for w in ws:
         w.batch = b
@@ -163,7 +165,6 @@ def run_lockstep(dec: Any, waves: list[Wave], V: np.ndarray, VDEF: np.ndarray, c
         hi = lo + 1
         while hi < nw and not (waves[hi].done or waves[hi].at_barrier) and waves[hi].pc == pc:
             hi += 1
-        others = [waves[i].pc for i in run if i < lo or i >= hi]
-        stop = min(others) if others else 1 << 62
+        ahead = [waves[i].pc for i in run if waves[i].pc > pc]
         b = Batch(waves[lo:hi], V[lo:hi], VDEF[lo:hi], chk, stack)
-        run_group(code, bcode, vsafe, instrs, b, max(stop, pc + 1))
+        run_group(code, bcode, vsafe, instrs, b, min(ahead) if ahead else 1 << 62)

@@ -190,6 +190,11 @@ class Program:
         m = re.search(rf"^[\s-]*{re.escape(key)}:\s+(-?\d+)\s*$", self.metadata, re.MULTILINE)
         return int(m.group(1)) if m else None
 
+    def meta_ints(self, key: str) -> list[int]:
+        """The integers of the first YAML list `key:` / `- N` ... of the metadata block ([] when absent)."""
+        m = re.search(rf"^[\s-]*{re.escape(key)}:\s*\n((?:\s*-\s*-?\d+\s*\n?)+)", self.metadata, re.MULTILINE)
+        return [int(x) for x in re.findall(r"-?\d+", m.group(1))] if m else []
+
     @cached_property
     def descriptor(self) -> KernelDescriptor:
         """What a launch needs (AsmParseError when the text lacks it or the interpreter does not

@@ -17,7 +17,6 @@ CPU tensors).
 
 from __future__ import annotations
 
-import re
 import struct
 import time
 from collections.abc import Sequence
@@ -121,8 +120,7 @@ class IsaKernel:
     def from_asm(cls, text: str, threads: int | None = None) -> IsaKernel:
         prog = parse_program(text)
         if threads is None:
-            m = re.search(r"\.reqd_workgroup_size:\s*\n\s*-\s*(\d+)", text)
-            threads = int(m.group(1)) if m else None
+            threads = next(iter(prog.meta_ints(".reqd_workgroup_size")), None)
         return cls(prog, threads)
 
     def launch(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -233,24 +234,29 @@ def test_a_device_fault_ends_its_worker_and_later_tests_pass(tmp_path: Path) -> 
 
 
 def test_fuzz_keeps_its_budget_against_a_hanging_kernel(tmp_path: Path) -> None:
-    """A hung call is cut (the subprocess's own timeout is only a backstop against a hung fuzz)."""
+    """A call that hangs from the first example is cut when the budget (+ grace) is spent, although
+    the per-call limit is far longer (the subprocess's own timeout is only a backstop)."""
+    env_timeout = "600"  # the configured per-call limit: the budget, not this, must cut the call
     command = [
         sys.executable,
         "-m",
         "conformance",
         "fuzz",
         "--kernel",
-        f"{MODULE}:hang_on_long_rows",
+        f"{MODULE}:hang_always",
         "--seconds",
-        "20",  # the derandomized search reaches a long row within a few examples, even on a loaded machine
+        "2",
         "--hypothesis-profile",
         "ci",
         "--property",
         "long_rows",
     ]
-    proc = subprocess.run(command, cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=240, check=False)
+    env = _env(tmp_path) | {state.CALL_TIMEOUT_ENV: env_timeout}
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output
     assert "the kernel call hung" in output, output
     entries = _entries(tmp_path)
     assert len(entries) == 1 and "hung" in entries[0]["provenance"]["caught"], output
+    limit = re.search(r"no return within ([0-9.]+) s", entries[0]["provenance"]["caught"])
+    assert limit and float(limit.group(1)) < float(env_timeout), entries[0]["provenance"]["caught"]  # the budget cut it

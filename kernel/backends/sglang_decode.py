@@ -199,23 +199,21 @@ class SglangCall:
     def run(self) -> None:
         """The kernel alone: decode_attention_fwd on each chunk of rows (start, stop, its key
         buffer [n, 1, 576], kv_indptr, kv_indices)."""
-        n_q = self.o.shape[0]
+        q, o, logits, att_lse, splits = self.q_run, self.o, self.logits, self.att_lse, self.rows.num_kv_splits
         for start, stop, k_chunk, kv_indptr, kv_indices in self.chunks:
-            whole = (start, stop) == (0, n_q)  # one chunk: the tensors themselves, no views
-
-            def rows(t: torch.Tensor, start: int = start, stop: int = stop, whole: bool = whole) -> torch.Tensor:
-                return t if whole else t[start:stop]
-
+            if len(self.chunks) > 1:  # one chunk: the tensors themselves, no views
+                q, o, logits = self.q_run[start:stop], self.o[start:stop], self.logits[start:stop]
+                att_lse, splits = self.att_lse[start:stop], self.rows.num_kv_splits[start:stop]
             self.kernel.decode_attention_fwd(
-                rows(self.q_run),
+                q,
                 k_chunk,
                 k_chunk[..., :LATENT_DIM],
-                rows(self.o),
+                o,
                 kv_indptr,
                 kv_indices,
-                rows(self.logits),
-                rows(self.att_lse),
-                rows(self.rows.num_kv_splits),
+                logits,
+                att_lse,
+                splits,
                 NUM_KV_SPLITS,
                 self.softmax_scale,
                 1.0,

@@ -250,8 +250,7 @@ def slot_keys(
     slot_layout per index tensors (kept_index). No host sync for short streams (slot_layout),
     none at all when the layout is kept.
     """
-    flat = kv_cache.reshape(-1, RECORD_BYTES)
-    n_rows = flat.shape[0]
+    n_rows = kv_cache.numel() // RECORD_BYTES
     build = partial(slot_layout, indices, indptr, n_rows, multiple=multiple)
     lay = kept_index(layouts, indices, indptr, ("slot_layout", multiple, n_rows), build)
     valid, counts, width = lay.valid, lay.counts, lay.width
@@ -259,8 +258,7 @@ def slot_keys(
     whole = None if kept is None or n_rows + 1 > MAX_KEPT_ROWS else kept.get(kv_cache, n_q * width)
     if whole is not None:
         return SlotKeys(keys=whole, table=lay.rows, valid=valid, counts=counts, width=width, per_slot=False)
-    if n_rows == 0:
-        flat = torch.zeros(1, RECORD_BYTES, dtype=torch.uint8, device=kv_cache.device)
+    flat = kv_cache.reshape(-1, RECORD_BYTES) if n_rows else torch.zeros(1, RECORD_BYTES, dtype=torch.uint8, device=kv_cache.device)
     records = flat[torch.where(valid, lay.rows, 0).reshape(-1)]
     keys = dequantise(records).reshape(-1, HEAD_DIM)
     keys.masked_fill_(~valid.view(-1, 1), 0)

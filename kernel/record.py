@@ -56,7 +56,7 @@ def writer_scales(block_amax: torch.Tensor, writer: Writer) -> torch.Tensor:
     if writer == "raw":
         return torch.clamp_min(block_amax / 448.0, _FLT_MIN)
     if writer in ENGINE_WRITERS:
-        raise ValueError(f"writer {writer!r} is an engine's code, not a scale rule: encode_records runs it (kernel.writers)")
+        raise ValueError(f"writer {writer!r} is an engine's code, not a scale rule: kernel.writers.{writer}.write_records runs it")
     raise ValueError(f"unknown writer {writer!r}; expected one of {WRITERS}")
 
 
@@ -64,8 +64,8 @@ def encode_records(latent: torch.Tensor, rope: torch.Tensor, writer: Writer) -> 
     """Build records uint8 [..., 656] from latent [..., 512] (bf16 or f32) and rope [..., 64] (bf16).
 
     Latent values are taken as f32 (bf16 widens exactly). Non-finite latent values are refused:
-    no writer in the wild stores them. An engine writer (ENGINE_WRITERS) runs the engine's code
-    (kernel.writers.sglang.write_records: bf16-valued latent; WriterUnavailable where it cannot run).
+    no writer in the wild stores them. The engine writers (ENGINE_WRITERS) are the engines' code:
+    kernel.writers.sglang.write_records (strategies.materialize calls it for them).
     """
     if latent.shape[-1] != LATENT_DIM:
         raise ValueError(f"latent last dim must be {LATENT_DIM}, got {latent.shape[-1]}")
@@ -80,10 +80,6 @@ def encode_records(latent: torch.Tensor, rope: torch.Tensor, writer: Writer) -> 
     x = latent.to(torch.float32)
     if not bool(torch.isfinite(x).all()):
         raise ValueError("latent holds non-finite values")
-    if writer in ENGINE_WRITERS:
-        from kernel.writers.sglang import write_records  # the engine's code, imported only when asked for
-
-        return write_records(latent, rope)
     lead = x.shape[:-1]
     blocks = x.reshape(*lead, N_SCALE_BLOCKS, SCALE_BLOCK)
     scales = writer_scales(blocks.abs().amax(dim=-1), writer)

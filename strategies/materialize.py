@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from kernel.fp8 import round_f32_to_bf16
-from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_DIM, ROPE_OFFSET, SCALE_OFFSET, encode_records
-from kernel.writers.sglang import WriterUnavailable
+from kernel.record import ENGINE_WRITERS, LATENT_DIM, RECORD_BYTES, ROPE_DIM, ROPE_OFFSET, SCALE_OFFSET, encode_records
+from kernel.writers.sglang import WriterUnavailable, write_records
 from strategies import layouts, rng
 from strategies.recipe import ROWS_BEYOND_4GIB, MemoryEstimate, Recipe, RecipeError, RecipeTooLarge, memory_estimate
 
@@ -366,10 +366,14 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
     # same bits on every device.
     referenced_here = referenced.to(device)
     latent = _latent(recipe, referenced_here)
-    try:
-        records = encode_records(latent, _rope(recipe, referenced_here), recipe.writer)  # type: ignore[arg-type]
-    except WriterUnavailable as err:  # an engine writer (kernel.writers) that cannot run on this machine
-        raise RecipeError(f"writer {recipe.writer!r} cannot write this cache here: {err}") from None
+    rope = _rope(recipe, referenced_here)
+    if recipe.writer in ENGINE_WRITERS:  # the engine's own code (kernel.writers.sglang)
+        try:
+            records = write_records(latent, rope)
+        except WriterUnavailable as err:
+            raise RecipeError(f"writer {recipe.writer!r} cannot write this cache here: {err}") from None
+    else:
+        records = encode_records(latent, rope, recipe.writer)  # type: ignore[arg-type]
     _corrupt(recipe, records, entries, consumed)
 
     n_rows = recipe.cache_rows

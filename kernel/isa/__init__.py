@@ -1,7 +1,9 @@
 """A wave-level gfx950 ISA interpreter that runs the project's compiled FlyDSL kernel on CPU.
 
 Modules (one job each):
-    asm         parse LLVM AMDGPU assembly: instructions, labels, kernel descriptor, kernarg layout
+    asm         the project's one reader of LLVM AMDGPU assembly (the FlyDSL ISA checks use it too):
+                instructions, labels, directives, metadata; kernel descriptor, kernarg layout
+    cfg         basic blocks and loops of a parsed kernel
     numerics    bit-level fp8 / f16 / bf16 / E8M0 conversions, fused f32 FMA, exp/log/rcp models
     state       waves (VGPR/SGPR/EXEC/VCC/SCC/M0), LDS and its checker shadow, global memory table
     operands    operand getters / setters built at decode time (definedness checks included)

@@ -1,10 +1,11 @@
 """Batched forms of the commonest memory instructions (LDS reads, the transpose read,
 ds_bpermute, global loads and LDS DMA) for a lockstep group of waves.
 
-Each takes its fast path only where the per-wave closure takes its own (every wave's EXEC all
-ones; LDS rows aligned and inside the allocation; every lane's global bytes inside the buffer
-of the first lane's), doing that path's work for all waves at once (one gather over the
-stacked LDS of the group's workgroups, one over global memory) and the per-wave bookkeeping
+Each takes its fast path where every wave's EXEC is all ones and, for LDS reads, every lane's
+row is aligned and inside the allocation (where the per-wave closure takes its own), or, for
+global reads, every lane's bytes lie inside some registered buffer (the bytes the per-wave
+read gives, with nothing to report), doing the data movement for all waves at once (one
+gather over the stacked LDS of the group's workgroups, one per buffer) and the bookkeeping
 (checks, outstanding-load tokens, DMA shadow) wave by wave in the per-wave code. Otherwise it
 runs the per-wave closure on each wave (the decision reads register values only, no checks,
 so nothing is reported twice).
@@ -181,11 +182,11 @@ def _global_address(ins: Instr, vop: Operand, sop: Operand) -> tuple[Callable[[B
 
 
 def _read_all(b: Batch, addr: np.ndarray, size: int) -> np.ndarray | None:
-    """Bytes [k * 64, size] when every wave's EXEC is all ones and every lane's bytes lie in
-    the buffer of the first lane's (GlobalMemory.read_all over all waves), else None."""
+    """Bytes [k * 64, size] when every wave's EXEC is all ones and every lane's bytes lie in a
+    registered buffer (GlobalMemory.read_lanes over all waves), else None."""
     if b.exec_mask() is not None:
         return None
-    return b.waves[0].x.mem.read_all(addr.reshape(-1), size)
+    return b.waves[0].x.mem.read_lanes(addr.reshape(-1), size)
 
 
 def _global_load(ins: Instr, f: PerWave) -> BFn | None:

@@ -181,6 +181,23 @@ class GlobalMemory:
             return r.rows(size)[(off >> K(size.bit_length() - 1, np.uint64, sh)).astype(np.intp)].view(np.uint8)
         return r.data[off.astype(np.intp)[:, None] + byte_span(size)]
 
+    def read_lanes(self, addr: np.ndarray, size: int) -> np.ndarray | None:
+        """Bytes [n, size] at addr (uint64 [n], every lane active) when each lane's bytes lie
+        inside some registered buffer (any mix of buffers), else None: the bytes read() gives
+        every lane of an all-active lane vector."""
+        b = self.read_all(addr, size)
+        if b is not None:
+            return b
+        idx, off = self.locate(addr, size)
+        if np.count_nonzero(idx < 0):
+            return None
+        out = np.empty((addr.shape[0], size), dtype=np.uint8)
+        span = byte_span(size)
+        for i in np.unique(idx).tolist():
+            sel = idx == i
+            out[sel] = self.regions[i].data[off[sel][:, None] + span]
+        return out
+
     def read(self, addr: np.ndarray, size: int, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bytes [n, size] at addr for the lanes set in `lanes` (others 0), and the lanes whose
         access fell outside every buffer."""

@@ -120,6 +120,7 @@ SEQUENCES = [
 
 LDS = 8192
 BUF = np.random.default_rng(7).integers(0, 256, 1 << 16, dtype=np.uint8)
+BUF2 = np.random.default_rng(9).integers(0, 256, 1 << 12, dtype=np.uint8)
 
 
 def _setup(execs: tuple[int, ...]):
@@ -136,6 +137,8 @@ def _setup(execs: tuple[int, ...]):
         w.v[11][5] = 0
         w.v[24:40] = rng.integers(0, 1 << 32, (16, 64), dtype=np.uint64).astype(np.uint32) & np.uint32(0x7E7E7E7E)
         addr = BUF.ctypes.data + 16 * rng.permutation(64).astype(np.uint64) + 256 * (1 + j)
+        if j == 3:  # half of this wave's lanes address a second buffer (reads across buffers)
+            addr[:32] = BUF2.ctypes.data + 16 + 16 * rng.permutation(32).astype(np.uint64)
         w.v[40] = (addr & np.uint64(0xFFFFFFFF)).astype(np.uint32)
         w.v[41] = (addr >> np.uint64(32)).astype(np.uint32)
         w.v[42] = (16 * rng.permutation(64)).astype(np.uint32)  # 16-byte aligned LDS addresses
@@ -177,6 +180,7 @@ def _run(body: str, execs: tuple[int, ...], batched: bool):
     buf = BUF.copy()
     mem = GlobalMemory()
     mem.add_array(BUF.ctypes.data, buf, "buf")
+    mem.add_array(BUF2.ctypes.data, BUF2.copy(), "buf2")
     res = run_workgroups(dec, [0, 1], 0, mem, chk, 128, setup=_setup(execs), wg_setup=_lds_init)
     findings = sorted((f.kind, f.workgroup, f.wave, f.pc, tuple(f.lanes), f.detail) for f in chk.findings)
     return res, findings, n_batched, buf

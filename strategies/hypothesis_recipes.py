@@ -187,7 +187,7 @@ def violating_recipes(
     if allow_out_of_range:
         kinds.append("index_out_of_range")
     if sglang_writer.available() if engine_writer is None else engine_writer:
-        kinds.append("sglang_writer")
+        kinds.insert(1, "sglang_writer")  # beside the other writer (Hypothesis draws the first kinds most)
     kind = draw(st.sampled_from(kinds), label="violation")
     rows = tuple(max(x, 1) for x in base.row_lengths)
     fields = base.to_json_dict()

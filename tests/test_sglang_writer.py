@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
 from conformance.records.corpus import corpus_files, recipe_hash
@@ -193,19 +193,20 @@ def test_where_it_runs_the_strategies_draw_it(stand_in: StandIn) -> None:
     space = violating_space(allow_out_of_range=False)
     assert space.violations is not None and space.violations[-1] == "sglang_writer"
     assert "sglang" in reachable(space)["writer"] and "sglang_writer" in reachable(space)["corruption"]
-    seen: set[str] = set()
+    bad_recipes = violating_recipes(allow_out_of_range=False, max_total_keys=64)
+    good_recipes = recipes(max_n_q=4, max_total_keys=64, writers=differential_writers(False))
 
     @SETTINGS
     @given(st.data())
     def draw(data: st.DataObject) -> None:
-        bad = data.draw(violating_recipes(allow_out_of_range=False, max_total_keys=64))
-        good = data.draw(recipes(max_n_q=4, max_total_keys=64, writers=differential_writers(False)))
+        bad, good = data.draw(bad_recipes), data.draw(good_recipes)
         assert bad.writer != "sglang" or features(bad)["corruption"] == {"sglang_writer"}
         assert good.writer != "sglang" or good.latent != "zero_blocks"
-        seen.update({f"bad {bad.writer}", f"good {good.writer}"})
 
     draw()
-    assert {"bad sglang", "good sglang"} <= seen
+    search = settings(database=None, max_examples=2000, suppress_health_check=list(HealthCheck), deadline=None)
+    assert find(bad_recipes, lambda r: r.writer == "sglang", settings=search).corruptions == ()
+    assert find(good_recipes, lambda r: r.writer == "sglang", settings=search).latent != "zero_blocks"
 
 
 @pytest.mark.parametrize("latent", ["normal", "heavy", "max57344", "zero_blocks"])

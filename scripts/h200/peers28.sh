@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 23's left parts on the H200 (helper peers28), at most ~270 s, beside a campaign on the same GPU:
+# Issue 23's left parts on the H200 (helper peers28), beside a campaign on the same GPU: at most 300 s
+# (every step under timeout: writer 30 + max(bench 80, writer caches 105) + suites 160 + count 20; typically ~200 s):
 #  (a) the Triton peers' adapter / bare ratios at n_q 1, 1024, 4096 (scripts/h200/final_peers_bench.py,
 #      about 25 s alone; contended beside a campaign: read the ratios) -> bench.txt|json|err
 #  (b) the suite's differential property and its precondition-violation property (where the sglang
@@ -36,7 +37,7 @@ step() {  # step NAME RC: one line per step in steps.txt
 }
 : > "$R/steps.txt"
 { date -u; nvidia-smi -L 2> /dev/null; "$PY" -c "import torch; print('torch', torch.__version__)"; } > "$R/env.txt" 2>&1
-timeout 60 "$PY" -c "from kernel.writers import sglang as w; r = w.unavailable_reason(); print(r or 'sglang writer: runs here')" \
+timeout 30 "$PY" -c "from kernel.writers import sglang as w; r = w.unavailable_reason(); print(r or 'sglang writer: runs here')" \
   > "$R/writer.txt" 2>&1
 step writer $?
 
@@ -47,16 +48,22 @@ step writer $?
   else
     WARGS=(--rows 4096)
   fi
-  timeout -k 5 100 "$PY" scripts/sglang_writer_caches.py --out "$R/writer" "${WARGS[@]}" \
+  timeout -k 5 60 "$PY" scripts/sglang_writer_caches.py --out "$R/writer" "${WARGS[@]}" \
     --compare-with tests/data/sglang_writer_h200.pt > "$R/writer.log" 2>&1
   echo "writer_caches rc=$?" > "$R/writer.rc"
-  for dump in "$R"/writer/*.pt; do
-    [ -f "$dump" ] || continue
-    name=$(basename "$dump" .pt)
-    timeout 30 "$PY" -m conformance preconditions "$dump" --format json --output "$R/preconditions-$name.json" --quiet
-    timeout 30 "$PY" -m conformance preconditions "$dump" --format markdown --output "$R/preconditions-$name.md" --quiet
-    echo "preconditions $name rc=$? (1: violations found)" >> "$R/writer.log"
-  done
+  # `conformance preconditions DUMP --format json|markdown --output ...` per dump, in one process
+  timeout -k 5 40 "$PY" - "$R" >> "$R/writer.log" 2>&1 << 'EOF'
+import sys
+from pathlib import Path
+
+from conformance.cli import main
+
+out = Path(sys.argv[1])
+for dump in sorted((out / "writer").glob("*.pt")):
+    for fmt, ext in (("json", "json"), ("markdown", "md")):
+        rc = main(["preconditions", str(dump), "--format", fmt, "--output", str(out / f"preconditions-{dump.stem}.{ext}"), "--quiet"])
+    print(f"preconditions {dump.stem} rc={rc} (1: violations found)", flush=True)
+EOF
 ) &
 WRITER_PID=$!
 
@@ -76,7 +83,7 @@ if [ "$CPU" = 1 ]; then
   KERNELS=(emulated); PROFILE_ARGS=(--hypothesis-profile ci); DEVICE=(--device cpu); LIMIT=150
 else
   KERNELS=(emulated flashmla flashmla-prefill torch-sdpa sglang-decode vllm-decode vllm-sparse conformance.mutation.independent:float32_torch)
-  PROFILE_ARGS=(--hypothesis-profile dev); DEVICE=(--device cuda); LIMIT=165
+  PROFILE_ARGS=(--hypothesis-profile dev); DEVICE=(--device cuda); LIMIT=150
 fi
 pids=()
 for k in "${KERNELS[@]}"; do
@@ -93,7 +100,7 @@ done
 states=()
 for k in "${KERNELS[@]}"; do [ -d "$R/state-${k##*:}" ] && states+=("$R/state-${k##*:}"); done
 if [ "${#states[@]}" -gt 0 ]; then
-  timeout 30 "$PY" scripts/writer_examples.py "${states[@]}" --json "$R/examples.json" > /dev/null 2> "$R/examples.err"
+  timeout 20 "$PY" scripts/writer_examples.py "${states[@]}" --json "$R/examples.json" > /dev/null 2> "$R/examples.err"
   step examples $?
 fi
 echo "--- peers28 done in $(( $(date +%s) - T0 )) s"

@@ -25,6 +25,7 @@ An empty row has bound 0: out must be exactly 0 and lse exactly -inf.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,11 +37,15 @@ from oracle import q_representation as qrep
 from oracle.accumulation import FORMAT_MAX, gamma, unit_roundoff
 from oracle.binary import pow2
 from oracle.profile_schema import NumericsProfile
-from oracle.rows import DEFAULT_KEY_BUDGET, BoundChunk, PreconditionError, iter_bound_chunks, row_bounds
+from oracle.rows import DEFAULT_KEY_BUDGET, BoundChunk, PreconditionError, iter_bound_batches, row_bounds
 
 Mode = Literal["float64", "exact-steps"]
 MODES: tuple[Mode, ...] = ("float64", "exact-steps")
 LN2 = math.log(2.0)
+# Key slots per batch of chunks (evaluate_modes' batch_budget) per device type. A call holds about
+# 19.5 KB per slot at its peak at 16 heads (CPU max RSS, n_q 32 x 2048 keys in one batch), so a
+# CUDA batch of 2^20 slots holds ~20 GB; on a CPU one chunk per batch keeps the working set small.
+BOUND_BATCH_SLOTS = {"cpu": DEFAULT_KEY_BUDGET, "cuda": 1 << 20}
 U64 = 2.0**-53
 
 
@@ -100,28 +105,82 @@ def _check_scale(sigma: float, profile: NumericsProfile) -> None:
         )
 
 
-def _check_chunk_preconditions(chunk: BoundChunk, profile: NumericsProfile, scale_model: str) -> None:
-    """Raise PreconditionError where the profile's bound is not promised for these keys (the
-    first broken one in the order below; every check read back in one host sync)."""
+def _precondition_flags(chunk: BoundChunk, profile: NumericsProfile, scale_model: str) -> tuple[torch.Tensor, list[str]]:
+    """(flags bool [R, k], messages): row r breaks check i (the profile's preconditions on the
+    consumed keys, in the order _check_chunk_preconditions names them). No host read."""
     valid = chunk.valid.unsqueeze(-1)
     scales = chunk.scales
+    n_rows = chunk.valid.shape[0]
     checks: list[tuple[torch.Tensor, str]] = []
     if scale_model == "gfx950":
-        checks.append(((valid & ~torch.isfinite(scales)).any(), "a consumed record's scale is NaN or infinite"))
+        checks.append((valid & ~torch.isfinite(scales), "a consumed record's scale is NaN or infinite"))
     elif profile.needs_pow2_scales:
         bits = scales.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
         exponent = (bits >> 23) & 0xFF
         pow2 = ((bits & 0x7FFFFF) == 0) & (exponent > 0) & (exponent < 0xFF) & ((bits >> 31) == 0)
-        checks.append(((valid & ~pow2).any(), "a consumed record's scale is not a positive normal power of two"))
+        checks.append((valid & ~pow2, "a consumed record's scale is not a positive normal power of two"))
     else:
-        checks.append(((valid & ~(torch.isfinite(scales) & (scales > 0))).any(), "a consumed record's scale is not positive and finite"))
+        checks.append((valid & ~(torch.isfinite(scales) & (scales > 0)), "a consumed record's scale is not positive and finite"))
     if scale_model == "stored" and profile.scale_cap is not None:
-        checks.append(((valid & (scales > profile.scale_cap)).any(), f"a consumed record's scale exceeds {profile.scale_cap:g}"))
-    checks.append((((chunk.codes & 0x7F) == 0x7F).any(), "a consumed record holds NaN codes"))
-    broken = torch.stack([flag for flag, _ in checks]).tolist()
-    for is_broken, (_, message) in zip(broken, checks, strict=True):
+        checks.append((valid & (scales > profile.scale_cap), f"a consumed record's scale exceeds {profile.scale_cap:g}"))
+    checks.append((((chunk.codes & 0x7F) == 0x7F), "a consumed record holds NaN codes"))
+    flags = torch.stack([flag.reshape(n_rows, -1).any(dim=1) for flag, _ in checks], dim=1)
+    return flags, [message for _, message in checks]
+
+
+def _check_chunk_preconditions(chunk: BoundChunk, profile: NumericsProfile, scale_model: str) -> None:
+    """Raise PreconditionError where the profile's bound is not promised for these keys (the
+    first broken one in the order below; every check read back in one host sync)."""
+    flags, messages = _precondition_flags(chunk, profile, scale_model)
+    broken = flags.any(dim=0).tolist()
+    for is_broken, message in zip(broken, messages, strict=True):
         if is_broken:
             raise PreconditionError(message)
+
+
+def _segment_max(values: torch.Tensor, chunk: BoundChunk) -> torch.Tensor:
+    """Per chunk of a batch (BoundChunk.segment_rows rows each): the column maxima of the
+    per-row values f64 [R, k] (all >= 0 or NaN), f64 [n_segments, k]. No host read."""
+    rows, k = values.shape
+    pad = chunk.n_segments * chunk.segment_rows - rows
+    if pad:
+        values = torch.cat((values, values.new_zeros(pad, k)))
+    return values.view(chunk.n_segments, chunk.segment_rows, k).amax(dim=1)
+
+
+@dataclass
+class _Deferred:
+    """The bound's checks of one call, read back once at its end (raise_first).
+
+    Per chunk of each batch, in the order evaluate_modes visits them: the precondition flags,
+    then qk_max, n_max, v_max (_check_f32_range), then each mode's max |z| (the score limit),
+    stacked into one f64 row per chunk; the first broken check of the first chunk that breaks
+    one is raised, as when each chunk read its checks back in turn."""
+
+    profile: NumericsProfile
+    messages: list[str] | None = None
+    parts: list[torch.Tensor] | None = None
+
+    def add(self, chunk: BoundChunk, columns: list[torch.Tensor], messages: list[str]) -> None:
+        """Record one batch's per-row columns (each [R], or [R, k] for the flags)."""
+        self.messages = messages
+        per_row = torch.cat([c.to(torch.float64).reshape(c.shape[0], -1) for c in columns], dim=1)
+        self.parts = [*(self.parts or []), _segment_max(per_row, chunk)]
+
+    def raise_first(self) -> None:
+        """Raise the first broken check (one host read for the whole call)."""
+        if not self.parts or self.messages is None:
+            return
+        profile = self.profile
+        k = len(self.messages)
+        gamma_qk = _qk_growth(profile)
+        for row in torch.cat(self.parts).tolist():
+            for is_broken, message in zip(row[:k], self.messages, strict=True):
+                if is_broken:
+                    raise PreconditionError(message)
+            _raise_f32_range(row[k], row[k + 1], row[k + 2], profile, gamma_qk)
+            if any(z > profile.score_limit for z in row[k + 3 :]):
+                raise PreconditionError(f"|softmax_scale * q . K| exceeds the profile's limit {profile.score_limit:g}")
 
 
 @dataclass(frozen=True)
@@ -170,6 +229,7 @@ class _ChunkStats:
     qk_err: torch.Tensor  # [R, H, L] |sigma| gamma_k(u) sum_d |q_hat_d| |K_d|: the QK accumulation error (natural units)
     ref_qk_err: torch.Tensor  # [R, H, L] the float64 reference's own score error, |sigma| gamma_(m+1)(2^-53) sum_d |q_d| |K_d|
     qk_flush: torch.Tensor | None  # [R, H, L] |sigma| x the score error of flushed subnormals (None: subnormals preserved)
+    splits: bool | None = None  # some row of the chunk may be split (known on the host; None: read from the device)
 
 
 #: |e4m3 code value| * 2^9 is an integer below 2^18 (multiples of the subnormal spacing 2^-9, at
@@ -190,13 +250,16 @@ def _chunk_stats(
     rep: qrep.QRepresentation,
     sigma: float,
     q_refs: tuple[torch.Tensor, ...],
+    checks: list[torch.Tensor] | None = None,
 ) -> _ChunkStats:
     """The chunk's mode-independent statistics, and the scores of each query in `q_refs` (one per
     mode). `code_table` is _abs_code_table; rep.terms is expected as f32 (see evaluate_modes).
 
     Consumes chunk.keys and chunk.values: once the scores and each mode's reference out are
     formed they are overwritten with |K| and |V| in place (the same values and layouts as
-    keys.abs() and values.abs(), without two more [R, L, 576 or 512] tensors)."""
+    keys.abs() and values.abs(), without two more [R, L, 576 or 512] tensors).
+    `checks` given: the per-row maxima of the f32-range check are appended to it (_Deferred)
+    instead of being read back here."""
     keys = chunk.keys
     values = chunk.values
     row_len = lengths[chunk.rows].to(torch.float64).view(-1, 1, 1)
@@ -256,8 +319,12 @@ def _chunk_stats(
         qk_err=qk_err,
         ref_qk_err=abs(sigma) * gamma(nonzero + 1, U64) * qk_mag,
         qk_flush=qk_flush,
+        splits=chunk.kind if isinstance(chunk.kind, bool) else None,
     )
-    _check_f32_range(stats, qk_mag, profile)
+    if checks is None:
+        _check_f32_range(stats, qk_mag, profile)
+    else:
+        checks.extend(_f32_range_rows(stats, qk_mag))
     return stats
 
 
@@ -345,11 +412,28 @@ def _check_f32_range(stats: _ChunkStats, qk_mag: torch.Tensor, profile: Numerics
     """PreconditionError where the profile's score or PV arithmetic could overflow its format
     (every partial sum of q . K is at most (1 + gamma) sum_d |q_d| |K_d|; every partial sum of o
     at most n 2^p_shift max|v|)."""
-    limit = FORMAT_MAX[profile.score_format]
-    most = profile.qk.roundings(2.0 * LATENT_DIM + 64, float(profile.qk_instructions)) + profile.qk.product_roundings
-    gamma_qk = float(gamma(most, profile.qk.u))
     # the three maxima in one host sync (each exact in f64: n_valid is an integer count)
     qk_max, n_max, v_max = torch.stack((qk_mag.max(), stats.n_valid.max(), stats.abs_v_max.max())).tolist()
+    _raise_f32_range(qk_max, n_max, v_max, profile)
+
+
+def _f32_range_rows(stats: _ChunkStats, qk_mag: torch.Tensor) -> list[torch.Tensor]:
+    """Per row [R]: the maxima _check_f32_range reads (sum_d |q_d| |K_d|, n_valid, max |v|)."""
+    n_rows = qk_mag.shape[0]
+    return [qk_mag.reshape(n_rows, -1).amax(dim=1), stats.n_valid.view(n_rows), stats.abs_v_max.reshape(n_rows, -1).amax(dim=1)]
+
+
+def _qk_growth(profile: NumericsProfile) -> float:
+    """gamma of the most roundings a partial sum of q . K may take (a profile constant)."""
+    most = profile.qk.roundings(2.0 * LATENT_DIM + 64, float(profile.qk_instructions)) + profile.qk.product_roundings
+    return float(gamma(most, profile.qk.u))
+
+
+def _raise_f32_range(qk_max: float, n_max: float, v_max: float, profile: NumericsProfile, gamma_qk: float | None = None) -> None:
+    """_check_f32_range's decision on the chunk's maxima (gamma_qk: _qk_growth(profile))."""
+    limit = FORMAT_MAX[profile.score_format]
+    if gamma_qk is None:
+        gamma_qk = _qk_growth(profile)
     if qk_max * (1 + gamma_qk) >= limit:
         raise PreconditionError(
             f"a partial sum of q . K may overflow {profile.score_format} (sum_d |q_d| |K_d| = {qk_max:.3g}, largest finite {limit:.3g})"
@@ -389,7 +473,7 @@ def _split_terms(
     splits = n_valid > 1
     if split.rows == "above":
         splits = splits & (stats.row_len > split.min_keys)
-    if not bool(splits.any()):
+    if not (bool(splits.any()) if stats.splits is None else stats.splits):
         return None
     partials = torch.where(splits, cap, torch.ones_like(cap))  # [R, 1, 1]
     u_c = unit_roundoff(split.lse_format)
@@ -410,13 +494,20 @@ def _split_terms(
 
 
 def _chunk_bound(
-    stats: _ChunkStats, scores: _ModeScores, q_rep_err: torch.Tensor | None, sigma: float, profile: NumericsProfile
+    stats: _ChunkStats,
+    scores: _ModeScores,
+    q_rep_err: torch.Tensor | None,
+    sigma: float,
+    profile: NumericsProfile,
+    checks: list[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(out_ref, out_bound, lse_ref, lse_bound, window) of one chunk for one comparison mode,
     `scores` being that mode's entry of stats.scores.
 
     All bound arithmetic is finite for finite inputs: probabilities enter in the log domain, and
-    every exponential that could overflow is replaced by +inf only where a min() discards it."""
+    every exponential that could overflow is replaced by +inf only where a min() discards it.
+    `checks` given: the per-row max |z| is appended to it (_Deferred) instead of being checked
+    against the profile's score limit here."""
     rows, valid, all_valid = stats.rows, stats.valid, stats.all_valid
     z = scores.z
     score_err = stats.qk_err
@@ -424,7 +515,9 @@ def _chunk_bound(
         score_err = score_err + torch.bmm(q_rep_err[rows], stats.keys_abs_t) * abs(sigma)
     z_fin = z if all_valid else z.masked_fill(~valid, 0.0)
     z_abs_max = z_fin.abs().amax(dim=-1, keepdim=True)
-    if float(z_abs_max.max()) > profile.score_limit:
+    if checks is not None:
+        checks.append(z_abs_max.reshape(z_abs_max.shape[0], -1).amax(dim=1))
+    elif float(z_abs_max.max()) > profile.score_limit:
         raise PreconditionError(f"|softmax_scale * q . K| exceeds the profile's limit {profile.score_limit:g}")
     z_max = scores.z_max
     z_min = (z if all_valid else z.masked_fill(~valid, float("inf"))).amin(dim=-1, keepdim=True)
@@ -559,6 +652,7 @@ def evaluate_modes(
     has_invalid: bool = False,
     key_budget: int = DEFAULT_KEY_BUDGET,
     scale_model: str = "stored",
+    batch_budget: int | None = None,
 ) -> dict[Mode, Evaluation]:
     """Reference and the profile's a-priori bound in each of `modes`, sharing one gathering pass.
 
@@ -566,7 +660,15 @@ def evaluate_modes(
     over-cap / non-positive scales where the profile needs them, NaN codes, q not finite, scores
     beyond the profile's limit). `scale_model` "gfx950" judges against the gfx950 kernel's
     documented handling of non-pow2, over-cap and zero scales instead (oracle.rows.gather_chunk),
-    so those are no longer preconditions."""
+    so those are no longer preconditions.
+
+    key_budget fixes the chunks (oracle.rows.chunk_plan: each row is padded to its chunk's
+    longest row, so it is part of the result's definition, bit for bit); batch_budget (key
+    slots, default BOUND_BATCH_SLOTS of the device type) only says how many chunks of one width
+    run as one batch (oracle.rows.chunk_plan_batches): a fixed number of batched operations per
+    batch, and the host reads a fixed number of times per call (the row plan, the checks once at
+    the end), whatever the number of chunks. Profiles that may split rows read the device once
+    per chunk under has_invalid (which rows may split is then known only there)."""
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown comparison mode {mode!r}; expected one of {MODES}")
@@ -582,32 +684,63 @@ def evaluate_modes(
         mode: (rep.q_hat, None) if mode == "exact-steps" else (q.to(torch.float64), _q_representation_error(q, rep, profile))
         for mode in modes
     }
+    # one spare row past n_q takes the rows of a batch that have no valid key (their results
+    # stay the defaults: out 0, lse -inf, bounds 0)
     results = {}
     for mode in modes:
         results[mode] = (
-            torch.zeros(n_q, heads, LATENT_DIM, dtype=torch.float64, device=device),
-            torch.zeros(n_q, heads, LATENT_DIM, dtype=torch.float64, device=device),
-            torch.full((n_q, heads), float("-inf"), dtype=torch.float64, device=device),
-            torch.zeros(n_q, heads, dtype=torch.float64, device=device),
-            torch.zeros(n_q, heads, dtype=torch.float64, device=device),
+            torch.zeros(n_q + 1, heads, LATENT_DIM, dtype=torch.float64, device=device),
+            torch.zeros(n_q + 1, heads, LATENT_DIM, dtype=torch.float64, device=device),
+            torch.full((n_q + 1, heads), float("-inf"), dtype=torch.float64, device=device),
+            torch.zeros(n_q + 1, heads, dtype=torch.float64, device=device),
+            torch.zeros(n_q + 1, heads, dtype=torch.float64, device=device),
         )
     _, lengths = row_bounds(indptr)
     code_table = _abs_code_table(device)
     assert rep.terms is not None
     stats_rep = qrep.QRepresentation(q_hat=rep.q_hat, magnitude=rep.magnitude, e8m0=rep.e8m0, terms=rep.terms.to(torch.float32))
+    batch = batch_budget if batch_budget is not None else BOUND_BATCH_SLOTS.get(device.type, BOUND_BATCH_SLOTS["cpu"])
+    kind = None
+    if profile.split.may_split:
+        if has_invalid:
+            batch = 0  # no merging: each chunk reads which of its rows may split
+        else:
+            kind = _split_kind(profile)
+    deferred = _Deferred(profile)
 
-    # Each chunk's records are gathered and decoded once (oracle.rows.BoundChunk); its statistics
+    # Each batch's records are gathered and decoded once (oracle.rows.BoundChunk); its statistics
     # are shared by every mode.
-    for chunk in iter_bound_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, scale_model=scale_model):
-        _check_chunk_preconditions(chunk, profile, scale_model)
-        stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma, tuple(q_ref for q_ref, _ in per_mode.values()))
+    batches = iter_bound_batches(
+        indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, batch_budget=batch, scale_model=scale_model, kind=kind
+    )
+    for chunk in batches:
+        flags, messages = _precondition_flags(chunk, profile, scale_model)
+        checks: list[torch.Tensor] = [flags]
+        stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma, tuple(q_ref for q_ref, _ in per_mode.values()), checks)
+        target_rows = chunk.rows if chunk.has_key is None else torch.where(chunk.has_key, chunk.rows, n_q)
         for (mode, (_, q_rep_err)), scores in zip(per_mode.items(), stats.scores, strict=True):
-            for target, value in zip(results[mode], _chunk_bound(stats, scores, q_rep_err, sigma, profile), strict=True):
-                target[chunk.rows] = value
-    return {
-        mode: Evaluation(out=r[0], out_bound=r[1], lse=r[2], lse_bound=r[3], window=r[4], mode=mode, profile=profile.name)
-        for mode, r in results.items()
-    }
+            for target, value in zip(results[mode], _chunk_bound(stats, scores, q_rep_err, sigma, profile, checks), strict=True):
+                target[target_rows] = value
+        deferred.add(chunk, checks, messages)
+    deferred.raise_first()
+    evaluations = {}
+    for mode, r in results.items():
+        out, out_bound, lse, lse_bound, window = (t[:n_q] for t in r)
+        evaluations[mode] = Evaluation(
+            out=out, out_bound=out_bound, lse=lse, lse_bound=lse_bound, window=window, mode=mode, profile=profile.name
+        )
+    return evaluations
+
+
+def _split_kind(profile: NumericsProfile) -> Callable[[list[int]], object]:
+    """Whether some row of a chunk may be split, from its rows' lengths (without has_invalid a
+    row's valid keys are its length): the host's value of _split_terms' test."""
+    split = profile.split
+
+    def kind(lengths: list[int]) -> bool:
+        return any(n > 1 and (split.rows != "above" or n > split.min_keys) for n in lengths)
+
+    return kind
 
 
 def evaluate(

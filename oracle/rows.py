@@ -8,7 +8,8 @@ carry zeros, never the bytes of whatever row they would have read.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -91,14 +92,11 @@ def check_stream(indices: torch.Tensor, indptr: torch.Tensor, kv_rows: int, *, h
         )
 
 
-def chunk_plan(length: torch.Tensor, key_budget: int = DEFAULT_KEY_BUDGET) -> list[torch.Tensor]:
-    """Row ids grouped into chunks, longest rows first; each chunk's R * max(L) <= budget (or R == 1).
-
-    Rows of length 0 are left out (their result is fixed: out 0, lse -inf).
-    """
-    order = torch.argsort(length, descending=True, stable=True)
-    sorted_len = length[order].tolist()
-    chunks: list[torch.Tensor] = []
+def _chunk_spans(sorted_len: list[int], key_budget: int) -> list[tuple[int, int]]:
+    """(begin, end) of each chunk of chunk_plan in the length order (sorted_len: the lengths,
+    longest first): a chunk starts at its longest row, whose length is the chunk's width, and
+    takes max(1, key_budget // width) rows, fewer at the end of the nonzero rows."""
+    spans: list[tuple[int, int]] = []
     begin = 0
     total = len(sorted_len)
     while begin < total and sorted_len[begin] > 0:
@@ -106,19 +104,99 @@ def chunk_plan(length: torch.Tensor, key_budget: int = DEFAULT_KEY_BUDGET) -> li
         end = min(total, begin + rows_fit)
         while end > begin and sorted_len[end - 1] == 0:
             end -= 1
-        chunks.append(order[begin:end])
+        spans.append((begin, end))
         begin = end
-    return chunks
+    return spans
+
+
+def chunk_plan(length: torch.Tensor, key_budget: int = DEFAULT_KEY_BUDGET) -> list[torch.Tensor]:
+    """Row ids grouped into chunks, longest rows first; each chunk's R * max(L) <= budget (or R == 1).
+
+    Rows of length 0 are left out (their result is fixed: out 0, lse -inf).
+    """
+    order = torch.argsort(length, descending=True, stable=True)
+    sorted_len = length[order].tolist()
+    return [order[begin:end] for begin, end in _chunk_spans(sorted_len, key_budget)]
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Consecutive chunks of chunk_plan that share their width, gathered as one batch.
+
+    rows:          int64 [R]  the chunks' rows in plan order (a slice of the length order)
+    width:         int        the chunks' common width (their longest row)
+    segment_rows:  int        rows per chunk: row i of the batch belongs to chunk i // segment_rows
+                              (every chunk but the batch's last has exactly this many)
+    n_segments:    int        chunks in the batch
+    full:          bool       every row's length is the width (known on the host)
+    kind:          object     the value of chunk_plan_batches' `kind` shared by the chunks
+    """
+
+    rows: torch.Tensor
+    width: int
+    segment_rows: int
+    n_segments: int
+    full: bool
+    kind: object = None
+
+
+def chunk_plan_batches(
+    length: torch.Tensor, key_budget: int, batch_budget: int, kind: Callable[[list[int]], object] | None = None
+) -> list[BatchPlan]:
+    """chunk_plan's chunks (same rows, same widths, same order), consecutive ones of equal width
+    (and equal `kind` of their rows' lengths, when given) merged into batches of at most
+    max(batch_budget, one chunk) key slots. A row's padded width, hence every per-row result
+    computed over it, is its chunk's; a batch only stacks more rows into each batched op. One
+    host read (the sorted lengths)."""
+    order = torch.argsort(length, descending=True, stable=True)
+    sorted_len = length[order].tolist()
+    plans: list[BatchPlan] = []
+    spans = _chunk_spans(sorted_len, key_budget)
+    i = 0
+    while i < len(spans):
+        begin, end = spans[i]
+        width = sorted_len[begin]
+        seg = end - begin
+        cls = kind(sorted_len[begin:end]) if kind is not None else None
+        j = i + 1
+        while j < len(spans):
+            b, e = spans[j]
+            if sorted_len[b] != width or spans[j - 1][1] - spans[j - 1][0] != seg or (e - begin) * width > batch_budget:
+                break
+            if kind is not None and kind(sorted_len[b:e]) != cls:
+                break
+            end = e
+            j += 1
+        plans.append(
+            BatchPlan(
+                rows=order[begin:end],
+                width=width,
+                segment_rows=seg,
+                n_segments=j - i,
+                full=sorted_len[end - 1] == width,
+                kind=cls,
+            )
+        )
+        i = j
+    return plans
 
 
 def _row_slots(
-    rows: torch.Tensor, start: torch.Tensor, length: torch.Tensor, indices: torch.Tensor, *, has_invalid: bool
+    rows: torch.Tensor,
+    start: torch.Tensor,
+    length: torch.Tensor,
+    indices: torch.Tensor,
+    *,
+    has_invalid: bool,
+    width: int | None = None,
 ) -> tuple[int, torch.Tensor, torch.Tensor]:
     """(width, entries int64 [R, width], valid bool [R, width]) of `rows` padded to their longest
-    row: slot j of a row holds indices[start + j] while j < its length (position 0 beyond it, so
-    every read stays in the stream); valid also needs the entry >= 0 under has_invalid."""
+    row (`width` when the caller knows it: no host read): slot j of a row holds
+    indices[start + j] while j < its length (position 0 beyond it, so every read stays in the
+    stream); valid also needs the entry >= 0 under has_invalid."""
     row_len = length[rows]
-    width = int(row_len.max())
+    if width is None:
+        width = int(row_len.max())
     offsets = torch.arange(width, device=rows.device, dtype=torch.int64)
     in_row = offsets.unsqueeze(0) < row_len.unsqueeze(1)
     positions = torch.where(in_row, start[rows].unsqueeze(1) + offsets.unsqueeze(0), 0)
@@ -177,11 +255,12 @@ def gather_chunk(
 
 @dataclass(frozen=True)
 class BoundChunk:
-    """One chunk of rows with their keys and values gathered as the error bound needs them
-    (oracle.bound.evaluate_modes): each record gathered and decoded once, into the tensors that
-    both comparison modes and the bound's statistics share.
+    """One chunk (or batch of chunks, BatchPlan) of rows with their keys and values gathered as
+    the error bound needs them (oracle.bound.evaluate_modes): each record gathered and decoded
+    once, into the tensors that both comparison modes and the bound's statistics share.
 
-    rows:      int64 [R]            query rows of this chunk that have at least one valid key
+    rows:      int64 [R]            query rows (gather_bound_chunk: those with a valid key;
+                                    gather_bound_batch: all the batch's rows, see has_key)
     valid:     bool [R, L]          slot holds a key (L: the longest row of the planned chunk,
                                     rows without a valid key included, as in gather_chunk)
     all_valid: bool                 every slot of every row holds a key (known on the host)
@@ -192,10 +271,14 @@ class BoundChunk:
     codes:     uint8 [R, L, 512]    raw e4m3 codes (a view of the gathered records), 0 at masked slots
     code_index: int32 [R * L * 512] the codes as table indices (flat, contiguous)
     scales:    f32 [R, L, 4]        stored scales, 0 at masked slots
+    has_key:   bool [R] or None     row has a valid key (None: every row has one)
+    segment_rows, n_segments:       row i belongs to chunk i // segment_rows of n_segments
+                                    (one chunk: segment_rows = R)
+    kind:      object               BatchPlan.kind (None for a single chunk)
 
     Every value equals gather_chunk's for the same rows (code * scale is exact in f64, so
     decoding the gathered record of a masked slot after zeroing it gives the same +0 as masking
-    the decoded value), restricted to the rows that have a key.
+    the decoded value).
     """
 
     rows: torch.Tensor
@@ -206,35 +289,24 @@ class BoundChunk:
     codes: torch.Tensor
     code_index: torch.Tensor
     scales: torch.Tensor
+    has_key: torch.Tensor | None = None
+    segment_rows: int = 0
+    n_segments: int = 1
+    kind: object = None
 
 
-def gather_bound_chunk(
+def _decode_bound(
     rows: torch.Tensor,
-    start: torch.Tensor,
-    length: torch.Tensor,
-    indices: torch.Tensor,
+    width: int,
+    entries: torch.Tensor,
+    valid: torch.Tensor,
+    all_valid: bool,
     kv_cache: torch.Tensor,
-    *,
-    has_invalid: bool,
-    scale_model: str = "stored",
-) -> BoundChunk | None:
-    """Gather and decode the keys of `rows` for the error bound (see BoundChunk); None when no
-    row of the chunk has a valid key. Scale models as in gather_chunk.
-
-    One host synchronisation (the counts of rows with a key and of valid slots) besides the
-    chunk width; rows without a valid key are dropped before the records are gathered, and the
-    gathered records of masked slots are zeroed in place (bytes of whatever row they would have
-    read, NaN codes included, never reach a value)."""
-    if scale_model not in SCALE_MODELS:
-        raise ValueError(f"unknown scale model {scale_model!r}; expected one of {SCALE_MODELS}")
-    width, entries, valid = _row_slots(rows, start, length, indices, has_invalid=has_invalid)
-    has_key = valid.any(dim=1)
-    n_key_rows, n_valid = torch.stack((has_key.sum(), valid.sum())).tolist()
-    if n_key_rows == 0:
-        return None
-    if n_key_rows < rows.numel():
-        rows, valid, entries = rows[has_key], valid[has_key], entries[has_key]
-    all_valid = n_valid == n_key_rows * width
+    scale_model: str,
+) -> BoundChunk:
+    """The BoundChunk of `rows` from their slots' entries and validity (no host read): the
+    records of masked slots are gathered from row 0 and zeroed in place (bytes of whatever row
+    they read, NaN codes included, never reach a value)."""
     flat = kv_cache.reshape(-1, RECORD_BYTES)
     n_rows = rows.numel()
     records = index_records(flat, torch.where(valid, entries, 0).view(-1)).view(n_rows, width, RECORD_BYTES)
@@ -265,6 +337,65 @@ def gather_bound_chunk(
         codes=codes,
         code_index=code_index,
         scales=scales,
+        segment_rows=n_rows,
+    )
+
+
+def _check_scale_model(scale_model: str) -> None:
+    if scale_model not in SCALE_MODELS:
+        raise ValueError(f"unknown scale model {scale_model!r}; expected one of {SCALE_MODELS}")
+
+
+def gather_bound_chunk(
+    rows: torch.Tensor,
+    start: torch.Tensor,
+    length: torch.Tensor,
+    indices: torch.Tensor,
+    kv_cache: torch.Tensor,
+    *,
+    has_invalid: bool,
+    scale_model: str = "stored",
+) -> BoundChunk | None:
+    """Gather and decode the keys of `rows` for the error bound (see BoundChunk); None when no
+    row of the chunk has a valid key. Scale models as in gather_chunk.
+
+    Host reads: the chunk width, and the counts of rows with a key and of valid slots; rows
+    without a valid key are dropped before the records are gathered (gather_bound_batch keeps
+    them and reads nothing back)."""
+    _check_scale_model(scale_model)
+    width, entries, valid = _row_slots(rows, start, length, indices, has_invalid=has_invalid)
+    has_key = valid.any(dim=1)
+    n_key_rows, n_valid = torch.stack((has_key.sum(), valid.sum())).tolist()
+    if n_key_rows == 0:
+        return None
+    if n_key_rows < rows.numel():
+        rows, valid, entries = rows[has_key], valid[has_key], entries[has_key]
+    return _decode_bound(rows, width, entries, valid, n_valid == n_key_rows * width, kv_cache, scale_model)
+
+
+def gather_bound_batch(
+    plan: BatchPlan,
+    start: torch.Tensor,
+    length: torch.Tensor,
+    indices: torch.Tensor,
+    kv_cache: torch.Tensor,
+    *,
+    has_invalid: bool,
+    scale_model: str = "stored",
+) -> BoundChunk:
+    """Gather and decode the keys of a BatchPlan's rows (see BoundChunk) with no host read: the
+    width and, without has_invalid, the validity of every slot are known from the plan; with
+    has_invalid, rows without a valid key stay in the batch (has_key says which), every slot
+    counts as possibly masked (all_valid False: masking an all-valid row is the identity)."""
+    _check_scale_model(scale_model)
+    _, entries, valid = _row_slots(plan.rows, start, length, indices, has_invalid=has_invalid, width=plan.width)
+    chunk = _decode_bound(plan.rows, plan.width, entries, valid, plan.full and not has_invalid, kv_cache, scale_model)
+    return dataclasses.replace(
+        chunk,
+        has_key=valid.any(dim=1) if has_invalid else None,
+        segment_rows=plan.segment_rows,
+        n_segments=plan.n_segments,
+        kind=plan.kind,
     )
 
 
@@ -293,6 +424,26 @@ def iter_bound_chunks(
         chunk = gather_bound_chunk(rows, start, length, indices, kv_cache, has_invalid=has_invalid, scale_model=scale_model)
         if chunk is not None:
             yield chunk
+
+
+def iter_bound_batches(
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    kv_cache: torch.Tensor,
+    *,
+    has_invalid: bool,
+    key_budget: int = DEFAULT_KEY_BUDGET,
+    batch_budget: int = DEFAULT_KEY_BUDGET,
+    scale_model: str = "stored",
+    kind: Callable[[list[int]], object] | None = None,
+) -> Iterator[BoundChunk]:
+    """iter_chunks' chunks merged into batches (chunk_plan_batches), each a BoundChunk
+    gathered with no host read (gather_bound_batch), after checking the stream's preconditions."""
+    _check_scale_model(scale_model)
+    check_stream(indices, indptr, kv_cache.numel() // RECORD_BYTES, has_invalid=has_invalid)
+    start, length = row_bounds(indptr)
+    for plan in chunk_plan_batches(length, key_budget, batch_budget, kind):
+        yield gather_bound_batch(plan, start, length, indices, kv_cache, has_invalid=has_invalid, scale_model=scale_model)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,121 @@
+"""The bound's batches of chunks (oracle.rows.chunk_plan_batches): the same bits as one chunk at a
+time, the same first broken precondition, and a number of host reads and operations that does not
+grow with the number of chunks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from oracle import rows
+from oracle.bound import evaluate_modes
+from oracle.profiles import load_profile
+from oracle.rows import PreconditionError
+from strategies.materialize import materialize
+from strategies.recipe import Recipe
+
+_INT_VIEW = {8: torch.int64, 4: torch.int32, 2: torch.int16}
+
+FIELDS = ("out", "lse", "out_bound", "lse_bound", "window")
+
+RECIPES = {
+    "uniform": Recipe(seed=1, n_q=12, heads=3, row_lengths=(40,) * 12, cache_rows=300),
+    "ragged": Recipe(seed=2, n_q=9, heads=4, row_lengths=(40, 40, 7, 40, 0, 13, 13, 40, -2), cache_rows=200),
+    "invalid": Recipe(
+        seed=3,
+        n_q=10,
+        heads=2,
+        row_lengths=(30,) * 10,
+        cache_rows=200,
+        invalid_pattern="scattered",
+        invalid_permille=700,
+        has_invalid=True,
+        poison=True,
+    ),
+    "invalid_rows": Recipe(
+        seed=4, n_q=8, heads=2, row_lengths=(20,) * 8, cache_rows=100, invalid_pattern="leading_tile", has_invalid=True
+    ),
+}
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    view = _INT_VIEW[a.element_size()]
+    return torch.equal(a.contiguous().view(view), b.contiguous().view(view))
+
+
+def test_batch_plan_keeps_the_chunks() -> None:
+    """Batches are runs of chunk_plan's chunks of one width, in order, with their row counts."""
+    length = torch.tensor([5, 40, 40, 0, 40, 7, 40, 40, 13, 40])
+    chunks = rows.chunk_plan(length, key_budget=80)  # width 40: 3 chunks of 2 rows; width 13: rows 8, 5, 0
+    plans = rows.chunk_plan_batches(length, key_budget=80, batch_budget=1 << 20)
+    assert torch.equal(torch.cat([p.rows for p in plans]), torch.cat(chunks))
+    assert [(p.width, p.segment_rows, p.n_segments, p.full, p.rows.numel()) for p in plans] == [(40, 2, 3, True, 6), (13, 3, 1, False, 3)]
+    # a batch holds at most batch_budget slots (or one chunk)
+    small = rows.chunk_plan_batches(length, key_budget=80, batch_budget=160)
+    assert [p.n_segments for p in small] == [2, 1, 1]
+
+
+@pytest.mark.parametrize("profile_name", ["gfx950", "bf16-q-bf16-p", "sglang-triton-decode"])
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_batches_bit_identical_to_chunks(name: str, profile_name: str) -> None:
+    p = materialize(RECIPES[name], "cpu")
+    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    profile = load_profile(profile_name)
+    kw = {"profile": profile, "has_invalid": p.has_invalid, "key_budget": 60}
+    one = evaluate_modes(*args, batch_budget=1, **kw)  # every chunk its own batch
+    merged = evaluate_modes(*args, batch_budget=1 << 20, **kw)
+    for mode in one:
+        for field in FIELDS:
+            assert _same(getattr(one[mode], field), getattr(merged[mode], field)), (mode, field)
+
+
+def test_first_broken_chunk_named_across_a_batch() -> None:
+    """Two chunks of one batch break different preconditions: the first chunk's is raised (NaN
+    codes), not the one a check over the whole batch would name first (the scale)."""
+    p = materialize(Recipe(seed=5, n_q=6, heads=2, row_lengths=(30,) * 6, cache_rows=4096), "cpu")
+    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    start, length = rows.row_bounds(p.indptr)
+    order = torch.argsort(length, descending=True, stable=True).tolist()
+
+    def read(row_ids: list[int]) -> set[int]:
+        return {int(x) for r in row_ids for x in p.indices[int(start[r]) : int(start[r] + length[r])]}
+
+    chunk0, chunk1 = read(order[0:2]), read(order[2:4])  # key_budget 60: two rows per chunk
+    flat = p.kv_cache.view(-1, 656)
+    flat[min(chunk0), 0] = 0x7F
+    flat[min(chunk1 - chunk0), 512:516] = torch.tensor([1.5], dtype=torch.float32).view(torch.uint8)
+    messages = []
+    for batch in (1, 1 << 20):
+        with pytest.raises(PreconditionError) as err:
+            evaluate_modes(*args, profile=load_profile("gfx950"), key_budget=60, batch_budget=batch)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and "NaN codes" in messages[0]
+
+
+class _Count(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+        self.syncs = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.ops += 1
+        self.syncs += func.overloadpacket.__name__ in ("_local_scalar_dense", "nonzero", "item")
+        return func(*args, **(kwargs or {}))
+
+
+def test_ops_and_syncs_do_not_grow_with_chunks() -> None:
+    """48 chunks in one batch cost the operations and host reads of 1 chunk."""
+    counts = []
+    for n_q in (1, 48):
+        p = materialize(Recipe(seed=6, n_q=n_q, heads=4, row_lengths=(64,) * n_q, cache_rows=256), "cpu")
+        args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+        with _Count() as count:
+            evaluate_modes(*args, profile=load_profile("gfx950"), key_budget=64, batch_budget=1 << 20)
+        counts.append((count.ops, count.syncs))
+    (ops1, syncs1), (ops48, syncs48) = counts
+    assert syncs48 == syncs1 <= 4
+    assert ops48 <= ops1 + 10

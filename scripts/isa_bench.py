@@ -1,12 +1,12 @@
 """Speed of the flydsl-isa backend on small exact-arithmetic problems.
 
-    python scripts/isa_bench.py [--repeat N] [--ops K]
+    python scripts/isa_bench.py [--repeat N] [--ops K] [--only 0,4]
 
 Prints, per problem: CPU seconds of the call (the minimum over N repeats: process_time, which
 other load on the machine inflates less than wall time, and the minimum least), wall seconds of
 that repeat, instructions executed (all waves), instructions per CPU-second, and CPU seconds per
 query row. The ISA is compiled (cached) and decoded beforehand. With --ops K, also the K opcodes
-of the first problem that take the most CPU time (thread_time around each instruction, minimum
+of the first problem run that take the most CPU time (thread_time around each instruction, minimum
 over the repeats; the timing itself adds about 1 us per instruction).
 """
 
@@ -16,7 +16,16 @@ import argparse
 import collections
 import time
 
-PROBLEMS = [(16, True, True, (5, 130)), (16, False, False, (128,)), (1, False, True, (128,)), (8, True, False, (256, 256, 0, 37))]
+# many rows of mixed lengths, as the suite draws
+ROWS40 = (3, 100, 17, 250, 0, 64, 128, 31, 90, 200, 5, 7, 300, 12, 44, 80, 150, 16, 20, 1) * 2
+PROBLEMS = [
+    (16, True, True, (5, 130)),
+    (16, False, False, (128,)),
+    (1, False, True, (128,)),
+    (8, True, False, (256, 256, 0, 37)),
+    (1, False, False, (128,)),
+    (5, True, True, ROWS40),
+]
 
 
 def _problem(h: int, hi: bool, rl: bool, rows: tuple[int, ...]):
@@ -44,9 +53,11 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3, help="calls per problem; the fastest (CPU) is reported")
-    ap.add_argument("--ops", type=int, default=0, help="also list the K costliest opcodes of the first problem")
+    ap.add_argument("--ops", type=int, default=0, help="also list the K costliest opcodes of the first selected problem")
+    ap.add_argument("--only", default="", help="comma-separated indices of PROBLEMS to run (default: all)")
     a = ap.parse_args(argv)
-    for h, hi, rl, rows in PROBLEMS:
+    chosen = [PROBLEMS[int(i)] for i in a.only.split(",")] if a.only else PROBLEMS
+    for h, hi, rl, rows in chosen:
         get_kernel(h, hi, rl)
         p = _problem(h, hi, rl, rows)
         best = None
@@ -58,21 +69,22 @@ def main(argv: list[str] | None = None) -> int:
                 best = (dt, dc)
         dt, dc = best
         n = last_stats[0].instructions
+        shown = rows if len(rows) <= 4 else f"({len(rows)} rows, {sum(rows)} keys)"
         print(
-            f"H{h} has_invalid={int(hi)} return_lse={int(rl)} rows {rows}: {dc:.3f} s CPU ({dt:.3f} s wall), "
+            f"H{h} has_invalid={int(hi)} return_lse={int(rl)} rows {shown}: {dc:.3f} s CPU ({dt:.3f} s wall), "
             f"{n} instructions, {n / dc:,.0f} instructions/CPU-s, {dc / len(rows):.3f} CPU-s/row"
         )
     if a.ops:
-        _op_table(a.ops, a.repeat)
+        _op_table(a.ops, a.repeat, chosen[0])
     return 0
 
 
-def _op_table(k: int, repeat: int) -> None:
+def _op_table(k: int, repeat: int, problem: tuple) -> None:
     """CPU time per opcode on the first problem (the decoded closures, per-wave and batched,
     wrapped in timers; a batched closure's time is one call for its whole lockstep group)."""
     from kernel.backends.flydsl_isa import flydsl_isa_sparse_mla, get_kernel
 
-    h, hi, rl, rows = PROBLEMS[0]
+    h, hi, rl, rows = problem
     dec = get_kernel(h, hi, rl).decoded
     orig, borig = list(dec.code), list(dec.bcode)
     clock = time.thread_time
@@ -101,7 +113,7 @@ def _op_table(k: int, repeat: int) -> None:
         dec.code[:], dec.bcode[:] = orig, borig
     best = {m: min(r.get(m, 0.0) for r in runs) for m in runs[0]}
     total = sum(best.values())
-    print(f"\nopcodes of H{h} rows {rows} by CPU time (min over {len(runs)} runs; {total:.3f} s in all):")
+    print(f"\nopcodes of H{h} rows {rows if len(rows) <= 4 else len(rows)} by CPU time (min over {len(runs)} runs; {total:.3f} s in all):")
     for m, t in sorted(best.items(), key=lambda kv: -kv[1])[:k]:
         print(f"  {m:50s} {t * 1e3:8.1f} ms  {100 * t / total:5.1f} %")
 

@@ -514,6 +514,112 @@ BVALU["v_cvt_pk_f16_f32"] = _cvt_pk_16
 BVALU["v_cvt_pk_bf16_f32"] = _cvt_pk_16
 
 
+def _fmac(ins: Instr) -> BFn | None:
+    got = _srcs(ins, 2, True)
+    if got is None:
+        return None
+    dst, (s0, s1) = got
+    acc = bsrc32(Reg("v", dst), True)
+
+    def run(b: Batch) -> None:
+        bwrite_v(b, dst, ov.bits(nm.fma_f32(ov.f32v(s0(b)), ov.f32v(s1(b)), ov.f32v(acc(b)))))
+
+    return run
+
+
+def _div_scale(ins: Instr) -> BFn | None:
+    if ins.modifiers or len(ins.operands) != 5:
+        return None
+    dst, cdst = _vreg(ins.operands[0]), _sreg(ins.operands[1], 2)
+    srcs = [bsrc32(o, True) for o in ins.operands[2:5]]
+    if dst is None or cdst is None or any(g is None for g in srcs):
+        return None
+    s0, s1, s2 = srcs
+
+    def run(b: Batch) -> None:
+        out, vcc = ov.div_scale(s0(b), s1(b), s2(b))
+        bwrite_v(b, dst, out)
+        bwrite_mask(b, cdst, vcc)
+
+    return run
+
+
+def _div_fmas(ins: Instr) -> BFn | None:
+    got = _srcs(ins, 3, True)
+    if got is None:
+        return None
+    dst, (s0, s1, s2) = got
+    vcc = bmask_src(Reg("s", 106, 2))
+
+    def run(b: Batch) -> None:
+        x, y, z = s0(b), s1(b), s2(b)
+        m = b.exec_mask()
+        bwrite_v(b, dst, ov.div_fmas(x, y, z, vcc(b), True if m is None else m))
+
+    return run
+
+
+def _div_fixup(ins: Instr) -> BFn | None:
+    got = _srcs(ins, 3, True)
+    if got is None:
+        return None
+    dst, (s0, s1, s2) = got
+    return lambda b: bwrite_v(b, dst, ov.div_fixup(s0(b), s1(b), s2(b)))
+
+
+def _mad_u64(ins: Instr) -> BFn | None:
+    """As ops_vector._mad64: an undefined high dword of a VGPR addend only makes D's high dword
+    undefined (its outstanding load is still checked)."""
+    if ins.modifiers or len(ins.operands) != 5:
+        return None
+    dst, cdst = _vreg(ins.operands[0], 2), _sreg(ins.operands[1], 2)
+    s0, s1 = bsrc32(ins.operands[2]), bsrc32(ins.operands[3])
+    ci = _vreg(ins.operands[4], 2)
+    if ci is not None:
+
+        def c_get(b: Batch) -> np.ndarray:
+            if b.chk:
+                if ci not in b.ok:
+                    _check_v(b, ci)
+                for w in b.waves:
+                    if w.vpend[ci + 1]:
+                        check_vgpr(b.at(w), w.x, ci + 1, need=0)
+            return b.V[:, ci].astype(U64) | (b.V[:, ci + 1].astype(U64) << U64(32))
+
+        c = c_get
+    else:
+        c = bsrc64(ins.operands[4])
+    if dst is None or cdst is None or s0 is None or s1 is None or c is None:
+        return None
+
+    def run(b: Batch) -> None:
+        p = s0(b).astype(U64) * s1(b).astype(U64)
+        cv = c(b)
+        r = p + cv
+        hi_def = b.VDEF[:, ci + 1].copy() if ci is not None else None
+        bwrite_v64(b, dst, r)
+        if hi_def is not None:
+            m = b.exec_mask()
+            d = b.VDEF[:, dst + 1]
+            if m is None:
+                d &= hi_def
+            else:
+                d[m] &= hi_def[m]
+            for w in b.waves:
+                w.vfull[dst + 1] = False
+            b.ok.discard(dst + 1)
+        bwrite_mask(b, cdst, r < cv)
+
+    return run
+
+
+BVALU["v_fmac_f32"] = _fmac
+BVALU["v_div_scale_f32"] = _div_scale
+BVALU["v_div_fmas_f32"] = _div_fmas
+BVALU["v_div_fixup_f32"] = _div_fixup
+BVALU["v_mad_u64_u32"] = _mad_u64
+
+
 def _nop(b: Batch) -> None:
     return None
 

@@ -1,5 +1,5 @@
 """Batched forms of the commonest memory instructions (LDS reads, the transpose read,
-ds_bpermute, global loads and LDS DMA) for a lockstep group of waves.
+ds_bpermute, global loads, stores and LDS DMA, raw-buffer loads) for a lockstep group of waves.
 
 Each takes its fast path where every wave's EXEC is all ones and, for LDS reads, every lane's
 row is aligned and inside the allocation (where the per-wave closure takes its own), or, for
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kernel.isa import ops_memory as om
-from kernel.isa.asm import Instr, Operand, Reg
+from kernel.isa.asm import Imm, Instr, Operand, Reg
 from kernel.isa.compiled import BFn, _check_v, _vreg, bwrite_v, bwrite_vn
 from kernel.isa.consts import K
 from kernel.isa.errors import UnknownInstruction
@@ -240,7 +240,113 @@ def _global_load_lds(ins: Instr, f: PerWave) -> BFn | None:
     return run
 
 
+def _global_store(ins: Instr, f: PerWave) -> BFn | None:
+    """Where every lane of every wave writes into one buffer and no two lanes (of any wave)
+    share a byte, one scatter: the per-wave writes in wave order give the same bytes."""
+    n = om._dwords(ins.mnemonic, "global_store_dword")
+    off = _offset(ins)
+    di = _vreg(ins.operands[1], n)
+    ga = _global_address(ins, ins.operands[0], ins.operands[2])
+    if off is None or di is None or ga is None:
+        return None
+    raw, chk = ga
+    delta = U64(off & 0xFFFFFFFFFFFFFFFF)
+
+    def run(b: Batch) -> None:
+        if b.exec_mask() is not None:
+            _per_wave(b, f)
+            return
+        mem = b.waves[0].x.mem
+        plan = mem.plan_write((raw(b) + delta).reshape(-1), 4 * n)
+        if plan is None:
+            _per_wave(b, f)
+            return
+        if b.chk:
+            chk(b)
+            for i in range(di, di + n):
+                if i not in b.ok:
+                    _check_v(b, i)
+        region, idx = plan
+        region.data[idx] = np.ascontiguousarray(b.V[:, di : di + n].transpose(0, 2, 1)).view(np.uint8).reshape(-1)
+        for w in b.waves:
+            om._mark_pending(w, w.x, -1, 0, None, b.pc)
+
+    return run
+
+
+def _buffer_load(ins: Instr, f: PerWave) -> BFn | None:
+    """MUBUF loads (not the LDS form) where every wave's V# is a raw buffer, SOFFSET is 0 and
+    every dword of every lane is in range and inside a registered buffer (the per-wave fast
+    path's condition, with the bytes from any buffer)."""
+    n = om._dwords(ins.mnemonic, "buffer_load_dword")
+    if ins.modifiers.get("lds"):
+        return None
+    try:
+        off = om._offset(ins, ("offen",))
+    except UnknownInstruction:
+        return None
+    offen = bool(ins.modifiers.get("offen"))
+    dst = _vreg(ins.operands[0], n)
+    vi = _vreg(ins.operands[1]) if offen else None
+    rs, so = ins.operands[2], ins.operands[3]  # vdata, vaddr (or off), srsrc, soffset
+    if dst is None or (offen and vi is None) or not (isinstance(rs, Reg) and rs.file == "s" and rs.count == 4):
+        return None
+    ri = rs.index
+    if isinstance(so, Imm):
+        so_reg = None
+        if so.bits & 0xFFFFFFFF:
+            return None
+    elif isinstance(so, Reg) and so.file == "s" and so.count == 1 and not so.neg and not so.abs:
+        so_reg = so.index
+    else:
+        return None
+    size = 4 * n
+
+    def run(b: Batch) -> None:
+        if b.exec_mask() is not None:
+            _per_wave(b, f)
+            return
+        bases, nrecs = [], []
+        for w in b.waves:
+            s = w.s
+            w1, w3 = s[ri + 1], s[ri + 3]
+            if (w1 >> 16) & 0x3FFF or (w1 >> 30) & 3 or (w3 >> 23) & 1 or (so_reg is not None and s[so_reg]) or s[ri + 2] < size:
+                _per_wave(b, f)  # a strided / swizzled V#, a SOFFSET or a tiny buffer: as per wave
+                return
+            bases.append(s[ri] | ((w1 & 0xFFFF) << 32))
+            nrecs.append(s[ri + 2])
+        o = (b.V[:, vi].astype(np.int64) if vi is not None else np.zeros(b.shape, np.int64)) + off
+        if np.count_nonzero(o > (np.array(nrecs, dtype=np.int64) - size)[:, None]):
+            _per_wave(b, f)
+            return
+        data = b.waves[0].x.mem.read_lanes((np.array(bases, dtype=U64)[:, None] + o.astype(U64)).reshape(-1), size)
+        if data is None:
+            _per_wave(b, f)
+            return
+        if b.chk:
+            for w in b.waves:
+                if not all(w.sdef[ri : ri + 4]) or any(w.spend[ri : ri + 4]):
+                    check_sgpr(b.at(w), w.x, ri, 4)
+                if so_reg is not None and (not w.sdef[so_reg] or w.spend[so_reg]):
+                    check_sgpr(b.at(w), w.x, so_reg, 1)
+            if vi is not None and vi not in b.ok:
+                _check_v(b, vi)
+        bwrite_vn(b, dst, data.view(U32).reshape(b.k, LANES, n).transpose(0, 2, 1))
+        for w in b.waves:
+            om._mark_pending(w, w.x, dst, n, None, b.pc)
+        for i in range(dst, dst + n):
+            b.ok.discard(i)
+
+    return run
+
+
 BMEM: dict[str, Callable[[Instr, PerWave], BFn | None]] = {
+    "global_store_dword": _global_store,
+    "global_store_dwordx2": _global_store,
+    "global_store_dwordx4": _global_store,
+    "buffer_load_dword": _buffer_load,
+    "buffer_load_dwordx2": _buffer_load,
+    "buffer_load_dwordx4": _buffer_load,
     "ds_read_b32": _ds_read,
     "ds_read_b64": _ds_read,
     "ds_read_b128": _ds_read,

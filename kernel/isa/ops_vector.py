@@ -438,45 +438,50 @@ def _div_scale(ins: Instr, d: Any) -> Fn:
     s2 = src32(ins, ins.operands[4], flt=True)
 
     def run(w: Wave, x: Any) -> None:
-        a, den, num = s0(w, x), s1(w, x), s2(w, x)
-        fa = a.view(np.float32).astype(np.float64)
-        fd, fn_ = den.view(np.float32).astype(np.float64), num.view(np.float32).astype(np.float64)
-        ed, en = _exp_field(den), _exp_field(num)
-        with QUIET:
-            rcp_den = np.abs(1.0 / fd) < 2.0**-1022  # as f64 denormal
-            quo_den = (np.abs(fn_ / fd) < 2.0**-126) & (fn_ / fd != 0)
-        denorm_d = (ed == 0) & (fd != 0)
-        up = np.ldexp(fa, 64)
-        out = fa.copy()
-        vcc = np.zeros(LANES, dtype=bool)
-        done = np.zeros(LANES, dtype=bool)
-
-        def case(cond, val=None, setv=False):
-            nonlocal out, vcc, done
-            c = cond & ~done
-            if val is not None:
-                out = np.where(c, val, out)
-            if setv:
-                vcc = vcc | c
-            done = done | c
-
-        case((fn_ == 0) | (fd == 0), np.nan)
-        c = (en - ed >= 96) & ~done
-        case(c & (fa == fd), up, True)
-        case(c, None, True)
-        case(denorm_d, up)
-        c = rcp_den & quo_den & ~done
-        case(c & (fa == fd), up, True)
-        case(c, None, True)
-        case(rcp_den, np.ldexp(fa, -64))
-        c = quo_den & ~done
-        case(c & (fa == fn_), up, True)
-        case(c, None, True)
-        case(en <= 23, up)
-        write_v(w, dst, bits(nm.round_f64_to_f32(out)))
+        out, vcc = div_scale(s0(w, x), s1(w, x), s2(w, x))
+        write_v(w, dst, out)
         write_s(w, cdst, mask_to_int(vcc & w.exec), 2)
 
     return run
+
+
+def div_scale(a: np.ndarray, den: np.ndarray, num: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """V_DIV_SCALE_F32 on f32 bits of any shape: (D bits, VCC bool), as documented above."""
+    fa = a.view(np.float32).astype(np.float64)
+    fd, fn_ = den.view(np.float32).astype(np.float64), num.view(np.float32).astype(np.float64)
+    ed, en = _exp_field(den), _exp_field(num)
+    with QUIET:
+        rcp_den = np.abs(1.0 / fd) < 2.0**-1022  # as f64 denormal
+        quo_den = (np.abs(fn_ / fd) < 2.0**-126) & (fn_ / fd != 0)
+    denorm_d = (ed == 0) & (fd != 0)
+    up = np.ldexp(fa, 64)
+    out = fa.copy()
+    vcc = np.zeros(a.shape, dtype=bool)
+    done = np.zeros(a.shape, dtype=bool)
+
+    def case(cond, val=None, setv=False):
+        nonlocal out, vcc, done
+        c = cond & ~done
+        if val is not None:
+            out = np.where(c, val, out)
+        if setv:
+            vcc = vcc | c
+        done = done | c
+
+    case((fn_ == 0) | (fd == 0), np.nan)
+    c = (en - ed >= 96) & ~done
+    case(c & (fa == fd), up, True)
+    case(c, None, True)
+    case(denorm_d, up)
+    c = rcp_den & quo_den & ~done
+    case(c & (fa == fd), up, True)
+    case(c, None, True)
+    case(rcp_den, np.ldexp(fa, -64))
+    c = quo_den & ~done
+    case(c & (fa == fn_), up, True)
+    case(c, None, True)
+    case(en <= 23, up)
+    return bits(nm.round_f64_to_f32(out)), vcc
 
 
 @op("v_div_fmas_f32")
@@ -488,14 +493,20 @@ def _div_fmas(ins: Instr, d: Any) -> Fn:
     vcc = lane_mask_src(ins, Reg("s", 106, 2))
 
     def run(w: Wave, x: Any) -> None:
-        with QUIET:
-            r = nm.fma_f32(f32v(s[0](w, x)), f32v(s[1](w, x)), f32v(s[2](w, x)))
-            m = vcc(w, x)
-            if (m & w.exec).any():
-                r = np.where(m, nm.round_f64_to_f32(r.astype(np.float64) * 2.0**32), r)
-        write_v(w, dst, bits(r))
+        a, b, c = s[0](w, x), s[1](w, x), s[2](w, x)
+        write_v(w, dst, div_fmas(a, b, c, vcc(w, x), w.exec))
 
     return run
+
+
+def div_fmas(a: np.ndarray, b: np.ndarray, c: np.ndarray, m: np.ndarray, act: np.ndarray) -> np.ndarray:
+    """V_DIV_FMAS_F32 on f32 bits of any shape: fma(a, b, c), times 2^32 where the lane mask
+    m is set (act: the active lanes, m's broadcastable shape)."""
+    with QUIET:
+        r = nm.fma_f32(f32v(a), f32v(b), f32v(c))
+        if (m & act).any():
+            r = np.where(m, nm.round_f64_to_f32(r.astype(np.float64) * 2.0**32), r)
+    return bits(r)
 
 
 @op("v_div_fixup_f32")
@@ -510,26 +521,32 @@ def _div_fixup(ins: Instr, d: Any) -> Fn:
 
     def run(w: Wave, x: Any) -> None:
         qb, db, nb = (g(w, x) for g in (q_, d_, n_))
-        q, den, num = (f32v(v).astype(np.float64) for v in (qb, db, nb))
-        sign = np.signbit(den) ^ np.signbit(num)
-        ed, en = _exp_field(db), _exp_field(nb)
-        with QUIET:
-            mag = np.abs(q)
-            conds = [
-                (np.isnan(num), num),
-                (np.isnan(den), den),
-                (((den == 0) & (num == 0)) | (np.isinf(den) & np.isinf(num)), np.nan),
-                ((den == 0) | np.isinf(num), np.where(sign, -np.inf, np.inf)),
-                (np.isinf(den) | (num == 0), np.where(sign, -0.0, 0.0)),
-                (en - ed < -150, np.where(sign, -0.0, 0.0)),
-                (ed == 255, np.where(sign, -np.inf, np.inf)),
-            ]
-            r = np.where(sign, -mag, mag)
-            for cond, val in reversed(conds):
-                r = np.where(cond, val, r)
-        write_v(w, dst, bits(r.astype(np.float32)))
+        write_v(w, dst, div_fixup(qb, db, nb))
 
     return run
+
+
+def div_fixup(qb: np.ndarray, db: np.ndarray, nb: np.ndarray) -> np.ndarray:
+    """V_DIV_FIXUP_F32 on f32 bits of any shape (quotient, denominator, numerator), as
+    documented above."""
+    q, den, num = (f32v(v).astype(np.float64) for v in (qb, db, nb))
+    sign = np.signbit(den) ^ np.signbit(num)
+    ed, en = _exp_field(db), _exp_field(nb)
+    with QUIET:
+        mag = np.abs(q)
+        conds = [
+            (np.isnan(num), num),
+            (np.isnan(den), den),
+            (((den == 0) & (num == 0)) | (np.isinf(den) & np.isinf(num)), np.nan),
+            ((den == 0) | np.isinf(num), np.where(sign, -np.inf, np.inf)),
+            (np.isinf(den) | (num == 0), np.where(sign, -0.0, 0.0)),
+            (en - ed < -150, np.where(sign, -0.0, 0.0)),
+            (ed == 255, np.where(sign, -np.inf, np.inf)),
+        ]
+        r = np.where(sign, -mag, mag)
+        for cond, val in reversed(conds):
+            r = np.where(cond, val, r)
+    return bits(r.astype(np.float32))
 
 
 # ------------------------------------------------------------------ packed f32 (VOP3P)

@@ -222,6 +222,20 @@ class GlobalMemory:
             out[sel] = self.regions[i].data[off[sel][:, None] + span]
         return out, bad
 
+    def plan_write(self, addr: np.ndarray, size: int) -> tuple[Region, np.ndarray] | None:
+        """(region, byte indices [n * size]) for writing `size` bytes at every lane of addr
+        (uint64 [n], all active) at once: when one region holds every lane's bytes and no two
+        lanes share a byte (so the order of the lanes' writes is moot), else None."""
+        lo, hi = int(addr.min()), int(addr.max()) + size
+        r = self._region_of(lo, hi)
+        if r is None:
+            return None
+        off = (addr - np.uint64(r.start)).astype(np.int64)
+        srt = np.sort(off)
+        if srt.size > 1 and np.count_nonzero(srt[1:] - srt[:-1] < size):
+            return None
+        return r, (off[:, None] + byte_span(size)).reshape(-1)
+
     def write(self, addr: np.ndarray, data: np.ndarray, lanes: np.ndarray) -> np.ndarray:
         """Write data [n, size] for the selected lanes (in lane order: where two lanes' bytes
         coincide, the higher lane's win); return the lanes outside."""

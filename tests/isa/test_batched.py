@@ -17,6 +17,7 @@ import pytest
 
 from kernel.isa.asm import parse_program
 from kernel.isa.compiled import batched_form
+from kernel.isa.errors import IsaError
 from kernel.isa.interp import decode, run_workgroups
 from kernel.isa.state import Checks, GlobalMemory
 from tests.isa.harness import TEMPLATE
@@ -73,6 +74,13 @@ INSTRUCTIONS = [
     "v_lshl_add_u64 v[2:3], v[40:41], 2, v[14:15]",
     "v_lshl_add_u64 v[2:3], s[20:21], 0, v[14:15]",
     "s_nop 0",
+    "v_fmac_f32_e32 v1, v10, v11",
+    "v_div_scale_f32 v1, vcc, v10, v11, v14",
+    "v_div_scale_f32 v1, s[22:23], v11, v11, v10",
+    "v_div_fmas_f32 v1, v10, v11, v14",
+    "v_div_fixup_f32 v1, v10, v11, v14",
+    "v_mad_u64_u32 v[2:3], s[22:23], v10, v11, v[14:15]",
+    "v_mad_u64_u32 v[2:3], vcc, v10, s20, 0",
     "v_mfma_f32_16x16x32_f16 v[2:5], v[10:13], v[14:17], v[18:21]",
     "v_mfma_f32_16x16x32_bf16 v[2:5], v[10:13], v[14:17], 0",
     "v_mfma_scale_f32_16x16x128_f8f6f4 v[2:5], v[24:31], v[32:39], v[18:21], v12, v13 op_sel_hi:[0,0,0]",
@@ -86,6 +94,13 @@ INSTRUCTIONS = [
     "global_load_dword v1, v44, s[24:25] offset:4",
     "global_load_lds_dwordx4 v[40:41], off",
     "global_load_lds_dword v[40:41], off",
+    "global_store_dwordx2 v[40:41], v[10:11], off",
+    "global_store_dword v44, v10, s[24:25] offset:4",
+    "global_store_dwordx4 v[40:41], v[10:13], off offset:16",
+    "buffer_load_dword v1, v44, s[28:31], 0 offen",
+    "buffer_load_dwordx4 v[2:5], v44, s[28:31], 0 offen offset:16",
+    "buffer_load_dwordx2 v[2:3], v44, s[28:31], s32 offen",
+    "buffer_load_dword v1, off, s[28:31], 0 offset:8",
 ]
 MEMORY_SEQUENCES = [  # (program, instructions with a batched form)
     ("ds_read_b64_tr_b8 v[2:3], v42", 1),
@@ -98,6 +113,12 @@ MEMORY_SEQUENCES = [  # (program, instructions with a batched form)
     ("ds_bpermute_b32 v1, v45, v50", 1),
     ("global_load_dwordx4 v[2:5], v[50:51], off", 1),
     ("global_load_lds_dwordx4 v[40:41], off\ns_mov_b32 m0, s62\nglobal_load_lds_dword v[40:41], off", 2),
+    ("global_store_dword v[40:41], v10, off\nglobal_store_dword v[40:41], v50, off offset:4", 2),
+    ("v_mov_b32_e32 v46, 0\nv_mov_b32_e32 v47, 0\nglobal_store_dwordx2 v[46:47], v[10:11], off", 3),
+    ("buffer_load_dwordx4 v[2:5], v50, s[28:31], 0 offen", 1),
+    ("buffer_load_dwordx4 v[2:5], v44, s[28:31], s62 offen", 1),
+    ("s_mov_b32 s31, 0x800000\nbuffer_load_dword v1, v44, s[28:31], 0 offen", 1),
+    ("s_mov_b32 s30, 0x800\nbuffer_load_dwordx4 v[2:5], v44, s[28:31], 0 offen", 1),
 ]
 # sequences: a register written then read (the clean-register cache), partly undefined sources
 # and destinations (v50: some bytes of some lanes undefined; v51 never written)
@@ -113,6 +134,8 @@ SEQUENCES = [
     "v_cmp_lt_i32_e64 exec, v10, v11\nv_add_u32_e32 v1, v10, v11\nv_mov_b32_e32 v2, v1",
     "v_cndmask_b32_e64 v1, v10, v11, s[60:61]",
     "v_add_u32_e32 v1, s62, v10",
+    "v_mad_u64_u32 v[2:3], s[22:23], v10, v11, v[50:51]",
+    "v_mad_u64_u32 v[2:3], s[22:23], v10, v11, v[49:50]\nv_add_u32_e32 v1, v3, v10",
     "v_mfma_f32_16x16x32_f16 v[2:5], v[48:51], v[14:17], v[18:21]",
     "v_mfma_scale_f32_16x16x128_f8f6f4 v[2:5], v[24:31], v[32:39], v[18:21], v50, v13 op_sel_hi:[0,0,0]",
 ]
@@ -154,7 +177,8 @@ def _setup(execs: tuple[int, ...]):
             w.s[i] = int(rng.integers(0, 1 << 32)) if i % 2 or j else 0x3F800000
             w.sdef[i] = True
         base = BUF.ctypes.data
-        sgprs = {24: base & 0xFFFFFFFF, 25: base >> 32, 124: 1024 + 64 * j, 106: int(rng.integers(0, 1 << 32)), 107: 0xA5A5A5A5}
+        sgprs = {24: base & 0xFFFFFFFF, 25: base >> 32, 124: 1024 + 64 * j, 106: int(rng.integers(0, 1 << 32)), 107: 0xA5A5A5A5, 32: 0}
+        sgprs.update({28 + i: v for i, v in enumerate((base & 0xFFFFFFFF, base >> 32, 1 << 16, 0x00020000))})  # raw V# over BUF
         for i, val in sgprs.items():
             w.s[i] = val
             w.sdef[i] = True
@@ -188,6 +212,15 @@ def _run(body: str, execs: tuple[int, ...], batched: bool):
 
 def _same(body: str, mode: str, batched_lines: int | None = None) -> list:
     execs = EXECS[mode]
+    errs = []
+    for batched in (True, False):
+        try:
+            _run(body, execs, batched)
+        except IsaError as err:
+            errs.append((type(err).__name__, str(err)))
+    if errs:  # refused (UnsupportedOperands): by both paths, with the same message
+        assert len(errs) == 2 and errs[0] == errs[1], errs
+        return errs[:1]
     ra, fa, n, bufa = _run(body, execs, True)
     rb, fb, _, bufb = _run(body, execs, False)
     want = len(body.strip().splitlines()) if batched_lines is None else batched_lines
@@ -231,7 +264,7 @@ def test_sequences_do_report() -> None:
     kinds = {f[0] for body in SEQUENCES for f in _same(body, "mixed")}
     assert kinds == {"uninitialized_read"}
     kinds = {f[0] for body, n in MEMORY_SEQUENCES if "tr_b8" not in body for f in _same(body, "full", n)}
-    assert kinds == {"uninitialized_read", "dma_before_wait", "lds_race", "register_before_wait", "out_of_bounds"}
+    assert kinds == {"uninitialized_read", "dma_before_wait", "lds_race", "register_before_wait", "out_of_bounds", "UnsupportedOperands"}
 
 
 def test_forms_outside_the_batched_set_run_per_wave() -> None:

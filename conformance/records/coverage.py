@@ -424,7 +424,7 @@ class Coverage:
         parts = [f"{f.title} {self.fraction(f.key)}" for f in FAMILIES if f.key in HEADLINE]
         others = [f"{f.title} {self.fraction(f.key)}" for f in FAMILIES if f.key not in HEADLINE]
         lines = ["strategy features: " + ", ".join(parts), "  also: " + ", ".join(others)]
-        lines += [f"  not drawn here: writer {name}: {why}" for name, why in absent_writers(self.reachable).items()]
+        lines += [f"  not drawn here: {why}" for why in absent_writers(self.reachable).values()]  # "sglang writer: ..."
         missing = [f"  {f.title}: {', '.join(self.never_hit(f.key))}" for f in FAMILIES if self.never_hit(f.key)]
         lines += ["never hit:", *missing] if missing else ["never hit: none (every class the strategies can draw was drawn)"]
         stray = [f"{f.title}: {', '.join(self.outside(f.key))}" for f in FAMILIES if self.outside(f.key)]

@@ -131,3 +131,22 @@ def test_batched_call_launches_and_syncs() -> None:
     assert len(counts[True]) * 3 < len(counts[False])
     syncs = [n for n in counts[True] if n in ("_local_scalar_dense", "nonzero", "item")]
     assert len(syncs) <= 1  # int(peak) in check_slots; the tile counts come back through tolist
+
+
+def test_batched_ops_per_tile() -> None:
+    """In one group, each further tile costs the running-state updates only: m (1 op), l (2),
+    o (5), with the per-tile views taken once per group: at most 10 dispatched ops a tile."""
+    counts = []
+    for keys in (1024, 2048):
+        p = materialize(Recipe(seed=10, n_q=2, heads=4, row_lengths=(keys, keys), cache_rows=4096), "cpu")
+        args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+        saved = emulated.TILE_GROUP_SLOTS["cpu"]
+        emulated.TILE_GROUP_SLOTS["cpu"] = 1 << 19
+        try:
+            run_emulated(*args, return_lse=True, batch_tiles=True)  # cached tables built
+            with _Ops() as ops:
+                run_emulated(*args, return_lse=True, batch_tiles=True)
+        finally:
+            emulated.TILE_GROUP_SLOTS["cpu"] = saved
+        counts.append(len(ops.names))
+    assert counts[1] - counts[0] <= 10 * 8  # 8 more tiles

@@ -318,15 +318,23 @@ def pv_accumulate(
     """o = f32(o * alpha), then o += V^T P' by 4 f16 MFMAs (32 keys each) per 128-dim block.
 
     V codes of masked keys are zeroed, so a NaN row they fall back to cannot reach o."""
-    terms = pv_terms(p_scaled, records, masked)
-    o = o * alpha.unsqueeze(-1)
+    terms = pv_block_terms(p_scaled, records, masked)
+    r, heads = o.shape[:2]
+    o = (o * alpha.unsqueeze(-1)).view(r, heads, 4, 128)
     for kk in range(4):
         o = add_f32(o, terms[:, kk])
-    return o
+    return o.view(r, heads, LATENT_DIM)
 
 
 def pv_terms(p_scaled: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
     """The 4 f16 PV MFMAs' exact products f64 [R, kk, H, 512] of one tile (see pv_accumulate)."""
+    r, heads = p_scaled.shape[:2]
+    return pv_block_terms(p_scaled, records, masked).reshape(r, 4, heads, LATENT_DIM)
+
+
+def pv_block_terms(p_scaled: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """pv_terms' products as f64 [R, kk, H, 4 blocks, 128] (a permuted view of the MFMAs' result:
+    added to o viewed as [R, H, 4, 128] without a copy)."""
     r, heads, _, _ = p_scaled.shape
     codes = torch.where(masked.unsqueeze(-1), 0, records[..., :SCALE_OFFSET]).to(torch.uint8)
     # key = 64 hf + 32 a + 16 b + 8 c + 4 sub + t  ->  [hf, sub] x 32 keys (permuted as bytes)
@@ -336,7 +344,7 @@ def pv_terms(p_scaled: torch.Tensor, records: torch.Tensor, masked: torch.Tensor
         p_scaled.to(torch.float64).reshape(r, heads, 2, 2, 2, 2, 2, 4, 4).permute(0, 1, 2, 6, 8, 3, 4, 5, 7).reshape(r, heads, 4, 4, 32)
     )  # [R, H, kk, b, 32]
     terms = torch.matmul(p_groups.permute(0, 2, 3, 1, 4), v_groups)  # [R, kk, b, H, 128]
-    return terms.permute(0, 1, 3, 2, 4).reshape(r, 4, heads, LATENT_DIM)
+    return terms.permute(0, 1, 3, 2, 4)
 
 
 def finalize(state: SoftmaxState) -> tuple[torch.Tensor, torch.Tensor]:
@@ -441,21 +449,29 @@ def _run_chunk_batched(
         t_max = tile_max(x)
         m_hist = torch.empty(live0, group + 1, heads, dtype=torch.float32, device=device)
         m_hist[:, 0] = state.m[:live0]
+        m_t, t_max_t = m_hist.unbind(1), t_max.unbind(1)
         for t in range(group):
-            torch.maximum(m_hist[:, t], t_max[:, t], out=m_hist[:, t + 1])
+            torch.maximum(m_t[t], t_max_t[t], out=m_t[t + 1])
         alpha = exp2_f32(m_hist[:, :group] - m_hist[:, 1:])  # [row, tile, H]
         p = tile_p(x, m_hist[:, 1:])
         psum = lane_sums(p)  # [row, tile, H, 4, 4]
         p_scaled = scale_p(p.view(live0 * group, heads, TILE), records, masked)
-        terms = pv_terms(p_scaled, records, masked).view(live0, group, 4, heads, LATENT_DIM)
+        terms = pv_block_terms(p_scaled, records, masked)  # [(row, tile), kk, H, b, 128]
+        # per tile: views taken once for the group (unbind), sliced only where rows have ended
+        alpha_t = alpha.view(live0, group, heads, 1, 1).unbind(1)  # [row, H, 1, 1]: scales l_parts and o as [row, H, 4, 128]
+        psum_t = psum.unbind(1)
+        terms_t = terms.view(live0, group, 4, heads, 4, 128).unbind(1)
+        l_all, o_all = state.l_parts[:live0], state.o[:live0].view(live0, heads, 4, 128)
         for t in range(group):
             n = live[t]
-            l_parts, o = state.l_parts[:n], state.o[:n]
-            torch.mul(l_parts, alpha[:n, t].view(n, heads, 1, 1), out=l_parts)
-            l_parts.add_(psum[:n, t])
-            torch.mul(o, alpha[:n, t].unsqueeze(-1), out=o)
+            whole = n == live0
+            l_parts, o = (l_all, o_all) if whole else (l_all[:n], o_all[:n])
+            torch.mul(l_parts, alpha_t[t] if whole else alpha_t[t][:n], out=l_parts)
+            l_parts.add_(psum_t[t] if whole else psum_t[t][:n])
+            torch.mul(o, alpha_t[t] if whole else alpha_t[t][:n], out=o)
+            tile_terms = terms_t[t].unbind(1) if whole else terms_t[t][:n].unbind(1)
             for kk in range(4):
-                torch.add(o, terms[:n, t, kk], out=o)  # f64 sum rounded once to f32 (add_f32)
+                torch.add(o, tile_terms[kk], out=o)  # f64 sum rounded once to f32 (add_f32)
         state.m[:live0] = m_hist[:, group]
         first += group
     return peak

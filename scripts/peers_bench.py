@@ -19,7 +19,7 @@ Limits printed beside each row, for the call's bytes and arithmetic:
   spec sheet): the oracle's arithmetic limit; oracle limit = gather + fp64.
 The JSON report (--json) holds every sample.
 
-Usage: python3 scripts/peers_bench.py [--n-q 1,64,1024,4096] [--json PATH]
+Usage: python3 scripts/peers_bench.py [--n-q 1,64,1024,4096] [--kernels oracle,emulated] [--json PATH]
 """
 
 from __future__ import annotations
@@ -47,14 +47,17 @@ def fp64_peak(name: str) -> float | None:
     return None
 
 
-def cases(inputs: Any, heads: int, seed: int) -> list[tuple[str, Callable[[], object]]]:
-    """(row name, timed callable) for every kernel this machine runs."""
+def cases(inputs: Any, heads: int, seed: int, wanted: set[str] | None = None) -> list[tuple[str, Callable[[], object]]]:
+    """(row name, timed callable) for every kernel this machine runs (among `wanted`, when given)."""
     args = (inputs.q, inputs.kv_cache, inputs.indices, inputs.indptr, inputs.softmax_scale)
     rows: list[tuple[str, Callable[[], object]]] = []
     from oracle.reference import reference
 
-    rows.append(("oracle", lambda: reference(*args)))
+    if wanted is None or "oracle" in wanted:
+        rows.append(("oracle", lambda: reference(*args)))
     for name in ("emulated", "flashmla", "flashmla-prefill", "torch-sdpa"):
+        if wanted is not None and name not in wanted:
+            continue
         try:
             backend = resolve(name)
         except BackendUnavailable as err:
@@ -111,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-rows", type=int, default=1 << 20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--kernels", default=None, help="comma-separated kernel names to time (a row NAME:... counts as NAME); default all")
     args = parser.parse_args(argv)
+    wanted = None if args.kernels is None else set(args.kernels.split(","))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     peak_bw, name = peak_bandwidth(device)
     peak_fp64 = fp64_peak(name)
@@ -134,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         gather_ms = None if peak_bw is None else nbytes / peak_bw * 1e3
         fp64_ms = None if peak_fp64 is None else flops / peak_fp64 * 1e3
         bare_ms: dict[str, float] = {}
-        for row, fn in cases(inputs, args.heads, args.seed):
+        for row, fn in cases(inputs, args.heads, args.seed, wanted):
             entry: dict[str, Any] = {
                 "kernel": row,
                 "n_q": n_q,

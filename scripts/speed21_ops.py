@@ -5,7 +5,8 @@ bench's inputs (conformance bench shapes: n_q rows of KEYS uniform keys, H heads
 under a counting dispatch mode gives the number of aten ops (on a GPU: about one kernel launch
 each) and of host synchronisations (ops that read device data back to the host:
 `_local_scalar_dense` (item, int(), bool()), `tolist`, `nonzero`, `unique`, ... listed in SYNC_OPS); then
-the median time per call over repeated calls (CPU: process time; CUDA: device events).
+the median time per call over repeated calls (CPU: process time; CUDA: device events), and on
+CUDA the peak device memory one call allocates (PEAK GB).
 The adapters are timed on calls with the same tensors (a serving engine's next layer: the
 index layout and the dequantised cache are kept), and, as `NAME:new-cache`, on a fresh copy of
 the cache each call (the first call on a cache: per-slot gather, plus the clone); on CUDA,
@@ -79,6 +80,19 @@ def count_ops(fn: Callable[[], object]) -> OpCounter:
     finally:
         torch.Tensor.tolist = original  # type: ignore[method-assign]
     return counter
+
+
+def peak_gb(fn: Callable[[], object], device: torch.device) -> float | None:
+    """GB of device memory one call of fn allocates above what was allocated before it (CUDA's
+    peak counter), None on a CPU."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return (torch.cuda.max_memory_allocated(device) - before) / 1e9
 
 
 def median_ms(fn: Callable[[], object], device: torch.device, iters: int) -> float:
@@ -172,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = build_cache(args.cache_rows, device)
     results = []
     print(f"device {device}; keys {args.keys}, H {args.heads}, cache {args.cache_rows} rows")
-    print(f"{'KERNEL':<24} {'N_Q':>5} {'OPS':>6} {'SYNCS':>6} {'MEDIAN ms':>10} {'x bare':>7}  sync ops")
+    print(f"{'KERNEL':<24} {'N_Q':>5} {'OPS':>6} {'SYNCS':>6} {'MEDIAN ms':>10} {'x bare':>7} {'PEAK GB':>8}  sync ops")
     for n_q in [int(x) for x in args.n_q.split(",")]:
         inputs = build_inputs(cache, n_q, args.keys, args.heads)
         bare_ms: dict[str, float] = {}
@@ -182,15 +196,19 @@ def main(argv: list[str] | None = None) -> int:
                 fn()
                 counter = count_ops(fn)
                 ms = median_ms(fn, device, args.iters)
+                peak = peak_gb(fn, device)
                 syncs = counter.syncs
                 base = row.split(":")[0]
                 if row.endswith(":bare-kept"):
                     bare_ms[base] = ms
                 x_bare = ms / bare_ms[base] if base in bare_ms and not row.endswith(":bare-kept") else None
                 entry = {"kernel": row, "n_q": n_q, "ops": counter.total, "syncs": syncs, "median_ms": ms, "x_bare": x_bare}
+                entry["peak_gb"] = peak
                 results.append({**entry, "top_ops": counter.ops.most_common(12)})
                 ratio = f"{x_bare:>7.2f}" if x_bare is not None else f"{'':>7}"
-                print(f"{row:<24} {n_q:>5} {counter.total:>6} {sum(syncs.values()):>6} {ms:>10.3f} {ratio}  {syncs or ''}", flush=True)
+                mem = f"{peak:>8.2f}" if peak is not None else f"{'':>8}"
+                n_syncs = sum(syncs.values())
+                print(f"{row:<24} {n_q:>5} {counter.total:>6} {n_syncs:>6} {ms:>10.3f} {ratio} {mem}  {syncs or ''}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"device": str(device), "results": results}, indent=1), encoding="utf-8")
     return 0

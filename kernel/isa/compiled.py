@@ -339,13 +339,13 @@ BVALU["v_lshl_add_u64"] = _lshl_add64
 
 
 def _pk_rows(o: Operand, sel_lo: int, sel_hi: int) -> Callable[[Batch], np.ndarray] | None:
-    """A packed-f32 source as uint32 [k, 2, 64] (element 0, element 1), only the selected
-    dwords checked (as ops_vector._pk_rows)."""
+    """A packed-f32 source as uint32 [k, 2, 64] (element 0, element 1), or [k, 1, 64] where
+    both elements take one dword; only the selected dwords checked (as ops_vector._pk_rows)."""
     if isinstance(o, Imm):
         if sel_lo or sel_hi:
             return None
         g = bsrc32(o, True)
-        return lambda b: np.stack((g(b), g(b)), axis=1)
+        return lambda b: g(b)[:, None, :]  # both elements: one dword, broadcast
     vi = _vreg(o, 2)
     if vi is not None and (sel_lo, sel_hi) == (0, 1):
 
@@ -363,12 +363,7 @@ def _pk_rows(o: Operand, sel_lo: int, sel_hi: int) -> Callable[[Batch], np.ndarr
     if g_lo is None or g_hi is None:
         return None
     if sel_lo == sel_hi:
-
-        def same(b: Batch) -> np.ndarray:
-            r = g_lo(b)
-            return np.stack((r, r), axis=1)
-
-        return same
+        return lambda b: g_lo(b)[:, None, :]  # both elements: one dword, broadcast
     return lambda b: np.stack((g_lo(b), g_hi(b)), axis=1)
 
 
@@ -403,6 +398,8 @@ def _pk_f32(ins: Instr) -> BFn | None:
             res = ops[0] + ops[1]
         else:
             res = nm.fma_f32(*ops)
+        if res.shape[1] == 1:  # every source one dword
+            res = np.broadcast_to(res, (b.k, 2, LANES))
         bwrite_vn(b, dst, res.view(U32))
 
     return run
@@ -680,12 +677,11 @@ def _bacc(op: Operand) -> Callable[[Batch], np.ndarray] | None:
 
 
 def _bstore_d(b: Batch, dst: int, A: np.ndarray, B: np.ndarray, C: np.ndarray) -> None:
-    """D = A @ B + C per wave (the same 2-D float64 products as the per-wave closure, one per
-    wave), rounded once to f32, into dword r of lane 16 g + t (as ops_matrix._store_d)."""
-    P = np.empty((b.k, 16, 16))
-    for i in range(b.k):
-        P[i] = A[i] @ B[i]
-    vals = (P + C).astype(np.float32).reshape(b.k, 4, 4, 16).transpose(0, 2, 1, 3).reshape(b.k, 4, LANES)
+    """D = A @ B + C per wave, rounded once to f32, into dword r of lane 16 g + t (as
+    ops_matrix._store_d). The stacked float64 matmul forms each wave's product as the per-wave
+    2-D `@` does (numpy's matmul loop calls the same BLAS gemm per matrix; tests/isa/
+    test_batched.py checks the bits on operands with a wide exponent spread)."""
+    vals = (np.matmul(A, B) + C).astype(np.float32).reshape(b.k, 4, 4, 16).transpose(0, 2, 1, 3).reshape(b.k, 4, LANES)
     bwrite_vn(b, dst, vals.view(U32))
 
 

@@ -71,6 +71,8 @@ INSTRUCTIONS = [
     "v_pk_mul_f32 v[2:3], v[10:11], 1.0 op_sel_hi:[1,0]",
     "v_pk_add_f32 v[2:3], v[10:11], v[14:15] op_sel:[1,0] op_sel_hi:[0,1] neg_lo:[0,1] neg_hi:[1,0]",
     "v_pk_fma_f32 v[2:3], v[10:11], v[14:15], v[16:17]",
+    "v_pk_mul_f32 v[2:3], s[20:21], s[22:23] op_sel_hi:[0,0]",
+    "v_pk_fma_f32 v[2:3], v[10:11], s[20:21], 0.5 op_sel_hi:[1,0,0]",
     "v_lshl_add_u64 v[2:3], v[40:41], 2, v[14:15]",
     "v_lshl_add_u64 v[2:3], s[20:21], 0, v[14:15]",
     "s_nop 0",
@@ -271,3 +273,15 @@ def test_forms_outside_the_batched_set_run_per_wave() -> None:
     body = "\tv_readfirstlane_b32 s2, v1\n\tds_read_b32 v1, v2\n\tv_lshl_add_u64 v[2:3], v[4:5], v6, v[8:9]"
     prog = parse_program(TEMPLATE.format(body=body, lds=64, vgprs=16))
     assert [batched_form(i) for i in prog.instrs[:3]] == [None, None, None]
+
+
+def test_stacked_matmul_is_the_per_wave_product() -> None:
+    """The batched MFMAs form all waves' float64 products with one stacked matmul; the bits
+    must be those of one 2-D product per wave (the per-wave closures), also where the sum's
+    order would show (terms over 2^120 of exponent range)."""
+    rng = np.random.default_rng(5)
+    for k, kdim in ((1, 32), (7, 128), (64, 128)):
+        a = rng.standard_normal((k, 16, kdim)) * np.exp2(rng.integers(-60, 60, (k, 16, kdim)))
+        b = rng.standard_normal((k, kdim, 16)) * np.exp2(rng.integers(-60, 60, (k, kdim, 16)))
+        want = np.stack([a[i] @ b[i] for i in range(k)])
+        assert np.array_equal(np.matmul(a, b).view(np.uint64), want.view(np.uint64))

@@ -32,12 +32,13 @@ from typing import Literal
 import torch
 
 from kernel.fp8 import e4m3_table
-from kernel.record import LATENT_DIM, SCALE_BLOCK
+from kernel.record import LATENT_DIM, RECORD_BYTES, SCALE_BLOCK
 from oracle import q_representation as qrep
+from oracle import rows as oracle_rows
 from oracle.accumulation import FORMAT_MAX, gamma, unit_roundoff
 from oracle.binary import pow2
 from oracle.profile_schema import NumericsProfile
-from oracle.rows import DEFAULT_KEY_BUDGET, BoundChunk, PreconditionError, iter_bound_batches, row_bounds
+from oracle.rows import DEFAULT_KEY_BUDGET, BoundChunk, PreconditionError, row_bounds
 
 Mode = Literal["float64", "exact-steps"]
 MODES: tuple[Mode, ...] = ("float64", "exact-steps")
@@ -672,10 +673,10 @@ def evaluate_modes(
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown comparison mode {mode!r}; expected one of {MODES}")
-    if not bool(torch.isfinite(q).all()):
-        raise PreconditionError("q holds non-finite values")
+    # one host read for the call's checks before the first batch: q finite, the index stream
+    # (oracle.rows.check_stream) and the row plan; raised in that order, the scale in between
+    q_finite = torch.isfinite(q).all()
     sigma = float(softmax_scale)
-    _check_scale(sigma, profile)
     n_q, heads, _ = q.shape
     device = q.device
     rep = _representation(q, profile)
@@ -708,12 +709,19 @@ def evaluate_modes(
             kind = _split_kind(profile)
     deferred = _Deferred(profile)
 
+    plans, flags = oracle_rows.checked_plan(
+        indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, batch_budget=batch, kind=kind, extra=~q_finite
+    )
+    if flags[2]:
+        raise PreconditionError("q holds non-finite values")
+    _check_scale(sigma, profile)
+    oracle_rows.raise_stream(indices, indptr, kv_cache.numel() // RECORD_BYTES, has_invalid=has_invalid, flags=flags[:2])
+    starts, _ = row_bounds(indptr)
+
     # Each batch's records are gathered and decoded once (oracle.rows.BoundChunk); its statistics
     # are shared by every mode.
-    batches = iter_bound_batches(
-        indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, batch_budget=batch, scale_model=scale_model, kind=kind
-    )
-    for chunk in batches:
+    for plan in plans:
+        chunk = oracle_rows.gather_bound_batch(plan, starts, lengths, indices, kv_cache, has_invalid=has_invalid, scale_model=scale_model)
         flags, messages = _precondition_flags(chunk, profile, scale_model)
         checks: list[torch.Tensor] = [flags]
         stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma, tuple(q_ref for q_ref, _ in per_mode.values()), checks)

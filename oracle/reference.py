@@ -55,12 +55,15 @@ def block_reference(q_ref: torch.Tensor, block: KeyBlock, softmax_scale: float) 
     """
     scores = torch.bmm(q_ref[block.rows], block.keys.transpose(1, 2))
     scores.mul_(float(softmax_scale))
-    scores.masked_fill_(~block.valid.unsqueeze(1), float("-inf"))
+    if not block.all_valid:  # masking an all-valid block is the identity
+        scores.masked_fill_(~block.valid.unsqueeze(1), float("-inf"))
     peak = scores.amax(dim=-1, keepdim=True)
     scores.sub_(peak).exp_()
     total = scores.sum(dim=-1, keepdim=True)
     out = torch.bmm(scores, block.keys[..., :LATENT_DIM]).div_(total)
     lse = (peak + torch.log(total)).squeeze(-1)
+    if block.keyed:  # every row has a key: the selections below are the identity
+        return out, lse
     has_key = block.valid.any(dim=1).view(-1, 1)
     out = torch.where(has_key.unsqueeze(-1), out, 0.0)
     lse = torch.where(has_key, lse, float("-inf"))

@@ -62,34 +62,57 @@ def row_bounds(indptr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return start, length
 
 
-def check_stream(indices: torch.Tensor, indptr: torch.Tensor, kv_rows: int, *, has_invalid: bool) -> None:
-    """Raise PreconditionError when a consumed position or index is out of range (vectorised)."""
+def stream_flags(indices: torch.Tensor, indptr: torch.Tensor, kv_rows: int, *, has_invalid: bool) -> torch.Tensor:
+    """bool [2] on the device, no host read: (some row reads positions beyond the index stream,
+    some consumed index lies outside [0, kv_rows) (or is negative without has_invalid)). The
+    second is meaningful only where the first is False."""
     start, length = row_bounds(indptr)
     used = length > 0
-    beyond = used & ((start < 0) | (start + length > indices.numel()))
-    any_beyond, any_used = torch.stack((beyond.any(), used.any())).tolist()  # one host sync for both
+    total = indices.numel()
+    beyond = used & ((start < 0) | (start + length > total))
+    # positions consumed by some row: coverage as a difference array (rows may overlap); unused
+    # rows add 0, and ends are clamped into the stream (a row beyond it is reported first)
+    weight = used.to(torch.int64)
+    cover = torch.zeros(total + 1, dtype=torch.int64, device=indices.device)
+    cover.index_add_(0, start.clamp(0, total), weight)
+    cover.index_add_(0, (start + length).clamp(0, total), -weight)
+    consumed = cover.cumsum(0)[:-1] > 0
+    values = indices.to(torch.int64)
+    bad = consumed & ((values >= kv_rows) | ((values < 0) & (not has_invalid)))
+    return torch.stack((beyond.any(), bad.any()))
+
+
+def raise_stream(indices: torch.Tensor, indptr: torch.Tensor, kv_rows: int, *, has_invalid: bool, flags: list[bool]) -> None:
+    """Raise the PreconditionError that stream_flags' host values `flags` say applies, if any
+    (reads the device only then, to name the first broken row or position)."""
+    any_beyond, any_bad = flags
+    start, length = row_bounds(indptr)
     if any_beyond:
+        beyond = (length > 0) & ((start < 0) | (start + length > indices.numel()))
         bad = int(torch.nonzero(beyond)[0, 0])
         raise PreconditionError(
             f"row {bad} reads indices[{int(start[bad])}:{int(start[bad] + length[bad])}] beyond the "
             f"index stream of {indices.numel()} entries"
         )
-    if indices.numel() == 0 or not any_used:
-        return
-    # Positions consumed by some row: mark coverage with a difference array (rows may overlap).
-    cover = torch.zeros(indices.numel() + 1, dtype=torch.int64, device=indices.device)
-    cover.index_add_(0, start[used], torch.ones_like(start[used]))
-    cover.index_add_(0, (start + length)[used], -torch.ones_like(start[used]))
-    consumed = cover.cumsum(0)[:-1] > 0
-    values = indices.to(torch.int64)
-    bad_high = consumed & (values >= kv_rows)
-    bad_low = consumed & (values < 0) & (not has_invalid)
-    if bool((bad_high | bad_low).any()):
-        pos = int(torch.nonzero(bad_high | bad_low)[0, 0])
+    if any_bad:
+        used = length > 0
+        cover = torch.zeros(indices.numel() + 1, dtype=torch.int64, device=indices.device)
+        cover.index_add_(0, start[used], torch.ones_like(start[used]))
+        cover.index_add_(0, (start + length)[used], -torch.ones_like(start[used]))
+        consumed = cover.cumsum(0)[:-1] > 0
+        values = indices.to(torch.int64)
+        pos = int(torch.nonzero(consumed & ((values >= kv_rows) | ((values < 0) & (not has_invalid))))[0, 0])
         raise PreconditionError(
             f"indices[{pos}] = {int(values[pos])} is consumed but outside [0, {kv_rows})"
             + ("" if has_invalid else " (negative entries need has_invalid)")
         )
+
+
+def check_stream(indices: torch.Tensor, indptr: torch.Tensor, kv_rows: int, *, has_invalid: bool) -> None:
+    """Raise PreconditionError when a consumed position or index is out of range (vectorised,
+    one host read)."""
+    flags = stream_flags(indices, indptr, kv_rows, has_invalid=has_invalid).tolist()
+    raise_stream(indices, indptr, kv_rows, has_invalid=has_invalid, flags=flags)
 
 
 def _chunk_spans(sorted_len: list[int], key_budget: int) -> list[tuple[int, int]]:
@@ -149,7 +172,13 @@ def chunk_plan_batches(
     computed over it, is its chunk's; a batch only stacks more rows into each batched op. One
     host read (the sorted lengths)."""
     order = torch.argsort(length, descending=True, stable=True)
-    sorted_len = length[order].tolist()
+    return _batches(order, length[order].tolist(), key_budget, batch_budget, kind)
+
+
+def _batches(
+    order: torch.Tensor, sorted_len: list[int], key_budget: int, batch_budget: int, kind: Callable[[list[int]], object] | None
+) -> list[BatchPlan]:
+    """chunk_plan_batches from the length order and the sorted lengths read back."""
     plans: list[BatchPlan] = []
     spans = _chunk_spans(sorted_len, key_budget)
     i = 0
@@ -399,6 +428,31 @@ def gather_bound_batch(
     )
 
 
+def checked_plan(
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    kv_cache: torch.Tensor,
+    *,
+    has_invalid: bool,
+    key_budget: int,
+    batch_budget: int,
+    kind: Callable[[list[int]], object] | None = None,
+    extra: torch.Tensor | None = None,
+) -> tuple[list[BatchPlan], list[bool]]:
+    """check_stream, then chunk_plan_batches, with one host read for both (the stream's flags,
+    the sorted lengths and the caller's `extra` bool flags [k], whose host values are returned)."""
+    kv_rows = kv_cache.numel() // RECORD_BYTES
+    flags = stream_flags(indices, indptr, kv_rows, has_invalid=has_invalid)
+    if extra is not None:
+        flags = torch.cat((flags, extra.to(torch.bool).reshape(-1)))
+    _, length = row_bounds(indptr)
+    order = torch.argsort(length, descending=True, stable=True)
+    host = torch.cat((length[order], flags.to(torch.int64))).tolist()
+    n = length.numel()
+    sorted_len, flag_values = host[:n], [bool(x) for x in host[n:]]
+    return _batches(order, sorted_len, key_budget, batch_budget, kind), flag_values
+
+
 def _planned_chunks(
     indices: torch.Tensor, indptr: torch.Tensor, kv_cache: torch.Tensor, *, has_invalid: bool, key_budget: int
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -440,9 +494,12 @@ def iter_bound_batches(
     """iter_chunks' chunks merged into batches (chunk_plan_batches), each a BoundChunk
     gathered with no host read (gather_bound_batch), after checking the stream's preconditions."""
     _check_scale_model(scale_model)
-    check_stream(indices, indptr, kv_cache.numel() // RECORD_BYTES, has_invalid=has_invalid)
+    plans, flags = checked_plan(
+        indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, batch_budget=batch_budget, kind=kind
+    )
+    raise_stream(indices, indptr, kv_cache.numel() // RECORD_BYTES, has_invalid=has_invalid, flags=flags)
     start, length = row_bounds(indptr)
-    for plan in chunk_plan_batches(length, key_budget, batch_budget, kind):
+    for plan in plans:
         yield gather_bound_batch(plan, start, length, indices, kv_cache, has_invalid=has_invalid, scale_model=scale_model)
 
 
@@ -454,15 +511,18 @@ class KeyBlock:
     valid: bool [R, L]         slot holds a key
     keys:  f64 [R, L, 576]     [code * stored scale (512), rope (64)], exactly 0 at masked slots
                                (V = keys[..., :512])
+    all_valid: bool            every slot holds a key (known on the host; False: unknown)
+    keyed: bool                every row has a valid key (known on the host; False: unknown)
     """
 
     rows: torch.Tensor
     valid: torch.Tensor
     keys: torch.Tensor
+    all_valid: bool = False
+    keyed: bool = False
 
 
 _E4M3_F32_TABLES: dict[torch.device, torch.Tensor] = {}
-_SKIP_MASK_SLOTS = 1 << 16  # gather_keys: blocks at least this large check whether any slot is masked
 
 
 def _e4m3_f32_table(device: torch.device) -> torch.Tensor:
@@ -484,32 +544,35 @@ def gather_keys(
     kv_cache: torch.Tensor,
     *,
     has_invalid: bool,
+    width: int | None = None,
+    full: bool = False,
 ) -> KeyBlock:
     """Gather and decode the keys of `rows` under the "stored" scale model (the contract).
 
     Same values as gather_chunk's k_latent / rope (code * scale and rope are exact in f64), with
     fewer passes over memory: masked slots gather an all-zero record (so whatever row 0 holds,
-    NaN codes included, never reaches them), codes are looked up as f64 values (e4m3 -> f32 ->
-    f64, exact) and multiplied by the f64 scale straight into the key tensor. One host sync
-    (the block's width), and for a block of _SKIP_MASK_SLOTS slots or more a second (whether
-    every slot holds a key: then the zeroing pass is skipped).
+    NaN codes included, never reaches them), codes are converted to f16 (e4m3 -> f16 is exact,
+    and a NaN code's f16 NaN widens to the f64 bits of the e4m3 -> f32 cast's: _e4m3_f32_table)
+    and multiplied by the f64 scale straight into the key tensor. `width` (the rows' longest
+    length) and `full` (every row has that length; with has_invalid not used) when the caller
+    knows them from its plan: no host read; else one (the width). The zeroing pass is skipped
+    only where every slot is known to hold a key (masking such a block is the identity).
     """
-    width, entries, valid = _row_slots(rows, start, length, indices, has_invalid=has_invalid)
+    width, entries, valid = _row_slots(rows, start, length, indices, has_invalid=has_invalid, width=width)
+    all_valid = full and not has_invalid
     flat = kv_cache.reshape(-1, RECORD_BYTES)
     n_rows = rows.numel()
     records = index_records(flat, torch.where(valid, entries, 0).view(-1)).view(n_rows, width, RECORD_BYTES)
-    # a large block of full rows (the usual case) skips the pass, for one host sync
-    if n_rows * width < _SKIP_MASK_SLOTS or not bool(valid.all()):
+    if not all_valid:
         record_words(records).masked_fill_(~valid.unsqueeze(-1), 0)
     keys = torch.empty(n_rows, width, 576, dtype=torch.float64, device=rows.device)
-    # code (e4m3 -> f32, exact) x f64 scale: the product is formed in f64 from the f32 code
-    # widened exactly (NaN codes keep the f32 cast's NaN bits: the values of _e4m3_f32_table),
-    # written straight into the key tensor
-    codes = records[..., :512].view(torch.float8_e4m3fn).to(torch.float32)
+    # code (e4m3 -> f16, exact) x f64 scale: the product is formed in f64 from the f16 code
+    # widened exactly, written straight into the key tensor
+    codes = records[..., :512].view(torch.float8_e4m3fn).to(torch.float16)
     scales = records[..., 512:528].view(torch.float32).to(torch.float64).unsqueeze(-1)
     torch.mul(codes.view(n_rows, width, 4, 128), scales, out=keys[..., :512].view(n_rows, width, 4, 128))
     keys[..., 512:] = records[..., 528:].view(torch.bfloat16)
-    return KeyBlock(rows=rows, valid=valid, keys=keys)
+    return KeyBlock(rows=rows, valid=valid, keys=keys, all_valid=all_valid, keyed=not has_invalid)
 
 
 def iter_key_blocks(
@@ -520,9 +583,14 @@ def iter_key_blocks(
     has_invalid: bool,
     key_budget: int,
 ) -> Iterator[KeyBlock]:
-    """All non-empty rows' keys as KeyBlocks (after checking the stream's preconditions)."""
-    for rows, start, length in _planned_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget):
-        yield gather_keys(rows, start, length, indices, kv_cache, has_invalid=has_invalid)
+    """All non-empty rows' keys as KeyBlocks, chunk_plan's chunks (after checking the stream's
+    preconditions); the host reads the row plan once, then nothing per block."""
+    # batch budget 0: one chunk per plan
+    plans, flags = checked_plan(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, batch_budget=0)
+    raise_stream(indices, indptr, kv_cache.numel() // RECORD_BYTES, has_invalid=has_invalid, flags=flags)
+    start, length = row_bounds(indptr)
+    for plan in plans:
+        yield gather_keys(plan.rows, start, length, indices, kv_cache, has_invalid=has_invalid, width=plan.width, full=plan.full)
 
 
 def iter_chunks(

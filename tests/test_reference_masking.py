@@ -42,8 +42,9 @@ def test_masked_slots_never_reach_the_result() -> None:
 
 @pytest.mark.parametrize("has_invalid", [False, True])
 def test_mask_check_path_same_bits(monkeypatch: pytest.MonkeyPatch, has_invalid: bool) -> None:
-    """Blocks that check whether a slot is masked (large blocks) give the bits of the blocks that
-    always zero (small blocks), with and without masked slots."""
+    """Blocks known to be all valid (full rows, no has_invalid: the zeroing pass, the score mask
+    and the empty-row selections skipped) give the bits of blocks that always mask, with and
+    without masked slots."""
     recipe = Recipe(seed=8, n_q=5, heads=4, row_lengths=(130, 130, 130, 0, 130), cache_rows=300, has_invalid=has_invalid)
     if has_invalid:
         recipe = dataclasses.replace(recipe, invalid_pattern="scattered", invalid_permille=200)
@@ -51,8 +52,15 @@ def test_mask_check_path_same_bits(monkeypatch: pytest.MonkeyPatch, has_invalid:
     p.indices[p.indices == 0] = 1  # row 0, where masked slots point, holds NaN codes and no key
     p.kv_cache.view(-1, 656)[0, :512] = 0x7F
     args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
-    always = reference(*args, has_invalid=has_invalid)
-    monkeypatch.setattr(rows, "_SKIP_MASK_SLOTS", 1)
-    checked = reference(*args, has_invalid=has_invalid)
-    for a, b in ((always.out, checked.out), (always.lse, checked.lse)):
+    skipped = reference(*args, has_invalid=has_invalid)
+    gather = rows.gather_keys
+
+    def always_mask(*a, **kw):  # type: ignore[no-untyped-def]
+        block = gather(*a, **{**kw, "full": False})
+        assert not block.all_valid
+        return dataclasses.replace(block, keyed=False)
+
+    monkeypatch.setattr(rows, "gather_keys", always_mask)
+    masked = reference(*args, has_invalid=has_invalid)
+    for a, b in ((skipped.out, masked.out), (skipped.lse, masked.lse)):
         assert torch.equal(a.view(torch.int64), b.view(torch.int64))

@@ -105,6 +105,8 @@ def test_e4m3_decoders_match_the_table() -> None:
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     shaped = codes.repeat(3, 7).view(3, 7, 2, 128)[:, 1:5]  # non-contiguous
     assert same_bits(emulated.decode_codes(shaped), e4m3_table("cpu", torch.float64)[shaped.to(torch.int64)])
+    # the f16 decode (qk_scores) widens to the f64 decode's bits, NaN codes included
+    assert same_bits(emulated.decode_codes(shaped, torch.float16).to(torch.float64), emulated.decode_codes(shaped))
     cast = codes.view(torch.float8_e4m3fn).to(torch.float32).to(torch.float64)
     assert same_bits(rows._e4m3_f32_table(torch.device("cpu")), cast)
     finite = (codes & 0x7F) != 0x7F

@@ -206,20 +206,22 @@ def _e8m0_factor(byte: torch.Tensor) -> torch.Tensor:
     return torch.where(byte == 255, torch.full_like(value, float("nan")), value)
 
 
-def decode_codes(codes: torch.Tensor) -> torch.Tensor:
-    """f64 values of e4m3 codes (exact; NaN for NaN codes), same shape (contiguous).
+def decode_codes(codes: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Values of e4m3 codes in `dtype` (f64, or f16: exact either way; NaN for NaN codes, the
+    table's NaN, whose f16 widens to the f64 table's bits), same shape (contiguous).
 
     A gather from the value table through 32-bit indices (index_select: the same entries as
     table[codes.long()], without the int64 index tensor)."""
-    table = e4m3_table(codes.device, torch.float64)
+    table = e4m3_table(codes.device, dtype)
     return table.index_select(0, codes.reshape(-1).to(torch.int32)).view(codes.shape)
 
 
 def qk_scores(qq: QuantizedQ, rows: torch.Tensor, records: torch.Tensor) -> torch.Tensor:
     """f32 scores s [R, H, 128] of the tile's keys for query rows `rows` (unmasked; see online_softmax)."""
     r = records.shape[0]
-    # codes as [R, block b, mfma j, 32, keys], permuted as bytes before decoding
-    k_codes = decode_codes(records[..., :SCALE_OFFSET].reshape(r, TILE, 4, 4, 32).permute(0, 2, 3, 4, 1).contiguous())
+    # codes as [R, block b, mfma j, 32, keys], permuted as bytes before decoding, decoded to f16
+    # (exact) and widened to f64 by the scale's product below (one f64 tensor written, not two)
+    k_codes = decode_codes(records[..., :SCALE_OFFSET].reshape(r, TILE, 4, 4, 32).permute(0, 2, 3, 4, 1).contiguous(), torch.float16)
     k_scale_bits = records[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)  # [R, 128, 4]
     k_e8m0 = f32_exponent_field(k_scale_bits)
     k_rope = records[..., ROPE_OFFSET:].contiguous().view(torch.bfloat16).to(torch.float64)  # [R, 128, 64]

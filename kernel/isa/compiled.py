@@ -386,18 +386,7 @@ def _pk_f32(ins: Instr) -> BFn | None:
     kind = "fma" if nsrc == 3 else "mul" if "mul" in ins.mnemonic else "add"
 
     def run(b: Batch) -> None:
-        ops = []
-        for i in range(nsrc):
-            r = rows[i](b)
-            if negs[i] is not None:
-                r = r ^ negs[i]
-            ops.append(r.view(np.float32))
-        if kind == "mul":
-            res = ops[0] * ops[1]
-        elif kind == "add":
-            res = ops[0] + ops[1]
-        else:
-            res = nm.fma_f32(*ops)
+        res = ov.pk_f32(kind, [g(b) for g in rows], negs)
         if res.shape[1] == 1:  # every source one dword
             res = np.broadcast_to(res, (b.k, 2, LANES))
         bwrite_vn(b, dst, res.view(U32))

@@ -189,6 +189,16 @@ def _read_all(b: Batch, addr: np.ndarray, size: int) -> np.ndarray | None:
     return b.waves[0].x.mem.read_lanes(addr.reshape(-1), size)
 
 
+def _loaded(b: Batch, dst: int, n: int, data: np.ndarray) -> None:
+    """A VMEM load's result (bytes [k * 64, 4 n]) into v[dst .. dst + n) of every wave, each
+    wave's load outstanding in its vmcnt queue (as ops_memory's loads)."""
+    bwrite_vn(b, dst, data.view(U32).reshape(b.k, LANES, n).transpose(0, 2, 1))
+    for w in b.waves:
+        om._mark_pending(w, w.x, dst, n, None, b.pc)
+    for i in range(dst, dst + n):
+        b.ok.discard(i)
+
+
 def _global_load(ins: Instr, f: PerWave) -> BFn | None:
     n = om._dwords(ins.mnemonic, "global_load_dword")
     off = _offset(ins)
@@ -206,11 +216,7 @@ def _global_load(ins: Instr, f: PerWave) -> BFn | None:
             return
         if b.chk:
             chk(b)
-        bwrite_vn(b, dst, data.view(U32).reshape(b.k, LANES, n).transpose(0, 2, 1))
-        for w in b.waves:
-            om._mark_pending(w, w.x, dst, n, None, b.pc)
-        for i in range(dst, dst + n):
-            b.ok.discard(i)
+        _loaded(b, dst, n, data)
 
     return run
 
@@ -331,11 +337,7 @@ def _buffer_load(ins: Instr, f: PerWave) -> BFn | None:
                     check_sgpr(b.at(w), w.x, so_reg, 1)
             if vi is not None and vi not in b.ok:
                 _check_v(b, vi)
-        bwrite_vn(b, dst, data.view(U32).reshape(b.k, LANES, n).transpose(0, 2, 1))
-        for w in b.waves:
-            om._mark_pending(w, w.x, dst, n, None, b.pc)
-        for i in range(dst, dst + n):
-            b.ok.discard(i)
+        _loaded(b, dst, n, data)
 
     return run
 

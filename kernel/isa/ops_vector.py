@@ -596,21 +596,20 @@ def _pk_f32(ins: Instr, d: Any) -> Fn:
     kind = "fma" if nsrc == 3 else "mul" if "mul" in name else "add"
 
     def run(w: Wave, x: Any) -> None:
-        ops = []  # [(element 0, element 1), lane] f32
-        for i in range(nsrc):
-            r = rows[i](w, x)
-            if negs[i] is not None:
-                r = r ^ negs[i]
-            ops.append(r.view(np.float32))
-        if kind == "mul":
-            res = ops[0] * ops[1]
-        elif kind == "add":
-            res = ops[0] + ops[1]
-        else:
-            res = nm.fma_f32(*ops)
-        write_vn(w, dst, res.view(U32))
+        write_vn(w, dst, pk_f32(kind, [g(w, x) for g in rows], negs).view(U32))
 
     return run
+
+
+def pk_f32(kind: str, rows: list[np.ndarray], negs: list[np.ndarray | None]) -> np.ndarray:
+    """Packed f32 `kind` (mul, add, fma) of the sources' uint32 rows [..., (element 0,
+    element 1), lane], each first negated where its neg mask (sign bits) is given; f32 result."""
+    ops = [(r if n is None else r ^ n).view(np.float32) for r, n in zip(rows, negs)]
+    if kind == "mul":
+        return ops[0] * ops[1]
+    if kind == "add":
+        return ops[0] + ops[1]
+    return nm.fma_f32(*ops)
 
 
 def _pk_rows(o: Any, g_lo: Any, g_hi: Any, sel_lo: int, sel_hi: int) -> Callable[[Wave, Any], np.ndarray]:

@@ -289,10 +289,15 @@ def _chunk_stats(
     if chunk.all_valid:
         v_range = (values.amax(dim=1) - values.amin(dim=1)).unsqueeze(1)
     else:
+        # the valid slots' max and min: masked slots hold +0, which -inf (+inf) replaces by an
+        # addition (x + -0.0 is x for every x, -0 and NaN included), the two passes sharing
+        # one buffer
         v_mask = chunk.valid.unsqueeze(-1)
-        v_range = (
-            values.masked_fill(~v_mask, float("-inf")).amax(dim=1) - values.masked_fill(~v_mask, float("inf")).amin(dim=1)
-        ).unsqueeze(1)
+        buffer = torch.add(values, torch.where(v_mask, -0.0, float("-inf")).to(values.dtype))
+        v_max = buffer.amax(dim=1)
+        torch.add(values, torch.where(v_mask, -0.0, float("inf")).to(values.dtype), out=buffer)
+        v_range = (v_max - buffer.amin(dim=1)).unsqueeze(1)
+        del buffer
     values_abs = values.abs_()
     abs_code_sum = None
     if profile.p_format == "fp16_scaled":

@@ -10,7 +10,7 @@ Stages (cumulative time of the functions that do them; they do not nest in one a
     kernel       the kernel call (conformance.judging.harness.run_kernel without the input guard)
     input guard  conformance.durability.input_guard (snapshot of the inputs and the check after the call)
     oracle+bound oracle.bound.evaluate_modes (reference and a-priori bound, both modes)
-      of which gather  oracle.rows.iter_bound_chunks (records gathered and decoded)
+      of which gather  oracle.rows.gather_bound_batch (records gathered and decoded)
     compare      conformance.judging.harness.compare (errors against the bound)
     record       conformance.judging.harness.record (the run folder's example log)
     coverage     conformance.records.coverage.Coverage.add
@@ -53,7 +53,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("record", "conformance/judging/harness.py", "record"),
     ("coverage", "conformance/records/coverage.py", "add"),
 )
-GATHER = ("oracle/rows.py", "iter_bound_chunks")
+GATHER = ("oracle/rows.py", "gather_bound_batch")
 # the same stages as (module, attribute path) for --timers
 TIMED: tuple[tuple[str, str, str], ...] = (
     ("draw", "hypothesis.strategies._internal.core", "DataObject.draw"),
@@ -66,7 +66,7 @@ TIMED: tuple[tuple[str, str, str], ...] = (
     ("compare", "conformance.judging.harness", "compare"),
     ("record", "conformance.judging.harness", "record"),
     ("coverage", "conformance.records.coverage", "Coverage.add"),
-    ("gather (in oracle+bound)", "oracle.rows", "iter_bound_chunks"),
+    ("gather (in oracle+bound)", "oracle.rows", "gather_bound_batch"),
 )
 
 

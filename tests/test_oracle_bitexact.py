@@ -225,3 +225,23 @@ def test_one_mode_alone_equals_both_modes(name: str) -> None:
     empty = ~torch.isfinite(both["exact-steps"].lse[:, 0])
     for ev in both.values():
         assert bool((ev.out[empty] == 0).all()) and bool((ev.out_bound[empty] == 0).all()) and bool((ev.lse_bound[empty] == 0).all())
+
+
+def test_v_range_of_a_ragged_chunk_is_the_masked_max_minus_min() -> None:
+    """The valid slots' range per dim (masked slots replaced by -inf / +inf through an added
+    bias) is the masked_fill formulation's, bit for bit (negative maxima and signed zeros)."""
+    p = materialize(Recipe(seed=12, n_q=4, heads=2, row_lengths=(90, 3, 40, 1), cache_rows=64, latent="zero_blocks"))
+    start, length = rows.row_bounds(p.indptr)
+    profile = load_profile("gfx950")
+    rep = qrep.fp8_hi_lo(p.q)
+    rep32 = dataclasses.replace(rep, terms=rep.terms.to(torch.float32))
+    (plan,) = rows.chunk_plan(length)
+    chunk = rows.gather_bound_chunk(plan, start, length, p.indices, p.kv_cache, has_invalid=False)
+    assert chunk is not None and not chunk.all_valid
+    mask = chunk.valid.unsqueeze(-1)
+    values = chunk.values
+    direct = (values.masked_fill(~mask, float("-inf")).amax(dim=1) - values.masked_fill(~mask, float("inf")).amin(dim=1)).unsqueeze(1)
+    # short rows have dims whose valid values are all negative: the masked slots' +0 must not count
+    assert bool((values.masked_fill(~mask, float("-inf")).amax(dim=1) != values.amax(dim=1)).any())
+    stats = bound._chunk_stats(chunk, length, profile, bound._abs_code_table(torch.device("cpu")), rep32, p.softmax_scale, ())
+    assert same_bits(stats.v_range, direct)

@@ -378,6 +378,11 @@ def _waitcnt(ins: Instr, d: Any) -> Fn:
             if nl == 0:
                 while w.lgkm:
                     x.retire(w, w.lgkm.popleft())
+            elif len(w.lgkm) <= nl:
+                pass  # at most nl operations of any kind outstanding: none is sure to be done
+            elif not any(op.smem for op in w.lgkm):  # LDS only: in order, the oldest are done
+                while len(w.lgkm) > nl:
+                    x.retire(w, w.lgkm.popleft())
             else:
                 ds = [op for op in w.lgkm if not op.smem]
                 done = ds[: max(0, len(ds) - nl)]

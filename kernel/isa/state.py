@@ -191,12 +191,16 @@ class GlobalMemory:
         idx, off = self.locate(addr, size)
         if np.count_nonzero(idx < 0):
             return None
-        out = np.empty((addr.shape[0], size), dtype=np.uint8)
-        span = byte_span(size)
+        rows = size in (4, 8, 16) and not np.count_nonzero(off & (size - 1))  # aligned: uint32 rows
+        out = np.empty((addr.shape[0], size // 4 if rows else size), dtype=np.uint32 if rows else np.uint8)
         for i in np.unique(idx).tolist():
-            sel = idx == i
-            out[sel] = self.regions[i].data[off[sel][:, None] + span]
-        return out
+            sel = np.flatnonzero(idx == i)
+            r = self.regions[i]
+            if rows:
+                out[sel] = r.rows(size)[off[sel] >> (size.bit_length() - 1)]
+            else:
+                out[sel] = r.data[off[sel][:, None] + byte_span(size)]
+        return out.view(np.uint8) if rows else out
 
     def read(self, addr: np.ndarray, size: int, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bytes [n, size] at addr for the lanes set in `lanes` (others 0), and the lanes whose

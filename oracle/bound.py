@@ -140,9 +140,13 @@ def _check_chunk_preconditions(chunk: BoundChunk, profile: NumericsProfile, scal
 
 
 def _segment_max(values: torch.Tensor, chunk: BoundChunk) -> torch.Tensor:
-    """Per chunk of a batch (BoundChunk.segment_rows rows each): the column maxima of the
-    per-row values f64 [R, k] (all >= 0 or NaN), f64 [n_segments, k]. No host read."""
+    """Per chunk of a batch (BoundChunk.segment_rows rows each, or BoundChunk.segment): the
+    column maxima of the per-row values f64 [R, k] (all >= 0 or NaN; a chunk without rows
+    gets 0), f64 [n_segments, k]. No host read."""
     rows, k = values.shape
+    if chunk.segment is not None:  # rows were dropped: each row's chunk is given
+        out = values.new_zeros(chunk.n_segments, k)
+        return out.scatter_reduce_(0, chunk.segment.unsqueeze(1).expand(rows, k), values, "amax", include_self=True)
     pad = chunk.n_segments * chunk.segment_rows - rows
     if pad:
         values = torch.cat((values, values.new_zeros(pad, k)))
@@ -673,8 +677,9 @@ def evaluate_modes(
     slots, default BOUND_BATCH_SLOTS of the device type) only says how many chunks of one width
     run as one batch (oracle.rows.chunk_plan_batches): a fixed number of batched operations per
     batch, and the host reads a fixed number of times per call (the row plan, the checks once at
-    the end), whatever the number of chunks. Profiles that may split rows read the device once
-    per chunk under has_invalid (which rows may split is then known only there)."""
+    the end), whatever the number of chunks; under has_invalid once more per batch (which rows
+    have a valid key: the others are dropped), and profiles that may split rows once per chunk
+    (which rows may split is then known only there)."""
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown comparison mode {mode!r}; expected one of {MODES}")
@@ -690,16 +695,15 @@ def evaluate_modes(
         mode: (rep.q_hat, None) if mode == "exact-steps" else (q.to(torch.float64), _q_representation_error(q, rep, profile))
         for mode in modes
     }
-    # one spare row past n_q takes the rows of a batch that have no valid key (their results
-    # stay the defaults: out 0, lse -inf, bounds 0)
+    # rows without a valid key keep the defaults: out 0, lse -inf, bounds 0
     results = {}
     for mode in modes:
         results[mode] = (
-            torch.zeros(n_q + 1, heads, LATENT_DIM, dtype=torch.float64, device=device),
-            torch.zeros(n_q + 1, heads, LATENT_DIM, dtype=torch.float64, device=device),
-            torch.full((n_q + 1, heads), float("-inf"), dtype=torch.float64, device=device),
-            torch.zeros(n_q + 1, heads, dtype=torch.float64, device=device),
-            torch.zeros(n_q + 1, heads, dtype=torch.float64, device=device),
+            torch.zeros(n_q, heads, LATENT_DIM, dtype=torch.float64, device=device),
+            torch.zeros(n_q, heads, LATENT_DIM, dtype=torch.float64, device=device),
+            torch.full((n_q, heads), float("-inf"), dtype=torch.float64, device=device),
+            torch.zeros(n_q, heads, dtype=torch.float64, device=device),
+            torch.zeros(n_q, heads, dtype=torch.float64, device=device),
         )
     _, lengths = row_bounds(indptr)
     code_table = _abs_code_table(device)
@@ -727,22 +731,20 @@ def evaluate_modes(
     # are shared by every mode.
     for plan in plans:
         chunk = oracle_rows.gather_bound_batch(plan, starts, lengths, indices, kv_cache, has_invalid=has_invalid, scale_model=scale_model)
+        if chunk is None:  # no row of the batch has a valid key
+            continue
         flags, messages = _precondition_flags(chunk, profile, scale_model)
         checks: list[torch.Tensor] = [flags]
         stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma, tuple(q_ref for q_ref, _ in per_mode.values()), checks)
-        target_rows = chunk.rows if chunk.has_key is None else torch.where(chunk.has_key, chunk.rows, n_q)
         for (mode, (_, q_rep_err)), scores in zip(per_mode.items(), stats.scores, strict=True):
             for target, value in zip(results[mode], _chunk_bound(stats, scores, q_rep_err, sigma, profile, checks), strict=True):
-                target[target_rows] = value
+                target[chunk.rows] = value
         deferred.add(chunk, checks, messages)
     deferred.raise_first()
-    evaluations = {}
-    for mode, r in results.items():
-        out, out_bound, lse, lse_bound, window = (t[:n_q] for t in r)
-        evaluations[mode] = Evaluation(
-            out=out, out_bound=out_bound, lse=lse, lse_bound=lse_bound, window=window, mode=mode, profile=profile.name
-        )
-    return evaluations
+    return {
+        mode: Evaluation(out=r[0], out_bound=r[1], lse=r[2], lse_bound=r[3], window=r[4], mode=mode, profile=profile.name)
+        for mode, r in results.items()
+    }
 
 
 def _split_kind(profile: NumericsProfile) -> Callable[[list[int]], object]:

@@ -288,8 +288,7 @@ class BoundChunk:
     the error bound needs them (oracle.bound.evaluate_modes): each record gathered and decoded
     once, into the tensors that both comparison modes and the bound's statistics share.
 
-    rows:      int64 [R]            query rows (gather_bound_chunk: those with a valid key;
-                                    gather_bound_batch: all the batch's rows, see has_key)
+    rows:      int64 [R]            query rows that have a valid key
     valid:     bool [R, L]          slot holds a key (L: the longest row of the planned chunk,
                                     rows without a valid key included, as in gather_chunk)
     all_valid: bool                 every slot of every row holds a key (known on the host)
@@ -300,9 +299,9 @@ class BoundChunk:
     codes:     uint8 [R, L, 512]    raw e4m3 codes (a view of the gathered records), 0 at masked slots
     code_index: int32 [R * L * 512] the codes as table indices (flat, contiguous)
     scales:    f32 [R, L, 4]        stored scales, 0 at masked slots
-    has_key:   bool [R] or None     row has a valid key (None: every row has one)
     segment_rows, n_segments:       row i belongs to chunk i // segment_rows of n_segments
-                                    (one chunk: segment_rows = R)
+                                    (one chunk: segment_rows = R), or to chunk segment[i]
+    segment:   int64 [R] or None    each row's chunk where rows were dropped (gather_bound_batch)
     kind:      object               BatchPlan.kind (None for a single chunk)
 
     Every value equals gather_chunk's for the same rows (code * scale is exact in f64, so
@@ -318,10 +317,10 @@ class BoundChunk:
     codes: torch.Tensor
     code_index: torch.Tensor
     scales: torch.Tensor
-    has_key: torch.Tensor | None = None
     segment_rows: int = 0
     n_segments: int = 1
     kind: object = None
+    segment: torch.Tensor | None = None
 
 
 def _decode_bound(
@@ -411,21 +410,26 @@ def gather_bound_batch(
     *,
     has_invalid: bool,
     scale_model: str = "stored",
-) -> BoundChunk:
-    """Gather and decode the keys of a BatchPlan's rows (see BoundChunk) with no host read: the
-    width and, without has_invalid, the validity of every slot are known from the plan; with
-    has_invalid, rows without a valid key stay in the batch (has_key says which), every slot
-    counts as possibly masked (all_valid False: masking an all-valid row is the identity)."""
+) -> BoundChunk | None:
+    """Gather and decode the keys of a BatchPlan's rows (see BoundChunk). Without has_invalid no
+    host read: the width and the validity of every slot are known from the plan. With
+    has_invalid one (which rows have a valid key): rows without one are dropped before the
+    records are gathered (None when no row has one), `segment` keeps each remaining row's chunk,
+    and every slot counts as possibly masked (all_valid False: masking an all-valid row is the
+    identity)."""
     _check_scale_model(scale_model)
-    _, entries, valid = _row_slots(plan.rows, start, length, indices, has_invalid=has_invalid, width=plan.width)
-    chunk = _decode_bound(plan.rows, plan.width, entries, valid, plan.full and not has_invalid, kv_cache, scale_model)
-    return dataclasses.replace(
-        chunk,
-        has_key=valid.any(dim=1) if has_invalid else None,
-        segment_rows=plan.segment_rows,
-        n_segments=plan.n_segments,
-        kind=plan.kind,
-    )
+    rows = plan.rows
+    _, entries, valid = _row_slots(rows, start, length, indices, has_invalid=has_invalid, width=plan.width)
+    segment = None
+    if has_invalid:
+        keyed = torch.nonzero(valid.any(dim=1)).squeeze(1)
+        if keyed.numel() == 0:
+            return None
+        if keyed.numel() < rows.numel():
+            segment = (torch.arange(rows.numel(), device=rows.device) // plan.segment_rows)[keyed]
+            rows, entries, valid = rows[keyed], entries[keyed], valid[keyed]
+    chunk = _decode_bound(rows, plan.width, entries, valid, plan.full and not has_invalid, kv_cache, scale_model)
+    return dataclasses.replace(chunk, segment=segment, segment_rows=plan.segment_rows, n_segments=plan.n_segments, kind=plan.kind)
 
 
 def checked_plan(
@@ -491,8 +495,8 @@ def iter_bound_batches(
     scale_model: str = "stored",
     kind: Callable[[list[int]], object] | None = None,
 ) -> Iterator[BoundChunk]:
-    """iter_chunks' chunks merged into batches (chunk_plan_batches), each a BoundChunk
-    gathered with no host read (gather_bound_batch), after checking the stream's preconditions."""
+    """iter_chunks' chunks merged into batches (chunk_plan_batches), those with a valid key as
+    BoundChunks (gather_bound_batch), after checking the stream's preconditions."""
     _check_scale_model(scale_model)
     plans, flags = checked_plan(
         indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, batch_budget=batch_budget, kind=kind
@@ -500,7 +504,9 @@ def iter_bound_batches(
     raise_stream(indices, indptr, kv_cache.numel() // RECORD_BYTES, has_invalid=has_invalid, flags=flags)
     start, length = row_bounds(indptr)
     for plan in plans:
-        yield gather_bound_batch(plan, start, length, indices, kv_cache, has_invalid=has_invalid, scale_model=scale_model)
+        chunk = gather_bound_batch(plan, start, length, indices, kv_cache, has_invalid=has_invalid, scale_model=scale_model)
+        if chunk is not None:
+            yield chunk
 
 
 @dataclass(frozen=True)

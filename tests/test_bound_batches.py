@@ -36,7 +36,33 @@ RECIPES = {
     "invalid_rows": Recipe(
         seed=4, n_q=8, heads=2, row_lengths=(20,) * 8, cache_rows=100, invalid_pattern="leading_tile", has_invalid=True
     ),
+    # short rows, most entries masked: rows without a valid key dropped inside a batch
+    "keyless_rows": Recipe(
+        seed=7,
+        n_q=40,
+        heads=3,
+        row_lengths=(3,) * 40,
+        cache_rows=64,
+        invalid_pattern="scattered",
+        invalid_permille=800,
+        has_invalid=True,
+    ),
 }
+
+
+def test_keyless_rows_are_dropped_with_their_chunks() -> None:
+    p = materialize(RECIPES["keyless_rows"], "cpu")
+    start, length = rows.row_bounds(p.indptr)
+    (plan,) = rows.chunk_plan_batches(length, key_budget=30, batch_budget=1 << 20)
+    chunk = rows.gather_bound_batch(plan, start, length, p.indices, p.kv_cache, has_invalid=True)
+    assert chunk is not None and chunk.segment is not None and plan.n_segments == 4
+    assert 0 < chunk.rows.numel() < plan.rows.numel()
+    assert torch.equal(chunk.segment, torch.searchsorted(torch.tensor([10, 20, 30]), _positions(plan.rows, chunk.rows), right=True))
+
+
+def _positions(batch_rows: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """Where each kept row sits in the batch's rows."""
+    return torch.tensor([batch_rows.tolist().index(r) for r in kept.tolist()])
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -64,7 +90,7 @@ def test_batches_bit_identical_to_chunks(name: str, profile_name: str) -> None:
     p = materialize(RECIPES[name], "cpu")
     args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
     profile = load_profile(profile_name)
-    kw = {"profile": profile, "has_invalid": p.has_invalid, "key_budget": 60}
+    kw = {"profile": profile, "has_invalid": p.has_invalid, "key_budget": 30 if name == "keyless_rows" else 60}
     one = evaluate_modes(*args, batch_budget=1, **kw)  # every chunk its own batch
     merged = evaluate_modes(*args, batch_budget=1 << 20, **kw)
     for mode in one:

@@ -20,7 +20,7 @@ import numpy as np
 
 from kernel.isa import ops_memory as om
 from kernel.isa.asm import Imm, Instr, Operand, Reg
-from kernel.isa.compiled import BFn, _check_v, _vreg, bwrite_v, bwrite_vn
+from kernel.isa.batched_regs import BFn, _check_v, _vreg, bwrite_v, bwrite_vn
 from kernel.isa.consts import K
 from kernel.isa.errors import UnknownInstruction
 from kernel.isa.lockstep import Batch

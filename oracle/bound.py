@@ -677,9 +677,10 @@ def evaluate_modes(
     slots, default BOUND_BATCH_SLOTS of the device type) only says how many chunks of one width
     run as one batch (oracle.rows.chunk_plan_batches): a fixed number of batched operations per
     batch, and the host reads a fixed number of times per call (the row plan, the checks once at
-    the end), whatever the number of chunks; under has_invalid once more per batch (which rows
-    have a valid key: the others are dropped), and profiles that may split rows once per chunk
-    (which rows may split is then known only there)."""
+    the end, and one per batch: its first chunk's preconditions, before its arithmetic),
+    whatever the number of chunks; under has_invalid once more per batch (which rows have a
+    valid key: the others are dropped), and profiles that may split rows once per chunk (which
+    rows may split is then known only there)."""
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown comparison mode {mode!r}; expected one of {MODES}")
@@ -734,6 +735,13 @@ def evaluate_modes(
         if chunk is None:  # no row of the batch has a valid key
             continue
         flags, messages = _precondition_flags(chunk, profile, scale_model)
+        # the batch's first chunk read back before its arithmetic (one host read per batch): a
+        # call that breaks a precondition there (most do, being one chunk) stops here, after
+        # any earlier batch's checks; a later chunk's are raised at the end, in order
+        first = _segment_max(flags.to(torch.float64), chunk)[0].tolist()
+        if any(first):
+            deferred.raise_first()
+            raise PreconditionError(messages[first.index(max(first))])
         checks: list[torch.Tensor] = [flags]
         stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma, tuple(q_ref for q_ref, _ in per_mode.values()), checks)
         for (mode, (_, q_rep_err)), scores in zip(per_mode.items(), stats.scores, strict=True):

@@ -1,6 +1,7 @@
 """Host reads per call of the reference and the bound: a fixed number, whatever the number of chunks
 (the index-stream check, the row plan and, for the bound, the finiteness of q share one read; the
-bound's per-chunk checks are read once at the end), and the stream's errors still named."""
+bound reads each batch's first chunk's preconditions, and the other checks once at the end), and
+the stream's errors still named."""
 
 from __future__ import annotations
 
@@ -59,12 +60,15 @@ def test_reference_reads_once(has_invalid: bool) -> None:
     assert _reads(lambda: reference(*args, has_invalid=has_invalid, key_budget=100)) == 1  # several chunks
 
 
-def test_bound_reads_twice() -> None:
+def test_bound_reads_per_batch() -> None:
     p = materialize(Recipe(seed=2, n_q=12, heads=2, row_lengths=(50, 3, 50, 0, 20) * 2 + (7, 50), cache_rows=300), "cpu")
     args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
     profile = load_profile("gfx950")
-    # the plan and the deferred checks (and a read of a CPU profile constant, no device involved)
-    assert _reads(lambda: evaluate_modes(*args, profile=profile, key_budget=100)) <= 3
+    # the plan, each batch's first chunk, the deferred checks (and a read of a CPU profile
+    # constant, no device involved): 5 chunks in 3 batches (widths 50, 20, 7 ... 3)
+    many = _reads(lambda: evaluate_modes(*args, profile=profile, key_budget=100))
+    one = _reads(lambda: evaluate_modes(*args, profile=profile, key_budget=100, batch_budget=1))
+    assert many <= 3 + 4 and one > many
 
 
 def test_stream_errors_still_named() -> None:

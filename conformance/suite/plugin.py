@@ -56,7 +56,7 @@ from conformance.durability.state import (
 )
 from conformance.judging.hypothesis_profiles import register_profiles
 from conformance.judging.target import Target, TargetError, build_target, judged_recipe
-from conformance.suite import gpus
+from conformance.suite import gpus, threads
 from conformance.suite.activation import suite_active
 from conformance.suite.session import (  # noqa: F401 - hooks
     pytest_handlecrashitem,
@@ -143,6 +143,7 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is not None:
         gpus.pin_worker_gpu(worker)
+        threads.share_cores_among_workers()
         return
     try:
         check_state_dir()

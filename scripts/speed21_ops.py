@@ -24,62 +24,16 @@ import json
 import statistics
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-try:
-    from conformance.tools.bench import build_cache, build_inputs
-except ImportError:  # before the conformance/tools move
-    from conformance.bench import build_cache, build_inputs  # type: ignore[no-redef]
-
-SYNC_OPS = ("_local_scalar_dense", "tolist", "nonzero", "unique", "masked_select", "repeat_interleave", "equal", "is_nonzero")
-
-
-class OpCounter(TorchDispatchMode):
-    """Counts the aten ops dispatched inside it (by overload packet name)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
-
-    @property
-    def total(self) -> int:
-        return sum(self.ops.values())
-
-    @property
-    def syncs(self) -> dict[str, int]:
-        """Ops among SYNC_OPS and how often each ran (repeat_interleave syncs only without output_size)."""
-        return {name: n for name, n in self.ops.items() if any(name.startswith(s) for s in SYNC_OPS)}
-
-
-def count_ops(fn: Callable[[], object]) -> OpCounter:
-    """The ops of one call of fn; Tensor.tolist calls (a host sync that dispatches no scalar read
-    on the CPU) are counted as the op "tolist"."""
-    counter = OpCounter()
-    original = torch.Tensor.tolist
-
-    def tolist(self: torch.Tensor) -> Any:
-        counter.ops["tolist"] += 1
-        return original(self)
-
-    torch.Tensor.tolist = tolist  # type: ignore[method-assign]
-    try:
-        with counter:
-            fn()
-    finally:
-        torch.Tensor.tolist = original  # type: ignore[method-assign]
-    return counter
+from conformance.tools.bench import build_cache, build_inputs
+from conformance.tools.op_count import count_ops
 
 
 def peak_gb(fn: Callable[[], object], device: torch.device) -> float | None:

@@ -8,9 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from conformance.tools.op_count import count_ops
 from oracle.bound import evaluate_modes
 from oracle.profiles import load_profile
 from oracle.reference import reference
@@ -21,34 +20,10 @@ from strategies.recipe import Recipe
 _SYNC_OPS = ("_local_scalar_dense", "nonzero", "item", "masked_select", "unique")
 
 
-class _Reads(TorchDispatchMode):
-    """Counts device reads: scalar reads and data-dependent shapes, and Tensor.tolist calls on
-    device tensors (the CPU dispatches none for them)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.count += func.overloadpacket.__name__ in _SYNC_OPS
-        return func(*args, **(kwargs or {}))
-
-
 def _reads(fn: Any) -> int:
-    original = torch.Tensor.tolist
-    reads = _Reads()
-
-    def tolist(self: torch.Tensor) -> Any:
-        reads.count += 1
-        return original(self)
-
-    torch.Tensor.tolist = tolist  # type: ignore[method-assign]
-    try:
-        with reads:
-            fn()
-    finally:
-        torch.Tensor.tolist = original  # type: ignore[method-assign]
-    return reads.count
+    """Device reads of one call: scalar reads, data-dependent shapes and Tensor.tolist calls."""
+    ops = count_ops(fn).ops
+    return ops["tolist"] + sum(n for name, n in ops.items() if name in _SYNC_OPS)
 
 
 @pytest.mark.parametrize("has_invalid", [False, True])

@@ -1,0 +1,54 @@
+"""Counting the torch ops of one call: aten ops by name (on a GPU about one kernel launch each)
+and host synchronisations (ops that read device data back to the host). Used by
+scripts/speed21_ops.py (per-call cost) and by the tests that hold the references' host reads."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+SYNC_OPS = ("_local_scalar_dense", "tolist", "nonzero", "unique", "masked_select", "repeat_interleave", "equal", "is_nonzero")
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten ops dispatched inside it (by overload packet name)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+    @property
+    def syncs(self) -> dict[str, int]:
+        """Ops among SYNC_OPS and how often each ran (repeat_interleave syncs only without output_size)."""
+        return {name: n for name, n in self.ops.items() if any(name.startswith(s) for s in SYNC_OPS)}
+
+
+def count_ops(fn: Callable[[], object]) -> OpCounter:
+    """The ops of one call of fn; Tensor.tolist calls (a host sync that dispatches no scalar read
+    on the CPU) are counted as the op "tolist"."""
+    counter = OpCounter()
+    original = torch.Tensor.tolist
+
+    def tolist(self: torch.Tensor) -> Any:
+        counter.ops["tolist"] += 1
+        return original(self)
+
+    torch.Tensor.tolist = tolist  # type: ignore[method-assign]
+    try:
+        with counter:
+            fn()
+    finally:
+        torch.Tensor.tolist = original  # type: ignore[method-assign]
+    return counter

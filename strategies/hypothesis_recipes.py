@@ -173,6 +173,7 @@ def violating_recipes(
     max_total_keys: int = 4096,
     heads: tuple[int, ...] | None = None,
     engine_writer: bool | None = None,
+    flags: dict[int, tuple[tuple[bool, bool], ...]] | None = None,
 ) -> Recipe:
     """A recipe that breaks exactly one precondition the host cannot check.
 
@@ -181,9 +182,14 @@ def violating_recipes(
     with allow_out_of_range, i.e. on backends whose index reads cannot fault) an index >= rows,
     and (only with engine_writer; None: where kernel.writers.sglang runs) the cache written by
     sglang's quantiser (scales amax / 448, not powers of two; 0 for an all-zero tile).
+    flags: per H, the (has_invalid, return_lse) pairs the kernel takes (None: all): the recipe's
+    flags are drawn among them (has_invalid True, with no negative entry, where False is not taken).
     """
     base = draw(recipes(max_n_q=8, max_row=512, max_total_keys=max_total_keys, heads=heads))
+    taken = None if flags is None else flags.get(base.heads, ())
     kinds = ["raw_writer", "above_cap_latent", "scale_above_cap", "nan_codes", "zero_scale", "negative_without_has_invalid"]
+    if taken is not None and not any(not inv for inv, _ in taken):
+        kinds.remove("negative_without_has_invalid")  # needs a kernel that takes has_invalid False
     if allow_out_of_range:
         kinds.append("index_out_of_range")
     if sglang_writer.available() if engine_writer is None else engine_writer:
@@ -210,4 +216,8 @@ def violating_recipes(
         fields["has_invalid"] = False
         fields["invalid_pattern"] = "none"
         fields["invalid_permille"] = 0
+    if taken is not None and (fields["has_invalid"], base.return_lse) not in taken:
+        fitting = [f for f in taken if kind != "negative_without_has_invalid" or not f[0]]
+        assume(fitting)  # no flags of this kernel at this H: the caller restricts heads to avoid it
+        fields["has_invalid"], fields["return_lse"] = draw(st.sampled_from(fitting), label="flags")
     return Recipe.from_json_dict(fields)

@@ -10,18 +10,23 @@ passes (the bound is the same as the differential property's: no probe has a tol
 own). Hypothesis draws the probe, its seed, the head count and a size (keys per row, or rows);
 each example is one small call. A failure names the probe call that reproduces it
 (`strategies.precision_probes.PROBES[name].build(seed, heads, size)`); a probe is not a recipe,
-so no pending corpus entry is written for it.
+so no pending corpus entry is written for it. A kernel that does not take a probe's flags
+(has_invalid False, lse on) gets the same probe under flags it takes: has_invalid True changes
+nothing on a probe without negative entries; lse off leaves only out judged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis import target as hypothesis_target
 
 from conformance.judging.checks import require_support
+from conformance.judging.flag_support import flags_reason, supported_flags
 from conformance.judging.harness import judge, record, run_kernel
 from conformance.judging.target import Target
 from conformance.judging.triage import triage
@@ -44,6 +49,13 @@ def test_precision_probes(target: Target, data: st.DataObject) -> None:
     size = data.draw(st.sampled_from(probe.sizes), label="size")
     call = f"{name}(seed={seed}, heads={heads}, size={size})"
     problem = to_device(probe.build(seed, heads, size), target.device)
+    taken = supported_flags(target, heads)
+    if not taken:
+        pytest.skip(f"{target.name} takes no has_invalid / return_lse at H {heads}: {flags_reason(target, heads)}")
+    if (problem.has_invalid, problem.return_lse) not in taken:  # a narrow kernel: the same probe under flags it takes
+        has_invalid, return_lse = max(taken, key=lambda f: (f[1], not f[0]))  # lse kept where it can be
+        problem = dataclasses.replace(problem, has_invalid=has_invalid, return_lse=return_lse)
+        call += f" with has_invalid={has_invalid}, return_lse={return_lse}"
     require_support(target, problem)
     out, lse = run_kernel(problem, target.backend, property_name=PROPERTY, kernel_name=target.name)
     judgement = judge(problem, out, lse, target.profile)

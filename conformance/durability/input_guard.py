@@ -18,10 +18,13 @@ fixed pseudo-random places.
 `snapshot(q, kv_cache, indices, indptr)` -> `InputSnapshot`; `InputSnapshot.changes(...)` -> one
 message per modified input ("the kernel wrote into kv_cache at rows [...]", ...), empty when
 nothing changed. Comparisons are of bytes, so NaN-poisoned records compare equal to themselves.
+The check after the call reads the device once (whether each input changed); where changes are
+named is read only when there are some.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +40,9 @@ SHOWN = 8
 _WORDS = RECORD_BYTES // 8
 
 
+@functools.cache
 def _weights(device: torch.device) -> torch.Tensor:
+    """The checksum's odd int64 weights [82] on `device` (made once per device; read only)."""
     generator = torch.Generator().manual_seed(0x5EED)
     odd = torch.randint(0, 1 << 62, (_WORDS,), generator=generator, dtype=torch.int64) * 2 + 1
     return odd.to(device)
@@ -85,7 +90,7 @@ def checked_rows(kv_cache: torch.Tensor, indices: torch.Tensor) -> torch.Tensor 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     """A flat uint8 copy of a tensor's elements (its logical elements, strides ignored)."""
-    return t.detach().contiguous().clone().view(torch.uint8).reshape(-1)
+    return t.detach().clone(memory_format=torch.contiguous_format).view(torch.uint8).reshape(-1)
 
 
 def _listed(positions: torch.Tensor) -> str:
@@ -106,25 +111,43 @@ class InputSnapshot:
 
     def changes(self, q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, indptr: torch.Tensor) -> list[str]:
         """One message per input the kernel modified (empty list when none)."""
-        found: list[str] = []
         kv_now = record_checksums(kv_cache, self.kv_rows)
-        rows = torch.nonzero(kv_now != self.kv_checksums).flatten()
-        if self.kv_rows is not None:
-            rows = self.kv_rows[rows.cpu()]
-        if rows.numel():
+        now = (_bytes(q), _bytes(indices), _bytes(indptr))
+        pairs = ((kv_now, self.kv_checksums), *zip(now, (self.q, self.indices, self.indptr), strict=True))
+        if all(a.shape == b.shape for a, b in pairs):
+            changed = torch.stack([torch.ne(a, b).any() for a, b in pairs]).tolist()  # the one host read
+        else:  # a kernel that resized an input (in place) changed it
+            changed = [a.shape != b.shape or not torch.equal(a, b) for a, b in pairs]
+        if not any(changed):
+            return []
+        found: list[str] = []
+        if changed[0]:
+            rows = torch.nonzero(kv_now != self.kv_checksums).flatten()
+            if self.kv_rows is not None:
+                rows = self.kv_rows[rows.cpu()]
             found.append(f"the kernel wrote into kv_cache at rows {_listed(rows)} ({rows.numel()} records changed)")
-        q_now = _bytes(q)
-        if not torch.equal(q_now, self.q):
-            elements = torch.nonzero((q_now != self.q).view(-1, q.element_size()).any(dim=1)).flatten()
+        q_now = now[0]
+        if changed[1]:
+            elements = _changed_elements(q_now, self.q, q.element_size())
             heads, dim = q.shape[1], q.shape[2]
             where = [(int(e) // (heads * dim), int(e) // dim % heads, int(e) % dim) for e in elements[:SHOWN]]
             found.append(f"the kernel wrote into q at (row, head, dim) {where} ({elements.numel()} elements changed)")
-        for name, before, now in (("indices", self.indices, indices), ("indptr", self.indptr, indptr)):
-            after = _bytes(now)
-            if not torch.equal(after, before):
-                positions = torch.nonzero((after != before).view(-1, now.element_size()).any(dim=1)).flatten()
+        for name, before, after, tensor, differs in (
+            ("indices", self.indices, now[1], indices, changed[2]),
+            ("indptr", self.indptr, now[2], indptr, changed[3]),
+        ):
+            if differs:
+                positions = _changed_elements(after, before, tensor.element_size())
                 found.append(f"the kernel wrote into {name} at positions {_listed(positions)} ({positions.numel()} entries changed)")
         return found
+
+
+def _changed_elements(after: torch.Tensor, before: torch.Tensor, element_size: int) -> torch.Tensor:
+    """Positions of the elements whose bytes differ (flat uint8 copies of element_size bytes each;
+    every element of a copy of another size counts as changed)."""
+    if after.shape != before.shape:
+        return torch.arange(after.numel() // element_size)
+    return torch.nonzero((after != before).view(-1, element_size).any(dim=1)).flatten()
 
 
 def snapshot(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, indptr: torch.Tensor) -> InputSnapshot:

@@ -137,7 +137,8 @@ class Verdict:
 
 
 def _ratio(err: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
-    return torch.where(bound > 0, err / torch.where(bound > 0, bound, 1.0), torch.where(err > 0, float("inf"), 0.0))
+    positive = bound > 0
+    return torch.where(positive, err / torch.where(positive, bound, 1.0), torch.where(err > 0, float("inf"), 0.0))
 
 
 def _first(mask: torch.Tensor) -> list[int]:
@@ -164,76 +165,122 @@ def check_types(problem: Problem, out: object, lse: object) -> list[str]:
     return failures
 
 
-def compare(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, evaluation: Evaluation) -> Verdict:
-    """Judge kernel outputs against the reference and its a-priori bound (see module docstring)."""
-    verdict = Verdict(failures=check_types(problem, out, lse))
-    if verdict.failures:
+class _Outputs:
+    """The kernel's outputs widened to float64 once for every mode's comparison (types checked)."""
+
+    def __init__(self, problem: Problem, out: torch.Tensor, lse: torch.Tensor | None):
+        self.got = out.to(torch.float64)
+        self.not_finite = ~torch.isfinite(self.got)
+        self.all_zero = (self.got == 0).all()
+        self.lse = lse.to(torch.float64) if problem.return_lse and lse is not None else None
+
+
+class _Measured:
+    """One mode's comparison on the device: every number the verdict needs in one float64 vector
+    `values` (OUT_FIELDS, then LSE_FIELDS when lse is compared), read back with the other
+    modes' in one host read; the tensors kept for the locations a failure message names."""
+
+    OUT_FIELDS = ("bad", "all_zero", "ratio", "over", "worst", "got", "ref", "bound")
+    LSE_FIELDS = ("wrong_empty", "not_finite", "lse_ratio", "lse_over")
+
+    def __init__(self, outputs: _Outputs, evaluation: Evaluation):
+        got = outputs.got
+        self.ref = ref = evaluation.out.to(got.device)
+        self.bound = bound = evaluation.out_bound.to(got.device)
+        self.bad = torch.isfinite(ref).logical_and_(outputs.not_finite)
+        err = torch.sub(got, ref).abs_().nan_to_num_(nan=float("inf"))
+        self.ratio = ratio = _ratio(err, bound)
+        self.over = ratio > 1
+        scalars = [self.bad.sum(), outputs.all_zero]
+        if ratio.numel():
+            scalars.append(ratio.max())
+            scalars.append(self.over.sum())
+            worst = torch.argmax(ratio.nan_to_num(nan=float("inf")))
+            scalars += [worst, torch.take(got, worst), torch.take(ref, worst), torch.take(bound, worst)]
+        else:
+            scalars += [torch.zeros((), dtype=torch.float64, device=got.device)] * 6
+        self.lse = outputs.lse
+        if self.lse is not None:
+            got_lse = self.lse
+            ref_lse = evaluation.lse.to(got_lse.device)
+            lse_bound = evaluation.lse_bound.to(got_lse.device)
+            empty = torch.isneginf(ref_lse)
+            self.wrong_empty = empty & ~torch.isneginf(got_lse)
+            self.lse_not_finite = ~empty & ~torch.isfinite(got_lse)
+            lse_err = torch.where(empty, 0.0, (got_lse - ref_lse).abs()).nan_to_num_(nan=float("inf"))
+            lse_ratio = _ratio(lse_err, torch.where(empty, 1.0, lse_bound))
+            self.lse_over = lse_ratio > 1
+            scalars += [self.wrong_empty.sum(), self.lse_not_finite.sum()]
+            if lse_ratio.numel():
+                scalars += [lse_ratio.max(), self.lse_over.sum()]
+            else:
+                scalars += [torch.zeros((), dtype=torch.float64, device=got.device)] * 2
+        self.values = torch.stack(scalars).to(torch.float64)
+
+    def verdict(self, values: list[float], mode: str) -> Verdict:
+        """The verdict from `values` (this mode's part of the host read); failure locations are
+        read only for a failure."""
+        verdict = Verdict()
+        v = dict(zip(self.OUT_FIELDS + (self.LSE_FIELDS if self.lse is not None else ()), values, strict=True))
+        if v["bad"]:
+            verdict.failures.append(
+                f"[{mode}] out has {int(v['bad'])} non-finite values where the reference is finite, first at (row, head, dim) "
+                f"{_first(self.bad)}"
+            )
+        if v["all_zero"]:
+            # a diagnosis beside the bound check, never a verdict of its own: an all-zero output is
+            # correct when the bound admits zero everywhere (a row of underflowing weights)
+            zero_outside = (self.ref != 0) & (self.ref.abs() > self.bound)
+            if bool(zero_outside.any()):
+                verdict.failures.append(
+                    f"[{mode}] out is all zeros but the reference is not: zero lies outside the bound at "
+                    f"{int(zero_outside.sum())} elements, first at (row, head, dim) {_first(zero_outside)}"
+                )
+        numel = self.ratio.numel()
+        verdict.out_ratio = v["ratio"] if numel else 0.0
+        if v["over"]:
+            verdict.failures.append(
+                f"[{mode}] {int(v['over'])} out elements exceed the bound (max |err|/bound = {verdict.out_ratio:.3g}), "
+                f"first at (row, head, dim) {_first(self.over)}"
+            )
+        if numel:
+            row, rest = divmod(int(v["worst"]), self.ratio.shape[1] * self.ratio.shape[2])
+            head, dim = divmod(rest, self.ratio.shape[2])
+            verdict.worst = {"row": row, "head": head, "dim": dim, "mode": mode, "out": v["got"], "ref": v["ref"], "bound": v["bound"]}
+        if self.lse is not None:
+            if v["wrong_empty"]:
+                first = _first(self.wrong_empty)
+                verdict.failures.append(
+                    f"[{mode}] lse of an empty row is not -inf, first at (row, head) {first} = {float(self.lse[tuple(first)])}"
+                )
+            if v["not_finite"]:
+                verdict.failures.append(
+                    f"[{mode}] lse is not finite where the reference is, first at (row, head) {_first(self.lse_not_finite)}"
+                )
+            verdict.lse_ratio = v["lse_ratio"] if numel else 0.0
+            if v["lse_over"]:
+                verdict.failures.append(
+                    f"[{mode}] {int(v['lse_over'])} lse values exceed the bound (max |err|/bound = {verdict.lse_ratio:.3g}), "
+                    f"first at (row, head) {_first(self.lse_over)}"
+                )
         return verdict
-    mode = evaluation.mode
-    got = out.to(torch.float64)
-    ref = evaluation.out.to(got.device)
-    bound = evaluation.out_bound.to(got.device)
-    bad = ~torch.isfinite(got) & torch.isfinite(ref)
-    if bool(bad.any()):
-        verdict.failures.append(
-            f"[{mode}] out has {int(bad.sum())} non-finite values where the reference is finite, first at (row, head, dim) {_first(bad)}"
-        )
-    if bool((got == 0).all()):
-        # a diagnosis beside the bound check, never a verdict of its own: an all-zero output is
-        # correct when the bound admits zero everywhere (a row of underflowing weights)
-        zero_outside = (ref != 0) & (ref.abs() > bound)
-        if bool(zero_outside.any()):
-            verdict.failures.append(
-                f"[{mode}] out is all zeros but the reference is not: zero lies outside the bound at "
-                f"{int(zero_outside.sum())} elements, first at (row, head, dim) {_first(zero_outside)}"
-            )
-    err = (got - ref).abs().nan_to_num(nan=float("inf"))
-    ratio = _ratio(err, bound)
-    verdict.out_ratio = float(ratio.max()) if ratio.numel() else 0.0
-    over = ratio > 1
-    if bool(over.any()):
-        where = _first(over)
-        verdict.failures.append(
-            f"[{mode}] {int(over.sum())} out elements exceed the bound (max |err|/bound = {verdict.out_ratio:.3g}), "
-            f"first at (row, head, dim) {where}"
-        )
-    if ratio.numel():
-        flat = int(torch.argmax(ratio.nan_to_num(nan=float("inf"))))
-        row, rest = divmod(flat, ratio.shape[1] * ratio.shape[2])
-        head, dim = divmod(rest, ratio.shape[2])
-        verdict.worst = {
-            "row": row,
-            "head": head,
-            "dim": dim,
-            "mode": mode,
-            "out": float(got[row, head, dim]),
-            "ref": float(ref[row, head, dim]),
-            "bound": float(bound[row, head, dim]),
-        }
-    if problem.return_lse and lse is not None:
-        got_lse = lse.to(torch.float64)
-        ref_lse = evaluation.lse.to(got_lse.device)
-        lse_bound = evaluation.lse_bound.to(got_lse.device)
-        empty = torch.isneginf(ref_lse)
-        wrong_empty = empty & ~torch.isneginf(got_lse)
-        if bool(wrong_empty.any()):
-            verdict.failures.append(
-                f"[{mode}] lse of an empty row is not -inf, first at (row, head) {_first(wrong_empty)} = "
-                f"{float(got_lse[tuple(_first(wrong_empty))])}"
-            )
-        not_finite = ~empty & ~torch.isfinite(got_lse)
-        if bool(not_finite.any()):
-            verdict.failures.append(f"[{mode}] lse is not finite where the reference is, first at (row, head) {_first(not_finite)}")
-        lse_err = torch.where(empty, 0.0, (got_lse - ref_lse).abs()).nan_to_num(nan=float("inf"))
-        lse_ratio = _ratio(lse_err, torch.where(empty, 1.0, lse_bound))
-        verdict.lse_ratio = float(lse_ratio.max()) if lse_ratio.numel() else 0.0
-        over = lse_ratio > 1
-        if bool(over.any()):
-            verdict.failures.append(
-                f"[{mode}] {int(over.sum())} lse values exceed the bound (max |err|/bound = {verdict.lse_ratio:.3g}), "
-                f"first at (row, head) {_first(over)}"
-            )
-    return verdict
+
+
+def _compare_modes(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, evaluations: list[Evaluation]) -> list[Verdict]:
+    """compare() of the same outputs against each evaluation: the outputs widened once, one host read for all."""
+    failures = check_types(problem, out, lse)
+    if failures:
+        return [Verdict(failures=list(failures)) for _ in evaluations]
+    outputs = _Outputs(problem, out, lse)
+    measured = [_Measured(outputs, evaluation) for evaluation in evaluations]
+    values = torch.stack([m.values for m in measured]).tolist() if measured else []
+    return [m.verdict(row, e.mode) for m, row, e in zip(measured, values, evaluations, strict=True)]
+
+
+def compare(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, evaluation: Evaluation) -> Verdict:
+    """Judge kernel outputs against the reference and its a-priori bound (see module docstring).
+    One host read of the numbers the verdict needs; more only to name a failure's location."""
+    return _compare_modes(problem, out, lse, [evaluation])[0]
 
 
 @dataclass
@@ -269,7 +316,7 @@ def judge(
         has_invalid=problem.has_invalid,
     )
     ordered = sorted(modes, key=lambda m: m != "exact-steps")
-    verdicts = {mode: compare(problem, out, lse, evaluations[mode]) for mode in ordered}
+    verdicts = dict(zip(ordered, _compare_modes(problem, out, lse, [evaluations[m] for m in ordered]), strict=True))
     return Judgement(verdicts=verdicts, evaluations={m: evaluations[m] for m in ordered})
 
 

@@ -1,5 +1,7 @@
 """`--kernel isa:PATH.s:SPEC.toml`: anyone's compiled sparse MLA kernel (gfx950 ISA) as a suite
 backend on the interpreter; a launch spec maps the kernel contract onto the kernel's arguments.
+`isa:@h16_i1_l1:SPEC.toml` takes that configuration of the project's own kernel from the ISA
+cache (compiled on first use; the spec must describe the same H and flags).
 
 Spec (TOML; every key is checked, a bad one is a one-line SpecError naming it):
 
@@ -32,6 +34,7 @@ CheckFailed (FLYDSL_ISA_CHECKS=collect|off changes that, as for flydsl-isa).
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -91,6 +94,26 @@ def _check_spec(spec: dict, n_explicit: int) -> dict:
     return c
 
 
+def _asm_path(name: str, where: str) -> tuple[Path, tuple[int, bool, bool] | None]:
+    """The assembly file of `isa:WHERE:SPEC`: a path, or `@h{H}_i{0|1}_l{0|1}` for that configuration
+    of the project's own kernel from the ISA cache (kernel.isa.build: compiled in a subprocess on
+    a cold cache), with the configuration."""
+    if not where.startswith("@"):
+        return Path(where), None
+    m = re.fullmatch(r"h(\d+)_i([01])_l([01])", where[1:])
+    if m is None or not 1 <= int(m[1]) <= MAX_HEADS:
+        raise BackendUnavailable(
+            f"kernel {name!r}: {where} is not a configuration of the project's kernel (@h<H>_i<0|1>_l<0|1>, H 1..{MAX_HEADS})"
+        )
+    config = (int(m[1]), m[2] == "1", m[3] == "1")
+    from kernel.isa.build import IsaBuildError, kernel_asm_path
+
+    try:
+        return kernel_asm_path(*config), config
+    except IsaBuildError as err:
+        raise BackendUnavailable(f"kernel {name!r}: {err}") from err
+
+
 def isa_contract_backend(name: str) -> Backend:
     """The Backend for `isa:PATH.s:SPEC.toml` (BackendUnavailable naming the problem)."""
     from kernel.isa.asm import parse_program
@@ -100,10 +123,11 @@ def isa_contract_backend(name: str) -> Backend:
     parts = name.split(":")
     if len(parts) != 3 or not parts[1] or not parts[2]:
         raise BackendUnavailable(f"kernel {name!r}: expected isa:PATH.s:SPEC.toml")
-    asm_path, spec_path = Path(parts[1]), Path(parts[2])
+    spec_path = Path(parts[2])
+    asm_path, config = _asm_path(name, parts[1])
     try:
-        text = asm_path.read_text()
         spec = tomllib.loads(spec_path.read_text())
+        text = asm_path.read_text()
     except OSError as err:
         raise BackendUnavailable(f"kernel {name!r}: cannot read {err.filename} ({err.strerror})") from err
     except tomllib.TOMLDecodeError as err:
@@ -114,6 +138,11 @@ def isa_contract_backend(name: str) -> Backend:
         kern = IsaKernel(prog, int(c.get("block", 256)))
     except IsaError as err:
         raise BackendUnavailable(f"kernel {name!r}: {str(err).splitlines()[0]}") from err
+    if config is not None and (c["heads"], c["has_invalid"], c["return_lse"]) != ([config[0]], config[1], config[2]):
+        raise BackendUnavailable(
+            f"kernel {name!r}: {spec_path} describes heads={c['heads']}, has_invalid={c['has_invalid']}, "
+            f"return_lse={c['return_lse']}, not the configuration {parts[1][1:]}"
+        )
     args = spec["arg"]
     heads = tuple(c["heads"])
     max_entries, max_rows = int(c.get("max_index_entries", 8192)), int(c.get("max_rows", 256))

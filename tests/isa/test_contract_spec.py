@@ -15,20 +15,41 @@ ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "scripts" / "foreign_specs" / "project_gfx950_h16_i1_l1.toml"
 
 
-def test_spec_backend_matches_flydsl_isa() -> None:
+CONFIGS = [((16, True, True), False), ((1, False, False), True), ((5, True, True), True), ((8, False, True), True)]
+
+
+@pytest.mark.parametrize("config, by_label", CONFIGS, ids=["h16_i1_l1-path", "h1_i0_l0-label", "h5_i1_l1-label", "h8_i0_l1-label"])
+def test_spec_backend_matches_flydsl_isa(config: tuple[int, bool, bool], by_label: bool) -> None:
+    """Each project spec of scripts/foreign_specs (the .s by path, or as isa:@h.._i.._l..) gives
+    flydsl-isa's bits for its configuration and refuses the other flags."""
     pytest.importorskip("flydsl")
-    from kernel.isa.build import kernel_asm_path
+    from kernel.isa.build import kernel_asm_path, label
     from strategies.materialize import materialize
     from strategies.recipe import Recipe
 
-    b = resolve(f"isa:{kernel_asm_path(16, True, True)}:{SPEC}")
+    h, hi, rl = config
+    spec = ROOT / "scripts" / "foreign_specs" / f"project_gfx950_{label(*config)}.toml"
+    b = resolve(f"isa:@{label(*config)}:{spec}" if by_label else f"isa:{kernel_asm_path(*config)}:{spec}")
     exact = dict(latent="exact", rope="exact", q="exact", softmax_scale="exact")
-    r = Recipe(seed=3, n_q=2, heads=16, row_lengths=(5, 130), cache_rows=600, has_invalid=True, return_lse=True, **exact)
+    r = Recipe(seed=3, n_q=2, heads=h, row_lengths=(5, 130), cache_rows=600, has_invalid=hi, return_lse=rl, **exact)
     x = materialize(r, "cpu")
-    o1, l1 = b.fn(x.q, x.kv_cache, x.indices, x.indptr, x.softmax_scale, has_invalid=True, return_lse=True)
-    o2, l2 = resolve("flydsl-isa").fn(x.q, x.kv_cache, x.indices, x.indptr, x.softmax_scale, has_invalid=True, return_lse=True)
-    assert torch.equal(o1.view(torch.int16), o2.view(torch.int16)) and torch.equal(l1, l2)
-    assert not b.supports(x.q, x.kv_cache, x.indices, x.indptr, x.softmax_scale, has_invalid=False, return_lse=True)
+    o1, l1 = b.fn(x.q, x.kv_cache, x.indices, x.indptr, x.softmax_scale, has_invalid=hi, return_lse=rl)
+    o2, l2 = resolve("flydsl-isa").fn(x.q, x.kv_cache, x.indices, x.indptr, x.softmax_scale, has_invalid=hi, return_lse=rl)
+    assert torch.equal(o1.view(torch.int16), o2.view(torch.int16))
+    assert (l1 is None and l2 is None) if not rl else torch.equal(l1, l2)
+    assert not b.supports(x.q, x.kv_cache, x.indices, x.indptr, x.softmax_scale, has_invalid=not hi, return_lse=rl)
+
+
+def test_bad_configuration_label_is_named() -> None:
+    with pytest.raises(BackendUnavailable, match="is not a configuration of the project's kernel"):
+        resolve(f"isa:@h17_i1_l1:{SPEC}")
+    with pytest.raises(BackendUnavailable, match="is not a configuration"):
+        resolve(f"isa:@h16_i2_l1:{SPEC}")
+    pytest.importorskip("flydsl")
+    with pytest.raises(
+        BackendUnavailable, match=r"describes heads=\[16\], has_invalid=True, return_lse=True, not the configuration h1_i0_l0"
+    ):
+        resolve(f"isa:@h1_i0_l0:{SPEC}")
 
 
 ASM = """\t.text

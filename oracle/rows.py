@@ -16,6 +16,7 @@ import torch
 
 from kernel.fp8 import decode_e4m3, e4m3_table, pow2
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, decode_records, index_records, record_words
+from oracle import key_decode
 
 DEFAULT_KEY_BUDGET = 1 << 15  # key slots (rows x padded length) per chunk
 # The reference's own chunk size per device type (key slots): a GPU holds 2^21 slots of f64 keys
@@ -542,6 +543,32 @@ def _e4m3_f32_table(device: torch.device) -> torch.Tensor:
     return table
 
 
+def _decode_keys_torch(flat: torch.Tensor, entries: torch.Tensor, valid: torch.Tensor, all_valid: bool) -> torch.Tensor:
+    """f64 [*S, 576] keys of KV rows `entries` (int64 [*S], any value where not `valid`) of the
+    flat cache uint8 [rows, 656], +0 at masked slots, by torch ops: masked slots gather an
+    all-zero record (so whatever row 0 holds, NaN codes included, never reaches them), codes are
+    converted to f16 (e4m3 -> f16 is exact, and a NaN code's f16 NaN widens to the f64 bits of
+    the e4m3 -> f32 cast's: _e4m3_f32_table) and multiplied by the f64 scale straight into the
+    key tensor. The zeroing pass is skipped when `all_valid` (masking is then the identity)."""
+    shape = tuple(entries.shape)
+    records = index_records(flat, torch.where(valid, entries, 0).view(-1)).view(*shape, RECORD_BYTES)
+    if not all_valid:
+        record_words(records).masked_fill_(~valid.unsqueeze(-1), 0)
+    keys = torch.empty(*shape, 576, dtype=torch.float64, device=flat.device)
+    # code (e4m3 -> f16, exact) x f64 scale: the product is formed in f64 from the f16 code
+    # widened exactly, written straight into the key tensor
+    codes = records[..., :512].view(torch.float8_e4m3fn).to(torch.float16)
+    scales = records[..., 512:528].view(torch.float32).to(torch.float64).unsqueeze(-1)
+    torch.mul(codes.view(*shape, 4, 128), scales, out=keys[..., :512].view(*shape, 4, 128))
+    keys[..., 512:] = records[..., 528:].view(torch.bfloat16)
+    return keys
+
+
+def _probe_decode(flat: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """The torch decode of slots int64 [N] (-1: masked) as oracle.key_decode.self_check compares it."""
+    return _decode_keys_torch(flat, slots, slots >= 0, False)
+
+
 def gather_keys(
     rows: torch.Tensor,
     start: torch.Tensor,
@@ -556,28 +583,21 @@ def gather_keys(
     """Gather and decode the keys of `rows` under the "stored" scale model (the contract).
 
     Same values as gather_chunk's k_latent / rope (code * scale and rope are exact in f64), with
-    fewer passes over memory: masked slots gather an all-zero record (so whatever row 0 holds,
-    NaN codes included, never reaches them), codes are converted to f16 (e4m3 -> f16 is exact,
-    and a NaN code's f16 NaN widens to the f64 bits of the e4m3 -> f32 cast's: _e4m3_f32_table)
-    and multiplied by the f64 scale straight into the key tensor. `width` (the rows' longest
+    fewer passes over memory: on CUDA one fused kernel (oracle.key_decode, where its self-check
+    passed: the torch decode's bits), else _decode_keys_torch. `width` (the rows' longest
     length) and `full` (every row has that length; with has_invalid not used) when the caller
-    knows them from its plan: no host read; else one (the width). The zeroing pass is skipped
-    only where every slot is known to hold a key (masking such a block is the identity).
+    knows them from its plan: no host read; else one (the width).
     """
     width, entries, valid = _row_slots(rows, start, length, indices, has_invalid=has_invalid, width=width)
     all_valid = full and not has_invalid
     flat = kv_cache.reshape(-1, RECORD_BYTES)
-    n_rows = rows.numel()
-    records = index_records(flat, torch.where(valid, entries, 0).view(-1)).view(n_rows, width, RECORD_BYTES)
-    if not all_valid:
-        record_words(records).masked_fill_(~valid.unsqueeze(-1), 0)
-    keys = torch.empty(n_rows, width, 576, dtype=torch.float64, device=rows.device)
-    # code (e4m3 -> f16, exact) x f64 scale: the product is formed in f64 from the f16 code
-    # widened exactly, written straight into the key tensor
-    codes = records[..., :512].view(torch.float8_e4m3fn).to(torch.float16)
-    scales = records[..., 512:528].view(torch.float32).to(torch.float64).unsqueeze(-1)
-    torch.mul(codes.view(n_rows, width, 4, 128), scales, out=keys[..., :512].view(n_rows, width, 4, 128))
-    keys[..., 512:] = records[..., 528:].view(torch.bfloat16)
+    table = key_decode.available(flat.device, _probe_decode) if key_decode.usable(flat) else None
+    if table is None:
+        keys = _decode_keys_torch(flat, entries, valid, all_valid)
+    else:
+        keys = torch.empty(rows.numel(), width, 576, dtype=torch.float64, device=flat.device)
+        slots = entries if all_valid else torch.where(valid, entries, -1)
+        key_decode.launch(flat, slots.reshape(-1), keys.view(-1, 576), table)
     return KeyBlock(rows=rows, valid=valid, keys=keys, all_valid=all_valid, keyed=not has_invalid)
 
 

@@ -1,0 +1,178 @@
+"""The reference's key decode on CUDA in one pass: gathered records -> f64 keys [N, 576].
+
+decode_keys writes keys[n] = [code * scale (512), rope (64)] of KV row slots[n] (+0 everywhere
+where slots[n] < 0, a masked slot) straight from the cache: one Triton kernel that reads each
+record once and writes each key once, instead of torch's gather, e4m3 -> f16 conversion, mixed
+f16 x f64 product and rope copy (each a pass over [N, *]-sized tensors).
+
+Same bits as oracle.rows' torch decode by construction: the two f64 operands of every latent
+product are the torch path's own (the code through torch's e4m3 -> f16 -> f64 casts, as a
+256-entry table built on the device; the scale through torch's f32 -> f64 cast), and the product
+of two f64 values is IEEE (exact here: 4 x 24 significant bits); rope is a bf16 widened (exact).
+On top of that the kernel is used on a device only after it reproduced the torch decode's bits on
+a probe (`self_check`: every code under scales of every class, every bf16 rope pattern, masked
+slots); otherwise, or without Triton, or with ORACLE_FUSED_DECODE=0, callers use the torch path.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import warnings
+from collections.abc import Callable
+
+import torch
+
+from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
+
+_BLOCK_KEYS = 16  # keys per program
+ENV_SWITCH = "ORACLE_FUSED_DECODE"  # "0": never use the fused decode
+# how the kernel turns a code into its f64 value: "arith" (exponent and mantissa fields; NaN codes
+# read from the table) or "table" (a load from the 256-entry table per code); same bits
+VARIANT = "arith"
+# scales of every class the probe decodes each code under (normal, non-pow2, subnormal, +-0, <0, +-inf, NaN, extremes)
+_PROBE_SCALES = (
+    1.0,
+    2.0**-10,
+    3.7e-5,
+    1e-40,
+    0.0,
+    -0.0,
+    -2.5,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    3.4028235e38,
+    2.0**-126,
+    2.0**-149,
+    448.0,
+    2.0**7,
+    -(2.0**-140),
+    0.1,
+)
+
+
+def code_table(device: torch.device) -> torch.Tensor:
+    """f64 [256]: each e4m3 code as the torch decode widens it (float8_e4m3fn -> f16 -> f64, the
+    casts torch applies on `device`; exact for every finite code)."""
+    codes = torch.arange(256, dtype=torch.int32, device=device).to(torch.uint8)
+    return codes.view(torch.float8_e4m3fn).to(torch.float16).to(torch.float64)
+
+
+@functools.cache
+def _kernel(interpret: bool) -> Callable[..., object]:
+    """The Triton kernel (built on first use; `interpret`: for Triton's CPU interpreter)."""
+    del interpret  # part of the cache key: triton.jit reads TRITON_INTERPRET when it decorates
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def decode(cache_ptr, rope_ptr, slots_ptr, scales_ptr, table_ptr, keys_ptr, n_keys, BLOCK: tl.constexpr, ARITH: tl.constexpr):  # type: ignore[no-untyped-def]
+        key = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
+        live = key < n_keys
+        slot = tl.load(slots_ptr + key, mask=live, other=-1)
+        valid = slot >= 0
+        record = tl.where(valid, slot, 0) * 656  # byte offset of the record
+        out = keys_ptr + key * 576
+        cols = tl.arange(0, 128)
+        for g in tl.static_range(4):
+            code = tl.load(cache_ptr + record[:, None] + (g * 128 + cols)[None, :], mask=valid[:, None], other=0).to(tl.int32)
+            if ARITH:
+                # the exact value: (8 + m) 2^(e - 10), or m 2^-9 for e = 0; NaN codes from the table
+                e = (code >> 3) & 15
+                m = code & 7
+                mant = tl.where(e == 0, m, m + 8).to(tl.float64)
+                step = ((tl.maximum(e, 1) + (1023 - 10)).to(tl.int64) << 52).to(tl.float64, bitcast=True)
+                value = mant * step
+                value = tl.where((code & 0x80) != 0, -value, value)
+                nan = (code & 0x7F) == 0x7F
+                value = tl.where(nan, tl.load(table_ptr + code, mask=nan, other=0.0), value)
+            else:
+                value = tl.load(table_ptr + code)
+            scale = tl.load(scales_ptr + key * 4 + g, mask=valid, other=0.0)
+            prod = tl.where(valid[:, None], value * scale[:, None], 0.0)
+            tl.store(out[:, None] + (g * 128 + cols)[None, :], prod, mask=live[:, None])
+        rcols = tl.arange(0, 64)
+        half = tl.load(rope_ptr + (record // 2 + 264)[:, None] + rcols[None, :], mask=valid[:, None], other=0)
+        bits = (half.to(tl.int32) & 0xFFFF) << 16  # bf16 = the top half of an f32
+        rope = bits.to(tl.float32, bitcast=True).to(tl.float64)
+        tl.store(out[:, None] + (512 + rcols)[None, :], tl.where(valid[:, None], rope, 0.0), mask=live[:, None])
+
+    return decode
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def launch(flat: torch.Tensor, slots: torch.Tensor, keys: torch.Tensor, table: torch.Tensor) -> None:
+    """keys f64 [N, 576] (contiguous) := the decoded records flat[slots] (uint8 [rows, 656],
+    contiguous; slots int64 [N], -1 at masked slots: +0 keys). No host read."""
+    n_keys = slots.numel()
+    if n_keys == 0:
+        return
+    # scales through torch's f32 -> f64 cast: the operand bits of the torch decode's product
+    scale_rows = flat.view(torch.float32)[:, SCALE_OFFSET // 4 : ROPE_OFFSET // 4]
+    scales = scale_rows.index_select(0, slots.clamp_min(0)).to(torch.float64)
+    grid = ((n_keys + _BLOCK_KEYS - 1) // _BLOCK_KEYS,)
+    arith = VARIANT == "arith"
+    _kernel(_interpreting())[grid](flat, flat.view(torch.int16), slots, scales, table, keys, n_keys, BLOCK=_BLOCK_KEYS, ARITH=arith)
+
+
+def usable(flat: torch.Tensor) -> bool:
+    """Whether launch can decode from this flat cache (layout only; see available for the device)."""
+    return flat.is_contiguous() and flat.data_ptr() % 16 == 0 and flat.dim() == 2 and flat.shape[1] == RECORD_BYTES
+
+
+def probe_records(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(flat uint8 [1024, 656], slots int64 [1100]) covering the decode's inputs: every code in
+    every scale block under scales of every class (normal, non-power-of-two, subnormal, +-0,
+    negative, +-inf, NaN, f32 extremes), every bf16 rope bit pattern, masked slots in between."""
+    n = 1024
+    pos = torch.arange(n * LATENT_DIM, dtype=torch.int64).view(n, LATENT_DIM)
+    codes = ((pos * 37 + pos // LATENT_DIM) % 256).to(torch.uint8)  # every code in every block, rotating
+    special = torch.tensor(_PROBE_SCALES, dtype=torch.float32)
+    scales = special[torch.arange(n * 4) % special.numel()].view(n, 4)
+    rope = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(n, 64)  # all bf16 patterns
+    flat = torch.cat((codes, scales.view(torch.uint8).view(n, 16), rope.view(torch.uint8).view(n, 128)), dim=1)
+    slots = torch.arange(n, dtype=torch.int64).flip(0)
+    slots = torch.cat((slots, torch.full((76,), -1, dtype=torch.int64)))[torch.randperm(n + 76, generator=torch.Generator().manual_seed(0))]
+    return flat.to(device), slots.to(device)
+
+
+def self_check(device: torch.device, reference: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> bool:
+    """Whether launch reproduces `reference(flat, slots)` (the torch decode: keys [N, 576]) bit
+    for bit on probe_records."""
+    flat, slots = probe_records(device)
+    want = reference(flat, slots)
+    got = torch.empty(slots.numel(), HEAD_DIM, dtype=torch.float64, device=device)
+    launch(flat, slots, got, code_table(device))
+    return bool(torch.equal(got.view(torch.int64), want.view(torch.int64)))
+
+
+_AVAILABLE: dict[torch.device, torch.Tensor | None] = {}
+
+
+def available(device: torch.device, reference: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor | None:
+    """The device's code table when the fused decode may be used there (CUDA, Triton importable,
+    ORACLE_FUSED_DECODE not "0", self_check passed: checked once per device), else None."""
+    if os.environ.get(ENV_SWITCH, "1") == "0" or device.type != "cuda":
+        return None
+    if device not in _AVAILABLE:
+        table = None
+        if importlib.util.find_spec("triton") is not None:
+            try:
+                ok = self_check(device, reference)
+            except Exception as err:  # noqa: BLE001 - any failure means: use the torch decode
+                warnings.warn(f"oracle fused key decode unavailable ({type(err).__name__}: {err}); using torch's", stacklevel=2)
+                ok = False
+            else:
+                if not ok:
+                    warnings.warn("oracle fused key decode differs from torch's on the probe; using torch's", stacklevel=2)
+            table = code_table(device) if ok else None
+        _AVAILABLE[device] = table
+    return _AVAILABLE[device]
+
+
+assert LATENT_DIM == 512 and RECORD_BYTES == 656 and SCALE_OFFSET == 512 and ROPE_OFFSET == 528  # the kernel's constants

@@ -1,0 +1,93 @@
+"""oracle.key_decode: the probe covers the decode's inputs; the fused kernel's logic (run by
+Triton's CPU interpreter where Triton is installed) gives the torch decode's values; the switch
+and the device gate keep the torch decode elsewhere.
+
+Under the interpreter NaN products carry numpy's payloads, not the GPU's: values are compared
+bit for bit except that NaN only has to meet NaN (on CUDA, self_check requires every bit, NaN
+payloads included, before the kernel is used).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from oracle import key_decode, rows
+from oracle.reference import reference
+from strategies.materialize import materialize
+from strategies.recipe import Recipe
+
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
+
+
+def same_or_both_nan(a: torch.Tensor, b: torch.Tensor) -> bool:
+    nan = a.isnan()
+    return torch.equal(nan, b.isnan()) and torch.equal(a.masked_fill(nan, 0).view(torch.int64), b.masked_fill(nan, 0).view(torch.int64))
+
+
+def test_probe_covers_every_code_scale_class_and_rope_pattern() -> None:
+    flat, slots = key_decode.probe_records(torch.device("cpu"))
+    codes = flat[:, :512].reshape(-1, 4, 128)
+    for g in range(4):
+        assert torch.unique(codes[:, g]).numel() == 256
+    scales = flat[:, 512:528].contiguous().view(torch.float32)
+    for g in range(4):
+        column = scales[:, g]
+        seen = {(bool(torch.isnan(v)), v.view(torch.int32).item()) for v in column}
+        assert len(seen) == len(key_decode._PROBE_SCALES)  # every class in every block
+    rope = flat[:, 528:].contiguous().view(torch.int16)
+    assert torch.unique(rope).numel() == 1 << 16
+    assert bool((slots < 0).any()) and torch.equal(torch.sort(slots[slots >= 0]).values, torch.arange(flat.shape[0]))
+
+
+def test_torch_path_off_cuda_and_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert key_decode.available(torch.device("cpu"), rows._probe_decode) is None
+    monkeypatch.setenv(key_decode.ENV_SWITCH, "0")
+    assert key_decode.available(torch.device("cuda"), rows._probe_decode) is None
+
+
+@pytest.fixture
+def interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+@needs_triton
+@pytest.mark.parametrize("variant", ["arith", "table"])
+def test_kernel_gives_the_torch_decode_on_the_probe(interpreter: None, monkeypatch: pytest.MonkeyPatch, variant: str) -> None:
+    monkeypatch.setattr(key_decode, "VARIANT", variant)
+    flat, slots = key_decode.probe_records(torch.device("cpu"))
+    want = rows._probe_decode(flat, slots)
+    got = torch.full_like(want, 1.0)
+    key_decode.launch(flat, slots, got, key_decode.code_table(torch.device("cpu")))
+    assert same_or_both_nan(got, want)
+    assert torch.equal(got[slots < 0].view(torch.int64), torch.zeros_like(got[slots < 0]).view(torch.int64))  # +0
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        Recipe(seed=3, n_q=5, heads=4, row_lengths=(0, 70, -3, 33, 70), cache_rows=200, stream_offset=3),
+        Recipe(
+            seed=4,
+            n_q=3,
+            heads=2,
+            row_lengths=(90, 40, 0),
+            cache_rows=150,
+            invalid_pattern="scattered",
+            invalid_permille=300,
+            has_invalid=True,
+        ),
+    ],
+)
+def test_reference_through_the_kernel(interpreter: None, monkeypatch: pytest.MonkeyPatch, recipe: Recipe) -> None:
+    """reference() with the kernel in gather_keys (several chunks) gives the torch decode's results."""
+    p = materialize(recipe, "cpu")
+    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    want = reference(*args, has_invalid=p.has_invalid, key_budget=100)
+    table = key_decode.code_table(torch.device("cpu"))
+    monkeypatch.setattr(key_decode, "available", lambda device, ref: table)
+    got = reference(*args, has_invalid=p.has_invalid, key_budget=100)
+    assert same_or_both_nan(got.out, want.out) and same_or_both_nan(got.lse, want.lse)

@@ -49,7 +49,7 @@ import torch
 from kernel.backend import Backend
 from kernel.contract import begin_call
 from kernel.fp8 import decode_e4m3, e4m3_table, encode_e4m3, f32_exponent_field, pow2
-from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, index_records
+from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, index_records, record_words
 
 TILE = 128
 P_SHIFT = 8.0
@@ -399,6 +399,92 @@ def _live_counts(chunk_tiles: list[int], first: int, last: int) -> list[int]:
     return [len(chunk_tiles) - bisect.bisect_right(ascending, t) for t in range(first, last)]
 
 
+@dataclass(frozen=True)
+class ChunkQ:
+    """The batched path's Q operands for one chunk's rows (in the chunk's order), built once per
+    chunk so that a group of tiles slices them instead of gathering Q per (row, tile).
+
+    latent: f64 [rows, 16 (b, j), 2H, 32]: hi (heads 0..H-1) and lo (H..2H-1) e4m3 values of
+    dims 128b + 32j .. + 31 times their block's E8M0 factor (exact: powers of two); rope: f64
+    [rows, H, 64] bf16 values."""
+
+    latent: torch.Tensor
+    rope: torch.Tensor
+
+
+def chunk_q(qq: QuantizedQ, rows: torch.Tensor) -> ChunkQ:
+    """ChunkQ of `rows` (the chunk's query rows, in order)."""
+    n, heads = rows.numel(), qq.hi.shape[1]
+    values = torch.cat((qq.hi[rows], qq.lo[rows]), dim=1).view(n, 2 * heads, 4, 128)
+    factor = _e8m0_factor(torch.cat((qq.hi_e8m0[rows], qq.lo_e8m0[rows]), dim=1))  # [n, 2H, 4]
+    latent = torch.empty(n, 4, 4, 2 * heads, 32, dtype=torch.float64, device=rows.device)
+    torch.mul(values.view(n, 2 * heads, 4, 4, 32).permute(0, 2, 3, 1, 4), factor.permute(0, 2, 1)[:, :, None, :, None], out=latent)
+    return ChunkQ(latent=latent.view(n, 16, 2 * heads, 32), rope=qq.rope[rows])
+
+
+def _decoded(codes: torch.Tensor) -> torch.Tensor:
+    """decode_codes (f64) of a strided uint8 view, its int32 indices written in the view's
+    logical order by one copy (the permutation and the widening in one pass)."""
+    idx = torch.empty(codes.shape, dtype=torch.int32, device=codes.device)
+    idx.copy_(codes)
+    return e4m3_table(codes.device, torch.float64).index_select(0, idx.view(-1)).view(codes.shape)
+
+
+def group_scores(cq: ChunkQ, live0: int, group: int, records: torch.Tensor) -> torch.Tensor:
+    """qk_scores of a group of tiles: f32 [live0 rows, H, group * 128 keys] for the chunk's first
+    live0 rows and their records uint8 [live0 * group, 128, 656] (masked keys zeroed).
+
+    The same f64 values and f32 roundings as qk_scores: each (b, j) MFMA's 32-term dot is exact
+    (e4m3 x e4m3 products, one block scale per term), so the dots are formed per row over all its
+    tiles' keys (Q not repeated per tile) on the unscaled keys and the key's block factor (a
+    power of two) multiplies the exact dot; the 4 blocks are then summed in the fixed order
+    ((b0 + b1) + b2) + b3 as there, and the rope MFMAs keep qk_scores' operands and shapes."""
+    n_keys = group * TILE
+    heads = cq.rope.shape[1]
+    lat = records.view(live0, n_keys, RECORD_BYTES)
+    k_lat = _decoded(lat[..., :SCALE_OFFSET].view(live0, n_keys, 16, 32).transpose(1, 2))  # [live0, (b, j), keys, 32]
+    dots = torch.matmul(cq.latent[:live0], k_lat.transpose(-1, -2)).view(live0, 4, 4, 2 * heads, n_keys)
+    k_factor = _e8m0_factor(f32_exponent_field(lat[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)))  # [live0, keys, 4]
+    k_factor = k_factor.transpose(1, 2)[:, :, None, None, :]  # [live0, b, 1, 1, keys]
+    scaled = dots[:, 0] * k_factor[:, 0]  # [live0, j, 2H, keys]
+    for b in range(1, 4):
+        scaled.addcmul_(dots[:, b], k_factor[:, b])  # + the exact product, rounded once
+    acc = torch.zeros(live0, heads, n_keys, dtype=torch.float32, device=records.device)
+    for j in range(4):
+        torch.add(acc, scaled[:, j, :heads], out=acc)
+        torch.add(acc, scaled[:, j, heads:], out=acc)
+    r = live0 * group
+    k_rope = torch.empty(r, 2, 32, TILE, dtype=torch.float64, device=records.device)
+    k_rope.copy_(records[..., ROPE_OFFSET:].view(torch.bfloat16).view(r, TILE, 2, 32).permute(0, 2, 3, 1))
+    q_rope = cq.rope[:live0] if group == 1 else cq.rope[:live0, None].expand(live0, group, heads, 64).reshape(r, heads, 64)
+    rope_dots = torch.matmul(q_rope.view(r, heads, 2, 32).permute(0, 2, 1, 3), k_rope)  # [R, 2, H, keys]
+    acc_tiles = acc.view(live0, heads, group, TILE)
+    rope_tiles = rope_dots.view(live0, group, 2, heads, TILE).permute(0, 2, 3, 1, 4)  # [live0, i, H, tile, keys]
+    for i in range(2):
+        torch.add(acc_tiles, rope_tiles[:, i], out=acc_tiles)
+    return acc
+
+
+def group_pv_terms(p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """pv_block_terms of a group: scale_p and the PV MFMAs' products f64 [R, kk, H, b, 128] for
+    P f32 [R, H, 128] (any strides), records [R, 128, 656] with masked keys' bytes zeroed, masked
+    [R, 128]. P' is written once, as the MFMAs' f64 operand [R, kk, b, H, 32] (f32 product
+    rounded to f16 on store, then widened), and V decoded in its MFMA order: the same operands
+    as pv_block_terms' product, one batched matmul of the same shapes."""
+    r, heads = p.shape[0], p.shape[1]
+    bits = records[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.int32)  # [R, 128, 4]
+    scale_v = torch.where(masked.unsqueeze(-1), 0, bits.clamp(1, SCALE_CAP_BITS)).view(torch.float32)
+    # key = 64 hf + 32 a + 16 b' + 8 c + 4 sub + t; operand [R, (hf, sub), block, H, (a, b', c, t)]
+    p_keys = p.reshape(r, heads, 2, 2, 2, 2, 2, 4).permute(0, 2, 6, 1, 3, 4, 5, 7).unsqueeze(3)
+    s_keys = scale_v.view(r, 2, 2, 2, 2, 2, 4, 4).permute(0, 1, 5, 7, 2, 3, 4, 6).unsqueeze(4)
+    p16 = torch.empty(r, 2, 2, 4, heads, 2, 2, 2, 4, dtype=torch.float16, device=p.device)
+    torch.mul(p_keys, s_keys, out=p16)  # f32 product, RNE to f16 (scale_p)
+    codes = records[..., :SCALE_OFFSET].view(r, 2, 2, 2, 2, 2, 4, 4, 128).permute(0, 1, 5, 7, 2, 3, 4, 6, 8)
+    v_groups = _decoded(codes).view(r * 16, 32, LATENT_DIM // 4)
+    terms = torch.bmm(p16.to(torch.float64).view(r * 16, heads, 32), v_groups).view(r, 4, 4, heads, 128)
+    return terms.permute(0, 1, 3, 2, 4)
+
+
 def _run_chunk_batched(
     state: SoftmaxState,
     rows: torch.Tensor,
@@ -422,15 +508,19 @@ def _run_chunk_batched(
     carry state from tile to tile (slots, records, QK scores, x, tile max, P, P', the PV MFMA
     products) is computed for all the group's tiles in one pass of each stage, on the rows live
     at the group's first tile; what carries state is done tile by tile on the rows live at that
-    tile, with the same f32 operations: m = max(m, tile max) (on every row of the group: a tile
-    past a row's count is masked here, its tile max is -1e30 and m >= -1e30 is never NaN, so m
-    keeps its bits), l = l * alpha + psum, o = f32(o * alpha) then the 4 rounded MFMA adds.
-    alpha = exp2(m_old - m_new) and P then use each tile's m exactly as the loop does."""
+    tile, with the same f32 operations: m = max(m, tile max) (a running max over the group's
+    tiles: a tile past a row's count is masked here, its tile max is -1e30 and m >= -1e30 is
+    never NaN, so m keeps its value), l = l * alpha + psum, o = f32(o * alpha) then the 4 rounded
+    MFMA adds. alpha = exp2(m_old - m_new) and P then use each tile's m exactly as the loop does.
+    A masked key's record bytes are zeroed after the gather: its score is replaced by -1e30 and
+    its P' and V are zero in the loop too."""
     heads = state.m.shape[1]
     device = state.m.device
     total = chunk_tiles[0] if chunk_tiles else 0
+    cq = chunk_q(qq, rows) if total else None
     first = 0
     while first < total:
+        assert cq is not None
         live0 = _live_counts(chunk_tiles, first, first + 1)[0]
         group = min(total - first, max(1, budget // (live0 * TILE)))  # budget: min(row_key_budget, TILE_GROUP_SLOTS)
         live = _live_counts(chunk_tiles, first, first + group)
@@ -445,20 +535,15 @@ def _run_chunk_batched(
         peak = top if peak is None else torch.maximum(peak, top)
         records = gather_records(kv_rows, slots).view(live0 * group, TILE, RECORD_BYTES)
         masked = masked.view(live0 * group, TILE)
-        flat_rows = grows.unsqueeze(1).expand(live0, group).reshape(-1)  # the row of each (row, tile)
-        scores = qk_scores(qq, flat_rows, records)  # [(row, tile), H, 128]
-        x = tile_logits(scores, masked, c_log2).view(live0, group, heads, TILE)
-        t_max = tile_max(x)
-        m_hist = torch.empty(live0, group + 1, heads, dtype=torch.float32, device=device)
-        m_hist[:, 0] = state.m[:live0]
-        m_t, t_max_t = m_hist.unbind(1), t_max.unbind(1)
-        for t in range(group):
-            torch.maximum(m_t[t], t_max_t[t], out=m_t[t + 1])
+        words = record_words(records)
+        words.masked_fill_(masked.view(live0 * group, TILE, 1), 0)
+        scores = group_scores(cq, live0, group, records)  # [row, H, (tile, key)]
+        x = tile_logits(scores.view(live0, heads, group, TILE).transpose(1, 2), masked.view(live0, group, TILE), c_log2)
+        m_hist = torch.cat((state.m[:live0].unsqueeze(1), tile_max(x)), dim=1).cummax(dim=1).values  # [row, 1 + tile, H]
         alpha = exp2_f32(m_hist[:, :group] - m_hist[:, 1:])  # [row, tile, H]
-        p = tile_p(x, m_hist[:, 1:])
+        p = tile_p(x, m_hist[:, 1:])  # [row, tile, H, 128]
         psum = lane_sums(p)  # [row, tile, H, 4, 4]
-        p_scaled = scale_p(p.view(live0 * group, heads, TILE), records, masked)
-        terms = pv_block_terms(p_scaled, records, masked)  # [(row, tile), kk, H, b, 128]
+        terms = group_pv_terms(p.reshape(live0 * group, heads, TILE), records, masked)  # [(row, tile), kk, H, b, 128]
         # per tile: views taken once for the group (unbind), sliced only where rows have ended
         alpha_t = alpha.view(live0, group, heads, 1, 1).unbind(1)  # [row, H, 1, 1]: scales l_parts and o as [row, H, 4, 128]
         psum_t = psum.unbind(1)

@@ -38,11 +38,23 @@ sys.path.insert(0, str(ROOT / "scripts" / "h200"))
 from conformance.tools.bench import build_cache, build_inputs  # noqa: E402
 from oracle import key_decode, rows  # noqa: E402
 from oracle import q_representation as qrep  # noqa: E402
+from oracle import reference as reference_mod  # noqa: E402
 from oracle.reference import block_reference, reference  # noqa: E402
+
+SPLIT = dict(reference_mod.REFERENCE_SCORE_SLOTS)  # the new code's score blocks
+CONFIGS = {"old": (False, False), "fused": (True, False), "new": (True, True)}  # (fused decode, score blocks)
 
 
 def set_fused(on: bool) -> None:
     os.environ[key_decode.ENV_SWITCH] = "1" if on else "0"
+
+
+def configure(name: str) -> None:
+    """old: the code before (torch decode, whole-block softmax); fused: the fused decode only;
+    new: the fused decode and the score blocks."""
+    fused, split = CONFIGS[name]
+    set_fused(fused)
+    reference_mod.REFERENCE_SCORE_SLOTS.update(SPLIT if split else dict.fromkeys(SPLIT))
 
 
 def sync(device: torch.device) -> None:
@@ -77,10 +89,10 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def both(fn: Callable[[], dict[str, torch.Tensor]]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """fn's outputs with the torch decode, then with the fused one."""
-    set_fused(False)
+    """fn's outputs with the old code, then with the new one (configure)."""
+    configure("old")
     old = fn()
-    set_fused(True)
+    configure("new")
     return old, fn()
 
 
@@ -158,27 +170,31 @@ def section_keys(cache: torch.Tensor, n_qs: list[int], keys: int, heads: int) ->
 
 
 def section_bench(cache: torch.Tensor, n_qs: list[int], keys: int, heads: int, iters: int) -> bool:
+    """reference() per n_q under each configuration: median (min) ms, bits of each against old."""
     ok = True
     device = cache.device
-    print(f"{'N_Q':>6} {'torch ms':>10} {'(min)':>8} {'fused ms':>10} {'(min)':>8} {'speedup':>8}  bits")
+    print("N_Q    " + "".join(f"{name + ' ms':>12} {'(min)':>8}" for name in CONFIGS) + "  old/new  bits vs old")
     for n_q in n_qs:
         inp = build_inputs(cache, n_q, keys, heads)
         args = (inp.q, inp.kv_cache, inp.indices, inp.indptr, inp.softmax_scale)
         fn = ref_outputs(args)
-        old, new = both(fn)
-        same = all(bits_equal(old[k], new[k]) for k in old)
-        ok &= same
-        del old, new
-        set_fused(False)
-        t_old = times_ms(fn, device, iters)
-        set_fused(True)
-        t_new = times_ms(fn, device, iters)
-        m_old, m_new = statistics.median(t_old), statistics.median(t_new)
-        print(
-            f"{n_q:>6} {m_old:>10.3f} {min(t_old):>8.3f} {m_new:>10.3f} {min(t_new):>8.3f} {m_old / m_new:>7.2f}x  "
-            f"{'same' if same else 'DIFFER'}",
-            flush=True,
-        )
+        configure("old")
+        want = fn()
+        medians, cells, verdict = [], "", []
+        for name in CONFIGS:
+            configure(name)
+            got = fn()
+            if name != "old":
+                same = all(bits_equal(want[k], got[k]) for k in want)
+                ok &= same
+                verdict.append(f"{name} {'same' if same else 'DIFFER'}")
+            del got
+            t = times_ms(fn, device, iters)
+            medians.append(statistics.median(t))
+            cells += f"{medians[-1]:>12.3f} {min(t):>8.3f}"
+        del want
+        print(f"{n_q:<6} {cells} {medians[0] / medians[-1]:>7.2f}x  {', '.join(verdict)}", flush=True)
+    configure("new")
     return ok
 
 
@@ -228,15 +244,35 @@ def section_parts(cache: torch.Tensor, n_q: int, keys: int, heads: int, iters: i
 
     timed("clone + softmax passes", softmax, scores.numel() * 8 * 10 / 1e9)
     timed("block_reference", lambda: block_reference(q64, block, inp.softmax_scale), gb_keys * (1 + 512 / 576))
+
+    def split_ref() -> None:
+        for part in reference_mod.split_block(block, heads, SPLIT.get(device.type)):
+            block_reference(q64, part, inp.softmax_scale)
+
+    timed("block_reference, score blocks", split_ref, gb_keys * (1 + 512 / 576))
     print(f"parts: one chunk of {n_rows} rows x {keys} keys x {heads} heads (n_q {n_q}; a call has {max(1, n_q // n_rows)} such chunks)")
     print("\n".join(lines), flush=True)
+    # the whole reference at n_q under other score-block sizes (bits against the old code)
+    args = (inp.q, inp.kv_cache, inp.indices, inp.indptr, inp.softmax_scale)
+    fn = ref_outputs(args)
+    configure("old")
+    want = fn()
+    configure("new")
+    for slots in (None, 1 << 19, 1 << 20, 1 << 21, 1 << 22, 1 << 23):
+        reference_mod.REFERENCE_SCORE_SLOTS[device.type] = slots
+        got = fn()
+        same = all(bits_equal(want[k], got[k]) for k in want)
+        del got
+        m = statistics.median(times_ms(fn, device, iters))
+        print(f"  reference n_q {n_q}, score slots {slots}: {m:.3f} ms, {'same bits as old' if same else 'DIFFERS from old'}", flush=True)
+    configure("new")
 
 
 def section_same(cache: torch.Tensor, n_qs: list[int], keys: int, heads: int) -> bool:
     from speed28_same import compare
 
     ok = True
-    set_fused(True)
+    configure("new")
     for n_q in n_qs:
         inp = build_inputs(cache, n_q, keys, heads)
         args = (inp.q, inp.kv_cache, inp.indices, inp.indptr, inp.softmax_scale)

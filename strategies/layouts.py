@@ -60,18 +60,18 @@ def place(values: torch.Tensor, row_stride: int, head_stride: int, fill: float, 
     """values [n, H, D] stored in a `fill`-filled buffer as a view of strides (row_stride,
     head_stride, 1); where views overlap, the last (row, head) in row-major order wins."""
     n, heads, width = values.shape
+    if n * heads * width == 0:
+        return torch.full((1,), fill, dtype=values.dtype, device=device).as_strided((n, heads, width), (row_stride, head_stride, 1))
     offsets = (
         torch.arange(n, device=device).view(n, 1, 1) * row_stride
         + torch.arange(heads, device=device).view(1, heads, 1) * head_stride
         + torch.arange(width, device=device).view(1, 1, width)
     ).reshape(-1)
-    size = int(offsets.max()) + 1 if offsets.numel() else 1
-    storage = torch.full((size,), fill, dtype=values.dtype, device=device)
+    size = (n - 1) * row_stride + (heads - 1) * head_stride + width  # strides >= 0: the last offset + 1 (no device read)
     # the writer of each element: the largest flat (row, head, d) index mapping to it
     writer = torch.full((size,), -1, dtype=torch.int64, device=device)
     writer.scatter_reduce_(0, offsets, torch.arange(offsets.numel(), device=device), reduce="amax")
-    written = writer >= 0
-    storage[written] = values.reshape(-1)[writer[written]]
+    storage = torch.where(writer >= 0, values.reshape(-1)[writer.clamp_min(0)], torch.full((), fill, dtype=values.dtype, device=device))
     return storage.as_strided((n, heads, width), (row_stride, head_stride, 1))
 
 

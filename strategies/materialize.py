@@ -192,23 +192,31 @@ def _strided(values: torch.Tensor, pad: tuple[int, int], fill: float, device: to
     return view
 
 
-def _corrupt(recipe: Recipe, records: torch.Tensor, entries: torch.Tensor, consumed: torch.Tensor) -> None:
-    """Apply recipe.corruptions in place (records of referenced rows; consumed index entries)."""
+def _corrupt_indices(recipe: Recipe, entries: torch.Tensor, consumed: torch.Tensor) -> None:
+    """Apply recipe.corruptions of kind index_out_of_range to the consumed entries (CPU, in place)."""
+    for number, corruption in enumerate(recipe.corruptions):
+        if corruption["kind"] != "index_out_of_range":
+            continue
+        count = int(corruption.get("count", 1))
+        positions = torch.nonzero(consumed & (entries >= 0)).squeeze(1)
+        chosen = (
+            positions[rng.integers(recipe.seed, f"corrupt{number}", torch.arange(count), max(positions.numel(), 1))]
+            if positions.numel()
+            else positions
+        )
+        entries[chosen] = recipe.cache_rows + rng.integers(recipe.seed, f"oob{number}", torch.arange(chosen.numel()), 1000)
+
+
+def _corrupt_records(recipe: Recipe, records: torch.Tensor) -> None:
+    """Apply the record corruptions of recipe.corruptions to the referenced rows' records in place
+    (their rows and blocks drawn on the records' device: the same numbers everywhere)."""
     for number, corruption in enumerate(recipe.corruptions):
         kind, count = corruption["kind"], int(corruption.get("count", 1))
-        if kind == "index_out_of_range":
-            positions = torch.nonzero(consumed & (entries >= 0)).squeeze(1)
-            chosen = (
-                positions[rng.integers(recipe.seed, f"corrupt{number}", torch.arange(count), max(positions.numel(), 1))]
-                if positions.numel()
-                else positions
-            )
-            entries[chosen] = recipe.cache_rows + rng.integers(recipe.seed, f"oob{number}", torch.arange(chosen.numel()), 1000)
+        if kind == "index_out_of_range" or records.shape[0] == 0:
             continue
-        if records.shape[0] == 0:
-            continue
-        rows = rng.integers(recipe.seed, f"corrupt{number}", torch.arange(count), records.shape[0]).to(records.device)
-        blocks = rng.integers(recipe.seed, f"corrupt_block{number}", torch.arange(count), 4).to(records.device)
+        picks = torch.arange(count, device=records.device)
+        rows = rng.integers(recipe.seed, f"corrupt{number}", picks, records.shape[0])
+        blocks = rng.integers(recipe.seed, f"corrupt_block{number}", picks, 4)
         scales = records[:, SCALE_OFFSET:ROPE_OFFSET].clone().view(torch.float32)
         if kind == "nan_codes":
             records[rows, blocks * 128 + 5] = 0x7F
@@ -220,6 +228,20 @@ def _corrupt(recipe: Recipe, records: torch.Tensor, entries: torch.Tensor, consu
         elif kind == "zero_scale":
             scales[rows, blocks] = 0.0
         records[:, SCALE_OFFSET:ROPE_OFFSET] = scales.view(torch.uint8).view(-1, 16)
+
+
+@functools.cache
+def _poison_on(device: torch.device) -> torch.Tensor:
+    """The poison record [1, 656] on `device` (made once per device; read only)."""
+    return _poison_record(1).to(device)
+
+
+def _to_device(parts: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """int64 CPU tensors moved to `device` in one host-to-device copy (the same tensors on the CPU)."""
+    if device.type == "cpu" or not parts:
+        return parts
+    moved = torch.cat(parts).to(device)
+    return list(moved.split([t.numel() for t in parts]))
 
 
 MEMORY_LIMIT_ENV = "CONFORMANCE_MEMORY_LIMIT"
@@ -361,10 +383,24 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
     if recipe.unconsumed == "garbage":  # entries no row consumes: values the kernel must not read
         entries = torch.where(consumed, entries, layouts.garbage(recipe.seed, torch.arange(n_idx), recipe.cache_rows))
 
-    referenced = torch.unique(entries[consumed & (entries >= 0) & (entries < recipe.cache_rows)])
-    # Row data is generated where it will live: integer hashing and IEEE arithmetic give the
-    # same bits on every device.
-    referenced_here = referenced.to(device)
+    n_rows = recipe.cache_rows
+    # rows consumed by valid entries get records (before an index is corrupted: its row keeps its record)
+    referenced = torch.unique(entries[consumed & (entries >= 0) & (entries < n_rows)])
+    _corrupt_indices(recipe, entries, consumed)
+    small = n_rows * RECORD_BYTES <= SMALL_CACHE_BYTES
+    written = torch.zeros(0, dtype=torch.int64)  # a large cache's rows written besides the referenced ones
+    if not small:  # rows 0 and last and the referenced rows' neighbours: poisoned or zeroed
+        near = torch.cat((torch.tensor([0, n_rows - 1]), referenced - 1, referenced + 1))
+        near = torch.unique(near[(near >= 0) & (near < n_rows)])
+        written = near[~torch.isin(near, referenced)]
+    poison_rows = written if recipe.poison else torch.zeros(0, dtype=torch.int64)
+    if recipe.poison and small:
+        unreferenced = torch.ones(n_rows, dtype=torch.bool)
+        unreferenced[referenced] = False
+        poison_rows = torch.nonzero(unreferenced).squeeze(1)
+    # every index tensor the device needs, in one copy: row data is generated where it will live
+    # (integer hashing and IEEE arithmetic give the same bits on every device)
+    referenced_here, entries_here, indptr_here, written_here = _to_device([referenced, entries, indptr, written], device)
     latent = _latent(recipe, referenced_here)
     rope = _rope(recipe, referenced_here)
     if recipe.writer in ENGINE_WRITERS:  # the engine's own code (kernel.writers.sglang)
@@ -374,38 +410,24 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
             raise RecipeError(f"writer {recipe.writer!r} cannot write this cache here: {err}") from None
     else:
         records = encode_records(latent, rope, recipe.writer)  # type: ignore[arg-type]
-    _corrupt(recipe, records, entries, consumed)
+    _corrupt_records(recipe, records)
 
-    n_rows = recipe.cache_rows
-    small = n_rows * RECORD_BYTES <= SMALL_CACHE_BYTES
     if small and not recipe.poison and device.type == "cpu":
         # calloc'd (numpy): the pages stay the kernel's shared zero page until written, so only the
         # referenced rows cost a page fault, instead of a memset of the whole cache
         kv = torch.from_numpy(np.zeros((n_rows, RECORD_BYTES), dtype=np.uint8))
     elif small and not recipe.poison:
         kv = torch.zeros((n_rows, RECORD_BYTES), dtype=torch.uint8, device=device)
-    elif small:
-        kv = torch.empty((n_rows, RECORD_BYTES), dtype=torch.uint8, device=device)  # every row written below
-    else:
+    else:  # every row written below (small and poisoned), or only the referenced rows and their neighbours
         kv = torch.empty((n_rows, RECORD_BYTES), dtype=torch.uint8, device=device)
-    poison_rows = torch.zeros(0, dtype=torch.int64)
     if recipe.poison:
-        poison = _poison_record(1).to(device)
+        poison = _poison_on(device)
         if small:
-            unreferenced = torch.ones(n_rows, dtype=torch.bool)
-            unreferenced[referenced] = False
-            poison_rows = torch.nonzero(unreferenced).squeeze(1)
             kv.copy_(poison.expand(n_rows, RECORD_BYTES))  # every row; the referenced ones are overwritten below
         else:
-            near = torch.cat((torch.tensor([0, n_rows - 1]), referenced - 1, referenced + 1))
-            near = torch.unique(near[(near >= 0) & (near < n_rows)])
-            poison_rows = near[~torch.isin(near, referenced)]
-            kv[poison_rows.to(device)] = poison
+            kv[written_here] = poison
     elif not small:
-        near = torch.cat((torch.tensor([0, n_rows - 1]), referenced - 1, referenced + 1))
-        near = torch.unique(near[(near >= 0) & (near < n_rows)])
-        near = near[~torch.isin(near, referenced)]
-        kv[near.to(device)] = 0
+        kv[written_here] = 0
     kv[referenced_here] = records
 
     q_values = _query(recipe, device)
@@ -426,8 +448,8 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
         recipe=recipe,
         q=q,
         kv_cache=kv if recipe.cache_shape is None else kv.view(*recipe.cache_shape, RECORD_BYTES),
-        indices=entries.to(torch.int32).to(device),
-        indptr=indptr.to(torch.int32).to(device),
+        indices=entries_here.to(torch.int32),
+        indptr=indptr_here.to(torch.int32),
         softmax_scale=recipe.scale_value,
         has_invalid=recipe.has_invalid,
         return_lse=recipe.return_lse,

@@ -37,11 +37,18 @@ def stream_key(seed: int, stream: str) -> int:
 
 
 def hash64(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:
-    """splitmix64 of (stream key + id) for int64 ids; int64 bit patterns, same on every device."""
-    z = ids.to(torch.int64) * _GOLDEN + stream_key(seed, stream)
-    z = (z ^ _shr(z, 30)) * _MIX1
-    z = (z ^ _shr(z, 27)) * _MIX2
-    return z ^ _shr(z, 31)
+    """splitmix64 of (stream key + id) for int64 ids; int64 bit patterns, same on every device.
+    (In-place integer steps: two tensors of ids' size allocated, not one per step.)"""
+    z = ids.to(torch.int64) * _GOLDEN
+    z += stream_key(seed, stream)
+    shifted = torch.empty_like(z)
+    for bits, mix in ((30, _MIX1), (27, _MIX2), (31, None)):
+        torch.bitwise_right_shift(z, bits, out=shifted)
+        shifted &= (1 << (64 - bits)) - 1  # the logical shift (see _shr)
+        z ^= shifted
+        if mix is not None:
+            z *= mix
+    return z
 
 
 def uniform(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:
@@ -56,7 +63,15 @@ def integers(seed: int, stream: str, ids: torch.Tensor, high: int | torch.Tensor
 
 def normal_like(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:
     """f64 bell-shaped values, mean 0, variance 1, support [-3, 3]: Irwin-Hall of three 21-bit
-    uniforms from one hash (exact arithmetic, hence identical everywhere)."""
+    uniforms from one hash (exact arithmetic, hence identical everywhere: the three parts are
+    summed as integers below 2^23, which float64 holds exactly)."""
     h = hash64(seed, stream, ids)
-    parts = [(_shr(h, 43 - 21 * k) & ((1 << 21) - 1)).to(torch.float64) for k in range(3)]
-    return (parts[0] + parts[1] + parts[2]) * 2.0**-20 - 3.0
+    low21 = (1 << 21) - 1
+    total = torch.bitwise_right_shift(h, 43).bitwise_and_(low21)
+    part = torch.bitwise_right_shift(h, 22).bitwise_and_(low21)
+    total += part
+    total += torch.bitwise_right_shift(h, 1, out=part).bitwise_and_(low21)
+    x = total.to(torch.float64)
+    x *= 2.0**-20
+    x -= 3.0
+    return x

@@ -1,4 +1,4 @@
-"""Batched forms of the commonest memory instructions (LDS reads, the transpose read,
+"""Batched forms of the commonest memory instructions (LDS reads and writes, the transpose read,
 ds_bpermute, global loads, stores and LDS DMA, raw-buffer loads) for a lockstep group of waves.
 
 Each takes its fast path where every wave's EXEC is all ones and, for LDS reads, every lane's
@@ -93,6 +93,45 @@ def _ds_read(ins: Instr, f: PerWave) -> BFn | None:
             _check_lds(ins, b, raw, off, size)
         bwrite_vn(b, dst, b.stack.rows(size)[ridx].transpose(0, 2, 1))
         _lgkm(b, dst, n)
+
+    return run
+
+
+def _ds_write(ins: Instr, f: PerWave) -> BFn | None:
+    """ds_write_b32 / b64 / b128 where every lane of every wave writes an aligned row inside
+    the allocation and no two lanes (of any wave) write the same row: one scatter into the
+    stacked LDS and its shadow (writer wave, epoch, no DMA pending) gives the bytes the writes
+    in wave and lane order give; the tokens and notes wave by wave as ops_memory's."""
+    n = {"ds_write_b32": 1, "ds_write_b64": 2, "ds_write_b128": 4}[ins.mnemonic]
+    off = _offset(ins)
+    ai, di = _vreg(ins.operands[0]), _vreg(ins.operands[1], n)
+    if off is None or ai is None or di is None or len(ins.operands) != 2:
+        return None
+    size = 4 * n
+    span = np.arange(size, dtype=np.intp)
+
+    def run(b: Batch) -> None:
+        raw = b.V[:, ai]
+        ridx = _lds_rows_index(b, raw, off, size) if b.exec_mask() is None else None
+        if ridx is None or np.unique(ridx).size != ridx.size:
+            _per_wave(b, f)
+            return
+        if b.chk:
+            if ai not in b.ok:
+                _check_v(b, ai)
+            for i in range(di, di + n):
+                if i not in b.ok:
+                    _check_v(b, i)
+        st = b.stack
+        st.rows(size)[ridx] = b.V[:, di : di + n].transpose(0, 2, 1)
+        flat = (ridx[:, :, None] * size + span).reshape(b.k, -1)  # [k, 64 * size] byte indices
+        ws = b.waves
+        st.writer.reshape(-1)[flat] = np.array([w.wid for w in ws], dtype=st.writer.dtype)[:, None]
+        st.epoch.reshape(-1)[flat] = np.array([w.x.wg.epoch for w in ws], dtype=st.epoch.dtype)[:, None]
+        st.pending.reshape(-1)[flat] = 0
+        for w in ws:
+            w.x.wg.note_write(w.wid)
+            om._mark_lgkm(w, w.x, -1, 0, b.pc)
 
     return run
 
@@ -353,6 +392,9 @@ BMEM: dict[str, Callable[[Instr, PerWave], BFn | None]] = {
     "ds_read_b64": _ds_read,
     "ds_read_b128": _ds_read,
     "ds_read_b64_tr_b8": _ds_read_tr8,
+    "ds_write_b32": _ds_write,
+    "ds_write_b64": _ds_write,
+    "ds_write_b128": _ds_write,
     "ds_bpermute_b32": _ds_bpermute,
     "global_load_dword": _global_load,
     "global_load_dwordx2": _global_load,

@@ -30,6 +30,7 @@ from kernel.isa.state import EXEC, LANES, Checks, GlobalMemory, PendingOp, Stack
 
 Fn = Callable[[Wave, Any], int | None]
 SDWA_OK = {"v_cvt_pk_f32_fp8"}
+_ZEROS = [0] * 64  # no load in flight (Executor.retire's slice of vpend)
 
 
 @dataclass
@@ -57,13 +58,20 @@ def implemented_opcodes() -> list[str]:
 @dataclass
 class Decoded:
     """Per instruction: the per-wave closure (`code`), the batched closure or None (`bcode`),
-    and whether the per-wave closure leaves VGPR state alone (`vsafe`: SALU / SOPP)."""
+    and the VGPRs whose state (value, definedness, load in flight) the per-wave closure may
+    change (`vtouch`: every VGPR its operands name; none for SALU / SOPP)."""
 
     program: Program
     code: list[Fn]
     n_vgpr: int
     bcode: list = field(default_factory=list)
-    vsafe: list[bool] = field(default_factory=list)
+    vtouch: list[tuple[int, ...]] = field(default_factory=list)
+
+
+def vgprs_named(ins: Instr) -> tuple[int, ...]:
+    """Every VGPR an instruction's operands name (sources and destinations): all a modelled
+    instruction can read or write (no modelled opcode addresses VGPRs relative to M0)."""
+    return tuple(j for o in ins.operands if isinstance(o, Reg) and o.file == "v" for j in range(o.index, o.index + o.count))
 
 
 def decode(program: Program) -> Decoded:
@@ -85,8 +93,8 @@ def decode(program: Program) -> Decoded:
     if errors:
         head = f"{len(errors)} instruction(s) the interpreter does not model:\n  "
         raise UnknownInstruction(head + "\n  ".join(errors[:40]))
-    vsafe = [ins.mnemonic in SALU for ins in program.instrs]
-    return Decoded(program, code, d.n_vgpr, compile_batched(program, d, code), vsafe)
+    vtouch = [() if ins.mnemonic in SALU else vgprs_named(ins) for ins in program.instrs]
+    return Decoded(program, code, d.n_vgpr, compile_batched(program, d, code), vtouch)
 
 
 class Executor:
@@ -118,9 +126,13 @@ class Executor:
         if op.vgprs is not None:
             i, n = op.vgprs
             vp = w.vpend
-            for j in range(i, i + n):
-                if vp[j] == op.token:
-                    vp[j] = 0
+            tok = op.token
+            if vp[i : i + n].count(tok) == n:  # the usual case: no later load into any of them
+                vp[i : i + n] = _ZEROS[:n]
+            else:
+                for j in range(i, i + n):
+                    if vp[j] == tok:
+                        vp[j] = 0
         if op.sgprs is not None:
             i, n = op.sgprs
             for j in range(i, i + n):

@@ -36,7 +36,7 @@ class Batch:
     """The lockstep context a batched closure runs on: waves[k], their stacked registers
     V / VDEF ([k, n_vgpr, 64] views), the pc being executed, and caches:
     `ok` = VGPRs known fully defined with no load in flight on every wave of the group
-    (cleared by any per-wave instruction that may touch VGPR state), `exec_mask()` = None when
+    (a per-wave instruction removes the VGPRs it names), `exec_mask()` = None when
     every wave's EXEC is all ones, else the stacked bool [k, 64] EXEC."""
 
     def __init__(self, waves: list[Wave], V: np.ndarray, VDEF: np.ndarray, chk: bool, stack: StackedLds | None = None) -> None:
@@ -71,7 +71,7 @@ class Batch:
 def run_group(
     code: list[Callable[[Wave, Any], int | None]],
     bcode: list[Callable[[Batch], None] | None],
-    vsafe: list[bool],
+    vtouch: list[tuple[int, ...]],
     instrs: list,
     b: Batch,
     stop: int,
@@ -96,8 +96,9 @@ def run_group(
                 pc += 1
             else:
                 f = code[pc]
-                if not vsafe[pc]:
-                    b.ok.clear()
+                touched = vtouch[pc]
+                if touched:
+                    b.ok.difference_update(touched)
                 rs = []
                 for w in ws:
                     w.pc = pc
@@ -147,7 +148,7 @@ def run_lockstep(dec: Any, waves: list[Wave], V: np.ndarray, VDEF: np.ndarray, c
     """Run `waves` (each with .x set; V / VDEF their stacked registers, in the same order;
     `stack` their workgroups' stacked LDS) to the end of the program, barrier epochs advancing
     per workgroup as documented above."""
-    code, bcode, vsafe, instrs = dec.code, dec.bcode, dec.vsafe, dec.program.instrs
+    code, bcode, vtouch, instrs = dec.code, dec.bcode, dec.vtouch, dec.program.instrs
     nw = len(waves)
     while True:
         run = [i for i in range(nw) if not (waves[i].done or waves[i].at_barrier)]
@@ -167,4 +168,4 @@ def run_lockstep(dec: Any, waves: list[Wave], V: np.ndarray, VDEF: np.ndarray, c
             hi += 1
         ahead = [waves[i].pc for i in run if waves[i].pc > pc]
         b = Batch(waves[lo:hi], V[lo:hi], VDEF[lo:hi], chk, stack)
-        run_group(code, bcode, vsafe, instrs, b, min(ahead) if ahead else 1 << 62)
+        run_group(code, bcode, vtouch, instrs, b, min(ahead) if ahead else 1 << 62)

@@ -109,8 +109,15 @@ MEMORY_SEQUENCES = [  # (program, instructions with a batched form)
     ("ds_read_b64_tr_b8 v[2:3], v43 offset:8", 1),
     ("global_load_lds_dwordx4 v[40:41], off\nds_read_b128 v[2:5], v42 offset:1024\ns_waitcnt vmcnt(0)\nds_read_b128 v[6:9], v43", 3),
     ("global_load_dwordx4 v[2:5], v[40:41], off\nv_add_u32_e32 v1, v2, v3\ns_waitcnt vmcnt(0)\nv_add_u32_e32 v6, v2, v3", 3),
-    ("ds_write_b128 v42, v[10:13]\nds_read_b128 v[2:5], v42\ns_barrier\nds_read_b128 v[6:9], v42", 2),
+    ("ds_write_b128 v42, v[10:13]\nds_read_b128 v[2:5], v42\ns_barrier\nds_read_b128 v[6:9], v42", 3),
     ("ds_read_b128 v[2:5], v42\nv_mov_b32_e32 v6, v2\ns_waitcnt lgkmcnt(0)\nv_mov_b32_e32 v7, v3", 3),
+    # LDS writes of disjoint rows per wave (v46 from the work-item id: the batched scatter), read
+    # back by other waves before and after a barrier (races), with partly undefined data (v50)
+    ("v_lshlrev_b32_e32 v46, 4, v0\nds_write_b128 v46, v[10:13]\nds_read_b128 v[2:5], v42\ns_barrier\nds_read_b128 v[6:9], v42", 4),
+    ("v_lshlrev_b32_e32 v46, 2, v0\nds_write_b32 v46, v50 offset:4\nds_read_b32 v1, v43\ns_waitcnt lgkmcnt(0)\nv_mov_b32_e32 v2, v1", 4),
+    ("v_lshlrev_b32_e32 v46, 3, v0\nds_write_b64 v46, v[10:11] offset:8\ns_barrier\nds_read_b64 v[2:3], v42 offset:8", 3),
+    ("v_lshlrev_b32_e32 v46, 4, v0\nv_add_u32_e32 v46, 0x1ff0, v46\nds_write_b128 v46, v[10:13]", 3),  # partly outside
+    ("ds_write_b32 v43, v10\nds_write_b64 v42, v[10:11] offset:4", 2),  # shared rows; unaligned offset
     ("ds_read_b128 v[2:5], v50", 1),
     ("ds_bpermute_b32 v1, v45, v50", 1),
     ("global_load_dwordx4 v[2:5], v[50:51], off", 1),
@@ -259,6 +266,18 @@ def test_batched_memory_sequences_match_per_wave(body: str, n: int, mode: str) -
     if "tr_b8" in body and mode == "mixed":
         pytest.skip("the transpose load refuses a partial EXEC (per wave and batched alike)")
     _same(body, mode, n)
+
+
+def test_lds_writes_of_disjoint_rows_take_the_batched_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batched ds_write runs as one scatter (no wave-by-wave fallback) where rows are disjoint."""
+    from kernel.isa import compiled_memory
+
+    fallbacks: list[int] = []
+    real = compiled_memory._per_wave
+    monkeypatch.setattr(compiled_memory, "_per_wave", lambda b, f: (fallbacks.append(b.pc), real(b, f)))
+    body = "v_lshlrev_b32_e32 v46, 4, v0\nds_write_b128 v46, v[10:13]\nv_lshlrev_b32_e32 v47, 2, v0\nds_write_b32 v47, v11 offset:4096"
+    assert _same(body, "full", 4) == []
+    assert fallbacks == []
 
 
 def test_sequences_do_report() -> None:

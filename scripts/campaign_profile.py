@@ -11,7 +11,7 @@ Stages (cumulative time of the functions that do them; they do not nest in one a
     input guard  conformance.durability.input_guard (snapshot of the inputs and the check after the call)
     oracle+bound oracle.bound.evaluate_modes (reference and a-priori bound, both modes)
       of which gather  oracle.rows.gather_bound_batch (records gathered and decoded)
-    compare      conformance.judging.harness.compare (errors against the bound)
+    compare      conformance.judging.harness._compare_modes (errors against the bound: compare and judge)
     record       conformance.judging.harness.record (the run folder's example log)
     coverage     conformance.records.coverage.Coverage.add
     other        the rest of the wall time (Hypothesis's engine, shrinking, progress, start-up)
@@ -49,7 +49,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("input guard", "conformance/durability/input_guard.py", "snapshot"),
     ("input guard", "conformance/durability/input_guard.py", "changes"),
     ("oracle+bound", "oracle/bound.py", "evaluate_modes"),
-    ("compare", "conformance/judging/harness.py", "compare"),
+    ("compare", "conformance/judging/harness.py", "_compare_modes"),
     ("record", "conformance/judging/harness.py", "record"),
     ("coverage", "conformance/records/coverage.py", "add"),
 )
@@ -63,7 +63,7 @@ TIMED: tuple[tuple[str, str, str], ...] = (
     ("input guard", "conformance.durability.input_guard", "snapshot"),
     ("input guard", "conformance.durability.input_guard", "InputSnapshot.changes"),
     ("oracle+bound", "oracle.bound", "evaluate_modes"),
-    ("compare", "conformance.judging.harness", "compare"),
+    ("compare", "conformance.judging.harness", "_compare_modes"),
     ("record", "conformance.judging.harness", "record"),
     ("coverage", "conformance.records.coverage", "Coverage.add"),
     ("gather (in oracle+bound)", "oracle.rows", "gather_bound_batch"),

@@ -48,7 +48,7 @@ import torch
 
 from kernel.backend import Backend
 from kernel.contract import begin_call
-from kernel.fp8 import decode_e4m3, e4m3_table, encode_e4m3, f32_exponent_field, pow2
+from kernel.fp8 import E4M3_MAX_CODE, E4M3_NAN_CODE, E8M0_BIAS, E8M0_NAN, e4m3_table, f32_exponent_field
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, index_records, record_words
 
 TILE = 128
@@ -180,20 +180,31 @@ class QuantizedQ:
     rope: torch.Tensor
 
 
+def e4m3_codes(x: torch.Tensor) -> torch.Tensor:
+    """encode_e4m3(x, saturate=False) of f32 x, the same code for every input, in fewer passes:
+    torch's float8_e4m3fn cast (round to nearest even, subnormals included) where |x| <= 448,
+    and where torch releases differ the rule itself: 448 < |x| <= 464 rounds to 448, larger
+    magnitudes, infinities and NaN give the NaN code 0x7F, with the sign bit of x."""
+    cast = x.to(torch.float8_e4m3fn).view(torch.uint8)
+    magnitude = x.abs()
+    sign = torch.where(x.view(torch.int32) < 0, 0x80, 0).to(torch.uint8)
+    beyond = torch.where(magnitude <= 464.0, E4M3_MAX_CODE, E4M3_NAN_CODE).to(torch.uint8) | sign
+    return torch.where(magnitude <= 448.0, cast, beyond)
+
+
 def quantize_q(q32: torch.Tensor) -> QuantizedQ:
     """Per (row, head, 128-dim block) hi + lo fp8 quantisation with E8M0 scales (f32 arithmetic)."""
     n_q, heads, _ = q32.shape
     blocks = q32[..., :LATENT_DIM].reshape(n_q, heads, 4, 128)
     amax = blocks.abs().amax(dim=-1)
-    s = (f32_exponent_field(amax) - 7).clamp_min(MIN_HI_E8M0)
+    s = ((amax.view(torch.int32) >> 23) & 0xFF).to(torch.int64).sub_(7).clamp_min_(MIN_HI_E8M0)  # E8M0 of amax's exponent field
     inv = ((254 - s) << 23).to(torch.int32).view(torch.float32)  # 2^(127 - s)
     x = blocks * inv.unsqueeze(-1)
-    hi_codes = encode_e4m3(x, saturate=False)
-    hi = decode_e4m3(hi_codes, torch.float32)
-    lo_codes = encode_e4m3((x - hi) * LO_FACTOR, saturate=False)
+    hi = decode_codes(e4m3_codes(x), torch.float32)
+    lo_codes = e4m3_codes((x - hi) * LO_FACTOR)
     return QuantizedQ(
-        hi=decode_e4m3(hi_codes).reshape(n_q, heads, LATENT_DIM),
-        lo=decode_e4m3(lo_codes).reshape(n_q, heads, LATENT_DIM),
+        hi=hi.to(torch.float64).reshape(n_q, heads, LATENT_DIM),  # the f32 table's values widened: the f64 table's bits
+        lo=decode_codes(lo_codes).reshape(n_q, heads, LATENT_DIM),
         hi_e8m0=s,
         lo_e8m0=s - LO_E8M0_OFFSET,
         rope=q32[..., LATENT_DIM:].to(torch.float64),
@@ -201,9 +212,14 @@ def quantize_q(q32: torch.Tensor) -> QuantizedQ:
 
 
 def _e8m0_factor(byte: torch.Tensor) -> torch.Tensor:
-    """2^(b - 127) in f64, NaN for 255."""
-    value = pow2(byte - 127)
-    return torch.where(byte == 255, torch.full_like(value, float("nan")), value)
+    """2^(b - 127) in f64 (from its bits: a normal number for every byte), NaN for 255."""
+    value = ((byte.to(torch.int64) + (1023 - E8M0_BIAS)) << 52).view(torch.float64)
+    return torch.where(byte == E8M0_NAN, float("nan"), value)
+
+
+def _f32_e8m0(x: torch.Tensor) -> torch.Tensor:
+    """The exponent field of f32 values (their E8M0 byte), int32 (f32_exponent_field's values)."""
+    return (x.contiguous().view(torch.int32) >> 23) & 0xFF
 
 
 def decode_codes(codes: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -252,11 +268,25 @@ def qk_scores(qq: QuantizedQ, rows: torch.Tensor, records: torch.Tensor) -> torc
 @dataclass
 class SoftmaxState:
     """Running state per (row, head): m f32 [R, H]; l_parts f32 [R, H, 4 waves, 4 lane groups];
-    o f32 [R, H, 512]."""
+    o f32 [R, H, 512]; buffer: None, or f32 [R, H, 512 + 16] whose views o and l_parts are
+    (new_state)."""
 
     m: torch.Tensor
     l_parts: torch.Tensor
     o: torch.Tensor
+    buffer: torch.Tensor | None = None
+
+
+def new_state(rows: int, heads: int, device: torch.device) -> SoftmaxState:
+    """The state before a row's first tile: m = -1e30, l = 0, o = 0; l_parts and o are views of
+    one f32 [rows, H, 512 + 16] buffer (o first), so one multiply scales both."""
+    buffer = torch.zeros(rows, heads, LATENT_DIM + 16, dtype=torch.float32, device=device)
+    return SoftmaxState(
+        m=torch.full((rows, heads), MASKED_SCORE, dtype=torch.float32, device=device),
+        l_parts=buffer[..., LATENT_DIM:].view(rows, heads, 4, 4),
+        o=buffer[..., :LATENT_DIM],
+        buffer=buffer,
+    )
 
 
 def online_softmax(
@@ -444,7 +474,7 @@ def group_scores(cq: ChunkQ, live0: int, group: int, records: torch.Tensor) -> t
     lat = records.view(live0, n_keys, RECORD_BYTES)
     k_lat = _decoded(lat[..., :SCALE_OFFSET].view(live0, n_keys, 16, 32).transpose(1, 2))  # [live0, (b, j), keys, 32]
     dots = torch.matmul(cq.latent[:live0], k_lat.transpose(-1, -2)).view(live0, 4, 4, 2 * heads, n_keys)
-    k_factor = _e8m0_factor(f32_exponent_field(lat[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)))  # [live0, keys, 4]
+    k_factor = _e8m0_factor(_f32_e8m0(lat[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)))  # [live0, keys, 4]
     k_factor = k_factor.transpose(1, 2)[:, :, None, None, :]  # [live0, b, 1, 1, keys]
     scaled = dots[:, 0] * k_factor[:, 0]  # [live0, j, 2H, keys]
     for b in range(1, 4):
@@ -516,6 +546,8 @@ def _run_chunk_batched(
     its P' and V are zero in the loop too."""
     heads = state.m.shape[1]
     device = state.m.device
+    if state.buffer is None:
+        raise ValueError("the batched tiles need new_state's state (o and l_parts in one buffer)")
     total = chunk_tiles[0] if chunk_tiles else 0
     cq = chunk_q(qq, rows) if total else None
     first = 0
@@ -545,17 +577,17 @@ def _run_chunk_batched(
         psum = lane_sums(p)  # [row, tile, H, 4, 4]
         terms = group_pv_terms(p.reshape(live0 * group, heads, TILE), records, masked)  # [(row, tile), kk, H, b, 128]
         # per tile: views taken once for the group (unbind), sliced only where rows have ended
-        alpha_t = alpha.view(live0, group, heads, 1, 1).unbind(1)  # [row, H, 1, 1]: scales l_parts and o as [row, H, 4, 128]
+        alpha_t = alpha.view(live0, group, heads, 1).unbind(1)  # [row, H, 1]: scales o and l_parts (one buffer)
         psum_t = psum.unbind(1)
         terms_t = terms.view(live0, group, 4, heads, 4, 128).unbind(1)
+        both = state.buffer[:live0]  # o and l_parts
         l_all, o_all = state.l_parts[:live0], state.o[:live0].view(live0, heads, 4, 128)
         for t in range(group):
             n = live[t]
             whole = n == live0
-            l_parts, o = (l_all, o_all) if whole else (l_all[:n], o_all[:n])
-            torch.mul(l_parts, alpha_t[t] if whole else alpha_t[t][:n], out=l_parts)
+            l_parts, o, ol = (l_all, o_all, both) if whole else (l_all[:n], o_all[:n], both[:n])
+            torch.mul(ol, alpha_t[t] if whole else alpha_t[t][:n], out=ol)
             l_parts.add_(psum_t[t] if whole else psum_t[t][:n])
-            torch.mul(o, alpha_t[t] if whole else alpha_t[t][:n], out=o)
             tile_terms = terms_t[t].unbind(1) if whole else terms_t[t][:n].unbind(1)
             for kk in range(4):
                 torch.add(o, tile_terms[kk], out=o)  # f64 sum rounded once to f32 (add_f32)
@@ -595,25 +627,23 @@ def run_emulated(
     lse = torch.empty(n_q, heads, dtype=torch.float32, device=device) if return_lse else None
     kv_rows = kv_cache.reshape(-1, RECORD_BYTES)
     c_log2 = torch.tensor(float(softmax_scale) * math.log2(math.e), dtype=torch.float32, device=device)
-    q32 = stages.read_q(q)
-    qq = stages.quantize_q(q32)
     r_beg, r_len = stages.load_row_ranges(indptr)
     n_tiles = stages.tile_count(indices, r_beg, r_len, has_invalid)
     order = torch.argsort(n_tiles, descending=True, stable=True)  # long rows first
+    sorted_tiles = n_tiles[order]
+    # tiles per row, longest first: the rows still iterating at any tile are a prefix (the
+    # call's one host sync before its arithmetic, read before Q's stages are queued)
+    all_tiles = sorted_tiles.tolist()
+    q32 = stages.read_q(q)
+    qq = stages.quantize_q(q32)
     budget = row_key_budget or DEFAULT_ROW_KEY_BUDGET.get(device.type, DEFAULT_ROW_KEY_BUDGET["cpu"])
     chunk_rows = max(1, budget // TILE)
     peak: torch.Tensor | None = None  # largest slot gathered (check_slots)
     for begin in range(0, n_q, chunk_rows):
         rows = order[begin : begin + chunk_rows]
-        # tiles per row, longest first: the rows still iterating at any tile are a prefix
-        # (one host sync per chunk, none per tile)
-        row_tiles = n_tiles[rows]
-        chunk_tiles = row_tiles.tolist()
-        state = SoftmaxState(
-            m=torch.full((rows.numel(), heads), MASKED_SCORE, dtype=torch.float32, device=device),
-            l_parts=torch.zeros(rows.numel(), heads, 4, 4, dtype=torch.float32, device=device),
-            o=torch.zeros(rows.numel(), heads, LATENT_DIM, dtype=torch.float32, device=device),
-        )
+        row_tiles = sorted_tiles[begin : begin + chunk_rows]
+        chunk_tiles = all_tiles[begin : begin + chunk_rows]
+        state = new_state(rows.numel(), heads, device)
         group_slots = min(budget, TILE_GROUP_SLOTS.get(device.type, TILE_GROUP_SLOTS["cpu"]))
         # by default a chunk runs batched where groups hold at least 2 tiles of its rows (with
         # one tile per group the batched path is the loop with more operations)

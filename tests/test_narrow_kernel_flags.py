@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from conformance.judging.flag_support import ALL_FLAGS, supported_flags
 from conformance.judging.target import Target
+from conformance.suite.test_metamorphic import test_permuting_keys as permuting_keys
+from conformance.suite.test_metamorphic import test_split_and_merge as split_and_merge
 from conformance.suite.test_precision_probes import test_precision_probes as precision_probes
 from conformance.suite.test_preconditions import test_precondition_violations as precondition_violations
 from kernel.backend import Backend
@@ -75,3 +77,16 @@ def test_broad_kernel_keeps_the_properties_flags() -> None:
     calls.clear()
     _run(precision_probes, target)
     assert calls and set((inv, lse) for _, inv, lse in calls) == {(False, True)}, "probes keep their own flags"
+
+
+@pytest.mark.parametrize("prop", [permuting_keys, split_and_merge], ids=["permuting_keys", "split_and_merge"])
+def test_lse_property_skips_on_a_kernel_without_lse(prop) -> None:  # type: ignore[no-untyped-def]
+    """The metamorphic properties that compare lse need a kernel that returns it: one compiled
+    without skips naming that (Unsatisfiable before), one with it runs them within its flags."""
+    target, calls = _target((False, False), (1,))
+    with pytest.raises(pytest.skip.Exception, match="does not take return_lse=True at any H: compiled for has_invalid=False"):
+        _run(prop, target)
+    assert not calls
+    target, calls = _target((True, True), (1,))
+    _run(prop, target)
+    assert calls and set(calls) == {(1, True, True)}

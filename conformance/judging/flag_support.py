@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 import torch
 
 from conformance.judging.target import Target
@@ -48,3 +49,15 @@ def flags_reason(target: Target, heads: int, flags: tuple[FlagPair, ...] = ALL_F
         if not support.ok:
             return support.reason
     return ""
+
+
+def require_flags(target: Target, *, has_invalid: bool | None = None, return_lse: bool | None = None) -> None:
+    """Skip (pytest) unless the kernel takes, at some H it declares, a flag pair with the given
+    values (None: either): a property that needs lse cannot run on a kernel compiled without it,
+    and says so instead of ending in Hypothesis Unsatisfiable."""
+    wanted = [f for f in ALL_FLAGS if has_invalid in (None, f[0]) and return_lse in (None, f[1])]
+    counts = target.backend.head_counts or tuple(range(1, target.backend.max_heads + 1))
+    if any(f in supported_flags(target, h) for h in counts for f in wanted):
+        return
+    need = ", ".join(f"{k}={v}" for k, v in (("has_invalid", has_invalid), ("return_lse", return_lse)) if v is not None)
+    pytest.skip(f"{target.name} does not take {need} at any H: {flags_reason(target, counts[0], tuple(wanted))}")

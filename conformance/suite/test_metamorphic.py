@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.judging.checks import backend_limits, materialize_for, require_support
+from conformance.judging.flag_support import require_flags
 from conformance.judging.harness import record, run_kernel
 from conformance.judging.target import Target, judging
 from conformance.judging.triage import CLASS_NAMES, CONTRACT
@@ -32,6 +33,7 @@ SMALL = {"max_n_q": 16, "max_total_keys": 4096}
 
 
 def _draw_problem(target: Target, data: st.DataObject, prop: str, **overrides: object) -> Problem:
+    require_flags(target, has_invalid=overrides.get("has_invalid"), return_lse=overrides.get("return_lse"))  # type: ignore[arg-type]
     recipe = data.draw(recipes(**SMALL, **backend_limits(target)), label="recipe")
     fields = recipe.to_json_dict()
     fields["row_lengths"] = [max(x, 0) for x in recipe.row_lengths]  # no overlapping rows

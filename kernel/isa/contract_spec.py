@@ -33,6 +33,7 @@ CheckFailed (FLYDSL_ISA_CHECKS=collect|off changes that, as for flydsl-isa).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tomllib
@@ -94,6 +95,24 @@ def _check_spec(spec: dict, n_explicit: int) -> dict:
     return c
 
 
+@functools.lru_cache(maxsize=8)
+def _parsed(text: str) -> Any:
+    """The program of an assembly text, parsed once per process (the suite resolves a kernel
+    name more than once per process: the plugin's check, then the target fixture)."""
+    from kernel.isa.asm import parse_program
+
+    return parse_program(text)
+
+
+@functools.lru_cache(maxsize=8)
+def _decoded(text: str, block: int) -> Any:
+    """The decoded kernel of an assembly text and block size, once per process (IsaKernel keeps
+    no state between launches)."""
+    from kernel.isa.launch import IsaKernel
+
+    return IsaKernel(_parsed(text), block)
+
+
 def _asm_path(name: str, where: str) -> tuple[Path, tuple[int, bool, bool] | None]:
     """The assembly file of `isa:WHERE:SPEC`: a path, or `@h{H}_i{0|1}_l{0|1}` for that configuration
     of the project's own kernel from the ISA cache (kernel.isa.build: compiled in a subprocess on
@@ -116,9 +135,8 @@ def _asm_path(name: str, where: str) -> tuple[Path, tuple[int, bool, bool] | Non
 
 def isa_contract_backend(name: str) -> Backend:
     """The Backend for `isa:PATH.s:SPEC.toml` (BackendUnavailable naming the problem)."""
-    from kernel.isa.asm import parse_program
     from kernel.isa.errors import IsaError
-    from kernel.isa.launch import IsaKernel, explicit_args
+    from kernel.isa.launch import explicit_args
 
     parts = name.split(":")
     if len(parts) != 3 or not parts[1] or not parts[2]:
@@ -133,9 +151,9 @@ def isa_contract_backend(name: str) -> Backend:
     except tomllib.TOMLDecodeError as err:
         raise BackendUnavailable(f"kernel {name!r}: {spec_path} is not TOML ({err})") from err
     try:
-        prog = parse_program(text)
+        prog = _parsed(text)
         c = _check_spec(spec, len(explicit_args(prog)))
-        kern = IsaKernel(prog, int(c.get("block", 256)))
+        kern = _decoded(text, int(c.get("block", 256)))
     except IsaError as err:
         raise BackendUnavailable(f"kernel {name!r}: {str(err).splitlines()[0]}") from err
     if config is not None and (c["heads"], c["has_invalid"], c["return_lse"]) != ([config[0]], config[1], config[2]):

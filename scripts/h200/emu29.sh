@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Issue 21, the emulated kernel after session 29's changes against 36a56b6's (the old module read
 # with git show): same bits and time per call on one H200. Run it ALONE on the GPU (it times);
-# <= 420 s: timeouts 150 + 120 + 90 + 60 s, 5 s grace each.
+# <= 480 s: timeouts 60 + 150 + 120 + 90 + 60 s, 5 s grace each.
 #   bash scripts/h200/emu29.sh            (EMU29_TINY=1: tiny sizes, to try the logic on a CPU)
 # Writes under "$RESULTS/emu29/":
 #   env.txt                date, GPU, git HEAD
+#   casts.txt              scripts/emu_cast_check.py --exhaustive: the fast Q fp8 codes against
+#                          kernel.fp8.encode_e4m3 on all 2^32 f32 patterns on cuda, NaN widening
 #   old_new.txt/.json      scripts/emu_old_new.py on the bench's inputs (16 heads, 2048 uniform
 #                          keys per row, 1M-record pow2 cache) at n_q 1, 64, 1024, 4096: old and
 #                          new median device ms (calls alternating), ops/syncs per call, same bits
@@ -21,15 +23,20 @@ mkdir -p "$R"
 
 if [ -n "${EMU29_TINY:-}" ]; then
   SIZE=(--keys 256 --cache-rows 4096)
+  CASTS=()
   OLDNEW=(--n-q 1,4 --iters 2)
   PROF=(--n-q 1,4 --calls 1)
   BENCH=(--n-q 1,4 --keys 256 --cache-rows 4096 --iters 2 --max-seconds 1)
 else
   SIZE=(--keys 2048 --cache-rows 1048576)
+  CASTS=(--exhaustive)
   OLDNEW=(--n-q 1,64,1024,4096 --iters 10)
   PROF=(--n-q 1,64,4096 --calls 3)
   BENCH=(--n-q 1,64,1024,4096 --iters 10 --max-seconds 2)
 fi
+
+timeout -k 5 60 python3 scripts/emu_cast_check.py "${CASTS[@]}" > "$R/casts.txt" 2>&1
+echo "casts rc=$?" >> "$R/casts.txt"
 
 timeout -k 5 150 python3 scripts/emu_old_new.py "${OLDNEW[@]}" "${SIZE[@]}" --json "$R/old_new.json" > "$R/old_new.txt" 2>&1
 echo "old_new rc=$?" >> "$R/old_new.txt"
@@ -44,4 +51,4 @@ if [ -d "$R/traces" ]; then tar czf "$R/traces.tgz" -C "$R" traces && rm -rf "$R
 timeout -k 5 60 python3 scripts/peers_bench.py "${BENCH[@]}" --kernels emulated --json "$R/bench.json" > "$R/bench.txt" 2> "$R/bench.err"
 echo "bench rc=$?" >> "$R/bench.txt"
 
-cat "$R/old_new.txt"; grep -E "DIFFERS|ALL SAME|SOME DIFFER|rc=" "$R/snapshot_bits.txt"; cat "$R/bench.txt"
+cat "$R/casts.txt" "$R/old_new.txt"; grep -E "DIFFERS|ALL SAME|SOME DIFFER|rc=" "$R/snapshot_bits.txt"; cat "$R/bench.txt"

@@ -21,6 +21,7 @@ import importlib.util
 import os
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -30,7 +31,7 @@ _BLOCK_KEYS = 16  # keys per program
 ENV_SWITCH = "ORACLE_FUSED_DECODE"  # "0": never use the fused decode
 # how the kernel turns a code into its f64 value: "arith" (exponent and mantissa fields; NaN codes
 # read from the table) or "table" (a load from the 256-entry table per code); same bits
-VARIANT = "arith"
+VARIANTS = ("arith", "table")  # in the order available() tries them
 # scales of every class the probe decodes each code under (normal, non-pow2, subnormal, +-0, <0, +-inf, NaN, extremes)
 _PROBE_SCALES = (
     1.0,
@@ -79,19 +80,26 @@ def _kernel(interpret: bool) -> Callable[..., object]:
         for g in tl.static_range(4):
             code = tl.load(cache_ptr + record[:, None] + (g * 128 + cols)[None, :], mask=valid[:, None], other=0).to(tl.int32)
             if ARITH:
-                # the exact value: (8 + m) 2^(e - 10), or m 2^-9 for e = 0; NaN codes from the table
+                # the exact magnitude (8 + m) 2^(e - 10), or m 2^-9 for e = 0, then the sign bit set
+                # (not a negation: Triton negates as 0 - x, which turns -0 into +0); NaN codes are
+                # read from the table
                 e = (code >> 3) & 15
                 m = code & 7
                 mant = tl.where(e == 0, m, m + 8).to(tl.float64)
                 step = ((tl.maximum(e, 1) + (1023 - 10)).to(tl.int64) << 52).to(tl.float64, bitcast=True)
-                value = mant * step
-                value = tl.where((code & 0x80) != 0, -value, value)
-                nan = (code & 0x7F) == 0x7F
-                value = tl.where(nan, tl.load(table_ptr + code, mask=nan, other=0.0), value)
+                sign = ((code >> 7) & 1).to(tl.int64) << 63
+                value = ((mant * step).to(tl.int64, bitcast=True) | sign).to(tl.float64, bitcast=True)
+                nan_code = (code & 0x7F) == 0x7F
+                value = tl.where(nan_code, tl.load(table_ptr + code, mask=nan_code, other=0.0), value)
             else:
                 value = tl.load(table_ptr + code)
             scale = tl.load(scales_ptr + key * 4 + g, mask=valid, other=0.0)
-            prod = tl.where(valid[:, None], value * scale[:, None], 0.0)
+            # a NaN code keeps its own payload, as in torch's product (code x scale) also when the
+            # scale is NaN too: which NaN a product of two returns depends on the operand order,
+            # which the compiler may swap
+            nan_value = (value.to(tl.int64, bitcast=True) & 0x7FFFFFFFFFFFFFFF) > 0x7FF0000000000000
+            prod = tl.where(nan_value, value, value * scale[:, None])
+            prod = tl.where(valid[:, None], prod, 0.0)
             tl.store(out[:, None] + (g * 128 + cols)[None, :], prod, mask=live[:, None])
         rcols = tl.arange(0, 64)
         half = tl.load(rope_ptr + (record // 2 + 264)[:, None] + rcols[None, :], mask=valid[:, None], other=0)
@@ -106,7 +114,15 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def launch(flat: torch.Tensor, slots: torch.Tensor, keys: torch.Tensor, table: torch.Tensor) -> None:
+@dataclass(frozen=True)
+class Decoder:
+    """What launch needs: the device's code table (code_table) and the kernel variant (VARIANTS)."""
+
+    table: torch.Tensor
+    variant: str = "arith"
+
+
+def launch(flat: torch.Tensor, slots: torch.Tensor, keys: torch.Tensor, decoder: Decoder) -> None:
     """keys f64 [N, 576] (contiguous) := the decoded records flat[slots] (uint8 [rows, 656],
     contiguous; slots int64 [N], -1 at masked slots: +0 keys). No host read."""
     n_keys = slots.numel()
@@ -116,8 +132,8 @@ def launch(flat: torch.Tensor, slots: torch.Tensor, keys: torch.Tensor, table: t
     scale_rows = flat.view(torch.float32)[:, SCALE_OFFSET // 4 : ROPE_OFFSET // 4]
     scales = scale_rows.index_select(0, slots.clamp_min(0)).to(torch.float64)
     grid = ((n_keys + _BLOCK_KEYS - 1) // _BLOCK_KEYS,)
-    arith = VARIANT == "arith"
-    _kernel(_interpreting())[grid](flat, flat.view(torch.int16), slots, scales, table, keys, n_keys, BLOCK=_BLOCK_KEYS, ARITH=arith)
+    arith = decoder.variant == "arith"
+    _kernel(_interpreting())[grid](flat, flat.view(torch.int16), slots, scales, decoder.table, keys, n_keys, BLOCK=_BLOCK_KEYS, ARITH=arith)
 
 
 def usable(flat: torch.Tensor) -> bool:
@@ -141,37 +157,40 @@ def probe_records(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     return flat.to(device), slots.to(device)
 
 
-def self_check(device: torch.device, reference: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> bool:
-    """Whether launch reproduces `reference(flat, slots)` (the torch decode: keys [N, 576]) bit
-    for bit on probe_records."""
+def self_check(device: torch.device, reference: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], variant: str) -> bool:
+    """Whether launch with `variant` reproduces `reference(flat, slots)` (the torch decode: keys
+    [N, 576]) bit for bit on probe_records."""
     flat, slots = probe_records(device)
     want = reference(flat, slots)
     got = torch.empty(slots.numel(), HEAD_DIM, dtype=torch.float64, device=device)
-    launch(flat, slots, got, code_table(device))
+    launch(flat, slots, got, Decoder(code_table(device), variant))
     return bool(torch.equal(got.view(torch.int64), want.view(torch.int64)))
 
 
-_AVAILABLE: dict[torch.device, torch.Tensor | None] = {}
+_AVAILABLE: dict[torch.device, Decoder | None] = {}
 
 
-def available(device: torch.device, reference: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor | None:
-    """The device's code table when the fused decode may be used there (CUDA, Triton importable,
-    ORACLE_FUSED_DECODE not "0", self_check passed: checked once per device), else None."""
+def available(device: torch.device, reference: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Decoder | None:
+    """The Decoder to use on `device` when the fused decode may be used there (CUDA, Triton
+    importable, ORACLE_FUSED_DECODE not "0", self_check passed for a variant: the first of
+    VARIANTS that passes; checked once per device), else None."""
     if os.environ.get(ENV_SWITCH, "1") == "0" or device.type != "cuda":
         return None
     if device not in _AVAILABLE:
-        table = None
+        decoder = None
         if importlib.util.find_spec("triton") is not None:
-            try:
-                ok = self_check(device, reference)
-            except Exception as err:  # noqa: BLE001 - any failure means: use the torch decode
-                warnings.warn(f"oracle fused key decode unavailable ({type(err).__name__}: {err}); using torch's", stacklevel=2)
-                ok = False
+            for variant in VARIANTS:
+                try:
+                    ok = self_check(device, reference, variant)
+                except Exception as err:  # noqa: BLE001 - any failure means: not this variant
+                    warnings.warn(f"oracle fused key decode ({variant}) unavailable: {type(err).__name__}: {err}", stacklevel=2)
+                    ok = False
+                if ok:
+                    decoder = Decoder(code_table(device), variant)
+                    break
             else:
-                if not ok:
-                    warnings.warn("oracle fused key decode differs from torch's on the probe; using torch's", stacklevel=2)
-            table = code_table(device) if ok else None
-        _AVAILABLE[device] = table
+                warnings.warn("oracle fused key decode differs from torch's on the probe in every variant; using torch's", stacklevel=2)
+        _AVAILABLE[device] = decoder
     return _AVAILABLE[device]
 
 

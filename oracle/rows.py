@@ -63,11 +63,19 @@ def row_bounds(indptr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return start, length
 
 
-def stream_flags(indices: torch.Tensor, indptr: torch.Tensor, kv_rows: int, *, has_invalid: bool) -> torch.Tensor:
+def stream_flags(
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    kv_rows: int,
+    *,
+    has_invalid: bool,
+    bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """bool [2] on the device, no host read: (some row reads positions beyond the index stream,
     some consumed index lies outside [0, kv_rows) (or is negative without has_invalid)). The
-    second is meaningful only where the first is False."""
-    start, length = row_bounds(indptr)
+    second is meaningful only where the first is False. `bounds`: row_bounds(indptr) when the
+    caller has it."""
+    start, length = row_bounds(indptr) if bounds is None else bounds
     used = length > 0
     total = indices.numel()
     beyond = used & ((start < 0) | (start + length > total))
@@ -78,7 +86,7 @@ def stream_flags(indices: torch.Tensor, indptr: torch.Tensor, kv_rows: int, *, h
     cover.index_add_(0, start.clamp(0, total), weight)
     cover.index_add_(0, (start + length).clamp(0, total), -weight)
     consumed = cover.cumsum(0)[:-1] > 0
-    values = indices.to(torch.int64)
+    values = indices if indices.dtype in (torch.int32, torch.int64) else indices.to(torch.int64)  # exact compares either way
     bad = consumed & ((values >= kv_rows) | ((values < 0) & (not has_invalid)))
     return torch.stack((beyond.any(), bad.any()))
 
@@ -87,6 +95,8 @@ def raise_stream(indices: torch.Tensor, indptr: torch.Tensor, kv_rows: int, *, h
     """Raise the PreconditionError that stream_flags' host values `flags` say applies, if any
     (reads the device only then, to name the first broken row or position)."""
     any_beyond, any_bad = flags
+    if not (any_beyond or any_bad):
+        return
     start, length = row_bounds(indptr)
     if any_beyond:
         beyond = (length > 0) & ((start < 0) | (start + length > indices.numel()))
@@ -443,14 +453,17 @@ def checked_plan(
     batch_budget: int,
     kind: Callable[[list[int]], object] | None = None,
     extra: torch.Tensor | None = None,
+    bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[list[BatchPlan], list[bool]]:
     """check_stream, then chunk_plan_batches, with one host read for both (the stream's flags,
-    the sorted lengths and the caller's `extra` bool flags [k], whose host values are returned)."""
+    the sorted lengths and the caller's `extra` bool flags [k], whose host values are returned).
+    `bounds`: row_bounds(indptr) when the caller has it."""
     kv_rows = kv_cache.numel() // RECORD_BYTES
-    flags = stream_flags(indices, indptr, kv_rows, has_invalid=has_invalid)
+    bounds = row_bounds(indptr) if bounds is None else bounds
+    flags = stream_flags(indices, indptr, kv_rows, has_invalid=has_invalid, bounds=bounds)
     if extra is not None:
         flags = torch.cat((flags, extra.to(torch.bool).reshape(-1)))
-    _, length = row_bounds(indptr)
+    length = bounds[1]
     order = torch.argsort(length, descending=True, stable=True)
     host = torch.cat((length[order], flags.to(torch.int64))).tolist()
     n = length.numel()
@@ -591,13 +604,13 @@ def gather_keys(
     width, entries, valid = _row_slots(rows, start, length, indices, has_invalid=has_invalid, width=width)
     all_valid = full and not has_invalid
     flat = kv_cache.reshape(-1, RECORD_BYTES)
-    table = key_decode.available(flat.device, _probe_decode) if key_decode.usable(flat) else None
-    if table is None:
+    decoder = key_decode.available(flat.device, _probe_decode) if key_decode.usable(flat) else None
+    if decoder is None:
         keys = _decode_keys_torch(flat, entries, valid, all_valid)
     else:
         keys = torch.empty(rows.numel(), width, 576, dtype=torch.float64, device=flat.device)
         slots = entries if all_valid else torch.where(valid, entries, -1)
-        key_decode.launch(flat, slots.reshape(-1), keys.view(-1, 576), table)
+        key_decode.launch(flat, slots.reshape(-1), keys.view(-1, 576), decoder)
     return KeyBlock(rows=rows, valid=valid, keys=keys, all_valid=all_valid, keyed=not has_invalid)
 
 
@@ -611,10 +624,12 @@ def iter_key_blocks(
 ) -> Iterator[KeyBlock]:
     """All non-empty rows' keys as KeyBlocks, chunk_plan's chunks (after checking the stream's
     preconditions); the host reads the row plan once, then nothing per block."""
-    # batch budget 0: one chunk per plan
-    plans, flags = checked_plan(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, batch_budget=0)
-    raise_stream(indices, indptr, kv_cache.numel() // RECORD_BYTES, has_invalid=has_invalid, flags=flags)
     start, length = row_bounds(indptr)
+    # batch budget 0: one chunk per plan
+    plans, flags = checked_plan(
+        indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, batch_budget=0, bounds=(start, length)
+    )
+    raise_stream(indices, indptr, kv_cache.numel() // RECORD_BYTES, has_invalid=has_invalid, flags=flags)
     for plan in plans:
         yield gather_keys(plan.rows, start, length, indices, kv_cache, has_invalid=has_invalid, width=plan.width, full=plan.full)
 

@@ -55,12 +55,11 @@ def interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @needs_triton
 @pytest.mark.parametrize("variant", ["arith", "table"])
-def test_kernel_gives_the_torch_decode_on_the_probe(interpreter: None, monkeypatch: pytest.MonkeyPatch, variant: str) -> None:
-    monkeypatch.setattr(key_decode, "VARIANT", variant)
+def test_kernel_gives_the_torch_decode_on_the_probe(interpreter: None, variant: str) -> None:
     flat, slots = key_decode.probe_records(torch.device("cpu"))
     want = rows._probe_decode(flat, slots)
     got = torch.full_like(want, 1.0)
-    key_decode.launch(flat, slots, got, key_decode.code_table(torch.device("cpu")))
+    key_decode.launch(flat, slots, got, key_decode.Decoder(key_decode.code_table(torch.device("cpu")), variant))
     assert same_or_both_nan(got, want)
     assert torch.equal(got[slots < 0].view(torch.int64), torch.zeros_like(got[slots < 0]).view(torch.int64))  # +0
 
@@ -82,12 +81,13 @@ def test_kernel_gives_the_torch_decode_on_the_probe(interpreter: None, monkeypat
         ),
     ],
 )
-def test_reference_through_the_kernel(interpreter: None, monkeypatch: pytest.MonkeyPatch, recipe: Recipe) -> None:
+@pytest.mark.parametrize("variant", ["arith", "table"])
+def test_reference_through_the_kernel(interpreter: None, monkeypatch: pytest.MonkeyPatch, recipe: Recipe, variant: str) -> None:
     """reference() with the kernel in gather_keys (several chunks) gives the torch decode's results."""
     p = materialize(recipe, "cpu")
     args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
     want = reference(*args, has_invalid=p.has_invalid, key_budget=100)
-    table = key_decode.code_table(torch.device("cpu"))
-    monkeypatch.setattr(key_decode, "available", lambda device, ref: table)
+    decoder = key_decode.Decoder(key_decode.code_table(torch.device("cpu")), variant)
+    monkeypatch.setattr(key_decode, "available", lambda device, ref: decoder)
     got = reference(*args, has_invalid=p.has_invalid, key_budget=100)
     assert same_or_both_nan(got.out, want.out) and same_or_both_nan(got.lse, want.lse)

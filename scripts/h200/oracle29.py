@@ -115,36 +115,36 @@ def ref_outputs(args: tuple, has_invalid: bool = False, **kw: object) -> Callabl
 
 
 def section_selfcheck(device: torch.device) -> bool:
-    """The probe for each kernel variant, then available() (the default variant; includes the compile)."""
-    default = key_decode.VARIANT
-    for variant in ("table", "arith"):
-        key_decode.VARIANT = variant
+    """The probe for each kernel variant, then available() (the variant it keeps)."""
+    for variant in key_decode.VARIANTS:
         t = time.perf_counter()
         try:
-            ok = key_decode.self_check(device, rows._probe_decode)
+            ok = key_decode.self_check(device, rows._probe_decode, variant)
         except Exception as err:  # noqa: BLE001 - reported
             print(f"selfcheck {variant}: error {type(err).__name__}: {str(err)[:300]}")
-            ok = False
+            continue
         sync(device)
         print(f"selfcheck {variant}: {'same bits' if ok else 'DIFFERS'} ({time.perf_counter() - t:.2f} s incl. compile)", flush=True)
-        if not ok and device.type == "cuda":
+        if not ok:
             flat, slots = key_decode.probe_records(device)
             want = rows._probe_decode(flat, slots)
             got = torch.empty_like(want)
-            key_decode.launch(flat, slots, got, key_decode.code_table(device))
+            key_decode.launch(flat, slots, got, key_decode.Decoder(key_decode.code_table(device), variant))
             diff = got.view(torch.int64) != want.view(torch.int64)
             cols = diff.any(0).nonzero().flatten().tolist()
-            n, c = diff.nonzero()[0].tolist() if diff.any() else (0, 0)
-            print(
-                f"  {int(diff.sum())} values differ, columns {cols[:8]}...; first at key {n} col {c}: "
-                f"got {got[n, c].item()!r} ({got.view(torch.int64)[n, c].item():#x}) want {want[n, c].item()!r} "
-                f"({want.view(torch.int64)[n, c].item():#x}), slot {slots[n].item()}",
-                flush=True,
-            )
-    key_decode.VARIANT = default
-    table = key_decode.available(device, rows._probe_decode)
-    print(f"selfcheck: fused decode ({default}) {'available' if table is not None else 'NOT available'}", flush=True)
-    return table is not None
+            print(f"  {int(diff.sum())} values differ in {len(cols)} columns: {cols[:6]} ... {cols[-6:]}")
+            for n, c in diff.nonzero()[:6].tolist():
+                s = slots[n].item()
+                code = flat[s, c].item() if 0 <= s and c < 512 else None
+                scale = flat[s, 512:528].view(torch.float32)[c // 128].item() if 0 <= s and c < 512 else None
+                print(
+                    f"  key {n} col {c} (slot {s}, code {code}, scale {scale}): got {got[n, c].item()!r} "
+                    f"({got.view(torch.int64)[n, c].item():#x}) want {want[n, c].item()!r} ({want.view(torch.int64)[n, c].item():#x})",
+                    flush=True,
+                )
+    decoder = key_decode.available(device, rows._probe_decode)
+    print(f"selfcheck: fused decode {'available, variant ' + decoder.variant if decoder is not None else 'NOT available'}", flush=True)
+    return decoder is not None
 
 
 def section_keys(cache: torch.Tensor, n_qs: list[int], keys: int, heads: int) -> bool:
@@ -217,14 +217,16 @@ def section_parts(cache: torch.Tensor, n_q: int, keys: int, heads: int, iters: i
         m = statistics.median(times_ms(fn, device, iters))
         lines.append(f"  {name:<28} {m:>9.3f} ms  {gb:>7.2f} GB  {gb / m:>6.2f} TB/s")
 
-    for variant in ("table", "arith"):
-        key_decode.VARIANT = variant
+    decoder = key_decode.available(device, rows._probe_decode)
+    for variant in key_decode.VARIANTS:
+        if decoder is not None:  # the variant timed here (both give the same bits where the probe passed)
+            key_decode._AVAILABLE[device] = key_decode.Decoder(decoder.table, variant)
         timed(
             f"fused gather_keys {variant}",
             lambda: rows.gather_keys(plan, start, length, inp.indices, inp.kv_cache, has_invalid=False, width=keys, full=True),
             gb_keys * 656 / 4608 + gb_keys,
         )
-    key_decode.VARIANT = "arith"
+    key_decode._AVAILABLE[device] = decoder
     set_fused(False)
     timed(
         "torch gather_keys",

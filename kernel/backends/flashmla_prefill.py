@@ -23,7 +23,9 @@ does (all vectorised, no host sync when the stream holds <= 4096 entries):
   rows than the call's slots), only the records the rows consume are gathered and dequantised,
   one bf16 KV row per slot of the [n_q, W] block, with the slot positions q * W + j as indices;
 - heads: q (H in 1..16, any strides) goes into a zero bf16 [n_q, 64, 576] buffer (a zero head is
-  sliced off); softmax_scale <= 0 as (-q, -scale) or (q = 0, scale = 1), as for `flashmla`;
+  sliced off), kept between calls of the same n_q and H (PaddedQ: only heads < H are written, so
+  a repeated call copies q in and launches no fill); softmax_scale <= 0 as (-q, -scale) or
+  (q = 0, scale = 1), as for `flashmla`;
 - lse +inf (no key) -> -inf; out= is filled by a copy.
 
 FlashMLA's numerics (SM90 sparse prefill, from its source and docs): QK is a bf16 x bf16 WGMMA
@@ -73,6 +75,35 @@ LIMITS = (
 )
 
 
+class PaddedQ:
+    """One kept zero-padded q buffer, bf16 [n_q, 1, H_pad, 576], reused while calls come with the
+    same (n_q, H, H_pad, device): heads H.. are zeroed when it is made and never written, heads
+    < H take each call's q (negated for a negative scale, zero for scale 0). The previous call's
+    kernel has read the buffer before the next copy runs (one stream, in order). A padded head
+    cannot change a kept head's output anyway (each head attends with its own q row only)."""
+
+    def __init__(self) -> None:
+        self._key: tuple[object, ...] | None = None
+        self._buffer: torch.Tensor | None = None
+
+    def get(self, q: torch.Tensor, heads_to: int, sign: float) -> torch.Tensor:
+        """q padded to `heads_to` heads as pad_heads(q, heads_to, sign=sign) gives it (the same bits)."""
+        n_q, heads, width = q.shape
+        key = (n_q, heads, heads_to, width, q.device, q.dtype)
+        if self._buffer is None or self._key != key:
+            self._buffer, self._key = None, None  # the old buffer freed before the new one is made
+            self._buffer, self._key = pad_heads(q, heads_to, sign=sign), key
+            return self._buffer
+        kept = self._buffer[:, 0, :heads]
+        if sign > 0:
+            kept.copy_(q)
+        elif sign < 0:
+            kept.copy_(q).neg_()
+        else:
+            kept.zero_()
+        return self._buffer
+
+
 @dataclass
 class PrefillCall:
     """Prepared inputs: q bf16 [n_q, H_pad, 576]; kv bf16 [n_q * W, 1, 576]; indices int32
@@ -109,13 +140,15 @@ def prepare_prefill(
     padded_heads: int = HEAD_COUNTS[0],
     layout_cache: LayoutCache | None = None,
     dequant_cache: DequantCache | None = None,
+    padded_q: PaddedQ | None = None,
 ) -> PrefillCall:
     """Build flash_mla_sparse_fwd's inputs from a contract call (module docstring); no validation.
     layout_cache: the slot layout, KV indices and topk_length reused while the same index tensors
     come again; dequant_cache: the whole cache kept dequantised (kernel.backends.dequant_cache),
     handed to the kernel as its KV with the rows' own indices (-1 for an empty slot); without
     it, or when it declines, the records are gathered and dequantised per slot and the kernel
-    reads slot q * W + j. Either way each attended position reads the same bf16 key."""
+    reads slot q * W + j. Either way each attended position reads the same bf16 key. padded_q:
+    the padded q buffer kept between calls (PaddedQ; None: a fresh one per call)."""
     if padded_heads not in HEAD_COUNTS:
         raise ValueError(f"padded_heads must be one of {HEAD_COUNTS}, got {padded_heads}")
     n_q, heads, _ = q.shape
@@ -141,7 +174,9 @@ def prepare_prefill(
         rows = gather_rows(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE, layout=layout)
         kv, kv_indices = rows.keys.view(n_q * width, 1, HEAD_DIM), kv_index
     return PrefillCall(
-        q=pad_heads(q, padded_heads, sign=sign).view(n_q, padded_heads, HEAD_DIM),
+        q=(pad_heads(q, padded_heads, sign=sign) if padded_q is None else padded_q.get(q, padded_heads, sign)).view(
+            n_q, padded_heads, HEAD_DIM
+        ),
         kv=kv,
         indices=kv_indices,
         topk_length=topk_length,
@@ -165,16 +200,25 @@ def run_flashmla_prefill(
     module: ModuleType | None = None,
     layout_cache: LayoutCache | None = None,
     dequant_cache: DequantCache | None = None,
+    padded_q: PaddedQ | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The sparse prefill with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
-    layout_cache, dequant_cache: as in prepare_prefill (None: built per call)."""
+    layout_cache, dequant_cache, padded_q: as in prepare_prefill (None: built per call)."""
     info, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     if empty is not None:
         return empty
     n_q, heads = info.n_q, info.heads
     fm = load_flash_mla() if module is None else module
     call = prepare_prefill(
-        q, kv_cache, indices, indptr, softmax_scale, padded_heads=padded_heads, layout_cache=layout_cache, dequant_cache=dequant_cache
+        q,
+        kv_cache,
+        indices,
+        indptr,
+        softmax_scale,
+        padded_heads=padded_heads,
+        layout_cache=layout_cache,
+        dequant_cache=dequant_cache,
+        padded_q=padded_q,
     )
     out_raw, _max_logits, lse_raw = call.run(fm)
     got = out_raw.view(n_q, -1, LATENT_DIM)[:, :heads]
@@ -198,6 +242,7 @@ def flashmla_prefill_backend(*, padded_heads: int = HEAD_COUNTS[0]) -> Backend:
     module = require_flash_mla(NAME)
     layout_cache = LayoutCache()
     dequant_cache = DequantCache()
+    padded_q = PaddedQ()
 
     def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
         return run_flashmla_prefill(
@@ -213,6 +258,7 @@ def flashmla_prefill_backend(*, padded_heads: int = HEAD_COUNTS[0]) -> Backend:
             module=module,
             layout_cache=layout_cache,
             dequant_cache=dequant_cache,
+            padded_q=padded_q,
         )
 
     return Backend(
@@ -236,6 +282,7 @@ __all__ = [
     "LIMITS",
     "NAME",
     "TOPK_MULTIPLE",
+    "PaddedQ",
     "PrefillCall",
     "flashmla_prefill_backend",
     "prepare_prefill",

@@ -3,7 +3,9 @@
 - kernel.backends.emulated.e4m3_codes (torch's float8_e4m3fn cast where it is the rule) against
   kernel.fp8.encode_e4m3(saturate=False) on every f32 bit pattern (--exhaustive: all 2^32, in
   chunks; else 2^24 random ones and every exponent's rounding boundaries);
-- the f32 e4m3 table widened to f64 (quantize_q's hi) against the f64 table, bit for bit (NaN).
+- the f32 e4m3 table widened to f64 (quantize_q's hi) against the f64 table, bit for bit (NaN);
+- every f32 NaN (signs, payloads) converted to bf16 gives one bit pattern (the emulator's
+  outputs do not depend on NaN payloads because of it; see kernel/backends/emulated.py).
 
 Prints one line per check; exit status 1 when any differs.
 
@@ -53,7 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     wide = e4m3_table(device, torch.float32).to(torch.float64).view(torch.int64)
     same_nan = torch.equal(wide, e4m3_table(device, torch.float64).view(torch.int64))
     print(f"f32 e4m3 table widened to f64 vs the f64 table ({device}): {'same bits' if same_nan else 'DIFFERS'}")
-    return 0 if bad == 0 and same_nan else 1
+    payloads = torch.arange(1, 1 << 23, 4093, dtype=torch.int64, device=device)
+    nan_bits = torch.cat([payloads | 0x7F800000, payloads | 0xFF800000, torch.tensor([0x7FC00000, 0xFFC00000], device=device)])
+    nans = torch.where(nan_bits >= 2**31, nan_bits - 2**32, nan_bits).to(torch.int32).view(torch.float32)
+    patterns = torch.unique(nans.to(torch.bfloat16).view(torch.int16)).tolist()
+    one_nan = len(patterns) == 1
+    shown = [hex(v & 0xFFFF) for v in patterns[:4]]
+    print(f"bf16 of {nans.numel()} f32 NaNs ({device}): {'one pattern' if one_nan else 'SEVERAL patterns'} {shown}")
+    return 0 if bad == 0 and same_nan and one_nan else 1
 
 
 if __name__ == "__main__":

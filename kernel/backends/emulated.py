@@ -34,6 +34,9 @@ Modelling choices where the hardware is not documented:
   subnormal results are kept, not flushed.
 - f32 -> fp8 conversions are RNE without saturation; f32 -> f16 and f32 -> bf16 are RNE.
 - The lane-group sum of l is (l0 + l1) + (l2 + l3); the wave sum ((w0 + w1) + w2) + w3.
+- NaN payloads and signs are not modelled: a NaN reaching out becomes bf16's one NaN pattern
+  in the final conversion (torch writes every f32 NaN as the same bf16 bits), and lse is never
+  NaN (-inf unless l > 0), so the path a NaN takes leaves every output bit as it is.
 """
 
 from __future__ import annotations
@@ -453,11 +456,14 @@ def chunk_q(qq: QuantizedQ, rows: torch.Tensor) -> ChunkQ:
 
 
 def _decoded(codes: torch.Tensor) -> torch.Tensor:
-    """decode_codes (f64) of a strided uint8 view, its int32 indices written in the view's
-    logical order by one copy (the permutation and the widening in one pass)."""
-    idx = torch.empty(codes.shape, dtype=torch.int32, device=codes.device)
-    idx.copy_(codes)
-    return e4m3_table(codes.device, torch.float64).index_select(0, idx.view(-1)).view(codes.shape)
+    """f64 values of a strided uint8 view of e4m3 codes, contiguous in the view's logical order:
+    torch's float8_e4m3fn widening (exact), the permutation and the widening in one copy.
+
+    NaN codes give a NaN whose payload differs from decode_codes' table NaN; no output bit
+    depends on a payload (see the module docstring), so the values are decode_codes'."""
+    values = torch.empty(codes.shape, dtype=torch.float64, device=codes.device)
+    values.copy_(codes.view(torch.float8_e4m3fn))
+    return values
 
 
 def group_scores(cq: ChunkQ, live0: int, group: int, records: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,8 @@ import torch
 
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
 
-_BLOCK_KEYS = 16  # keys per program
+BLOCK_KEYS = 16  # keys per program
+NUM_WARPS = 4
 ENV_SWITCH = "ORACLE_FUSED_DECODE"  # "0": never use the fused decode
 # how the kernel turns a code into its f64 value: "arith" (exponent and mantissa fields; NaN codes
 # read from the table) or "table" (a load from the 256-entry table per code); same bits
@@ -68,7 +69,7 @@ def _kernel(interpret: bool) -> Callable[..., object]:
     import triton
     import triton.language as tl
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["n_keys"])  # one compile for every key count
     def decode(cache_ptr, rope_ptr, slots_ptr, scales_ptr, table_ptr, keys_ptr, n_keys, BLOCK: tl.constexpr, ARITH: tl.constexpr):  # type: ignore[no-untyped-def]
         key = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
         live = key < n_keys
@@ -131,9 +132,11 @@ def launch(flat: torch.Tensor, slots: torch.Tensor, keys: torch.Tensor, decoder:
     # scales through torch's f32 -> f64 cast: the operand bits of the torch decode's product
     scale_rows = flat.view(torch.float32)[:, SCALE_OFFSET // 4 : ROPE_OFFSET // 4]
     scales = scale_rows.index_select(0, slots.clamp_min(0)).to(torch.float64)
-    grid = ((n_keys + _BLOCK_KEYS - 1) // _BLOCK_KEYS,)
+    grid = ((n_keys + BLOCK_KEYS - 1) // BLOCK_KEYS,)
     arith = decoder.variant == "arith"
-    _kernel(_interpreting())[grid](flat, flat.view(torch.int16), slots, scales, decoder.table, keys, n_keys, BLOCK=_BLOCK_KEYS, ARITH=arith)
+    _kernel(_interpreting())[grid](
+        flat, flat.view(torch.int16), slots, scales, decoder.table, keys, n_keys, BLOCK=BLOCK_KEYS, ARITH=arith, num_warps=NUM_WARPS
+    )
 
 
 def usable(flat: torch.Tensor) -> bool:

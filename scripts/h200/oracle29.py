@@ -227,6 +227,23 @@ def section_parts(cache: torch.Tensor, n_q: int, keys: int, heads: int, iters: i
             gb_keys * 656 / 4608 + gb_keys,
         )
     key_decode._AVAILABLE[device] = decoder
+    if decoder is not None:  # launch shapes of the kernel: time, and bits against the torch decode
+        set_fused(False)
+        want = rows.gather_keys(plan, start, length, inp.indices, inp.kv_cache, has_invalid=False, width=keys, full=True).keys
+        set_fused(True)
+        shape = (key_decode.BLOCK_KEYS, key_decode.NUM_WARPS)
+        for block_keys, warps in ((8, 4), (16, 4), (32, 4), (16, 8), (32, 8), (64, 8)):
+            key_decode.BLOCK_KEYS, key_decode.NUM_WARPS = block_keys, warps
+            got = rows.gather_keys(plan, start, length, inp.indices, inp.kv_cache, has_invalid=False, width=keys, full=True).keys
+            same = bits_equal(got, want)
+            del got
+            timed(
+                f"fused {decoder.variant} {block_keys} keys/{warps} warps {'same' if same else 'DIFFERS'}",
+                lambda: rows.gather_keys(plan, start, length, inp.indices, inp.kv_cache, has_invalid=False, width=keys, full=True),
+                gb_keys * 656 / 4608 + gb_keys,
+            )
+        key_decode.BLOCK_KEYS, key_decode.NUM_WARPS = shape
+        del want
     set_fused(False)
     timed(
         "torch gather_keys",

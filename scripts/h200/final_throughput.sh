@@ -16,7 +16,8 @@
 #       Wall time: at most SECONDS + 70 s (each process gets SIGINT at SECONDS + 50 s, which
 #       still writes its summary, and SIGKILL 15 s later); SECONDS 480 -> under 560 s.
 # Environment: KERNELS (default: the seven registered GPU kernels), PROCS (processes per kernel;
-# default (cores - 1) / kernels, at least 1, at most 12), PROFILE (0: no cProfile campaign).
+# default (cores - 1) / kernels, at least 1, at most 12), PROFILE (0: no cProfile campaign),
+# FUZZ_ARGS (more arguments for every fuzz process, e.g. "--device cpu").
 # Everything goes under "$RESULTS/throughput/". Every step runs under `timeout`.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -61,7 +62,7 @@ campaign)
     for n in $(seq 1 "$P"); do
       next_gpu
       env "$GPU_ENV" CONFORMANCE_PENDING_DIR="$R/pending-$k" timeout -s INT -k 15 $(( S + 50 )) \
-        "$PY" -m conformance fuzz --kernel "$k" --seconds "$S" --hypothesis-profile nightly --shrink-seconds 20 \
+        "$PY" -m conformance fuzz --kernel "$k" --seconds "$S" --hypothesis-profile nightly --shrink-seconds 20 ${FUZZ_ARGS:-} \
         > "$R/fuzz-$k-$n.txt" 2> "$R/fuzz-$k-$n.err" &
     done
   done

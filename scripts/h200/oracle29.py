@@ -1,21 +1,23 @@
-"""The float64 oracle with the fused key decode (oracle.key_decode) against the torch decode
-(ORACLE_FUSED_DECODE=0: the code before it) on one device: same bits, time per call.
+"""The float64 oracle's new code (the fused key decode, oracle.key_decode, and the softmax on
+score blocks, REFERENCE_SCORE_SLOTS) against the code before it (ORACLE_FUSED_DECODE=0, whole
+blocks) on one device: same bits, time per call.
 
-Sections (each prints its lines; exit status 1 when any bits differ):
-  selfcheck  the fused decode's probe (oracle.key_decode.self_check) and the first call's time
+Sections, in this order (each prints its lines; exit status 1 when any bits differ):
+  selfcheck  each kernel variant's probe (oracle.key_decode.self_check) and the one kept
   keys       gather_keys' key tensors, fused vs torch, on the bench's inputs (bits)
-  bench      reference() per n_q: median / min ms over --iters calls (CUDA events), fused and
-             torch, and whether out / lse have the same bits
-  parts      the fused decode, the QK and PV bmm's and the softmax of one chunk alone (ms), to
-             show where the remaining time goes
-  same       speed28_same's oracle check with the fused decode (the CPU's key budget vs the
-             device's: same bits)
+  bench      reference() per n_q under old / fused (decode only) / new: median (min) ms over
+             --iters calls (CUDA events), and whether out / lse have the old code's bits
   snapshot   every problem of scripts/oracle_bitexact_snapshot.py's cases() on the device:
-             reference (default budget, key_budget 300, the gfx950 q representation), fused vs
-             torch (bits)
+             reference (default budget, key_budget 300, the gfx950 q representation), new vs
+             old (bits)
+  same       speed28_same's oracle check with the new code (the CPU's key budget vs the
+             device's: same bits)
+  parts      the fused decode (each variant, six launch shapes), the QK and PV bmm's and the
+             softmax of one chunk alone (ms), and the whole reference under other score-block
+             sizes: where the remaining time goes
 
 Usage: python3 scripts/h200/oracle29.py [--n-q 1,64,1024,4096] [--keys 2048] [--heads 16]
-       [--cache-rows 1048576] [--iters 10] [--sections selfcheck,keys,bench,parts,same,snapshot]
+       [--cache-rows 1048576] [--iters 10] [--sections selfcheck,keys,bench,snapshot,same,parts]
 """
 
 from __future__ import annotations
@@ -341,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--cache-rows", type=int, default=1 << 20)
     parser.add_argument("--iters", type=int, default=10)
-    parser.add_argument("--sections", default="selfcheck,keys,bench,parts,same,snapshot")
+    parser.add_argument("--sections", default="selfcheck,keys,bench,snapshot,same,parts")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -360,12 +362,12 @@ def main(argv: list[str] | None = None) -> int:
         ok &= section_keys(cache, [n for n in n_qs if n >= 64][:2] or n_qs[:1], args.keys, args.heads)
     if "bench" in sections:
         ok &= section_bench(cache, n_qs, args.keys, args.heads, args.iters)
-    if "parts" in sections:
-        section_parts(cache, max(n_qs), args.keys, args.heads, args.iters)
-    if "same" in sections:
-        ok &= section_same(cache, [n for n in n_qs if 64 <= n <= 1024] or n_qs[:1], args.keys, args.heads)
     if "snapshot" in sections:
         ok &= section_snapshot(device)
+    if "same" in sections:
+        ok &= section_same(cache, [n for n in n_qs if 64 <= n <= 1024] or n_qs[:1], args.keys, args.heads)
+    if "parts" in sections:
+        section_parts(cache, max(n_qs), args.keys, args.heads, args.iters)
     print("ALL SAME BITS" if ok else "SOME BITS DIFFER (or the fused decode is unavailable)", flush=True)
     return 0 if ok else 1
 

@@ -51,7 +51,7 @@ import torch
 
 from kernel.backend import Backend
 from kernel.contract import begin_call
-from kernel.fp8 import E4M3_MAX_CODE, E4M3_NAN_CODE, E8M0_BIAS, E8M0_NAN, e4m3_table, f32_exponent_field
+from kernel.fp8 import E4M3_NAN_CODE, E8M0_BIAS, E8M0_NAN, e4m3_table, f32_exponent_field
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, index_records, record_words
 
 TILE = 128
@@ -188,10 +188,9 @@ def e4m3_codes(x: torch.Tensor) -> torch.Tensor:
     torch's float8_e4m3fn cast (round to nearest even, subnormals included) where |x| <= 448,
     and where torch releases differ the rule itself: 448 < |x| <= 464 rounds to 448, larger
     magnitudes, infinities and NaN give the NaN code 0x7F, with the sign bit of x."""
-    cast = x.to(torch.float8_e4m3fn).view(torch.uint8)
+    cast = x.to(torch.float8_e4m3fn).view(torch.uint8)  # keeps the sign bit, also of NaN and beyond 448
     magnitude = x.abs()
-    sign = torch.where(x.view(torch.int32) < 0, 0x80, 0).to(torch.uint8)
-    beyond = torch.where(magnitude <= 464.0, E4M3_MAX_CODE, E4M3_NAN_CODE).to(torch.uint8) | sign
+    beyond = (cast & 0x80) | (E4M3_NAN_CODE - (magnitude <= 464.0).to(torch.uint8))  # 0x7E up to 464, else 0x7F
     return torch.where(magnitude <= 448.0, cast, beyond)
 
 
@@ -203,11 +202,11 @@ def quantize_q(q32: torch.Tensor) -> QuantizedQ:
     s = ((amax.view(torch.int32) >> 23) & 0xFF).to(torch.int64).sub_(7).clamp_min_(MIN_HI_E8M0)  # E8M0 of amax's exponent field
     inv = ((254 - s) << 23).to(torch.int32).view(torch.float32)  # 2^(127 - s)
     x = blocks * inv.unsqueeze(-1)
-    hi = decode_codes(e4m3_codes(x), torch.float32)
-    lo_codes = e4m3_codes((x - hi) * LO_FACTOR)
+    hi = e4m3_codes(x).view(torch.float8_e4m3fn).to(torch.float32)  # exact (a NaN's payload is not modelled)
+    lo = e4m3_codes((x - hi) * LO_FACTOR).view(torch.float8_e4m3fn)
     return QuantizedQ(
-        hi=hi.to(torch.float64).reshape(n_q, heads, LATENT_DIM),  # the f32 table's values widened: the f64 table's bits
-        lo=decode_codes(lo_codes).reshape(n_q, heads, LATENT_DIM),
+        hi=hi.to(torch.float64).reshape(n_q, heads, LATENT_DIM),
+        lo=lo.to(torch.float64).reshape(n_q, heads, LATENT_DIM),
         hi_e8m0=s,
         lo_e8m0=s - LO_E8M0_OFFSET,
         rope=q32[..., LATENT_DIM:].to(torch.float64),

@@ -68,6 +68,9 @@ DEFAULT_ROW_KEY_BUDGET = {"cpu": 1 << 16, "cuda": 1 << 19}  # key slots (rows x 
 # CPU small groups stay in cache and reuse the allocator's memory (larger tensors cost page
 # faults and cache misses that outweigh the launches saved); on a GPU the launches dominate.
 TILE_GROUP_SLOTS = {"cpu": 1 << 10, "cuda": 1 << 19}
+# Whether a chunk whose groups hold one tile of its rows runs batched: on a GPU the batched
+# stages' fewer bytes win; on a CPU (small groups, few launches to save) the loop.
+BATCH_SINGLE_TILES = {"cpu": False, "cuda": True}
 
 
 def f32(x: torch.Tensor) -> torch.Tensor:
@@ -621,8 +624,10 @@ def run_emulated(
     DEFAULT_ROW_KEY_BUDGET for the device). batch_tiles: run a step's tiles batched
     (_run_chunk_batched: the same operations on the same values, a few launches per tile instead
     of one pass of every stage per tile); None = whenever the per-tile stages are the default
-    ones (tiles_batchable) and a group of TILE_GROUP_SLOTS holds 2 tiles of the chunk's rows,
-    False = the per-tile loop (the definition both paths must match bit for bit)."""
+    ones (tiles_batchable) and, on a CPU, a group of TILE_GROUP_SLOTS holds 2 tiles of the
+    chunk's rows (BATCH_SINGLE_TILES: on a GPU also groups of one tile, whose batched stages move
+    fewer bytes than the loop's), False = the per-tile loop (the definition both paths must
+    match bit for bit)."""
     info, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     if empty is not None:
         return empty
@@ -650,9 +655,11 @@ def run_emulated(
         chunk_tiles = all_tiles[begin : begin + chunk_rows]
         state = new_state(rows.numel(), heads, device)
         group_slots = min(budget, TILE_GROUP_SLOTS.get(device.type, TILE_GROUP_SLOTS["cpu"]))
-        # by default a chunk runs batched where groups hold at least 2 tiles of its rows (with
-        # one tile per group the batched path is the loop with more operations)
-        if batch_tiles if batch_tiles is not None else (tiles_batchable(stages) and group_slots >= 2 * TILE * len(chunk_tiles)):
+        # by default a chunk runs batched where groups hold at least 2 tiles of its rows, or
+        # on a GPU always (BATCH_SINGLE_TILES)
+        single = BATCH_SINGLE_TILES.get(device.type, BATCH_SINGLE_TILES["cuda"])
+        batched = tiles_batchable(stages) and (single or group_slots >= 2 * TILE * len(chunk_tiles))
+        if batch_tiles if batch_tiles is not None else batched:
             peak = _run_chunk_batched(state, rows, row_tiles, chunk_tiles, qq, indices, r_beg, r_len, kv_rows, c_log2, group_slots, peak)
             chunk_tiles = []  # done: the per-tile loop below runs no tile
         live = len(chunk_tiles)

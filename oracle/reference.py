@@ -15,19 +15,12 @@ the only loop is over memory-bounded chunks of rows. Runs on the device of the i
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 from kernel.record import LATENT_DIM
 from oracle.rows import REFERENCE_KEY_BUDGET, KeyBlock, KeyChunk, iter_chunks, iter_key_blocks
-
-# Score slots (rows x heads x keys) block_reference works on at once, per device type (None: a
-# whole key block): on CUDA 2^21 f64 scores (16 MB) stay in L2 across the softmax's passes. A
-# split only runs the same batched ops on fewer rows at a time (each row's values are its own).
-REFERENCE_SCORE_SLOTS: dict[str, int | None] = {"cpu": None, "cuda": 1 << 21}
 
 
 @dataclass(frozen=True)
@@ -77,19 +70,6 @@ def block_reference(q_ref: torch.Tensor, block: KeyBlock, softmax_scale: float) 
     return out, lse
 
 
-def split_block(block: KeyBlock, heads: int, score_slots: int | None) -> Iterator[KeyBlock]:
-    """The block as consecutive row slices of at most max(1, score_slots // (heads x L)) rows
-    (views of its tensors; the block itself when it fits or score_slots is None)."""
-    n_rows, width = block.valid.shape
-    step = n_rows if score_slots is None else max(1, score_slots // max(1, heads * width))
-    if step >= n_rows:
-        yield block
-        return
-    for begin in range(0, n_rows, step):
-        end = min(n_rows, begin + step)
-        yield dataclasses.replace(block, rows=block.rows[begin:end], valid=block.valid[begin:end], keys=block.keys[begin:end])
-
-
 def reference(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -112,10 +92,8 @@ def reference(
     out = torch.zeros(n_q, heads, LATENT_DIM, dtype=torch.float64, device=q.device)
     lse = torch.full((n_q, heads), float("-inf"), dtype=torch.float64, device=q.device)
     if scale_model == "stored":
-        score_slots = REFERENCE_SCORE_SLOTS.get(q.device.type)
         for block in iter_key_blocks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=budget):
-            for part in split_block(block, heads, score_slots):
-                out[part.rows], lse[part.rows] = block_reference(q64, part, softmax_scale)
+            out[block.rows], lse[block.rows] = block_reference(q64, block, softmax_scale)
         return Reference(out=out, lse=lse)
     for chunk in iter_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=budget, scale_model=scale_model):
         if not bool(chunk.valid.any()):

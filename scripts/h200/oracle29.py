@@ -1,11 +1,10 @@
-"""The float64 oracle's new code (the fused key decode, oracle.key_decode, and the softmax on
-score blocks, REFERENCE_SCORE_SLOTS) against the code before it (ORACLE_FUSED_DECODE=0, whole
-blocks) on one device: same bits, time per call.
+"""The float64 oracle's new code (the fused key decode, oracle.key_decode) against the code
+before it (ORACLE_FUSED_DECODE=0: the torch decode) on one device: same bits, time per call.
 
 Sections, in this order (each prints its lines; exit status 1 when any bits differ):
   selfcheck  each kernel variant's probe (oracle.key_decode.self_check) and the one kept
   keys       gather_keys' key tensors, fused vs torch, on the bench's inputs (bits)
-  bench      reference() per n_q under old / fused (decode only) / new: median (min) ms over
+  bench      reference() per n_q under old / new: median (min) ms over
              --iters calls (CUDA events), and whether out / lse have the old code's bits
   snapshot   every problem of scripts/oracle_bitexact_snapshot.py's cases() on the device:
              reference (default budget, key_budget 300, the gfx950 q representation), new vs
@@ -13,8 +12,7 @@ Sections, in this order (each prints its lines; exit status 1 when any bits diff
   same       speed28_same's oracle check with the new code (the CPU's key budget vs the
              device's: same bits)
   parts      the fused decode (each variant, six launch shapes), the QK and PV bmm's and the
-             softmax of one chunk alone (ms), and the whole reference under other score-block
-             sizes: where the remaining time goes
+             softmax of one chunk alone (ms): where the remaining time goes
 
 Usage: python3 scripts/h200/oracle29.py [--n-q 1,64,1024,4096] [--keys 2048] [--heads 16]
        [--cache-rows 1048576] [--iters 10] [--sections selfcheck,keys,bench,snapshot,same,parts]
@@ -40,11 +38,9 @@ sys.path.insert(0, str(ROOT / "scripts" / "h200"))
 from conformance.tools.bench import build_cache, build_inputs  # noqa: E402
 from oracle import key_decode, rows  # noqa: E402
 from oracle import q_representation as qrep  # noqa: E402
-from oracle import reference as reference_mod  # noqa: E402
 from oracle.reference import block_reference, reference  # noqa: E402
 
-SPLIT = dict(reference_mod.REFERENCE_SCORE_SLOTS)  # the new code's score blocks
-CONFIGS = {"old": (False, False), "fused": (True, False), "new": (True, True)}  # (fused decode, score blocks)
+CONFIGS = {"old": False, "new": True}  # the fused decode used where available
 
 
 def set_fused(on: bool) -> None:
@@ -52,11 +48,8 @@ def set_fused(on: bool) -> None:
 
 
 def configure(name: str) -> None:
-    """old: the code before (torch decode, whole-block softmax); fused: the fused decode only;
-    new: the fused decode and the score blocks."""
-    fused, split = CONFIGS[name]
-    set_fused(fused)
-    reference_mod.REFERENCE_SCORE_SLOTS.update(SPLIT if split else dict.fromkeys(SPLIT))
+    """old: the code before (the torch decode); new: the fused decode where available."""
+    set_fused(CONFIGS[name])
 
 
 def sync(device: torch.device) -> None:
@@ -265,27 +258,8 @@ def section_parts(cache: torch.Tensor, n_q: int, keys: int, heads: int, iters: i
 
     timed("clone + softmax passes", softmax, scores.numel() * 8 * 10 / 1e9)
     timed("block_reference", lambda: block_reference(q64, block, inp.softmax_scale), gb_keys * (1 + 512 / 576))
-
-    def split_ref() -> None:
-        for part in reference_mod.split_block(block, heads, SPLIT.get(device.type)):
-            block_reference(q64, part, inp.softmax_scale)
-
-    timed("block_reference, score blocks", split_ref, gb_keys * (1 + 512 / 576))
     print(f"parts: one chunk of {n_rows} rows x {keys} keys x {heads} heads (n_q {n_q}; a call has {max(1, n_q // n_rows)} such chunks)")
     print("\n".join(lines), flush=True)
-    # the whole reference at n_q under other score-block sizes (bits against the old code)
-    args = (inp.q, inp.kv_cache, inp.indices, inp.indptr, inp.softmax_scale)
-    fn = ref_outputs(args)
-    configure("old")
-    want = fn()
-    configure("new")
-    for slots in (None, 1 << 19, 1 << 20, 1 << 21, 1 << 22, 1 << 23):
-        reference_mod.REFERENCE_SCORE_SLOTS[device.type] = slots
-        got = fn()
-        same = all(bits_equal(want[k], got[k]) for k in want)
-        del got
-        m = statistics.median(times_ms(fn, device, iters))
-        print(f"  reference n_q {n_q}, score slots {slots}: {m:.3f} ms, {'same bits as old' if same else 'DIFFERS from old'}", flush=True)
     configure("new")
 
 

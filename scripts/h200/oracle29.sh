@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Issue 21, oracle29: the float64 oracle's new code (fused key decode, oracle.key_decode; softmax
-# on score blocks) against the code before it on one H200: same bits (bench inputs, chunk sizes,
+# Issue 21, oracle29: the float64 oracle's new code (the fused key decode, oracle.key_decode)
+# against the code before it on one H200: same bits (bench inputs, chunk sizes,
 # the snapshot's problems on the device) and time per call, then the new oracle's op profile.
 # Timing steps want an idle GPU; run alone if possible (shared is fine for the bits).
 # <= 225 s: timeouts 165 + 55 s (the torch decode's profile: run 2, .h200/s29c).
 #   bash scripts/h200/oracle29.sh            (ORACLE29_TINY=1: tiny sizes, for a CPU dry run)
 # Writes under "$RESULTS/oracle29/":
-#   oracle29.txt  scripts/h200/oracle29.py: selfcheck, keys, bench (old / fused / new ms, bits),
+#   oracle29.txt  scripts/h200/oracle29.py: selfcheck, keys, bench (old / new ms, bits),
 #                 snapshot, same, parts (decode variants and launch shapes, bmm, softmax alone)
 #   profile.txt   scripts/gpu_op_profile.py --kernels oracle at n_q 64, 4096 (the new code)
 set -uo pipefail

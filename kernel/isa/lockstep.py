@@ -49,9 +49,7 @@ class Batch:
         self.shape = (self.k, V.shape[2])
         self.chk = chk
         self.pc = 0
-        # a VGPR clean for every wave at the end of an earlier group stays so while the wave
-        # waits (only its own instructions change its VGPR state): start from those facts
-        self.ok: set[int] = set.intersection(*(w.clean for w in waves)) if waves else set()
+        self.ok: set[int] = set()
         self.exec_dirty = True
         self._exec: np.ndarray | None = None
 
@@ -126,7 +124,6 @@ def run_group(
         for w in ws:
             w.executed += n
             w.batch = None
-            w.clean = b.ok
 
 
 def _after(w: Wave, pc: int, r: int | None) -> None:

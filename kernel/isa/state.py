@@ -309,7 +309,6 @@ class Wave:
         self.executed = 0
         self.x = None  # the executor of the wave's workgroup (set by the scheduler)
         self.batch = None  # the lockstep batch running the wave, told when EXEC changes
-        self.clean: set[int] = set()  # VGPRs fully defined with no load in flight when its last lockstep group ended
 
     # ---- scalar registers
     def set_exec_from_sgprs(self) -> None:

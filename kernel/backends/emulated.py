@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import torch
 
 from kernel.backend import Backend
+from kernel.backends import emulated_state
 from kernel.contract import begin_call
 from kernel.fp8 import E4M3_NAN_CODE, E8M0_BIAS, E8M0_NAN, e4m3_table, f32_exponent_field
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, index_records, record_words
@@ -504,7 +505,7 @@ def group_scores(cq: ChunkQ, live0: int, group: int, records: torch.Tensor) -> t
 
 
 def group_pv_terms(p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
-    """pv_block_terms of a group: scale_p and the PV MFMAs' products f64 [R, kk, H, b, 128] for
+    """pv_block_terms of a group: scale_p and the PV MFMAs' products f64 [R, kk, b, H, 128] for
     P f32 [R, H, 128] (any strides), records [R, 128, 656] with masked keys' bytes zeroed, masked
     [R, 128]. P' is written once, as the MFMAs' f64 operand [R, kk, b, H, 32] (f32 product
     rounded to f16 on store, then widened), and V decoded in its MFMA order: the same operands
@@ -519,8 +520,7 @@ def group_pv_terms(p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor)
     torch.mul(p_keys, s_keys, out=p16)  # f32 product, RNE to f16 (scale_p)
     codes = records[..., :SCALE_OFFSET].view(r, 2, 2, 2, 2, 2, 4, 4, 128).permute(0, 1, 5, 7, 2, 3, 4, 6, 8)
     v_groups = _decoded(codes).view(r * 16, 32, LATENT_DIM // 4)
-    terms = torch.bmm(p16.to(torch.float64).view(r * 16, heads, 32), v_groups).view(r, 4, 4, heads, 128)
-    return terms.permute(0, 1, 3, 2, 4)
+    return torch.bmm(p16.to(torch.float64).view(r * 16, heads, 32), v_groups).view(r, 4, 4, heads, 128)
 
 
 def _run_chunk_batched(
@@ -563,7 +563,6 @@ def _run_chunk_batched(
         assert cq is not None
         live0 = _live_counts(chunk_tiles, first, first + 1)[0]
         group = min(total - first, max(1, budget // (live0 * TILE)))  # budget: min(row_key_budget, TILE_GROUP_SLOTS)
-        live = _live_counts(chunk_tiles, first, first + group)
         grows = rows[:live0]
         slots, masked = load_slot_range(indices, r_beg[grows], r_len[grows], first, group)
         if chunk_tiles[live0 - 1] < first + group:  # some row ends inside the group: mask its tiles past its count
@@ -583,22 +582,10 @@ def _run_chunk_batched(
         alpha = exp2_f32(m_hist[:, :group] - m_hist[:, 1:])  # [row, tile, H]
         p = tile_p(x, m_hist[:, 1:])  # [row, tile, H, 128]
         psum = lane_sums(p)  # [row, tile, H, 4, 4]
-        terms = group_pv_terms(p.reshape(live0 * group, heads, TILE), records, masked)  # [(row, tile), kk, H, b, 128]
-        # per tile: views taken once for the group (unbind), sliced only where rows have ended
-        alpha_t = alpha.view(live0, group, heads, 1).unbind(1)  # [row, H, 1]: scales o and l_parts (one buffer)
-        psum_t = psum.unbind(1)
-        terms_t = terms.view(live0, group, 4, heads, 4, 128).unbind(1)
-        both = state.buffer[:live0]  # o and l_parts
-        l_all, o_all = state.l_parts[:live0], state.o[:live0].view(live0, heads, 4, 128)
-        for t in range(group):
-            n = live[t]
-            whole = n == live0
-            l_parts, o, ol = (l_all, o_all, both) if whole else (l_all[:n], o_all[:n], both[:n])
-            torch.mul(ol, alpha_t[t] if whole else alpha_t[t][:n], out=ol)
-            l_parts.add_(psum_t[t] if whole else psum_t[t][:n])
-            tile_terms = terms_t[t].unbind(1) if whole else terms_t[t][:n].unbind(1)
-            for kk in range(4):
-                torch.add(o, tile_terms[kk], out=o)  # f64 sum rounded once to f32 (add_f32)
+        terms = group_pv_terms(p.reshape(live0 * group, heads, TILE), records, masked)  # [(row, tile), kk, b, H, 128]
+        counts = [min(group, c - first) for c in chunk_tiles[:live0]]  # the rows' tiles in this group
+        counts_dev = (row_tiles[:live0] - first).clamp_(0, group).to(torch.int32) if emulated_state.kernel_available(device) else None
+        emulated_state.advance(state.buffer[:live0], alpha, psum, terms, counts, counts_dev)
         state.m[:live0] = m_hist[:, group]
         first += group
     return peak

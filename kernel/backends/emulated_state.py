@@ -1,0 +1,182 @@
+"""The emulated kernel's running-state updates of one group of tiles (o and l of every row).
+
+For each row r of a group and each of its tiles t < counts[r], in tile order:
+
+    o, l_parts = f32(o * alpha[r, t]), f32(l_parts * alpha[r, t])        (one buffer: new_state)
+    l_parts    = f32(l_parts + psum[r, t])
+    o          = f32(o + terms[r, t, kk])  for kk = 0..3                    (f64 sum, rounded to f32)
+
+`advance` runs them either as torch operations, six per tile (`advance_torch`, on every
+device), or on CUDA as one Triton kernel for the whole group (`advance_triton`: each program
+keeps one (row, head)'s 528 state values in registers over the tiles, with the same IEEE f32 and
+f64 operations, no contraction into FMAs). The kernel is used on a device only after it
+reproduced advance_torch's bits on a probe (`self_check`: subnormal, huge, zero, infinite and
+NaN values, rows ending inside the group; NaN compared as NaN, the emulator models no payload);
+otherwise, or without Triton, or with EMULATED_TRITON_STATE=0, advance uses the torch operations.
+
+Shapes: buffer f32 [rows, H, 512 + 16] (o then l_parts, contiguous); alpha f32 [rows, tiles, H];
+psum f32 [rows, tiles, H, 16]; terms f64 [rows * tiles, 4 kk, 4 blocks, H, 128] (the PV MFMAs'
+products as the batched matmul writes them); counts: the rows' tile counts in the group,
+non-increasing (a host list), and the same as an int32 device tensor for the kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import warnings
+from collections.abc import Callable
+
+import torch
+
+LATENT = 512
+L_PARTS = 16
+ENV_SWITCH = "EMULATED_TRITON_STATE"  # "0": never use the kernel
+
+
+def advance_torch(buffer: torch.Tensor, alpha: torch.Tensor, psum: torch.Tensor, terms: torch.Tensor, counts: list[int]) -> None:
+    """The updates as torch operations (six per tile), in place on `buffer`."""
+    rows, heads = buffer.shape[0], buffer.shape[1]
+    tiles = alpha.shape[1]
+    alpha_t = alpha.view(rows, tiles, heads, 1).unbind(1)
+    psum_t = psum.view(rows, tiles, heads, L_PARTS).unbind(1)
+    terms_t = terms.view(rows, tiles, 4, 4, heads, 128).permute(0, 1, 2, 4, 3, 5).unbind(1)  # [row, kk, H, b, 128]
+    live = [sum(1 for c in counts if c > t) for t in range(tiles)]
+    for t in range(tiles):
+        n = live[t]
+        if n == 0:
+            break
+        whole = n == rows
+        both = buffer if whole else buffer[:n]
+        torch.mul(both, alpha_t[t] if whole else alpha_t[t][:n], out=both)
+        both[..., LATENT:].add_(psum_t[t] if whole else psum_t[t][:n])
+        o = both[..., :LATENT].view(n, heads, 4, 128)
+        tile_terms = (terms_t[t] if whole else terms_t[t][:n]).unbind(1)
+        for kk in range(4):
+            torch.add(o, tile_terms[kk], out=o)  # f64 sum rounded once to f32
+
+
+@functools.cache
+def _kernel(interpret: bool) -> Callable[..., object]:
+    """The Triton kernel (built on first use; `interpret`: for Triton's CPU interpreter)."""
+    del interpret  # part of the cache key: triton.jit reads TRITON_INTERPRET when it decorates
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def advance(buf_ptr, alpha_ptr, psum_ptr, terms_ptr, counts_ptr, tiles, heads):  # type: ignore[no-untyped-def]
+        pid = tl.program_id(0)
+        row = pid // heads
+        head = pid % heads
+        e = tl.arange(0, 512)
+        lane = tl.arange(0, 16)
+        state = buf_ptr + (row * heads + head).to(tl.int64) * 528
+        o = tl.load(state + e)
+        lp = tl.load(state + 512 + lane)
+        n = tl.load(counts_ptr + row)
+        # element e = 128 b + i of o reads terms[(row, t), kk, b, head, i]
+        t_off = (e // 128) * heads * 128 + head * 128 + e % 128
+        for t in range(0, n):
+            rt = row * tiles + t
+            a = tl.load(alpha_ptr + rt * heads + head)
+            o = o * a
+            lp = lp * a
+            lp = lp + tl.load(psum_ptr + (rt * heads + head) * 16 + lane)
+            base = terms_ptr + rt.to(tl.int64) * (16 * heads * 128)
+            for kk in tl.static_range(4):
+                term = tl.load(base + kk * (4 * heads * 128) + t_off)
+                o = (o.to(tl.float64) + term).to(tl.float32)
+        tl.store(state + e, o)
+        tl.store(state + 512 + lane, lp)
+
+    return advance
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def advance_triton(buffer: torch.Tensor, alpha: torch.Tensor, psum: torch.Tensor, terms: torch.Tensor, counts: torch.Tensor) -> None:
+    """The updates by the Triton kernel, in place on `buffer` (counts: int32 device tensor)."""
+    rows, heads = buffer.shape[0], buffer.shape[1]
+    if not (buffer.is_contiguous() and alpha.is_contiguous() and psum.is_contiguous() and terms.is_contiguous()):
+        raise ValueError("advance_triton needs contiguous buffer, alpha, psum and terms")
+    kernel = _kernel(_interpreting())
+    options = {} if _interpreting() else {"enable_fp_fusion": False, "num_warps": 4}
+    kernel[(rows * heads,)](buffer, alpha, psum, terms, counts, alpha.shape[1], heads, **options)  # type: ignore[index]
+
+
+def usable(device: torch.device) -> bool:
+    """Whether the kernel may run on `device`: Triton importable, a CUDA device (or the
+    interpreter on a CPU), not switched off."""
+    if os.environ.get(ENV_SWITCH, "1") == "0" or importlib.util.find_spec("triton") is None:
+        return False
+    return device.type == "cuda" or (_interpreting() and device.type == "cpu")
+
+
+def probe_inputs(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """A group of 5 rows x 7 tiles x 3 heads with values of every class the updates meet."""
+    g = torch.Generator().manual_seed(29)
+    rows, tiles, heads = 5, 7, 3
+    special = torch.tensor([0.0, -0.0, 1e-45, -3e-42, 1.17e-38, 3.0e38, -3.4e38, float("inf"), float("-inf"), float("nan"), 1.0, -1.0])
+
+    def draw(shape: tuple[int, ...], dtype: torch.dtype, scale: float) -> torch.Tensor:
+        x = torch.randn(shape, generator=g, dtype=torch.float64) * scale
+        x = x * torch.exp2(torch.randint(-40, 40, shape, generator=g).double())
+        pick = torch.rand(shape, generator=g) < 0.1
+        x = torch.where(pick, special[torch.randint(0, special.numel(), shape, generator=g)].double(), x)
+        return x.to(dtype)
+
+    buffer = draw((rows, heads, LATENT + L_PARTS), torch.float32, 1.0)
+    alpha = draw((rows, tiles, heads), torch.float32, 1.0).abs().clamp_max(1.0)
+    alpha[0, 0] = 0.0
+    psum = draw((rows, tiles, heads, L_PARTS), torch.float32, 1.0).abs()
+    terms = draw((rows * tiles, 4, 4, heads, 128), torch.float64, 1.0)
+    counts = [7, 7, 4, 1, 0]
+    return buffer.to(device), alpha.to(device), psum.to(device), terms.to(device), counts
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same bits, any NaN matching any NaN."""
+    nan_a, nan_b = torch.isnan(a), torch.isnan(b)
+    bits_a, bits_b = (torch.where(nan, 0.0, x).view(torch.int32) for nan, x in ((nan_a, a), (nan_b, b)))
+    return bool(torch.equal(nan_a, nan_b)) and bool(torch.equal(bits_a, bits_b))
+
+
+def self_check(device: torch.device) -> bool:
+    """Whether advance_triton gives advance_torch's bits on the probe on `device`."""
+    buffer, alpha, psum, terms, counts = probe_inputs(device)
+    expected = buffer.clone()
+    advance_torch(expected, alpha, psum, terms, counts)
+    got = buffer.clone()
+    advance_triton(got, alpha, psum, terms, torch.tensor(counts, dtype=torch.int32, device=device))
+    return _same(expected, got)
+
+
+@functools.cache
+def _kernel_ok(device: torch.device) -> bool:
+    try:
+        ok = self_check(device)
+    except Exception as err:  # noqa: BLE001 - any failure means: use the torch operations
+        warnings.warn(f"emulated: Triton state kernel unavailable on {device} ({type(err).__name__}: {err}); using torch", stacklevel=2)
+        return False
+    if not ok:
+        warnings.warn(f"emulated: Triton state kernel differs from torch's bits on {device}; using torch", stacklevel=2)
+    return ok
+
+
+def kernel_available(device: torch.device) -> bool:
+    """usable(device) and the probe passed there (checked once per device and process)."""
+    return usable(device) and _kernel_ok(device)
+
+
+def advance(
+    buffer: torch.Tensor, alpha: torch.Tensor, psum: torch.Tensor, terms: torch.Tensor, counts: list[int], counts_dev: torch.Tensor | None
+) -> None:
+    """The group's updates, in place on `buffer`: the kernel where kernel_available (counts_dev
+    given), else torch."""
+    if counts_dev is not None and kernel_available(buffer.device):
+        advance_triton(buffer, alpha.contiguous(), psum.contiguous(), terms, counts_dev)
+    else:
+        advance_torch(buffer, alpha, psum, terms, counts)

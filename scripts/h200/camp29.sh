@@ -16,9 +16,11 @@
 #                            PROCS=$P (15), no cProfile: fuzz-emulated-N.txt/.json, campaigns.txt/.md
 #   gpu15/timers/ timers.txt scripts/campaign_profile.py --timers: one more emulated nightly
 #                            campaign of $TS s beside those 15 (the same load): stages, wall and CPU
-#   gpu8/throughput/         the same campaign with 8 processes for $SWEEP_S s (does the rate scale?)
-#   cpu15/throughput/        15 processes with --device cpu for $SWEEP_S s (the host's cores alone,
-#                            no GPU time-slicing; CPU problem sizes: at most 64 rows, 8192 keys)
+#   gpu8/throughput/         the same campaign with 8 processes for $SWEEP_S s (does the rate scale
+#                            with processes, or is the GPU's time-slicing between contexts the limit?)
+#   mixed-gpu8/, mixed-cpu7/ 8 GPU processes and, at the same time, 7 with --device cpu, $SWEEP_S s
+#                            (the host's spare cores as a second fleet; CPU problem sizes: at most 64
+#                            rows, 8192 keys): the two tables together are the machine's rate
 #   summary.txt              the campaign tables one after another
 # Environment: CAMPAIGN_S (or SECONDS_CAMPAIGN; 90), PROCS (15), TIMER_S (60), SWEEP_S (45), PYTHON (python3),
 # CAMP29_TINY=1 (a CPU check of the logic: 2 processes, 8 s campaigns, n_q 1,4, emulated rows).
@@ -82,7 +84,10 @@ campaign() {
 
 sweep() {
   run_campaign gpu8 "$P_SMALL" "$SWEEP_S"
-  run_campaign cpu15 "$P" "$SWEEP_S" "--device cpu"
+  run_campaign mixed-gpu8 "$P_SMALL" "$SWEEP_S" &
+  gpu_pid=$!
+  run_campaign mixed-cpu7 $(( P - P_SMALL )) "$SWEEP_S" "--device cpu"
+  wait "$gpu_pid"
 }
 
 case "${1:-all}" in

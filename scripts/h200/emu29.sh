@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 21, the emulated kernel after session 29's changes against 36a56b6's (the old module read
 # with git show): same bits and time per call on one H200. Run it ALONE on the GPU (it times);
-# <= 480 s: timeouts 60 + 150 + 120 + 90 + 60 s, 5 s grace each.
+# <= 570 s: timeouts 60 + 150 + 90 + 120 + 90 + 60 s, 5 s grace each.
 #   bash scripts/h200/emu29.sh            (EMU29_TINY=1: tiny sizes, to try the logic on a CPU)
 # Writes under "$RESULTS/emu29/":
 #   env.txt                date, GPU, git HEAD
@@ -10,6 +10,8 @@
 #   old_new.txt/.json      scripts/emu_old_new.py on the bench's inputs (16 heads, 2048 uniform
 #                          keys per row, 1M-record pow2 cache) at n_q 1, 64, 1024, 4096: old and
 #                          new median device ms (calls alternating), ops/syncs per call, same bits
+#   old_new_torch.txt     the same at n_q 64, 4096 with EMULATED_TRITON_STATE=0 (the running state
+#                          by torch operations instead of the Triton kernel)
 #   snapshot_bits.txt      scripts/emu_old_new.py --snapshot-cases: every problem of the bit-exact
 #                          snapshot materialised on cuda, old vs new bits ("rc=1" if any differs)
 #   profile.txt, traces.tgz  scripts/gpu_op_profile.py for the new emulated at n_q 1, 64, 4096
@@ -25,12 +27,14 @@ if [ -n "${EMU29_TINY:-}" ]; then
   SIZE=(--keys 256 --cache-rows 4096)
   CASTS=()
   OLDNEW=(--n-q 1,4 --iters 2)
+  TORCHSTATE=(--n-q 4 --iters 2)
   PROF=(--n-q 1,4 --calls 1)
   BENCH=(--n-q 1,4 --keys 256 --cache-rows 4096 --iters 2 --max-seconds 1)
 else
   SIZE=(--keys 2048 --cache-rows 1048576)
   CASTS=(--exhaustive)
   OLDNEW=(--n-q 1,64,1024,4096 --iters 10)
+  TORCHSTATE=(--n-q 64,4096 --iters 5)
   PROF=(--n-q 1,64,4096 --calls 3)
   BENCH=(--n-q 1,64,1024,4096 --iters 10 --max-seconds 2)
 fi
@@ -40,6 +44,9 @@ echo "casts rc=$?" >> "$R/casts.txt"
 
 timeout -k 5 150 python3 scripts/emu_old_new.py "${OLDNEW[@]}" "${SIZE[@]}" --json "$R/old_new.json" > "$R/old_new.txt" 2>&1
 echo "old_new rc=$?" >> "$R/old_new.txt"
+
+EMULATED_TRITON_STATE=0 timeout -k 5 90 python3 scripts/emu_old_new.py "${TORCHSTATE[@]}" "${SIZE[@]}" > "$R/old_new_torch.txt" 2>&1
+echo "old_new_torch rc=$?" >> "$R/old_new_torch.txt"
 
 timeout -k 5 120 python3 scripts/emu_old_new.py --n-q 1 --keys 256 --cache-rows 4096 --iters 1 --snapshot-cases > "$R/snapshot_bits.txt" 2>&1
 echo "snapshot_bits rc=$?" >> "$R/snapshot_bits.txt"
@@ -51,4 +58,4 @@ if [ -d "$R/traces" ]; then tar czf "$R/traces.tgz" -C "$R" traces && rm -rf "$R
 timeout -k 5 60 python3 scripts/peers_bench.py "${BENCH[@]}" --kernels emulated --json "$R/bench.json" > "$R/bench.txt" 2> "$R/bench.err"
 echo "bench rc=$?" >> "$R/bench.txt"
 
-cat "$R/casts.txt" "$R/old_new.txt"; grep -E "DIFFERS|ALL SAME|SOME DIFFER|rc=" "$R/snapshot_bits.txt"; cat "$R/bench.txt"
+cat "$R/casts.txt" "$R/old_new.txt" "$R/old_new_torch.txt"; grep -E "DIFFERS|ALL SAME|SOME DIFFER|rc=" "$R/snapshot_bits.txt"; cat "$R/bench.txt"

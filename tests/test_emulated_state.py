@@ -1,6 +1,7 @@
-"""The emulated kernel's running-state updates (kernel/backends/emulated_state.py): the Triton
-kernel (under Triton's CPU interpreter) against the torch operations, bit for bit, on the probe
-and through run_emulated; the probe's comparison tells a one-ulp change apart."""
+"""The emulated kernel's Triton kernels (kernel/backends/emulated_state.py: the running-state
+updates, emulated_scores.py: the QK accumulation), under Triton's CPU interpreter, against the
+torch operations, bit for bit, on their probes and through run_emulated; the probes' comparison
+tells a one-ulp change apart."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import importlib.util
 import pytest
 import torch
 
-from kernel.backends import emulated, emulated_state
+from kernel.backends import emulated, emulated_scores, emulated_state
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 
@@ -25,6 +26,7 @@ def test_kernel_matches_torch_on_the_probe(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert emulated_state.usable(torch.device("cpu"))
     assert emulated_state.self_check(torch.device("cpu"))
+    assert emulated_scores.self_check(torch.device("cpu"))
 
 
 def test_probe_comparison_sees_one_ulp() -> None:
@@ -54,6 +56,6 @@ def test_run_emulated_with_the_kernel_matches_the_loop(monkeypatch: pytest.Monke
     loop = emulated.run_emulated(*args, return_lse=True, batch_tiles=False)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setitem(emulated.TILE_GROUP_SLOTS, "cpu", 1 << 19)
-    assert emulated_state.kernel_available(torch.device("cpu"))
+    assert emulated_state.kernel_available(torch.device("cpu")) and emulated_scores.kernel_available(torch.device("cpu"))
     out, lse = emulated.run_emulated(*args, return_lse=True, batch_tiles=True)
     assert torch.equal(_bits(out), _bits(loop[0])) and torch.equal(_bits(lse), _bits(loop[1]))

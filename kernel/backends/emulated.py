@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import torch
 
 from kernel.backend import Backend
-from kernel.backends import emulated_state
+from kernel.backends import emulated_scores, emulated_state
 from kernel.contract import begin_call
 from kernel.fp8 import E4M3_NAN_CODE, E8M0_BIAS, E8M0_NAN, e4m3_table, f32_exponent_field
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, index_records, record_words
@@ -482,26 +482,14 @@ def group_scores(cq: ChunkQ, live0: int, group: int, records: torch.Tensor) -> t
     heads = cq.rope.shape[1]
     lat = records.view(live0, n_keys, RECORD_BYTES)
     k_lat = _decoded(lat[..., :SCALE_OFFSET].view(live0, n_keys, 16, 32).transpose(1, 2))  # [live0, (b, j), keys, 32]
-    dots = torch.matmul(cq.latent[:live0], k_lat.transpose(-1, -2)).view(live0, 4, 4, 2 * heads, n_keys)
+    dots = torch.matmul(cq.latent[:live0], k_lat.transpose(-1, -2))  # [live0, (b, j), 2H, keys]
     k_factor = _e8m0_factor(_f32_e8m0(lat[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)))  # [live0, keys, 4]
-    k_factor = k_factor.transpose(1, 2)[:, :, None, None, :]  # [live0, b, 1, 1, keys]
-    scaled = dots[:, 0] * k_factor[:, 0]  # [live0, j, 2H, keys]
-    for b in range(1, 4):
-        scaled.addcmul_(dots[:, b], k_factor[:, b])  # + the exact product, rounded once
-    acc = torch.zeros(live0, heads, n_keys, dtype=torch.float32, device=records.device)
-    for j in range(4):
-        torch.add(acc, scaled[:, j, :heads], out=acc)
-        torch.add(acc, scaled[:, j, heads:], out=acc)
     r = live0 * group
     k_rope = torch.empty(r, 2, 32, TILE, dtype=torch.float64, device=records.device)
     k_rope.copy_(records[..., ROPE_OFFSET:].view(torch.bfloat16).view(r, TILE, 2, 32).permute(0, 2, 3, 1))
     q_rope = cq.rope[:live0] if group == 1 else cq.rope[:live0, None].expand(live0, group, heads, 64).reshape(r, heads, 64)
     rope_dots = torch.matmul(q_rope.view(r, heads, 2, 32).permute(0, 2, 1, 3), k_rope)  # [R, 2, H, keys]
-    acc_tiles = acc.view(live0, heads, group, TILE)
-    rope_tiles = rope_dots.view(live0, group, 2, heads, TILE).permute(0, 2, 3, 1, 4)  # [live0, i, H, tile, keys]
-    for i in range(2):
-        torch.add(acc_tiles, rope_tiles[:, i], out=acc_tiles)
-    return acc
+    return emulated_scores.accumulate(dots, k_factor, rope_dots)
 
 
 def group_pv_terms(p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:

@@ -124,12 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, Run] = {"old": old_module.run_emulated, "new": new_module.run_emulated}
     old = args.old_file or args.old_rev
     print(f"device {device}; old = {old}; keys {args.keys}, H {args.heads}, cache {args.cache_rows} rows", flush=True)
-    from kernel.backends import emulated_state
+    from kernel.backends import emulated_scores, emulated_state
 
-    state_kernel = emulated_state.kernel_available(device)
-    print(f"new: running-state updates by {'the Triton kernel' if state_kernel else 'torch operations'}", flush=True)
+    state_kernel, scores_kernel = emulated_state.kernel_available(device), emulated_scores.kernel_available(device)
+    by = {True: "the Triton kernel", False: "torch operations"}
+    print(f"new: running-state updates by {by[state_kernel]}, QK accumulation by {by[scores_kernel]}", flush=True)
     print(f"{'N_Q':>5} {'OLD ms':>10} {'NEW ms':>10} {'x':>6} {'OLD ops/syncs':>14} {'NEW ops/syncs':>14}  bits", flush=True)
-    report: dict[str, Any] = {"device": str(device), "old": old, "state_kernel": state_kernel, "rows": [], "cases": []}
+    report: dict[str, Any] = {"device": str(device), "old": old, "rows": [], "cases": []}
+    report.update(state_kernel=state_kernel, scores_kernel=scores_kernel)
     ok = True
     cache = build_cache(args.cache_rows, device)
     for n_q in [int(x) for x in args.n_q.split(",")]:

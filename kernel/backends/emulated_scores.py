@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from kernel.backends.emulated_state import _interpreting, _same, usable
+from kernel.backends.emulated_state import _interpreting, _on, _same, usable
 
 TILE = 128
 
@@ -98,7 +98,8 @@ def accumulate_triton(dots: torch.Tensor, k_factor: torch.Tensor, rope: torch.Te
         raise ValueError("accumulate_triton needs contiguous dots, k_factor and rope")
     acc = torch.empty(rows, heads, n_keys, dtype=torch.float32, device=dots.device)
     options = {} if _interpreting() else {"enable_fp_fusion": False, "num_warps": 4}
-    _kernel(_interpreting())[(rows * heads, tiles)](dots, k_factor, rope, acc, heads, tiles, **options)  # type: ignore[index]
+    with _on(dots.device):
+        _kernel(_interpreting())[(rows * heads, tiles)](dots, k_factor, rope, acc, heads, tiles, **options)  # type: ignore[index]
     return acc
 
 

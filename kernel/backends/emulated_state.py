@@ -22,6 +22,7 @@ non-increasing (a host list), and the same as an int32 device tensor for the ker
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -97,6 +98,11 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def _on(device: torch.device) -> contextlib.AbstractContextManager[object]:
+    """The launch's device context (Triton launches on the current CUDA device)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def advance_triton(buffer: torch.Tensor, alpha: torch.Tensor, psum: torch.Tensor, terms: torch.Tensor, counts: torch.Tensor) -> None:
     """The updates by the Triton kernel, in place on `buffer` (counts: int32 device tensor)."""
     rows, heads = buffer.shape[0], buffer.shape[1]
@@ -104,7 +110,8 @@ def advance_triton(buffer: torch.Tensor, alpha: torch.Tensor, psum: torch.Tensor
         raise ValueError("advance_triton needs contiguous buffer, alpha, psum and terms")
     kernel = _kernel(_interpreting())
     options = {} if _interpreting() else {"enable_fp_fusion": False, "num_warps": 4}
-    kernel[(rows * heads,)](buffer, alpha, psum, terms, counts, alpha.shape[1], heads, **options)  # type: ignore[index]
+    with _on(buffer.device):
+        kernel[(rows * heads,)](buffer, alpha, psum, terms, counts, alpha.shape[1], heads, **options)  # type: ignore[index]
 
 
 def usable(device: torch.device) -> bool:

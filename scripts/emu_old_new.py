@@ -126,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device {device}; old = {old}; keys {args.keys}, H {args.heads}, cache {args.cache_rows} rows", flush=True)
     from kernel.backends import emulated_scores, emulated_state
 
-    state_kernel, scores_kernel = emulated_state.kernel_available(device), emulated_scores.kernel_available(device)
+    state_kernel = emulated_state.kernel_available(device, new_module.lane_sums)
+    scores_kernel = emulated_scores.kernel_available(device)
     by = {True: "the Triton kernel", False: "torch operations"}
     print(f"new: running-state updates by {by[state_kernel]}, QK accumulation by {by[scores_kernel]}", flush=True)
     print(f"{'N_Q':>5} {'OLD ms':>10} {'NEW ms':>10} {'x':>6} {'OLD ops/syncs':>14} {'NEW ops/syncs':>14}  bits", flush=True)

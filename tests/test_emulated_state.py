@@ -25,14 +25,14 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 def test_kernel_matches_torch_on_the_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert emulated_state.usable(torch.device("cpu"))
-    assert emulated_state.self_check(torch.device("cpu"))
+    assert emulated_state.self_check(torch.device("cpu"), emulated.lane_sums)
     assert emulated_scores.self_check(torch.device("cpu"))
 
 
 def test_probe_comparison_sees_one_ulp() -> None:
-    buffer, alpha, psum, terms, counts = emulated_state.probe_inputs(torch.device("cpu"))
+    buffer, alpha, p, terms, counts = emulated_state.probe_inputs(torch.device("cpu"))
     a = buffer.clone()
-    emulated_state.advance_torch(a, alpha, psum, terms, counts)
+    emulated_state.advance_torch(a, alpha, p, terms, counts, emulated.lane_sums)
     b = a.clone()
     assert emulated_state._same(a, b)
     finite = torch.isfinite(b).flatten().nonzero()[3]
@@ -41,9 +41,9 @@ def test_probe_comparison_sees_one_ulp() -> None:
 
 
 def test_rows_past_their_count_keep_their_state() -> None:
-    buffer, alpha, psum, terms, counts = emulated_state.probe_inputs(torch.device("cpu"))
+    buffer, alpha, p, terms, counts = emulated_state.probe_inputs(torch.device("cpu"))
     after = buffer.clone()
-    emulated_state.advance_torch(after, alpha, psum, terms, counts)
+    emulated_state.advance_torch(after, alpha, p, terms, counts, emulated.lane_sums)
     assert counts[-1] == 0
     assert torch.equal(_bits(after[-1]), _bits(buffer[-1]))
     assert not torch.equal(_bits(after[0]), _bits(buffer[0]))
@@ -56,6 +56,7 @@ def test_run_emulated_with_the_kernel_matches_the_loop(monkeypatch: pytest.Monke
     loop = emulated.run_emulated(*args, return_lse=True, batch_tiles=False)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setitem(emulated.TILE_GROUP_SLOTS, "cpu", 1 << 19)
-    assert emulated_state.kernel_available(torch.device("cpu")) and emulated_scores.kernel_available(torch.device("cpu"))
+    cpu = torch.device("cpu")
+    assert emulated_state.kernel_available(cpu, emulated.lane_sums) and emulated_scores.kernel_available(cpu)
     out, lse = emulated.run_emulated(*args, return_lse=True, batch_tiles=True)
     assert torch.equal(_bits(out), _bits(loop[0])) and torch.equal(_bits(lse), _bits(loop[1]))

@@ -569,11 +569,11 @@ def _run_chunk_batched(
         m_hist = torch.cat((state.m[:live0].unsqueeze(1), tile_max(x)), dim=1).cummax(dim=1).values  # [row, 1 + tile, H]
         alpha = exp2_f32(m_hist[:, :group] - m_hist[:, 1:])  # [row, tile, H]
         p = tile_p(x, m_hist[:, 1:])  # [row, tile, H, 128]
-        psum = lane_sums(p)  # [row, tile, H, 4, 4]
         terms = group_pv_terms(p.reshape(live0 * group, heads, TILE), records, masked)  # [(row, tile), kk, b, H, 128]
         counts = [min(group, c - first) for c in chunk_tiles[:live0]]  # the rows' tiles in this group
-        counts_dev = (row_tiles[:live0] - first).clamp_(0, group).to(torch.int32) if emulated_state.kernel_available(device) else None
-        emulated_state.advance(state.buffer[:live0], alpha, psum, terms, counts, counts_dev)
+        kernel = emulated_state.kernel_available(device, lane_sums)
+        counts_dev = (row_tiles[:live0] - first).clamp_(0, group).to(torch.int32) if kernel else None
+        emulated_state.advance(state.buffer[:live0], alpha, p, terms, counts, counts_dev, lane_sums)
         state.m[:live0] = m_hist[:, group]
         first += group
     return peak

@@ -3,21 +3,24 @@
 For each row r of a group and each of its tiles t < counts[r], in tile order:
 
     o, l_parts = f32(o * alpha[r, t]), f32(l_parts * alpha[r, t])        (one buffer: new_state)
-    l_parts    = f32(l_parts + psum[r, t])
+    l_parts    = f32(l_parts + psum[r, t])        (psum = lane_sums(p[r, t]): 8 keys per lane, in order)
     o          = f32(o + terms[r, t, kk])  for kk = 0..3                    (f64 sum, rounded to f32)
 
-`advance` runs them either as torch operations, six per tile (`advance_torch`, on every
-device), or on CUDA as one Triton kernel for the whole group (`advance_triton`: each program
-keeps one (row, head)'s 528 state values in registers over the tiles, with the same IEEE f32 and
-f64 operations, no contraction into FMAs). The kernel is used on a device only after it
-reproduced advance_torch's bits on a probe (`self_check`: subnormal, huge, zero, infinite and
-NaN values, rows ending inside the group; NaN compared as NaN, the emulator models no payload);
-otherwise, or without Triton, or with EMULATED_TRITON_STATE=0, advance uses the torch operations.
+`advance` runs them either as torch operations, lane_sums and six per tile (`advance_torch`, on
+every device), or on CUDA as one Triton kernel for the whole group (`advance_triton`: each
+program keeps one (row, head)'s 528 state values in registers over the tiles and sums its P's
+lanes itself, with the same IEEE f32 and f64 operations, no contraction into FMAs). The kernel
+is used on a device only after it reproduced advance_torch's bits on a probe (`self_check`:
+subnormal, huge, zero, infinite and NaN values, rows ending inside the group; NaN compared as
+NaN, the emulator models no payload); otherwise, or without Triton, or with
+EMULATED_TRITON_STATE=0, advance uses the torch operations.
 
 Shapes: buffer f32 [rows, H, 512 + 16] (o then l_parts, contiguous); alpha f32 [rows, tiles, H];
-psum f32 [rows, tiles, H, 16]; terms f64 [rows * tiles, 4 kk, 4 blocks, H, 128] (the PV MFMAs'
-products as the batched matmul writes them); counts: the rows' tile counts in the group,
-non-increasing (a host list), and the same as an int32 device tensor for the kernel.
+p f32 [rows, tiles, H, 128] (any strides, keys contiguous); lane_sums: P [..., H, 128] -> psum
+[..., H, 4, 4], lane (w, g) summing keys 32w + 16s + 4g + r in (s, r) order from 0; terms f64
+[rows * tiles, 4 kk, 4 blocks, H, 128] (the PV MFMAs' products as the batched matmul writes
+them); counts: the rows' tile counts in the group, non-increasing (a host list), and the same as
+an int32 device tensor for the kernel.
 """
 
 from __future__ import annotations
@@ -36,10 +39,16 @@ L_PARTS = 16
 ENV_SWITCH = "EMULATED_TRITON_STATE"  # "0": never use the kernel
 
 
-def advance_torch(buffer: torch.Tensor, alpha: torch.Tensor, psum: torch.Tensor, terms: torch.Tensor, counts: list[int]) -> None:
-    """The updates as torch operations (six per tile), in place on `buffer`."""
+LaneSums = Callable[[torch.Tensor], torch.Tensor]
+
+
+def advance_torch(
+    buffer: torch.Tensor, alpha: torch.Tensor, p: torch.Tensor, terms: torch.Tensor, counts: list[int], lane_sums: LaneSums
+) -> None:
+    """The updates as torch operations (lane_sums, then six per tile), in place on `buffer`."""
     rows, heads = buffer.shape[0], buffer.shape[1]
     tiles = alpha.shape[1]
+    psum = lane_sums(p)
     alpha_t = alpha.view(rows, tiles, heads, 1).unbind(1)
     psum_t = psum.view(rows, tiles, heads, L_PARTS).unbind(1)
     terms_t = terms.view(rows, tiles, 4, 4, heads, 128).permute(0, 1, 2, 4, 3, 5).unbind(1)  # [row, kk, H, b, 128]
@@ -66,12 +75,13 @@ def _kernel(interpret: bool) -> Callable[..., object]:
     import triton.language as tl
 
     @triton.jit
-    def advance(buf_ptr, alpha_ptr, psum_ptr, terms_ptr, counts_ptr, tiles, heads):  # type: ignore[no-untyped-def]
+    def advance(buf_ptr, alpha_ptr, p_ptr, sp_row, sp_tile, sp_head, terms_ptr, counts_ptr, tiles, heads):  # type: ignore[no-untyped-def]
         pid = tl.program_id(0)
         row = pid // heads
         head = pid % heads
         e = tl.arange(0, 512)
         lane = tl.arange(0, 16)
+        lane_key = (lane // 4) * 32 + (lane % 4) * 4  # lane (w, g) sums keys 32w + 16s + 4g + r
         state = buf_ptr + (row * heads + head).to(tl.int64) * 528
         o = tl.load(state + e)
         lp = tl.load(state + 512 + lane)
@@ -83,7 +93,11 @@ def _kernel(interpret: bool) -> Callable[..., object]:
             a = tl.load(alpha_ptr + rt * heads + head)
             o = o * a
             lp = lp * a
-            lp = lp + tl.load(psum_ptr + (rt * heads + head) * 16 + lane)
+            p_row = p_ptr + row.to(tl.int64) * sp_row + t * sp_tile + head * sp_head
+            psum = tl.zeros([16], dtype=tl.float32)
+            for k in tl.static_range(8):
+                psum = psum + tl.load(p_row + lane_key + (k // 4) * 16 + k % 4)
+            lp = lp + psum
             base = terms_ptr + rt.to(tl.int64) * (16 * heads * 128)
             for kk in tl.static_range(4):
                 term = tl.load(base + kk * (4 * heads * 128) + t_off)
@@ -103,15 +117,16 @@ def _on(device: torch.device) -> contextlib.AbstractContextManager[object]:
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-def advance_triton(buffer: torch.Tensor, alpha: torch.Tensor, psum: torch.Tensor, terms: torch.Tensor, counts: torch.Tensor) -> None:
+def advance_triton(buffer: torch.Tensor, alpha: torch.Tensor, p: torch.Tensor, terms: torch.Tensor, counts: torch.Tensor) -> None:
     """The updates by the Triton kernel, in place on `buffer` (counts: int32 device tensor)."""
     rows, heads = buffer.shape[0], buffer.shape[1]
-    if not (buffer.is_contiguous() and alpha.is_contiguous() and psum.is_contiguous() and terms.is_contiguous()):
-        raise ValueError("advance_triton needs contiguous buffer, alpha, psum and terms")
+    if not (buffer.is_contiguous() and alpha.is_contiguous() and terms.is_contiguous() and p.stride(-1) == 1):
+        raise ValueError("advance_triton needs contiguous buffer, alpha and terms, and P's keys contiguous")
     kernel = _kernel(_interpreting())
     options = {} if _interpreting() else {"enable_fp_fusion": False, "num_warps": 4}
     with _on(buffer.device):
-        kernel[(rows * heads,)](buffer, alpha, psum, terms, counts, alpha.shape[1], heads, **options)  # type: ignore[index]
+        strides = (p.stride(0), p.stride(1), p.stride(2))
+        kernel[(rows * heads,)](buffer, alpha, p, *strides, terms, counts, alpha.shape[1], heads, **options)  # type: ignore[index]
 
 
 def usable(device: torch.device) -> bool:
@@ -138,10 +153,10 @@ def probe_inputs(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torc
     buffer = draw((rows, heads, LATENT + L_PARTS), torch.float32, 1.0)
     alpha = draw((rows, tiles, heads), torch.float32, 1.0).abs().clamp_max(1.0)
     alpha[0, 0] = 0.0
-    psum = draw((rows, tiles, heads, L_PARTS), torch.float32, 1.0).abs()
+    p = draw((rows, heads, tiles, 128), torch.float32, 1.0).abs().transpose(1, 2)  # the batched path's layout
     terms = draw((rows * tiles, 4, 4, heads, 128), torch.float64, 1.0)
     counts = [7, 7, 4, 1, 0]
-    return buffer.to(device), alpha.to(device), psum.to(device), terms.to(device), counts
+    return buffer.to(device), alpha.to(device), p.to(device), terms.to(device), counts
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -151,20 +166,20 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(nan_a, nan_b)) and bool(torch.equal(bits_a, bits_b))
 
 
-def self_check(device: torch.device) -> bool:
+def self_check(device: torch.device, lane_sums: LaneSums) -> bool:
     """Whether advance_triton gives advance_torch's bits on the probe on `device`."""
-    buffer, alpha, psum, terms, counts = probe_inputs(device)
+    buffer, alpha, p, terms, counts = probe_inputs(device)
     expected = buffer.clone()
-    advance_torch(expected, alpha, psum, terms, counts)
+    advance_torch(expected, alpha, p, terms, counts, lane_sums)
     got = buffer.clone()
-    advance_triton(got, alpha, psum, terms, torch.tensor(counts, dtype=torch.int32, device=device))
+    advance_triton(got, alpha, p, terms, torch.tensor(counts, dtype=torch.int32, device=device))
     return _same(expected, got)
 
 
 @functools.cache
-def _kernel_ok(device: torch.device) -> bool:
+def _kernel_ok(device: torch.device, lane_sums: LaneSums) -> bool:
     try:
-        ok = self_check(device)
+        ok = self_check(device, lane_sums)
     except Exception as err:  # noqa: BLE001 - any failure means: use the torch operations
         warnings.warn(f"emulated: Triton state kernel unavailable on {device} ({type(err).__name__}: {err}); using torch", stacklevel=2)
         return False
@@ -173,17 +188,23 @@ def _kernel_ok(device: torch.device) -> bool:
     return ok
 
 
-def kernel_available(device: torch.device) -> bool:
+def kernel_available(device: torch.device, lane_sums: LaneSums) -> bool:
     """usable(device) and the probe passed there (checked once per device and process)."""
-    return usable(device) and _kernel_ok(device)
+    return usable(device) and _kernel_ok(device, lane_sums)
 
 
 def advance(
-    buffer: torch.Tensor, alpha: torch.Tensor, psum: torch.Tensor, terms: torch.Tensor, counts: list[int], counts_dev: torch.Tensor | None
+    buffer: torch.Tensor,
+    alpha: torch.Tensor,
+    p: torch.Tensor,
+    terms: torch.Tensor,
+    counts: list[int],
+    counts_dev: torch.Tensor | None,
+    lane_sums: LaneSums,
 ) -> None:
     """The group's updates, in place on `buffer`: the kernel where kernel_available (counts_dev
     given), else torch."""
-    if counts_dev is not None and kernel_available(buffer.device):
-        advance_triton(buffer, alpha.contiguous(), psum.contiguous(), terms, counts_dev)
+    if counts_dev is not None and kernel_available(buffer.device, lane_sums):
+        advance_triton(buffer, alpha.contiguous(), p, terms, counts_dev)
     else:
-        advance_torch(buffer, alpha, psum, terms, counts)
+        advance_torch(buffer, alpha, p, terms, counts, lane_sums)

@@ -57,11 +57,18 @@ _PROBE_SCALES = (
 )
 
 
+_CODE_TABLES: dict[torch.device, torch.Tensor] = {}
+
+
 def code_table(device: torch.device) -> torch.Tensor:
     """f64 [256]: each e4m3 code as the torch decode widens it (float8_e4m3fn -> f16 -> f64, the
-    casts torch applies on `device`; exact for every finite code)."""
-    codes = torch.arange(256, dtype=torch.int32, device=device).to(torch.uint8)
-    return codes.view(torch.float8_e4m3fn).to(torch.float16).to(torch.float64)
+    casts torch applies on `device`; exact for every finite code). Cached per device."""
+    table = _CODE_TABLES.get(device)
+    if table is None:
+        codes = torch.arange(256, dtype=torch.int32, device=device).to(torch.uint8)
+        table = codes.view(torch.float8_e4m3fn).to(torch.float16).to(torch.float64)
+        _CODE_TABLES[device] = table
+    return table
 
 
 @functools.cache

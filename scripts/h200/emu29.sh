@@ -11,7 +11,8 @@
 #                          keys per row, 1M-record pow2 cache) at n_q 1, 64, 1024, 4096: old and
 #                          new median device ms (calls alternating), ops/syncs per call, same bits
 #   old_new_torch.txt     the same at n_q 64, 4096 with EMULATED_TRITON_STATE=0 (the running state
-#                          by torch operations instead of the Triton kernel)
+#                          and the QK accumulation by torch operations instead of the Triton
+#                          kernels of kernel/backends/emulated_state.py, emulated_scores.py)
 #   snapshot_bits.txt      scripts/emu_old_new.py --snapshot-cases: every problem of the bit-exact
 #                          snapshot materialised on cuda, old vs new bits ("rc=1" if any differs)
 #   profile.txt, traces.tgz  scripts/gpu_op_profile.py for the new emulated at n_q 1, 64, 4096

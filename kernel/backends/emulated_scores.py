@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from kernel.backends.emulated_state import _interpreting, _on, _same, usable
+from kernel.backends.emulated_state import _interpreting, _on, _same, probe_passes, usable
 
 TILE = 128
 
@@ -128,16 +128,7 @@ def self_check(device: torch.device) -> bool:
 
 @functools.cache
 def _kernel_ok(device: torch.device) -> bool:
-    import warnings
-
-    try:
-        ok = self_check(device)
-    except Exception as err:  # noqa: BLE001 - any failure means: use the torch operations
-        warnings.warn(f"emulated: Triton QK accumulation unavailable on {device} ({type(err).__name__}: {err}); using torch", stacklevel=2)
-        return False
-    if not ok:
-        warnings.warn(f"emulated: Triton QK accumulation differs from torch's bits on {device}; using torch", stacklevel=2)
-    return ok
+    return probe_passes("QK accumulation", device, lambda: self_check(device))
 
 
 def kernel_available(device: torch.device) -> bool:

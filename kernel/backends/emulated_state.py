@@ -178,13 +178,18 @@ def self_check(device: torch.device, lane_sums: LaneSums) -> bool:
 
 @functools.cache
 def _kernel_ok(device: torch.device, lane_sums: LaneSums) -> bool:
+    return probe_passes("state kernel", device, lambda: self_check(device, lane_sums))
+
+
+def probe_passes(what: str, device: torch.device, check: Callable[[], bool]) -> bool:
+    """check() (a kernel's self-check), False with a warning when it fails or raises."""
     try:
-        ok = self_check(device, lane_sums)
+        ok = check()
     except Exception as err:  # noqa: BLE001 - any failure means: use the torch operations
-        warnings.warn(f"emulated: Triton state kernel unavailable on {device} ({type(err).__name__}: {err}); using torch", stacklevel=2)
+        warnings.warn(f"emulated: Triton {what} unavailable on {device} ({type(err).__name__}: {err}); using torch", stacklevel=3)
         return False
     if not ok:
-        warnings.warn(f"emulated: Triton state kernel differs from torch's bits on {device}; using torch", stacklevel=2)
+        warnings.warn(f"emulated: Triton {what} differs from torch's bits on {device}; using torch", stacklevel=3)
     return ok
 
 

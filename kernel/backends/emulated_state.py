@@ -129,10 +129,15 @@ def advance_triton(buffer: torch.Tensor, alpha: torch.Tensor, p: torch.Tensor, t
         kernel[(rows * heads,)](buffer, alpha, p, *strides, terms, counts, alpha.shape[1], heads, **options)  # type: ignore[index]
 
 
+@functools.cache
+def _have_triton() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
 def usable(device: torch.device) -> bool:
     """Whether the kernel may run on `device`: Triton importable, a CUDA device (or the
     interpreter on a CPU), not switched off."""
-    if os.environ.get(ENV_SWITCH, "1") == "0" or importlib.util.find_spec("triton") is None:
+    if os.environ.get(ENV_SWITCH, "1") == "0" or not _have_triton():
         return False
     return device.type == "cuda" or (_interpreting() and device.type == "cpu")
 

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Runs steps one after another (each alone on the GPU), each under its own time limit:
-#   bash scripts/h200/seq.sh SECONDS:SCRIPT[:ENV=VAL,...] [...]
-# e.g. seq.sh 200:scripts/h200/oracle29.sh 330:scripts/h200/camp29.sh:SECONDS_CAMPAIGN=100
+#   bash scripts/h200/seq.sh "SECONDS:SCRIPT [ARGS][:ENV=VAL,...]" [...]
+# e.g. seq.sh 200:scripts/h200/oracle29.sh "330:scripts/h200/camp29.sh campaign:SECONDS_CAMPAIGN=100"
 # Logs go to "$RESULTS/logs/seq-<name>.log"; the rc of each step to "$RESULTS/logs/rc.txt".
 set -u
 for spec in "$@"; do
   IFS=: read -r secs script envs <<< "$spec"
-  name=$(basename "$script" .sh)
+  read -r -a words <<< "$script"
+  name=$(basename "${words[0]}" .sh)
   env_args=()
   [ -n "${envs:-}" ] && IFS=, read -r -a env_args <<< "$envs"
   echo "=== $name ($secs s at most, $(date +%T))"
-  env "${env_args[@]}" timeout --kill-after=10 "$secs" bash "$script" > "${RESULTS:-results}/logs/seq-$name.log" 2>&1
+  env "${env_args[@]}" timeout --kill-after=10 "$secs" bash "${words[@]}" > "${RESULTS:-results}/logs/seq-$name.log" 2>&1
   echo "seq $name rc=$?" | tee -a "${RESULTS:-results}/logs/rc.txt"
 done

@@ -6,13 +6,17 @@ tells a one-ulp change apart."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from kernel.backends import emulated, emulated_scores, emulated_state
-from strategies.materialize import materialize
-from strategies.recipe import Recipe
+from kernel.backends import emulated, emulated_state
+
+ROOT = Path(__file__).resolve().parents[1]
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 
@@ -21,12 +25,35 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view({4: torch.int32, 2: torch.int16}[t.element_size()])
 
 
+INTERPRETED = """
+import torch
+from kernel.backends import emulated, emulated_scores, emulated_state
+from strategies.materialize import materialize
+from strategies.recipe import Recipe
+
+cpu = torch.device("cpu")
+assert emulated_state.usable(cpu)
+assert emulated_state.self_check(cpu, emulated.lane_sums), "state kernel probe"
+assert emulated_scores.self_check(cpu), "QK accumulation probe"
+p = materialize(Recipe(seed=3, n_q=3, heads=2, row_lengths=(300, 40, 129), cache_rows=256, latent="above_cap"), "cpu")
+args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+loop = emulated.run_emulated(*args, return_lse=True, batch_tiles=False)
+emulated.TILE_GROUP_SLOTS["cpu"] = 1 << 19
+assert emulated_state.kernel_available(cpu, emulated.lane_sums) and emulated_scores.kernel_available(cpu)
+out, lse = emulated.run_emulated(*args, return_lse=True, batch_tiles=True)
+bits = lambda t: t.contiguous().view({4: torch.int32, 2: torch.int16}[t.element_size()])
+assert torch.equal(bits(out), bits(loop[0])) and torch.equal(bits(lse), bits(loop[1])), "run_emulated"
+print("interpreted kernels: same bits")
+"""
+
+
 @needs_triton
-def test_kernel_matches_torch_on_the_probe(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert emulated_state.usable(torch.device("cpu"))
-    assert emulated_state.self_check(torch.device("cpu"), emulated.lane_sums)
-    assert emulated_scores.self_check(torch.device("cpu"))
+def test_interpreted_kernels_match_torch() -> None:
+    """Both kernels under Triton's interpreter (a fresh process: Triton reads TRITON_INTERPRET
+    when it is first imported): their probes, and run_emulated through them against the loop."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "same bits" in done.stdout, done.stderr[-2000:]
 
 
 def test_probe_comparison_sees_one_ulp() -> None:
@@ -47,16 +74,3 @@ def test_rows_past_their_count_keep_their_state() -> None:
     assert counts[-1] == 0
     assert torch.equal(_bits(after[-1]), _bits(buffer[-1]))
     assert not torch.equal(_bits(after[0]), _bits(buffer[0]))
-
-
-@needs_triton
-def test_run_emulated_with_the_kernel_matches_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    p = materialize(Recipe(seed=3, n_q=3, heads=2, row_lengths=(300, 40, 129), cache_rows=256, latent="above_cap"), "cpu")
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
-    loop = emulated.run_emulated(*args, return_lse=True, batch_tiles=False)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setitem(emulated.TILE_GROUP_SLOTS, "cpu", 1 << 19)
-    cpu = torch.device("cpu")
-    assert emulated_state.kernel_available(cpu, emulated.lane_sums) and emulated_scores.kernel_available(cpu)
-    out, lse = emulated.run_emulated(*args, return_lse=True, batch_tiles=True)
-    assert torch.equal(_bits(out), _bits(loop[0])) and torch.equal(_bits(lse), _bits(loop[1]))

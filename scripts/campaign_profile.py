@@ -12,6 +12,8 @@ Stages (cumulative time of the functions that do them; they do not nest in one a
     oracle+bound oracle.bound.evaluate_modes (reference and a-priori bound, both modes)
       of which gather  oracle.rows.gather_bound_batch (records gathered and decoded)
     compare      conformance.judging.harness._compare_modes (errors against the bound: compare and judge)
+    preconditions check  oracle.preconditions.check_call (the preconditions property's findings
+                 before its kernel call)
     record       conformance.judging.harness.record (the run folder's example log)
     coverage     conformance.records.coverage.Coverage.add
     other        the rest of the wall time (Hypothesis's engine, shrinking, progress, start-up)
@@ -50,6 +52,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("input guard", "conformance/durability/input_guard.py", "changes"),
     ("oracle+bound", "oracle/bound.py", "evaluate_modes"),
     ("compare", "conformance/judging/harness.py", "_compare_modes"),
+    ("preconditions check", "oracle/preconditions.py", "check_call"),
     ("record", "conformance/judging/harness.py", "record"),
     ("coverage", "conformance/records/coverage.py", "add"),
 )
@@ -64,6 +67,7 @@ TIMED: tuple[tuple[str, str, str], ...] = (
     ("input guard", "conformance.durability.input_guard", "InputSnapshot.changes"),
     ("oracle+bound", "oracle.bound", "evaluate_modes"),
     ("compare", "conformance.judging.harness", "_compare_modes"),
+    ("preconditions check", "oracle.preconditions", "check_call"),
     ("record", "conformance.judging.harness", "record"),
     ("coverage", "conformance.records.coverage", "Coverage.add"),
     ("gather (in oracle+bound)", "oracle.rows", "gather_bound_batch"),

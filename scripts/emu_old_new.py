@@ -124,15 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, Run] = {"old": old_module.run_emulated, "new": new_module.run_emulated}
     old = args.old_file or args.old_rev
     print(f"device {device}; old = {old}; keys {args.keys}, H {args.heads}, cache {args.cache_rows} rows", flush=True)
-    from kernel.backends import emulated_scores, emulated_state
+    from kernel.backends import emulated_decode, emulated_scores, emulated_state
 
     state_kernel = emulated_state.kernel_available(device, new_module.lane_sums)
     scores_kernel = emulated_scores.kernel_available(device)
+    decode_kernel = emulated_decode.kernel_available(device)
     by = {True: "the Triton kernel", False: "torch operations"}
-    print(f"new: running-state updates by {by[state_kernel]}, QK accumulation by {by[scores_kernel]}", flush=True)
+    paths = f"running-state updates by {by[state_kernel]}, QK accumulation by {by[scores_kernel]}, K/V decode by {by[decode_kernel]}"
+    print(f"new: {paths}", flush=True)
     print(f"{'N_Q':>5} {'OLD ms':>10} {'NEW ms':>10} {'x':>6} {'OLD ops/syncs':>14} {'NEW ops/syncs':>14}  bits", flush=True)
     report: dict[str, Any] = {"device": str(device), "old": old, "rows": [], "cases": []}
-    report.update(state_kernel=state_kernel, scores_kernel=scores_kernel)
+    report.update(state_kernel=state_kernel, scores_kernel=scores_kernel, decode_kernel=decode_kernel)
     ok = True
     cache = build_cache(args.cache_rows, device)
     for n_q in [int(x) for x in args.n_q.split(",")]:

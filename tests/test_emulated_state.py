@@ -1,7 +1,7 @@
 """The emulated kernel's Triton kernels (kernel/backends/emulated_state.py: the running-state
-updates, emulated_scores.py: the QK accumulation), under Triton's CPU interpreter, against the
-torch operations, bit for bit, on their probes and through run_emulated; the probes' comparison
-tells a one-ulp change apart."""
+updates, emulated_scores.py: the QK accumulation, emulated_decode.py: K and V), under Triton's
+CPU interpreter, against the torch operations, bit for bit, on their probes and through
+run_emulated; the probes' comparison tells a one-ulp change apart."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 INTERPRETED = """
 import torch
-from kernel.backends import emulated, emulated_scores, emulated_state
+from kernel.backends import emulated, emulated_decode, emulated_scores, emulated_state
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 
@@ -35,11 +35,13 @@ cpu = torch.device("cpu")
 assert emulated_state.usable(cpu)
 assert emulated_state.self_check(cpu, emulated.lane_sums), "state kernel probe"
 assert emulated_scores.self_check(cpu), "QK accumulation probe"
+assert emulated_decode.self_check(cpu), "K/V decode probe"
 p = materialize(Recipe(seed=3, n_q=3, heads=2, row_lengths=(300, 40, 129), cache_rows=256, latent="above_cap"), "cpu")
 args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
 loop = emulated.run_emulated(*args, return_lse=True, batch_tiles=False)
 emulated.TILE_GROUP_SLOTS["cpu"] = 1 << 19
 assert emulated_state.kernel_available(cpu, emulated.lane_sums) and emulated_scores.kernel_available(cpu)
+assert emulated_decode.kernel_available(cpu)
 out, lse = emulated.run_emulated(*args, return_lse=True, batch_tiles=True)
 bits = lambda t: t.contiguous().view({4: torch.int32, 2: torch.int16}[t.element_size()])
 assert torch.equal(bits(out), bits(loop[0])) and torch.equal(bits(lse), bits(loop[1])), "run_emulated"

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import torch
 
 from kernel.backend import Backend
-from kernel.backends import emulated_scores, emulated_state
+from kernel.backends import emulated_decode, emulated_scores, emulated_state
 from kernel.contract import begin_call
 from kernel.fp8 import E4M3_NAN_CODE, E8M0_BIAS, E8M0_NAN, e4m3_table, f32_exponent_field
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, index_records, record_words
@@ -461,20 +461,10 @@ def chunk_q(qq: QuantizedQ, rows: torch.Tensor) -> ChunkQ:
     return ChunkQ(latent=latent.view(n, 16, 2 * heads, 32), rope=qq.rope[rows])
 
 
-def _decoded(codes: torch.Tensor) -> torch.Tensor:
-    """f64 values of a strided uint8 view of e4m3 codes, contiguous in the view's logical order:
-    torch's float8_e4m3fn widening (exact), the permutation and the widening in one copy.
-
-    NaN codes give a NaN whose payload differs from decode_codes' table NaN; no output bit
-    depends on a payload (see the module docstring), so the values are decode_codes'."""
-    values = torch.empty(codes.shape, dtype=torch.float64, device=codes.device)
-    values.copy_(codes.view(torch.float8_e4m3fn))
-    return values
-
-
-def group_scores(cq: ChunkQ, live0: int, group: int, records: torch.Tensor) -> torch.Tensor:
+def group_scores(cq: ChunkQ, live0: int, group: int, records: torch.Tensor, decode_kernel: bool = False) -> torch.Tensor:
     """qk_scores of a group of tiles: f32 [live0 rows, H, group * 128 keys] for the chunk's first
-    live0 rows and their records uint8 [live0 * group, 128, 656] (masked keys zeroed).
+    live0 rows and their records uint8 [live0 * group, 128, 656] (a masked key's score is
+    replaced later; decode_kernel: K by emulated_decode's kernel).
 
     The same f64 values and f32 roundings as qk_scores: each (b, j) MFMA's 32-term dot is exact
     (e4m3 x e4m3 products, one block scale per term), so the dots are formed per row over all its
@@ -484,7 +474,7 @@ def group_scores(cq: ChunkQ, live0: int, group: int, records: torch.Tensor) -> t
     n_keys = group * TILE
     heads = cq.rope.shape[1]
     lat = records.view(live0, n_keys, RECORD_BYTES)
-    k_lat = _decoded(lat[..., :SCALE_OFFSET].view(live0, n_keys, 16, 32).transpose(1, 2))  # [live0, (b, j), keys, 32]
+    k_lat = emulated_decode.keys(records, live0, n_keys, decode_kernel)  # [live0, (b, j), keys, 32]
     dots = torch.matmul(cq.latent[:live0], k_lat.transpose(-1, -2))  # [live0, (b, j), 2H, keys]
     k_factor = _e8m0_factor(_f32_e8m0(lat[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)))  # [live0, keys, 4]
     r = live0 * group
@@ -495,9 +485,10 @@ def group_scores(cq: ChunkQ, live0: int, group: int, records: torch.Tensor) -> t
     return emulated_scores.accumulate(dots, k_factor, rope_dots)
 
 
-def group_pv_terms(p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+def group_pv_terms(p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor, decode_kernel: bool = False) -> torch.Tensor:
     """pv_block_terms of a group: scale_p and the PV MFMAs' products f64 [R, kk, b, H, 128] for
-    P f32 [R, H, 128] (any strides), records [R, 128, 656] with masked keys' bytes zeroed, masked
+    P f32 [R, H, 128] (any strides), records [R, 128, 656] (masked keys' bytes zeroed unless
+    decode_kernel: V by emulated_decode's kernel, which writes their V as 0), masked
     [R, 128]. P' is written once, as the MFMAs' f64 operand [R, kk, b, H, 32] (f32 product
     rounded to f16 on store, then widened), and V decoded in its MFMA order: the same operands
     as pv_block_terms' product, one batched matmul of the same shapes."""
@@ -509,8 +500,7 @@ def group_pv_terms(p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor)
     s_keys = scale_v.view(r, 2, 2, 2, 2, 2, 4, 4).permute(0, 1, 5, 7, 2, 3, 4, 6).unsqueeze(4)
     p16 = torch.empty(r, 2, 2, 4, heads, 2, 2, 2, 4, dtype=torch.float16, device=p.device)
     torch.mul(p_keys, s_keys, out=p16)  # f32 product, RNE to f16 (scale_p)
-    codes = records[..., :SCALE_OFFSET].view(r, 2, 2, 2, 2, 2, 4, 4, 128).permute(0, 1, 5, 7, 2, 3, 4, 6, 8)
-    v_groups = _decoded(codes).view(r * 16, 32, LATENT_DIM // 4)
+    v_groups = emulated_decode.values(records, masked, decode_kernel)  # [R * (kk, b), 32 keys, 128]
     return torch.bmm(p16.to(torch.float64).view(r * 16, heads, 32), v_groups).view(r, 4, 4, heads, 128)
 
 
@@ -565,14 +555,15 @@ def _run_chunk_batched(
         peak = top if peak is None else torch.maximum(peak, top)
         records = gather_records(kv_rows, slots).view(live0 * group, TILE, RECORD_BYTES)
         masked = masked.view(live0 * group, TILE)
-        words = record_words(records)
-        words.masked_fill_(masked.view(live0 * group, TILE, 1), 0)
-        scores = group_scores(cq, live0, group, records)  # [row, H, (tile, key)]
+        decode_kernel = emulated_decode.kernel_available(device)
+        if not decode_kernel:  # the torch decode reads masked keys' V from zeroed bytes (the kernel writes 0 itself)
+            record_words(records).masked_fill_(masked.view(live0 * group, TILE, 1), 0)
+        scores = group_scores(cq, live0, group, records, decode_kernel)  # [row, H, (tile, key)]
         x = tile_logits(scores.view(live0, heads, group, TILE).transpose(1, 2), masked.view(live0, group, TILE), c_log2)
         m_hist = torch.cat((state.m[:live0].unsqueeze(1), tile_max(x)), dim=1).cummax(dim=1).values  # [row, 1 + tile, H]
         alpha = exp2_f32(m_hist[:, :group] - m_hist[:, 1:])  # [row, tile, H]
         p = tile_p(x, m_hist[:, 1:])  # [row, tile, H, 128]
-        terms = group_pv_terms(p.reshape(live0 * group, heads, TILE), records, masked)  # [(row, tile), kk, b, H, 128]
+        terms = group_pv_terms(p.reshape(live0 * group, heads, TILE), records, masked, decode_kernel)  # [(row, tile), kk, b, H, 128]
         counts = [min(group, c - first) for c in chunk_tiles[:live0]]  # the rows' tiles in this group
         kernel = emulated_state.kernel_available(device, lane_sums)
         counts_dev = (row_tiles[:live0] - first).clamp_(0, group).to(torch.int32) if kernel else None

@@ -53,7 +53,7 @@ print("interpreted kernels: same bits")
 def test_interpreted_kernels_match_torch() -> None:
     """Both kernels under Triton's interpreter (a fresh process: Triton reads TRITON_INTERPRET
     when it is first imported): their probes, and run_emulated through them against the loop."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "EMULATED_TRITON_DECODE": "1"}
     done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "same bits" in done.stdout, done.stderr[-2000:]
 

@@ -6,10 +6,10 @@ stages the tiles of a chunk run batched (`_run_chunk_batched`): every stage with
 tiles runs once for a group of tiles (QK per row over all its tiles' keys: group_scores; P' and
 the PV products: group_pv_terms), and only the running m, l and o are updated tile by tile
 (m by a running max; l and o by emulated_state.advance), bit-identical to the per-tile loop
-(`batch_tiles=False`). On CUDA the K and V decode, the QK accumulation and the running-state
-updates of a group are Triton kernels (emulated_decode, emulated_scores, emulated_state) where
-they reproduced the torch operations' bits on a probe. Stages carry the names the FlyDSL kernel
-uses:
+(`batch_tiles=False`). On CUDA the QK accumulation and the running-state updates of a group
+are Triton kernels (emulated_scores, emulated_state), and with EMULATED_TRITON_DECODE=1 also the
+K and V decode (emulated_decode), where they reproduced the torch operations' bits on a probe.
+Stages carry the names the FlyDSL kernel uses:
 
     read_q          q rows and heads through their strides (f32 view of bf16)
     tile_count      tiles per row: ceil(len / 128), or with has_invalid ceil(last_valid / 128)

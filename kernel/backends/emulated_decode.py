@@ -8,7 +8,8 @@ records widened to f64 in the MFMAs' order.
 
 records: uint8 [R, 128, 656] (R = rows * tiles, row-major), masked: bool [R, 128]. The torch
 path (`keys_torch`, `values_torch`: one casting copy each through torch's float8_e4m3fn view)
-needs the masked keys' record bytes zeroed beforehand; on CUDA one Triton kernel each
+needs the masked keys' record bytes zeroed beforehand; on CUDA, opted in with
+EMULATED_TRITON_DECODE=1 (they have not been timed on a GPU yet), one Triton kernel each
 (`keys_triton`, `values_triton`: the code's value read from the 256-entry f64 e4m3 table, masked
 keys written as +0), coalesced on both sides, used only after it reproduced the torch path's
 values on a probe (every code, masked keys; NaN compared as NaN: the emulator models no payload).
@@ -17,6 +18,7 @@ values on a probe (every code, masked keys; NaN compared as NaN: the emulator mo
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 from collections.abc import Callable
 
@@ -131,9 +133,13 @@ def _kernel_ok(device: torch.device) -> bool:
     return probe_passes("K/V decode", device, lambda: self_check(device))
 
 
+OPT_IN = "EMULATED_TRITON_DECODE"  # "1": use the kernels (not yet timed on a GPU: off by default)
+
+
 def kernel_available(device: torch.device) -> bool:
-    """emulated_state.usable(device) and the probe passed there (once per device and process)."""
-    return usable(device) and _kernel_ok(device)
+    """Opted in (EMULATED_TRITON_DECODE=1), emulated_state.usable(device) and the probe passed
+    there (once per device and process)."""
+    return os.environ.get(OPT_IN, "0") == "1" and usable(device) and _kernel_ok(device)
 
 
 def keys(records: torch.Tensor, rows: int, n_keys: int, kernel: bool) -> torch.Tensor:

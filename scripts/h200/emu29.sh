@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 21, the emulated kernel after session 29's changes against 36a56b6's (the old module read
 # with git show): same bits and time per call on one H200. Run it ALONE on the GPU (it times);
-# <= 570 s: timeouts 60 + 150 + 90 + 120 + 90 + 60 s, 5 s grace each.
+# <= 690 s: timeouts 60 + 150 + 120 + 90 + 120 + 90 + 60 s, 5 s grace each.
 #   bash scripts/h200/emu29.sh            (EMU29_TINY=1: tiny sizes, to try the logic on a CPU;
 #                                          EMU29_QUICK=1: casts, old_new at n_q 64, 1024, 4096 and
 #                                          snapshot_bits only, ~100 s)
@@ -12,6 +12,8 @@
 #   old_new.txt/.json      scripts/emu_old_new.py on the bench's inputs (16 heads, 2048 uniform
 #                          keys per row, 1M-record pow2 cache) at n_q 1, 64, 1024, 4096: old and
 #                          new median device ms (calls alternating), ops/syncs per call, same bits
+#   old_new_decode.txt    the same with EMULATED_TRITON_DECODE=1 (K and V by the Triton kernels of
+#                          kernel/backends/emulated_decode.py, opt-in until timed here)
 #   old_new_torch.txt     the same at n_q 64, 4096 with EMULATED_TRITON_STATE=0 (the running state
 #                          and the QK accumulation by torch operations instead of the Triton
 #                          kernels of kernel/backends/emulated_state.py, emulated_scores.py,
@@ -51,6 +53,9 @@ echo "casts rc=$?" >> "$R/casts.txt"
 timeout -k 5 150 python3 scripts/emu_old_new.py "${OLDNEW[@]}" "${SIZE[@]}" --json "$R/old_new.json" > "$R/old_new.txt" 2>&1
 echo "old_new rc=$?" >> "$R/old_new.txt"
 
+EMULATED_TRITON_DECODE=1 timeout -k 5 120 python3 scripts/emu_old_new.py "${OLDNEW[@]}" "${SIZE[@]}" > "$R/old_new_decode.txt" 2>&1
+echo "old_new_decode rc=$?" >> "$R/old_new_decode.txt"
+
 if [ -z "${EMU29_QUICK:-}" ]; then
   EMULATED_TRITON_STATE=0 timeout -k 5 90 python3 scripts/emu_old_new.py "${TORCHSTATE[@]}" "${SIZE[@]}" > "$R/old_new_torch.txt" 2>&1
   echo "old_new_torch rc=$?" >> "$R/old_new_torch.txt"
@@ -60,7 +65,7 @@ timeout -k 5 120 python3 scripts/emu_old_new.py --n-q 1 --keys 256 --cache-rows 
 echo "snapshot_bits rc=$?" >> "$R/snapshot_bits.txt"
 
 if [ -n "${EMU29_QUICK:-}" ]; then
-  cat "$R/casts.txt" "$R/old_new.txt"; grep -E "DIFFERS|ALL SAME|SOME DIFFER|rc=" "$R/snapshot_bits.txt"
+  cat "$R/casts.txt" "$R/old_new.txt" "$R/old_new_decode.txt"; grep -E "DIFFERS|ALL SAME|SOME DIFFER|rc=" "$R/snapshot_bits.txt"
   exit 0
 fi
 
@@ -71,4 +76,4 @@ if [ -d "$R/traces" ]; then tar czf "$R/traces.tgz" -C "$R" traces && rm -rf "$R
 timeout -k 5 60 python3 scripts/peers_bench.py "${BENCH[@]}" --kernels emulated --json "$R/bench.json" > "$R/bench.txt" 2> "$R/bench.err"
 echo "bench rc=$?" >> "$R/bench.txt"
 
-cat "$R/casts.txt" "$R/old_new.txt" "$R/old_new_torch.txt"; grep -E "DIFFERS|ALL SAME|SOME DIFFER|rc=" "$R/snapshot_bits.txt"; cat "$R/bench.txt"
+cat "$R/casts.txt" "$R/old_new.txt" "$R/old_new_decode.txt" "$R/old_new_torch.txt"; grep -E "DIFFERS|ALL SAME|SOME DIFFER|rc=" "$R/snapshot_bits.txt"; cat "$R/bench.txt"

@@ -542,26 +542,12 @@ class KeyBlock:
     keyed: bool = False
 
 
-_E4M3_F32_TABLES: dict[torch.device, torch.Tensor] = {}
-
-
-def _e4m3_f32_table(device: torch.device) -> torch.Tensor:
-    """f64 [256]: each e4m3 code converted by torch's float8_e4m3fn -> f32 cast, widened to f64
-    (exact; NaN codes keep that cast's NaN bits). Cached per device."""
-    table = _E4M3_F32_TABLES.get(device)
-    if table is None:
-        codes = torch.arange(256, dtype=torch.int32, device=device).to(torch.uint8)
-        table = codes.view(torch.float8_e4m3fn).to(torch.float32).to(torch.float64)
-        _E4M3_F32_TABLES[device] = table
-    return table
-
-
 def _decode_keys_torch(flat: torch.Tensor, entries: torch.Tensor, valid: torch.Tensor, all_valid: bool) -> torch.Tensor:
     """f64 [*S, 576] keys of KV rows `entries` (int64 [*S], any value where not `valid`) of the
     flat cache uint8 [rows, 656], +0 at masked slots, by torch ops: masked slots gather an
     all-zero record (so whatever row 0 holds, NaN codes included, never reaches them), codes are
     converted to f16 (e4m3 -> f16 is exact, and a NaN code's f16 NaN widens to the f64 bits of
-    the e4m3 -> f32 cast's: _e4m3_f32_table) and multiplied by the f64 scale straight into the
+    the e4m3 -> f32 cast's: key_decode.code_table) and multiplied by the f64 scale straight into the
     key tensor. The zeroing pass is skipped when `all_valid` (masking is then the identity)."""
     shape = tuple(entries.shape)
     records = index_records(flat, torch.where(valid, entries, 0).view(-1)).view(*shape, RECORD_BYTES)

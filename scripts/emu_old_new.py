@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from conformance.tools.bench import build_cache, build_inputs  # noqa: E402
+from conformance.tools.bench import build_cache, build_inputs, call_ms  # noqa: E402
+from conformance.tools.bits import same_bits  # noqa: E402
 from conformance.tools.op_count import count_ops  # noqa: E402
 from kernel.backends import emulated as new_module  # noqa: E402
 
@@ -66,11 +67,6 @@ def load_old(rev: str | None, path: str | None) -> ModuleType:
     return module
 
 
-def bits(t: torch.Tensor) -> torch.Tensor:
-    view = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[t.element_size()]
-    return t.contiguous().view(view)
-
-
 def outcome(run: Run, args: tuple[Any, ...], has_invalid: bool) -> tuple[torch.Tensor, torch.Tensor] | str:
     """(out, lse) of one call, or 'ErrorType: message'."""
     try:
@@ -85,22 +81,8 @@ def compare(a: tuple[torch.Tensor, torch.Tensor] | str, b: tuple[torch.Tensor, t
     """'same bits' or 'DIFFERS ...'."""
     if isinstance(a, str) or isinstance(b, str):
         return "same bits (both raise)" if a == b else f"DIFFERS: old {str(a)[:120]!r} new {str(b)[:120]!r}"
-    bad = [name for name, x, y in zip(("out", "lse"), a, b, strict=True) if x.shape != y.shape or not torch.equal(bits(x), bits(y))]
+    bad = [name for name, x, y in zip(("out", "lse"), a, b, strict=True) if not same_bits(x, y)]
     return "same bits" if not bad else f"DIFFERS in {bad}"
-
-
-def timed(fn: Callable[[], object], device: torch.device) -> float:
-    """One call's time in ms (device events on CUDA, process time on the CPU)."""
-    if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
-    t0 = time.process_time()
-    fn()
-    return (time.process_time() - t0) * 1e3
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         began = time.monotonic()
         for _ in range(args.iters):
             for name, run in runs.items():
-                samples[name].append(timed(lambda run=run: run(*call, return_lse=True), device))
+                samples[name].append(call_ms(lambda run=run: run(*call, return_lse=True), device))
             if time.monotonic() - began > args.max_seconds:
                 break
         old_ms, new_ms = (statistics.median(samples[k]) for k in ("old", "new"))

@@ -28,6 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from conformance.tools.bits import same_bits  # noqa: E402
 from kernel.backends.emulated import run_emulated  # noqa: E402
 from oracle import q_representation as qrep  # noqa: E402
 from oracle.bound import evaluate_modes  # noqa: E402
@@ -190,16 +191,6 @@ def compute(name: str, recipe: Recipe, *, quick: bool = False) -> dict[str, obje
 
         _run(emu_small, res, "emulated/budget256")
     return res
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal dtype, shape and bits (NaN payloads included)."""
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.dtype.is_floating_point:
-        view = {8: torch.int64, 4: torch.int32, 2: torch.int16}[a.element_size()]
-        return torch.equal(a.contiguous().view(view), b.contiguous().view(view))
-    return torch.equal(a, b)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conformance.tools.bench import build_cache, build_inputs
+from conformance.tools.bench import build_cache, build_inputs, call_ms
 from conformance.tools.op_count import count_ops
 
 
@@ -51,20 +50,7 @@ def peak_gb(fn: Callable[[], object], device: torch.device) -> float | None:
 
 def median_ms(fn: Callable[[], object], device: torch.device, iters: int) -> float:
     """Median per-call time in ms (CUDA events on a GPU, process time on the CPU)."""
-    samples = []
-    for _ in range(iters):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end))
-        else:
-            t0 = time.process_time()
-            fn()
-            samples.append((time.process_time() - t0) * 1e3)
-    return statistics.median(samples)
+    return statistics.median(call_ms(fn, device) for _ in range(iters))
 
 
 def kernel_calls(name: str, inputs: Any) -> list[tuple[str, Callable[[], object]]]:

@@ -14,15 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from conformance.tools.bits import bit_view
 from kernel.backends import emulated, emulated_state
 
 ROOT = Path(__file__).resolve().parents[1]
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view({4: torch.int32, 2: torch.int16}[t.element_size()])
 
 
 INTERPRETED = """
@@ -74,5 +71,5 @@ def test_rows_past_their_count_keep_their_state() -> None:
     after = buffer.clone()
     emulated_state.advance_torch(after, alpha, p, terms, counts, emulated.lane_sums)
     assert counts[-1] == 0
-    assert torch.equal(_bits(after[-1]), _bits(buffer[-1]))
-    assert not torch.equal(_bits(after[0]), _bits(buffer[0]))
+    assert torch.equal(bit_view(after[-1]), bit_view(buffer[-1]))
+    assert not torch.equal(bit_view(after[0]), bit_view(buffer[0]))

@@ -17,7 +17,7 @@ import torch
 
 from kernel.backends import emulated
 from kernel.fp8 import e4m3_table, pow2
-from oracle import bound, rows
+from oracle import bound, key_decode, rows
 from oracle import q_representation as qrep
 from oracle.profiles import load_profile
 from strategies.materialize import materialize
@@ -101,14 +101,15 @@ def test_gather_keys_equals_gather_chunk(name: str) -> None:
 
 
 def test_e4m3_decoders_match_the_table() -> None:
-    """emulated.decode_codes is the f64 table gather; rows' f32-cast table is torch's cast."""
+    """emulated.decode_codes is the f64 table gather; the torch key decode's code table
+    (e4m3 -> f16 -> f64) holds torch's e4m3 -> f32 cast's bits, NaN codes included."""
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     shaped = codes.repeat(3, 7).view(3, 7, 2, 128)[:, 1:5]  # non-contiguous
     assert same_bits(emulated.decode_codes(shaped), e4m3_table("cpu", torch.float64)[shaped.to(torch.int64)])
     # the f16 decode (qk_scores) widens to the f64 decode's bits, NaN codes included
     assert same_bits(emulated.decode_codes(shaped, torch.float16).to(torch.float64), emulated.decode_codes(shaped))
     cast = codes.view(torch.float8_e4m3fn).to(torch.float32).to(torch.float64)
-    assert same_bits(rows._e4m3_f32_table(torch.device("cpu")), cast)
+    assert same_bits(key_decode.code_table(torch.device("cpu")), cast)
     finite = (codes & 0x7F) != 0x7F
     assert same_bits(cast[finite], e4m3_table("cpu", torch.float64)[finite])
 

@@ -193,6 +193,21 @@ def timer_name(device: torch.device) -> str:
     return "cuda-events" if device.type == "cuda" else "perf_counter"
 
 
+def call_ms(fn: Callable[[], object], device: torch.device) -> float:
+    """One call of fn in ms: CUDA events around it on a GPU (device time), this process's CPU
+    time on a CPU (all threads; not wall time, so other processes' load does not count)."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end))
+    t0 = time.process_time()
+    fn()
+    return (time.process_time() - t0) * 1e3
+
+
 def time_calls(fn: Callable[[], object], device: torch.device, *, warmup: int, iters: int, max_seconds: float) -> Timing:
     """Run fn `warmup` times untimed, then time up to `iters` calls (at least one), stopping once
     `max_seconds` of wall time have passed since the first warm-up call."""

@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "scripts" / "h200"))
 
-from conformance.tools.bench import build_cache, build_inputs  # noqa: E402
+from conformance.tools.bench import build_cache, build_inputs, call_ms  # noqa: E402
+from conformance.tools.bits import same_bits  # noqa: E402
 from oracle import key_decode, rows  # noqa: E402
 from oracle import q_representation as qrep  # noqa: E402
 from oracle.reference import block_reference, reference  # noqa: E402
@@ -62,25 +63,7 @@ def times_ms(fn: Callable[[], object], device: torch.device, iters: int, warmup:
     for _ in range(warmup):
         fn()
     sync(device)
-    out = []
-    for _ in range(iters):
-        if device.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b))
-        else:
-            t = time.process_time()
-            fn()
-            out.append((time.process_time() - t) * 1e3)
-    return out
-
-
-def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    view = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[a.element_size()]
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.contiguous().view(view), b.contiguous().view(view))
+    return [call_ms(fn, device) for _ in range(iters)]
 
 
 def both(fn: Callable[[], dict[str, torch.Tensor]]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -92,7 +75,7 @@ def both(fn: Callable[[], dict[str, torch.Tensor]]) -> tuple[dict[str, torch.Ten
 
 
 def report(label: str, old: dict[str, torch.Tensor], new: dict[str, torch.Tensor]) -> bool:
-    bad = [k for k in old if not bits_equal(old[k], new[k])]
+    bad = [k for k in old if not same_bits(old[k], new[k])]
     if bad:
         worst = max(float((old[k].double() - new[k].double()).abs().nan_to_num(0.0).max()) for k in bad)
         print(f"{label}: DIFFERS in {bad} (max |a - b| {worst:.3g})", flush=True)
@@ -180,7 +163,7 @@ def section_bench(cache: torch.Tensor, n_qs: list[int], keys: int, heads: int, i
             configure(name)
             got = fn()
             if name != "old":
-                same = all(bits_equal(want[k], got[k]) for k in want)
+                same = all(same_bits(want[k], got[k]) for k in want)
                 ok &= same
                 verdict.append(f"{name} {'same' if same else 'DIFFER'}")
             del got
@@ -230,7 +213,7 @@ def section_parts(cache: torch.Tensor, n_q: int, keys: int, heads: int, iters: i
         for block_keys, warps in ((8, 4), (16, 4), (32, 4), (16, 8), (32, 8), (64, 8)):
             key_decode.BLOCK_KEYS, key_decode.NUM_WARPS = block_keys, warps
             got = rows.gather_keys(plan, start, length, inp.indices, inp.kv_cache, has_invalid=False, width=keys, full=True).keys
-            same = bits_equal(got, want)
+            same = same_bits(got, want)
             del got
             timed(
                 f"fused {decoder.variant} {block_keys} keys/{warps} warps {'same' if same else 'DIFFERS'}",
@@ -301,7 +284,7 @@ def section_snapshot(device: torch.device) -> bool:
             except Exception as err:  # noqa: BLE001 - both paths raise the same precondition errors
                 print(f"snapshot {name} {label}: error {type(err).__name__}: {str(err)[:120]}")
                 continue
-            same = all(bits_equal(old[k], new[k]) for k in old)
+            same = all(same_bits(old[k], new[k]) for k in old)
             n += 1
             if not same:
                 report(f"snapshot {name} {label}", old, new)

@@ -245,7 +245,7 @@ def test_short_campaign_reports_rates_and_features(state: Path, capsys: pytest.C
     from conformance.cli import main
 
     # preconditions only: its calls are the quickest (a few hundred ms each on CPU)
-    args = "fuzz --kernel emulated --seconds 2 --hypothesis-profile ci --chunk-examples 3 --property preconditions"
+    args = "fuzz --kernel emulated --seconds 600 --max-chunks 1 --hypothesis-profile ci --chunk-examples 3 --property preconditions"
     code = main(args.split())
     captured = capsys.readouterr()
     assert code == 0, captured.out + captured.err

@@ -7,8 +7,9 @@ tiles runs once for a group of tiles (QK per row over all its tiles' keys: group
 the PV products: group_pv_terms), and only the running m, l and o are updated tile by tile
 (m by a running max; l and o by emulated_state.advance), bit-identical to the per-tile loop
 (`batch_tiles=False`). On CUDA the QK accumulation and the running-state updates of a group
-are Triton kernels (emulated_scores, emulated_state), and with EMULATED_TRITON_DECODE=1 also the
-K and V decode (emulated_decode), where they reproduced the torch operations' bits on a probe.
+and the K and V decode are Triton kernels (emulated_scores, emulated_state, emulated_decode;
+EMULATED_TRITON_STATE=0 / EMULATED_TRITON_DECODE=0 switch them off), used where they reproduced
+the torch operations' bits on a probe.
 Stages carry the names the FlyDSL kernel uses:
 
     read_q          q rows and heads through their strides (f32 view of bf16)

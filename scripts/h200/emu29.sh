@@ -12,8 +12,8 @@
 #   old_new.txt/.json      scripts/emu_old_new.py on the bench's inputs (16 heads, 2048 uniform
 #                          keys per row, 1M-record pow2 cache) at n_q 1, 64, 1024, 4096: old and
 #                          new median device ms (calls alternating), ops/syncs per call, same bits
-#   old_new_decode.txt    the same with EMULATED_TRITON_DECODE=1 (K and V by the Triton kernels of
-#                          kernel/backends/emulated_decode.py, opt-in until timed here)
+#   old_new_decode.txt    the same with EMULATED_TRITON_DECODE=0 (K and V decode by torch's casting
+#                          copies instead of the Triton kernels of kernel/backends/emulated_decode.py)
 #   old_new_torch.txt     the same at n_q 64, 4096 with EMULATED_TRITON_STATE=0 (the running state
 #                          and the QK accumulation by torch operations instead of the Triton
 #                          kernels of kernel/backends/emulated_state.py, emulated_scores.py,
@@ -53,7 +53,7 @@ echo "casts rc=$?" >> "$R/casts.txt"
 timeout -k 5 150 python3 scripts/emu_old_new.py "${OLDNEW[@]}" "${SIZE[@]}" --json "$R/old_new.json" > "$R/old_new.txt" 2>&1
 echo "old_new rc=$?" >> "$R/old_new.txt"
 
-EMULATED_TRITON_DECODE=1 timeout -k 5 120 python3 scripts/emu_old_new.py "${OLDNEW[@]}" "${SIZE[@]}" > "$R/old_new_decode.txt" 2>&1
+EMULATED_TRITON_DECODE=0 timeout -k 5 120 python3 scripts/emu_old_new.py "${OLDNEW[@]}" "${SIZE[@]}" > "$R/old_new_decode.txt" 2>&1
 echo "old_new_decode rc=$?" >> "$R/old_new_decode.txt"
 
 if [ -z "${EMU29_QUICK:-}" ]; then

@@ -32,6 +32,7 @@ all work. Progress callbacks receive (items_done, items_total) after every chunk
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -136,7 +137,7 @@ def _fmt_float(x: float) -> str:
 
 
 def _f32_from_bits(bits: int) -> float:
-    return torch.tensor([bits - (1 << 32) if bits >= 1 << 31 else bits], dtype=torch.int32).view(torch.float32).item()
+    return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
 
 
 def _pow2_str(exponent: int) -> str:
@@ -341,41 +342,223 @@ def _require_stream(indices: torch.Tensor, indptr: torch.Tensor) -> None:
         raise ContractError(problems[0].consequence)
 
 
+# --------------------------------------------------------------------------- device facts, read back once
+
+
+class _Reads:
+    """int64 device values gathered while a check runs, read back to the host in one transfer.
+
+    `add` queues a tensor (any shape, flattened) and returns its handle; `read` concatenates the
+    queued tensors and reads them with a single Tensor.tolist (the only host read), returning one
+    list of Python ints per handle."""
+
+    def __init__(self) -> None:
+        self._parts: list[torch.Tensor] = []
+
+    def add(self, t: torch.Tensor) -> int:
+        self._parts.append(t.reshape(-1).to(torch.int64))
+        return len(self._parts) - 1
+
+    def read(self) -> list[list[int]]:
+        if not self._parts:
+            return []
+        dev = self._parts[0].device
+        flat = torch.cat([p.to(dev) for p in self._parts]).tolist()
+        out, at = [], 0
+        for p in self._parts:
+            out.append(flat[at : at + p.numel()])
+            at += p.numel()
+        return out
+
+
+class _Picks:
+    """The first k True entries of several 1-D bool masks (one device, any lengths), found
+    together with one cumsum and one scatter (fixed shapes: no host read).
+
+    `add(mask)` returns a handle; after `run()`, `local(handle)` is int64 [k]: the indices of
+    the mask's first k True entries in order, then -1s."""
+
+    def __init__(self, k: int, device: torch.device) -> None:
+        self.k = k
+        self.device = device
+        self._masks: list[torch.Tensor] = []
+        self._local: torch.Tensor | None = None
+
+    def add(self, mask: torch.Tensor) -> int:
+        self._masks.append(mask.reshape(-1).to(self.device))
+        return len(self._masks) - 1
+
+    def run(self) -> None:
+        k, dev, n_seg = self.k, self.device, len(self._masks)
+        sizes = [m.numel() for m in self._masks]
+        starts = [sum(sizes[:i]) for i in range(n_seg)]
+        total = sum(sizes)
+        if k == 0 or n_seg == 0:
+            self._local = torch.full((n_seg, k), -1, dtype=torch.int64, device=dev)
+            return
+        every = torch.cat(self._masks)
+        rank = torch.cumsum(every, 0)  # inclusive count of True entries, over all segments
+        pos = torch.arange(total, dtype=torch.int64, device=dev)
+        seg = torch.searchsorted(torch.tensor(starts[1:], dtype=torch.int64, device=dev), pos, right=True)
+        before = torch.cat((torch.zeros(1, dtype=torch.int64, device=dev), rank))[torch.tensor(starts, device=dev)]  # [segments]
+        rel = rank - before[seg]  # 1-based rank within the segment
+        slot = torch.where(every & (rel <= k), seg * k + rel - 1, n_seg * k)
+        out = torch.full((n_seg * k + 1,), -1, dtype=torch.int64, device=dev)
+        out.scatter_(0, slot, pos)  # the last slot collects the rest
+        base = torch.tensor([s for s in starts for _ in range(k)], dtype=torch.int64, device=dev)
+        self._local = torch.where(out[:-1] >= 0, out[:-1] - base, -1).view(n_seg, k)
+
+    def local(self, handle: int) -> torch.Tensor:
+        assert self._local is not None
+        return self._local[handle]
+
+
+def _valid_rows(values: list[int], width: int) -> list[list[int]]:
+    """The rows (column 0 >= 0) of a read-back [k, width] example tensor."""
+    rows = [values[i : i + width] for i in range(0, len(values), width)]
+    return [r for r in rows if r[0] >= 0]
+
+
+def _read_back(reads: _Reads, parts: Sequence[Any], max_examples: int, device: torch.device) -> list[list[int]]:
+    """Queue every part's totals and example masks, pick all examples at once, queue them, and
+    read everything back in one transfer. A part has queue(reads, picks) and
+    queue_examples(reads, picks)."""
+    picks = _Picks(max(0, max_examples), device)
+    for part in parts:
+        part.queue(reads, picks)
+    picks.run()
+    for part in parts:
+        part.queue_examples(reads, picks)
+    return reads.read()
+
+
 # --------------------------------------------------------------------------- record scan
 
-
-@dataclass
-class _ChunkEvents:
-    """What one chunk of records holds that matters, with local row indices (int64):
-    bad scales (not a positive normal power of two <= 2^7) and rows holding NaN codes."""
-
-    start: int  # global id of local row 0 when ids is None (a contiguous scan)
-    ids: torch.Tensor | None  # global ids of the chunk's rows when gathered
-    n_rows: int
-    scale_local: torch.Tensor  # local row of each bad scale
-    scale_block: torch.Tensor  # its block 0..3
-    scale_bits: torch.Tensor  # its 32-bit pattern, int64 in [0, 2^32)
-    nan_local: torch.Tensor  # local rows holding NaN codes
-    nan_counts: torch.Tensor  # NaN codes in each such row
-    nan_first: torch.Tensor  # latent position of its first NaN code
-    nan_first_code: torch.Tensor  # that code (0x7F or 0xFF)
-
-    def global_ids(self, local: torch.Tensor) -> torch.Tensor:
-        return local + self.start if self.ids is None else self.ids[local]
+_SCALE_KINDS = (KIND_SCALE_BAD, KIND_SCALE_ABOVE_CAP, KIND_SCALE_NOT_POW2)
+_BAD_CLASSES = ("nan", "+inf", "-inf", "zero", "negative")
 
 
-class _RecordAccumulator:
-    """Exact counts and first examples of record findings over the rows a scan admits."""
+def _nan_codes_per_row(chunk: torch.Tensor) -> torch.Tensor:
+    """int64 [c]: e4m3 NaN codes (0x7F / 0xFF) in each row's latent bytes of records uint8 [c, 656].
 
-    def __init__(self, scope: str, max_examples: int, lead_shape: tuple[int, ...], row_filter: torch.Tensor | None):
+    Fast path: 8 codes per int64 word; a byte b has (b & 0x7F) + 1 == 0x80 exactly when it is a
+    NaN code, and the add never carries into the next byte; bit 7 of each byte, shifted to bit 0
+    and summed over a row's 64 words, counts per byte lane (<= 64, no carry), and the 8 lanes add
+    up to the row's count. Falls back to bytes when the chunk's address is not 8-byte aligned."""
+    words = None
+    if chunk.data_ptr() % 8 == 0 and chunk.is_contiguous():
+        try:
+            words = chunk.view(torch.int64)[:, : SCALE_OFFSET // 8]
+        except RuntimeError:
+            words = None
+    if words is None:
+        return ((chunk[:, :SCALE_OFFSET] & 0x7F) == E4M3_NAN_CODE).sum(dim=1)
+    t = words & _I64_M7F
+    t += _I64_M01
+    t &= _I64_M80
+    lanes = ((t >> 7) & _I64_M01).sum(dim=1)
+    return lanes.view(torch.uint8).reshape(-1, 8).sum(dim=1)
+
+
+def _k_max_rows(recs: torch.Tensor) -> torch.Tensor:
+    """float64 [c]: the largest |K| element of each record: max(max |scale| * 448, max |rope|)."""
+    scale = recs[:, SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32).abs().to(torch.float64).amax(dim=-1)
+    rope = recs[:, ROPE_OFFSET:].contiguous().view(torch.bfloat16).to(torch.float64).abs().amax(dim=-1)
+    return torch.maximum(scale * 448.0, rope)
+
+
+class _RecordFacts:
+    """Exact counts and first examples of record findings over the rows a scan admits.
+
+    `add` keeps, per admitted chunk row, its 4 scale bit patterns and its NaN-code count (24
+    bytes a row, on the scan's device; rows a filter leaves out get a good scale and no NaN
+    codes) and, with want_k_max, the largest |K| element so far (float64, 0 when none: the score
+    check's bound); `queue` then classifies every kept row at once on the device and queues the
+    totals and the first max_examples examples of each kind (in scan order) for the one host
+    read; `findings` builds the findings from what the read returned. No host reads of its own.
+    """
+
+    def __init__(self, scope: str, max_examples: int, lead_shape: tuple[int, ...], flat: torch.Tensor, want_k_max: bool = False) -> None:
         self.scope = scope
-        self.max_examples = max_examples
+        self.k = max(0, max_examples)
         self.lead_shape = lead_shape
-        self.row_filter = row_filter  # bool [kv_rows] on the scan device, or None = every row
-        self.counts = {KIND_SCALE_NOT_POW2: 0, KIND_SCALE_ABOVE_CAP: 0, KIND_SCALE_BAD: 0, KIND_NAN_CODES: 0}
-        self.rows = {k: 0 for k in self.counts}
-        self.classes: dict[str, int] = {}
-        self.examples: dict[str, list[dict[str, Any]]] = {k: [] for k in self.counts}
+        self.flat = flat
+        self._bits: list[torch.Tensor] = []
+        self._codes: list[torch.Tensor] = []
+        self._ids: list[torch.Tensor] = []
+        self.k_max = torch.zeros((), dtype=torch.float64, device=flat.device) if want_k_max else None
+        self._handles: list[int] = []
+
+    def add(self, chunk: torch.Tensor, ids: torch.Tensor, keep: torch.Tensor | None) -> None:
+        """Fold in records uint8 [c, 656] whose flat row ids are `ids` (int64 [c]); rows where
+        `keep` (bool [c]) is False are ignored."""
+        if chunk.shape[0] == 0:
+            return
+        bits = chunk[:, SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.int32)  # [c, 4], signed
+        codes = _nan_codes_per_row(chunk)
+        if keep is not None:
+            bits = torch.where(keep.unsqueeze(1), bits, _F32_BITS_CAP)  # 2^7: a good scale
+            codes = torch.where(keep, codes, 0)
+        self._bits.append(bits)
+        self._codes.append(codes)
+        self._ids.append(ids)
+        if self.k_max is not None:
+            k_row = _k_max_rows(chunk)
+            if keep is not None:
+                k_row = torch.where(keep, k_row, 0.0)
+            self.k_max = torch.maximum(self.k_max, k_row.amax())
+
+    def queue(self, reads: _Reads, picks: _Picks) -> None:
+        """Classify the kept rows; queue the totals, and the example masks into `picks`."""
+        dev = self.flat.device
+        if not self._bits:
+            self._handles = [reads.add(torch.zeros(13, dtype=torch.int64, device=dev))]
+            return
+        cat = len(self._bits) > 1
+        bits = torch.cat(self._bits) if cat else self._bits[0]
+        codes = torch.cat(self._codes) if cat else self._codes[0]
+        self._all_bits, self._all_codes = bits, codes
+        self._all_ids = torch.cat(self._ids) if cat else self._ids[0]
+        # good = a positive normal power of two <= 2^7: zero mantissa, bits (as int32) in
+        # [bits(2^-126), bits(2^7)]; negative patterns are < 0 as int32
+        field_ = (bits >> 23) & 0xFF
+        mant_nz = (bits & 0x7FFFFF) != 0
+        all_ones = field_ == 0xFF
+        negative = bits < 0
+        nonpos_nonfinite = (bits <= 0) | all_ones
+        above_cap = (bits > _F32_BITS_CAP) & ~all_ones
+        not_pow2 = ~nonpos_nonfinite & (mant_nz | (field_ == 0))
+        nan = all_ones & mant_nz
+        inf = all_ones & ~mant_nz
+        zero = (bits & 0x7FFFFFFF) == 0
+        kinds = torch.stack((nonpos_nonfinite, above_cap, not_pow2))  # [3, rows, 4]
+        classes = torch.stack((nan, inf & ~negative, inf & negative, zero, negative & ~nan & ~inf & ~zero))
+        nan_rows = codes > 0
+        totals = torch.cat(
+            (kinds.sum(dim=(1, 2)), kinds.any(dim=2).sum(dim=1), classes.sum(dim=(1, 2)), torch.stack((codes.sum(), nan_rows.sum())))
+        )
+        self._handles = [reads.add(totals)]
+        if self.k:
+            self._pick = [picks.add(kinds[i]) for i in range(3)] + [picks.add(nan_rows)]
+
+    def queue_examples(self, reads: _Reads, picks: _Picks) -> None:
+        """After picks.run(): queue the examples (row, block, bits) of each scale kind and
+        (row, NaN codes, first NaN position, its code) of NaN codes."""
+        if not self.k or len(self._handles) != 1 or not self._bits:
+            return
+        loc = torch.cat([picks.local(h) for h in self._pick[:3]])  # [3k] into [rows * 4]
+        at = loc.clamp(min=0)
+        row = at // 4
+        bits = self._all_bits.reshape(-1)[at].to(torch.int64) & 0xFFFFFFFF
+        self._handles.append(reads.add(torch.stack((torch.where(loc >= 0, self._all_ids[row], -1), at % 4, bits), dim=1)))
+        loc = picks.local(self._pick[3])
+        at = loc.clamp(min=0)
+        ids = self._all_ids[at]
+        latent = self.flat.index_select(0, ids)[:, :SCALE_OFFSET]
+        is_nan = (latent & 0x7F) == E4M3_NAN_CODE
+        first = is_nan.to(torch.uint8).argmax(dim=1)
+        code = latent.gather(1, first.unsqueeze(1)).squeeze(1).to(torch.int64)
+        self._handles.append(reads.add(torch.stack((torch.where(loc >= 0, ids, -1), self._all_codes[at], first, code), dim=1)))
 
     def _where(self, row: int) -> dict[str, Any]:
         where: dict[str, Any] = {"row": row}
@@ -387,183 +570,82 @@ class _RecordAccumulator:
             where["cache_index"] = idx[::-1]
         return where
 
-    def _keep(self, ev: _ChunkEvents, local: torch.Tensor) -> torch.Tensor | None:
-        if self.row_filter is None:
-            return None
-        return self.row_filter[ev.global_ids(local)]
-
-    def add(self, ev: _ChunkEvents) -> None:
-        """Fold one chunk's events in (rows outside row_filter ignored)."""
-        if ev.scale_local.numel():
-            self._add_scales(ev)
-        if ev.nan_local.numel():
-            self._add_nans(ev)
-
-    def _add_scales(self, ev: _ChunkEvents) -> None:
-        local, block, b = ev.scale_local, ev.scale_block, ev.scale_bits
-        keep = self._keep(ev, local)
-        if keep is not None:
-            local, block, b = local[keep], block[keep], b[keep]
-            if local.numel() == 0:
-                return
-        field_ = (b >> 23) & 0xFF
-        nonpos_nonfinite = ((b >> 31) == 1) | (b == 0) | (field_ == 0xFF)
-        above_cap = ~nonpos_nonfinite & (b > _F32_BITS_CAP)
-        not_pow2 = ~nonpos_nonfinite & (((b & 0x7FFFFF) != 0) | (field_ == 0))
-        for kind, mask in ((KIND_SCALE_BAD, nonpos_nonfinite), (KIND_SCALE_ABOVE_CAP, above_cap), (KIND_SCALE_NOT_POW2, not_pow2)):
-            n = int(mask.sum())
-            if n == 0:
+    def findings(self, values: list[list[int]]) -> list[Finding]:
+        """The findings, from `values` (what the read returned)."""
+        totals = values[self._handles[0]]
+        counts, rows, classes = totals[0:3], totals[3:6], totals[6:11]
+        nan_codes, nan_rows = totals[11], totals[12]
+        scale_ex: list[list[list[int]]] = [[], [], []]
+        nan_ex: list[list[int]] = []
+        if len(self._handles) == 3:
+            every = [values[self._handles[1]][i : i + 3] for i in range(0, len(values[self._handles[1]]), 3)]
+            scale_ex = [[r for r in every[i * self.k : (i + 1) * self.k] if r[0] >= 0] for i in range(3)]
+            nan_ex = _valid_rows(values[self._handles[2]], 4)
+        out: list[Finding] = []
+        for i, kind in enumerate(_SCALE_KINDS):
+            if not counts[i]:
                 continue
-            self.counts[kind] += n
-            self.rows[kind] += int(torch.unique(local[mask]).numel())
+            exs = []
+            for row, bl, bv in scale_ex[i]:
+                ex = self._where(row)
+                ex["block"] = bl
+                ex["byte_offset"] = row * RECORD_BYTES + SCALE_OFFSET + 4 * bl
+                ex.update(scale_effect(bv))
+                exs.append(ex)
+            details: dict[str, Any] = {"rows": rows[i]}
             if kind == KIND_SCALE_BAD:
-                for cls, m in _bad_scale_classes(b[mask]).items():
-                    self.classes[cls] = self.classes.get(cls, 0) + m
-            room = self.max_examples - len(self.examples[kind])
-            if room > 0:
-                sel = mask.nonzero(as_tuple=True)[0][:room]
-                for row, bl, bv in zip(ev.global_ids(local[sel]).tolist(), block[sel].tolist(), b[sel].tolist()):
-                    ex = self._where(row)
-                    ex["block"] = bl
-                    ex["byte_offset"] = row * RECORD_BYTES + SCALE_OFFSET + 4 * bl
-                    ex.update(scale_effect(bv))
-                    self.examples[kind].append(ex)
-
-    def _add_nans(self, ev: _ChunkEvents) -> None:
-        local, counts, first, code = ev.nan_local, ev.nan_counts, ev.nan_first, ev.nan_first_code
-        keep = self._keep(ev, local)
-        if keep is not None:
-            local, counts, first, code = local[keep], counts[keep], first[keep], code[keep]
-            if local.numel() == 0:
-                return
-        self.counts[KIND_NAN_CODES] += int(counts.sum())
-        self.rows[KIND_NAN_CODES] += int(local.numel())
-        room = self.max_examples - len(self.examples[KIND_NAN_CODES])
-        if room > 0:
-            for row, cnt, pos, c in zip(
-                ev.global_ids(local[:room]).tolist(), counts[:room].tolist(), first[:room].tolist(), code[:room].tolist()
-            ):
+                details["by_class"] = dict(sorted((c, n) for c, n in zip(_BAD_CLASSES, classes) if n))
+            out.append(Finding(kind, "violation", counts[i], "scales", exs, _consequence(_SCALE_GENERAL[kind], exs), self.scope, details))
+        if nan_codes:
+            exs = []
+            for row, cnt, pos, c in nan_ex:
                 ex = self._where(row)
                 ex.update(position=pos, block=pos // 128, code=f"0x{c:02x}", nan_codes_in_row=cnt, byte_offset=row * RECORD_BYTES + pos)
-                self.examples[KIND_NAN_CODES].append(ex)
-
-    def findings(self) -> list[Finding]:
-        out: list[Finding] = []
-        for kind in (KIND_SCALE_BAD, KIND_SCALE_ABOVE_CAP, KIND_SCALE_NOT_POW2):
-            if self.counts[kind]:
-                details: dict[str, Any] = {"rows": self.rows[kind]}
-                if kind == KIND_SCALE_BAD:
-                    details["by_class"] = dict(sorted(self.classes.items()))
-                exs = self.examples[kind]
-                out.append(
-                    Finding(
-                        kind, "violation", self.counts[kind], "scales", exs, _consequence(_SCALE_GENERAL[kind], exs), self.scope, details
-                    )
-                )
-        if self.counts[KIND_NAN_CODES]:
-            exs = self.examples[KIND_NAN_CODES]
+                exs.append(ex)
             first = exs[0]
             who = "the query rows that consume these rows" if self.scope == "consumed_rows" else "any query row that consumes such a row"
             consequence = (
                 f"e4m3 codes 0x7F/0xFF are NaN: the QK scores and V of such a row are NaN, so out and lse are NaN for {who} "
                 f"(row {first['row']} holds {first['nan_codes_in_row']} NaN code(s), the first at latent position {first['position']})."
             )
-            out.append(
-                Finding(
-                    KIND_NAN_CODES,
-                    "violation",
-                    self.counts[KIND_NAN_CODES],
-                    "codes",
-                    exs,
-                    consequence,
-                    self.scope,
-                    {"rows": self.rows[KIND_NAN_CODES]},
-                )
-            )
+            out.append(Finding(KIND_NAN_CODES, "violation", nan_codes, "codes", exs, consequence, self.scope, {"rows": nan_rows}))
         return out
 
 
-def _bad_scale_classes(b: torch.Tensor) -> dict[str, int]:
-    field_ = (b >> 23) & 0xFF
-    mant = b & 0x7FFFFF
-    neg = (b >> 31) == 1
-    nan = (field_ == 0xFF) & (mant != 0)
-    inf = (field_ == 0xFF) & (mant == 0)
-    zero = (b & 0x7FFFFFFF) == 0
-    classes = {"nan": nan, "+inf": inf & ~neg, "-inf": inf & neg, "zero": zero, "negative": neg & ~nan & ~inf & ~zero}
-    return {k: int(v.sum()) for k, v in classes.items() if bool(v.any())}
-
-
-def _chunk_events(chunk: torch.Tensor, start: int, ids: torch.Tensor | None) -> _ChunkEvents:
-    """Events of records uint8 [c, 656] (a view or a gathered copy)."""
-    # Scales as signed int32 bits: good = positive normal power of two <= 2^7, i.e. a zero
-    # mantissa and bits in [bits(2^-126), bits(2^7)] (negative patterns are < 0 as int32).
-    bits32 = chunk[:, SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.int32)
-    bad = ((bits32 & 0x007FFFFF) != 0) | (bits32 < _F32_BITS_MIN_NORMAL) | (bits32 > _F32_BITS_CAP)
-    if bool(bad.any()):
-        local, block = bad.nonzero(as_tuple=True)
-        sbits = bits32[local, block].to(torch.int64) & 0xFFFFFFFF
-    else:
-        local = block = sbits = torch.empty(0, dtype=torch.int64, device=chunk.device)
-    nan_local = _rows_with_nan_codes(chunk)
-    if nan_local.numel():
-        latent = chunk[nan_local, :SCALE_OFFSET]
-        is_nan = (latent & 0x7F) == E4M3_NAN_CODE
-        counts = is_nan.sum(dim=1)
-        first = is_nan.to(torch.uint8).argmax(dim=1)
-        first_code = latent.gather(1, first.unsqueeze(1)).squeeze(1).to(torch.int64)
-    else:
-        counts = first = first_code = nan_local
-    return _ChunkEvents(start, ids, chunk.shape[0], local, block, sbits, nan_local, counts, first, first_code)
-
-
-def _rows_with_nan_codes(chunk: torch.Tensor) -> torch.Tensor:
-    """Local indices (int64) of the chunk's rows holding an e4m3 NaN code (0x7F / 0xFF).
-
-    Fast path: 8 codes per int64 word; a byte b has (b & 0x7F) + 1 == 0x80 exactly when it is a
-    NaN code, and the add never carries into the next byte; one whole-chunk any() first, the
-    per-row reduction only for a chunk that has a NaN. Falls back to bytes when the chunk's
-    address is not 8-byte aligned."""
-    words = None
-    if chunk.data_ptr() % 8 == 0 and chunk.is_contiguous():
-        try:
-            words = chunk.view(torch.int64)[:, : SCALE_OFFSET // 8]
-        except RuntimeError:
-            words = None
-    if words is not None:
-        t = words & _I64_M7F
-        t += _I64_M01
-        t &= _I64_M80
-        if not bool(t.any()):
-            return torch.empty(0, dtype=torch.int64, device=chunk.device)
-        return t.any(dim=1).nonzero(as_tuple=True)[0]
-    return ((chunk[:, :SCALE_OFFSET] & 0x7F) == E4M3_NAN_CODE).any(dim=1).nonzero(as_tuple=True)[0]
-
-
 def _scan_records(
-    kv_cache: torch.Tensor,
+    flat: torch.Tensor,
     rows: torch.Tensor | None,
-    accumulators: Sequence[_RecordAccumulator],
+    facts: Sequence[tuple[_RecordFacts, torch.Tensor | None]],
     chunk_rows: int,
     progress: Progress | None,
+    total: int | None = None,
+    sentinel: int | None = None,
 ) -> None:
-    """Feed every chunk's events to the accumulators: a contiguous scan of views when rows is
-    None, else gathers of chunk_rows listed rows at a time."""
+    """Feed every chunk of records uint8 [kv rows, 656] to each (facts, row filter) pair: a
+    contiguous scan of views when rows is None, else gathers of chunk_rows listed row ids at a
+    time (the first `total` of them; ids equal to `sentinel` pad the list and are skipped). A row
+    filter is bool [kv rows] (None: every row). No host reads."""
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
-    flat = _kv_flat(kv_cache)
-    total = flat.shape[0] if rows is None else rows.numel()
+    if total is None:
+        total = flat.shape[0] if rows is None else rows.numel()
     if progress is not None:
         progress(0, total)
     for start in range(0, total, chunk_rows):
         stop = min(start + chunk_rows, total)
+        pad: torch.Tensor | None = None
         if rows is None:
-            ev = _chunk_events(flat[start:stop], start, None)
+            chunk = flat[start:stop]
+            ids = torch.arange(start, stop, dtype=torch.int64, device=flat.device)
         else:
             ids = rows[start:stop]
-            ev = _chunk_events(flat.index_select(0, ids), 0, ids)
-        for acc in accumulators:
-            acc.add(ev)
+            if sentinel is not None:
+                pad = ids < sentinel
+                ids = ids.clamp(max=flat.shape[0] - 1)
+            chunk = flat.index_select(0, ids)
+        for acc, row_filter in facts:
+            keep = pad if row_filter is None else (row_filter[ids] if pad is None else row_filter[ids] & pad)
+            acc.add(chunk, ids, keep)
         if progress is not None:
             progress(stop, total)
 
@@ -598,26 +680,16 @@ def check_records(
     Kinds: scale_nonpositive_or_nonfinite, scale_above_cap, scale_not_pow2 (count in scales; a
     scale above 2^7 that is not a power of two counts in both), nan_codes (count in codes,
     details["rows"] the rows holding them). Examples are the first ones in row order.
+    Host reads: one at the end (two more to check a row list's range).
     Raises ContractError for a wrong dtype or shape or a non-contiguous cache, ValueError for row
     ids outside [0, kv rows).
     """
     label = scope or ("all_rows" if rows is None else "selected_rows")
-    return _check_records(kv_cache, rows, label, chunk_rows, progress, max_examples)
-
-
-def _check_records(
-    kv_cache: torch.Tensor,
-    rows: torch.Tensor | Sequence[int] | None,
-    scope: str,
-    chunk_rows: int,
-    progress: Progress | None,
-    max_examples: int,
-) -> list[Finding]:
     flat = _kv_flat(kv_cache)
     ids = None if rows is None else _normalise_rows(rows, flat.shape[0], flat.device)
-    acc = _RecordAccumulator(scope, max_examples, tuple(kv_cache.shape[:-1]), None)
-    _scan_records(kv_cache, ids, [acc], chunk_rows, progress)
-    return acc.findings()
+    acc = _RecordFacts(label, max_examples, tuple(kv_cache.shape[:-1]), flat)
+    _scan_records(flat, ids, [(acc, None)], chunk_rows, progress)
+    return acc.findings(_read_back(_Reads(), [acc], max_examples, flat.device))
 
 
 def check_records_split(
@@ -639,10 +711,11 @@ def check_records_split(
     mask = torch.zeros(flat.shape[0], dtype=torch.bool, device=flat.device)
     mask[ids] = True
     lead = tuple(kv_cache.shape[:-1])
-    acc_c = _RecordAccumulator("consumed_rows", max_examples, lead, mask)
-    acc_a = _RecordAccumulator("all_rows", max_examples, lead, None)
-    _scan_records(kv_cache, None, [acc_c, acc_a], chunk_rows, progress)
-    return acc_c.findings(), acc_a.findings()
+    acc_c = _RecordFacts("consumed_rows", max_examples, lead, flat)
+    acc_a = _RecordFacts("all_rows", max_examples, lead, flat)
+    _scan_records(flat, None, [(acc_c, mask), (acc_a, None)], chunk_rows, progress)
+    values = _read_back(_Reads(), [acc_c, acc_a], max_examples, flat.device)
+    return acc_c.findings(values), acc_a.findings(values)
 
 
 # --------------------------------------------------------------------------- index stream scan
@@ -665,6 +738,253 @@ class StreamScan:
     consumed_entries: int
 
 
+class _StreamFacts:
+    """One chunked pass over a CSR stream, every fact kept on the stream's device (no host read).
+
+    totals (int64 [6]): negative-length rows, rows reaching outside the stream, positions outside
+    over those rows, out-of-range consumed entries (each once per query row holding it), their
+    distinct positions, consumed entries. `queue` / `queue_examples` queue them and the first
+    max_examples negative-length rows (q, start, end), rows outside (q, start, end) and
+    out-of-range positions (position, index, first query row holding it, that row's start) for
+    the one host read. masked_rows: bool [n_q] (see StreamScan). The valid consumed ids go
+    either into `bitmap` (bool [kv_rows + 1], slot kv_rows unused) or, with collect="ids", into
+    `ids` (int64, one per position, kv_rows where not valid, plus one for row 0 when some slice
+    reaches outside the stream), or with kv_rows None into `uniques` (host reads per chunk).
+    Memory: O(n_q) plus O(chunk_entries) temporaries per chunk, plus one bool per position (the
+    out-of-range mask), plus the bitmap or the ids.
+    """
+
+    def __init__(
+        self,
+        indices: torch.Tensor,
+        indptr: torch.Tensor,
+        kv_rows: int | None,
+        *,
+        has_invalid: bool,
+        chunk_entries: int,
+        progress: Progress | None,
+        max_examples: int,
+        collect: Literal["bitmap", "ids"],
+    ) -> None:
+        _require_stream(indices, indptr)
+        dev = indices.device
+        n = indices.numel()
+        ptr = indptr.to(device=dev, dtype=torch.int64)
+        n_q = ptr.numel() - 1
+        begin, end = ptr[:-1], ptr[1:]
+        length = end - begin
+        active = length > 0
+        self.indices = indices
+        self.n, self.n_q, self.k, self.kv_rows = n, n_q, max(0, max_examples), kv_rows
+        self.begin, self.end, self.length, self.active = begin, end, length, active
+
+        self.negative = length < 0
+        self.beyond = active & ((begin < 0) | (end > n))
+        before = (end.clamp(max=0) - begin).clamp(min=0)
+        after = (end - begin.clamp(min=n)).clamp(min=0)
+        outside = ((before + after) * self.beyond).sum()
+
+        # Coverage: how many active slices hold each stream position (clipped to the stream);
+        # an inactive slice is [0, 0) and covers nothing.
+        cb = torch.where(active, begin.clamp(0, n), 0)
+        ce = torch.where(active, end.clamp(0, n), 0)
+        cb_sorted = torch.sort(cb).values
+        ce_sorted = torch.sort(ce).values
+        # Prefix facts at a slice's clipped start / end p (for the row-0 notice): entries < 0 in
+        # [0, p), the last position < p holding an entry >= 0 (-1: none).
+        neg_at_sb = torch.zeros_like(begin)
+        neg_at_se = torch.zeros_like(begin)
+        lv_at_se = torch.full_like(begin, -1)
+
+        oor: list[torch.Tensor] = []
+        entries: list[torch.Tensor] = []
+        self._bad: list[torch.Tensor] = []
+        self.bitmap = None
+        self.ids: torch.Tensor | None = None
+        self.uniques: list[torch.Tensor] = []
+        self.sentinel = kv_rows if kv_rows is not None else 0
+        parts: list[torch.Tensor] = []
+        if kv_rows is not None and collect == "bitmap":
+            self.bitmap = torch.zeros(kv_rows + 1, dtype=torch.bool, device=dev)
+        carry_neg = torch.zeros(1, dtype=torch.int64, device=dev)
+        carry_lv = torch.full((1,), -1, dtype=torch.int64, device=dev)
+        single = n <= chunk_entries
+        if progress is not None:
+            progress(0, n)
+        for start in range(0, n, chunk_entries):
+            stop = min(start + chunk_entries, n)
+            vals = indices[start:stop].to(torch.int64)
+            pos = torch.arange(start, stop, device=dev)
+            cov = torch.searchsorted(cb_sorted, pos, right=True) - torch.searchsorted(ce_sorted, pos, right=True)
+            consumed = cov > 0
+            entries.append(cov.sum())
+            is_neg = vals < 0
+            if kv_rows is not None:
+                high = vals >= kv_rows
+                bad = consumed & ((high | is_neg) if not has_invalid else high)
+                oor.append(torch.stack(((cov * bad).sum(), bad.sum())))
+                self._bad.append(bad)
+                kept = torch.where(consumed & ~(is_neg | high), vals, kv_rows)
+                if self.bitmap is not None:
+                    self.bitmap.index_fill_(0, kept, True)
+                else:
+                    parts.append(kept)
+            else:
+                self.uniques.append(torch.unique(vals[consumed & ~is_neg]))
+            cum_neg = torch.cumsum(is_neg, 0)
+            lv = torch.cummax(torch.where(is_neg, -1, pos), 0).values
+            if start:
+                cum_neg += carry_neg
+                lv = torch.maximum(lv, carry_lv)
+            # value at a point p in [start, stop]: pad[p - start]
+            pad_neg = torch.cat((carry_neg, cum_neg))
+            pad_lv = torch.cat((carry_lv, lv))
+            if single:
+                neg_at_sb, neg_at_se, lv_at_se = pad_neg[cb], pad_neg[ce], pad_lv[ce]
+            else:
+                for p, targets in ((cb, ((neg_at_sb, pad_neg),)), (ce, ((neg_at_se, pad_neg), (lv_at_se, pad_lv)))):
+                    here = (p >= start) & (p <= stop)
+                    at = (p - start).clamp(0, stop - start)
+                    for target, source in targets:
+                        target.copy_(torch.where(here, source[at], target))
+            carry_neg = cum_neg[-1:]
+            carry_lv = lv[-1:]
+            if progress is not None:
+                progress(stop, n)
+
+        # positions outside the stream read index 0 on the gfx950 kernel: row 0 is read as a key
+        row0 = self.beyond.any()
+        if kv_rows is None:
+            self.uniques.append(torch.zeros(1, dtype=torch.int64, device=dev)[row0.reshape(1)])
+        elif self.bitmap is not None:
+            self.bitmap[:1] |= row0 & (kv_rows > 0)
+        else:
+            parts.append(torch.where(row0 & (kv_rows > 0), 0, kv_rows).reshape(1))
+            self.ids = torch.cat(parts)
+
+        zero = torch.zeros(1, dtype=torch.int64, device=dev)
+        oor_pair = (oor[0] if len(oor) == 1 else torch.stack(oor).sum(dim=0)) if oor else torch.zeros(2, dtype=torch.int64, device=dev)
+        n_entries = (entries[0] if len(entries) == 1 else torch.stack(entries).sum()).reshape(1) if entries else zero
+        self.totals = torch.cat((torch.stack((self.negative.sum(), self.beyond.sum(), outside)), oor_pair, n_entries))
+        self.masked_rows = _masked_tile_rows(begin, end, n, neg_at_sb, neg_at_se, lv_at_se, has_invalid) & active
+        self._handles: list[int] = []
+        self._pick: list[int] = []
+
+    def consumed_ids(self) -> torch.Tensor:
+        """Unique valid consumed row ids, int64 sorted (one host read: a data-dependent size)."""
+        if self.bitmap is not None:
+            return self.bitmap[: self.sentinel].nonzero(as_tuple=True)[0]
+        if self.ids is not None:
+            return torch.unique(self.ids[self.ids < self.sentinel])
+        dev = self.begin.device
+        return torch.unique(torch.cat(self.uniques)) if self.uniques else torch.empty(0, dtype=torch.int64, device=dev)
+
+    def padded_ids(self) -> torch.Tensor:
+        """The unique valid consumed row ids, sorted, then kv_rows: int64 of a fixed length
+        min(positions + 1, kv_rows) (no host read). Needs collect="ids"."""
+        assert self.ids is not None and self.kv_rows is not None
+        s = torch.sort(self.ids).values
+        keep = torch.cat((s[:1] < self.sentinel, (s[1:] != s[:-1]) & (s[1:] < self.sentinel)))
+        m = min(s.numel(), self.kv_rows)
+        out = torch.full((m + 1,), self.sentinel, dtype=torch.int64, device=s.device)
+        out.scatter_(0, torch.where(keep, torch.cumsum(keep, 0) - 1, m), s)  # slot m collects duplicates and kv_rows
+        return out[:m]
+
+    def queue(self, reads: _Reads, picks: _Picks) -> None:
+        """Queue the totals for the one host read and the example masks into `picks`."""
+        self._handles = [reads.add(self.totals)]
+        if self.k:
+            self._pick = [picks.add(self.negative), picks.add(self.beyond)]
+            if self._bad:
+                self._pick.append(picks.add(self._bad[0] if len(self._bad) == 1 else torch.cat(self._bad)))
+
+    def queue_examples(self, reads: _Reads, picks: _Picks) -> None:
+        """After picks.run(): queue the examples."""
+        if not self.k:
+            return
+        begin, end, n_q = self.begin, self.end, self.n_q
+        loc = torch.cat((picks.local(self._pick[0]), picks.local(self._pick[1])))  # query rows, -1: none
+        if n_q:
+            at = loc.clamp(min=0)
+            self._handles.append(reads.add(torch.stack((loc, begin[at], end[at]), dim=1)))
+        else:
+            self._handles.append(reads.add(torch.full((2 * self.k, 3), -1, dtype=torch.int64, device=loc.device)))
+        if len(self._pick) == 3:
+            p = picks.local(self._pick[2])  # stream positions, -1: none
+            v = self.indices[p.clamp(min=0)].to(torch.int64)
+            if n_q:
+                holds = self.active.unsqueeze(0) & (begin.unsqueeze(0) <= p.unsqueeze(1)) & (p.unsqueeze(1) < end.unsqueeze(0))
+                first_q = holds.to(torch.uint8).argmax(dim=1)
+                b = begin[first_q]
+            else:
+                first_q = b = torch.zeros_like(p)
+            self._handles.append(reads.add(torch.stack((p, v, first_q, b), dim=1)))
+
+    def findings(self, values: list[list[int]]) -> list[Finding]:
+        """The index_stream findings, from `values` (what the read returned)."""
+        n_neg, n_beyond, outside_total, oor_count, oor_positions, _ = values[self._handles[0]]
+        k = self.k
+        rows3 = [values[self._handles[1]][i : i + 3] for i in range(0, 6 * k, 3)] if k else []
+        neg_rows = [r for r in rows3[:k] if r[0] >= 0]
+        beyond_rows = [r for r in rows3[k:] if r[0] >= 0]
+        oor_rows = _valid_rows(values[self._handles[2]], 4) if len(self._handles) > 2 else []
+        n = self.n
+        findings: list[Finding] = []
+        if n_neg:
+            exs = [{"query_row": q, "start": b, "end": e, "length": e - b} for q, b, e in neg_rows]
+            findings.append(
+                Finding(
+                    KIND_NEG_ROW_LEN,
+                    "notice",
+                    n_neg,
+                    "query rows",
+                    exs,
+                    "legal: the contract and the kernel treat a negative length as an empty row (out = 0, lse = -inf); "
+                    f"query row {exs[0]['query_row']} has length {exs[0]['length']}.",
+                    "index_stream",
+                )
+            )
+        if n_beyond:
+            exs = []
+            for q, b, e in beyond_rows:
+                outside = max(0, min(e, 0) - b) + max(0, e - max(b, n))
+                exs.append({"query_row": q, "start": b, "end": e, "length": e - b, "stream_length": n, "positions_outside": outside})
+            first = exs[0]
+            findings.append(
+                Finding(
+                    KIND_INDPTR_BEYOND,
+                    "violation",
+                    n_beyond,
+                    "query rows",
+                    exs,
+                    f"index reads go through a buffer descriptor sized to indices, which returns 0 out of range, so each position outside "
+                    f"[0, {n}) becomes a key on KV row 0 (query row {first['query_row']}: slice [{first['start']}, {first['end']}) has "
+                    f"{first['positions_outside']} position(s) outside the stream); the output is not what the contract promises.",
+                    "index_stream",
+                    {"positions_outside": outside_total},
+                )
+            )
+        if oor_count:
+            assert self.kv_rows is not None
+            exs = [_oor_example(p, v, q, b, self.kv_rows) for p, v, q, b in oor_rows]
+            first = exs[0]
+            findings.append(
+                Finding(
+                    KIND_INDEX_OOR,
+                    "violation",
+                    oor_count,
+                    "consumed entries",
+                    exs,
+                    "an index >= kv rows makes the kernel load 656 bytes past the cache with unbounded 64-bit loads (garbage "
+                    "output or a memory fault); a negative index without has_invalid breaks the contract, and the gfx950 kernel "
+                    f"masks it like has_invalid would (first: {first['effect']}).",
+                    "index_stream",
+                    {"positions": oor_positions},
+                )
+            )
+        return findings
+
+
 def scan_index_stream(
     indices: torch.Tensor,
     indptr: torch.Tensor,
@@ -679,194 +999,47 @@ def scan_index_stream(
 
     kv_rows None skips the range check (index_out_of_range) and keeps every id >= 0 in `consumed`.
     Memory: O(n_q) for the slice bounds plus O(chunk_entries) per chunk, plus one bool per kv row.
+    Host reads: two (the consumed rows' count, then every total and example at once; with
+    kv_rows None one more per chunk).
     Raises ContractError when indices / indptr are not int32 1-D (indptr of length >= 1).
     """
-    _require_stream(indices, indptr)
-    dev = indices.device
-    n = indices.numel()
-    ptr = indptr.to(device=dev, dtype=torch.int64)
-    n_q = ptr.numel() - 1
-    begin, end = ptr[:-1], ptr[1:]
-    length = end - begin
-    active = length > 0
-    findings: list[Finding] = []
-
-    neg = (length < 0).nonzero(as_tuple=True)[0]
-    if neg.numel():
-        exs = [
-            {"query_row": q, "start": b, "end": e, "length": e - b}
-            for q, b, e in zip(neg[:max_examples].tolist(), begin[neg[:max_examples]].tolist(), end[neg[:max_examples]].tolist())
-        ]
-        findings.append(
-            Finding(
-                KIND_NEG_ROW_LEN,
-                "notice",
-                int(neg.numel()),
-                "query rows",
-                exs,
-                "legal: the contract and the kernel treat a negative length as an empty row (out = 0, lse = -inf); "
-                f"query row {exs[0]['query_row']} has length {exs[0]['length']}.",
-                "index_stream",
-            )
-        )
-
-    beyond = (active & ((begin < 0) | (end > n))).nonzero(as_tuple=True)[0]
-    if beyond.numel():
-        sel = beyond[:max_examples]
-        exs = []
-        for q, b, e in zip(sel.tolist(), begin[sel].tolist(), end[sel].tolist()):
-            outside = max(0, min(e, 0) - b) + max(0, e - max(b, n))
-            exs.append({"query_row": q, "start": b, "end": e, "length": e - b, "stream_length": n, "positions_outside": outside})
-        first = exs[0]
-        findings.append(
-            Finding(
-                KIND_INDPTR_BEYOND,
-                "violation",
-                int(beyond.numel()),
-                "query rows",
-                exs,
-                f"index reads go through a buffer descriptor sized to indices, which returns 0 out of range, so each position outside "
-                f"[0, {n}) becomes a key on KV row 0 (query row {first['query_row']}: slice [{first['start']}, {first['end']}) has "
-                f"{first['positions_outside']} position(s) outside the stream); the output is not what the contract promises.",
-                "index_stream",
-                {"positions_outside": int(_outside_total(begin[beyond], end[beyond], n))},
-            )
-        )
-
-    # Coverage: how many active slices hold each stream position (clipped to the stream).
-    cb = begin.clamp(0, n)[active]
-    ce = end.clamp(0, n)[active]
-    cb_sorted, _ = torch.sort(cb)
-    ce_sorted, _ = torch.sort(ce)
-    # Prefix facts at points (for the row-0 notice): negatives before p, last entry >= 0 before p.
-    points = torch.cat([cb, ce])
-    order = torch.argsort(points)
-    pts_sorted = points[order]
-    neg_before = torch.zeros_like(points)
-    last_valid = torch.full_like(points, -1)
-
-    oor_count = 0
-    oor_positions = 0
-    oor_examples: list[dict[str, Any]] = []
-    bitmap = torch.zeros(kv_rows, dtype=torch.bool, device=dev) if kv_rows is not None else None
-    uniques: list[torch.Tensor] = []
-    carry_neg = 0
-    carry_lv = -1
-    consumed_entries = 0
-    if progress is not None:
-        progress(0, n)
-    for start in range(0, n, chunk_entries):
-        stop = min(start + chunk_entries, n)
-        vals = indices[start:stop].to(torch.int64)
-        pos = torch.arange(start, stop, device=dev)
-        cov = torch.searchsorted(cb_sorted, pos, right=True) - torch.searchsorted(ce_sorted, pos, right=True)
-        consumed = cov > 0
-        consumed_entries += int(cov.sum())
-        is_neg = vals < 0
-        if kv_rows is not None:
-            bad = consumed & ((vals >= kv_rows) | (is_neg if not has_invalid else torch.zeros_like(is_neg)))
-            if bool(bad.any()):
-                oor_count += int(cov[bad].sum())
-                oor_positions += int(bad.sum())
-                room = max_examples - len(oor_examples)
-                if room > 0:
-                    bp = bad.nonzero(as_tuple=True)[0][:room]
-                    oor_examples.extend(_oor_examples(pos[bp], vals[bp], begin, end, active, kv_rows))
-        valid = consumed & ~is_neg
-        if bitmap is not None:
-            valid &= vals < kv_rows
-            bitmap[vals[valid]] = True
-        else:
-            uniques.append(torch.unique(vals[valid]))
-        # prefix facts for points p in (start, stop]
-        lo = int(torch.searchsorted(pts_sorted, start, right=True))
-        hi = int(torch.searchsorted(pts_sorted, stop, right=True))
-        cum_neg = torch.cumsum(is_neg.to(torch.int64), 0) + carry_neg
-        lv = torch.cummax(torch.where(is_neg, torch.full_like(pos, -1), pos), 0).values.clamp(min=carry_lv)
-        if hi > lo:
-            which = order[lo:hi]
-            local = pts_sorted[lo:hi] - start - 1
-            neg_before[which] = cum_neg[local]
-            last_valid[which] = lv[local]
-        carry_neg = int(cum_neg[-1])
-        carry_lv = int(lv[-1])
-        if progress is not None:
-            progress(stop, n)
-
-    if oor_count:
-        first = oor_examples[0]
-        findings.append(
-            Finding(
-                KIND_INDEX_OOR,
-                "violation",
-                oor_count,
-                "consumed entries",
-                oor_examples,
-                "an index >= kv rows makes the kernel load 656 bytes past the cache with unbounded 64-bit loads (garbage "
-                "output or a memory fault); a negative index without has_invalid breaks the contract, and the gfx950 kernel "
-                f"masks it like has_invalid would (first: {first['effect']}).",
-                "index_stream",
-                {"positions": oor_positions},
-            )
-        )
-
-    if beyond.numel() and (kv_rows is None or kv_rows > 0):
-        # positions outside the stream read index 0 on the gfx950 kernel: row 0 is read as a key
-        if bitmap is not None:
-            bitmap[0] = True
-        else:
-            uniques.append(torch.zeros(1, dtype=torch.int64, device=dev))
-    if bitmap is not None:
-        consumed_ids = bitmap.nonzero(as_tuple=True)[0]
-    else:
-        consumed_ids = torch.unique(torch.cat(uniques)) if uniques else torch.empty(0, dtype=torch.int64, device=dev)
-
-    masked_active = _masked_tile_rows(
-        begin[active], end[active], n, neg_before[: cb.numel()], neg_before[cb.numel() :], last_valid[cb.numel() :], has_invalid
+    facts = _StreamFacts(
+        indices,
+        indptr,
+        kv_rows,
+        has_invalid=has_invalid,
+        chunk_entries=chunk_entries,
+        progress=progress,
+        max_examples=max_examples,
+        collect="bitmap",
     )
-    masked_rows = torch.zeros(n_q, dtype=torch.bool, device=dev)
-    masked_rows[active] = masked_active
-    return StreamScan(findings, consumed_ids, masked_rows, n_q, n, consumed_entries)
+    consumed = facts.consumed_ids()
+    values = _read_back(_Reads(), [facts], max_examples, indices.device)
+    return StreamScan(facts.findings(values), consumed, facts.masked_rows, facts.n_q, facts.n, values[facts._handles[0]][5])
 
 
-def _outside_total(b: torch.Tensor, e: torch.Tensor, n: int) -> int:
-    before = (torch.minimum(e, torch.zeros_like(e)) - b).clamp(min=0)
-    after = (e - torch.maximum(b, torch.full_like(b, n))).clamp(min=0)
-    return int((before + after).sum())
-
-
-def _oor_examples(
-    pos: torch.Tensor, vals: torch.Tensor, begin: torch.Tensor, end: torch.Tensor, active: torch.Tensor, kv_rows: int
-) -> list[dict[str, Any]]:
-    """Examples for out-of-range entries at stream positions `pos` (a few): the first query row
-    whose slice holds each position."""
-    holds = active.unsqueeze(0) & (begin.unsqueeze(0) <= pos.unsqueeze(1)) & (pos.unsqueeze(1) < end.unsqueeze(0))
-    first_q = holds.to(torch.uint8).argmax(dim=1)
-    out = []
-    for p, v, q in zip(pos.tolist(), vals.tolist(), first_q.tolist()):
-        b = int(begin[q])
-        if v < 0:
-            reason = "negative without has_invalid"
-            effect = f"index {v} at position {p} (query row {q}) is masked by the gfx950 kernel (the key is dropped)"
-        else:
-            reason = "index >= kv rows"
-            effect = (
-                f"index {v} at position {p} (query row {q}) >= {kv_rows} kv rows: "
-                f"reads bytes [{v * RECORD_BYTES}, {(v + 1) * RECORD_BYTES}) past the cache's {kv_rows * RECORD_BYTES} bytes"
-            )
-        out.append(
-            {
-                "position": p,
-                "query_row": q,
-                "offset_in_row": p - b,
-                "index": v,
-                "kv_rows": kv_rows,
-                "reason": reason,
-                "byte_offset": v * RECORD_BYTES if v >= 0 else None,
-                "effect": effect,
-            }
+def _oor_example(p: int, v: int, q: int, b: int, kv_rows: int) -> dict[str, Any]:
+    """The example of an out-of-range entry: index v at stream position p, in query row q (the
+    first whose slice holds p; its slice starts at b)."""
+    if v < 0:
+        reason = "negative without has_invalid"
+        effect = f"index {v} at position {p} (query row {q}) is masked by the gfx950 kernel (the key is dropped)"
+    else:
+        reason = "index >= kv rows"
+        effect = (
+            f"index {v} at position {p} (query row {q}) >= {kv_rows} kv rows: "
+            f"reads bytes [{v * RECORD_BYTES}, {(v + 1) * RECORD_BYTES}) past the cache's {kv_rows * RECORD_BYTES} bytes"
         )
-    return out
+    return {
+        "position": p,
+        "query_row": q,
+        "offset_in_row": p - b,
+        "index": v,
+        "kv_rows": kv_rows,
+        "reason": reason,
+        "byte_offset": v * RECORD_BYTES if v >= 0 else None,
+        "effect": effect,
+    }
 
 
 def _masked_tile_rows(
@@ -936,33 +1109,57 @@ def consumed_rows(
     return scan_index_stream(indices, indptr, kv_rows, has_invalid=has_invalid, chunk_entries=chunk_entries).consumed
 
 
+class _Row0:
+    """What the row-0 notice needs: NaN codes of row 0 (none for a cache of no rows), the masked
+    query rows (bool [n_q]) and the first max_examples of them, queued for the one host read."""
+
+    def __init__(self, flat: torch.Tensor, masked_rows: torch.Tensor, max_examples: int) -> None:
+        self.flat, self.masked_rows, self.k = flat, masked_rows, max(0, max_examples)
+        self._handles: list[int] = []
+
+    def queue(self, reads: _Reads, picks: _Picks) -> None:
+        if self.flat.shape[0] == 0:
+            return
+        codes = ((self.flat[0, :SCALE_OFFSET] & 0x7F) == E4M3_NAN_CODE).sum().to(self.masked_rows.device)
+        self._handles = [reads.add(torch.stack((codes, self.masked_rows.sum())))]
+        if self.k:
+            self._pick = picks.add(self.masked_rows)
+
+    def queue_examples(self, reads: _Reads, picks: _Picks) -> None:
+        if self._handles and self.k:
+            self._handles.append(reads.add(picks.local(self._pick)))
+
+    def findings(self, values: list[list[int]]) -> list[Finding]:
+        if not self._handles:
+            return []
+        nan_codes, n_rows = values[self._handles[0]]
+        if n_rows == 0 or nan_codes == 0:
+            return []
+        first = values[self._handles[1]] if self.k else []
+        exs = [{"query_row": q, "row0_nan_codes": nan_codes} for q in first if q >= 0]
+        return [
+            Finding(
+                KIND_ROW0_NAN,
+                "notice",
+                n_rows,
+                "query rows",
+                exs,
+                f"legal under the contract (unreferenced rows may hold anything), but the gfx950 kernel loads KV row 0 for masked "
+                f"positions and row 0 holds {nan_codes} NaN code(s): its PV multiplies them by P' = 0, and 0 * NaN is NaN, so these "
+                f"query rows (first: {exs[0]['query_row']}) are expected to get NaN output from it.",
+                "index_stream",
+                {"row0_nan_codes": nan_codes},
+            )
+        ]
+
+
 def row0_notice(kv_cache: torch.Tensor, scan: StreamScan, *, max_examples: int = DEFAULT_MAX_EXAMPLES) -> list[Finding]:
     """The row0_nan_masked_reads notice: row 0 holds NaN codes and some query rows have masked
     positions in processed tiles. Legal under the contract, but the gfx950 kernel loads row 0 for
     masked positions and its PV multiplies row 0's V by P' = 0, and 0 * NaN is NaN."""
     flat = _kv_flat(kv_cache)
-    if flat.shape[0] == 0 or not bool(scan.masked_rows.any()):
-        return []
-    row0 = flat[0:1]
-    nan_codes = int(((row0[:, :SCALE_OFFSET] & 0x7F) == E4M3_NAN_CODE).sum())
-    if nan_codes == 0:
-        return []
-    rows = scan.masked_rows.nonzero(as_tuple=True)[0]
-    exs = [{"query_row": q, "row0_nan_codes": nan_codes} for q in rows[:max_examples].tolist()]
-    return [
-        Finding(
-            KIND_ROW0_NAN,
-            "notice",
-            int(rows.numel()),
-            "query rows",
-            exs,
-            f"legal under the contract (unreferenced rows may hold anything), but the gfx950 kernel loads KV row 0 for masked "
-            f"positions and row 0 holds {nan_codes} NaN code(s): its PV multiplies them by P' = 0, and 0 * NaN is NaN, so these "
-            f"query rows (first: {exs[0]['query_row']}) are expected to get NaN output from it.",
-            "index_stream",
-            {"row0_nan_codes": nan_codes},
-        )
-    ]
+    part = _Row0(flat, scan.masked_rows, max_examples)
+    return part.findings(_read_back(_Reads(), [part], max_examples, scan.masked_rows.device))
 
 
 F32_MAX = 3.4028234663852886e38
@@ -986,18 +1183,52 @@ def check_call(
     """Every precondition finding for one kernel call: the index stream, then the records of the
     consumed rows only (scope "consumed_rows"; bytes of unreferenced rows may hold anything), plus
     the row0_nan_masked_reads notice, and, when `softmax_scale` is given, the f32 range of the
-    score arithmetic (softmax_scale_overflow_f32, score_overflow_f32; see `score_range_findings`).
+    score arithmetic (softmax_scale_overflow_f32, score_overflow_f32; see `score_range_findings`),
+    left out when the stream reads outside the stream or the cache.
+
+    Host reads: one (every count and example of every check, read back together), plus, only
+    when the cheap score bound flags a query row, those of the exact per-key score check, and
+    one for the consumed rows' count when `progress` is given. Only the contract check must come
+    first (it reads no data: the scans index with the call's arrays); the stream, record, row-0
+    and score-bound checks run unconditionally on the device, and which findings are reported is
+    decided after the read. Memory: the stream's positions as int64 (sorted once), the cache's
+    consumed rows gathered chunk_rows at a time.
 
     Raises ContractError (via kernel.contract.validate_call) when the call's shapes, dtypes or
     devices break the contract. progress gets (consumed rows done, consumed rows total).
     """
     info = validate_call(q, kv_cache, indices, indptr, 1.0, has_invalid=has_invalid)
-    scan = scan_index_stream(indices, indptr, info.kv_rows, has_invalid=has_invalid, max_examples=max_examples)
-    found = list(scan.findings)
-    found += _check_records(kv_cache, scan.consumed.to(kv_cache.device), "consumed_rows", chunk_rows, progress, max_examples)
-    found += row0_notice(kv_cache, scan, max_examples=max_examples)
+    stream = _StreamFacts(
+        indices,
+        indptr,
+        info.kv_rows,
+        has_invalid=has_invalid,
+        chunk_entries=DEFAULT_CHUNK_ENTRIES,
+        progress=None,
+        max_examples=max_examples,
+        collect="ids",
+    )
+    flat = _kv_flat(kv_cache)
+    rows = stream.padded_ids().to(flat.device)
+    with_score = softmax_scale is not None and q.shape[0] > 0
+    acc = _RecordFacts("consumed_rows", max_examples, tuple(kv_cache.shape[:-1]), flat, want_k_max=with_score)
+    total = int((rows < info.kv_rows).sum()) if progress is not None else None
+    _scan_records(flat, rows, [(acc, None)], chunk_rows, progress, total=total, sentinel=info.kv_rows)
+    reads = _Reads()
+    row0 = _Row0(flat, stream.masked_rows, max_examples)
+    suspect: torch.Tensor | None = None
+    suspect_handle = -1
+    if with_score:
+        assert acc.k_max is not None
+        q_l1 = q.to(torch.float64).abs().sum(dim=-1).amax(dim=-1)  # [n_q]
+        suspect = (q_l1 * acc.k_max * _QK_SLACK >= F32_MAX) & (stream.length > 0)
+        suspect_handle = reads.add(suspect.any())
+    values = _read_back(reads, [stream, acc, row0], max_examples, indices.device)
+    found = stream.findings(values) + acc.findings(values) + row0.findings(values)
     if softmax_scale is not None and not any(f.kind in (KIND_INDEX_OOR, KIND_INDPTR_BEYOND) for f in found):
-        found += score_range_findings(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, max_examples=max_examples)
+        found += _softmax_scale_findings(softmax_scale)
+        if suspect is not None and values[suspect_handle][0]:
+            found += _score_exact(q, kv_cache, indices, indptr, suspect, has_invalid=has_invalid, max_examples=max_examples)
     return sort_findings(found)
 
 
@@ -1009,6 +1240,25 @@ def _consumed_positions(start: torch.Tensor, length: torch.Tensor, n: int) -> to
     delta.index_add_(0, start[live].clamp(0, n), torch.ones_like(start[live]))
     delta.index_add_(0, (start + length)[live].clamp(0, n), -torch.ones_like(start[live]))
     return torch.cumsum(delta, 0)[:n] > 0
+
+
+def _softmax_scale_findings(softmax_scale: float) -> list[Finding]:
+    """softmax_scale_overflow_f32 when c_log2 = f32(softmax_scale * log2 e) is not finite."""
+    sigma = float(softmax_scale)
+    if math.isfinite(sigma) and abs(sigma) * math.log2(math.e) * (1 + 2.0**-20) < F32_MAX:
+        return []
+    return [
+        Finding(
+            KIND_SCALE_OVERFLOW,
+            "violation",
+            1,
+            "calls",
+            [{"softmax_scale": _json_float(sigma)}],
+            f"softmax_scale {sigma:g}: c_log2 = softmax_scale * log2(e) overflows f32, so every score of the call is "
+            "inf or NaN and out and lse are NaN.",
+            "input",
+        )
+    ]
 
 
 def score_range_findings(
@@ -1031,24 +1281,7 @@ def score_range_findings(
       ||q||_1 * max|K| could reach it.
     Only consumed entries count (an unconsumed entry may hold anything, a 0-row cache included).
     Vectorised over the oracle's padded row chunks; never raises for in-range inputs."""
-    from oracle.rows import iter_chunks  # the oracle's gathering step (no import cycle at module load)
-
-    found: list[Finding] = []
-    sigma = float(softmax_scale)
-    if not math.isfinite(sigma) or abs(sigma) * math.log2(math.e) * (1 + 2.0**-20) >= F32_MAX:
-        found.append(
-            Finding(
-                KIND_SCALE_OVERFLOW,
-                "violation",
-                1,
-                "calls",
-                [{"softmax_scale": _json_float(sigma)}],
-                f"softmax_scale {sigma:g}: c_log2 = softmax_scale * log2(e) overflows f32, so every score of the call is "
-                "inf or NaN and out and lse are NaN.",
-                "input",
-            )
-        )
-    q64 = q.to(torch.float64).abs()
+    found = _softmax_scale_findings(softmax_scale)
     n_q = q.shape[0]
     if n_q == 0:
         return found
@@ -1061,16 +1294,33 @@ def score_range_findings(
     usable = ids[_consumed_positions(start, length, ids.numel()) & (ids >= 0) & (ids < kv.shape[0])]
     if usable.numel() == 0:
         return found
-    recs = kv[usable.to(kv.device)]
-    scale = recs[:, SCALE_OFFSET : SCALE_OFFSET + 16].contiguous().view(torch.float32).abs().to(torch.float64).amax(dim=-1)
-    rope = recs[:, ROPE_OFFSET:].contiguous().view(torch.bfloat16).to(torch.float64).abs().amax(dim=-1)
-    k_max = float(torch.maximum(scale * 448.0, rope).max().cpu()) if recs.shape[0] else 0.0
-    q_l1 = q64.sum(dim=-1).amax(dim=-1)  # [n_q]
+    k_max = _k_max_rows(kv[usable.to(kv.device)]).max()
+    q_l1 = q.to(torch.float64).abs().sum(dim=-1).amax(dim=-1)  # [n_q]
     suspect = (q_l1 * k_max * _QK_SLACK >= F32_MAX) & (length > 0)
     if not bool(suspect.any()):
         return found
+    return found + _score_exact(q, kv_cache, indices, indptr, suspect, has_invalid=has_invalid, max_examples=max_examples)
+
+
+def _score_exact(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    suspect: torch.Tensor,
+    *,
+    has_invalid: bool,
+    max_examples: int,
+) -> list[Finding]:
+    """score_overflow_f32, checked per key for the query rows flagged in `suspect` (bool [n_q],
+    only rows of positive length), over the oracle's padded row chunks."""
+    from oracle.rows import iter_chunks  # the oracle's gathering step (no import cycle at module load)
+
+    q64 = q.to(torch.float64).abs()
+    start = indptr[:-1].to(torch.int64)
+    length = (indptr[1:].to(torch.int64) - start).clamp_min(0)
     rows = torch.nonzero(suspect).flatten()
-    sub_ptr = torch.cat((torch.zeros(1, dtype=torch.int64), length[rows].cumsum(0)))
+    sub_ptr = torch.cat((torch.zeros(1, dtype=torch.int64, device=length.device), length[rows].cumsum(0)))
     sub_idx = torch.cat([indices[int(start[r]) : int(start[r] + length[r])] for r in rows.tolist()]) if rows.numel() else indices[:0]
     bad_pairs = 0
     examples: list[dict[str, Any]] = []
@@ -1090,18 +1340,18 @@ def score_range_findings(
                     "sum_abs_q_times_abs_k": _json_float(float(mag[r_local, h, k])),
                 }
             )
-    if bad_pairs:
-        found.append(
-            Finding(
-                KIND_SCORE_OVERFLOW,
-                "violation",
-                bad_pairs,
-                "(query row, head) pairs",
-                examples,
-                f"sum_d |q_d| |K_d| reaches f32's largest value {F32_MAX:.4g} (first: query row {examples[0]['query_row']}, head "
-                f"{examples[0]['head']}): a partial sum of q . K may overflow in f32, "
-                "so that head's scores, out and lse may be inf or NaN.",
-                "consumed_rows",
-            )
+    if not bad_pairs:
+        return []
+    return [
+        Finding(
+            KIND_SCORE_OVERFLOW,
+            "violation",
+            bad_pairs,
+            "(query row, head) pairs",
+            examples,
+            f"sum_d |q_d| |K_d| reaches f32's largest value {F32_MAX:.4g} (first: query row {examples[0]['query_row']}, head "
+            f"{examples[0]['head']}): a partial sum of q . K may overflow in f32, "
+            "so that head's scores, out and lse may be inf or NaN.",
+            "consumed_rows",
         )
-    return found
+    ]

@@ -1,0 +1,131 @@
+"""Cost of oracle.preconditions.check_call per call: aten ops, host reads and ms, on typical
+calls of the `preconditions` fuzz property (issue 21).
+
+Problems: the first --examples recipes of strategies.hypothesis_recipes.violating_recipes (as the
+fuzz campaign draws them for the property: allow_out_of_range, at most 4096 keys; derandomized,
+so the same list every run) plus one valid recipe, materialised on --device. For each
+implementation (this tree's, and with --old REV the module as committed at git revision REV,
+loaded from `git show`), per problem: ops (aten ops dispatched, conformance.tools.op_count),
+host reads (ops that read device data back: scalar reads, nonzero, unique, tolist, ...) and the
+median ms of --iters calls (conformance.tools.bench.call_ms: CUDA events on a GPU, process CPU
+time on the CPU). Prints one line per implementation (medians over the problems, and the valid
+call's own numbers) and, with --json PATH, writes every number. Also checks that both
+implementations return the same findings on every problem (exit 1 if not).
+
+    python scripts/preconditions_cost.py [--device cuda] [--old 40f8d18] [--examples 40] [--iters 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from conformance.tools.bench import call_ms  # noqa: E402
+from conformance.tools.op_count import SYNC_OPS, count_ops  # noqa: E402
+
+VALID = {"seed": 5, "n_q": 6, "heads": 4, "row_lengths": [300, 0, 128, 700, 5, 40], "cache_rows": 2000}
+
+
+def _old_module(rev: str) -> ModuleType:
+    text = subprocess.run(["git", "show", f"{rev}:oracle/preconditions.py"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / "preconditions_old.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("preconditions_old", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["preconditions_old"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _recipes(n: int) -> list[Any]:
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from strategies.hypothesis_recipes import violating_recipes
+    from strategies.recipe import Recipe
+
+    got: list[Any] = []
+
+    @settings(max_examples=n, derandomize=True, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck), deadline=None)
+    @given(violating_recipes(allow_out_of_range=True, max_total_keys=4096))
+    def collect(recipe: Any) -> None:
+        got.append(recipe)
+
+    collect()
+    return [Recipe.from_json_dict(VALID), *got[:n]]
+
+
+def _host_reads(ops: dict[str, int]) -> int:
+    return sum(c for name, c in ops.items() if any(name.startswith(s) for s in SYNC_OPS))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--old", default=None, help="git revision whose oracle/preconditions.py to compare against")
+    parser.add_argument("--examples", type=int, default=40)
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+
+    from oracle import preconditions as new
+    from strategies.materialize import materialize
+
+    impls: dict[str, ModuleType] = {"new": new}
+    if args.old:
+        impls = {"old": _old_module(args.old), "new": new}
+    problems = [materialize(r, device) for r in _recipes(args.examples)]
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in impls}
+    same = True
+    for i, p in enumerate(problems):
+        results = {}
+        for name, module in impls.items():
+
+            def call(m: ModuleType = module) -> list[Any]:
+                return m.check_call(p.q, p.kv_cache, p.indices, p.indptr, has_invalid=p.has_invalid, softmax_scale=p.softmax_scale)
+
+            results[name] = [f.to_dict() for f in call()]
+            counted = count_ops(call)
+            for _ in range(2):
+                call()
+            ms = statistics.median(call_ms(call, device) for _ in range(args.iters))
+            kinds = sorted({f["kind"] for f in results[name]})
+            rows[name].append({"problem": i, "ops": counted.total, "host_reads": _host_reads(counted.ops), "ms": ms, "kinds": kinds})
+        if len({json.dumps(v, sort_keys=True) for v in results.values()}) > 1:
+            same = False
+            print(f"problem {i}: findings differ between implementations", file=sys.stderr)
+    summary = {}
+    for name, rs in rows.items():
+        summary[name] = {
+            "valid_call": {k: rs[0][k] for k in ("ops", "host_reads", "ms")},
+            "median_violating": {k: statistics.median(r[k] for r in rs[1:]) for k in ("ops", "host_reads", "ms")} if len(rs) > 1 else None,
+            "max_host_reads": max(r["host_reads"] for r in rs),
+        }
+        v, m = summary[name]["valid_call"], summary[name]["median_violating"]
+        print(
+            f"{name:4s} on {device.type}: valid call {v['ops']} ops, {v['host_reads']} host reads, {v['ms']:.3f} ms; "
+            + (f"violating calls (median of {len(rs) - 1}) {m['ops']:.0f} ops, {m['host_reads']:.0f} host reads, {m['ms']:.3f} ms; " if m else "")
+            + f"max host reads {summary[name]['max_host_reads']}"
+        )
+    print("identical findings" if same else "FINDINGS DIFFER")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": str(device), "summary": summary, "rows": rows, "identical": same}, indent=1))
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -24,9 +24,12 @@ Scopes (where a finding was looked for): "input" (array dtypes and shapes), "ind
 "selected_rows" (rows a caller passed to `check_records`).
 
 All scans are vectorised torch over fixed-size chunks (rows for caches, positions for index
-streams): memory is bounded by a chunk's temporaries (plus one bool per kv row for the consumed-row
-bitmap), a cache is never copied as a whole, and CPU, CUDA and memory-mapped numpy-backed tensors
-all work. Progress callbacks receive (items_done, items_total) after every chunk.
+streams): memory is bounded by a chunk's temporaries plus small per-item facts (24 bytes per
+scanned row: its scale bits and NaN-code count; one bool per position and per kv row), a cache
+is never copied as a whole, and CPU, CUDA and memory-mapped numpy-backed tensors all work.
+Progress callbacks receive (items_done, items_total) after every chunk. Counts and examples stay
+on the device until the end of a check, which reads them back in at most two transfers (every
+kind's count; then, for the kinds found, their details and first examples).
 """
 
 from __future__ import annotations
@@ -342,15 +345,15 @@ def _require_stream(indices: torch.Tensor, indptr: torch.Tensor) -> None:
         raise ContractError(problems[0].consequence)
 
 
-# --------------------------------------------------------------------------- device facts, read back once
+# --------------------------------------------------------------------------- device facts, read back in batches
 
 
 class _Reads:
     """int64 device values gathered while a check runs, read back to the host in one transfer.
 
     `add` queues a tensor (any shape, flattened) and returns its handle; `read` concatenates the
-    queued tensors and reads them with a single Tensor.tolist (the only host read), returning one
-    list of Python ints per handle."""
+    queued tensors and reads them with a single Tensor.tolist (one host read; none when nothing
+    is queued), returning one list of Python ints per handle."""
 
     def __init__(self) -> None:
         self._parts: list[torch.Tensor] = []
@@ -363,7 +366,7 @@ class _Reads:
         if not self._parts:
             return []
         dev = self._parts[0].device
-        flat = torch.cat([p.to(dev) for p in self._parts]).tolist()
+        flat = (torch.cat([p.to(dev) for p in self._parts]) if len(self._parts) > 1 else self._parts[0]).tolist()
         out, at = [], 0
         for p in self._parts:
             out.append(flat[at : at + p.numel()])
@@ -372,8 +375,8 @@ class _Reads:
 
 
 class _Picks:
-    """The first k True entries of several 1-D bool masks (one device, any lengths), found
-    together with one cumsum and one scatter (fixed shapes: no host read).
+    """The first k True entries of several 1-D bool masks (any lengths), found together with one
+    cumsum and one scatter (fixed shapes: no host read).
 
     `add(mask)` returns a handle; after `run()`, `local(handle)` is int64 [k]: the indices of
     the mask's first k True entries in order, then -1s."""
@@ -390,15 +393,21 @@ class _Picks:
 
     def run(self) -> None:
         k, dev, n_seg = self.k, self.device, len(self._masks)
+        if k == 0 or n_seg == 0:
+            return
+        if n_seg == 1:
+            every = self._masks[0]
+            rank = torch.cumsum(every, 0)
+            slot = torch.where(every & (rank <= k), rank - 1, k)
+            out = torch.full((k + 1,), -1, dtype=torch.int64, device=dev)
+            out.scatter_(0, slot, torch.arange(every.numel(), device=dev))  # the last slot collects the rest
+            self._local = out[:k].view(1, k)
+            return
         sizes = [m.numel() for m in self._masks]
         starts = [sum(sizes[:i]) for i in range(n_seg)]
-        total = sum(sizes)
-        if k == 0 or n_seg == 0:
-            self._local = torch.full((n_seg, k), -1, dtype=torch.int64, device=dev)
-            return
         every = torch.cat(self._masks)
         rank = torch.cumsum(every, 0)  # inclusive count of True entries, over all segments
-        pos = torch.arange(total, dtype=torch.int64, device=dev)
+        pos = torch.arange(every.numel(), device=dev)
         seg = torch.searchsorted(torch.tensor(starts[1:], dtype=torch.int64, device=dev), pos, right=True)
         before = torch.cat((torch.zeros(1, dtype=torch.int64, device=dev), rank))[torch.tensor(starts, device=dev)]  # [segments]
         rel = rank - before[seg]  # 1-based rank within the segment
@@ -419,17 +428,26 @@ def _valid_rows(values: list[int], width: int) -> list[list[int]]:
     return [r for r in rows if r[0] >= 0]
 
 
-def _read_back(reads: _Reads, parts: Sequence[Any], max_examples: int, device: torch.device) -> list[list[int]]:
-    """Queue every part's totals and example masks, pick all examples at once, queue them, and
-    read everything back in one transfer. A part has queue(reads, picks) and
-    queue_examples(reads, picks)."""
+Values = tuple[list[list[int]], list[list[int]]]
+
+
+def _read_back(first: _Reads, parts: Sequence[Any], max_examples: int, device: torch.device) -> Values:
+    """At most two host reads for all `parts`: first every part's totals (queued into `first`,
+    which may already hold the caller's own values), then, only for the kinds found, the exact
+    details and the first max_examples examples (picked together). A part has queue(first),
+    queue_details(second, picks, values of the first read) and queue_examples(second, picks).
+    Returns (values of the first read, values of the second: [] when nothing was found)."""
+    for part in parts:
+        part.queue(first)
+    v1 = first.read()
+    second = _Reads()
     picks = _Picks(max(0, max_examples), device)
     for part in parts:
-        part.queue(reads, picks)
+        part.queue_details(second, picks, v1)
     picks.run()
     for part in parts:
-        part.queue_examples(reads, picks)
-    return reads.read()
+        part.queue_examples(second, picks)
+    return v1, second.read()
 
 
 # --------------------------------------------------------------------------- record scan
@@ -473,9 +491,10 @@ class _RecordFacts:
     `add` keeps, per admitted chunk row, its 4 scale bit patterns and its NaN-code count (24
     bytes a row, on the scan's device; rows a filter leaves out get a good scale and no NaN
     codes) and, with want_k_max, the largest |K| element so far (float64, 0 when none: the score
-    check's bound); `queue` then classifies every kept row at once on the device and queues the
-    totals and the first max_examples examples of each kind (in scan order) for the one host
-    read; `findings` builds the findings from what the read returned. No host reads of its own.
+    check's bound). Then, through `_read_back`: `queue` classifies every kept row at once and
+    queues the count of each kind; `queue_details` / `queue_examples`, for the kinds found, the
+    rows holding them, the classes of bad scales and the first max_examples examples in scan
+    order; `findings` builds the findings. No host reads of its own.
     """
 
     def __init__(self, scope: str, max_examples: int, lead_shape: tuple[int, ...], flat: torch.Tensor, want_k_max: bool = False) -> None:
@@ -487,7 +506,6 @@ class _RecordFacts:
         self._codes: list[torch.Tensor] = []
         self._ids: list[torch.Tensor] = []
         self.k_max = torch.zeros((), dtype=torch.float64, device=flat.device) if want_k_max else None
-        self._handles: list[int] = []
 
     def add(self, chunk: torch.Tensor, ids: torch.Tensor, keep: torch.Tensor | None) -> None:
         """Fold in records uint8 [c, 656] whose flat row ids are `ids` (int64 [c]); rows where
@@ -496,69 +514,89 @@ class _RecordFacts:
             return
         bits = chunk[:, SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.int32)  # [c, 4], signed
         codes = _nan_codes_per_row(chunk)
+        if self.k_max is not None:
+            scale = bits.view(torch.float32).abs().amax(dim=-1).to(torch.float64)
+            rope = chunk[:, ROPE_OFFSET:].contiguous().view(torch.bfloat16).abs().amax(dim=-1).to(torch.float64)
+            k_row = torch.maximum(scale * 448.0, rope)  # the largest |K| element of each record
+            if keep is not None:
+                k_row = torch.where(keep, k_row, 0.0)
+            self.k_max = torch.maximum(self.k_max, k_row.amax())
         if keep is not None:
             bits = torch.where(keep.unsqueeze(1), bits, _F32_BITS_CAP)  # 2^7: a good scale
             codes = torch.where(keep, codes, 0)
         self._bits.append(bits)
         self._codes.append(codes)
         self._ids.append(ids)
-        if self.k_max is not None:
-            k_row = _k_max_rows(chunk)
-            if keep is not None:
-                k_row = torch.where(keep, k_row, 0.0)
-            self.k_max = torch.maximum(self.k_max, k_row.amax())
 
-    def queue(self, reads: _Reads, picks: _Picks) -> None:
-        """Classify the kept rows; queue the totals, and the example masks into `picks`."""
-        dev = self.flat.device
+    def queue(self, first: _Reads) -> None:
+        """Classify the kept rows; queue the count of each kind (scales of each of _SCALE_KINDS,
+        NaN codes)."""
         if not self._bits:
-            self._handles = [reads.add(torch.zeros(13, dtype=torch.int64, device=dev))]
+            self._h1 = first.add(torch.zeros(4, dtype=torch.int64, device=self.flat.device))
             return
         cat = len(self._bits) > 1
-        bits = torch.cat(self._bits) if cat else self._bits[0]
-        codes = torch.cat(self._codes) if cat else self._codes[0]
-        self._all_bits, self._all_codes = bits, codes
+        bits = self._all_bits = torch.cat(self._bits) if cat else self._bits[0]
+        self._all_codes = torch.cat(self._codes) if cat else self._codes[0]
         self._all_ids = torch.cat(self._ids) if cat else self._ids[0]
         # good = a positive normal power of two <= 2^7: zero mantissa, bits (as int32) in
         # [bits(2^-126), bits(2^7)]; negative patterns are < 0 as int32
         field_ = (bits >> 23) & 0xFF
-        mant_nz = (bits & 0x7FFFFF) != 0
-        all_ones = field_ == 0xFF
-        negative = bits < 0
-        nonpos_nonfinite = (bits <= 0) | all_ones
-        above_cap = (bits > _F32_BITS_CAP) & ~all_ones
-        not_pow2 = ~nonpos_nonfinite & (mant_nz | (field_ == 0))
-        nan = all_ones & mant_nz
-        inf = all_ones & ~mant_nz
-        zero = (bits & 0x7FFFFFFF) == 0
-        kinds = torch.stack((nonpos_nonfinite, above_cap, not_pow2))  # [3, rows, 4]
-        classes = torch.stack((nan, inf & ~negative, inf & negative, zero, negative & ~nan & ~inf & ~zero))
-        nan_rows = codes > 0
-        totals = torch.cat(
-            (kinds.sum(dim=(1, 2)), kinds.any(dim=2).sum(dim=1), classes.sum(dim=(1, 2)), torch.stack((codes.sum(), nan_rows.sum())))
-        )
-        self._handles = [reads.add(totals)]
-        if self.k:
-            self._pick = [picks.add(kinds[i]) for i in range(3)] + [picks.add(nan_rows)]
+        self._mant_nz = (bits & 0x7FFFFF) != 0
+        self._all_ones = field_ == 0xFF
+        nonpos_nonfinite = (bits <= 0) | self._all_ones
+        above_cap = (bits > _F32_BITS_CAP) & ~self._all_ones
+        not_pow2 = ~nonpos_nonfinite & (self._mant_nz | (field_ == 0))
+        self._kinds = torch.stack((nonpos_nonfinite, above_cap, not_pow2))  # [3, rows, 4]
+        self._h1 = first.add(torch.cat((self._kinds.sum(dim=(1, 2)), self._all_codes.sum().reshape(1))))
 
-    def queue_examples(self, reads: _Reads, picks: _Picks) -> None:
-        """After picks.run(): queue the examples (row, block, bits) of each scale kind and
+    def queue_details(self, second: _Reads, picks: _Picks, v1: list[list[int]]) -> None:
+        """For the kinds found: rows holding them (all three scale kinds together), the classes
+        of bad scales, the rows holding NaN codes; their example masks into `picks`."""
+        counts = v1[self._h1]
+        self._present = [i for i in range(3) if counts[i]]
+        self._nan = counts[3] > 0
+        self._h2 = -1
+        parts = []
+        if self._present:
+            parts.append(self._kinds.any(dim=2).sum(dim=1))
+        if counts[0]:
+            bits, mant_nz, all_ones = self._all_bits, self._mant_nz, self._all_ones
+            negative = bits < 0
+            nan = all_ones & mant_nz
+            inf = all_ones & ~mant_nz
+            zero = (bits & 0x7FFFFFFF) == 0
+            classes = torch.stack((nan, inf & ~negative, inf & negative, zero, negative & ~nan & ~inf & ~zero))
+            parts.append(classes.sum(dim=(1, 2)))
+        if self._nan:
+            self._nan_rows = self._all_codes > 0
+            parts.append(self._nan_rows.sum().reshape(1))
+        if parts:
+            self._h2 = second.add(torch.cat(parts) if len(parts) > 1 else parts[0])
+        if self.k:
+            self._pick = [picks.add(self._kinds[i]) for i in self._present]
+            if self._nan:
+                self._pick_nan = picks.add(self._nan_rows)
+
+    def queue_examples(self, second: _Reads, picks: _Picks) -> None:
+        """After picks.run(): queue the examples (row, block, bits) of each scale kind found and
         (row, NaN codes, first NaN position, its code) of NaN codes."""
-        if not self.k or len(self._handles) != 1 or not self._bits:
+        self._h_scale = self._h_nan = -1
+        if not self.k or self._h2 < 0:
             return
-        loc = torch.cat([picks.local(h) for h in self._pick[:3]])  # [3k] into [rows * 4]
-        at = loc.clamp(min=0)
-        row = at // 4
-        bits = self._all_bits.reshape(-1)[at].to(torch.int64) & 0xFFFFFFFF
-        self._handles.append(reads.add(torch.stack((torch.where(loc >= 0, self._all_ids[row], -1), at % 4, bits), dim=1)))
-        loc = picks.local(self._pick[3])
-        at = loc.clamp(min=0)
-        ids = self._all_ids[at]
-        latent = self.flat.index_select(0, ids)[:, :SCALE_OFFSET]
-        is_nan = (latent & 0x7F) == E4M3_NAN_CODE
-        first = is_nan.to(torch.uint8).argmax(dim=1)
-        code = latent.gather(1, first.unsqueeze(1)).squeeze(1).to(torch.int64)
-        self._handles.append(reads.add(torch.stack((torch.where(loc >= 0, ids, -1), self._all_codes[at], first, code), dim=1)))
+        if self._present:
+            loc = torch.cat([picks.local(h) for h in self._pick]) if len(self._pick) > 1 else picks.local(self._pick[0])
+            at = loc.clamp(min=0)  # into [rows * 4]
+            bits = self._all_bits.reshape(-1)[at].to(torch.int64) & 0xFFFFFFFF
+            self._h_scale = second.add(torch.stack((torch.where(loc >= 0, self._all_ids[at // 4], -1), at % 4, bits), dim=1))
+        if self._nan:
+            loc = picks.local(self._pick_nan)
+            at = loc.clamp(min=0)
+            ids = self._all_ids[at]
+            latent = self.flat.index_select(0, ids)[:, :SCALE_OFFSET]
+            is_nan = (latent & 0x7F) == E4M3_NAN_CODE
+            first = is_nan.to(torch.uint8).argmax(dim=1)
+            code = latent.gather(1, first.unsqueeze(1)).squeeze(1)
+            self._h_nan = second.add(torch.stack((torch.where(loc >= 0, ids, -1), self._all_codes[at], first, code.to(torch.int64)), dim=1))
 
     def _where(self, row: int) -> dict[str, Any]:
         where: dict[str, Any] = {"row": row}
@@ -570,33 +608,36 @@ class _RecordFacts:
             where["cache_index"] = idx[::-1]
         return where
 
-    def findings(self, values: list[list[int]]) -> list[Finding]:
-        """The findings, from `values` (what the read returned)."""
-        totals = values[self._handles[0]]
-        counts, rows, classes = totals[0:3], totals[3:6], totals[6:11]
-        nan_codes, nan_rows = totals[11], totals[12]
-        scale_ex: list[list[list[int]]] = [[], [], []]
-        nan_ex: list[list[int]] = []
-        if len(self._handles) == 3:
-            every = [values[self._handles[1]][i : i + 3] for i in range(0, len(values[self._handles[1]]), 3)]
-            scale_ex = [[r for r in every[i * self.k : (i + 1) * self.k] if r[0] >= 0] for i in range(3)]
-            nan_ex = _valid_rows(values[self._handles[2]], 4)
+    def findings(self, values: Values) -> list[Finding]:
+        """The findings, from what `_read_back` returned."""
+        v1, v2 = values
+        counts = v1[self._h1]
+        if not any(counts):
+            return []
+        details = v2[self._h2]
+        rows: list[int] = details[0:3] if self._present else [0, 0, 0]
+        classes = details[3:8] if counts[0] else []
+        nan_rows = details[-1] if self._nan else 0
+        k = self.k
+        scale_rows = [v2[self._h_scale][i : i + 3] for i in range(0, len(v2[self._h_scale]), 3)] if self._h_scale >= 0 else []
+        scale_ex = {kind: [r for r in scale_rows[j * k : (j + 1) * k] if r[0] >= 0] for j, kind in enumerate(self._present)}
+        nan_ex = _valid_rows(v2[self._h_nan], 4) if self._h_nan >= 0 else []
         out: list[Finding] = []
         for i, kind in enumerate(_SCALE_KINDS):
             if not counts[i]:
                 continue
             exs = []
-            for row, bl, bv in scale_ex[i]:
+            for row, bl, bv in scale_ex.get(i, []):
                 ex = self._where(row)
                 ex["block"] = bl
                 ex["byte_offset"] = row * RECORD_BYTES + SCALE_OFFSET + 4 * bl
                 ex.update(scale_effect(bv))
                 exs.append(ex)
-            details: dict[str, Any] = {"rows": rows[i]}
+            extra: dict[str, Any] = {"rows": rows[i]}
             if kind == KIND_SCALE_BAD:
-                details["by_class"] = dict(sorted((c, n) for c, n in zip(_BAD_CLASSES, classes) if n))
-            out.append(Finding(kind, "violation", counts[i], "scales", exs, _consequence(_SCALE_GENERAL[kind], exs), self.scope, details))
-        if nan_codes:
+                extra["by_class"] = dict(sorted((c, n) for c, n in zip(_BAD_CLASSES, classes) if n))
+            out.append(Finding(kind, "violation", counts[i], "scales", exs, _consequence(_SCALE_GENERAL[kind], exs), self.scope, extra))
+        if counts[3]:
             exs = []
             for row, cnt, pos, c in nan_ex:
                 ex = self._where(row)
@@ -608,7 +649,7 @@ class _RecordFacts:
                 f"e4m3 codes 0x7F/0xFF are NaN: the QK scores and V of such a row are NaN, so out and lse are NaN for {who} "
                 f"(row {first['row']} holds {first['nan_codes_in_row']} NaN code(s), the first at latent position {first['position']})."
             )
-            out.append(Finding(KIND_NAN_CODES, "violation", nan_codes, "codes", exs, consequence, self.scope, {"rows": nan_rows}))
+            out.append(Finding(KIND_NAN_CODES, "violation", counts[3], "codes", exs, consequence, self.scope, {"rows": nan_rows}))
         return out
 
 
@@ -680,7 +721,8 @@ def check_records(
     Kinds: scale_nonpositive_or_nonfinite, scale_above_cap, scale_not_pow2 (count in scales; a
     scale above 2^7 that is not a power of two counts in both), nan_codes (count in codes,
     details["rows"] the rows holding them). Examples are the first ones in row order.
-    Host reads: one at the end (two more to check a row list's range).
+    Host reads: one on a clean cache, two when something is found (two more to check a row
+    list's range).
     Raises ContractError for a wrong dtype or shape or a non-contiguous cache, ValueError for row
     ids outside [0, kv rows).
     """
@@ -741,15 +783,16 @@ class StreamScan:
 class _StreamFacts:
     """One chunked pass over a CSR stream, every fact kept on the stream's device (no host read).
 
-    totals (int64 [6]): negative-length rows, rows reaching outside the stream, positions outside
-    over those rows, out-of-range consumed entries (each once per query row holding it), their
-    distinct positions, consumed entries. `queue` / `queue_examples` queue them and the first
-    max_examples negative-length rows (q, start, end), rows outside (q, start, end) and
-    out-of-range positions (position, index, first query row holding it, that row's start) for
-    the one host read. masked_rows: bool [n_q] (see StreamScan). The valid consumed ids go
-    either into `bitmap` (bool [kv_rows + 1], slot kv_rows unused) or, with collect="ids", into
-    `ids` (int64, one per position, kv_rows where not valid, plus one for row 0 when some slice
-    reaches outside the stream), or with kv_rows None into `uniques` (host reads per chunk).
+    Through `_read_back`: `queue` queues the negative-length rows, the rows reaching outside the
+    stream, the out-of-range consumed entries (each once per query row holding it) and the
+    consumed entries; `queue_details` / `queue_examples`, for the kinds found, the positions
+    outside those rows, the distinct out-of-range positions, and the first max_examples
+    negative-length rows (q, start, end), rows outside (q, start, end) and out-of-range
+    positions (position, index, first query row holding it, that row's start).
+    masked_rows: bool [n_q] (see StreamScan). The valid consumed ids go either into `bitmap`
+    (bool [kv_rows + 1], slot kv_rows unused) or, with collect="ids", into `ids` (int64, one per
+    position, kv_rows where not valid, plus one for row 0 when some slice reaches outside the
+    stream), or with kv_rows None into `uniques` (host reads per chunk).
     Memory: O(n_q) plus O(chunk_entries) temporaries per chunk, plus one bool per position (the
     out-of-range mask), plus the bitmap or the ids.
     """
@@ -780,9 +823,6 @@ class _StreamFacts:
 
         self.negative = length < 0
         self.beyond = active & ((begin < 0) | (end > n))
-        before = (end.clamp(max=0) - begin).clamp(min=0)
-        after = (end - begin.clamp(min=n)).clamp(min=0)
-        outside = ((before + after) * self.beyond).sum()
 
         # Coverage: how many active slices hold each stream position (clipped to the stream);
         # an inactive slice is [0, 0) and covers nothing.
@@ -822,7 +862,7 @@ class _StreamFacts:
             if kv_rows is not None:
                 high = vals >= kv_rows
                 bad = consumed & ((high | is_neg) if not has_invalid else high)
-                oor.append(torch.stack(((cov * bad).sum(), bad.sum())))
+                oor.append((cov * bad).sum())
                 self._bad.append(bad)
                 kept = torch.where(consumed & ~(is_neg | high), vals, kv_rows)
                 if self.bitmap is not None:
@@ -862,10 +902,10 @@ class _StreamFacts:
             parts.append(torch.where(row0 & (kv_rows > 0), 0, kv_rows).reshape(1))
             self.ids = torch.cat(parts)
 
-        zero = torch.zeros(1, dtype=torch.int64, device=dev)
-        oor_pair = (oor[0] if len(oor) == 1 else torch.stack(oor).sum(dim=0)) if oor else torch.zeros(2, dtype=torch.int64, device=dev)
-        n_entries = (entries[0] if len(entries) == 1 else torch.stack(entries).sum()).reshape(1) if entries else zero
-        self.totals = torch.cat((torch.stack((self.negative.sum(), self.beyond.sum(), outside)), oor_pair, n_entries))
+        zero = torch.zeros((), dtype=torch.int64, device=dev)
+        n_oor = (oor[0] if len(oor) == 1 else torch.stack(oor).sum()) if oor else zero
+        n_entries = (entries[0] if len(entries) == 1 else torch.stack(entries).sum()) if entries else zero
+        self.totals = torch.stack((self.negative.sum(), self.beyond.sum(), n_oor, n_entries))
         self.masked_rows = _masked_tile_rows(begin, end, n, neg_at_sb, neg_at_se, lv_at_se, has_invalid) & active
         self._handles: list[int] = []
         self._pick: list[int] = []
@@ -890,44 +930,57 @@ class _StreamFacts:
         out.scatter_(0, torch.where(keep, torch.cumsum(keep, 0) - 1, m), s)  # slot m collects duplicates and kv_rows
         return out[:m]
 
-    def queue(self, reads: _Reads, picks: _Picks) -> None:
-        """Queue the totals for the one host read and the example masks into `picks`."""
-        self._handles = [reads.add(self.totals)]
-        if self.k:
-            self._pick = [picks.add(self.negative), picks.add(self.beyond)]
-            if self._bad:
-                self._pick.append(picks.add(self._bad[0] if len(self._bad) == 1 else torch.cat(self._bad)))
+    def queue(self, first: _Reads) -> None:
+        """Queue the counts of each kind and of consumed entries."""
+        self._h1 = first.add(self.totals)
 
-    def queue_examples(self, reads: _Reads, picks: _Picks) -> None:
-        """After picks.run(): queue the examples."""
-        if not self.k:
-            return
-        begin, end, n_q = self.begin, self.end, self.n_q
-        loc = torch.cat((picks.local(self._pick[0]), picks.local(self._pick[1])))  # query rows, -1: none
-        if n_q:
-            at = loc.clamp(min=0)
-            self._handles.append(reads.add(torch.stack((loc, begin[at], end[at]), dim=1)))
-        else:
-            self._handles.append(reads.add(torch.full((2 * self.k, 3), -1, dtype=torch.int64, device=loc.device)))
-        if len(self._pick) == 3:
+    def queue_details(self, second: _Reads, picks: _Picks, v1: list[list[int]]) -> None:
+        """For the kinds found: positions outside the stream, distinct out-of-range positions;
+        their example masks into `picks`."""
+        n_neg, n_beyond, n_oor, _ = v1[self._h1]
+        self._found = (n_neg > 0, n_beyond > 0, n_oor > 0)
+        begin, end, n = self.begin, self.end, self.n
+        parts = []
+        if n_beyond:
+            before = (end.clamp(max=0) - begin).clamp(min=0)
+            after = (end - begin.clamp(min=n)).clamp(min=0)
+            parts.append(((before + after) * self.beyond).sum())
+        if n_oor:
+            self._bad_all = self._bad[0] if len(self._bad) == 1 else torch.cat(self._bad)
+            parts.append(self._bad_all.sum())
+        self._h2 = second.add(torch.stack(parts)) if parts else -1
+        self._pick = {}
+        if self.k:
+            for i, mask in enumerate((self.negative, self.beyond)):
+                if self._found[i]:
+                    self._pick[i] = picks.add(mask)
+            if n_oor:
+                self._pick[2] = picks.add(self._bad_all)
+
+    def queue_examples(self, second: _Reads, picks: _Picks) -> None:
+        """After picks.run(): queue the examples of the kinds found."""
+        self._h_ex = {}
+        begin, end = self.begin, self.end
+        for i in (0, 1):
+            if i in self._pick:
+                loc = picks.local(self._pick[i])  # query rows, -1: none
+                at = loc.clamp(min=0)
+                self._h_ex[i] = second.add(torch.stack((loc, begin[at], end[at]), dim=1))
+        if 2 in self._pick:
             p = picks.local(self._pick[2])  # stream positions, -1: none
             v = self.indices[p.clamp(min=0)].to(torch.int64)
-            if n_q:
-                holds = self.active.unsqueeze(0) & (begin.unsqueeze(0) <= p.unsqueeze(1)) & (p.unsqueeze(1) < end.unsqueeze(0))
-                first_q = holds.to(torch.uint8).argmax(dim=1)
-                b = begin[first_q]
-            else:
-                first_q = b = torch.zeros_like(p)
-            self._handles.append(reads.add(torch.stack((p, v, first_q, b), dim=1)))
+            holds = self.active.unsqueeze(0) & (begin.unsqueeze(0) <= p.unsqueeze(1)) & (p.unsqueeze(1) < end.unsqueeze(0))
+            first_q = holds.to(torch.uint8).argmax(dim=1)
+            self._h_ex[2] = second.add(torch.stack((p, v, first_q, begin[first_q]), dim=1))
 
-    def findings(self, values: list[list[int]]) -> list[Finding]:
-        """The index_stream findings, from `values` (what the read returned)."""
-        n_neg, n_beyond, outside_total, oor_count, oor_positions, _ = values[self._handles[0]]
-        k = self.k
-        rows3 = [values[self._handles[1]][i : i + 3] for i in range(0, 6 * k, 3)] if k else []
-        neg_rows = [r for r in rows3[:k] if r[0] >= 0]
-        beyond_rows = [r for r in rows3[k:] if r[0] >= 0]
-        oor_rows = _valid_rows(values[self._handles[2]], 4) if len(self._handles) > 2 else []
+    def findings(self, values: Values) -> list[Finding]:
+        """The index_stream findings, from what `_read_back` returned."""
+        v1, v2 = values
+        n_neg, n_beyond, oor_count, _ = v1[self._h1]
+        details = v2[self._h2] if self._h2 >= 0 else []
+        outside_total = details[0] if n_beyond else 0
+        oor_positions = details[-1] if oor_count else 0
+        neg_rows, beyond_rows, oor_rows = (_valid_rows(v2[self._h_ex[i]], 4 if i == 2 else 3) if i in self._h_ex else [] for i in range(3))
         n = self.n
         findings: list[Finding] = []
         if n_neg:
@@ -999,8 +1052,9 @@ def scan_index_stream(
 
     kv_rows None skips the range check (index_out_of_range) and keeps every id >= 0 in `consumed`.
     Memory: O(n_q) for the slice bounds plus O(chunk_entries) per chunk, plus one bool per kv row.
-    Host reads: two (the consumed rows' count, then every total and example at once; with
-    kv_rows None one more per chunk).
+    Host reads: two on a clean stream, three when something is found (the consumed rows' count,
+    every kind's count, then the details and examples of the kinds found; with kv_rows None one
+    more per chunk).
     Raises ContractError when indices / indptr are not int32 1-D (indptr of length >= 1).
     """
     facts = _StreamFacts(
@@ -1015,7 +1069,7 @@ def scan_index_stream(
     )
     consumed = facts.consumed_ids()
     values = _read_back(_Reads(), [facts], max_examples, indices.device)
-    return StreamScan(facts.findings(values), consumed, facts.masked_rows, facts.n_q, facts.n, values[facts._handles[0]][5])
+    return StreamScan(facts.findings(values), consumed, facts.masked_rows, facts.n_q, facts.n, values[0][facts._h1][3])
 
 
 def _oor_example(p: int, v: int, q: int, b: int, kv_rows: int) -> dict[str, Any]:
@@ -1111,31 +1165,34 @@ def consumed_rows(
 
 class _Row0:
     """What the row-0 notice needs: NaN codes of row 0 (none for a cache of no rows), the masked
-    query rows (bool [n_q]) and the first max_examples of them, queued for the one host read."""
+    query rows (bool [n_q]) and, when the notice applies, the first max_examples of them."""
 
     def __init__(self, flat: torch.Tensor, masked_rows: torch.Tensor, max_examples: int) -> None:
         self.flat, self.masked_rows, self.k = flat, masked_rows, max(0, max_examples)
-        self._handles: list[int] = []
+        self._h1 = self._h2 = -1
 
-    def queue(self, reads: _Reads, picks: _Picks) -> None:
+    def queue(self, first: _Reads) -> None:
         if self.flat.shape[0] == 0:
             return
         codes = ((self.flat[0, :SCALE_OFFSET] & 0x7F) == E4M3_NAN_CODE).sum().to(self.masked_rows.device)
-        self._handles = [reads.add(torch.stack((codes, self.masked_rows.sum())))]
-        if self.k:
+        self._h1 = first.add(torch.stack((codes, self.masked_rows.sum())))
+
+    def queue_details(self, second: _Reads, picks: _Picks, v1: list[list[int]]) -> None:
+        self._pick = -1
+        if self._h1 >= 0 and self.k and all(v1[self._h1]):
             self._pick = picks.add(self.masked_rows)
 
-    def queue_examples(self, reads: _Reads, picks: _Picks) -> None:
-        if self._handles and self.k:
-            self._handles.append(reads.add(picks.local(self._pick)))
+    def queue_examples(self, second: _Reads, picks: _Picks) -> None:
+        if self._pick >= 0:
+            self._h2 = second.add(picks.local(self._pick))
 
-    def findings(self, values: list[list[int]]) -> list[Finding]:
-        if not self._handles:
+    def findings(self, values: Values) -> list[Finding]:
+        if self._h1 < 0:
             return []
-        nan_codes, n_rows = values[self._handles[0]]
+        nan_codes, n_rows = values[0][self._h1]
         if n_rows == 0 or nan_codes == 0:
             return []
-        first = values[self._handles[1]] if self.k else []
+        first = values[1][self._h2] if self._h2 >= 0 else []
         exs = [{"query_row": q, "row0_nan_codes": nan_codes} for q in first if q >= 0]
         return [
             Finding(
@@ -1186,13 +1243,16 @@ def check_call(
     score arithmetic (softmax_scale_overflow_f32, score_overflow_f32; see `score_range_findings`),
     left out when the stream reads outside the stream or the cache.
 
-    Host reads: one (every count and example of every check, read back together), plus, only
-    when the cheap score bound flags a query row, those of the exact per-key score check, and
-    one for the consumed rows' count when `progress` is given. Only the contract check must come
-    first (it reads no data: the scans index with the call's arrays); the stream, record, row-0
-    and score-bound checks run unconditionally on the device, and which findings are reported is
-    decided after the read. Memory: the stream's positions as int64 (sorted once), the cache's
-    consumed rows gathered chunk_rows at a time.
+    Host reads: one on a clean call (every check's count, read back together), two when
+    something is found (then the details and examples of the kinds found, picked together),
+    plus, only when the cheap score bound flags a query row, those of the exact per-key score
+    check, and one for the consumed rows' count when `progress` is given. Order: only the
+    contract check must come first (it reads no data, and the scans index with the call's arrays
+    as it validated them); the stream, record, row-0 and score-bound checks then run
+    unconditionally on the device, and what is reported (the score check's findings only for a
+    stream inside the stream and the cache, the exact score check only for flagged rows) is
+    decided after the first read. Memory: the stream's positions as int64 (sorted once), the
+    cache's consumed rows gathered chunk_rows at a time, 24 bytes per consumed row kept.
 
     Raises ContractError (via kernel.contract.validate_call) when the call's shapes, dtypes or
     devices break the contract. progress gets (consumed rows done, consumed rows total).
@@ -1227,7 +1287,7 @@ def check_call(
     found = stream.findings(values) + acc.findings(values) + row0.findings(values)
     if softmax_scale is not None and not any(f.kind in (KIND_INDEX_OOR, KIND_INDPTR_BEYOND) for f in found):
         found += _softmax_scale_findings(softmax_scale)
-        if suspect is not None and values[suspect_handle][0]:
+        if suspect is not None and values[0][suspect_handle][0]:
             found += _score_exact(q, kv_cache, indices, indptr, suspect, has_invalid=has_invalid, max_examples=max_examples)
     return sort_findings(found)
 

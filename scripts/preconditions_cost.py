@@ -59,7 +59,9 @@ def _recipes(n: int) -> list[Any]:
 
     got: list[Any] = []
 
-    @settings(max_examples=n, derandomize=True, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck), deadline=None)
+    quiet = list(HealthCheck)
+
+    @settings(max_examples=n, derandomize=True, database=None, phases=[Phase.generate], suppress_health_check=quiet, deadline=None)
     @given(violating_recipes(allow_out_of_range=True, max_total_keys=4096))
     def collect(recipe: Any) -> None:
         got.append(recipe)
@@ -118,7 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         v, m = summary[name]["valid_call"], summary[name]["median_violating"]
         print(
             f"{name:4s} on {device.type}: valid call {v['ops']} ops, {v['host_reads']} host reads, {v['ms']:.3f} ms; "
-            + (f"violating calls (median of {len(rs) - 1}) {m['ops']:.0f} ops, {m['host_reads']:.0f} host reads, {m['ms']:.3f} ms; " if m else "")
+            + (
+                f"violating calls (median of {len(rs) - 1}) {m['ops']:.0f} ops, {m['host_reads']:.0f} host reads, {m['ms']:.3f} ms; "
+                if m
+                else ""
+            )
             + f"max host reads {summary[name]['max_host_reads']}"
         )
     print("identical findings" if same else "FINDINGS DIFFER")

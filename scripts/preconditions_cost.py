@@ -89,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
 
     impls: dict[str, ModuleType] = {"new": new}
     if args.old:
-        impls = {"old": _old_module(args.old), "new": new}
+        try:
+            impls = {"old": _old_module(args.old), "new": new}
+        except (subprocess.CalledProcessError, OSError) as err:  # e.g. a shallow clone without that revision
+            print(f"--old {args.old}: not available here ({err}); timing this tree only", file=sys.stderr)
     problems = [materialize(r, device) for r in _recipes(args.examples)]
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in impls}
     same = True

@@ -3,13 +3,33 @@
 `campaign(target, state, budget_s=..., ...)` draws recipes for the chosen properties and judges
 each call exactly as the suite does (conformance.judging.checks.differential, with target() on
 every output's error / bound so the search climbs toward large errors;
-conformance.judging.checks.violation_run for precondition violations), in chunks of the Hypothesis
-profile's max_examples with a fresh seed each, until the budget (seconds, counted from the end of
-the set-up) is spent. A failure is shrunk for at most `shrink_s` seconds and saved to the pending
-corpus. `Campaign` holds what the campaign counted (examples, seconds per property, failures,
-coverage); `format_summary` and `summary_json` turn it into the summary printed by
-`python -m conformance fuzz` (conformance.cli.fuzz, the command line) and written to the run
-folder (FUZZ_SUMMARY, schema SUMMARY_SCHEMA).
+conformance.judging.checks.violation_run for precondition violations), in chunks (each a fresh
+`@given` run with its own seed: `chunk_seed`) until the budget (seconds, counted from the end of
+the set-up) is spent. Chunk k (from 0) draws problems of at most RAMP_KEYS * 4^k keys (up to the
+suite's limits: `_fuzz_parameters`) and has `chunk_size(k, ...)` examples: RAMP_FIRST_EXAMPLES *
+2^k up to the profile's max_examples (or --chunk-examples, every chunk). A failure is shrunk for
+at most `shrink_s` seconds and saved to the pending corpus. `Campaign` holds what the campaign
+counted (examples, seconds per property, failures, coverage); `format_summary` and
+`summary_json` turn it into the summary printed by `python -m conformance fuzz`
+(conformance.cli.fuzz, the command line) and written to the run folder (FUZZ_SUMMARY, schema
+SUMMARY_SCHEMA).
+
+Why the examples per chunk grow geometrically (the schedule's contract):
+- a short campaign of any profile reaches the full sizes within seconds: chunk 4 (the first of
+  full size on a GPU: 2^17 keys, 256 query rows from chunk 2) starts after 25 + 50 + 100 + 200 =
+  375 examples of the nightly profile (on a CPU, full size from chunk 2, after 75), where a chunk
+  of the profile's 1000 examples each kept a campaign of a few minutes in its 1024-key chunk;
+- a long one spends its examples as before: from chunk log2(max_examples / 25) on, every chunk
+  is of the profile's max_examples at full size, so Hypothesis's per-run machinery (its first
+  examples drawn small, target() hill-climbing from half a run on, the shrink of a run's
+  failure) works on the chunks where almost all examples are; the ramp's small problems stay
+  first (quick feedback, quick shrinks), only fewer of them;
+- reproducible: sizes and caps follow the chunk number, never the clock (a time-based ramp would
+  make a ci campaign's recipes depend on the machine's speed and load); the ci profile's chunks
+  are 25 examples from the first (seeds 0, 1, 2, ...), the same campaign as with fixed chunks;
+- full-size examples interleaved in every chunk instead would cost most of the first chunk's
+  time on a CPU (a 2^17-key call takes seconds) and put large recipes in the failures the ramp
+  keeps small; coverage's "never hit" classes then mean "not drawn", not "not reached yet".
 """
 
 from __future__ import annotations
@@ -98,6 +118,7 @@ class Campaign:
     failures: dict[frozenset[str], Failure] = field(default_factory=dict)  # by failure signature
     chunks: int = 0
     seeds: list[int] = field(default_factory=list)
+    chunk_examples: list[int] = field(default_factory=list)  # per chunk started: its max_examples (chunk_size)
     shrinking: bool = False
     stopped: str = ""
     known_failures: int = 0
@@ -150,6 +171,23 @@ class _OutOfTime(BaseException):
 
 
 RAMP_KEYS = 1024  # total keys of the first chunk's problems; x4 per chunk up to the suite's sizes
+RAMP_FIRST_EXAMPLES = 25  # examples of the first chunk (the ci profile's max_examples); x2 per chunk up to max_examples
+
+
+def chunk_size(chunk: int, max_examples: int, chunk_examples: int | None = None) -> int:
+    """Examples of chunk number `chunk` (from 0): `chunk_examples` when given (every chunk, the
+    --chunk-examples contract), else RAMP_FIRST_EXAMPLES * 2^chunk up to the Hypothesis profile's
+    `max_examples` (nightly 1000: 25, 50, 100, 200, 400, 800, 1000, 1000, ...; ci 25: 25 each;
+    dev 40: 25, 40, 40, ...)."""
+    if chunk_examples is not None:
+        return chunk_examples
+    return min(max_examples, RAMP_FIRST_EXAMPLES << min(chunk, 20))
+
+
+def chunk_seed(hypothesis_profile: str, chunk: int) -> int:
+    """The Hypothesis seed of chunk number `chunk`: the chunk number for the ci profile (a ci
+    campaign is reproducible: seeds 0, 1, 2, ...), else 32 fresh random bits."""
+    return chunk if hypothesis_profile == "ci" else int.from_bytes(os.urandom(4), "little")
 
 
 def _fuzz_parameters(target: Any, properties: list[str], chunk: int = 99) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -210,8 +248,10 @@ def campaign(
     max_chunks: int | None = None,
 ) -> Campaign:
     """Run the campaign (see the module docstring) into `state` (its counters and failures stay
-    valid when the campaign is interrupted); returns `state`. `max_chunks` ends it after that many
-    chunks even with budget left (a campaign bounded by its examples, not by the clock)."""
+    valid when the campaign is interrupted); returns `state`. `chunk_examples`: the examples of
+    every chunk (None: the geometric schedule, chunk_size). `max_chunks` ends it after that many
+    chunks even with budget left (a campaign bounded by its examples, not by the clock: at most
+    the sum of those chunks' chunk_size)."""
     from hypothesis import HealthCheck, Verbosity, given, seed, settings
     from hypothesis import strategies as st
     from hypothesis.errors import HypothesisException
@@ -224,9 +264,7 @@ def campaign(
     strategies: dict[str, Any] = {}
     configured_timeout = call_timeout_s()
     base = PROFILES[hypothesis_profile]
-    chunk_settings = settings(
-        parent=base,
-        max_examples=chunk_examples or base.max_examples,
+    chunk_settings = dict(
         database=None,
         derandomize=False,
         deadline=None,
@@ -304,8 +342,10 @@ def campaign(
 
     chunk = 0
     while time.monotonic() < deadline and len(state.failures) < max_failures and (max_chunks is None or chunk < max_chunks):
-        chunk_seed = chunk if hypothesis_profile == "ci" else int.from_bytes(os.urandom(4), "little")
-        state.seeds.append(chunk_seed)
+        this_seed = chunk_seed(hypothesis_profile, chunk)
+        examples = chunk_size(chunk, base.max_examples, chunk_examples)
+        state.seeds.append(this_seed)
+        state.chunk_examples.append(examples)
         state.chunks = chunk = chunk + 1
         chunk_failures.clear()
         strategies.clear()
@@ -316,7 +356,8 @@ def campaign(
         def chunk_test(data: Any) -> None:
             body(data)
 
-        test = seed(chunk_seed)(chunk_settings(given(data=st.data())(chunk_test)))
+        this_settings = settings(parent=base, max_examples=examples, **chunk_settings)
+        test = seed(this_seed)(this_settings(given(data=st.data())(chunk_test)))
         hung = False
         try:
             test()
@@ -452,7 +493,8 @@ def summary_json(
 ) -> dict[str, Any]:
     """The machine-readable summary (FUZZ_SUMMARY). Keys: schema, kernel, numerics_profile,
     device, hypothesis_profile, properties, budget_s, seconds (wall time), chunks, seeds,
-    examples, examples_per_s (overall), cpu_s and examples_per_cpu_s (this process's CPU time),
+    chunk_examples (per chunk, its max_examples: chunk_size), examples, examples_per_s
+    (overall), cpu_s and examples_per_cpu_s (this process's CPU time),
     per_property {prop: examples, pass, fail, observed, seconds (judging), examples_per_s},
     failures (distinct), known_failures, stopped, exit_code, features {family: title, hit,
     reachable, counts per reachable class, never_hit, not_drawable, outside}
@@ -471,6 +513,7 @@ def summary_json(
         "seconds": round(elapsed, 3),
         "chunks": state.chunks,
         "seeds": list(state.seeds),
+        "chunk_examples": list(state.chunk_examples),
         "examples": sum(state.examples.values()),
         "examples_per_s": round(state.rate(), 4),
         "cpu_s": round(state.cpu_seconds(), 3),

@@ -3,18 +3,24 @@
 Hypothesis draws recipes for the chosen properties and judges each call exactly as the suite does
 (conformance.judging.checks.differential, with target() on every output's error / bound so the search
 climbs toward large errors; conformance.judging.checks.violation_run for precondition violations).
-The campaign runs in chunks of the Hypothesis profile's max_examples (--hypothesis-profile: ci
-25, dev 40, nightly 1000), each with a fresh seed (ci: seeds 0, 1, 2, ... so a campaign is \
-reproducible), until the
-budget is spent (counted from the end of the set-up; a chunk stops the moment its time is up, not
-after drawing the rest of its examples). Problem sizes ramp up: the first chunk draws at most 1024 keys per call, each
-next chunk 4x more, up to the suite's own limits (quick feedback, quick shrinks). \
+The campaign runs in chunks, each a fresh Hypothesis run with its own seed (ci: seeds 0, 1, 2,
+... so a campaign is reproducible), until the budget is spent (counted from the end of the
+set-up; a chunk stops the moment its time is up, not after drawing the rest of its examples).
+Problem sizes ramp up per chunk: the first chunk draws at most 1024 keys per call, each next
+chunk 4x more, up to the suite's own limits (on a CPU from the third chunk, on a GPU from the
+fifth; quick feedback, quick shrinks). The examples per chunk grow too: 25 in the first, 2x per
+chunk up to the Hypothesis profile's max_examples (--hypothesis-profile: ci 25, dev 40, nightly
+1000; nightly: 25, 50, 100, 200, 400, 800, 1000, ...), so a campaign of any profile reaches the
+full sizes within its first 375 examples (seconds, not the 4000 of chunks of 1000), and a long
+one still spends nearly all its examples in chunks of max_examples at full size (reasons:
+conformance.campaign.fuzz). --chunk-examples N makes every chunk N examples.
 A failure is shrunk by Hypothesis, for at most --shrink-seconds after it was
 found (the campaign may overrun its budget by that much), then saved to the pending corpus
 (content-hash names: the same failure is stored once; CONFORMANCE_PENDING_DIR overrides the
 folder). An example failing the same way as a failure already saved counts, but is not shrunk
 again. After --max-failures distinct failures the campaign stops, and after --max-chunks chunks
-(--chunk-examples each) even with budget left: a campaign bounded by its examples.
+even with budget left: a campaign bounded by its examples (the sum of those chunks' examples:
+--chunk-examples x N, else 25 + 50 + ... as above).
 
 Properties (--property, repeatable; default all three):
     differential   the general differential property (test_differential.py's recipes)
@@ -104,14 +110,15 @@ def register(subparsers: Any) -> None:
         type=positive_int,
         default=None,
         metavar="N",
-        help="examples per chunk (default: the Hypothesis profile's max_examples); smaller chunks ramp sizes up sooner",
+        help="examples of every chunk (default: 25 in the first, 2x per chunk up to the Hypothesis profile's max_examples); "
+        "smaller chunks ramp sizes up sooner",
     )
     p.add_argument(
         "--max-chunks",
         type=positive_int,
         default=None,
         metavar="N",
-        help="stop after N chunks even with budget left (a campaign bounded by its examples: --chunk-examples x N)",
+        help="stop after N chunks even with budget left (a campaign bounded by its examples: the sum of the N chunks' examples)",
     )
     p.add_argument("--no-save", action="store_true", help="do not write failures to the pending corpus (report them only)")
     p.set_defaults(func=run)

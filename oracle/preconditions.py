@@ -830,11 +830,8 @@ class _StreamFacts:
         ce = torch.where(active, end.clamp(0, n), 0)
         cb_sorted = torch.sort(cb).values
         ce_sorted = torch.sort(ce).values
-        # Prefix facts at a slice's clipped start / end p (for the row-0 notice): entries < 0 in
-        # [0, p), the last position < p holding an entry >= 0 (-1: none).
-        neg_at_sb = torch.zeros_like(begin)
-        neg_at_se = torch.zeros_like(begin)
-        lv_at_se = torch.full_like(begin, -1)
+        self._cb, self._ce, self._has_invalid, self._chunk_entries = cb, ce, has_invalid, chunk_entries
+        self._masked: torch.Tensor | None = None
 
         oor: list[torch.Tensor] = []
         entries: list[torch.Tensor] = []
@@ -846,9 +843,6 @@ class _StreamFacts:
         parts: list[torch.Tensor] = []
         if kv_rows is not None and collect == "bitmap":
             self.bitmap = torch.zeros(kv_rows + 1, dtype=torch.bool, device=dev)
-        carry_neg = torch.zeros(1, dtype=torch.int64, device=dev)
-        carry_lv = torch.full((1,), -1, dtype=torch.int64, device=dev)
-        single = n <= chunk_entries
         if progress is not None:
             progress(0, n)
         for start in range(0, n, chunk_entries):
@@ -871,24 +865,6 @@ class _StreamFacts:
                     parts.append(kept)
             else:
                 self.uniques.append(torch.unique(vals[consumed & ~is_neg]))
-            cum_neg = torch.cumsum(is_neg, 0)
-            lv = torch.cummax(torch.where(is_neg, -1, pos), 0).values
-            if start:
-                cum_neg += carry_neg
-                lv = torch.maximum(lv, carry_lv)
-            # value at a point p in [start, stop]: pad[p - start]
-            pad_neg = torch.cat((carry_neg, cum_neg))
-            pad_lv = torch.cat((carry_lv, lv))
-            if single:
-                neg_at_sb, neg_at_se, lv_at_se = pad_neg[cb], pad_neg[ce], pad_lv[ce]
-            else:
-                for p, targets in ((cb, ((neg_at_sb, pad_neg),)), (ce, ((neg_at_se, pad_neg), (lv_at_se, pad_lv)))):
-                    here = (p >= start) & (p <= stop)
-                    at = (p - start).clamp(0, stop - start)
-                    for target, source in targets:
-                        target.copy_(torch.where(here, source[at], target))
-            carry_neg = cum_neg[-1:]
-            carry_lv = lv[-1:]
             if progress is not None:
                 progress(stop, n)
 
@@ -899,16 +875,52 @@ class _StreamFacts:
         elif self.bitmap is not None:
             self.bitmap[:1] |= row0 & (kv_rows > 0)
         else:
-            parts.append(torch.where(row0 & (kv_rows > 0), 0, kv_rows).reshape(1))
+            parts.append(torch.where(row0, 0, kv_rows).reshape(1) if kv_rows > 0 else torch.zeros(1, dtype=torch.int64, device=dev))
             self.ids = torch.cat(parts)
 
         zero = torch.zeros((), dtype=torch.int64, device=dev)
         n_oor = (oor[0] if len(oor) == 1 else torch.stack(oor).sum()) if oor else zero
         n_entries = (entries[0] if len(entries) == 1 else torch.stack(entries).sum()) if entries else zero
         self.totals = torch.stack((self.negative.sum(), self.beyond.sum(), n_oor, n_entries))
-        self.masked_rows = _masked_tile_rows(begin, end, n, neg_at_sb, neg_at_se, lv_at_se, has_invalid) & active
-        self._handles: list[int] = []
-        self._pick: list[int] = []
+
+    def masked_rows(self) -> torch.Tensor:
+        """bool [n_q]: query rows whose processed tiles hold a masked position (see StreamScan),
+        computed on first use by a second pass over the stream (no host read)."""
+        if self._masked is not None:
+            return self._masked
+        cb, ce, n, dev = self._cb, self._ce, self.n, self.begin.device
+        # Prefix facts at a slice's clipped start / end p: entries < 0 in [0, p), the last
+        # position < p holding an entry >= 0 (-1: none).
+        neg_at_sb = torch.zeros_like(cb)
+        neg_at_se = torch.zeros_like(cb)
+        lv_at_se = torch.full_like(cb, -1)
+        carry_neg = torch.zeros(1, dtype=torch.int64, device=dev)
+        carry_lv = torch.full((1,), -1, dtype=torch.int64, device=dev)
+        step = self._chunk_entries
+        for start in range(0, n, step):
+            stop = min(start + step, n)
+            is_neg = self.indices[start:stop] < 0
+            cum_neg = torch.cumsum(is_neg, 0)
+            lv = torch.cummax(torch.where(is_neg, -1, torch.arange(start, stop, device=dev)), 0).values
+            if start:
+                cum_neg += carry_neg
+                lv = torch.maximum(lv, carry_lv)
+            # the value at a point p in [start, stop] is pad[p - start]
+            pad_neg = torch.cat((carry_neg, cum_neg))
+            pad_lv = torch.cat((carry_lv, lv))
+            if n <= step:
+                neg_at_sb, neg_at_se, lv_at_se = pad_neg[cb], pad_neg[ce], pad_lv[ce]
+            else:
+                for p, targets in ((cb, ((neg_at_sb, pad_neg),)), (ce, ((neg_at_se, pad_neg), (lv_at_se, pad_lv)))):
+                    here = (p >= start) & (p <= stop)
+                    at = (p - start).clamp(0, stop - start)
+                    for target, source in targets:
+                        target.copy_(torch.where(here, source[at], target))
+            carry_neg = cum_neg[-1:]
+            carry_lv = lv[-1:]
+        masked = _masked_tile_rows(self.begin, self.end, n, neg_at_sb, neg_at_se, lv_at_se, self._has_invalid)
+        self._masked = masked & self.active
+        return self._masked
 
     def consumed_ids(self) -> torch.Tensor:
         """Unique valid consumed row ids, int64 sorted (one host read: a data-dependent size)."""
@@ -1069,7 +1081,7 @@ def scan_index_stream(
     )
     consumed = facts.consumed_ids()
     values = _read_back(_Reads(), [facts], max_examples, indices.device)
-    return StreamScan(facts.findings(values), consumed, facts.masked_rows, facts.n_q, facts.n, values[0][facts._h1][3])
+    return StreamScan(facts.findings(values), consumed, facts.masked_rows(), facts.n_q, facts.n, values[0][facts._h1][3])
 
 
 def _oor_example(p: int, v: int, q: int, b: int, kv_rows: int) -> dict[str, Any]:
@@ -1164,33 +1176,35 @@ def consumed_rows(
 
 
 class _Row0:
-    """What the row-0 notice needs: NaN codes of row 0 (none for a cache of no rows), the masked
-    query rows (bool [n_q]) and, when the notice applies, the first max_examples of them."""
+    """What the row-0 notice needs: NaN codes of row 0 (none for a cache of no rows) and, only
+    when there are some, the masked query rows (`masked()`: bool [n_q]) and the first
+    max_examples of them."""
 
-    def __init__(self, flat: torch.Tensor, masked_rows: torch.Tensor, max_examples: int) -> None:
-        self.flat, self.masked_rows, self.k = flat, masked_rows, max(0, max_examples)
-        self._h1 = self._h2 = -1
+    def __init__(self, flat: torch.Tensor, masked: Callable[[], torch.Tensor], max_examples: int) -> None:
+        self.flat, self.masked, self.k = flat, masked, max(0, max_examples)
+        self._h1 = self._h2 = self._hn = -1
 
     def queue(self, first: _Reads) -> None:
-        if self.flat.shape[0] == 0:
-            return
-        codes = ((self.flat[0, :SCALE_OFFSET] & 0x7F) == E4M3_NAN_CODE).sum().to(self.masked_rows.device)
-        self._h1 = first.add(torch.stack((codes, self.masked_rows.sum())))
+        if self.flat.shape[0]:
+            self._h1 = first.add(((self.flat[0, :SCALE_OFFSET] & 0x7F) == E4M3_NAN_CODE).sum())
 
     def queue_details(self, second: _Reads, picks: _Picks, v1: list[list[int]]) -> None:
         self._pick = -1
-        if self._h1 >= 0 and self.k and all(v1[self._h1]):
-            self._pick = picks.add(self.masked_rows)
+        if self._h1 >= 0 and v1[self._h1][0]:
+            masked = self.masked()
+            self._hn = second.add(masked.sum())
+            if self.k:
+                self._pick = picks.add(masked)
 
     def queue_examples(self, second: _Reads, picks: _Picks) -> None:
         if self._pick >= 0:
             self._h2 = second.add(picks.local(self._pick))
 
     def findings(self, values: Values) -> list[Finding]:
-        if self._h1 < 0:
+        if self._hn < 0:
             return []
-        nan_codes, n_rows = values[0][self._h1]
-        if n_rows == 0 or nan_codes == 0:
+        nan_codes, n_rows = values[0][self._h1][0], values[1][self._hn][0]
+        if n_rows == 0:
             return []
         first = values[1][self._h2] if self._h2 >= 0 else []
         exs = [{"query_row": q, "row0_nan_codes": nan_codes} for q in first if q >= 0]
@@ -1215,7 +1229,7 @@ def row0_notice(kv_cache: torch.Tensor, scan: StreamScan, *, max_examples: int =
     positions in processed tiles. Legal under the contract, but the gfx950 kernel loads row 0 for
     masked positions and its PV multiplies row 0's V by P' = 0, and 0 * NaN is NaN."""
     flat = _kv_flat(kv_cache)
-    part = _Row0(flat, scan.masked_rows, max_examples)
+    part = _Row0(flat, lambda: scan.masked_rows, max_examples)
     return part.findings(_read_back(_Reads(), [part], max_examples, scan.masked_rows.device))
 
 
@@ -1244,14 +1258,16 @@ def check_call(
     left out when the stream reads outside the stream or the cache.
 
     Host reads: one on a clean call (every check's count, read back together), two when
-    something is found (then the details and examples of the kinds found, picked together),
+    something is found or row 0 holds NaN codes (then the details and examples of the kinds
+    found, picked together, and the query rows with masked reads of row 0),
     plus, only when the cheap score bound flags a query row, those of the exact per-key score
     check, and one for the consumed rows' count when `progress` is given. Order: only the
     contract check must come first (it reads no data, and the scans index with the call's arrays
     as it validated them); the stream, record, row-0 and score-bound checks then run
     unconditionally on the device, and what is reported (the score check's findings only for a
-    stream inside the stream and the cache, the exact score check only for flagged rows) is
-    decided after the first read. Memory: the stream's positions as int64 (sorted once), the
+    stream inside the stream and the cache, the exact score check only for flagged rows, the
+    masked-reads pass over the stream only when row 0 holds NaN codes) is decided after the
+    first read. Memory: the stream's positions as int64 (sorted once), the
     cache's consumed rows gathered chunk_rows at a time, 24 bytes per consumed row kept.
 
     Raises ContractError (via kernel.contract.validate_call) when the call's shapes, dtypes or

@@ -1,5 +1,5 @@
 """oracle.preconditions.check_call: host reads per call (one on a clean call, two when something
-is found, whatever the number of chunks), and its findings on the violation strategies: exactly
+is found or row 0 holds NaN codes, whatever the number of chunks), and its findings on the violation strategies: exactly
 the violation each recipe declares, with counts that a brute-force recount over the consumed
 rows and positions confirms."""
 
@@ -128,4 +128,7 @@ def test_valid_recipes_report_no_violation_in_one_read(recipe: Recipe) -> None:
     p = materialize(recipe, "cpu")
     found = call(p)
     assert not pc.has_violation(found), [f.kind for f in found]
-    assert host_reads(lambda: call(p)) == (1 if not found else 2)  # notices: their examples in a second read
+    flat = p.kv_cache.reshape(-1, RECORD_BYTES)
+    row0_nan = flat.shape[0] > 0 and bool(((flat[0, :SCALE_OFFSET] & 0x7F) == 0x7F).any())
+    # a second read only for a notice's details, or to look for masked reads of a NaN row 0
+    assert host_reads(lambda: call(p)) == (1 if not found and not row0_nan else 2)

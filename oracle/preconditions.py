@@ -478,6 +478,15 @@ def _nan_codes_per_row(chunk: torch.Tensor) -> torch.Tensor:
     return lanes.view(torch.uint8).reshape(-1, 8).sum(dim=1)
 
 
+def _as_dtype(byte_cols: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Columns of records (uint8 [c, w]) reinterpreted as `dtype` [c, w / size]: a view where
+    the records' offset and row stride allow one, else a contiguous copy first."""
+    try:
+        return byte_cols.view(dtype)
+    except RuntimeError:
+        return byte_cols.contiguous().view(dtype)
+
+
 def _k_max_rows(recs: torch.Tensor) -> torch.Tensor:
     """float64 [c]: the largest |K| element of each record: max(max |scale| * 448, max |rope|)."""
     scale = recs[:, SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32).abs().to(torch.float64).amax(dim=-1)
@@ -512,11 +521,11 @@ class _RecordFacts:
         `keep` (bool [c]) is False are ignored."""
         if chunk.shape[0] == 0:
             return
-        bits = chunk[:, SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.int32)  # [c, 4], signed
+        bits = _as_dtype(chunk[:, SCALE_OFFSET:ROPE_OFFSET], torch.int32)  # [c, 4], signed
         codes = _nan_codes_per_row(chunk)
         if self.k_max is not None:
             scale = bits.view(torch.float32).abs().amax(dim=-1).to(torch.float64)
-            rope = chunk[:, ROPE_OFFSET:].contiguous().view(torch.bfloat16).abs().amax(dim=-1).to(torch.float64)
+            rope = _as_dtype(chunk[:, ROPE_OFFSET:], torch.bfloat16).abs().amax(dim=-1).to(torch.float64)
             k_row = torch.maximum(scale * 448.0, rope)  # the largest |K| element of each record
             if keep is not None:
                 k_row = torch.where(keep, k_row, 0.0)
@@ -936,7 +945,8 @@ class _StreamFacts:
         min(positions + 1, kv_rows) (no host read). Needs collect="ids"."""
         assert self.ids is not None and self.kv_rows is not None
         s = torch.sort(self.ids).values
-        keep = torch.cat((s[:1] < self.sentinel, (s[1:] != s[:-1]) & (s[1:] < self.sentinel)))
+        keep = s < self.sentinel
+        keep[1:] &= s[1:] != s[:-1]  # first occurrences
         m = min(s.numel(), self.kv_rows)
         out = torch.full((m + 1,), self.sentinel, dtype=torch.int64, device=s.device)
         out.scatter_(0, torch.where(keep, torch.cumsum(keep, 0) - 1, m), s)  # slot m collects duplicates and kv_rows

@@ -8,11 +8,12 @@ implementation (this tree's, and with --old REV the module as committed at git r
 loaded from `git show`), per problem: ops (aten ops dispatched, conformance.tools.op_count),
 host reads (ops that read device data back: scalar reads, nonzero, unique, tolist, ...) and the
 median ms of --iters calls (conformance.tools.bench.call_ms: CUDA events on a GPU, process CPU
-time on the CPU). Prints one line per implementation (medians over the problems, and the valid
-call's own numbers) and, with --json PATH, writes every number. Also checks that both
-implementations return the same findings on every problem (exit 1 if not).
+time on the CPU, with one torch thread unless --threads). Prints one line per implementation
+(medians over the problems, and the valid call's own numbers) and, with --json PATH, writes
+every number. Also checks that both implementations return the same findings on every problem
+(exit 1 if not).
 
-    python scripts/preconditions_cost.py [--device cuda] [--old 40f8d18] [--examples 40] [--iters 30]
+    python scripts/preconditions_cost.py [--device cuda] [--old b2057b2] [--examples 40] [--iters 30]
 """
 
 from __future__ import annotations
@@ -80,9 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--old", default=None, help="git revision whose oracle/preconditions.py to compare against")
     parser.add_argument("--examples", type=int, default=40)
     parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (on the CPU; default 1)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)  # process time counts every thread's spinning too
 
     from oracle import preconditions as new
     from strategies.materialize import materialize

@@ -13,6 +13,11 @@ def _forget_handled_interrupts() -> None:
 
 
 if __name__ == "__main__":
+    # a process-wide malloc setting: only for the `python -m conformance` process, never for a
+    # caller of conformance.cli.main (a pytest worker, a notebook)
+    from conformance.tools.host_memory import keep_freed_memory
+
+    keep_freed_memory()
     try:
         from conformance.cli import main
     except KeyboardInterrupt:  # SIGINT while the command line itself is imported

@@ -67,11 +67,7 @@ def _sigint_deferred() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse argv (sys.argv[1:] when None), run the subcommand and return its exit code. Freed
-    host memory is kept for reuse first (conformance.tools.host_memory)."""
-    from conformance.tools.host_memory import keep_freed_memory
-
-    keep_freed_memory()
+    """Parse argv (sys.argv[1:] when None), run the subcommand and return its exit code."""
     try:
         with _sigint_deferred():
             parser = build_parser()  # imports every subcommand, torch among them

@@ -53,7 +53,7 @@ def pow2(k: torch.Tensor) -> torch.Tensor:
 
 def e4m3_values() -> torch.Tensor:
     """Float64 value of each of the 256 e4m3fn codes (NaN for 0x7F and 0xFF), on the CPU."""
-    codes = torch.arange(256, dtype=torch.int64)
+    codes = torch.arange(256, dtype=torch.int64, device="cpu")
     sign = torch.where(codes >= 128, -1.0, 1.0).to(torch.float64)
     exponent = (codes >> 3) & 0xF
     mantissa = (codes & 7).to(torch.float64)

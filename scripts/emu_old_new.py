@@ -18,12 +18,10 @@ Usage: python3 scripts/emu_old_new.py [--n-q 1,64] [--keys 2048] [--heads 16] [-
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +36,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from conformance.tools.bench import build_cache, build_inputs, call_ms  # noqa: E402
 from conformance.tools.bits import same_bits  # noqa: E402
+from conformance.tools.old_module import module_at, module_from_file  # noqa: E402
 from conformance.tools.op_count import count_ops  # noqa: E402
 from kernel.backends import emulated as new_module  # noqa: E402
 
@@ -46,25 +45,14 @@ Run = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
 
 def load_old(rev: str | None, path: str | None) -> ModuleType:
     """kernel/backends/emulated.py of `rev` (git show) or the file `path`, as module emulated_old."""
-    if path is None:
-        if rev is None:
-            raise SystemExit("give --old-rev or --old-file")
-        try:
-            command = ["git", "-C", str(ROOT), "show", f"{rev}:kernel/backends/emulated.py"]
-            text = subprocess.run(command, check=True, capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.SubprocessError) as err:
-            raise SystemExit(f"cannot read kernel/backends/emulated.py at {rev} with git show: {err}") from err
-        handle = tempfile.NamedTemporaryFile("w", suffix="_emulated_old.py", delete=False)
-        handle.write(text)
-        handle.close()
-        path = handle.name
-    spec = importlib.util.spec_from_file_location("emulated_old", path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["emulated_old"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    if path is not None:
+        return module_from_file(path, "emulated_old")
+    if rev is None:
+        raise SystemExit("give --old-rev or --old-file")
+    try:
+        return module_at(rev, "kernel/backends/emulated.py", "emulated_old")
+    except (OSError, subprocess.SubprocessError) as err:
+        raise SystemExit(f"cannot read kernel/backends/emulated.py at {rev} with git show: {err}") from err
 
 
 def outcome(run: Run, args: tuple[Any, ...], has_invalid: bool) -> tuple[torch.Tensor, torch.Tensor] | str:

@@ -19,12 +19,10 @@ every number. Also checks that both implementations return the same findings on 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -35,21 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from conformance.tools.bench import call_ms  # noqa: E402
-from conformance.tools.op_count import SYNC_OPS, count_ops  # noqa: E402
+from conformance.tools.old_module import module_at  # noqa: E402
+from conformance.tools.op_count import count_ops  # noqa: E402
 
 VALID = {"seed": 5, "n_q": 6, "heads": 4, "row_lengths": [300, 0, 128, 700, 5, 40], "cache_rows": 2000}
-
-
-def _old_module(rev: str) -> ModuleType:
-    text = subprocess.run(["git", "show", f"{rev}:oracle/preconditions.py"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / "preconditions_old.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("preconditions_old", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["preconditions_old"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _recipes(n: int) -> list[Any]:
@@ -71,10 +58,6 @@ def _recipes(n: int) -> list[Any]:
     return [Recipe.from_json_dict(VALID), *got[:n]]
 
 
-def _host_reads(ops: dict[str, int]) -> int:
-    return sum(c for name, c in ops.items() if any(name.startswith(s) for s in SYNC_OPS))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -94,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     impls: dict[str, ModuleType] = {"new": new}
     if args.old:
         try:
-            impls = {"old": _old_module(args.old), "new": new}
-        except (subprocess.CalledProcessError, OSError) as err:  # e.g. a shallow clone without that revision
+            impls = {"old": module_at(args.old, "oracle/preconditions.py", "preconditions_old"), "new": new}
+        except (subprocess.SubprocessError, OSError) as err:  # e.g. a shallow clone without that revision
             print(f"--old {args.old}: not available here ({err}); timing this tree only", file=sys.stderr)
     problems = [materialize(r, device) for r in _recipes(args.examples)]
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in impls}
@@ -113,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 call()
             ms = statistics.median(call_ms(call, device) for _ in range(args.iters))
             kinds = sorted({f["kind"] for f in results[name]})
-            rows[name].append({"problem": i, "ops": counted.total, "host_reads": _host_reads(counted.ops), "ms": ms, "kinds": kinds})
+            rows[name].append({"problem": i, "ops": counted.total, "host_reads": sum(counted.syncs.values()), "ms": ms, "kinds": kinds})
         if len({json.dumps(v, sort_keys=True) for v in results.values()}) > 1:
             same = False
             print(f"problem {i}: findings differ between implementations", file=sys.stderr)

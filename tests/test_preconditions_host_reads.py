@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 
 from conformance.records.coverage import violations
-from conformance.tools.op_count import SYNC_OPS, count_ops
+from conformance.tools.op_count import count_ops
 from kernel.record import RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
 from oracle import preconditions as pc
 from strategies.hypothesis_recipes import recipes, violating_recipes
@@ -37,8 +37,7 @@ SGLANG = {pc.KIND_SCALE_NOT_POW2, pc.KIND_SCALE_BAD}
 def host_reads(fn: Any) -> int:
     """Ops of one call of fn that read device data back to the host (scalar reads, nonzero,
     unique, tolist, ...): on the CPU the same code paths as on a GPU."""
-    ops = count_ops(fn).ops
-    return sum(n for name, n in ops.items() if any(name.startswith(s) for s in SYNC_OPS))
+    return sum(count_ops(fn).syncs.values())
 
 
 def call(p: Problem, **kw: Any) -> list[pc.Finding]:

@@ -489,8 +489,8 @@ def _as_dtype(byte_cols: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _k_max_rows(recs: torch.Tensor) -> torch.Tensor:
     """float64 [c]: the largest |K| element of each record: max(max |scale| * 448, max |rope|)."""
-    scale = recs[:, SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32).abs().to(torch.float64).amax(dim=-1)
-    rope = recs[:, ROPE_OFFSET:].contiguous().view(torch.bfloat16).to(torch.float64).abs().amax(dim=-1)
+    scale = _as_dtype(recs[:, SCALE_OFFSET:ROPE_OFFSET], torch.float32).abs().amax(dim=-1).to(torch.float64)
+    rope = _as_dtype(recs[:, ROPE_OFFSET:], torch.bfloat16).abs().amax(dim=-1).to(torch.float64)
     return torch.maximum(scale * 448.0, rope)
 
 
@@ -524,9 +524,7 @@ class _RecordFacts:
         bits = _as_dtype(chunk[:, SCALE_OFFSET:ROPE_OFFSET], torch.int32)  # [c, 4], signed
         codes = _nan_codes_per_row(chunk)
         if self.k_max is not None:
-            scale = bits.view(torch.float32).abs().amax(dim=-1).to(torch.float64)
-            rope = _as_dtype(chunk[:, ROPE_OFFSET:], torch.bfloat16).abs().amax(dim=-1).to(torch.float64)
-            k_row = torch.maximum(scale * 448.0, rope)  # the largest |K| element of each record
+            k_row = _k_max_rows(chunk)
             if keep is not None:
                 k_row = torch.where(keep, k_row, 0.0)
             self.k_max = torch.maximum(self.k_max, k_row.amax())

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 import torch
 
 from kernel.backend import Backend
-from kernel.backends import emulated_decode, emulated_scores, emulated_state
+from kernel.backends import emulated_decode, emulated_pv, emulated_scores, emulated_state
 from kernel.contract import begin_call
 from kernel.fp8 import E4M3_NAN_CODE, E8M0_BIAS, E8M0_NAN, e4m3_table, f32_exponent_field
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, index_records, record_words
@@ -565,11 +565,13 @@ def _run_chunk_batched(
         m_hist = torch.cat((state.m[:live0].unsqueeze(1), tile_max(x)), dim=1).cummax(dim=1).values  # [row, 1 + tile, H]
         alpha = exp2_f32(m_hist[:, :group] - m_hist[:, 1:])  # [row, tile, H]
         p = tile_p(x, m_hist[:, 1:])  # [row, tile, H, 128]
-        terms = group_pv_terms(p.reshape(live0 * group, heads, TILE), records, masked, decode_kernel)  # [(row, tile), kk, b, H, 128]
         counts = [min(group, c - first) for c in chunk_tiles[:live0]]  # the rows' tiles in this group
-        kernel = emulated_state.kernel_available(device, lane_sums)
+        pv = emulated_pv.kernel_available(device, group_pv_terms, lane_sums)  # P', the PV products, o and l in one kernel
+        kernel = pv or emulated_state.kernel_available(device, lane_sums)
         counts_dev = (row_tiles[:live0] - first).clamp_(0, group).to(torch.int32) if kernel else None
-        emulated_state.advance(state.buffer[:live0], alpha, p, terms, counts, counts_dev, lane_sums)
+        if not (pv and counts_dev is not None and emulated_pv.advance(state.buffer[:live0], alpha, p, records, masked, counts_dev)):
+            terms = group_pv_terms(p.reshape(live0 * group, heads, TILE), records, masked, decode_kernel)  # [(row, tile), kk, b, H, 128]
+            emulated_state.advance(state.buffer[:live0], alpha, p, terms, counts, counts_dev, lane_sums)
         state.m[:live0] = m_hist[:, group]
         first += group
     return peak

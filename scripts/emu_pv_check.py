@@ -2,16 +2,17 @@
 tree with EMULATED_TRITON_PV=0 (group_pv_terms and emulated_state.advance): same bits, time.
 
 Prints, in order (flushed as it goes, so a cut run keeps what it did):
-- the PV kernel's self-check on the device (seconds, verdict; where it fails, which probe
-  elements differ: o or l_parts, row 0 head 0's zero sign, NaN or finite), and which of
-  emulated's other Triton kernels are on;
+- the PV kernel's self-check on the device for each variant (seconds, verdict; where one
+  fails, which probe elements differ at each variant and config: o or l_parts, zeros, row 0
+  head 0's zero sign, finite ulps), the variant in use and which other Triton kernels are on;
 - for each n_q of the bench's inputs (conformance.tools.bench: n_q rows of KEYS uniform keys,
   H heads, a CACHE_ROWS pow2 cache): whether run_emulated's out and lse have the same bits with
   the kernel and without, how many kernel launches a call made, and the median ms per call of
   each (CUDA events; calls alternating);
 - with --snapshot-cases: every problem of scripts/oracle_bitexact_snapshot.py's cases() on the
   device, with against without (an error on either side compared by type and message);
-- with --sweep N_Q,..: median ms of run_emulated at each BLOCK_D (emulated_pv.block_d forced).
+- with --sweep N_Q,..: median ms of run_emulated at each (BLOCK_D, num_warps) of SWEEP_CONFIGS
+  (emulated_pv.launch_config forced; timing only: configs other than CONFIGS' are not probed).
 
 Exit status 1 when any comparison differs or a case fails.
 
@@ -42,6 +43,7 @@ from conformance.tools.bits import same_bits  # noqa: E402
 from kernel.backends import emulated, emulated_decode, emulated_pv, emulated_scores, emulated_state  # noqa: E402
 
 Outcome = tuple[torch.Tensor, torch.Tensor] | str
+SWEEP_CONFIGS = ((32, 4), (64, 4), (128, 4), (128, 8), (64, 8))  # (BLOCK_D, num_warps); only the defaults are probed
 
 
 def outcome(args: tuple[Any, ...], has_invalid: bool) -> Outcome:
@@ -82,12 +84,14 @@ def diagnose(device: torch.device) -> list[str]:
         buffer, alpha, p, records, masked, counts = emulated_pv.probe_inputs(device, *shape)
         expected = buffer.clone()
         emulated_pv.advance_torch(expected, alpha, p, records, masked, counts, emulated.group_pv_terms, emulated.lane_sums)
-        for dims in (32, 64, 128):
+        for variant, config in ((v, c) for v in emulated_pv.VARIANTS for c in emulated_pv.CONFIGS[v]):
             got = buffer.clone()
+            where = f"{shape} {variant} (BLOCK_D, warps) {config}"
             try:
-                emulated_pv.advance_triton(got, alpha, p, records, masked, torch.tensor(counts, dtype=torch.int32, device=device), dims)
+                counts_dev = torch.tensor(counts, dtype=torch.int32, device=device)
+                emulated_pv.advance_triton(got, alpha, p, records, masked, counts_dev, variant, config)
             except Exception as err:  # noqa: BLE001 - reported
-                lines.append(f"  {shape} BLOCK_D {dims}: raises {type(err).__name__}: {str(err)[:300]}")
+                lines.append(f"  {where}: raises {type(err).__name__}: {str(err)[:300]}")
                 continue
             nan_e, nan_g = torch.isnan(expected), torch.isnan(got)
             differ = (nan_e != nan_g) | (~nan_e & ~nan_g & (expected.view(torch.int32) != got.view(torch.int32)))
@@ -97,9 +101,7 @@ def diagnose(device: torch.device) -> list[str]:
             finite = differ & torch.isfinite(expected) & torch.isfinite(got) & (expected != 0)
             ulps = (expected.view(torch.int32) - got.view(torch.int32)).abs()[finite]
             worst = int(ulps.max()) if ulps.numel() else 0
-            lines.append(
-                f"  {shape} BLOCK_D {dims}: o {o_d} differ, l_parts {l_d}, zeros {zero}, row0 head0 {row0}, finite max ulps {worst}"
-            )
+            lines.append(f"  {where}: o {o_d} differ, l_parts {l_d}, zeros {zero}, row0 head0 {row0}, finite max ulps {worst}")
     return lines
 
 
@@ -124,17 +126,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1))
 
-    began = time.monotonic()
-    try:
-        checked = emulated_pv.self_check(device, emulated.group_pv_terms, emulated.lane_sums)
-        error = ""
-    except Exception as err:  # noqa: BLE001 - reported
-        checked, error = False, f" ({type(err).__name__}: {str(err)[:300]})"
-    print(
-        f"device {device}; PV kernel self-check: {'PASSES' if checked else 'FAILS'}{error} in {time.monotonic() - began:.1f} s", flush=True
-    )
-    report["self_check"] = checked
-    if not checked and not error:
+    report["self_check"] = {}
+    failed = False
+    for variant in emulated_pv.VARIANTS:
+        began = time.monotonic()
+        try:
+            checked = emulated_pv.self_check(device, emulated.group_pv_terms, emulated.lane_sums, variant)
+            error = ""
+        except Exception as err:  # noqa: BLE001 - reported
+            checked, error = False, f" ({type(err).__name__}: {str(err)[:300]})"
+        verdict = "PASSES" if checked else "FAILS"
+        print(f"device {device}; PV kernel self-check, variant {variant}: {verdict}{error} in {time.monotonic() - began:.1f} s", flush=True)
+        report["self_check"][variant] = checked
+        failed |= not checked
+    if failed and device.type == "cuda":
         for line in diagnose(device):
             print(line, flush=True)
     available = emulated_pv.kernel_available(device, emulated.group_pv_terms, emulated.lane_sums)
@@ -143,8 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         "scores": emulated_scores.kernel_available(device),
         "decode": emulated_decode.kernel_available(device),
     }
-    print(f"PV kernel available: {available}; other kernels: {others}", flush=True)
-    report.update(available=available, others=others)
+    variant = emulated_pv._CHOSEN.get(torch.empty(0, device=device).device)
+    print(f"PV kernel available: {available} (variant {variant}); other kernels: {others}", flush=True)
+    report.update(available=available, variant=variant, others=others)
     save()
 
     launches: list[int] = []
@@ -200,20 +206,23 @@ def main(argv: list[str] | None = None) -> int:
             report["cases"].append({"name": name, "bits": verdict})
         print(f"snapshot cases: {same}/{len(report['cases'])} same bits, {len(launches)} PV launches so far", flush=True)
         save()
-    if args.sweep and available:
-        chosen = emulated_pv.block_d
+    if args.sweep and available and variant == "dot":
+        chosen = emulated_pv.launch_config
         for n_q in [int(x) for x in args.sweep.split(",") if x]:
             inputs = build_inputs(cache, n_q, args.keys, args.heads)
             call = (inputs.q, inputs.kv_cache, inputs.indices, inputs.indptr, inputs.softmax_scale)
             line = []
-            for dims in (32, 64, 128):
-                emulated_pv.block_d = lambda rows, dims=dims: dims  # type: ignore[assignment]
+            for config in SWEEP_CONFIGS:
+                emulated_pv.launch_config = lambda rows, variant="dot", config=config: config  # type: ignore[assignment]
                 emulated.run_emulated(*call, return_lse=True)  # compile / warm
                 ms = statistics.median(call_ms(lambda: emulated.run_emulated(*call, return_lse=True), device) for _ in range(3))
-                line.append(f"BLOCK_D {dims}: {ms:.3f} ms")
-                report["sweep"].append({"n_q": n_q, "block_d": dims, "ms": ms})
-            emulated_pv.block_d = chosen  # type: ignore[assignment]
-            print(f"sweep n_q {n_q} (default BLOCK_D {chosen(n_q)}): " + ", ".join(line), flush=True)
+                line.append(f"{config}: {ms:.3f}")
+                report["sweep"].append({"n_q": n_q, "config": config, "ms": ms})
+            emulated_pv.launch_config = chosen  # type: ignore[assignment]
+            print(
+                f"sweep n_q {n_q}, ms at (BLOCK_D, warps) (default {chosen(min(n_q, 4096), variant or 'dot')}): " + ", ".join(line),
+                flush=True,
+            )
             save()
     print("ALL SAME BITS" if ok else "SOME DIFFER", flush=True)
     save()

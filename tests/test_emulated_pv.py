@@ -38,7 +38,9 @@ from strategies.recipe import Recipe
 warnings.filterwarnings("error", message="emulated: ")  # a fallback warning fails the run
 cpu = torch.device("cpu")
 assert emulated_pv.usable(cpu)
-assert emulated_pv.self_check(cpu, emulated.group_pv_terms, emulated.lane_sums), "PV kernel probe"
+assert emulated_pv.self_check(cpu, emulated.group_pv_terms, emulated.lane_sums, "dot"), "PV kernel probe (tl.dot)"
+assert emulated_pv.self_check(cpu, emulated.group_pv_terms, emulated.lane_sums, "sum"), "PV kernel probe (tl.sum)"
+assert emulated_pv.kernel_available(cpu, emulated.group_pv_terms, emulated.lane_sums) and emulated_pv._CHOSEN[cpu] == "dot"
 launches = []
 fused = emulated_pv.advance_triton
 emulated_pv.advance_triton = lambda *a, **k: (launches.append(a[0].shape[0]), fused(*a, **k))
@@ -72,7 +74,7 @@ print("interpreted PV kernel: same bits", len(launches))
 @needs_triton
 def test_interpreted_pv_kernel_matches_torch() -> None:
     """The fused kernel under Triton's interpreter (a fresh process: Triton reads TRITON_INTERPRET
-    when it is first imported): its probe at every BLOCK_D, and run_emulated through it against
+    when it is first imported): its probe for both variants at every launch config, and run_emulated through it against
     the torch path (EMULATED_TRITON_PV=0) and the per-tile loop, on ragged, has_invalid, 16-head
     and 1-head problems. The QK kernel is left out (EMULATED_TRITON_QK=0: its own tests)."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "EMULATED_TRITON_QK": "0", "EMULATED_TRITON_PV": "1"}

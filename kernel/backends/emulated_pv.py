@@ -17,8 +17,9 @@ emulated_state.advance. `advance_torch` runs those two (the reference, on every 
 P' nor V nor the f64 terms to memory: each program keeps o of one row, all heads (padded to 16)
 and BLOCK_D dims in registers over the row's tiles, reads P, the scale bits, the codes and the
 masked flags per tile, forms P' in f32 and rounds it to f16 as the torch path does, and each
-term by one f64 tl.dot [16 heads, 32 keys] x [32 keys, BLOCK_D dims]; the programs of dims
-0 .. BLOCK_D - 1 also update l_parts (their lane sums in emulated_state's order). No
+term by one f64 tl.dot [16 heads, 32 keys] x [32 keys, BLOCK_D dims] (variant "dot"; variant
+"sum", tried where that one's probe fails: a broadcast product summed by tl.sum); the programs
+of dims 0 .. BLOCK_D - 1 also update l_parts (their lane sums in emulated_state's order). No
 contraction into FMAs (enable_fp_fusion=False).
 
 Bits: an f16 x e4m3 product is exact in f64 (15 significant bits) and, unless one 32-key group
@@ -31,9 +32,9 @@ modelled), infinities are order-independent.
 
 The kernel is used on a device only after it reproduced advance_torch's bits on a probe
 (`self_check`: every e4m3 code, NaN codes and scale bits in masked keys, scale bits of every
-class, P' from f16-subnormal to infinite, NaN P, alpha 0, -0 states kept by zero sums, rows
-ending inside the group and rows of no tile, 1, 3 and 16 heads; its 32-key sums exact
-(probe_sums_exact)); otherwise, or without Triton, or with EMULATED_TRITON_PV=0 (or
+class, P' from f16-subnormal to infinite, NaN P, alpha 0, a -0 state meeting sums of zeros,
+rows ending inside the group and rows of no tile, 1, 3 and 16 heads, every launch_config; its
+32-key sums exact (probe_sums_exact)); otherwise, or without Triton, or with EMULATED_TRITON_PV=0 (or
 EMULATED_TRITON_STATE=0, which keeps all running-state updates in torch), the caller runs
 group_pv_terms and emulated_state.advance.
 
@@ -111,6 +112,7 @@ def _kernel(interpret: bool) -> Callable[..., object]:
         heads,
         HP: tl.constexpr,
         BLOCK_D: tl.constexpr,
+        DOT: tl.constexpr,
     ):
         row = tl.program_id(0)
         blk = tl.program_id(1)  # dims blk * BLOCK_D .. + BLOCK_D - 1
@@ -148,7 +150,10 @@ def _kernel(interpret: bool) -> Callable[..., object]:
                 p16 = (pk * scale[None, :]).to(tl.float16).to(tl.float64)  # f32 product, RNE to f16
                 code = tl.load(rec_ptr + slot[:, None] * 656 + d[None, :]).to(tl.int32)  # [32, BLOCK_D]
                 v = tl.where(off[:, None], 0.0, tl.load(table_ptr + code))
-                term = tl.dot(p16, v) + 0.0  # exact where the sum is; a sum of zeros is +0
+                if DOT:
+                    term = tl.dot(p16, v) + 0.0  # exact where the sum is; a sum of zeros is +0
+                else:
+                    term = tl.sum(p16[:, :, None] * v[None, :, :], axis=1) + 0.0
                 o = (o.to(tl.float64) + term).to(tl.float32)
         tl.store(state + d[None, :], o, mask=live[:, None])
         owner = (lane[None, :] * 0 + blk) == 0  # l_parts: the programs of dims 0 .. BLOCK_D - 1
@@ -157,10 +162,17 @@ def _kernel(interpret: bool) -> Callable[..., object]:
     return pv_advance
 
 
-def block_d(rows: int) -> int:
-    """Dims per program: 128 where the group has rows enough to fill the device, fewer (more
-    programs per row) for a few rows."""
-    return 128 if rows >= 512 else 64 if rows >= 128 else 32
+VARIANTS = ("dot", "sum")  # the dot by tl.dot, or by a broadcast product and tl.sum
+# (BLOCK_D, num_warps) each variant launches with (launch_config) and its probe checks
+CONFIGS = {"dot": ((32, 4), (64, 4), (128, 8)), "sum": ((32, 8),)}
+
+
+def launch_config(rows: int, variant: str = "dot") -> tuple[int, int]:
+    """(BLOCK_D, num_warps) for a group of `rows` rows: 128 dims per program where the rows fill
+    the device, fewer (more programs per row) for a few rows; the "sum" variant 32 dims and 8
+    warps (its [16, 32, 32] f64 product)."""
+    configs = CONFIGS[variant]
+    return configs[-1] if rows >= 512 or len(configs) == 1 else configs[1] if rows >= 128 else configs[0]
 
 
 def advance_triton(
@@ -170,24 +182,25 @@ def advance_triton(
     records: torch.Tensor,
     masked: torch.Tensor,
     counts: torch.Tensor,
-    dims: int | None = None,
+    variant: str = "dot",
+    config: tuple[int, int] | None = None,
 ) -> None:
     """The fused updates by the Triton kernel, in place on `buffer` (counts: int32 device tensor;
-    dims: BLOCK_D, default block_d(rows)). Raises ValueError, before any launch, on layouts it
-    does not take."""
+    variant: one of VARIANTS; config: (BLOCK_D, num_warps), default launch_config). Raises
+    ValueError, before any launch, on layouts it does not take."""
     rows, heads = buffer.shape[0], buffer.shape[1]
     tiles = alpha.shape[1]
-    if heads > HEADS_PAD or p.dim() != 4:
-        raise ValueError(f"advance_triton takes 1..{HEADS_PAD} heads and P [rows, tiles, H, 128]")
+    if heads > HEADS_PAD or p.dim() != 4 or variant not in VARIANTS:
+        raise ValueError(f"advance_triton takes 1..{HEADS_PAD} heads, P [rows, tiles, H, 128] and a variant of {VARIANTS}")
     if not (buffer.is_contiguous() and alpha.is_contiguous() and records.is_contiguous() and masked.is_contiguous()):
         raise ValueError("advance_triton needs contiguous buffer, alpha, records and masked")
     if records.shape != (rows * tiles, 128, RECORD) or masked.shape != (rows * tiles, 128):
         raise ValueError("advance_triton needs records [rows * tiles, 128, 656] and masked [rows * tiles, 128]")
     words = records.view(torch.int32)  # the scale bits (raises on a misaligned storage offset)
     table = e4m3_table(records.device, torch.float64)
-    dims = dims or block_d(rows)
+    dims, warps = config or launch_config(rows, variant)
     kernel = _kernel(_interpreting())
-    options = {} if _interpreting() else {"enable_fp_fusion": False, "num_warps": 4}
+    options = {} if _interpreting() else {"enable_fp_fusion": False, "num_warps": warps}
     with _on(buffer.device):
         strides = (p.stride(0), p.stride(1), p.stride(2), p.stride(3))
         grid = (rows, LATENT // dims)
@@ -205,6 +218,7 @@ def advance_triton(
             heads,
             HP=HEADS_PAD,
             BLOCK_D=dims,
+            DOT=variant == "dot",
             **options,
         )
 
@@ -287,41 +301,49 @@ def probe_sums_exact(p: torch.Tensor, records: torch.Tensor, masked: torch.Tenso
     return bool(exact.all())
 
 
-def self_check(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums) -> bool:
-    """Whether advance_triton gives advance_torch's bits on the probe's groups on `device`, at
-    every BLOCK_D it may pick."""
+def self_check(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums, variant: str = "dot") -> bool:
+    """Whether advance_triton's `variant` gives advance_torch's bits on the probe's groups on
+    `device`, at every BLOCK_D it may pick."""
     for shape in PROBE_SHAPES:
         buffer, alpha, p, records, masked, counts = probe_inputs(device, *shape)
         expected = buffer.clone()
         advance_torch(expected, alpha, p, records, masked, counts, pv_terms, lane_sums)
         counts_dev = torch.tensor(counts, dtype=torch.int32, device=device)
-        for dims in (32, 64, 128):
+        for config in CONFIGS[variant]:
             got = buffer.clone()
-            advance_triton(got, alpha, p, records, masked, counts_dev, dims)
+            advance_triton(got, alpha, p, records, masked, counts_dev, variant, config)
             if not _same(expected, got):
                 return False
     return True
 
 
+_CHOSEN: dict[torch.device, str] = {}  # the variant kernel_available found on each device
+
+
 @functools.cache
-def _kernel_ok(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums) -> bool:
-    return probe_passes("PV kernel", device, lambda: self_check(device, pv_terms, lane_sums))
+def _variant(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums) -> str | None:
+    """The first variant whose probe passes on `device` (each failing one warns), else None."""
+    for variant in VARIANTS:
+        if probe_passes(f"PV kernel ({variant})", device, lambda v=variant: self_check(device, pv_terms, lane_sums, v)):
+            _CHOSEN[device] = variant
+            return variant
+    return None
 
 
 def kernel_available(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums) -> bool:
-    """Not switched off (EMULATED_TRITON_PV=0), emulated_state.usable(device) and the probe
-    passed there (once per device and process)."""
-    return os.environ.get(ENV_SWITCH, "1") != "0" and usable(device) and _kernel_ok(device, pv_terms, lane_sums)
+    """Not switched off (EMULATED_TRITON_PV=0), emulated_state.usable(device) and a variant's
+    probe passed there (once per device and process)."""
+    return os.environ.get(ENV_SWITCH, "1") != "0" and usable(device) and _variant(device, pv_terms, lane_sums) is not None
 
 
 def advance(
     buffer: torch.Tensor, alpha: torch.Tensor, p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor, counts: torch.Tensor
 ) -> bool:
-    """The fused updates by the kernel (the caller checked kernel_available), in place on
-    `buffer`; False, with a warning and `buffer` untouched, where it raises before its launch
+    """The fused updates by the variant kernel_available found (the caller checked it), in place
+    on `buffer`; False, with a warning and `buffer` untouched, where it raises before its launch
     (the caller then runs group_pv_terms and emulated_state.advance)."""
     try:
-        advance_triton(buffer, alpha.contiguous(), p, records, masked, counts)
+        advance_triton(buffer, alpha.contiguous(), p, records, masked, counts, _CHOSEN.get(buffer.device, "dot"))
     except Exception as err:  # noqa: BLE001 - a layout or shape the kernel does not take: the torch path
         warnings.warn(f"emulated: Triton PV kernel failed ({type(err).__name__}: {err}); using torch", stacklevel=2)
         return False

@@ -2,9 +2,10 @@
 tree with EMULATED_TRITON_PV=0 (group_pv_terms and emulated_state.advance): same bits, time.
 
 Prints, in order (flushed as it goes, so a cut run keeps what it did):
-- the PV kernel's self-check on the device for each variant (seconds, verdict; where one
-  fails, which probe elements differ at each variant and config: o or l_parts, zeros, row 0
-  head 0's zero sign, finite ulps), the variant in use and which other Triton kernels are on;
+- with --check-variants dot,sum: the PV kernel's self-check on the device for each variant
+  (seconds, verdict; with --diagnose, where one fails: which probe elements differ at each
+  variant and config: o or l_parts, zeros, row 0 head 0's zero sign, finite ulps); then the
+  variant kernel_available picks (its probe's seconds) and which other Triton kernels are on;
 - for each n_q of the bench's inputs (conformance.tools.bench: n_q rows of KEYS uniform keys,
   H heads, a CACHE_ROWS pow2 cache): whether run_emulated's out and lse have the same bits with
   the kernel and without, how many kernel launches a call made, and the median ms per call of
@@ -17,7 +18,8 @@ Prints, in order (flushed as it goes, so a cut run keeps what it did):
 Exit status 1 when any comparison differs or a case fails.
 
 Usage: python3 scripts/emu_pv_check.py [--n-q 64,1024,4096] [--keys 2048] [--heads 16]
-       [--cache-rows N] [--iters 6] [--snapshot-cases] [--sweep 64,4096] [--json PATH]
+       [--cache-rows N] [--iters 6] [--check-variants dot,sum] [--diagnose] [--snapshot-cases]
+       [--sweep 64,4096] [--json PATH]
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from conformance.tools.bits import same_bits  # noqa: E402
 from kernel.backends import emulated, emulated_decode, emulated_pv, emulated_scores, emulated_state  # noqa: E402
 
 Outcome = tuple[torch.Tensor, torch.Tensor] | str
-SWEEP_CONFIGS = ((32, 4), (64, 4), (128, 4), (128, 8), (64, 8))  # (BLOCK_D, num_warps); only the defaults are probed
+SWEEP_CONFIGS = ((32, 4), (64, 4), (128, 4), (128, 8))  # (BLOCK_D, num_warps); only the defaults are probed
 
 
 def outcome(args: tuple[Any, ...], has_invalid: bool) -> Outcome:
@@ -115,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=10.0, help="stop timing an n_q after this many seconds")
     parser.add_argument("--snapshot-cases", action="store_true")
     parser.add_argument("--sweep", default="", help="n_q values to time at every BLOCK_D")
+    parser.add_argument("--check-variants", default="", help="variants to self-check one by one, e.g. dot,sum")
+    parser.add_argument("--diagnose", action="store_true", help="where a checked variant fails: which probe elements differ")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -128,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report["self_check"] = {}
     failed = False
-    for variant in emulated_pv.VARIANTS:
+    for variant in [v for v in args.check_variants.split(",") if v]:
         began = time.monotonic()
         try:
             checked = emulated_pv.self_check(device, emulated.group_pv_terms, emulated.lane_sums, variant)
@@ -136,20 +140,22 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as err:  # noqa: BLE001 - reported
             checked, error = False, f" ({type(err).__name__}: {str(err)[:300]})"
         verdict = "PASSES" if checked else "FAILS"
-        print(f"device {device}; PV kernel self-check, variant {variant}: {verdict}{error} in {time.monotonic() - began:.1f} s", flush=True)
+        print(f"PV kernel self-check on {device}, variant {variant}: {verdict}{error} in {time.monotonic() - began:.1f} s", flush=True)
         report["self_check"][variant] = checked
         failed |= not checked
-    if failed and device.type == "cuda":
+    if failed and device.type == "cuda" and args.diagnose:
         for line in diagnose(device):
             print(line, flush=True)
+    began = time.monotonic()
     available = emulated_pv.kernel_available(device, emulated.group_pv_terms, emulated.lane_sums)
+    probed = time.monotonic() - began
     others = {
         "state": emulated_state.kernel_available(device, emulated.lane_sums),
         "scores": emulated_scores.kernel_available(device),
         "decode": emulated_decode.kernel_available(device),
     }
     variant = emulated_pv._CHOSEN.get(torch.empty(0, device=device).device)
-    print(f"PV kernel available: {available} (variant {variant}); other kernels: {others}", flush=True)
+    print(f"PV kernel available: {available} (variant {variant}, probed in {probed:.1f} s); other kernels: {others}", flush=True)
     report.update(available=available, variant=variant, others=others)
     save()
 

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kernel.record import LATENT_DIM
+from kernel.record import LATENT_DIM, RECORD_BYTES
+from oracle import fused_products
+from oracle.fused_products import Products
 from oracle.rows import REFERENCE_KEY_BUDGET, KeyBlock, KeyChunk, iter_chunks, iter_key_blocks
 
 
@@ -46,21 +48,36 @@ def chunk_softmax(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return weights / total, (peak + torch.log(total)).squeeze(-1)
 
 
-def block_reference(q_ref: torch.Tensor, block: KeyBlock, softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def block_reference(
+    q_ref: torch.Tensor, block: KeyBlock, softmax_scale: float, products: Products | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(out f64 [R, H, 512], lse f64 [R, H]) of one KeyBlock; a row without a valid key gets 0 / -inf.
 
     z = scale * q . K (one batched f64 GEMM), softmax with the row max subtracted, out =
     (exp(z - max) @ V) / sum exp(z - max): the division is applied to the [R, H, 512] result
-    rather than to the [R, H, L] weights (same value to f64 rounding).
+    rather than to the [R, H, L] weights (same value to f64 rounding). `products` given (a block
+    gathered with its slots, q_ref contiguous): q . K and exp(z - max) @ V are
+    oracle.fused_products' kernels over the records instead of bmm's over block.keys.
     """
-    scores = torch.bmm(q_ref[block.rows], block.keys.transpose(1, 2))
+    fused = products is not None and block.slots is not None
+    if fused:
+        assert products is not None and block.slots is not None
+        scores = products.scores(q_ref, block.rows, block.slots)
+    else:
+        assert block.keys is not None
+        scores = torch.bmm(q_ref[block.rows], block.keys.transpose(1, 2))
     scores.mul_(float(softmax_scale))
     if not block.all_valid:  # masking an all-valid block is the identity
         scores.masked_fill_(~block.valid.unsqueeze(1), float("-inf"))
     peak = scores.amax(dim=-1, keepdim=True)
     scores.sub_(peak).exp_()
     total = scores.sum(dim=-1, keepdim=True)
-    out = torch.bmm(scores, block.keys[..., :LATENT_DIM]).div_(total)
+    if fused:
+        assert products is not None and block.slots is not None
+        out = products.weighted(scores, block.slots).div_(total)
+    else:
+        assert block.keys is not None
+        out = torch.bmm(scores, block.keys[..., :LATENT_DIM]).div_(total)
     lse = (peak + torch.log(total)).squeeze(-1)
     if block.keyed:  # every row has a key: the selections below are the identity
         return out, lse
@@ -68,6 +85,16 @@ def block_reference(q_ref: torch.Tensor, block: KeyBlock, softmax_scale: float) 
     out = torch.where(has_key.unsqueeze(-1), out, 0.0)
     lse = torch.where(has_key, lse, float("-inf"))
     return out, lse
+
+
+def _products(kv_cache: torch.Tensor) -> Products | None:
+    """oracle.fused_products' kernels over this cache where they may be used (see
+    fused_products.available: CUDA, Triton, the switch, the device's self-check), else None."""
+    flat = kv_cache.reshape(-1, RECORD_BYTES)
+    if not (fused_products.enabled(flat.device) and fused_products.usable(flat)):
+        return None
+    maker = fused_products.available(flat.device)
+    return None if maker is None else maker(flat)
 
 
 def reference(
@@ -92,8 +119,12 @@ def reference(
     out = torch.zeros(n_q, heads, LATENT_DIM, dtype=torch.float64, device=q.device)
     lse = torch.full((n_q, heads), float("-inf"), dtype=torch.float64, device=q.device)
     if scale_model == "stored":
-        for block in iter_key_blocks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=budget):
-            out[block.rows], lse[block.rows] = block_reference(q64, block, softmax_scale)
+        products = _products(kv_cache)
+        if products is not None:
+            q64 = q64.contiguous()
+        blocks = iter_key_blocks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=budget, decode=products is None)
+        for block in blocks:
+            out[block.rows], lse[block.rows] = block_reference(q64, block, softmax_scale, products)
         return Reference(out=out, lse=lse)
     for chunk in iter_chunks(indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=budget, scale_model=scale_model):
         if not bool(chunk.valid.any()):

@@ -530,16 +530,19 @@ class KeyBlock:
     rows:  int64 [R]           query rows of this chunk
     valid: bool [R, L]         slot holds a key
     keys:  f64 [R, L, 576]     [code * stored scale (512), rope (64)], exactly 0 at masked slots
-                               (V = keys[..., :512])
+                               (V = keys[..., :512]); None when gathered with decode=False
     all_valid: bool            every slot holds a key (known on the host; False: unknown)
     keyed: bool                every row has a valid key (known on the host; False: unknown)
+    slots: int64 [R, L]        KV row of each slot, -1 at masked slots (contiguous); None when
+                               the keys were decoded
     """
 
     rows: torch.Tensor
     valid: torch.Tensor
-    keys: torch.Tensor
+    keys: torch.Tensor | None
     all_valid: bool = False
     keyed: bool = False
+    slots: torch.Tensor | None = None
 
 
 def _decode_keys_torch(flat: torch.Tensor, entries: torch.Tensor, valid: torch.Tensor, all_valid: bool) -> torch.Tensor:
@@ -584,8 +587,10 @@ def gather_keys(
     has_invalid: bool,
     width: int | None = None,
     full: bool = False,
+    decode: bool = True,
 ) -> KeyBlock:
     """Gather and decode the keys of `rows` under the "stored" scale model (the contract).
+    decode False: no keys, the block's slots instead (for oracle.fused_products).
 
     Same values as gather_chunk's k_latent / rope (code * scale and rope are exact in f64), with
     fewer passes over memory: on CUDA one fused kernel (oracle.key_decode, where its self-check
@@ -596,6 +601,9 @@ def gather_keys(
     width, entries, valid = _row_slots(rows, start, length, indices, has_invalid=has_invalid, width=width)
     all_valid = full and not has_invalid
     flat = kv_cache.reshape(-1, RECORD_BYTES)
+    if not decode:
+        slots = entries if all_valid else torch.where(valid, entries, -1)
+        return KeyBlock(rows=rows, valid=valid, keys=None, all_valid=all_valid, keyed=not has_invalid, slots=slots)
     decoder = key_decode.available(flat.device, _probe_decode) if key_decode.usable(flat) else None
     if decoder is None:
         keys = _decode_keys_torch(flat, entries, valid, all_valid)
@@ -613,9 +621,11 @@ def iter_key_blocks(
     *,
     has_invalid: bool,
     key_budget: int,
+    decode: bool = True,
 ) -> Iterator[KeyBlock]:
     """All non-empty rows' keys as KeyBlocks, chunk_plan's chunks (after checking the stream's
-    preconditions); the host reads the row plan once, then nothing per block."""
+    preconditions); the host reads the row plan once, then nothing per block. decode False:
+    the blocks' slots instead of their keys (gather_keys)."""
     start, length = row_bounds(indptr)
     # batch budget 0: one chunk per plan
     plans, flags = checked_plan(
@@ -623,7 +633,9 @@ def iter_key_blocks(
     )
     raise_stream(indices, indptr, kv_cache.numel() // RECORD_BYTES, has_invalid=has_invalid, flags=flags)
     for plan in plans:
-        yield gather_keys(plan.rows, start, length, indices, kv_cache, has_invalid=has_invalid, width=plan.width, full=plan.full)
+        yield gather_keys(
+            plan.rows, start, length, indices, kv_cache, has_invalid=has_invalid, width=plan.width, full=plan.full, decode=decode
+        )
 
 
 def iter_chunks(

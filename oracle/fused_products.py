@@ -278,7 +278,7 @@ def probe_problem(device: torch.device, heads: int = 5) -> tuple[torch.Tensor, t
     slots = torch.cat((special_rows, plain_rows, empty), dim=0)
     q = torch.randn(24, heads, HEAD_DIM, generator=gen) * torch.pow(2.0, torch.randint(-8, 8, (24, heads, 1), generator=gen))
     q[0, 0, :100] = 0.0
-    q[3, 1, 7] = 1e-39
+    q[3, -1, 7] = 1e-39
     q = q.to(torch.bfloat16).to(torch.float64)
     rows = torch.randperm(24, generator=gen)[:20]
     return flat.to(device), q.to(device), rows.to(device), slots.to(device)

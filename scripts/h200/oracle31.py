@@ -7,8 +7,9 @@ Sections, in this order (exit status 1 when the self-check fails or a product le
   products   every block of one reference call per n_q (bench problem: 16 heads, 2048 uniform keys,
              2^20-record cache; at n_q 4096 the first --max-blocks blocks), scores and
              weighted sums, fused vs bmm on the same inputs: max |diff| / bound (bound:
-             gamma_576(2^-53) sum |q||K| per score, gamma_L(2^-53) sum |w||V| per output) and in
-             ulps of the bmm's value; then block_reference's out / lse (fused vs old): ulps
+             gamma_576(2^-53) sum |q||K| per score, gamma_L(2^-53) sum |w||V| per output), in
+             ulps of the bmm's value and in ulps of its row's largest |value| (row-ulps); then
+             block_reference's out / lse (fused vs old): ulps, row-ulps
   bench      reference() per n_q, old (bmm's) / fused: median (min) ms over --iters calls (CUDA
              events); out / lse max ulps against old
   snapshot   every problem of scripts/oracle_bitexact_snapshot.py's cases() on the device
@@ -70,6 +71,16 @@ def ulps(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((diff / ulp).max())
 
 
+def row_ulps(got: torch.Tensor, want: torch.Tensor) -> float:
+    """max |got - want| in ulps of the largest finite |want| of its row (last dim)."""
+    fin = torch.isfinite(got) & torch.isfinite(want)
+    mag = torch.where(fin, want.abs(), 0.0).amax(dim=-1, keepdim=True)
+    ulp = torch.pow(2.0, torch.floor(torch.log2(torch.where(mag > 0, mag, 1.0)))) * 2.0**-52
+    ulp = torch.where(mag >= 2.0**-1022, ulp, 2.0**-1074)
+    diff = torch.where(fin, (got - want).abs(), 0.0)
+    return float((diff / ulp).max()) if diff.numel() else 0.0
+
+
 def same_special(got: torch.Tensor, want: torch.Tensor) -> bool:
     """NaN at the same places, infinities equal."""
     inf = want.isinf()
@@ -116,11 +127,13 @@ def compare_block(q64: torch.Tensor, kb: rows.KeyBlock, sb: rows.KeyBlock, produ
     st.special_ok &= same_special(got_o, want_o)
     st.add("o/bound", ratio(got_o, want_o, bound_o))
     st.add("o ulps", ulps(got_o, want_o))
+    st.add("o row-ulps", row_ulps(got_o, want_o))
     del w, z, want_o, got_o, bound_o
     old_out, old_lse = block_reference(q64, kb, softmax_scale)
     new_out, new_lse = block_reference(q64, sb, softmax_scale, products)
     st.special_ok &= same_special(new_out, old_out) and same_special(new_lse, old_lse)
     st.add("out ulps", ulps(new_out, old_out))
+    st.add("out row-ulps", row_ulps(new_out, old_out))
     st.add("lse ulps", ulps(new_lse, old_lse))
 
 
@@ -233,6 +246,7 @@ def section_snapshot(device: torch.device) -> bool:
                 compare_block(q64, kb, sb, products_for(p.kv_cache), p.softmax_scale, st)
             st.special_ok &= same_special(new.out, old.out) and same_special(new.lse, old.lse)
             st.add("ref out ulps", ulps(new.out, old.out))
+            st.add("ref out row-ulps", row_ulps(new.out, old.out))
             st.add("ref lse ulps", ulps(new.lse, old.lse))
             good = st.special_ok and st.v.get("z/bound", 0) <= 1 and st.v.get("o/bound", 0) <= 1
             if not good:
@@ -242,6 +256,7 @@ def section_snapshot(device: torch.device) -> bool:
                 total.add(k, v)
             total.special_ok &= st.special_ok
             n += 1
+        print(f"snapshot so far ({n} after {name}): {total.line()}", flush=True)
     print(f"snapshot: {n} problems on {device}: {total.line()} {'all within bound' if ok else 'SOME BEYOND BOUND'}", flush=True)
     return ok
 

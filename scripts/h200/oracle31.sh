@@ -24,4 +24,6 @@ timeout -k 5 28 python3 scripts/h200/oracle31.py "${SIZES[@]}" --sections snapsh
 echo "snapshot rc=$?" >> "$R/snapshot.txt"
 timeout -k 5 28 python3 scripts/h200/oracle31.py "${SIZES[@]}" --sections shapes > "$R/shapes.txt" 2>&1
 echo "shapes rc=$?" >> "$R/shapes.txt"
-grep -v "Warning\|warn(\|^  output =\|^  return TensorHandle" "$R/main.txt" "$R/snapshot.txt" "$R/shapes.txt" | cut -c1-220 | tail -n 60
+clean() { grep -v "Warning\|warn(\|^  output =\|^  return TensorHandle" "$1" | cut -c1-220; }
+clean "$R/main.txt" | tail -n 30; clean "$R/snapshot.txt" | grep -v "^snapshot so far" | tail -n 8
+clean "$R/snapshot.txt" | grep "^snapshot so far" | tail -n 1; clean "$R/shapes.txt" | tail -n 20

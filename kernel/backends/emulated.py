@@ -55,7 +55,7 @@ from dataclasses import dataclass
 import torch
 
 from kernel.backend import Backend
-from kernel.backends import emulated_decode, emulated_pv, emulated_scores, emulated_state
+from kernel.backends import emulated_decode, emulated_pv, emulated_qk, emulated_scores, emulated_state
 from kernel.contract import begin_call
 from kernel.fp8 import E4M3_NAN_CODE, E8M0_BIAS, E8M0_NAN, e4m3_table, f32_exponent_field
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, index_records, record_words
@@ -466,7 +466,19 @@ def chunk_q(qq: QuantizedQ, rows: torch.Tensor) -> ChunkQ:
 def group_scores(cq: ChunkQ, live0: int, group: int, records: torch.Tensor, decode_kernel: bool = False) -> torch.Tensor:
     """qk_scores of a group of tiles: f32 [live0 rows, H, group * 128 keys] for the chunk's first
     live0 rows and their records uint8 [live0 * group, 128, 656] (a masked key's score is
-    replaced later; decode_kernel: K by emulated_decode's kernel).
+    replaced later). Where emulated_qk's kernel is available (CUDA, its probe passed) one
+    Triton kernel forms them from the records; else group_scores_torch (decode_kernel: K by
+    emulated_decode's kernel) - the same bits."""
+    latent, rope = cq.latent[:live0], cq.rope[:live0]
+    if emulated_qk.kernel_variant(records.device, group_scores_torch) is None:
+        return group_scores_torch(latent, rope, records, live0, group, decode_kernel)
+    return emulated_qk.scores(latent, rope, records, live0, group, group_scores_torch)
+
+
+def group_scores_torch(
+    latent: torch.Tensor, rope: torch.Tensor, records: torch.Tensor, live0: int, group: int, decode_kernel: bool = False
+) -> torch.Tensor:
+    """group_scores by torch operations, from ChunkQ's latent and rope of the group's live0 rows.
 
     The same f64 values and f32 roundings as qk_scores: each (b, j) MFMA's 32-term dot is exact
     (e4m3 x e4m3 products, one block scale per term), so the dots are formed per row over all its
@@ -474,15 +486,15 @@ def group_scores(cq: ChunkQ, live0: int, group: int, records: torch.Tensor, deco
     power of two) multiplies the exact dot; the 4 blocks are then summed in the fixed order
     ((b0 + b1) + b2) + b3 as there, and the rope MFMAs keep qk_scores' operands and shapes."""
     n_keys = group * TILE
-    heads = cq.rope.shape[1]
+    heads = rope.shape[1]
     lat = records.view(live0, n_keys, RECORD_BYTES)
     k_lat = emulated_decode.keys(records, live0, n_keys, decode_kernel)  # [live0, (b, j), keys, 32]
-    dots = torch.matmul(cq.latent[:live0], k_lat.transpose(-1, -2))  # [live0, (b, j), 2H, keys]
+    dots = torch.matmul(latent, k_lat.transpose(-1, -2))  # [live0, (b, j), 2H, keys]
     k_factor = _e8m0_factor(_f32_e8m0(lat[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)))  # [live0, keys, 4]
     r = live0 * group
     k_rope = torch.empty(r, 2, 32, TILE, dtype=torch.float64, device=records.device)
     k_rope.copy_(records[..., ROPE_OFFSET:].view(torch.bfloat16).view(r, TILE, 2, 32).permute(0, 2, 3, 1))
-    q_rope = cq.rope[:live0] if group == 1 else cq.rope[:live0, None].expand(live0, group, heads, 64).reshape(r, heads, 64)
+    q_rope = rope if group == 1 else rope[:, None].expand(live0, group, heads, 64).reshape(r, heads, 64)
     rope_dots = torch.matmul(q_rope.view(r, heads, 2, 32).permute(0, 2, 1, 3), k_rope)  # [R, 2, H, keys]
     return emulated_scores.accumulate(dots, k_factor, rope_dots)
 

@@ -5,7 +5,7 @@ both: same bits (out and lse) on the bench's inputs and on the bit-exact snapsho
 and the median device ms of each configuration.
 
 Prints (flushed): which QK variant passed its self-check on the device; per n_q a row
-`N_Q  all-on  qk-off  pv-off  both-off  bits`; then the snapshot problems whose bits differ and
+`N_Q  all-on  qk-only  pv-only  both-off  bits`; then the snapshot problems whose bits differ and
 a count. Exit status 1 when any comparison differs.
 
 Usage: python3 scripts/emu_qk_check.py [--n-q 4096,1024,64] [--keys 2048] [--heads 16]
@@ -41,10 +41,10 @@ CONFIGS = {
 }
 
 
-def switched(off: tuple[str, ...], fn: Callable[[], Any]) -> Any:
-    """fn() with the environment switches `off` set to "0"."""
-    before = {name: os.environ.get(name) for name in off}
-    os.environ.update({name: "0" for name in off})
+def switched(setting: dict[str, str], fn: Callable[[], Any]) -> Any:
+    """fn() with the environment switches set as in `setting`."""
+    before = {name: os.environ.get(name) for name in setting}
+    os.environ.update(setting)
     try:
         return fn()
     finally:
@@ -94,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         report[f"qk_{variant}"] = passed
-    report["qk_variant"] = emulated_qk.kernel_variant(device, emulated.group_scores_torch)
-    report["pv_available"] = emulated_pv.kernel_available(device, emulated.group_pv_terms, emulated.lane_sums)
+    report["qk_variant"] = switched(CONFIGS["all-on"], lambda: emulated_qk.kernel_variant(device, emulated.group_scores_torch))
+    report["pv_available"] = switched(
+        CONFIGS["all-on"], lambda: emulated_pv.kernel_available(device, emulated.group_pv_terms, emulated.lane_sums)
+    )
     print(f"QK variant in use: {report['qk_variant']}; PV kernel available: {report['pv_available']}", flush=True)
     print(f"{'N_Q':>5} " + " ".join(f"{name:>9}" for name in CONFIGS) + "  bits (each against both-off)", flush=True)
     cache = build_cache(args.cache_rows, device)
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"-- {name}: materialise failed: {type(err).__name__}: {err}", flush=True)
                 continue
             call = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
-            on = outcome(call, p.has_invalid)
+            on = switched(CONFIGS["all-on"], lambda call=call, p=p: outcome(call, p.has_invalid))
             off = switched(CONFIGS["both-off"], lambda call=call, p=p: outcome(call, p.has_invalid))
             n += 1
             if same(on, off):

@@ -61,7 +61,7 @@ LATENT = 512
 RECORD = 656
 SCALE_CAP_BITS = 0x43000000  # f32 bits of 2^7
 HEADS_PAD = 16
-ENV_SWITCH = "EMULATED_TRITON_PV"  # "0": never use the kernel
+ENV_SWITCH = "EMULATED_TRITON_PV"  # "1": use the kernel where a probe passes (default: not; see kernel_available)
 
 # group_pv_terms(p [R, H, 128], records, masked) -> terms f64 [R, kk, b, H, 128] (torch decode:
 # masked keys' record bytes zeroed by the caller), and emulated.lane_sums
@@ -331,9 +331,10 @@ def _variant(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums) -> st
 
 
 def kernel_available(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums) -> bool:
-    """Not switched off (EMULATED_TRITON_PV=0), emulated_state.usable(device) and a variant's
-    probe passed there (once per device and process)."""
-    return os.environ.get(ENV_SWITCH, "1") != "0" and usable(device) and _variant(device, pv_terms, lane_sums) is not None
+    """Asked for (EMULATED_TRITON_PV=1), emulated_state.usable(device) and a variant's probe
+    passed there (once per device and process). Opt-in: on one H200 the f64 tl.dot variant did
+    not compile and with the tl.sum variant emulated took 486 ms at n_q 4096 (98.7 without)."""
+    return os.environ.get(ENV_SWITCH, "0") == "1" and usable(device) and _variant(device, pv_terms, lane_sums) is not None
 
 
 def advance(

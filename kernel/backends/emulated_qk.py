@@ -17,8 +17,10 @@ the interpreter, cuBLAS's in the torch path) cannot change a bit; the rope dots 
 bf16 x bf16 products, exact unless their magnitudes span more than about 2^32 within one MFMA.
 The kernel is used on a device only after it reproduced the torch path's bits on a probe (every
 code, scales of every class, rope patterns, masked keys, 1 and 16 heads), with the emulator's
-other kernels' rules (emulated_state.usable, EMULATED_TRITON_QK=0 switches it off); otherwise,
-or if a launch fails, group_scores uses the torch operations.
+other kernels' rules (emulated_state.usable), and only when EMULATED_TRITON_QK=1 asks for it: on one
+H200 its f64 tl.dot variant did not compile (Triton's ConvertTritonGPUToLLVM failed) and the FMA
+variant is not yet timed there. Otherwise, or if a launch fails, group_scores uses the torch
+operations.
 
 Shapes (emulated.ChunkQ): latent f64 [rows, 16 (b, j), 2H, 32] (hi heads then lo heads, each
 scaled by its block's E8M0 factor), rope f64 [rows, H, 64]; records uint8 [live0 * group, 128,
@@ -41,8 +43,8 @@ RECORD = 656
 TILE = 128
 MAX_HEADS = 16  # heads per program (tl.dot's smallest M); emulated supports H in 1..16
 BLOCK_KEYS = 64  # keys per program
-ENV_SWITCH = "EMULATED_TRITON_QK"  # "0": never use the kernel
-VARIANTS = ("dot", "sum")  # how the 32-term dots are formed: tl.dot, or a broadcast product and tl.sum
+ENV_SWITCH = "EMULATED_TRITON_QK"  # "1": use the kernel where its probe passes (default: not)
+VARIANTS = ("fma", "dot")  # how the 32-term dots are formed: 32 outer products (f64 FMA units), or f64 tl.dot
 
 
 @functools.cache
@@ -65,7 +67,7 @@ def _kernel(interpret: bool) -> Callable[..., object]:
         n_keys,
         HB: tl.constexpr,
         BK: tl.constexpr,
-        DOT: tl.constexpr,
+        FMA: tl.constexpr,
     ):  # type: ignore[no-untyped-def]
         row = tl.program_id(0).to(tl.int64)
         kb = tl.program_id(1)
@@ -87,17 +89,23 @@ def _kernel(interpret: bool) -> Callable[..., object]:
                 # the keys' E8M0 factor of block b: 2^(e - 127) of the f32 scale's exponent field, NaN for 255
                 e = ((tl.load(words + 128 + b) >> 23) & 255).to(tl.int64)
                 factor = tl.where(e == 255, float("nan"), ((e + (1023 - 127)) << 52).to(tl.float64, bitcast=True))
-                codes = tl.load(rec[None, :] + (bj * 32 + i)[:, None]).to(tl.int32)  # [32, BK]
-                k = tl.load(table_ptr + codes)
-                q_hi = tl.load(lat_row + (bj * two_h + h)[:, None] * 32 + i[None, :], mask=live_h[:, None], other=0.0)
-                q_lo = tl.load(lat_row + (bj * two_h + heads + h)[:, None] * 32 + i[None, :], mask=live_h[:, None], other=0.0)
                 # the 32-term dots in f64 [HB, BK] (exact: any order)
-                if DOT:
+                if FMA:  # 32 outer products, each exact
+                    d_hi = tl.zeros([HB, BK], dtype=tl.float64)
+                    d_lo = tl.zeros([HB, BK], dtype=tl.float64)
+                    for ii in range(32):
+                        kv = tl.load(table_ptr + tl.load(rec + (bj * 32 + ii)).to(tl.int32))  # [BK]
+                        qh = tl.load(lat_row + (bj * two_h + h) * 32 + ii, mask=live_h, other=0.0)  # [HB]
+                        ql = tl.load(lat_row + (bj * two_h + heads + h) * 32 + ii, mask=live_h, other=0.0)
+                        d_hi = d_hi + qh[:, None] * kv[None, :]
+                        d_lo = d_lo + ql[:, None] * kv[None, :]
+                else:
+                    codes = tl.load(rec[None, :] + (bj * 32 + i)[:, None]).to(tl.int32)  # [32, BK]
+                    k = tl.load(table_ptr + codes)
+                    q_hi = tl.load(lat_row + (bj * two_h + h)[:, None] * 32 + i[None, :], mask=live_h[:, None], other=0.0)
+                    q_lo = tl.load(lat_row + (bj * two_h + heads + h)[:, None] * 32 + i[None, :], mask=live_h[:, None], other=0.0)
                     d_hi = tl.dot(q_hi, k)
                     d_lo = tl.dot(q_lo, k)
-                else:
-                    d_hi = tl.sum(q_hi[:, :, None] * k[None, :, :], axis=1)
-                    d_lo = tl.sum(q_lo[:, :, None] * k[None, :, :], axis=1)
                 if b == 0:
                     s_hi = d_hi * factor[None, :]
                     s_lo = d_lo * factor[None, :]
@@ -108,13 +116,18 @@ def _kernel(interpret: bool) -> Callable[..., object]:
             acc = (acc.to(tl.float64) + s_lo).to(tl.float32)
         rope_row = rope_ptr + row * (heads * 64)
         for k2 in tl.static_range(2):
-            half = tl.load(halves[None, :] + (264 + 32 * k2 + i)[:, None])  # [32, BK] bf16 bits
-            k_rope = ((half.to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True).to(tl.float64)
-            q_rope = tl.load(rope_row + h[:, None] * 64 + (32 * k2 + i)[None, :], mask=live_h[:, None], other=0.0)
-            if DOT:
-                d_rope = tl.dot(q_rope, k_rope)
+            if FMA:
+                d_rope = tl.zeros([HB, BK], dtype=tl.float64)
+                for ii in range(32):
+                    half = tl.load(halves + (264 + 32 * k2 + ii))  # [BK] bf16 bits
+                    kr = ((half.to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True).to(tl.float64)
+                    qr = tl.load(rope_row + h * 64 + (32 * k2 + ii), mask=live_h, other=0.0)
+                    d_rope = d_rope + qr[:, None] * kr[None, :]
             else:
-                d_rope = tl.sum(q_rope[:, :, None] * k_rope[None, :, :], axis=1)
+                half = tl.load(halves[None, :] + (264 + 32 * k2 + i)[:, None])  # [32, BK] bf16 bits
+                k_rope = ((half.to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True).to(tl.float64)
+                q_rope = tl.load(rope_row + h[:, None] * 64 + (32 * k2 + i)[None, :], mask=live_h[:, None], other=0.0)
+                d_rope = tl.dot(q_rope, k_rope)
             acc = (acc.to(tl.float64) + d_rope).to(tl.float32)
         n = kb * BK + tl.arange(0, BK)
         out = out_ptr + (row * heads + h[:, None]) * n_keys + n[None, :]
@@ -124,7 +137,7 @@ def _kernel(interpret: bool) -> Callable[..., object]:
 
 
 def scores_triton(
-    latent: torch.Tensor, rope: torch.Tensor, records: torch.Tensor, live0: int, group: int, variant: str = "dot"
+    latent: torch.Tensor, rope: torch.Tensor, records: torch.Tensor, live0: int, group: int, variant: str = "fma"
 ) -> torch.Tensor:
     """The group's f32 scores [live0, H, group * 128] by the kernel (shapes: module docstring)."""
     heads = rope.shape[1]
@@ -153,7 +166,7 @@ def scores_triton(
             n_keys,
             HB=MAX_HEADS,
             BK=BLOCK_KEYS,
-            DOT=variant == "dot",
+            FMA=variant == "fma",
             **options,
         )
     return out
@@ -201,7 +214,7 @@ def probe_inputs(device: torch.device, live0: int = 2, group: int = 1, heads: in
     return latent.to(device), rope.to(torch.float64).to(device), records.to(device)
 
 
-def self_check(device: torch.device, reference: Reference, variant: str = "dot") -> bool:
+def self_check(device: torch.device, reference: Reference, variant: str = "fma") -> bool:
     """Whether scores_triton with `variant` gives reference(latent, rope, records, live0, group)'s
     bits (the torch path: emulated.group_scores without the kernel; NaN matching NaN) on every
     probe group on `device`."""
@@ -226,7 +239,7 @@ def _variant(device: torch.device, reference: Reference) -> str | None:
 def kernel_variant(device: torch.device, reference: Reference) -> str | None:
     """The variant to use on `device` (not switched off by EMULATED_TRITON_QK=0,
     emulated_state.usable, a probe passed; once per device and process), else None."""
-    if os.environ.get(ENV_SWITCH, "1") == "0" or not usable(device):
+    if os.environ.get(ENV_SWITCH, "0") != "1" or not usable(device):
         return None
     return _variant(device, reference)
 

@@ -33,12 +33,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from conformance.tools.bench import build_cache, build_inputs, call_ms  # noqa: E402
 from kernel.backends import emulated, emulated_pv, emulated_qk  # noqa: E402
 
-CONFIGS = {
-    "all-on": (),
-    "qk-off": (emulated_qk.ENV_SWITCH,),
-    "pv-off": (emulated_pv.ENV_SWITCH,),
-    "both-off": (emulated_qk.ENV_SWITCH, emulated_pv.ENV_SWITCH),
-}
+QK, PV = emulated_qk.ENV_SWITCH, emulated_pv.ENV_SWITCH
+CONFIGS = {"all-on": {QK: "1", PV: "1"}, "qk-only": {QK: "1", PV: "0"}, "pv-only": {QK: "0", PV: "1"}, "both-off": {QK: "0", PV: "0"}}
 
 
 def switched(setting: dict[str, str], fn: Callable[[], Any]) -> Any:

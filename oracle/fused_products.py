@@ -16,8 +16,8 @@ the exact value, m the number of terms (576 for z, L for o); the bits may differ
 bmm (oracle.reference's other path) within that rounding, which oracle.bound charges the reference
 (ref_qk_err, gamma(2 n_valid + 4)).
 
-Used (oracle.reference) only where `available` says so: CUDA (or Triton's CPU interpreter with
-ORACLE_FUSED_PRODUCTS=1), Triton importable, ORACLE_FUSED_PRODUCTS not "0", and `self_check`
+Used (oracle.reference) only where `available` says so: ORACLE_FUSED_PRODUCTS=1 (opt-in), CUDA or
+Triton's CPU interpreter, Triton importable, and `self_check`
 passed on the device: on a probe of every code under scales of every class (0, subnormal, inf,
 NaN included), masked slots and rows without a key, both products agree with the torch bmm's of
 the decoded keys within gamma_m(2^-53) sum |terms| per result, NaN exactly where the bmm's are
@@ -39,7 +39,7 @@ from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE
 from oracle import key_decode
 from oracle.accumulation import gamma
 
-ENV_SWITCH = "ORACLE_FUSED_PRODUCTS"  # "0": never; unset: CUDA only; "1": also Triton's CPU interpreter
+ENV_SWITCH = "ORACLE_FUSED_PRODUCTS"  # "1": on CUDA (and Triton's CPU interpreter); unset or "0": never
 U64 = 2.0**-53
 
 
@@ -311,10 +311,11 @@ _AVAILABLE: dict[torch.device, Callable[[torch.Tensor], Products] | None] = {}
 
 
 def enabled(device: torch.device) -> bool:
-    """The switch and the device gate: ORACLE_FUSED_PRODUCTS not "0", and CUDA, or Triton's CPU
-    interpreter with ORACLE_FUSED_PRODUCTS=1; Triton importable."""
+    """The switch and the device gate: ORACLE_FUSED_PRODUCTS=1 (opt-in: on one H200 the
+    kernels' f64 tl.dot did not compile with the Triton there, scripts/h200/oracle31.sh), and
+    CUDA or Triton's CPU interpreter; Triton importable."""
     switch = os.environ.get(ENV_SWITCH, "")
-    if switch == "0":
+    if switch != "1":
         return False
     if device.type != "cuda" and not (device.type == "cpu" and switch == "1" and _interpreting()):
         return False

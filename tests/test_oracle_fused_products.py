@@ -39,6 +39,7 @@ def test_gate_off_cuda_and_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert not fp.enabled(CPU)  # the CPU default: the bmm's, even under the interpreter
     assert fp.available(CPU) is None
+    assert not fp.enabled(torch.device("cuda"))  # opt-in everywhere
     monkeypatch.setenv(fp.ENV_SWITCH, "0")
     assert not fp.enabled(torch.device("cuda"))
     monkeypatch.setenv(fp.ENV_SWITCH, "1")

@@ -52,3 +52,11 @@ def test_in_a_property_the_example_is_rejected_not_failed() -> None:
         prop()
     assert "Unsatisfiable" in type(info.value).__name__ or "unsatisf" in str(info.value).lower(), info.value
     assert calls
+
+
+def test_out_of_memory_under_a_violation_skips_too() -> None:
+    from conformance.judging.checks import violation_run
+
+    recipe = Recipe(seed=2, n_q=1, heads=1, row_lengths=(4,), cache_rows=8, corruptions=({"kind": "zero_scale", "count": 2},))
+    with pytest.raises(pytest.skip.Exception, match="ran out of memory"):
+        violation_run(build_target(f"{__name__}:out_of_memory", device="cpu"), recipe)

@@ -200,6 +200,8 @@ def violation_run(
         out, lse = run_kernel(
             problem, target.backend, property_name=property_name, kernel_name=target.name, expect="precondition", timeout_s=timeout_s
         )
+    except torch.OutOfMemoryError:  # device memory: judges()' affair
+        raise
     except Exception as err:  # noqa: BLE001 - the behaviour under a violation is what we record
         observed["behaviour"] = f"raised {type(err).__name__}: {str(err)[:200]}"
         record(property_name, target.name, problem, outcome="raised", extra={"observed": observed})

@@ -16,12 +16,16 @@ the exact value, m the number of terms (576 for z, L for o); the bits may differ
 bmm (oracle.reference's other path) within that rounding, which oracle.bound charges the reference
 (ref_qk_err, gamma(2 n_valid + 4)).
 
-Used (oracle.reference) only where `available` says so: ORACLE_FUSED_PRODUCTS=1 (opt-in), CUDA or
-Triton's CPU interpreter, Triton importable, and `self_check`
-passed on the device: on a probe of every code under scales of every class (0, subnormal, inf,
-NaN included), masked slots and rows without a key, both products agree with the torch bmm's of
-the decoded keys within gamma_m(2^-53) sum |terms| per result, NaN exactly where the bmm's are
-NaN and infinities equal.
+Two implementations of these Products: the Triton kernels here, and oracle.dmma_products' CUDA
+kernels on the f64 tensor cores (DMMA; the same contract). ORACLE_FUSED_PRODUCTS chooses (see
+`implementation`): unset or "auto", the DMMA kernels on a CUDA device of compute capability 8.0+
+with an nvcc to build them (else the bmm's, silently); "cuda", the same, with a warning when they
+cannot be used; "1" or "triton", the Triton kernels (CUDA, or Triton's CPU interpreter; opt-in:
+on one H200 their f64 tl.dot did not compile with the Triton there, scripts/h200/oracle31.sh);
+"0", never. Either is used (oracle.reference) only after `self_check` passed on the device: on a
+probe of every code under scales of every class (0, subnormal, inf, NaN included), masked slots
+and rows without a key, both products agree with the torch bmm's of the decoded keys within
+gamma_m(2^-53) sum |terms| per result, NaN exactly where the bmm's are NaN and infinities equal.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -39,7 +44,7 @@ from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE
 from oracle import key_decode
 from oracle.accumulation import gamma
 
-ENV_SWITCH = "ORACLE_FUSED_PRODUCTS"  # "1": on CUDA (and Triton's CPU interpreter); unset or "0": never
+ENV_SWITCH = "ORACLE_FUSED_PRODUCTS"  # unset / "auto" / "cuda": DMMA kernels on CUDA; "1" / "triton": Triton; "0": never
 U64 = 2.0**-53
 
 
@@ -284,14 +289,15 @@ def probe_problem(device: torch.device, heads: int = 5) -> tuple[torch.Tensor, t
     return flat.to(device), q.to(device), rows.to(device), slots.to(device)
 
 
-def self_check(device: torch.device, products: Products | None = None, heads: int = 5) -> CheckResult:
+def self_check(device: torch.device, products: ProductsLike | None = None, heads: int = 5, impl: str = "triton") -> CheckResult:
     """Whether the kernels agree with the torch bmm's of the torch-decoded keys on probe_problem
     within the reference's rounding: per score gamma_576(2^-53) sum_d |q_d| |K_d|, per output
     gamma_L(2^-53) sum_l |w_l| |V_l| (w: the probe's exp weights, the old scores' softmax
     numerators), NaN exactly where the bmm's give NaN, infinities equal. `products`: over
-    probe_problem's flat cache (default: built here)."""
+    probe_problem's flat cache (default: built here, of implementation `impl`: "triton" or
+    "dmma")."""
     flat, q, rows, slots = probe_problem(device, heads)
-    products = products or Products(flat, key_decode.code_table(device))
+    products = products or make_products(impl, flat, key_decode.code_table(device))
     keys = _decode_torch(flat, slots)  # [R, L, 576]
     want = torch.bmm(q[rows], keys.transpose(1, 2))
     bound = gamma(HEAD_DIM, U64) * torch.bmm(q[rows].abs(), keys.abs().transpose(1, 2))
@@ -307,49 +313,89 @@ def self_check(device: torch.device, products: Products | None = None, heads: in
     return CheckResult(ok_s and ok_o, ratio_s, ratio_o)
 
 
-_AVAILABLE: dict[torch.device, Callable[[torch.Tensor], Products] | None] = {}
+_AVAILABLE: dict[tuple[torch.device, str], Callable[[torch.Tensor], ProductsLike] | None] = {}
+IMPLEMENTATIONS = ("dmma", "triton")
+
+
+class ProductsLike(Protocol):
+    """What oracle.reference calls: Products or oracle.dmma_products.DmmaProducts."""
+
+    def scores(self, q_ref: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor, shapes: Shapes | None = None) -> torch.Tensor: ...
+
+    def weighted(self, w: torch.Tensor, slots: torch.Tensor, shapes: Shapes | None = None) -> torch.Tensor: ...
+
+
+def make_products(impl: str, flat: torch.Tensor, table: torch.Tensor) -> ProductsLike:
+    """The products of implementation `impl` ("dmma" or "triton") over `flat`."""
+    if impl == "dmma":
+        from oracle.dmma_products import DmmaProducts
+
+        return DmmaProducts(flat, table)
+    if impl == "triton":
+        return Products(flat, table)
+    raise ValueError(f"unknown fused-products implementation {impl!r} (one of {IMPLEMENTATIONS})")
+
+
+def _dmma_supported(device: torch.device) -> bool:
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    from oracle.dmma_products import supported
+
+    return supported(device)
+
+
+def implementation(device: torch.device) -> str | None:
+    """Which fused products ORACLE_FUSED_PRODUCTS asks for on `device` ("dmma", "triton"), or None
+    (the bmm's): unset / "auto" / "cuda", "dmma" on a CUDA device of compute capability 8.0+
+    with nvcc; "1" / "triton", "triton" on CUDA or under Triton's CPU interpreter, with Triton
+    importable; "0", or anything else, None. Raises ValueError on an unknown value."""
+    switch = os.environ.get(ENV_SWITCH, "").strip().lower()
+    if switch in ("", "auto", "cuda"):
+        if _dmma_supported(device):
+            return "dmma"
+        if switch == "cuda":
+            need = "a CUDA device of compute capability 8.0+ and nvcc"
+            warnings.warn(f"{ENV_SWITCH}=cuda: the DMMA products need {need}; using the bmm's", stacklevel=2)
+        return None
+    if switch in ("1", "triton"):
+        if device.type != "cuda" and not (device.type == "cpu" and _interpreting()):
+            return None
+        return "triton" if importlib.util.find_spec("triton") is not None else None
+    if switch == "0":
+        return None
+    raise ValueError(f"{ENV_SWITCH}={switch!r}: use auto, cuda, triton (or 1) or 0")
 
 
 def enabled(device: torch.device) -> bool:
-    """The switch and the device gate: ORACLE_FUSED_PRODUCTS=1 (opt-in: on one H200 the
-    kernels' f64 tl.dot did not compile with the Triton there, scripts/h200/oracle31.sh), and
-    CUDA or Triton's CPU interpreter; Triton importable."""
-    switch = os.environ.get(ENV_SWITCH, "")
-    if switch != "1":
-        return False
-    if device.type != "cuda" and not (device.type == "cpu" and switch == "1" and _interpreting()):
-        return False
-    return importlib.util.find_spec("triton") is not None
+    """Whether ORACLE_FUSED_PRODUCTS and the device ask for fused products (`implementation`)."""
+    return implementation(device) is not None
 
 
-def available(device: torch.device) -> Callable[[torch.Tensor], Products] | None:
-    """A maker of Products (from a flat cache on `device`) when the fused products may be used
-    there (`enabled`, and self_check passed there; checked once per device, with a warning when
-    it fails), else None."""
-    if not enabled(device):
+def available(device: torch.device) -> Callable[[torch.Tensor], ProductsLike] | None:
+    """A maker of products (from a flat cache on `device`) when fused products may be used there
+    (`implementation`, and self_check passed there; checked once per device and implementation,
+    with a warning when it fails), else None."""
+    impl = implementation(device)
+    if impl is None:
         return None
-    key = device
+    key = (device, impl)
     if key not in _AVAILABLE:
-        maker: Callable[[torch.Tensor], Products] | None = None
+        maker: Callable[[torch.Tensor], ProductsLike] | None = None
         try:
-            result = self_check(key)
+            result = self_check(device, impl=impl)
             if result.ok:
-                table = key_decode.code_table(key)
-                maker = functools.partial(_products, table=table)
+                table = key_decode.code_table(device)
+                maker = functools.partial(make_products, impl, table=table)
             else:
                 warnings.warn(
-                    f"oracle fused products differ from the bmm's beyond the reference's rounding on the probe "
+                    f"oracle fused products ({impl}) differ from the bmm's beyond the reference's rounding on the probe "
                     f"(scores {result.scores_ratio:.3g}, out {result.out_ratio:.3g} x the bound); using the bmm's",
                     stacklevel=2,
                 )
         except Exception as err:  # noqa: BLE001 - any failure means: the bmm path
-            warnings.warn(f"oracle fused products unavailable: {type(err).__name__}: {err}", stacklevel=2)
+            warnings.warn(f"oracle fused products ({impl}) unavailable: {type(err).__name__}: {err}", stacklevel=2)
         _AVAILABLE[key] = maker
     return _AVAILABLE[key]
-
-
-def _products(flat: torch.Tensor, *, table: torch.Tensor) -> Products:
-    return Products(flat, table)
 
 
 # the kernels' constants

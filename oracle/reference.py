@@ -21,7 +21,7 @@ import torch
 
 from kernel.record import LATENT_DIM, RECORD_BYTES
 from oracle import fused_products
-from oracle.fused_products import Products
+from oracle.fused_products import ProductsLike
 from oracle.rows import REFERENCE_KEY_BUDGET, KeyBlock, KeyChunk, iter_chunks, iter_key_blocks
 
 
@@ -49,7 +49,7 @@ def chunk_softmax(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def block_reference(
-    q_ref: torch.Tensor, block: KeyBlock, softmax_scale: float, products: Products | None = None
+    q_ref: torch.Tensor, block: KeyBlock, softmax_scale: float, products: ProductsLike | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out f64 [R, H, 512], lse f64 [R, H]) of one KeyBlock; a row without a valid key gets 0 / -inf.
 
@@ -57,7 +57,7 @@ def block_reference(
     (exp(z - max) @ V) / sum exp(z - max): the division is applied to the [R, H, 512] result
     rather than to the [R, H, L] weights (same value to f64 rounding). `products` given (a block
     gathered with its slots, q_ref contiguous): q . K and exp(z - max) @ V are
-    oracle.fused_products' kernels over the records instead of bmm's over block.keys.
+    oracle.fused_products' (or oracle.dmma_products') kernels over the records instead of bmm's over block.keys.
     """
     fused = products is not None and block.slots is not None
     if fused:
@@ -87,9 +87,9 @@ def block_reference(
     return out, lse
 
 
-def _products(kv_cache: torch.Tensor) -> Products | None:
+def _products(kv_cache: torch.Tensor) -> ProductsLike | None:
     """oracle.fused_products' kernels over this cache where they may be used (see
-    fused_products.available: CUDA, Triton, the switch, the device's self-check), else None."""
+    fused_products.available: the switch, the device, the device's self-check), else None."""
     flat = kv_cache.reshape(-1, RECORD_BYTES)
     if not (fused_products.enabled(flat.device) and fused_products.usable(flat)):
         return None

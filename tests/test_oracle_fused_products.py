@@ -39,12 +39,22 @@ def test_gate_off_cuda_and_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert not fp.enabled(CPU)  # the CPU default: the bmm's, even under the interpreter
     assert fp.available(CPU) is None
-    assert not fp.enabled(torch.device("cuda"))  # opt-in everywhere
+    monkeypatch.setattr(fp, "_dmma_supported", lambda device: device.type == "cuda")
+    assert fp.implementation(torch.device("cuda")) == "dmma"  # the default on CUDA: DMMA (where supported)
+    monkeypatch.setattr(fp, "_dmma_supported", lambda device: False)
+    assert fp.implementation(torch.device("cuda")) is None  # unsupported: the bmm's, silently
+    monkeypatch.setenv(fp.ENV_SWITCH, "cuda")
+    with pytest.warns(UserWarning, match="DMMA products need"):
+        assert fp.implementation(torch.device("cuda")) is None
     monkeypatch.setenv(fp.ENV_SWITCH, "0")
     assert not fp.enabled(torch.device("cuda"))
     monkeypatch.setenv(fp.ENV_SWITCH, "1")
+    assert fp.implementation(CPU) == ("triton" if importlib.util.find_spec("triton") else None)  # the interpreter
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert not fp.enabled(CPU)  # compiled Triton does not run on the CPU
+    monkeypatch.setenv(fp.ENV_SWITCH, "yes")
+    with pytest.raises(ValueError, match="ORACLE_FUSED_PRODUCTS='yes'"):
+        fp.enabled(CPU)
 
 
 def test_probe_covers_the_classes() -> None:

@@ -48,8 +48,11 @@ from oracle.reference import block_reference, reference  # noqa: E402
 U64 = 2.0**-53
 
 
+IMPL = os.environ.get("ORACLE31_IMPL", "dmma")  # which fused products: "dmma" (oracle.dmma_products) or "triton"
+
+
 def set_fused(on: bool) -> None:
-    os.environ[fp.ENV_SWITCH] = "1" if on else "0"
+    os.environ[fp.ENV_SWITCH] = ("cuda" if IMPL == "dmma" else "triton") if on else "0"
 
 
 def sync(device: torch.device) -> None:
@@ -107,7 +110,9 @@ class Stats:
         return " ".join(f"{k} {v:.3g}" for k, v in self.v.items()) + ("" if self.special_ok else " NaN/inf DIFFER")
 
 
-def compare_block(q64: torch.Tensor, kb: rows.KeyBlock, sb: rows.KeyBlock, products: fp.Products, softmax_scale: float, st: Stats) -> None:
+def compare_block(
+    q64: torch.Tensor, kb: rows.KeyBlock, sb: rows.KeyBlock, products: fp.ProductsLike, softmax_scale: float, st: Stats
+) -> None:
     """The two products of one block, fused vs bmm on the same inputs, then block_reference's results."""
     assert kb.keys is not None and sb.slots is not None
     qr = q64[kb.rows]
@@ -149,7 +154,7 @@ def section_selfcheck(device: torch.device) -> bool:
     for heads in (5, 16, 128):
         t = time.perf_counter()
         try:
-            res = fp.self_check(device, heads=heads)
+            res = fp.self_check(device, heads=heads, impl=IMPL)
         except Exception as err:  # noqa: BLE001 - reported
             print(f"selfcheck heads {heads}: error {type(err).__name__}: {str(err)[:400]}", flush=True)
             ok = False
@@ -167,8 +172,8 @@ def section_selfcheck(device: torch.device) -> bool:
     return ok and maker is not None
 
 
-def products_for(kv: torch.Tensor) -> fp.Products:
-    return fp.Products(kv.reshape(-1, RECORD_BYTES), key_decode.code_table(kv.device))
+def products_for(kv: torch.Tensor) -> fp.ProductsLike:
+    return fp.make_products(IMPL, kv.reshape(-1, RECORD_BYTES), key_decode.code_table(kv.device))
 
 
 def section_products(cache: torch.Tensor, n_qs: list[int], keys: int, heads: int, max_blocks: int) -> bool:
@@ -340,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     sections = set(args.sections.split(","))
     n_qs = [int(x) for x in args.n_q.split(",")]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"device {device} ({name}); torch {torch.__version__}; shapes {fp.SHAPES}", flush=True)
+    print(f"device {device} ({name}); torch {torch.__version__}; fused products {IMPL}; shapes {fp.SHAPES}", flush=True)
     ok = True
     if "selfcheck" in sections:
         ok &= section_selfcheck(device)
@@ -351,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         section_bench(cache, n_qs, args.keys, args.heads, args.iters)
     if "snapshot" in sections:
         ok &= section_snapshot(device)
-    if "shapes" in sections:
+    if "shapes" in sections and IMPL == "triton":
         section_shapes(cache, max(n_qs), args.keys, args.heads, max(3, args.iters // 2))
     print("ALL WITHIN THE REFERENCE'S ROUNDING" if ok else "SELF-CHECK FAILED OR SOME RESULT BEYOND THE BOUND", flush=True)
     return 0 if ok else 1

@@ -34,13 +34,25 @@ from conformance.tools.bench import build_cache, build_inputs, call_ms  # noqa: 
 from kernel.backends import emulated, emulated_pv, emulated_qk  # noqa: E402
 
 QK, PV = emulated_qk.ENV_SWITCH, emulated_pv.ENV_SWITCH
-CONFIGS = {"all-on": {QK: "1", PV: "1"}, "qk-only": {QK: "1", PV: "0"}, "pv-only": {QK: "0", PV: "1"}, "both-off": {QK: "0", PV: "0"}}
+# a kernel "on": its switch as EMU_CHECK_QK_ON / EMU_CHECK_PV_ON say (default: unset, the
+# module's default kernel on the device, e.g. the CUDA DMMA one; "1": the Triton variants)
+QK_ON, PV_ON = os.environ.get("EMU_CHECK_QK_ON") or None, os.environ.get("EMU_CHECK_PV_ON") or None
+CONFIGS: dict[str, dict[str, str | None]] = {
+    "all-on": {QK: QK_ON, PV: PV_ON},
+    "qk-only": {QK: QK_ON, PV: "0"},
+    "pv-only": {QK: "0", PV: PV_ON},
+    "both-off": {QK: "0", PV: "0"},
+}
 
 
-def switched(setting: dict[str, str], fn: Callable[[], Any]) -> Any:
-    """fn() with the environment switches set as in `setting`."""
+def switched(setting: dict[str, str | None], fn: Callable[[], Any]) -> Any:
+    """fn() with the environment switches set as in `setting` (None: unset)."""
     before = {name: os.environ.get(name) for name in setting}
-    os.environ.update(setting)
+    for name, value in setting.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     try:
         return fn()
     finally:

@@ -11,7 +11,14 @@ import pytest
 import torch
 
 from kernel import cuda_binary
+from kernel.backends import emulated_qk_cuda
 from oracle import dmma_products
+
+# every CUDA source of the project: (module, its kernels)
+SOURCES = {
+    "oracle.dmma_products": (dmma_products.SOURCE, (b"oracle_scores", b"oracle_weighted")),
+    "kernel.backends.emulated_qk_cuda": (emulated_qk_cuda.SOURCE, (b"emulated_qk_scores",)),
+}
 
 needs_nvcc = pytest.mark.skipif(cuda_binary.nvcc_path() is None, reason="no nvcc on this machine")
 
@@ -41,16 +48,18 @@ def test_compile_error_carries_nvccs_message(monkeypatch: pytest.MonkeyPatch, tm
 
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_oracle_kernels_build_and_are_cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, arch: str) -> None:
+@pytest.mark.parametrize("module", sorted(SOURCES))
+def test_the_kernels_build_and_are_cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, arch: str, module: str) -> None:
+    source, names = SOURCES[module]
     monkeypatch.setenv("CONFORMANCE_CUDA_CACHE", str(tmp_path))
-    image = cuda_binary.compile_cubin(dmma_products.SOURCE, arch)
+    image = cuda_binary.compile_cubin(source, arch)
     assert image[:4] == b"\x7fELF"
     (kept,) = tmp_path.glob("*.cubin")
     assert kept.read_bytes() == image
     stamp = os.stat(kept).st_mtime_ns
-    assert cuda_binary.compile_cubin(dmma_products.SOURCE, arch) == image  # from the cache
+    assert cuda_binary.compile_cubin(source, arch) == image  # from the cache
     assert os.stat(kept).st_mtime_ns == stamp
-    for name in (b"oracle_scores", b"oracle_weighted"):
+    for name in names:
         assert name in image
 
 

@@ -24,7 +24,7 @@ from strategies.materialize import materialize
 from strategies.recipe import Recipe
 
 cpu = torch.device("cpu")
-for variant in emulated_qk.VARIANTS:
+for variant in emulated_qk.TRITON_VARIANTS:
     assert emulated_qk.self_check(cpu, emulated.group_scores_torch, variant), variant
 
 def one_ulp_off(latent, rope, records, live0, group):
@@ -66,3 +66,41 @@ def test_interpreted_qk_kernel_matches_torch() -> None:
     env["EMULATED_TRITON_QK"] = "1"
     done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "same bits" in done.stdout, done.stderr[-3000:]
+
+
+def test_default_is_the_cuda_kernel_where_supported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset switch: the CUDA variant where emulated_qk_cuda.supported and its probe passes,
+    else torch (silently); EMULATED_TRITON_QK=0: torch; =1: only Triton variants."""
+    import torch
+
+    from kernel.backends import emulated, emulated_qk, emulated_qk_cuda
+
+    cpu = torch.device("cpu")
+    monkeypatch.delenv("EMULATED_TRITON_QK", raising=False)
+    assert emulated_qk.kernel_variant(cpu, emulated.group_scores_torch) is None  # no CUDA here
+    tried: list[tuple[str, ...]] = []
+    monkeypatch.setattr(emulated_qk_cuda, "supported", lambda device: True)
+    monkeypatch.setattr(emulated_qk, "_variant", lambda device, reference, candidates: tried.append(candidates) or candidates[0])
+    assert emulated_qk.kernel_variant(cpu, emulated.group_scores_torch) == "cuda"
+    monkeypatch.setenv("EMULATED_TRITON_QK", "0")
+    assert emulated_qk.kernel_variant(cpu, emulated.group_scores_torch) is None
+    monkeypatch.setenv("EMULATED_TRITON_QK", "1")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    emulated_qk.kernel_variant(cpu, emulated.group_scores_torch)
+    assert tried == [("cuda",), emulated_qk.TRITON_VARIANTS]
+
+
+def test_cuda_variant_refuses_shapes_it_does_not_take() -> None:
+    import torch
+
+    from kernel.backends import emulated_qk_cuda
+
+    latent = torch.zeros(1, 16, 6, 32, dtype=torch.float64)
+    rope = torch.zeros(1, 3, 64, dtype=torch.float64)
+    records = torch.zeros(1, 128, 656, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="latent"):
+        emulated_qk_cuda.scores_cuda(latent[:, :, :4], rope, records, 1, 1)
+    with pytest.raises(ValueError, match="records hold"):
+        emulated_qk_cuda.scores_cuda(latent, rope, records, 1, 2)
+    with pytest.raises(ValueError, match="f64"):
+        emulated_qk_cuda.scores_cuda(latent.float(), rope, records, 1, 1)

@@ -36,6 +36,7 @@ from collections.abc import Callable
 
 import torch
 
+from kernel.backends import emulated_qk_cuda
 from kernel.backends.emulated_state import _interpreting, _on, _same, probe_passes, usable
 from kernel.fp8 import e4m3_table
 
@@ -43,8 +44,13 @@ RECORD = 656
 TILE = 128
 MAX_HEADS = 16  # heads per program (tl.dot's smallest M); emulated supports H in 1..16
 BLOCK_KEYS = 64  # keys per program
-ENV_SWITCH = "EMULATED_TRITON_QK"  # "1": use the kernel where its probe passes (default: not)
-VARIANTS = ("fma", "dot")  # how the 32-term dots are formed: 32 outer products (f64 FMA units), or f64 tl.dot
+# unset / "auto": the CUDA DMMA kernel (emulated_qk_cuda) where it builds and its probe passes;
+# "1": the Triton variants (opt-in); "0": torch only
+ENV_SWITCH = "EMULATED_TRITON_QK"
+# how the 32-term dots are formed: DMMA in CUDA (emulated_qk_cuda), 32 outer products (f64 FMA
+# units, Triton), or f64 tl.dot (Triton)
+VARIANTS = ("cuda", "fma", "dot")
+TRITON_VARIANTS = ("fma", "dot")
 
 
 @functools.cache
@@ -214,34 +220,48 @@ def probe_inputs(device: torch.device, live0: int = 2, group: int = 1, heads: in
     return latent.to(device), rope.to(torch.float64).to(device), records.to(device)
 
 
+def scores_kernel(latent: torch.Tensor, rope: torch.Tensor, records: torch.Tensor, live0: int, group: int, variant: str) -> torch.Tensor:
+    """The group's scores by the kernel of `variant` (VARIANTS)."""
+    if variant == "cuda":
+        return emulated_qk_cuda.scores_cuda(latent, rope, records, live0, group)
+    return scores_triton(latent, rope, records, live0, group, variant)
+
+
 def self_check(device: torch.device, reference: Reference, variant: str = "fma") -> bool:
-    """Whether scores_triton with `variant` gives reference(latent, rope, records, live0, group)'s
+    """Whether the kernel of `variant` gives reference(latent, rope, records, live0, group)'s
     bits (the torch path: emulated.group_scores without the kernel; NaN matching NaN) on every
     probe group on `device`."""
     for live0, group, heads in PROBE_SHAPES:
         latent, rope, records = probe_inputs(device, live0, group, heads)
         want = reference(latent, rope, records, live0, group)
-        got = scores_triton(latent, rope, records, live0, group, variant)
+        got = scores_kernel(latent, rope, records, live0, group, variant)
         if not _same(want.double(), got.double()):
             return False
     return True
 
 
 @functools.cache
-def _variant(device: torch.device, reference: Reference) -> str | None:
-    """The first of VARIANTS whose probe passes on `device`, else None (with a warning)."""
-    for variant in VARIANTS:
+def _variant(device: torch.device, reference: Reference, candidates: tuple[str, ...]) -> str | None:
+    """The first of `candidates` whose probe passes on `device`, else None (with a warning)."""
+    for variant in candidates:
         if probe_passes(f"QK scores ({variant})", device, lambda: self_check(device, reference, variant)):
             return variant
     return None
 
 
 def kernel_variant(device: torch.device, reference: Reference) -> str | None:
-    """The variant to use on `device` (not switched off by EMULATED_TRITON_QK=0,
-    emulated_state.usable, a probe passed; once per device and process), else None."""
-    if os.environ.get(ENV_SWITCH, "0") != "1" or not usable(device):
+    """The variant to use on `device`, once per device and process, else None: by default
+    "cuda" where emulated_qk_cuda.supported (CUDA cc 8.0+, nvcc) and its probe passed;
+    EMULATED_TRITON_QK=1: the first Triton variant whose probe passed (emulated_state.usable);
+    EMULATED_TRITON_QK=0: none."""
+    switch = os.environ.get(ENV_SWITCH, "auto")
+    if switch == "0":
         return None
-    return _variant(device, reference)
+    if switch == "1":
+        return _variant(device, reference, TRITON_VARIANTS) if usable(device) else None
+    if not emulated_qk_cuda.supported(device):
+        return None
+    return _variant(device, reference, ("cuda",))
 
 
 def scores(latent: torch.Tensor, rope: torch.Tensor, records: torch.Tensor, live0: int, group: int, reference: Reference) -> torch.Tensor:
@@ -250,7 +270,7 @@ def scores(latent: torch.Tensor, rope: torch.Tensor, records: torch.Tensor, live
     variant = kernel_variant(records.device, reference)
     if variant is not None:
         try:
-            return scores_triton(latent, rope, records, live0, group, variant)
+            return scores_kernel(latent, rope, records, live0, group, variant)
         except Exception as err:  # noqa: BLE001 - a shape the kernel does not compile for: torch
-            warnings.warn(f"emulated: Triton QK scores failed ({type(err).__name__}: {err}); using torch", stacklevel=2)
+            warnings.warn(f"emulated: QK scores kernel ({variant}) failed ({type(err).__name__}: {err}); using torch", stacklevel=2)
     return reference(latent, rope, records, live0, group)

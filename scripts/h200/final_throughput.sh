@@ -16,7 +16,7 @@
 #       Wall time: at most SECONDS + 70 s (each process gets SIGINT at SECONDS + 50 s, which
 #       still writes its summary, and SIGKILL 15 s later); SECONDS 480 -> under 560 s.
 # Environment: KERNELS (default: the seven registered GPU kernels), PROCS (processes per kernel;
-# default (cores - 1) / kernels, at least 1, at most 12), PROFILE (0: no cProfile campaign),
+# default (cores - 1) / kernels, at least 1, at most 12; PROCS_<kernel> for one kernel, - as _), PROFILE (0: no cProfile campaign),
 # FUZZ_ARGS (more arguments for every fuzz process, e.g. "--device cpu").
 # Everything goes under "$RESULTS/throughput/". Every step runs under `timeout`.
 set -uo pipefail
@@ -58,8 +58,11 @@ campaign)
     if [ "$NGPU" -ge 1 ]; then GPU_ENV="CUDA_VISIBLE_DEVICES=${gpus[$(( slot % NGPU ))]}"; else GPU_ENV="THROUGHPUT_SLOT=$slot"; fi
     slot=$(( slot + 1 ))
   }
+  procs_of() {  # PROCS_<kernel, - as _> overrides PROCS for one kernel (e.g. PROCS_emulated=9)
+    local var="PROCS_${1//-/_}"; echo "${!var:-$P}"
+  }
   for k in "${kernels[@]}"; do
-    for n in $(seq 1 "$P"); do
+    for n in $(seq 1 "$(procs_of "$k")"); do
       next_gpu
       env "$GPU_ENV" CONFORMANCE_PENDING_DIR="$R/pending-$k" timeout -s INT -k 15 $(( S + 50 )) \
         "$PY" -m conformance fuzz --kernel "$k" --seconds "$S" --hypothesis-profile nightly --shrink-seconds 20 ${FUZZ_ARGS:-} \
@@ -75,8 +78,8 @@ campaign)
   wait
   summaries=()
   for k in "${kernels[@]}"; do
-    echo "--- fuzz $k ($P processes)"
-    for n in $(seq 1 "$P"); do
+    echo "--- fuzz $k ($(procs_of "$k") processes)"
+    for n in $(seq 1 "$(procs_of "$k")"); do
       path=$(sed -n 's/^  summary (JSON): //p' "$R/fuzz-$k-$n.txt" | tail -1)
       if [ -n "$path" ] && [ -f "$path" ]; then cp "$path" "$R/fuzz-$k-$n.json"; summaries+=("$R/fuzz-$k-$n.json"); fi
       grep -E "examples/s|FAILURES|^  - |^  (a kernel call hung|Hypothesis stopped)" "$R/fuzz-$k-$n.txt" | head -6; tail -2 "$R/fuzz-$k-$n.err"

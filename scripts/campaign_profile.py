@@ -3,12 +3,17 @@ cProfile and split its wall time into stages.
 
     python scripts/campaign_profile.py --out DIR -- --kernel emulated --seconds 120 --hypothesis-profile nightly
 
-Stages (cumulative time of the functions that do them; they do not nest in one another):
+Stages (cumulative time of the functions that do them):
     draw         Hypothesis drawing recipes (DataObject.draw in the properties' body)
     materialise  strategies.materialize.materialize (recipe -> tensors)
     support      Backend.supports (the contract check before the call)
-    kernel       the kernel call (conformance.judging.harness.run_kernel without the input guard)
+    kernel       the kernel call: conformance.judging.harness.run_kernel less the bookkeeping it
+                 calls (the rows below, each counted by its calls from run_kernel: cProfile's
+                 caller edges), so no other caller's time is taken off the kernel
     input guard  conformance.durability.input_guard (snapshot of the inputs and the check after the call)
+    write-ahead + watchdog  the write-ahead file (wal.in_flight) and the call's time limit
+                 (watchdog.limit_call): run_kernel's two context managers
+    progress     conformance.judging.progress.tick
     oracle+bound oracle.bound.evaluate_modes (reference and a-priori bound, both modes)
       of which gather  oracle.rows.gather_bound_batch (records gathered and decoded)
     compare      conformance.judging.harness._compare_modes (errors against the bound: compare and judge)
@@ -16,33 +21,47 @@ Stages (cumulative time of the functions that do them; they do not nest in one a
                  before its kernel call)
     record       conformance.judging.harness.record (the run folder's example log)
     coverage     conformance.records.coverage.Coverage.add
-    other        the rest of the wall time (Hypothesis's engine, shrinking, progress, start-up)
+    start-up + report  the wall time outside conformance.campaign.fuzz.campaign (imports, the
+                 CLI, the run report)
+    other        the rest of the wall time (Hypothesis's engine and shrinking, the body's glue)
+A line "inconsistent: ..." follows the table when the figures contradict one another (a
+negative stage: see check_consistency).
 Writes DIR/profile.pstats, DIR/stages.json and DIR/stages.txt (also printed) and the fuzz
 summary as the fuzz command prints it; the exit code is fuzz's.
 
-`--timers` measures the same stages without cProfile (whose per-call cost inflates Python-heavy
+`--timers` measures the stages without cProfile (whose per-call cost inflates Python-heavy
 stages such as the draw against torch-heavy ones): each stage's functions are wrapped with a wall
-and a CPU clock (time.process_time: this process, all threads), counted once where a stage calls
-itself; writes DIR/stages.txt and DIR/stages.json with both columns (no pstats).
+and a CPU clock (time.process_time: this process, all threads). The clocks are exclusive (a
+stage entered inside another pauses it: StageTimers), so the rows add up to the campaign and none
+can be negative. --timers also splits "other": the write-ahead file, the watchdog, progress,
+hypothesis.target, the judging glue (differential / violation_run less their stages: judges(),
+check_types, triage), the coverage classes' set-up, the minimiser, Hypothesis's generate,
+optimise (target-driven hill climbing) and shrink phases (their own time: the examples they run
+are in the example stages), the campaign loop ("hypothesis: rest"), start-up, report; "other"
+is then the time in no timed function. `--sync` (GPU) synchronises the device at every stage
+boundary: a kernel launch returns before the device is done, and without it the queued work is
+charged to whichever stage reads a result back first. Writes DIR/stages.txt and DIR/stages.json
+with both columns (no pstats).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import functools
 import importlib
-import inspect
 import json
 import pstats
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# (stage, file suffix, function name); "-" prefixed stages are subtracted from the one before.
+# (stage, file suffix, function name): the cProfile stages (cumulative time of those functions)
 STAGES: tuple[tuple[str, str, str], ...] = (
     ("draw", "hypothesis/strategies/_internal/core.py", "draw"),
     ("materialise", "strategies/materialize.py", "materialize"),
@@ -57,7 +76,20 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("coverage", "conformance/records/coverage.py", "add"),
 )
 GATHER = ("oracle/rows.py", "gather_bound_batch")
-# the same stages as (module, attribute path) for --timers
+RUN_KERNEL = ("conformance/judging/harness.py", "run_kernel")
+# what run_kernel calls that is not the kernel: (stage, callee file suffix, callee name). cProfile
+# gives the time of each callee *as called from run_kernel* (the caller edge), so only that part
+# leaves the kernel stage, never a stage's time spent elsewhere.
+KERNEL_BOOKKEEPING: tuple[tuple[str, str, str], ...] = (
+    ("input guard", "conformance/durability/input_guard.py", "snapshot"),
+    ("input guard", "conformance/durability/input_guard.py", "changes"),
+    ("write-ahead + watchdog", "contextlib.py", "__enter__"),  # in_flight and limit_call
+    ("write-ahead + watchdog", "contextlib.py", "__exit__"),
+    ("progress", "conformance/judging/progress.py", "tick"),
+)
+CAMPAIGN = ("conformance/campaign/fuzz.py", "campaign")
+# the same stages as (module, attribute path) for --timers; then the harness's own stages that
+# cProfile leaves in "other" (Hypothesis's engine phases, bookkeeping, progress)
 TIMED: tuple[tuple[str, str, str], ...] = (
     ("draw", "hypothesis.strategies._internal.core", "DataObject.draw"),
     ("materialise", "strategies.materialize", "materialize"),
@@ -71,49 +103,128 @@ TIMED: tuple[tuple[str, str, str], ...] = (
     ("record", "conformance.judging.harness", "record"),
     ("coverage", "conformance.records.coverage", "Coverage.add"),
     ("gather (in oracle+bound)", "oracle.rows", "gather_bound_batch"),
+    ("write-ahead (WAL)", "conformance.durability.wal", "in_flight"),
+    ("write-ahead (WAL)", "conformance.durability.wal", "atomic_write_text"),
+    ("watchdog", "conformance.durability.watchdog", "limit_call"),
+    ("progress", "conformance.judging.progress", "tick"),
+    ("progress", "conformance.campaign.fuzz", "ProgressLine.show"),
+    ("hypothesis target()", "hypothesis.control", "target"),
+    ("judging glue", "conformance.judging.checks", "differential"),
+    ("judging glue", "conformance.judging.checks", "violation_run"),
+    ("set-up (coverage classes)", "conformance.campaign.fuzz", "fuzz_reachable"),
+    ("minimise (after shrinking)", "conformance.campaign.fuzz", "_minimise_failure"),
+    ("hypothesis: generate", "hypothesis.internal.conjecture.engine", "ConjectureRunner.generate_new_test_cases"),
+    ("hypothesis: optimise", "hypothesis.internal.conjecture.engine", "ConjectureRunner.optimise_targets"),
+    ("hypothesis: shrink", "hypothesis.internal.conjecture.engine", "ConjectureRunner.shrink_interesting_test_cases"),
+    ("hypothesis: rest", "conformance.campaign.fuzz", "campaign"),
 )
+# stages reported inside another one ("of which"): their time is added to the outer row too
+INNER = {"gather (in oracle+bound)": "oracle+bound"}
+CAMPAIGN_STAGE = "hypothesis: rest"  # the campaign function's own time: Hypothesis's run set-up and the chunk loop
+CONTEXT_MANAGERS = {("conformance.durability.wal", "in_flight"), ("conformance.durability.watchdog", "limit_call")}
 
 
 class StageTimers:
-    """Wall and CPU seconds per stage of TIMED, by wrapping the stages' functions (see --timers)."""
+    """Wall and CPU seconds per stage of TIMED, by wrapping the stages' functions (see --timers).
 
-    def __init__(self) -> None:
+    Exclusive: a stage entered while another runs pauses the outer one (a stack), so every
+    second is counted in one stage at most, nested stages need no subtraction and no stage can
+    come out negative; a stage re-entered while it runs is counted once. Only the main thread
+    is timed. `sync`: a callable run at every stage boundary (torch.cuda.synchronize on a GPU,
+    so that queued device work is charged to the stage that queued it, not to the next host
+    read). `clock`: (wall, CPU) seconds now (for tests)."""
+
+    def __init__(self, sync: Any = None, clock: Any = None) -> None:
         self.wall: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
-        self._depth: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        self._stack: list[list[Any]] = []  # [stage, wall at (re)start, CPU at (re)start]
+        self._sync = sync
+        self._clock = clock or (lambda: (time.perf_counter(), time.process_time()))
+        self.first_enter: dict[str, tuple[float, float]] = {}  # stage -> (wall, CPU) at its first entry
+        self.last_leave: dict[str, tuple[float, float]] = {}
+        # stage seconds (wall, CPU) charged before the campaign began and after it ended: start-up
+        # and report are those intervals less these
+        self.outside = {"before": [0.0, 0.0], "after": [0.0, 0.0]}
 
-    def _enter(self, stage: str) -> tuple[float, float] | None:
-        self._depth[stage] = self._depth.get(stage, 0) + 1
-        return (time.perf_counter(), time.process_time()) if self._depth[stage] == 1 else None
+    def _charge(self, top: list[Any], now: tuple[float, float]) -> None:
+        stage = top[0]
+        wall, cpu = now[0] - top[1], now[1] - top[2]
+        self.wall[stage] = self.wall.get(stage, 0.0) + wall
+        self.cpu[stage] = self.cpu.get(stage, 0.0) + cpu
+        if stage != CAMPAIGN_STAGE and not any(frame[0] == CAMPAIGN_STAGE for frame in self._stack):
+            outside = self.outside["after" if CAMPAIGN_STAGE in self.first_enter else "before"]
+            outside[0] += wall
+            outside[1] += cpu
+        top[1], top[2] = now
 
-    def _leave(self, stage: str, start: tuple[float, float] | None) -> None:
-        self._depth[stage] -= 1
-        if start is not None:
-            self.wall[stage] = self.wall.get(stage, 0.0) + time.perf_counter() - start[0]
-            self.cpu[stage] = self.cpu.get(stage, 0.0) + time.process_time() - start[1]
+    def _enter(self, stage: str) -> bool:
+        if threading.current_thread() is not threading.main_thread() or any(f[0] == stage for f in self._stack):
+            return False
+        if self._sync is not None:
+            self._sync()
+        now = self._clock()
+        if self._stack:
+            self._charge(self._stack[-1], now)
+        self._stack.append([stage, now[0], now[1]])
+        self.calls[stage] = self.calls.get(stage, 0) + 1
+        self.first_enter.setdefault(stage, now)
+        return True
+
+    def _leave(self, entered: bool) -> None:
+        if not entered:
+            return
+        if self._sync is not None:
+            self._sync()
+        now = self._clock()
+        top = self._stack.pop()
+        self._charge(top, now)
+        self.last_leave[top[0]] = now
+        if self._stack:
+            self._stack[-1][1], self._stack[-1][2] = now
 
     def wrap(self, stage: str, fn: Any) -> Any:
         timers = self
 
-        def timed_iter(gen: Any) -> Any:
-            while True:
-                start = timers._enter(stage)
-                try:
-                    item = next(gen)
-                except StopIteration:
-                    return
-                finally:
-                    timers._leave(stage, start)
-                yield item
-
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            start = timers._enter(stage)
+            entered = timers._enter(stage)
             try:
-                result = fn(*args, **kwargs)
+                return fn(*args, **kwargs)
             finally:
-                timers._leave(stage, start)
-            return timed_iter(result) if inspect.isgenerator(result) else result
+                timers._leave(entered)
+
+        return timed
+
+    def wrap_context_manager(self, stage: str, fn: Any) -> Any:
+        """A @contextmanager function whose __enter__ and __exit__ are timed (not its block)."""
+        timers = self
+
+        @functools.wraps(fn)
+        @contextlib.contextmanager
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            entered = timers._enter(stage)
+            try:
+                manager = fn(*args, **kwargs)
+                value = manager.__enter__()
+            finally:
+                timers._leave(entered)
+            try:
+                yield value
+            except BaseException:
+                entered = timers._enter(stage)
+                try:
+                    suppressed = manager.__exit__(*sys.exc_info())
+                finally:
+                    timers._leave(entered)
+                if not suppressed:
+                    raise
+            else:
+                entered = timers._enter(stage)
+                try:
+                    manager.__exit__(None, None, None)
+                finally:
+                    timers._leave(entered)
 
         return timed
 
@@ -125,7 +236,10 @@ class StageTimers:
             for parent in parents:
                 owner = getattr(owner, parent)
             original = getattr(owner, name)
-            wrapped = self.wrap(stage, original)
+            if (module_name, path) in CONTEXT_MANAGERS:
+                wrapped = self.wrap_context_manager(stage, original)
+            else:
+                wrapped = self.wrap(stage, original)
             setattr(owner, name, wrapped)
             if not parents:
                 for module in list(sys.modules.values()):
@@ -135,33 +249,86 @@ class StageTimers:
                             if value is original:
                                 namespace[key] = wrapped
 
-    def seconds(self, clock: dict[str, float], total: float) -> dict[str, float]:
-        out = {stage: clock.get(stage, 0.0) for stage in dict.fromkeys(s for s, _, _ in TIMED)}
-        out["kernel"] -= out["input guard"]  # the guard runs inside run_kernel
-        out["other"] = total - sum(v for k, v in out.items() if not k.startswith("gather"))
+    def seconds(self, clock: str, start: float, end: float) -> dict[str, float]:
+        """Seconds per stage of `clock` ("wall" or "cpu") between `start` and `end` (that clock's
+        readings): each stage's exclusive time (an INNER stage's also counted in its outer row),
+        start-up (before conformance.campaign.fuzz.campaign began) and report (after it ended),
+        and "other": the rest (time in no timed function: the CLI between them, the timers)."""
+        index = 0 if clock == "wall" else 1
+        times = self.wall if clock == "wall" else self.cpu
+        out = {stage: times.get(stage, 0.0) for stage in dict.fromkeys(s for s, _, _ in TIMED)}
+        counted = sum(out.values())
+        for inner, outer in INNER.items():
+            out[outer] += out[inner]
+        if CAMPAIGN_STAGE in self.first_enter:
+            out["start-up"] = self.first_enter[CAMPAIGN_STAGE][index] - start - self.outside["before"][index]
+            out["report"] = end - self.last_leave.get(CAMPAIGN_STAGE, (end, end))[index] - self.outside["after"][index]
+            counted += out["start-up"] + out["report"]
+        out["other"] = (end - start) - counted
         return out
 
 
+def _cum(table: dict[Any, Any], suffix: str, func: str) -> float:
+    return sum(v[3] for (file, _line, name), v in table.items() if name == func and file.replace("\\", "/").endswith(suffix))
+
+
+def _edge(table: dict[Any, Any], caller: tuple[str, str], suffix: str, func: str) -> float:
+    """Cumulative seconds of `func` (file ending in `suffix`) in its calls from `caller`."""
+    total = 0.0
+    for (file, _line, name), v in table.items():
+        if name == func and file.replace("\\", "/").endswith(suffix):
+            for (c_file, _c_line, c_name), edge in v[4].items():
+                if c_name == caller[1] and c_file.replace("\\", "/").endswith(caller[0]):
+                    total += edge[3]
+    return total
+
+
 def stage_seconds(stats: pstats.Stats, wall: float) -> dict[str, float]:
-    """Seconds per stage (module docstring) from cProfile stats of the whole campaign."""
+    """Seconds per stage (module docstring) from cProfile stats of the whole campaign.
+
+    The kernel stage is run_kernel less what run_kernel itself calls that is bookkeeping
+    (KERNEL_BOOKKEEPING, by caller edge: the input guard, the write-ahead file and the watchdog's
+    context managers, the progress tick); the input guard row is the guard's time from
+    run_kernel. "start-up + report" is the wall time outside conformance.campaign.fuzz.campaign.
+    (check_consistency names what cannot be right.)"""
     table = stats.stats  # type: ignore[attr-defined]
-
-    def cum(suffix: str, func: str) -> float:
-        return sum(v[3] for (file, _line, name), v in table.items() if name == func and file.replace("\\", "/").endswith(suffix))
-
     out: dict[str, float] = {}
     for stage, suffix, func in STAGES:
-        out[stage] = out.get(stage, 0.0) + cum(suffix, func)
-    out["kernel"] -= out["input guard"]  # the guard runs inside run_kernel
-    out["gather (in oracle+bound)"] = cum(*GATHER)
+        if stage != "input guard":
+            out[stage] = out.get(stage, 0.0) + _cum(table, suffix, func)
+    bookkeeping: dict[str, float] = {}
+    for stage, suffix, func in KERNEL_BOOKKEEPING:
+        bookkeeping[stage] = bookkeeping.get(stage, 0.0) + _edge(table, RUN_KERNEL, suffix, func)
+    guard_elsewhere = sum(_cum(table, s, f) for st, s, f in STAGES if st == "input guard") - bookkeeping["input guard"]
+    out["kernel"] -= sum(bookkeeping.values())
+    out.update(bookkeeping)
+    out["input guard"] += max(guard_elsewhere, 0.0)  # a guard called outside run_kernel (none today)
+    out["gather (in oracle+bound)"] = _cum(table, *GATHER)
+    campaign = _cum(table, *CAMPAIGN)
+    if campaign > 0:
+        out["start-up + report"] = wall - campaign
     out["other"] = wall - sum(v for k, v in out.items() if not k.startswith("gather"))
     return out
+
+
+def check_consistency(seconds: dict[str, float], wall: float) -> list[str]:
+    """The stage rows that cannot be right: a negative stage (a caller shorter than its callees:
+    on Python 3.12+ cProfile runs on sys.monitoring, whose events come from every thread, so a
+    second thread running Python code can close the main thread's frames early), or stages
+    summing past the wall time."""
+    problems = [f"{k} is negative ({v:.2f} s)" for k, v in seconds.items() if v < -1e-6]
+    if seconds.get("other", 0.0) < -0.01 * wall:
+        problems.append("the stages add up to more than the wall time")
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--timers", action="store_true", help="wall and CPU clocks per stage instead of cProfile")
+    parser.add_argument(
+        "--sync", action="store_true", help="with --timers on a GPU: synchronise the device at every stage boundary (see StageTimers)"
+    )
     parser.add_argument("fuzz_args", nargs=argparse.REMAINDER, help="-- then the arguments of `python -m conformance fuzz`")
     args = parser.parse_args(argv)
     fuzz_args = [a for a in args.fuzz_args if a != "--"]
@@ -169,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     from conformance.cli import main as cli_main
 
     if args.timers:
-        return _timed(args.out, fuzz_args, cli_main)
+        return _timed(args.out, fuzz_args, cli_main, sync=args.sync)
 
     profiler = cProfile.Profile()
     t0 = time.perf_counter()
@@ -184,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = stage_seconds(stats, wall)
     lines = [f"campaign wall time {wall:.1f} s (under cProfile); fuzz {' '.join(fuzz_args)}", f"{'stage':<26} {'seconds':>8} {'share':>6}"]
     lines += [f"{k:<26} {v:>8.1f} {100 * v / wall:>5.1f}%" for k, v in seconds.items()]
+    lines += [f"inconsistent: {problem}" for problem in check_consistency(seconds, wall)]
     text = "\n".join(lines)
     print(text)
     (args.out / "stages.txt").write_text(text + "\n")
@@ -194,21 +362,32 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _timed(out: Path, fuzz_args: list[str], cli_main: Any) -> int:
+def _device_sync() -> Any:
+    """torch.cuda.synchronize when CUDA is in use, else None."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return lambda: torch.cuda.synchronize() if torch.cuda.is_initialized() else None
+
+
+def _timed(out: Path, fuzz_args: list[str], cli_main: Any, *, sync: bool = False) -> int:
     """The campaign under StageTimers; stages.txt / stages.json with wall and CPU seconds."""
     for module in ("conformance.judging.checks", "conformance.campaign.fuzz", "conformance.records.coverage"):
         importlib.import_module(module)
-    timers = StageTimers()
+    timers = StageTimers(sync=_device_sync() if sync else None)
     timers.install()
     t0, c0 = time.perf_counter(), time.process_time()
     code = cli_main(["fuzz", *fuzz_args])
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    walls, cpus = timers.seconds(timers.wall, wall), timers.seconds(timers.cpu, cpu)
+    t1, c1 = time.perf_counter(), time.process_time()
+    wall, cpu = t1 - t0, c1 - c0
+    walls, cpus = timers.seconds("wall", t0, t1), timers.seconds("cpu", c0, c1)
     lines = [
         f"campaign wall time {wall:.1f} s, CPU time {cpu:.1f} s (stage timers, no cProfile); fuzz {' '.join(fuzz_args)}",
         f"{'stage':<26} {'wall s':>8} {'share':>6} {'CPU s':>8} {'share':>6}",
     ]
     lines += [f"{k:<26} {walls[k]:>8.1f} {100 * walls[k] / wall:>5.1f}% {cpus[k]:>8.1f} {100 * cpus[k] / cpu:>5.1f}%" for k in walls]
+    lines += [f"inconsistent: {problem}" for problem in check_consistency(walls, wall)]
     text = "\n".join(lines)
     print(text)
     (out / "stages.txt").write_text(text + "\n")

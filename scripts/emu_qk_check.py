@@ -4,7 +4,7 @@ paths that kernel/backends/emulated_qk.py (EMULATED_TRITON_QK) and emulated_pv.p
 both: same bits (out and lse) on the bench's inputs and on the bit-exact snapshot's problems,
 and the median device ms of each configuration.
 
-Prints (flushed): which QK variant passed its self-check on the device; per n_q a row
+Prints (flushed): which QK and PV variants passed their self-checks on the device; per n_q a row
 `N_Q  all-on  qk-only  pv-only  both-off  bits`; then the snapshot problems whose bits differ and
 a count. Exit status 1 when any comparison differs.
 
@@ -102,11 +102,22 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         report[f"qk_{variant}"] = passed
+    for variant in emulated_pv.VARIANTS:
+        began = time.monotonic()
+        try:
+            passed, error = emulated_pv.self_check(device, emulated.group_pv_terms, emulated.lane_sums, variant), ""
+        except Exception as err:  # noqa: BLE001 - reported
+            passed, error = False, f" ({type(err).__name__}: {str(err)[:300]})"
+        print(
+            f"PV self-check on {device}, variant {variant}: {'PASSES' if passed else 'FAILS'}{error} in {time.monotonic() - began:.1f} s",
+            flush=True,
+        )
+        report[f"pv_{variant}"] = passed
     report["qk_variant"] = switched(CONFIGS["all-on"], lambda: emulated_qk.kernel_variant(device, emulated.group_scores_torch))
-    report["pv_available"] = switched(
-        CONFIGS["all-on"], lambda: emulated_pv.kernel_available(device, emulated.group_pv_terms, emulated.lane_sums)
+    report["pv_variant"] = switched(
+        CONFIGS["all-on"], lambda: emulated_pv.kernel_variant(device, emulated.group_pv_terms, emulated.lane_sums)
     )
-    print(f"QK variant in use: {report['qk_variant']}; PV kernel available: {report['pv_available']}", flush=True)
+    print(f"QK variant in use: {report['qk_variant']}; PV variant in use: {report['pv_variant']}", flush=True)
     print(f"{'N_Q':>5} " + " ".join(f"{name:>9}" for name in CONFIGS) + "  bits (each against both-off)", flush=True)
     cache = build_cache(args.cache_rows, device)
     for n_q in [int(x) for x in args.n_q.split(",") if x]:

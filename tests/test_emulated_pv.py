@@ -167,3 +167,61 @@ def test_a_failing_kernel_falls_back_to_the_torch_path(monkeypatch: pytest.Monke
         got = emulated.run_emulated(*args, return_lse=True, batch_tiles=True)
     assert calls and any("PV kernel failed" in str(w.message) for w in caught)
     assert torch.equal(bit_view(got[0]), bit_view(expected[0])) and torch.equal(bit_view(got[1]), bit_view(expected[1]))
+
+
+def test_default_is_the_cuda_kernel_where_supported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset switch: the CUDA variant where emulated_pv_cuda.supported and its probe passes,
+    else torch (silently); EMULATED_TRITON_PV=0 or EMULATED_TRITON_STATE=0: torch; =1: only the
+    Triton variants; advance launches the variant last given."""
+    from kernel.backends import emulated_pv_cuda
+
+    monkeypatch.delenv("EMULATED_TRITON_PV", raising=False)
+    monkeypatch.delenv("EMULATED_TRITON_STATE", raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert emulated_pv.kernel_variant(CPU, emulated.group_pv_terms, emulated.lane_sums) is None  # no CUDA here
+    tried: list[tuple[str, ...]] = []
+    monkeypatch.setattr(emulated_pv_cuda, "supported", lambda device: True)
+    monkeypatch.setattr(emulated_pv, "_variant", lambda device, pv_terms, lane_sums, candidates: tried.append(candidates) or candidates[0])
+    monkeypatch.setattr(emulated_pv, "_CHOSEN", {})
+    assert emulated_pv.kernel_variant(CPU, emulated.group_pv_terms, emulated.lane_sums) == "cuda"
+    assert emulated_pv.kernel_available(CPU, emulated.group_pv_terms, emulated.lane_sums)
+    launched: list[str] = []
+    monkeypatch.setattr(emulated_pv_cuda, "advance_cuda", lambda *a: launched.append("cuda"))
+    monkeypatch.setattr(emulated_pv, "advance_triton", lambda *a, **k: launched.append("triton"))
+    buffer, alpha, p, records, masked, counts = emulated_pv.probe_inputs(CPU, 2, 1, 1)
+    counts_dev = torch.tensor(counts, dtype=torch.int32)
+    assert emulated_pv.advance(buffer, alpha, p, records, masked, counts_dev) and launched == ["cuda"]
+    monkeypatch.setenv("EMULATED_TRITON_PV", "0")
+    assert emulated_pv.kernel_variant(CPU, emulated.group_pv_terms, emulated.lane_sums) is None
+    monkeypatch.setenv("EMULATED_TRITON_PV", "1")
+    assert emulated_pv.kernel_variant(CPU, emulated.group_pv_terms, emulated.lane_sums) is None  # not usable: no interpreter
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if emulated_state.usable(CPU):
+        assert emulated_pv.kernel_variant(CPU, emulated.group_pv_terms, emulated.lane_sums) == "dot"
+        assert emulated_pv.advance(buffer, alpha, p, records, masked, counts_dev) and launched == ["cuda", "triton"]
+    monkeypatch.delenv("EMULATED_TRITON_PV")
+    monkeypatch.setenv("EMULATED_TRITON_STATE", "0")
+    assert emulated_pv.kernel_variant(CPU, emulated.group_pv_terms, emulated.lane_sums) is None
+    assert tried[0] == ("cuda",) and all(c in (("cuda",), emulated_pv.TRITON_VARIANTS) for c in tried)
+
+
+def test_cuda_variant_refuses_layouts_it_does_not_take() -> None:
+    """advance_cuda raises ValueError before any build or launch on shapes, dtypes or layouts it
+    does not take (a CPU tensor of a valid layout reaches the loader, which refuses the CPU)."""
+    from kernel import cuda_binary
+    from kernel.backends import emulated_pv_cuda
+
+    buffer, alpha, p, records, masked, counts = emulated_pv.probe_inputs(CPU, 2, 1, 3)
+    counts_dev = torch.tensor(counts, dtype=torch.int32)
+    with pytest.raises(ValueError, match="heads"):
+        emulated_pv_cuda.advance_cuda(buffer, alpha, p[:, :, :2], records, masked, counts_dev)
+    with pytest.raises(ValueError, match="f32"):
+        emulated_pv_cuda.advance_cuda(buffer, alpha, p.double(), records, masked, counts_dev)
+    with pytest.raises(ValueError, match="int32"):
+        emulated_pv_cuda.advance_cuda(buffer, alpha, p, records, masked, counts_dev.long())
+    with pytest.raises(ValueError, match="records"):
+        emulated_pv_cuda.advance_cuda(buffer, alpha, p, records[:1], masked, counts_dev)
+    with pytest.raises(ValueError, match="contiguous"):
+        emulated_pv_cuda.advance_cuda(buffer, alpha, p, records, masked.t().contiguous().t(), counts_dev)
+    with pytest.raises(cuda_binary.CudaBuildError):
+        emulated_pv_cuda.advance_cuda(buffer, alpha, p, records, masked, counts_dev)

@@ -34,7 +34,10 @@ The kernel is used on a device only after it reproduced advance_torch's bits on 
 (`self_check`: every e4m3 code, NaN codes and scale bits in masked keys, scale bits of every
 class, P' from f16-subnormal to infinite, NaN P, alpha 0, a -0 state meeting sums of zeros,
 rows ending inside the group and rows of no tile, 1, 3 and 16 heads, every launch_config; its
-32-key sums exact (probe_sums_exact)); otherwise, or without Triton, or with EMULATED_TRITON_PV=0 (or
+32-key sums exact (probe_sums_exact)). By default (EMULATED_TRITON_PV unset) that kernel is
+emulated_pv_cuda's (variant "cuda": the same arithmetic in CUDA C++ on the f64 tensor cores,
+DMMA, where CUDA cc 8.0+ and nvcc are there); EMULATED_TRITON_PV=1 selects the Triton variants
+(where emulated_state.usable). Otherwise, or with EMULATED_TRITON_PV=0 (or
 EMULATED_TRITON_STATE=0, which keeps all running-state updates in torch), the caller runs
 group_pv_terms and emulated_state.advance.
 
@@ -53,7 +56,7 @@ from collections.abc import Callable
 
 import torch
 
-from kernel.backends import emulated_state
+from kernel.backends import emulated_pv_cuda, emulated_state
 from kernel.backends.emulated_state import _interpreting, _on, _same, probe_passes, usable
 from kernel.fp8 import e4m3_table
 
@@ -61,7 +64,9 @@ LATENT = 512
 RECORD = 656
 SCALE_CAP_BITS = 0x43000000  # f32 bits of 2^7
 HEADS_PAD = 16
-ENV_SWITCH = "EMULATED_TRITON_PV"  # "1": use the kernel where a probe passes (default: not; see kernel_available)
+# unset / "auto": the CUDA DMMA kernel (emulated_pv_cuda) where it builds and its probe passes;
+# "1": the Triton variants (opt-in); "0": torch only
+ENV_SWITCH = "EMULATED_TRITON_PV"
 
 # group_pv_terms(p [R, H, 128], records, masked) -> terms f64 [R, kk, b, H, 128] (torch decode:
 # masked keys' record bytes zeroed by the caller), and emulated.lane_sums
@@ -162,9 +167,13 @@ def _kernel(interpret: bool) -> Callable[..., object]:
     return pv_advance
 
 
-VARIANTS = ("dot", "sum")  # the dot by tl.dot, or by a broadcast product and tl.sum
-# (BLOCK_D, num_warps) each variant launches with (launch_config) and its probe checks
-CONFIGS = {"dot": ((32, 4), (64, 4), (128, 8)), "sum": ((32, 8),)}
+# how the 32-key dots are formed: DMMA in CUDA (emulated_pv_cuda), f64 tl.dot, or a broadcast
+# product and tl.sum (Triton)
+VARIANTS = ("cuda", "dot", "sum")
+TRITON_VARIANTS = ("dot", "sum")
+# (BLOCK_D, num_warps) each variant launches with (launch_config) and its probe checks; the CUDA
+# kernel's blocks: 128 dims (one block b), 4 warps
+CONFIGS = {"cuda": ((128, 4),), "dot": ((32, 4), (64, 4), (128, 8)), "sum": ((32, 8),)}
 
 
 def launch_config(rows: int, variant: str = "dot") -> tuple[int, int]:
@@ -190,8 +199,8 @@ def advance_triton(
     ValueError, before any launch, on layouts it does not take."""
     rows, heads = buffer.shape[0], buffer.shape[1]
     tiles = alpha.shape[1]
-    if heads > HEADS_PAD or p.dim() != 4 or variant not in VARIANTS:
-        raise ValueError(f"advance_triton takes 1..{HEADS_PAD} heads, P [rows, tiles, H, 128] and a variant of {VARIANTS}")
+    if heads > HEADS_PAD or p.dim() != 4 or variant not in TRITON_VARIANTS:
+        raise ValueError(f"advance_triton takes 1..{HEADS_PAD} heads, P [rows, tiles, H, 128] and a variant of {TRITON_VARIANTS}")
     if not (buffer.is_contiguous() and alpha.is_contiguous() and records.is_contiguous() and masked.is_contiguous()):
         raise ValueError("advance_triton needs contiguous buffer, alpha, records and masked")
     if records.shape != (rows * tiles, 128, RECORD) or masked.shape != (rows * tiles, 128):
@@ -221,6 +230,23 @@ def advance_triton(
             DOT=variant == "dot",
             **options,
         )
+
+
+def advance_kernel(
+    buffer: torch.Tensor,
+    alpha: torch.Tensor,
+    p: torch.Tensor,
+    records: torch.Tensor,
+    masked: torch.Tensor,
+    counts: torch.Tensor,
+    variant: str,
+    config: tuple[int, int] | None = None,
+) -> None:
+    """The fused updates by the kernel of `variant` (VARIANTS), in place on `buffer`."""
+    if variant == "cuda":
+        emulated_pv_cuda.advance_cuda(buffer, alpha, p, records, masked, counts)
+    else:
+        advance_triton(buffer, alpha, p, records, masked, counts, variant, config)
 
 
 # (rows, tiles, heads) of the probe's groups: ragged counts, sizes of 1 (which Triton
@@ -302,7 +328,7 @@ def probe_sums_exact(p: torch.Tensor, records: torch.Tensor, masked: torch.Tenso
 
 
 def self_check(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums, variant: str = "dot") -> bool:
-    """Whether advance_triton's `variant` gives advance_torch's bits on the probe's groups on
+    """Whether the kernel of `variant` gives advance_torch's bits on the probe's groups on
     `device`, at every BLOCK_D it may pick."""
     for shape in PROBE_SHAPES:
         buffer, alpha, p, records, masked, counts = probe_inputs(device, *shape)
@@ -311,41 +337,61 @@ def self_check(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums, var
         counts_dev = torch.tensor(counts, dtype=torch.int32, device=device)
         for config in CONFIGS[variant]:
             got = buffer.clone()
-            advance_triton(got, alpha, p, records, masked, counts_dev, variant, config)
+            advance_kernel(got, alpha, p, records, masked, counts_dev, variant, config)
             if not _same(expected, got):
                 return False
     return True
 
 
-_CHOSEN: dict[torch.device, str] = {}  # the variant kernel_available found on each device
+_CHOSEN: dict[torch.device, str] = {}  # the variant kernel_variant last gave on each device
 
 
 @functools.cache
-def _variant(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums) -> str | None:
-    """The first variant whose probe passes on `device` (each failing one warns), else None."""
-    for variant in VARIANTS:
+def _variant(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums, candidates: tuple[str, ...]) -> str | None:
+    """The first of `candidates` whose probe passes on `device` (each failing one warns), else None."""
+    for variant in candidates:
         if probe_passes(f"PV kernel ({variant})", device, lambda v=variant: self_check(device, pv_terms, lane_sums, v)):
-            _CHOSEN[device] = variant
             return variant
     return None
 
 
+def kernel_variant(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums) -> str | None:
+    """The variant to use on `device` (probed once per device and process), else None: by
+    default "cuda" where emulated_pv_cuda.supported (CUDA cc 8.0+, nvcc) and its probe passed;
+    EMULATED_TRITON_PV=1: the first Triton variant whose probe passed where
+    emulated_state.usable (on one H200 the f64 tl.dot variant did not compile and with the
+    tl.sum variant emulated took 486 ms at n_q 4096, 98.7 without); EMULATED_TRITON_PV=0 or
+    EMULATED_TRITON_STATE=0 (all running-state updates in torch): none."""
+    switch = os.environ.get(ENV_SWITCH, "auto")
+    if switch == "0" or os.environ.get(emulated_state.ENV_SWITCH, "1") == "0":
+        return None
+    if switch == "1":
+        variant = _variant(device, pv_terms, lane_sums, TRITON_VARIANTS) if usable(device) else None
+    elif emulated_pv_cuda.supported(device):
+        variant = _variant(device, pv_terms, lane_sums, ("cuda",))
+    else:
+        variant = None
+    if variant is not None:
+        _CHOSEN[device] = variant
+    return variant
+
+
 def kernel_available(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums) -> bool:
-    """Asked for (EMULATED_TRITON_PV=1), emulated_state.usable(device) and a variant's probe
-    passed there (once per device and process). Opt-in: on one H200 the f64 tl.dot variant did
-    not compile and with the tl.sum variant emulated took 486 ms at n_q 4096 (98.7 without)."""
-    return os.environ.get(ENV_SWITCH, "0") == "1" and usable(device) and _variant(device, pv_terms, lane_sums) is not None
+    """Whether kernel_variant gives a variant on `device` (advance then uses it)."""
+    return kernel_variant(device, pv_terms, lane_sums) is not None
 
 
 def advance(
     buffer: torch.Tensor, alpha: torch.Tensor, p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor, counts: torch.Tensor
 ) -> bool:
-    """The fused updates by the variant kernel_available found (the caller checked it), in place
-    on `buffer`; False, with a warning and `buffer` untouched, where it raises before its launch
-    (the caller then runs group_pv_terms and emulated_state.advance)."""
+    """The fused updates by the variant kernel_variant last gave on the device (the caller
+    checked kernel_available), in place on `buffer`; False, with a warning and `buffer`
+    untouched, where it raises before its launch (the caller then runs group_pv_terms and
+    emulated_state.advance)."""
+    variant = _CHOSEN.get(buffer.device, "dot")
     try:
-        advance_triton(buffer, alpha.contiguous(), p, records, masked, counts, _CHOSEN.get(buffer.device, "dot"))
+        advance_kernel(buffer, alpha.contiguous(), p, records, masked, counts, variant)
     except Exception as err:  # noqa: BLE001 - a layout or shape the kernel does not take: the torch path
-        warnings.warn(f"emulated: Triton PV kernel failed ({type(err).__name__}: {err}); using torch", stacklevel=2)
+        warnings.warn(f"emulated: {variant} PV kernel failed ({type(err).__name__}: {err}); using torch", stacklevel=2)
         return False
     return True

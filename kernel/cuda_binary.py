@@ -188,6 +188,20 @@ class Module:
         _check(result, f"cuLaunchKernel({name})")
 
 
+DMMA_CAPABILITY = (8, 0)  # mma.sync.m8n8k4.f64, the f64 tensor cores
+_DMMA_CAPABLE: dict[torch.device, bool] = {}
+
+
+def dmma_supported(device: torch.device) -> bool:
+    """Whether this project's DMMA kernels may be built and run on `device`: a CUDA device of
+    compute capability 8.0 or later (checked once per device) and an nvcc to build with."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    if device not in _DMMA_CAPABLE:
+        _DMMA_CAPABLE[device] = torch.cuda.get_device_capability(device) >= DMMA_CAPABILITY
+    return _DMMA_CAPABLE[device] and nvcc_path() is not None
+
+
 _MODULES: dict[tuple[str, torch.device], Module] = {}
 _MODULES_LOCK = threading.Lock()
 

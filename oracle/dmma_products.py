@@ -201,19 +201,7 @@ extern "C" __global__ void __launch_bounds__(128) oracle_weighted(
 }
 """
 
-MIN_CAPABILITY = (8, 0)  # mma.sync.m8n8k4.f64
-
-
-_CAPABLE: dict[torch.device, bool] = {}
-
-
-def supported(device: torch.device) -> bool:
-    """CUDA, compute capability 8.0 or later (f64 mma.sync), and an nvcc to build with."""
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return False
-    if device not in _CAPABLE:
-        _CAPABLE[device] = torch.cuda.get_device_capability(device) >= MIN_CAPABILITY
-    return _CAPABLE[device] and cuda_binary.nvcc_path() is not None
+supported = cuda_binary.dmma_supported  # CUDA, compute capability 8.0+ (f64 mma.sync), and nvcc
 
 
 def _cdiv(a: int, b: int) -> int:

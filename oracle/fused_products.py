@@ -40,6 +40,7 @@ from typing import Protocol
 
 import torch
 
+from kernel import cuda_binary
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
 from oracle import key_decode
 from oracle.accumulation import gamma
@@ -337,11 +338,7 @@ def make_products(impl: str, flat: torch.Tensor, table: torch.Tensor) -> Product
 
 
 def _dmma_supported(device: torch.device) -> bool:
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return False
-    from oracle.dmma_products import supported
-
-    return supported(device)
+    return cuda_binary.dmma_supported(device)
 
 
 def implementation(device: torch.device) -> str | None:

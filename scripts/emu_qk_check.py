@@ -91,28 +91,19 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     report: dict[str, Any] = {"device": str(device), "rows": [], "cases": []}
     ok = True
-    for variant in emulated_qk.VARIANTS:
-        began = time.monotonic()
-        try:
-            passed, error = emulated_qk.self_check(device, emulated.group_scores_torch, variant), ""
-        except Exception as err:  # noqa: BLE001 - reported
-            passed, error = False, f" ({type(err).__name__}: {str(err)[:300]})"
-        print(
-            f"QK self-check on {device}, variant {variant}: {'PASSES' if passed else 'FAILS'}{error} in {time.monotonic() - began:.1f} s",
-            flush=True,
-        )
-        report[f"qk_{variant}"] = passed
-    for variant in emulated_pv.VARIANTS:
-        began = time.monotonic()
-        try:
-            passed, error = emulated_pv.self_check(device, emulated.group_pv_terms, emulated.lane_sums, variant), ""
-        except Exception as err:  # noqa: BLE001 - reported
-            passed, error = False, f" ({type(err).__name__}: {str(err)[:300]})"
-        print(
-            f"PV self-check on {device}, variant {variant}: {'PASSES' if passed else 'FAILS'}{error} in {time.monotonic() - began:.1f} s",
-            flush=True,
-        )
-        report[f"pv_{variant}"] = passed
+    for name, module, check in (
+        ("QK", emulated_qk, lambda v: emulated_qk.self_check(device, emulated.group_scores_torch, v)),
+        ("PV", emulated_pv, lambda v: emulated_pv.self_check(device, emulated.group_pv_terms, emulated.lane_sums, v)),
+    ):
+        for variant in module.VARIANTS:
+            began = time.monotonic()
+            try:
+                passed, error = check(variant), ""
+            except Exception as err:  # noqa: BLE001 - reported
+                passed, error = False, f" ({type(err).__name__}: {str(err)[:300]})"
+            took = time.monotonic() - began
+            print(f"{name} self-check on {device}, variant {variant}: {'PASSES' if passed else 'FAILS'}{error} in {took:.1f} s", flush=True)
+            report[f"{name.lower()}_{variant}"] = passed
     report["qk_variant"] = switched(CONFIGS["all-on"], lambda: emulated_qk.kernel_variant(device, emulated.group_scores_torch))
     report["pv_variant"] = switched(
         CONFIGS["all-on"], lambda: emulated_pv.kernel_variant(device, emulated.group_pv_terms, emulated.lane_sums)

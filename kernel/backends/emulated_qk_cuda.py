@@ -160,11 +160,7 @@ extern "C" __global__ void __launch_bounds__(128) emulated_qk_scores(
 """
 
 
-def supported(device: torch.device) -> bool:
-    """A CUDA device of compute capability 8.0+ and an nvcc to build with."""
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return False
-    return torch.cuda.get_device_capability(device) >= (8, 0) and cuda_binary.nvcc_path() is not None
+supported = cuda_binary.dmma_supported  # a CUDA device of compute capability 8.0+ and nvcc
 
 
 def scores_cuda(latent: torch.Tensor, rope: torch.Tensor, records: torch.Tensor, live0: int, group: int) -> torch.Tensor:

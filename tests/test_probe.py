@@ -92,7 +92,9 @@ KNOWN = {
     "float32_torch": {
         "q_representation": "exact",
         "qk_rounding": "nearest",
-        "pv": ("nearest", 23, "sequential"),
+        # its PV sums are the CPU BLAS's: sequential where it adds key by key, blocked (the probe
+        # sees no single order: "unknown") where it picks AVX-512 / AMX kernels, as on some CPUs here
+        "pv": {("nearest", 23, "sequential"), ("nearest", 23, "unknown")},
         "subnormals": "preserve",
         "p_format": "f32",
     },
@@ -138,7 +140,8 @@ def test_correct_variant_settings_recovered(name: str) -> None:
         ctx.decided["split"] = P.probe_split(ctx, lengths=(2, 64, 65, 128)).decision  # PV rows stay unsplit
         for ev in P.probe_pv_accumulation(ctx):
             ctx.decided[ev.probe] = ev.decision
-        assert _accumulation("pv", ctx.decided) == want["pv"], ctx.decided
+        accepted = want["pv"] if isinstance(want["pv"], set) else {want["pv"]}
+        assert _accumulation("pv", ctx.decided) in accepted, ctx.decided
     if "split" in want:
         ev = P.probe_split(ctx, lengths=(2, 64, 65, 128))
         assert ev.decision == want["split"], ev.lines()

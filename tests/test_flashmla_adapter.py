@@ -156,6 +156,14 @@ def test_map_lse_and_effective_scale() -> None:
     assert got.dtype == torch.float32 and got.shape == (2, 3)
     assert got.tolist() == [[1.5, float("-inf"), -2.0], [float("-inf"), 0.0, 3.0]]
     assert torch.equal(flashmla.map_lse(raw.transpose(1, 2), 2, 3), got)  # [n_q, H_pad, 1] layout too
+    odd = torch.tensor([[[float("nan"), float("-inf"), 3.4e38, -0.0, 1e-45]]])  # other values pass unchanged
+    mapped = flashmla.map_lse(odd, 1, 5)
+    assert mapped.is_contiguous() and mapped.data_ptr() != odd.data_ptr()
+    assert torch.equal(mapped.view(torch.int32), odd.view(1, 5).view(torch.int32))
+    from conformance.tools.op_count import count_ops
+
+    launched = [op for op in count_ops(lambda: flashmla.map_lse(raw, 2, 3)).ops if op not in {"view", "slice", "_reshape_alias", "alias"}]
+    assert launched == ["nan_to_num"], launched  # one elementwise op per call
     assert flashmla.effective_scale(0.25) == (1.0, 0.25)
     assert flashmla.effective_scale(-0.25) == (-1.0, 0.25)
     assert flashmla.effective_scale(0.0) == (0.0, 1.0)

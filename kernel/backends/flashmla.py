@@ -27,7 +27,8 @@ What the adapter does to present the contract (every step exact, all vectorised)
   as masked and turns any other negative value into an out-of-bounds address. Without
   has_invalid entries pass unchanged (the contract makes them all valid rows).
 - Heads: FlashMLA takes 64 or 128 query heads; q (H in 1..16, any row/head strides) is copied
-  into a zero bf16 [n_q, 1, 64, 576] buffer (a zero head attends uniformly and is sliced off).
+  into a zero bf16 [n_q, 1, 64, 576] buffer (a zero head attends uniformly and is sliced off),
+  kept by the backend between calls of the same shape (PaddedQ: one copy per call, no fill).
 - softmax_scale: the kernel takes the tile max of the unscaled scores and scales it afterwards,
   and masks with -inf before scaling, so it needs softmax_scale > 0. A negative scale is passed
   as (-q, -scale) and a zero scale as (q = 0, scale = 1): both give the same scores exactly.
@@ -37,11 +38,14 @@ What the adapter does to present the contract (every step exact, all vectorised)
 - Scheduler metadata: kept per call shape by the backend (SchedCache), as a server keeps it;
   the padded index rows are kept per index tensors (LayoutCache: the same indices and indptr
   objects, unchanged, as a server passes them to every layer of a step; fresh tensors rebuild).
-  Measured on an H200 (docs/peers.md): the adapter costs 1.66x its bare kernel at n_q 1024 and
-  1.22x at 4096, but 5.5x at n_q 1 (0.44 vs 0.08 ms), where the call is host-bound by the ~20
-  small launches of the conversions below, not by a host sync (none for streams <= 4096 entries).
+  A repeated call (same index tensors, same shape) launches three device ops besides FlashMLA's
+  own (q's copy into the kept buffer, out's heads sliced into a contiguous tensor (none at n_q
+  1, where the slice is contiguous already), the lse map) and no host sync; a call on fresh index tensors adds the conversion's
+  ~14 ops and, for a stream of more than 4096 entries, one host sync (the longest row).
+  scripts/adapter_host_work.py counts them.
 - Outputs: out[:, 0, :H] (copied into `out=` when given, whatever its strides), lse
-  [:, 0, :H] with FlashMLA's +inf of a row without keys mapped to the contract's -inf.
+  [:, 0, :H] with FlashMLA's +inf of a row without keys mapped to the contract's -inf (one
+  nan_to_num: +inf -> -inf, everything else unchanged).
 
 FlashMLA's numerics (legacy SM90 V3.2 path, read from the kernel source): scales are converted
 f32 -> bf16 and the latent dequantised as bf16(bf16(code) * scale_bf16) (exact for power-of-two
@@ -238,6 +242,37 @@ def pad_heads(q: torch.Tensor, heads_to: int, *, sign: float = 1.0) -> torch.Ten
     return buf
 
 
+class PaddedQ:
+    """One kept zero-padded q buffer, bf16 [n_q, 1, H_pad, 576], reused while calls come with the
+    same (n_q, H, H_pad, device, dtype): heads H.. are zeroed when it is made and never written,
+    heads < H take each call's q (negated for a negative scale, zero for scale 0) in one copy.
+    The previous call's kernel has read the buffer before the next copy runs (one stream, in
+    order); a padded head cannot change a kept head's output anyway (each head attends with its
+    own q row only). Not for calls on several streams at once (they would share the buffer)."""
+
+    def __init__(self) -> None:
+        self._key: tuple[object, ...] | None = None
+        self._buffer: torch.Tensor | None = None
+        self._kept: torch.Tensor | None = None
+
+    def get(self, q: torch.Tensor, heads_to: int, sign: float) -> torch.Tensor:
+        """q padded to `heads_to` heads as pad_heads(q, heads_to, sign=sign) gives it (the same bits)."""
+        n_q, heads, width = q.shape
+        key = (n_q, heads, heads_to, width, q.device, q.dtype)
+        if self._buffer is None or self._kept is None or self._key != key:
+            self._buffer, self._kept, self._key = None, None, None  # the old buffer freed before the new one is made
+            buffer = pad_heads(q, heads_to, sign=sign)
+            self._buffer, self._kept, self._key = buffer, buffer[:, 0, :heads], key
+            return buffer
+        if sign > 0:
+            self._kept.copy_(q)
+        elif sign < 0:
+            self._kept.copy_(q).neg_()
+        else:
+            self._kept.zero_()
+        return self._buffer
+
+
 def cache_blocks(kv_cache: torch.Tensor, page_block_size: int = 1) -> torch.Tensor:
     """Flat records uint8 [..., 656] (contiguous) as FlashMLA's [blocks, bs, 1, 656] uint8 view.
 
@@ -250,9 +285,12 @@ def cache_blocks(kv_cache: torch.Tensor, page_block_size: int = 1) -> torch.Tens
 
 
 def map_lse(lse_raw: torch.Tensor, n_q: int, heads: int) -> torch.Tensor:
-    """FlashMLA's lse ([n_q, 1, H_pad] or [n_q, H_pad, 1]) -> f32 [n_q, heads], +inf -> -inf."""
-    lse = lse_raw.reshape(n_q, -1)[:, :heads].to(torch.float32)
-    return lse.masked_fill(lse == float("inf"), float("-inf"))
+    """FlashMLA's lse ([n_q, 1, H_pad] or [n_q, H_pad, 1]) -> a new contiguous f32 [n_q, heads],
+    +inf -> -inf, every other value (NaN and -inf included) unchanged: one elementwise op."""
+    lse = lse_raw.reshape(n_q, -1)[:, :heads]
+    if lse.dtype != torch.float32:
+        lse = lse.to(torch.float32)
+    return torch.nan_to_num(lse, nan=float("nan"), posinf=float("-inf"), neginf=float("-inf"))
 
 
 def effective_scale(softmax_scale: float) -> tuple[float, float]:
@@ -317,9 +355,11 @@ def prepare_call(
     padded_heads: int = HEAD_COUNTS[0],
     page_block_size: int = 1,
     layout_cache: LayoutCache | None = None,
+    padded_q: PaddedQ | None = None,
 ) -> FlashMLACall:
     """Build FlashMLA's inputs from a contract call (see the module docstring); no validation.
-    layout_cache: the padded index rows reused while the same index tensors come again."""
+    layout_cache: the padded index rows reused while the same index tensors come again;
+    padded_q: the padded q buffer kept between calls (PaddedQ; None: a fresh one per call)."""
     if padded_heads not in HEAD_COUNTS:
         raise ValueError(f"padded_heads must be one of {HEAD_COUNTS}, got {padded_heads}")
     n_q, heads, _ = q.shape
@@ -330,7 +370,7 @@ def prepare_call(
 
     rows = build() if layout_cache is None else layout_cache.get(indices, indptr, ("flashmla", has_invalid), build)
     return FlashMLACall(
-        q=pad_heads(q, padded_heads, sign=sign),
+        q=pad_heads(q, padded_heads, sign=sign) if padded_q is None else padded_q.get(q, padded_heads, sign),
         k_cache=cache_blocks(kv_cache, page_block_size),
         indices=rows.indices.view(n_q, 1, rows.width),
         softmax_scale=scale,
@@ -429,13 +469,15 @@ def run_flashmla(
     module: ModuleType | None = None,
     sched_cache: SchedCache | None = None,
     layout_cache: LayoutCache | None = None,
+    padded_q: PaddedQ | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """FlashMLA with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
 
     Validates the call (ContractError), converts it (module docstring), runs FlashMLA (imported
     when `module` is None) and maps the outputs back; out= is filled in place and returned.
     sched_cache: scheduler metadata reused per call shape (None: a fresh one per call);
-    layout_cache: padded index rows reused per index tensors (LayoutCache; None: built per call).
+    layout_cache: padded index rows reused per index tensors (LayoutCache; None: built per call);
+    padded_q: the zero-padded q buffer kept per call shape (PaddedQ; None: a fresh one per call).
     """
     info, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
     if empty is not None:
@@ -454,6 +496,7 @@ def run_flashmla(
         padded_heads=padded_heads,
         page_block_size=page_block_size,
         layout_cache=layout_cache,
+        padded_q=padded_q,
     )
     out_raw, lse_raw = call.run(fm, None if sched_cache is None else sched_cache.get(call))
     got = out_raw.reshape(n_q, -1, LATENT_DIM)[:, :heads]
@@ -498,6 +541,7 @@ def flashmla_backend(*, padded_heads: int = HEAD_COUNTS[0], page_block_size: int
     module = require_flash_mla()
     sched_cache = SchedCache(module)
     layout_cache = LayoutCache()
+    padded_q = PaddedQ()
 
     def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
         return run_flashmla(
@@ -514,6 +558,7 @@ def flashmla_backend(*, padded_heads: int = HEAD_COUNTS[0], page_block_size: int
             module=module,
             sched_cache=sched_cache,
             layout_cache=layout_cache,
+            padded_q=padded_q,
         )
 
     return Backend(
@@ -538,6 +583,7 @@ __all__ = [
     "TOPK_BLOCK",
     "FlashMLACall",
     "LayoutCache",
+    "PaddedQ",
     "PaddedRows",
     "SYNC_FREE_TOPK",
     "SchedCache",

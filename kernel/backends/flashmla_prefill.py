@@ -48,7 +48,16 @@ import torch
 
 from kernel.backend import Backend
 from kernel.backends.dequant_cache import DequantCache
-from kernel.backends.flashmla import LayoutCache, device_reason, effective_scale, load_flash_mla, map_lse, pad_heads, require_flash_mla
+from kernel.backends.flashmla import (
+    LayoutCache,
+    PaddedQ,
+    device_reason,
+    effective_scale,
+    load_flash_mla,
+    map_lse,
+    pad_heads,
+    require_flash_mla,
+)
 from kernel.backends.gathered import RowLayout, gather_rows, row_layout
 from kernel.contract import INT32_MAX, CallInfo, begin_call
 from kernel.record import HEAD_DIM, LATENT_DIM
@@ -73,35 +82,6 @@ LIMITS = (
     "n_q x padded width must fit int32 (the slot positions are the kernel's KV indices)",
     "softmax_scale <= 0 passed as (-q, -scale) or (q = 0, scale = 1), as for flashmla",
 )
-
-
-class PaddedQ:
-    """One kept zero-padded q buffer, bf16 [n_q, 1, H_pad, 576], reused while calls come with the
-    same (n_q, H, H_pad, device): heads H.. are zeroed when it is made and never written, heads
-    < H take each call's q (negated for a negative scale, zero for scale 0). The previous call's
-    kernel has read the buffer before the next copy runs (one stream, in order). A padded head
-    cannot change a kept head's output anyway (each head attends with its own q row only)."""
-
-    def __init__(self) -> None:
-        self._key: tuple[object, ...] | None = None
-        self._buffer: torch.Tensor | None = None
-
-    def get(self, q: torch.Tensor, heads_to: int, sign: float) -> torch.Tensor:
-        """q padded to `heads_to` heads as pad_heads(q, heads_to, sign=sign) gives it (the same bits)."""
-        n_q, heads, width = q.shape
-        key = (n_q, heads, heads_to, width, q.device, q.dtype)
-        if self._buffer is None or self._key != key:
-            self._buffer, self._key = None, None  # the old buffer freed before the new one is made
-            self._buffer, self._key = pad_heads(q, heads_to, sign=sign), key
-            return self._buffer
-        kept = self._buffer[:, 0, :heads]
-        if sign > 0:
-            kept.copy_(q)
-        elif sign < 0:
-            kept.copy_(q).neg_()
-        else:
-            kept.zero_()
-        return self._buffer
 
 
 @dataclass

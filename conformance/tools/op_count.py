@@ -11,6 +11,12 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+# aten ops that launch no device work: views, metadata and allocation without a fill
+HOST_ONLY_OPS = frozenset(
+    {"view", "slice", "alias", "squeeze", "select", "empty", "as_strided", "unsqueeze", "expand", "detach"}
+    | {"_reshape_alias", "reshape", "t"}
+)
+
 SYNC_OPS = ("_local_scalar_dense", "tolist", "nonzero", "unique", "masked_select", "repeat_interleave", "equal", "is_nonzero")
 
 
@@ -28,6 +34,11 @@ class OpCounter(TorchDispatchMode):
     @property
     def total(self) -> int:
         return sum(self.ops.values())
+
+    @property
+    def launched(self) -> dict[str, int]:
+        """Ops outside HOST_ONLY_OPS (about one device launch each on a GPU) and how often each ran."""
+        return {name: n for name, n in self.ops.items() if name not in HOST_ONLY_OPS}
 
     @property
     def syncs(self) -> dict[str, int]:

@@ -39,10 +39,10 @@ What the adapter does to present the contract (every step exact, all vectorised)
   the padded index rows are kept per index tensors (LayoutCache: the same indices and indptr
   objects, unchanged, as a server passes them to every layer of a step; fresh tensors rebuild).
   A repeated call (same index tensors, same shape) launches three device ops besides FlashMLA's
-  own (q's copy into the kept buffer, out's heads sliced into a contiguous tensor (none at n_q
-  1, where the slice is contiguous already), the lse map) and no host sync; a call on fresh index tensors adds the conversion's
-  ~14 ops and, for a stream of more than 4096 entries, one host sync (the longest row).
-  scripts/adapter_host_work.py counts them.
+  own and no host sync: q's copy into the kept buffer, out's heads copied to a contiguous tensor
+  (none at n_q 1, where the slice is contiguous already) and the lse map. A call on fresh index
+  tensors adds the conversion's ~14 ops and, for a stream of more than 4096 entries, one host
+  sync (the longest row). scripts/adapter_host_work.py counts them.
 - Outputs: out[:, 0, :H] (copied into `out=` when given, whatever its strides), lse
   [:, 0, :H] with FlashMLA's +inf of a row without keys mapped to the contract's -inf (one
   nan_to_num: +inf -> -inf, everything else unchanged).
@@ -235,11 +235,19 @@ def pad_heads(q: torch.Tensor, heads_to: int, *, sign: float = 1.0) -> torch.Ten
     if heads > heads_to:
         raise ValueError(f"cannot pad {heads} heads to {heads_to}")
     buf = torch.zeros(n_q, 1, heads_to, width, dtype=q.dtype, device=q.device)
-    if sign > 0:
-        buf[:, 0, :heads] = q
-    elif sign < 0:
-        buf[:, 0, :heads] = -q
+    if sign != 0:
+        _write_heads(buf[:, 0, :heads], q, sign)
     return buf
+
+
+def _write_heads(dst: torch.Tensor, q: torch.Tensor, sign: float) -> None:
+    """dst := q, -q (sign < 0) or 0 (sign 0), in place; negation is exact in bf16."""
+    if sign > 0:
+        dst.copy_(q)
+    elif sign < 0:
+        dst.copy_(q).neg_()
+    else:
+        dst.zero_()
 
 
 class PaddedQ:
@@ -260,16 +268,11 @@ class PaddedQ:
         n_q, heads, width = q.shape
         key = (n_q, heads, heads_to, width, q.device, q.dtype)
         if self._buffer is None or self._kept is None or self._key != key:
-            self._buffer, self._kept, self._key = None, None, None  # the old buffer freed before the new one is made
-            buffer = pad_heads(q, heads_to, sign=sign)
-            self._buffer, self._kept, self._key = buffer, buffer[:, 0, :heads], key
-            return buffer
-        if sign > 0:
-            self._kept.copy_(q)
-        elif sign < 0:
-            self._kept.copy_(q).neg_()
-        else:
-            self._kept.zero_()
+            self._buffer = self._kept = None  # the old buffer freed before the new one is made
+            self._buffer = pad_heads(q, heads_to, sign=sign)
+            self._kept, self._key = self._buffer[:, 0, :heads], key
+            return self._buffer
+        _write_heads(self._kept, q, sign)
         return self._buffer
 
 
@@ -287,9 +290,7 @@ def cache_blocks(kv_cache: torch.Tensor, page_block_size: int = 1) -> torch.Tens
 def map_lse(lse_raw: torch.Tensor, n_q: int, heads: int) -> torch.Tensor:
     """FlashMLA's lse ([n_q, 1, H_pad] or [n_q, H_pad, 1]) -> a new contiguous f32 [n_q, heads],
     +inf -> -inf, every other value (NaN and -inf included) unchanged: one elementwise op."""
-    lse = lse_raw.reshape(n_q, -1)[:, :heads]
-    if lse.dtype != torch.float32:
-        lse = lse.to(torch.float32)
+    lse = lse_raw.reshape(n_q, -1)[:, :heads].to(torch.float32)
     return torch.nan_to_num(lse, nan=float("nan"), posinf=float("-inf"), neginf=float("-inf"))
 
 

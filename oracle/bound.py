@@ -25,7 +25,7 @@ An empty row has bound 0: out must be exactly 0 and lse exactly -inf.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -190,26 +190,41 @@ class _Deferred:
 
 @dataclass(frozen=True)
 class _ModeScores:
-    """One mode's scores and reference softmax over one chunk."""
+    """The scores and reference softmax over one chunk of M queries (one per comparison mode),
+    stacked on a leading mode axis: entry m is what query m alone gives, bit for bit (each
+    product is its own bmm; every other step is elementwise or a reduction over the last axis)."""
 
-    z: torch.Tensor  # [R, H, L] sigma q_ref . K, -inf at masked slots
-    z_max: torch.Tensor  # [R, H, 1]
-    log_p: torch.Tensor  # [R, H, L] ln p_i, -inf at masked slots
-    probs: torch.Tensor  # [R, H, L]
-    row_lse: torch.Tensor  # [R, H]
-    ref_out: torch.Tensor  # [R, H, 512] the reference's out, sum_i p_i v_i
+    z: torch.Tensor  # [M, R, H, L] sigma q_ref . K, -inf at masked slots
+    z_max: torch.Tensor  # [M, R, H, 1]
+    log_p: torch.Tensor  # [M, R, H, L] ln p_i, -inf at masked slots
+    probs: torch.Tensor  # [M, R, H, L]
+    row_lse: torch.Tensor  # [M, R, H]
+    ref_out: torch.Tensor  # [M, R, H, 512] the reference's out, sum_i p_i v_i
 
 
-def _mode_scores(q_ref: torch.Tensor, chunk: BoundChunk, keys_t: torch.Tensor, sigma: float) -> _ModeScores:
-    z = torch.bmm(q_ref[chunk.rows], keys_t) * sigma
+def _stacked_bmm(lefts: Sequence[torch.Tensor], right: torch.Tensor) -> torch.Tensor:
+    """[M, B, n, p]: torch.bmm(lefts[m], right) for each m (lefts [B, n, k], right [B, k, p]),
+    each product written in place into its slice of one buffer."""
+    first = lefts[0]
+    out = first.new_empty(len(lefts), first.shape[0], first.shape[1], right.shape[2])
+    for m, left in enumerate(lefts):
+        torch.bmm(left, right, out=out[m])
+    return out
+
+
+def _mode_scores(q_refs: tuple[torch.Tensor, ...], chunk: BoundChunk, keys_t: torch.Tensor, sigma: float) -> _ModeScores | None:
+    """The stacked scores of the queries `q_refs` (None when there are none)."""
+    if not q_refs:
+        return None
+    z = _stacked_bmm([q_ref[chunk.rows] for q_ref in q_refs], keys_t).mul_(sigma)
     if not chunk.all_valid:
-        z = z.masked_fill(~chunk.valid.unsqueeze(1), float("-inf"))
+        z.masked_fill_(~chunk.valid.unsqueeze(1), float("-inf"))
     peak = z.amax(dim=-1, keepdim=True)
     log_total = torch.log(torch.exp(z - peak).sum(dim=-1, keepdim=True))
     log_p = z - peak - log_total
     probs = torch.exp(log_p)
     return _ModeScores(
-        z=z, z_max=peak, log_p=log_p, probs=probs, row_lse=(peak + log_total).squeeze(-1), ref_out=torch.bmm(probs, chunk.values)
+        z=z, z_max=peak, log_p=log_p, probs=probs, row_lse=(peak + log_total).squeeze(-1), ref_out=_stacked_bmm(probs, chunk.values)
     )
 
 
@@ -220,7 +235,7 @@ class _ChunkStats:
     rows: torch.Tensor
     valid: torch.Tensor  # [R, 1, L]
     all_valid: bool  # every slot holds a key: the masks below are skipped (masked_fill with an all-false mask is the identity)
-    scores: tuple[_ModeScores, ...]  # the scores and reference softmax of each q_ref given
+    scores: _ModeScores | None  # the scores and reference softmax of the q_refs given, stacked (None: none given)
     keys_abs_t: torch.Tensor  # [R, 576, L]
     values_abs: torch.Tensor  # [R, L, 512]
     v_range: torch.Tensor  # [R, 1, 512]
@@ -271,7 +286,7 @@ def _chunk_stats(
     n_valid = chunk.valid.sum(dim=1).to(torch.float64).view(-1, 1, 1)
     n_tiles, tile_keys = _tile_counts(profile, n_valid, row_len)
     keys_t = keys.transpose(1, 2)
-    scores = tuple(_mode_scores(q_ref, chunk, keys_t, sigma) for q_ref in q_refs)
+    scores = _mode_scores(q_refs, chunk, keys_t, sigma)
     nonzero_keys = (keys != 0).to(torch.float32).transpose(1, 2)
     keys_abs_t = keys.abs_().transpose(1, 2)
     # QK accumulation (TOLERANCES.md section 1): k = qk.roundings(m, I) + product roundings per key,
@@ -458,9 +473,9 @@ class _SplitTerms:
     """The error a split-KV merge may add to one chunk's rows (TOLERANCES.md section 13)."""
 
     partials: torch.Tensor  # [R, 1, 1] the most partitions a row may be split into (1: not split)
-    key_err: torch.Tensor  # [R, H, L] per-key log-weight error of the merge (natural units)
-    out_rel: torch.Tensor  # [R, H, 1] relative out error: merge weights not summing to 1, the f32 sum of the partials
-    lse: torch.Tensor  # [R, H] lse error of the merge (natural units)
+    key_err: torch.Tensor  # [M, R, H, L] per-key log-weight error of the merge (natural units)
+    out_rel: torch.Tensor  # [M, R, H, 1] relative out error: merge weights not summing to 1, the f32 sum of the partials
+    lse: torch.Tensor  # [M, R, H] lse error of the merge (natural units)
 
 
 def _split_terms(
@@ -488,10 +503,10 @@ def _split_terms(
     partials = torch.where(splits, cap, torch.ones_like(cap))  # [R, 1, 1]
     u_c = unit_roundoff(split.lse_format)
     ln_b = LN2 if split.lse_base == "2" else 1.0
-    row_lse = scores.row_lse.unsqueeze(-1)  # [R, H, 1]
+    row_lse = scores.row_lse.unsqueeze(-1)  # [M, R, H, 1]
     magnitude = torch.maximum(row_lse.abs(), z_abs_max) + 1.0
     gamma_k = gamma(partials + 1, u_c)
-    constant = 2 * u_c * magnitude + 2 * ln_b * split.log_abs_err + 2 * split.exp_rel_err + gamma_k  # [R, H, 1]
+    constant = 2 * u_c * magnitude + 2 * ln_b * split.log_abs_err + 2 * split.exp_rel_err + gamma_k  # [M, R, H, 1]
     key_err = constant + 2 * u_c * (row_lse - z_fin).clamp_min(0.0)
     active = splits.to(torch.float64)  # rows never split take no merge error
     key_err = key_err * active
@@ -505,28 +520,34 @@ def _split_terms(
 
 def _chunk_bound(
     stats: _ChunkStats,
-    scores: _ModeScores,
-    q_rep_err: torch.Tensor | None,
+    q_rep_errs: tuple[torch.Tensor | None, ...],
     sigma: float,
     profile: NumericsProfile,
     checks: list[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(out_ref, out_bound, lse_ref, lse_bound, window) of one chunk for one comparison mode,
-    `scores` being that mode's entry of stats.scores.
+    """(out_ref, out_bound, lse_ref, lse_bound, window) of one chunk in every comparison mode
+    of stats.scores at once, each stacked on a leading mode axis ([M, R, H, 512] and [M, R, H]):
+    entry m is the bound of mode m alone, bit for bit. q_rep_errs[m] is mode m's representation
+    error of Q (None: the reference holds Q's representation exactly).
 
     All bound arithmetic is finite for finite inputs: probabilities enter in the log domain, and
     every exponential that could overflow is replaced by +inf only where a min() discards it.
-    `checks` given: the per-row max |z| is appended to it (_Deferred) instead of being checked
-    against the profile's score limit here."""
+    `checks` given: each mode's per-row max |z| is appended to it, mode by mode (_Deferred),
+    instead of being checked against the profile's score limit here."""
     rows, valid, all_valid = stats.rows, stats.valid, stats.all_valid
+    scores = stats.scores
+    assert scores is not None and len(q_rep_errs) == scores.z.shape[0]
     z = scores.z
+    # shared by the modes ([R, H, L]) unless some mode adds Q's representation error
     score_err = stats.qk_err
-    if q_rep_err is not None:
-        score_err = score_err + torch.bmm(q_rep_err[rows], stats.keys_abs_t) * abs(sigma)
+    if any(e is not None for e in q_rep_errs):
+        score_err = torch.stack(
+            [stats.qk_err if e is None else stats.qk_err + torch.bmm(e[rows], stats.keys_abs_t) * abs(sigma) for e in q_rep_errs]
+        )
     z_fin = z if all_valid else z.masked_fill(~valid, 0.0)
     z_abs_max = z_fin.abs().amax(dim=-1, keepdim=True)
     if checks is not None:
-        checks.append(z_abs_max.reshape(z_abs_max.shape[0], -1).amax(dim=1))
+        checks.extend(z_abs_max.reshape(z_abs_max.shape[0], z_abs_max.shape[1], -1).amax(dim=2).unbind(0))
     elif float(z_abs_max.max()) > profile.score_limit:
         raise PreconditionError(f"|softmax_scale * q . K| exceeds the profile's limit {profile.score_limit:g}")
     z_max = scores.z_max
@@ -558,16 +579,16 @@ def _chunk_bound(
     key_err = (score_err + soft_err + ref_err + (split.key_err if split is not None else 0.0)) * (1 + 2.0**-16)
     if not all_valid:
         key_err = key_err.masked_fill(~valid, 0.0)
-    e_max = key_err.amax(dim=-1)  # [R, H]
+    e_max = key_err.amax(dim=-1)  # [M, R, H]
 
     ref_abs = ref_out.abs()
-    p_abs_v = torch.bmm(probs, stats.values_abs)
+    p_abs_v = _stacked_bmm(probs, stats.values_abs)
     # Reweighting by factors within e^(+-E_i): |o' - o| <= e^Emax sum_i p_i (e^E_i - 1) |v_i - o|,
     # with p_i (e^E_i - 1) formed in the log domain (never 0 * inf).
     log_tilt = log_p + _log_expm1(key_err)
-    tilt_overflow = (log_tilt > _EXP_CAP).any(dim=-1)  # [R, H]
+    tilt_overflow = (log_tilt > _EXP_CAP).any(dim=-1)  # [M, R, H]
     tilt = torch.exp(log_tilt.clamp_max(_EXP_CAP))
-    tilt_abs_v = torch.bmm(tilt, stats.values_abs)
+    tilt_abs_v = _stacked_bmm(tilt, stats.values_abs)
     tilt_mass = torch.where(tilt_overflow, torch.full_like(e_max, float("inf")), tilt.sum(dim=-1))
     v_range, abs_v_sum, abs_v_max = stats.v_range, stats.abs_v_sum, stats.abs_v_max
 
@@ -744,9 +765,10 @@ def evaluate_modes(
             raise PreconditionError(messages[first.index(max(first))])
         checks: list[torch.Tensor] = [flags]
         stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma, tuple(q_ref for q_ref, _ in per_mode.values()), checks)
-        for (mode, (_, q_rep_err)), scores in zip(per_mode.items(), stats.scores, strict=True):
-            for target, value in zip(results[mode], _chunk_bound(stats, scores, q_rep_err, sigma, profile, checks), strict=True):
-                target[chunk.rows] = value
+        stacked = _chunk_bound(stats, tuple(q_rep_err for _, q_rep_err in per_mode.values()), sigma, profile, checks)
+        for m, mode in enumerate(per_mode):
+            for target, value in zip(results[mode], stacked, strict=True):
+                target[chunk.rows] = value[m]
         deferred.add(chunk, checks, messages)
     deferred.raise_first()
     return {

@@ -329,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sync", action="store_true", help="with --timers on a GPU: synchronise the device at every stage boundary (see StageTimers)"
     )
+    parser.add_argument(
+        "--ops", action="store_true", help="with --timers: count the launched torch ops of each stage (OpCounter.launched's rule)"
+    )
     parser.add_argument("fuzz_args", nargs=argparse.REMAINDER, help="-- then the arguments of `python -m conformance fuzz`")
     args = parser.parse_args(argv)
     fuzz_args = [a for a in args.fuzz_args if a != "--"]
@@ -336,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     from conformance.cli import main as cli_main
 
     if args.timers:
-        return _timed(args.out, fuzz_args, cli_main, sync=args.sync)
+        return _timed(args.out, fuzz_args, cli_main, sync=args.sync, ops=args.ops)
 
     profiler = cProfile.Profile()
     t0 = time.perf_counter()
@@ -371,14 +374,42 @@ def _device_sync() -> Any:
     return lambda: torch.cuda.synchronize() if torch.cuda.is_initialized() else None
 
 
-def _timed(out: Path, fuzz_args: list[str], cli_main: Any, *, sync: bool = False) -> int:
-    """The campaign under StageTimers; stages.txt / stages.json with wall and CPU seconds."""
+def stage_op_counter(timers: StageTimers) -> Any:
+    """A dispatch mode counting the launched aten ops (outside op_count.HOST_ONLY_OPS: on a GPU
+    about one kernel launch each) by the stage on top of `timers`' stack ("other" when none):
+    `.by_stage` maps stage -> Counter of op names."""
+    from collections import Counter, defaultdict
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from conformance.tools.op_count import HOST_ONLY_OPS
+
+    class StageOps(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.by_stage: defaultdict[str, Counter[str]] = defaultdict(Counter)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            name = func.overloadpacket.__name__
+            if name not in HOST_ONLY_OPS:
+                stage = timers._stack[-1][0] if timers._stack else "other"
+                self.by_stage[stage][name] += 1
+            return func(*args, **(kwargs or {}))
+
+    return StageOps()
+
+
+def _timed(out: Path, fuzz_args: list[str], cli_main: Any, *, sync: bool = False, ops: bool = False) -> int:
+    """The campaign under StageTimers; stages.txt / stages.json with wall and CPU seconds (and,
+    with `ops`, the launched torch ops of each stage: ops.txt / ops.json)."""
     for module in ("conformance.judging.checks", "conformance.campaign.fuzz", "conformance.records.coverage"):
         importlib.import_module(module)
     timers = StageTimers(sync=_device_sync() if sync else None)
     timers.install()
+    counter = stage_op_counter(timers) if ops else None
     t0, c0 = time.perf_counter(), time.process_time()
-    code = cli_main(["fuzz", *fuzz_args])
+    with counter if counter is not None else contextlib.nullcontext():
+        code = cli_main(["fuzz", *fuzz_args])
     t1, c1 = time.perf_counter(), time.process_time()
     wall, cpu = t1 - t0, c1 - c0
     walls, cpus = timers.seconds("wall", t0, t1), timers.seconds("cpu", c0, c1)
@@ -394,7 +425,22 @@ def _timed(out: Path, fuzz_args: list[str], cli_main: Any, *, sync: bool = False
     (out / "stages.json").write_text(
         json.dumps({"wall_s": wall, "cpu_s": cpu, "fuzz_args": fuzz_args, "stages_s": walls, "stages_cpu_s": cpus}, indent=1) + "\n"
     )
+    if counter is not None:
+        _write_ops(out, counter.by_stage, timers.calls)
     return code
+
+
+def _write_ops(out: Path, by_stage: Any, calls: dict[str, int]) -> None:
+    """ops.txt (per stage: launched ops in all, per call of the stage, the 8 commonest) and ops.json."""
+    lines = [f"{'stage':<26} {'ops':>9} {'calls':>7} {'ops/call':>9}  commonest"]
+    for stage, ops in sorted(by_stage.items(), key=lambda item: -sum(item[1].values())):
+        total, n = sum(ops.values()), calls.get(stage, 0)
+        common = ", ".join(f"{name} {k}" for name, k in ops.most_common(8))
+        lines.append(f"{stage:<26} {total:>9} {n:>7} {total / n if n else float('nan'):>9.1f}  {common}")
+    text = "\n".join(lines)
+    print(text)
+    (out / "ops.txt").write_text(text + "\n")
+    (out / "ops.json").write_text(json.dumps({"calls": calls, "ops": {k: dict(v) for k, v in by_stage.items()}}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

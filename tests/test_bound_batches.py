@@ -145,3 +145,21 @@ def test_ops_and_syncs_do_not_grow_with_chunks() -> None:
     (ops1, syncs1), (ops48, syncs48) = counts
     assert syncs48 == syncs1 <= 4
     assert ops48 <= ops1 + 10
+
+
+@pytest.mark.parametrize("profile_name", ["gfx950", "fp32", "flashmla-sparse-prefill"])
+def test_modes_share_one_pass_of_the_bound(profile_name: str) -> None:
+    """Both comparison modes cost about one mode's device operations, not two: their scores and
+    bound arithmetic run stacked on a mode axis (the two "float64" / "exact-steps" passes were
+    1.5-1.6x one mode's operations before). Launched ops as op_count counts them."""
+    from conformance.tools.op_count import count_ops
+
+    p = materialize(Recipe(seed=3, n_q=4, heads=8, row_lengths=(40, 7, 0, 90), cache_rows=256))
+    profile = load_profile(profile_name)
+
+    def launched(modes: tuple[str, ...]) -> int:
+        call = lambda: evaluate_modes(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, profile=profile, modes=modes)  # noqa: E731
+        return sum(count_ops(call).launched.values())
+
+    alone = max(launched(("exact-steps",)), launched(("float64",)))
+    assert launched(("float64", "exact-steps")) <= 1.15 * alone

@@ -117,6 +117,24 @@ def encode_e4m3(x: torch.Tensor, *, saturate: bool) -> torch.Tensor:
     return (sign | body).to(torch.uint8)
 
 
+def round_e4m3(x: torch.Tensor) -> torch.Tensor:
+    """The f64 value of decode_e4m3(encode_e4m3(x, saturate=False)) for f32 values x, computed on
+    the value instead of the code (a dozen elementwise operations instead of three dozen):
+    round to nearest even at the e4m3 spacing of x's binade, 2^(max(e, -6) - 3) for |x| in
+    [2^e, 2^(e+1)) (subnormals below 2^-6 at 2^-9), the spacing's bits built directly; results
+    beyond 448 (|x| > 464, infinities) and NaN inputs are NaN, as the codes 0x7F / 0xFF decode.
+    Signed zeros keep their sign. Tested against the codec (tests/test_fp8.py)."""
+    if x.dtype != torch.float32:
+        raise TypeError(f"expected a float32 tensor, got {x.dtype}")
+    v = x.to(torch.float64)
+    _, exponent = torch.frexp(v)  # v = m 2^exponent, m in [0.5, 1): the binade e is exponent - 1
+    # 2^(max(exponent, -5) - 4) from its bits; the upper clamp only keeps a non-finite v's
+    # unspecified exponent in range (finite f32 values have exponent <= 128)
+    spacing = ((exponent.clamp(-5, 200).to(torch.int64) + (1023 - 4)) << 52).view(torch.float64)
+    rounded = torch.round(v / spacing) * spacing
+    return torch.where(rounded.abs() <= E4M3_MAX, rounded, float("nan"))
+
+
 def f32_exponent_field(x: torch.Tensor) -> torch.Tensor:
     """Biased exponent field (bits 23..30) of each f32 value, int64 in [0, 255]; sign ignored."""
     return (_f32_bits(x) >> 23) & 0xFF

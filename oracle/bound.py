@@ -717,16 +717,16 @@ def evaluate_modes(
         mode: (rep.q_hat, None) if mode == "exact-steps" else (q.to(torch.float64), _q_representation_error(q, rep, profile))
         for mode in modes
     }
+    # (out, out_bound, lse, lse_bound, window), each stacked on a mode axis in per_mode's order;
     # rows without a valid key keep the defaults: out 0, lse -inf, bounds 0
-    results = {}
-    for mode in modes:
-        results[mode] = (
-            torch.zeros(n_q, heads, LATENT_DIM, dtype=torch.float64, device=device),
-            torch.zeros(n_q, heads, LATENT_DIM, dtype=torch.float64, device=device),
-            torch.full((n_q, heads), float("-inf"), dtype=torch.float64, device=device),
-            torch.zeros(n_q, heads, dtype=torch.float64, device=device),
-            torch.zeros(n_q, heads, dtype=torch.float64, device=device),
-        )
+    n_modes = len(per_mode)
+    results = (
+        torch.zeros(n_modes, n_q, heads, LATENT_DIM, dtype=torch.float64, device=device),
+        torch.zeros(n_modes, n_q, heads, LATENT_DIM, dtype=torch.float64, device=device),
+        torch.full((n_modes, n_q, heads), float("-inf"), dtype=torch.float64, device=device),
+        torch.zeros(n_modes, n_q, heads, dtype=torch.float64, device=device),
+        torch.zeros(n_modes, n_q, heads, dtype=torch.float64, device=device),
+    )
     _, lengths = row_bounds(indptr)
     code_table = _abs_code_table(device)
     assert rep.terms is not None
@@ -766,14 +766,16 @@ def evaluate_modes(
         checks: list[torch.Tensor] = [flags]
         stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma, tuple(q_ref for q_ref, _ in per_mode.values()), checks)
         stacked = _chunk_bound(stats, tuple(q_rep_err for _, q_rep_err in per_mode.values()), sigma, profile, checks)
-        for m, mode in enumerate(per_mode):
-            for target, value in zip(results[mode], stacked, strict=True):
-                target[chunk.rows] = value[m]
+        for target, value in zip(results, stacked, strict=True):
+            target[:, chunk.rows] = value
         deferred.add(chunk, checks, messages)
     deferred.raise_first()
+    out, out_bound, lse, lse_bound, window = results
     return {
-        mode: Evaluation(out=r[0], out_bound=r[1], lse=r[2], lse_bound=r[3], window=r[4], mode=mode, profile=profile.name)
-        for mode, r in results.items()
+        mode: Evaluation(
+            out=out[m], out_bound=out_bound[m], lse=lse[m], lse_bound=lse_bound[m], window=window[m], mode=mode, profile=profile.name
+        )
+        for m, mode in enumerate(per_mode)
     }
 
 

@@ -5,7 +5,7 @@ e = the f32 biased exponent of amax (0 for zero or subnormal amax), the E8M0 byt
 s = max(e - 7, 5) (so the lo part's byte s - 5 is never below 0), x = q * 2^(127 - s),
 hi = e4m3(RNE(x)), lo = e4m3(RNE((x - hi) * 32)), q_hat = (hi + lo / 32) * 2^(s - 127).
 The 64 rope dims stay bf16 (exact). Written independently of kernel.backends.emulated; both use the
-exhaustively tested codec in kernel.fp8.
+exhaustively tested codec in kernel.fp8 (the oracle its value rounding round_e4m3, held to the codec).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernel.fp8 import decode_e4m3, encode_e4m3
+from kernel.fp8 import round_e4m3
 from kernel.record import LATENT_DIM, N_SCALE_BLOCKS, SCALE_BLOCK
 from oracle.binary import pow2
 
@@ -52,8 +52,8 @@ def fp8_hi_lo(q: torch.Tensor) -> QRepresentation:
     s = hi_e8m0(latent.abs().amax(dim=-1))
     up = pow2(127 - s).unsqueeze(-1)
     x = latent * up
-    hi = decode_e4m3(encode_e4m3(x.to(torch.float32), saturate=False))
-    lo = decode_e4m3(encode_e4m3(((x - hi) * LO_FACTOR).to(torch.float32), saturate=False)) / LO_FACTOR
+    hi = round_e4m3(x.to(torch.float32))
+    lo = round_e4m3(((x - hi) * LO_FACTOR).to(torch.float32)) / LO_FACTOR
     latent_hat = ((hi + lo) / up).reshape(*lead, LATENT_DIM)
     latent_mag = ((hi.abs() + lo.abs()) / up).reshape(*lead, LATENT_DIM)
     latent_terms = ((hi != 0).to(torch.float64) + (lo != 0).to(torch.float64)).reshape(*lead, LATENT_DIM)

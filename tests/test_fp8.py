@@ -16,6 +16,7 @@ from kernel.fp8 import (
     encode_e8m0,
     f32_exponent_field,
     pow2_ceil_f32,
+    round_e4m3,
     round_f32_to_bf16,
 )
 
@@ -248,3 +249,25 @@ def test_pow2_ceil() -> None:
     assert pow2_ceil_f32(_f32(1.0, 1.5, 3.0, 2.0**-20 * 1.001)).tolist() == [1.0, 2.0, 4.0, 2.0**-19]
     with pytest.raises(ValueError, match="positive normal"):
         pow2_ceil_f32(_f32(0.0))
+
+
+def test_round_e4m3_is_the_codec_round_trip() -> None:
+    """round_e4m3 is decode_e4m3(encode_e4m3(x, saturate=False)) bit for bit, NaN bits included,
+    on every f32 (sign, exponent, top 3 mantissa bits) with the 20 bits below them at the
+    rounding's edges (0, 1, just below / at / above the tie, all ones) and at random, and on
+    zeros, infinities, NaNs and the overflow edge (448, 464, the next f32 above 464)."""
+    top = torch.arange(1 << 12, dtype=torch.int64) << 20  # sign, 8 exponent bits, 3 mantissa bits
+    edges = torch.tensor([0, 1, 0x7FFFF, 0x80000, 0x80001, 0xFFFFE, 0xFFFFF], dtype=torch.int64)
+    gen = torch.Generator().manual_seed(11)
+    low = torch.cat((edges.expand(top.numel(), -1), torch.randint(0, 1 << 20, (top.numel(), 24), generator=gen)), dim=1)
+    bits = (top.unsqueeze(1) | low).flatten()
+    x = torch.where(bits >= 1 << 31, bits - (1 << 32), bits).to(torch.int32).view(torch.float32)
+    special = torch.tensor(
+        [0.0, -0.0, 448.0, -448.0, 464.0, -464.0, math.inf, -math.inf, math.nan, 2.0**-10, 3 * 2.0**-10], dtype=torch.float32
+    )
+    x = torch.cat((x, special, torch.nextafter(special[4:6], special[6:8])))
+    expected = decode_e4m3(encode_e4m3(x, saturate=False))
+    got = round_e4m3(x)
+    assert torch.equal(got.view(torch.int64), expected.view(torch.int64))
+    with pytest.raises(TypeError, match="float32"):
+        round_e4m3(x.to(torch.float64))

@@ -2,8 +2,9 @@
 
     python scripts/campaign_table.py SUMMARY.json [...] [--markdown]
 
-Summaries of the same kernel are one campaign run as several concurrent processes (each with its
-own seeds: scripts/h200/final_throughput.sh starts PROCS per kernel) and are merged into one row:
+Summaries of the same kernel on the same device are one campaign run as several concurrent
+processes (each with its own seeds: scripts/h200/final_throughput.sh starts PROCS per kernel, and
+CPU_PROCS more of `emulated` on the host's CPU) and are merged into one row:
 kernel, device, processes, wall seconds (the longest process), examples (summed), examples/s
 overall (the processes' rates summed: examples / wall time each, shrinking included),
 examples/s per property (summed over the processes: each its examples / the seconds it spent
@@ -93,14 +94,14 @@ def main(argv: list[str] | None = None) -> int:
         "failures",
         "features hit",
     ]
-    by_kernel: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_kernel: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for path in args.summaries:
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as err:
             print(f"{path}: unreadable ({err})", file=sys.stderr)
             continue
-        by_kernel[str(data.get("kernel", "?"))].append(data)
+        by_kernel[(str(data.get("kernel", "?")), str(data.get("device", "?")))].append(data)
     merged = [merge(group) for group in by_kernel.values()]
     rows = [row(m) for m in merged]
     if args.markdown:
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
     for m in merged:
         never = "; ".join(f"{family}: {', '.join(classes)}" for family, classes in m["never_hit"].items())
-        print(f"{m['kernel']}: never hit by any process: {never or 'none'}")
+        print(f"{m['kernel']} ({m['device']}): never hit by any process: {never or 'none'}")
     return 0 if rows else 1
 
 

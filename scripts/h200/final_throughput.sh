@@ -16,7 +16,10 @@
 #       Wall time: at most SECONDS + 70 s (each process gets SIGINT at SECONDS + 50 s, which
 #       still writes its summary, and SIGKILL 15 s later); SECONDS 480 -> under 560 s.
 # Environment: KERNELS (default: the seven registered GPU kernels), PROCS (processes per kernel;
-# default (cores - 1) / kernels, at least 1, at most 12; PROCS_<kernel> for one kernel, - as _), PROFILE (0: no cProfile campaign),
+# default (cores - 1) / kernels, at least 1, at most 12; PROCS_<kernel> for one kernel, - as _), PROFILE (0: no profile
+# campaign; timers: the profile campaign under `campaign_profile.py --timers --ops`, CPU seconds and launched torch ops
+# per stage, instead of cProfile), CPU_PROCS (that many more `emulated` processes with `--device cpu` and no GPU,
+# fuzz-emulated-cpu-<n>.*: the host's cores beside the GPU's processes; campaign_table.py gives them their own row),
 # FUZZ_ARGS (more arguments for every fuzz process, e.g. "--device cpu").
 # Everything goes under "$RESULTS/throughput/". Every step runs under `timeout`.
 set -uo pipefail
@@ -69,14 +72,27 @@ campaign)
         > "$R/fuzz-$k-$n.txt" 2> "$R/fuzz-$k-$n.err" &
     done
   done
+  for n in $(seq 1 "${CPU_PROCS:-0}"); do
+    env CUDA_VISIBLE_DEVICES= CONFORMANCE_PENDING_DIR="$R/pending-emulated-cpu" timeout -s INT -k 15 $(( S + 50 )) \
+      "$PY" -m conformance fuzz --kernel emulated --device cpu --seconds "$S" --hypothesis-profile nightly --shrink-seconds 20 \
+      > "$R/fuzz-emulated-cpu-$n.txt" 2> "$R/fuzz-emulated-cpu-$n.err" &
+  done
   if [ "${PROFILE:-1}" != 0 ]; then
     next_gpu
+    PROFILE_ARGS=()
+    [ "${PROFILE:-1}" = timers ] && PROFILE_ARGS=(--timers --ops)
     env "$GPU_ENV" CONFORMANCE_PENDING_DIR="$R/pending-profile" timeout -s INT -k 15 $(( PROF_S + 50 )) \
-      "$PY" scripts/campaign_profile.py --out "$R/profile-emulated" -- \
+      "$PY" scripts/campaign_profile.py --out "$R/profile-emulated" "${PROFILE_ARGS[@]}" -- \
       --kernel emulated --seconds "$PROF_S" --hypothesis-profile nightly --shrink-seconds 20 --no-save > "$R/profile-emulated.txt" 2>&1 &
   fi
   wait
   summaries=()
+  cpu_runs=()
+  for n in $(seq 1 "${CPU_PROCS:-0}"); do cpu_runs+=("emulated-cpu-$n"); done
+  for run in "${cpu_runs[@]}"; do
+    path=$(sed -n 's/^  summary (JSON): //p' "$R/fuzz-$run.txt" | tail -1)
+    if [ -n "$path" ] && [ -f "$path" ]; then cp "$path" "$R/fuzz-$run.json"; summaries+=("$R/fuzz-$run.json"); fi
+  done
   for k in "${kernels[@]}"; do
     echo "--- fuzz $k ($(procs_of "$k") processes)"
     for n in $(seq 1 "$(procs_of "$k")"); do
@@ -91,7 +107,8 @@ campaign)
     cat "$R/campaigns.txt"
   fi
   if [ "${PROFILE:-1}" != 0 ]; then
-    echo "--- where the time goes (emulated, under cProfile)"; cat "$R/profile-emulated/stages.txt" 2> /dev/null || tail -5 "$R/profile-emulated.txt"
+    echo "--- where the time goes (emulated, profile ${PROFILE:-1})"; cat "$R/profile-emulated/stages.txt" 2> /dev/null || tail -5 "$R/profile-emulated.txt"
+    cat "$R/profile-emulated/ops.txt" 2> /dev/null
   fi
   ;;
 *)

@@ -235,7 +235,7 @@ class _ChunkStats:
     rows: torch.Tensor
     valid: torch.Tensor  # [R, 1, L]
     all_valid: bool  # every slot holds a key: the masks below are skipped (masked_fill with an all-false mask is the identity)
-    scores: _ModeScores | None  # the scores and reference softmax of the q_refs given, stacked (None: none given)
+    scores: tuple[_ModeScores, ...]  # the scores and reference softmax of the q_refs given: one stacked entry per group of modes
     keys_abs_t: torch.Tensor  # [R, 576, L]
     values_abs: torch.Tensor  # [R, L, 512]
     v_range: torch.Tensor  # [R, 1, 512]
@@ -271,9 +271,11 @@ def _chunk_stats(
     sigma: float,
     q_refs: tuple[torch.Tensor, ...],
     checks: list[torch.Tensor] | None = None,
+    groups: tuple[tuple[int, ...], ...] | None = None,
 ) -> _ChunkStats:
     """The chunk's mode-independent statistics, and the scores of each query in `q_refs` (one per
-    mode). `code_table` is _abs_code_table; rep.terms is expected as f32 (see evaluate_modes).
+    mode), stacked per group of `groups` (indices into q_refs; default: all in one group).
+    `code_table` is _abs_code_table; rep.terms is expected as f32 (see evaluate_modes).
 
     Consumes chunk.keys and chunk.values: once the scores and each mode's reference out are
     formed they are overwritten with |K| and |V| in place (the same values and layouts as
@@ -286,7 +288,9 @@ def _chunk_stats(
     n_valid = chunk.valid.sum(dim=1).to(torch.float64).view(-1, 1, 1)
     n_tiles, tile_keys = _tile_counts(profile, n_valid, row_len)
     keys_t = keys.transpose(1, 2)
-    scores = _mode_scores(q_refs, chunk, keys_t, sigma)
+    if groups is None:
+        groups = (tuple(range(len(q_refs))),) if q_refs else ()
+    scores = tuple(s for s in (_mode_scores(tuple(q_refs[m] for m in g), chunk, keys_t, sigma) for g in groups) if s is not None)
     nonzero_keys = (keys != 0).to(torch.float32).transpose(1, 2)
     keys_abs_t = keys.abs_().transpose(1, 2)
     # QK accumulation (TOLERANCES.md section 1): k = qk.roundings(m, I) + product roundings per key,
@@ -520,23 +524,24 @@ def _split_terms(
 
 def _chunk_bound(
     stats: _ChunkStats,
+    scores: _ModeScores,
     q_rep_errs: tuple[torch.Tensor | None, ...],
     sigma: float,
     profile: NumericsProfile,
     checks: list[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(out_ref, out_bound, lse_ref, lse_bound, window) of one chunk in every comparison mode
-    of stats.scores at once, each stacked on a leading mode axis ([M, R, H, 512] and [M, R, H]):
-    entry m is the bound of mode m alone, bit for bit. q_rep_errs[m] is mode m's representation
-    error of Q (None: the reference holds Q's representation exactly).
+    """(out_ref, out_bound, lse_ref, lse_bound, window) of one chunk in every comparison mode of
+    `scores` (an entry of stats.scores) at once, each stacked on a leading mode axis
+    ([M, R, H, 512] and [M, R, H]): entry m is the bound of mode m alone, bit for bit.
+    q_rep_errs[m] is mode m's representation error of Q (None: the reference holds Q's
+    representation exactly).
 
     All bound arithmetic is finite for finite inputs: probabilities enter in the log domain, and
     every exponential that could overflow is replaced by +inf only where a min() discards it.
     `checks` given: each mode's per-row max |z| is appended to it, mode by mode (_Deferred),
     instead of being checked against the profile's score limit here."""
     rows, valid, all_valid = stats.rows, stats.valid, stats.all_valid
-    scores = stats.scores
-    assert scores is not None and len(q_rep_errs) == scores.z.shape[0]
+    assert len(q_rep_errs) == scores.z.shape[0]
     z = scores.z
     # shared by the modes ([R, H, L]) unless some mode adds Q's representation error
     score_err = stats.qk_err
@@ -671,6 +676,17 @@ def _chunk_bound(
     return ref_out, bound, row_lse, lse_b, window_plain
 
 
+def mode_groups(n_modes: int, device: torch.device) -> tuple[tuple[int, ...], ...]:
+    """How evaluate_modes groups the comparison modes (indices 0..n_modes-1, consecutive) into
+    stacked passes of the scores and bound: on a GPU all in one pass (the same arithmetic on a
+    leading mode axis: about one mode's kernel launches for both), on a CPU one mode per pass
+    (the stacked tensors outgrow the cache: measured 205 vs 181 ms at 16 rows x 512 keys x 16
+    heads, one thread). Every grouping gives the same bits (test_bound_batches)."""
+    if device.type == "cpu":
+        return tuple((m,) for m in range(n_modes))
+    return (tuple(range(n_modes)),) if n_modes else ()
+
+
 def evaluate_modes(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -720,6 +736,8 @@ def evaluate_modes(
     # (out, out_bound, lse, lse_bound, window), each stacked on a mode axis in per_mode's order;
     # rows without a valid key keep the defaults: out 0, lse -inf, bounds 0
     n_modes = len(per_mode)
+    q_rep_errs = tuple(q_rep_err for _, q_rep_err in per_mode.values())
+    groups = mode_groups(n_modes, device)
     results = (
         torch.zeros(n_modes, n_q, heads, LATENT_DIM, dtype=torch.float64, device=device),
         torch.zeros(n_modes, n_q, heads, LATENT_DIM, dtype=torch.float64, device=device),
@@ -764,10 +782,12 @@ def evaluate_modes(
             deferred.raise_first()
             raise PreconditionError(messages[first.index(max(first))])
         checks: list[torch.Tensor] = [flags]
-        stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma, tuple(q_ref for q_ref, _ in per_mode.values()), checks)
-        stacked = _chunk_bound(stats, tuple(q_rep_err for _, q_rep_err in per_mode.values()), sigma, profile, checks)
-        for target, value in zip(results, stacked, strict=True):
-            target[:, chunk.rows] = value
+        q_refs = tuple(q_ref for q_ref, _ in per_mode.values())
+        stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma, q_refs, checks, groups)
+        for group, scores in zip(groups, stats.scores, strict=True):
+            stacked = _chunk_bound(stats, scores, tuple(q_rep_errs[m] for m in group), sigma, profile, checks)
+            for target, value in zip(results, stacked, strict=True):
+                target[group[0] : group[-1] + 1, chunk.rows] = value
         deferred.add(chunk, checks, messages)
     deferred.raise_first()
     out, out_bound, lse, lse_bound, window = results

@@ -1,9 +1,15 @@
 """The project's own tests group their xdist work (FlyDSL compile groups, the mutation score run)
 with `xdist_group` marks: with `-n`, they are scheduled `--dist loadgroup` unless told otherwise.
 (The conformance suite itself runs `--dist load`: see conformance.suite.plugin.) Each xdist worker
-takes its share of the cores as torch threads (conformance.suite.threads), as suite workers do."""
+takes its share of the cores as torch threads (conformance.suite.threads), as suite workers do.
+
+Where Triton is installed on a machine without CUDA, Triton is imported once under its CPU
+interpreter before any test runs (_import_triton_for_the_interpreter)."""
 
 from __future__ import annotations
+
+import importlib.util
+import os
 
 import pytest
 
@@ -15,7 +21,34 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         option.dist = "loadgroup"
 
 
+def _import_triton_for_the_interpreter() -> None:
+    """Triton decorates triton.language's own jit functions (tl.zeros, ...) when triton.language is
+    first imported, in the mode TRITON_INTERPRET names then; torch imports Triton as soon as a
+    dispatch mode runs (the op-counting tests), after which kernels run under the interpreter by
+    the tests fail ("Cannot call @triton.jit'd outside of the scope of a kernel"). On a machine
+    without CUDA only the interpreter can run a Triton kernel, so triton.language is imported
+    here under it (TRITON_INTERPRET restored afterwards: the code under test reads it itself)."""
+    if importlib.util.find_spec("triton") is None:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.language  # noqa: F401
+    except Exception:  # a broken Triton install: the tests that need it report it themselves
+        pass
+    finally:
+        if before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from conformance.suite.threads import share_cores_among_workers
 
     share_cores_among_workers()
+    _import_triton_for_the_interpreter()

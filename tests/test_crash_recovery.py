@@ -44,9 +44,17 @@ def suicidal_kernel(
 ) -> Any:
     """The emulated kernel, except that the first call (see the module docstring) SIGKILLs the process."""
     sentinel = os.environ.get(SENTINEL_ENV)
-    if sentinel and not os.path.exists(sentinel):
-        Path(sentinel).write_text(str(os.getpid()), encoding="utf-8")
-        os.kill(os.getpid(), signal.SIGKILL)
+    if sentinel:
+        # created atomically: under xdist two workers' first calls may come at once, and only the
+        # one that creates the file dies (a check-then-write let both die: two crash entries)
+        try:
+            fd = os.open(sentinel, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            pass
+        else:
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            os.kill(os.getpid(), signal.SIGKILL)
     from kernel.registry import resolve
 
     kwargs = {"has_invalid": has_invalid, "return_lse": return_lse}

@@ -41,7 +41,10 @@ are in the example stages), the campaign loop ("hypothesis: rest"), start-up, re
 is then the time in no timed function. `--sync` (GPU) synchronises the device at every stage
 boundary: a kernel launch returns before the device is done, and without it the queued work is
 charged to whichever stage reads a result back first. Writes DIR/stages.txt and DIR/stages.json
-with both columns (no pstats).
+with both columns (no pstats). `--ops` (with --timers) also counts each stage's launched torch
+ops (conformance.tools.op_count's rule: on a GPU about one kernel launch each, what a GPU that
+several processes share pays for) into DIR/ops.txt and DIR/ops.json: ops in all, calls of the
+stage, ops per call and the commonest ops.
 """
 
 from __future__ import annotations

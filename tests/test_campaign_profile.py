@@ -189,3 +189,41 @@ def test_timed_functions_exist() -> None:
         for part in path.split("."):
             owner = getattr(owner, part)
         assert callable(owner)
+
+
+def test_stage_ops_are_counted_by_the_innermost_stage(tmp_path: Path) -> None:
+    """--ops: each launched op goes to the stage on top of the timers' stack (an inner stage's ops
+    are not its outer stage's), views and empty allocations are not counted, ops outside every
+    stage go to "other"; ops.txt / ops.json give ops per call."""
+    import json
+
+    import torch
+
+    timers = cp.StageTimers()
+    x = torch.ones(4)
+
+    def kernel() -> None:
+        x.view(2, 2)  # a view: no launch
+        torch.empty(3)  # an allocation without a fill: no launch
+        (x + 1).mul_(2)
+
+    inner = timers.wrap("kernel", kernel)
+
+    def oracle() -> None:
+        x.exp()
+        inner()
+        x.abs()
+
+    outer = timers.wrap("oracle+bound", oracle)
+    counter = cp.stage_op_counter(timers)
+    with counter:
+        outer()
+        outer()
+        x.neg()
+    assert dict(counter.by_stage["kernel"]) == {"add": 2, "mul_": 2}
+    assert dict(counter.by_stage["oracle+bound"]) == {"exp": 2, "abs": 2}
+    assert dict(counter.by_stage["other"]) == {"neg": 1}
+    cp._write_ops(tmp_path, counter.by_stage, timers.calls)
+    data = json.loads((tmp_path / "ops.json").read_text())
+    assert data["calls"] == {"oracle+bound": 2, "kernel": 2} and data["ops"]["kernel"] == {"add": 2, "mul_": 2}
+    assert "kernel" in (tmp_path / "ops.txt").read_text()

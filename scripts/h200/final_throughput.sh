@@ -87,17 +87,16 @@ campaign)
   fi
   wait
   summaries=()
-  cpu_runs=()
-  for n in $(seq 1 "${CPU_PROCS:-0}"); do cpu_runs+=("emulated-cpu-$n"); done
-  for run in "${cpu_runs[@]}"; do
-    path=$(sed -n 's/^  summary (JSON): //p' "$R/fuzz-$run.txt" | tail -1)
-    if [ -n "$path" ] && [ -f "$path" ]; then cp "$path" "$R/fuzz-$run.json"; summaries+=("$R/fuzz-$run.json"); fi
-  done
+  collect() {  # RUN: fuzz-RUN.txt's summary JSON copied to fuzz-RUN.json and added to the table's summaries
+    local path
+    path=$(sed -n 's/^  summary (JSON): //p' "$R/fuzz-$1.txt" | tail -1)
+    if [ -n "$path" ] && [ -f "$path" ]; then cp "$path" "$R/fuzz-$1.json"; summaries+=("$R/fuzz-$1.json"); fi
+  }
+  for n in $(seq 1 "${CPU_PROCS:-0}"); do collect "emulated-cpu-$n"; done
   for k in "${kernels[@]}"; do
     echo "--- fuzz $k ($(procs_of "$k") processes)"
     for n in $(seq 1 "$(procs_of "$k")"); do
-      path=$(sed -n 's/^  summary (JSON): //p' "$R/fuzz-$k-$n.txt" | tail -1)
-      if [ -n "$path" ] && [ -f "$path" ]; then cp "$path" "$R/fuzz-$k-$n.json"; summaries+=("$R/fuzz-$k-$n.json"); fi
+      collect "$k-$n"
       grep -E "examples/s|FAILURES|^  - |^  (a kernel call hung|Hypothesis stopped)" "$R/fuzz-$k-$n.txt" | head -6; tail -2 "$R/fuzz-$k-$n.err"
     done
   done

@@ -212,10 +212,8 @@ def _stacked_bmm(lefts: Sequence[torch.Tensor], right: torch.Tensor) -> torch.Te
     return out
 
 
-def _mode_scores(q_refs: tuple[torch.Tensor, ...], chunk: BoundChunk, keys_t: torch.Tensor, sigma: float) -> _ModeScores | None:
-    """The stacked scores of the queries `q_refs` (None when there are none)."""
-    if not q_refs:
-        return None
+def _mode_scores(q_refs: tuple[torch.Tensor, ...], chunk: BoundChunk, keys_t: torch.Tensor, sigma: float) -> _ModeScores:
+    """The stacked scores of the queries `q_refs` (at least one)."""
     z = _stacked_bmm([q_ref[chunk.rows] for q_ref in q_refs], keys_t).mul_(sigma)
     if not chunk.all_valid:
         z.masked_fill_(~chunk.valid.unsqueeze(1), float("-inf"))
@@ -290,7 +288,7 @@ def _chunk_stats(
     keys_t = keys.transpose(1, 2)
     if groups is None:
         groups = (tuple(range(len(q_refs))),) if q_refs else ()
-    scores = tuple(s for s in (_mode_scores(tuple(q_refs[m] for m in g), chunk, keys_t, sigma) for g in groups) if s is not None)
+    scores = tuple(_mode_scores(tuple(q_refs[m] for m in group), chunk, keys_t, sigma) for group in groups)
     nonzero_keys = (keys != 0).to(torch.float32).transpose(1, 2)
     keys_abs_t = keys.abs_().transpose(1, 2)
     # QK accumulation (TOLERANCES.md section 1): k = qk.roundings(m, I) + product roundings per key,
@@ -680,8 +678,9 @@ def mode_groups(n_modes: int, device: torch.device) -> tuple[tuple[int, ...], ..
     """How evaluate_modes groups the comparison modes (indices 0..n_modes-1, consecutive) into
     stacked passes of the scores and bound: on a GPU all in one pass (the same arithmetic on a
     leading mode axis: about one mode's kernel launches for both), on a CPU one mode per pass
-    (the stacked tensors outgrow the cache: measured 205 vs 181 ms at 16 rows x 512 keys x 16
-    heads, one thread). Every grouping gives the same bits (test_bound_batches)."""
+    (the stacked tensors outgrow the cache: 256-268 ms stacked against 232-241 ms one mode per
+    pass at 16 rows x 512 keys x 16 heads, one thread, interleaved runs). Every grouping gives the
+    same bits (test_bound_batches)."""
     if device.type == "cpu":
         return tuple((m,) for m in range(n_modes))
     return (tuple(range(n_modes)),) if n_modes else ()

@@ -378,28 +378,17 @@ def _device_sync() -> Any:
 
 
 def stage_op_counter(timers: StageTimers) -> Any:
-    """A dispatch mode counting the launched aten ops (outside op_count.HOST_ONLY_OPS: on a GPU
-    about one kernel launch each) by the stage on top of `timers`' stack ("other" when none):
-    `.by_stage` maps stage -> Counter of op names."""
-    from collections import Counter, defaultdict
+    """An op_count.OpCounter keyed by the stage on top of `timers`' stack ("other" when none):
+    `.by_stage` maps stage -> Counter of its launched ops (outside op_count.HOST_ONLY_OPS: on a
+    GPU about one kernel launch each)."""
+    from conformance.tools.op_count import OpCounter
 
-    from torch.utils._python_dispatch import TorchDispatchMode
+    class StageOps(OpCounter):
+        @property
+        def by_stage(self) -> dict[str, Any]:
+            return self.launched_by_key()
 
-    from conformance.tools.op_count import HOST_ONLY_OPS
-
-    class StageOps(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.by_stage: defaultdict[str, Counter[str]] = defaultdict(Counter)
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            name = func.overloadpacket.__name__
-            if name not in HOST_ONLY_OPS:
-                stage = timers._stack[-1][0] if timers._stack else "other"
-                self.by_stage[stage][name] += 1
-            return func(*args, **(kwargs or {}))
-
-    return StageOps()
+    return StageOps(key=lambda: timers._stack[-1][0] if timers._stack else "other")
 
 
 def _timed(out: Path, fuzz_args: list[str], cli_main: Any, *, sync: bool = False, ops: bool = False) -> int:

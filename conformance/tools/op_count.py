@@ -4,7 +4,7 @@ scripts/speed21_ops.py (per-call cost) and by the tests that hold the references
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -21,14 +21,20 @@ SYNC_OPS = ("_local_scalar_dense", "tolist", "nonzero", "unique", "masked_select
 
 
 class OpCounter(TorchDispatchMode):
-    """Counts the aten ops dispatched inside it (by overload packet name)."""
+    """Counts the aten ops dispatched inside it (by overload packet name); with `key`, also by
+    what key() names at each op (e.g. the stage a profiler is in): `by_key`."""
 
-    def __init__(self) -> None:
+    def __init__(self, key: Callable[[], str] | None = None) -> None:
         super().__init__()
         self.ops: Counter[str] = Counter()
+        self.by_key: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        self._key = key
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.ops[func.overloadpacket.__name__] += 1
+        name = func.overloadpacket.__name__
+        self.ops[name] += 1
+        if self._key is not None:
+            self.by_key[self._key()][name] += 1
         return func(*args, **(kwargs or {}))
 
     @property
@@ -39,6 +45,11 @@ class OpCounter(TorchDispatchMode):
     def launched(self) -> dict[str, int]:
         """Ops outside HOST_ONLY_OPS (about one device launch each on a GPU) and how often each ran."""
         return {name: n for name, n in self.ops.items() if name not in HOST_ONLY_OPS}
+
+    def launched_by_key(self) -> dict[str, Counter[str]]:
+        """`by_key` less HOST_ONLY_OPS (keys with no launched op left out)."""
+        out = {k: Counter({n: c for n, c in ops.items() if n not in HOST_ONLY_OPS}) for k, ops in self.by_key.items()}
+        return {k: ops for k, ops in out.items() if ops}
 
     @property
     def syncs(self) -> dict[str, int]:

@@ -24,8 +24,9 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 def _import_triton_for_the_interpreter() -> None:
     """Triton decorates triton.language's own jit functions (tl.zeros, ...) when triton.language is
     first imported, in the mode TRITON_INTERPRET names then; torch imports Triton as soon as a
-    dispatch mode runs (the op-counting tests), after which kernels run under the interpreter by
-    the tests fail ("Cannot call @triton.jit'd outside of the scope of a kernel"). On a machine
+    dispatch mode runs (the op-counting tests), and once triton.language was imported in compiled
+    mode, the tests' interpreted kernels fail ("Cannot call @triton.jit'd outside of the scope of
+    a kernel"). On a machine
     without CUDA only the interpreter can run a Triton kernel, so triton.language is imported
     here under it (TRITON_INTERPRET restored afterwards: the code under test reads it itself)."""
     if importlib.util.find_spec("triton") is None:

@@ -20,7 +20,9 @@
 # campaign; timers: the profile campaign under `campaign_profile.py --timers --ops`, CPU seconds and launched torch ops
 # per stage, instead of cProfile), CPU_PROCS (that many more `emulated` processes with `--device cpu` and no GPU,
 # fuzz-emulated-cpu-<n>.*: the host's cores beside the GPU's processes; campaign_table.py gives them their own row),
-# FUZZ_ARGS (more arguments for every fuzz process, e.g. "--device cpu").
+# FUZZ_ARGS (more arguments for every fuzz process, e.g. "--device cpu"), MPS (1: the GPU processes
+# as clients of one NVIDIA Multi-Process Service server, scripts/h200/mps.sh; its state is written
+# to campaign-env.txt, and where it cannot start the campaign runs without it).
 # Everything goes under "$RESULTS/throughput/". Every step runs under `timeout`.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -53,8 +55,10 @@ campaign)
   # one CPU thread per process: many processes share the cores, and torch's intra-op threads
   # only add parallel regions whose start-up, oversubscribed, costs milliseconds per small op
   export OMP_NUM_THREADS=1
+  . "$(dirname "$0")/mps.sh"
+  [ "${MPS:-0}" = 1 ] && mps_start "$R/mps-log"
   { date -u; echo "cores $NPROC, GPUs $NGPU, kernels ${kernels[*]}, processes per kernel $P, campaign ${S} s, profile ${PROF_S} s";
-    nvidia-smi -L 2> /dev/null; } > "$R/campaign-env.txt"
+    echo "MPS $MPS_STATE"; nvidia-smi -L 2> /dev/null; } > "$R/campaign-env.txt"
   cat "$R/campaign-env.txt"
   slot=0
   next_gpu() {  # GPU_ENV: the GPU of the next process, round robin (on a machine without GPUs only its slot number)
@@ -85,7 +89,12 @@ campaign)
       "$PY" scripts/campaign_profile.py --out "$R/profile-emulated" "${PROFILE_ARGS[@]}" -- \
       --kernel emulated --seconds "$PROF_S" --hypothesis-profile nightly --shrink-seconds 20 --no-save > "$R/profile-emulated.txt" 2>&1 &
   fi
+  if [ "${MPS:-0}" = 1 ]; then  # what the GPU saw once every process had started
+    sleep $(( S < 60 ? S : 60 )); nvidia-smi > "$R/mps-log/nvidia-smi.txt" 2>&1
+    echo get_server_list | timeout 10 "${MPS_CTL:-true}" > "$R/mps-log/servers.txt" 2>&1
+  fi
   wait
+  mps_stop
   summaries=()
   collect() {  # RUN: fuzz-RUN.txt's summary JSON copied to fuzz-RUN.json and added to the table's summaries
     local path

@@ -18,12 +18,13 @@ Engine writers (ENGINE_WRITERS): records written by an engine's own code where i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
-from kernel.fp8 import decode_e4m3, encode_e4m3, pow2_ceil_f32
+from kernel.fp8 import decode_e4m3, encode_e4m3_finite_saturating, pow2_ceil_f32, pow2_ceil_positive_normal
 
 RECORD_BYTES = 656
 LATENT_DIM = 512
@@ -46,13 +47,17 @@ _FLT_MIN = 2.0**-126
 
 def writer_scales(block_amax: torch.Tensor, writer: Writer) -> torch.Tensor:
     """Per-block f32 scales [..., 4] that `writer` stores for latent blocks with these f32 amaxes."""
+    return _writer_scales(block_amax, writer, pow2_ceil_f32)
+
+
+def _writer_scales(block_amax: torch.Tensor, writer: Writer, pow2_ceil: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     if block_amax.dtype != torch.float32:
         raise TypeError(f"block amax must be float32, got {block_amax.dtype}")
     if writer == "pow2":
         floored = torch.clamp_min(block_amax, 1e-4)
-        return pow2_ceil_f32(floored / 448.0)
+        return pow2_ceil(floored / 448.0)
     if writer == "pow2-floor":
-        return pow2_ceil_f32(torch.clamp_min(block_amax / 448.0, 1e-4))
+        return pow2_ceil(torch.clamp_min(block_amax / 448.0, 1e-4))
     if writer == "raw":
         return torch.clamp_min(block_amax / 448.0, _FLT_MIN)
     if writer in ENGINE_WRITERS:
@@ -60,12 +65,17 @@ def writer_scales(block_amax: torch.Tensor, writer: Writer) -> torch.Tensor:
     raise ValueError(f"unknown writer {writer!r}; expected one of {WRITERS}")
 
 
-def encode_records(latent: torch.Tensor, rope: torch.Tensor, writer: Writer) -> torch.Tensor:
+def encode_records(latent: torch.Tensor, rope: torch.Tensor, writer: Writer, *, latent_known_finite: bool = False) -> torch.Tensor:
     """Build records uint8 [..., 656] from latent [..., 512] (bf16 or f32) and rope [..., 64] (bf16).
 
-    Latent values are taken as f32 (bf16 widens exactly). Non-finite latent values are refused:
-    no writer in the wild stores them. The engine writers (ENGINE_WRITERS) are the engines' code:
-    kernel.writers.sglang.write_records (strategies.materialize calls it for them).
+    Latent values are taken as f32 (bf16 widens exactly). Non-finite latent values are refused
+    (ValueError): no writer in the wild stores them. `latent_known_finite=True` skips that scan
+    (one device read) for a caller whose values are finite by construction (strategies.materialize);
+    non-finite values then give unspecified records. The engine writers (ENGINE_WRITERS) are the
+    engines' code: kernel.writers.sglang.write_records (strategies.materialize calls it for them).
+    Finite latent values make every block's amax finite, hence every scale rule's argument
+    positive, normal and finite (the power-of-two rounding needs no check) and every quotient
+    value / scale finite (the codes need no NaN or infinity handling).
     """
     if latent.shape[-1] != LATENT_DIM:
         raise ValueError(f"latent last dim must be {LATENT_DIM}, got {latent.shape[-1]}")
@@ -78,17 +88,16 @@ def encode_records(latent: torch.Tensor, rope: torch.Tensor, writer: Writer) -> 
     if latent.shape[:-1] != rope.shape[:-1]:
         raise ValueError(f"latent rows {tuple(latent.shape[:-1])} and rope rows {tuple(rope.shape[:-1])} differ")
     x = latent.to(torch.float32)
-    if not bool(torch.isfinite(x).all()):
+    if not latent_known_finite and not bool(torch.isfinite(x).all()):
         raise ValueError("latent holds non-finite values")
     lead = x.shape[:-1]
     blocks = x.reshape(*lead, N_SCALE_BLOCKS, SCALE_BLOCK)
-    scales = writer_scales(blocks.abs().amax(dim=-1), writer)
-    codes = encode_e4m3((blocks / scales.unsqueeze(-1)).reshape(*lead, LATENT_DIM), saturate=True)
-    records = torch.empty(*lead, RECORD_BYTES, dtype=torch.uint8, device=latent.device)
-    records[..., :SCALE_OFFSET] = codes
-    records[..., SCALE_OFFSET:ROPE_OFFSET] = scales.contiguous().view(torch.uint8).reshape(*lead, 16)
-    records[..., ROPE_OFFSET:] = rope.contiguous().view(torch.uint8).reshape(*lead, 2 * ROPE_DIM)
-    return records
+    scales = _writer_scales(blocks.abs().amax(dim=-1), writer, pow2_ceil_positive_normal)
+    codes = encode_e4m3_finite_saturating((blocks / scales.unsqueeze(-1)).reshape(*lead, LATENT_DIM))
+    return torch.cat(
+        (codes, scales.contiguous().view(torch.uint8).reshape(*lead, 16), rope.contiguous().view(torch.uint8).reshape(*lead, 2 * ROPE_DIM)),
+        dim=-1,
+    )
 
 
 @dataclass(frozen=True)

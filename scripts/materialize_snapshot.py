@@ -1,13 +1,14 @@
 """Bit-for-bit snapshot of `strategies.materialize.materialize` over a fixed set of recipes.
 
     python scripts/materialize_snapshot.py --write FILE.json [--count N]   # draw recipes, record hashes
-    python scripts/materialize_snapshot.py --check FILE.json               # recompute, compare
+    python scripts/materialize_snapshot.py --check FILE.json [--device cuda]  # recompute, compare
 
 `--write` draws N recipes from the suite's strategies (strategies.hypothesis_recipes: general,
 long-row, paged, huge-cache, exact and precondition-violating recipes, sizes kept small) plus
 the fixed problems of scripts/oracle_bitexact_snapshot.py, and stores each recipe with the
 SHA-256 of every tensor materialize builds from it (`problem_hashes`). `--check` rebuilds every
-recipe and exits 1 naming each recipe and tensor whose bytes differ. Used to prove that an
+recipe (on --device, default the CPU: the recorded hashes are the CPU's, and materialize promises
+the same bits on every device) and exits 1 naming each recipe and tensor whose bytes differ. Used to prove that an
 optimisation of strategies/materialize.py left every bit unchanged (tests/test_materialize_snapshot.py
 checks the file in tests/data).
 
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--write", type=Path)
     mode.add_argument("--check", type=Path)
     parser.add_argument("--count", type=int, default=120, help="recipes drawn from the strategies (--write)")
+    parser.add_argument("--device", default="cpu", help="where --check materializes (the hashes are of the bytes, read back)")
     args = parser.parse_args(argv)
     if args.write:
         from oracle_bitexact_snapshot import cases  # scripts/ is on the path when run as a script
@@ -124,19 +126,23 @@ def main(argv: list[str] | None = None) -> int:
         args.write.write_text(json.dumps(entries, indent=0, sort_keys=True) + "\n")
         print(f"wrote {len(entries)} recipes to {args.write}")
         return 0
-    differences = check(json.loads(args.check.read_text()))
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as err:
+        parser.error(f"--device {args.device!r}: {err}")
+    differences = check(json.loads(args.check.read_text()), device)
     for line in differences:
         print(line)
     print(f"{len(differences)} difference(s)")
     return 1 if differences else 0
 
 
-def check(entries: list[dict[str, Any]]) -> list[str]:
-    """One line per recipe and field whose recomputed hash differs from the recorded one."""
+def check(entries: list[dict[str, Any]], device: torch.device | str = "cpu") -> list[str]:
+    """One line per recipe and field whose hash, recomputed on `device`, differs from the recorded one."""
     lines = []
     for number, entry in enumerate(entries):
         recipe = Recipe.from_json_dict(entry["recipe"])
-        got = json.loads(json.dumps(problem_hashes(materialize(recipe))))
+        got = json.loads(json.dumps(problem_hashes(materialize(recipe, device))))
         for key, want in entry["hashes"].items():
             if got.get(key) != want:
                 lines.append(f"recipe {number} ({recipe.to_json()[:120]}...): {key} differs")

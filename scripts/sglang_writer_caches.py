@@ -166,10 +166,10 @@ def _recipe_rows(recipe: Any, rows: Any, device: Any) -> tuple[Any, Any]:
     """(latent bf16, rope bf16) that strategies.materialize generates for the recipe's KV rows `rows`."""
     import torch
 
-    from strategies.materialize import _latent, _rope
+    from strategies.materialize import _values
 
-    here = rows.to(device)
-    return _latent(recipe, here).to(torch.bfloat16), _rope(recipe, here)
+    latent, rope, _ = _values(recipe, rows.to(device), torch.device(device))
+    return latent.to(torch.bfloat16), rope
 
 
 if __name__ == "__main__":

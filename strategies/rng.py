@@ -8,6 +8,7 @@ same tensors on a laptop CPU and on a GPU.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import torch
@@ -36,11 +37,32 @@ def stream_key(seed: int, stream: str) -> int:
     return int.from_bytes(digest, "little") & ((1 << 62) - 1)
 
 
-def hash64(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:
-    """splitmix64 of (stream key + id) for int64 ids; int64 bit patterns, same on every device.
-    (In-place integer steps: two tensors of ids' size allocated, not one per step.)"""
-    z = ids.to(torch.int64) * _GOLDEN
+def hash_input(seed: int, stream: str, ids: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The splitmix64 input word of each id: id * golden ratio + stream key (int64, wrapping);
+    written into `out` (int64, ids' shape) when given."""
+    z = torch.mul(ids.to(torch.int64), _GOLDEN, out=out)
     z += stream_key(seed, stream)
+    return z
+
+
+@functools.cache
+def _golden_ramp(width: int, device: torch.device) -> torch.Tensor:
+    """arange(width) * golden ratio (int64, wrapping) on `device`; made once, read only."""
+    return torch.arange(width, dtype=torch.int64, device=device) * _GOLDEN
+
+
+def row_words(seed: int, stream: str, rows: torch.Tensor, width: int, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """hash_input of the ids rows[:, None] * width + arange(width), int64 [len(rows), width]
+    (into `out` when given), as (arange * golden + key) + rows * (width * golden): the same words
+    by wrapping arithmetic, in two device ops."""
+    ramp = _golden_ramp(width, rows.device) + stream_key(seed, stream)
+    return torch.add(ramp, rows.to(torch.int64).unsqueeze(1), alpha=_signed(width * _GOLDEN), out=out)
+
+
+def mix64(z: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finaliser applied to int64 words z in place (z returned): the hash of the
+    words hash_input built. One temporary of z's size; words of several streams can be mixed in
+    one call (each element's result depends on its own word only)."""
     shifted = torch.empty_like(z)
     for bits, mix in ((30, _MIX1), (27, _MIX2), (31, None)):
         torch.bitwise_right_shift(z, bits, out=shifted)
@@ -49,6 +71,11 @@ def hash64(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:
         if mix is not None:
             z *= mix
     return z
+
+
+def hash64(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:
+    """splitmix64 of (stream key + id) for int64 ids; int64 bit patterns, same on every device."""
+    return mix64(hash_input(seed, stream, ids))
 
 
 def uniform(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:
@@ -65,7 +92,11 @@ def normal_like(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:
     """f64 bell-shaped values, mean 0, variance 1, support [-3, 3]: Irwin-Hall of three 21-bit
     uniforms from one hash (exact arithmetic, hence identical everywhere: the three parts are
     summed as integers below 2^23, which float64 holds exactly)."""
-    h = hash64(seed, stream, ids)
+    return normal_from_hash(hash64(seed, stream, ids))
+
+
+def normal_from_hash(h: torch.Tensor) -> torch.Tensor:
+    """normal_like's f64 values from its int64 hashes h (h is left unchanged)."""
     low21 = (1 << 21) - 1
     total = torch.bitwise_right_shift(h, 43).bitwise_and_(low21)
     part = torch.bitwise_right_shift(h, 22).bitwise_and_(low21)

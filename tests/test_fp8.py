@@ -13,9 +13,11 @@ from kernel.fp8 import (
     e4m3_values,
     e8m0_values,
     encode_e4m3,
+    encode_e4m3_finite_saturating,
     encode_e8m0,
     f32_exponent_field,
     pow2_ceil_f32,
+    pow2_ceil_positive_normal,
     round_e4m3,
     round_f32_to_bf16,
 )
@@ -245,6 +247,56 @@ def test_bf16_rounding_matches_torch_bit_for_bit() -> None:
     assert torch.equal(torch.isnan(ours.float()), torch.isnan(theirs.float()))
 
 
+def test_bf16_rounding_keeps_a_nan_quiet_with_its_sign_and_top_payload() -> None:
+    bits = torch.tensor([0x7F800001, -0x3F000000 + 0x12345, 0x7FC00000, -0x00400001], dtype=torch.int64)  # sNaN, -qNaN, qNaN, -NaN
+    got = round_f32_to_bf16(bits.to(torch.int32).view(torch.float32)).view(torch.int16).to(torch.int64) & 0xFFFF
+    assert got.tolist() == [0x7FC0, 0xC101, 0x7FC0, 0xFFFF]
+
+
+def _patterns_at_rounding_edges(low_bits: int, seed: int) -> torch.Tensor:
+    """f32 values: every (sign, exponent, top 31 - low_bits mantissa bits) with the `low_bits`
+    bits below them at the rounding's edges (0, 1, just below / at / above half, all ones) and 24
+    random patterns each."""
+    top = torch.arange(1 << (32 - low_bits), dtype=torch.int64) << low_bits
+    half = 1 << (low_bits - 1)
+    edges = torch.tensor([0, 1, half - 1, half, half + 1, 2 * half - 2, 2 * half - 1], dtype=torch.int64)
+    gen = torch.Generator().manual_seed(seed)
+    low = torch.cat((edges.expand(top.numel(), -1), torch.randint(0, 1 << low_bits, (top.numel(), 24), generator=gen)), dim=1)
+    bits = (top.unsqueeze(1) | low).flatten()
+    return torch.where(bits >= 1 << 31, bits - (1 << 32), bits).to(torch.int32).view(torch.float32)
+
+
+def test_finite_saturating_encoder_is_the_codec_on_finite_values() -> None:
+    """encode_e4m3_finite_saturating is encode_e4m3(saturate=True) bit for bit on every finite
+    f32 (sign, exponent, top 3 mantissa bits) at the rounding's edges and at random, on zeros, on
+    the subnormal edges and on the saturation edge (448, 464, the next f32 after 464, the largest
+    f32). (Checked once over all 4,278,190,080 finite f32 patterns: no difference.)"""
+    x = _patterns_at_rounding_edges(20, 12)
+    special = torch.tensor([0.0, -0.0, 448.0, -448.0, 464.0, -464.0, 2.0**-10, 3 * 2.0**-10, 2.0**-6, 2.0**-149], dtype=torch.float32)
+    big = torch.tensor([3.4028234663852886e38, -3.4028234663852886e38], dtype=torch.float32)
+    x = torch.cat((x, special, torch.nextafter(special[4:6], special[4:6] * 2), big))
+    x = x[torch.isfinite(x)]
+    assert torch.equal(encode_e4m3_finite_saturating(x), encode_e4m3(x, saturate=True))
+    with pytest.raises(TypeError, match="float32"):
+        encode_e4m3_finite_saturating(x.to(torch.float64))
+
+
+def test_pow2_ceil_positive_normal_is_the_smallest_power_of_two_above() -> None:
+    """On every positive normal exponent with the mantissa at 0, 1, random and all ones: the
+    smallest power of two >= x, x itself for a power of two, infinity past 2^127; the same as
+    the checked pow2_ceil_f32 (positive normal values only, here)."""
+    exponent = torch.arange(1, 255, dtype=torch.int64).unsqueeze(1)
+    gen = torch.Generator().manual_seed(5)
+    mantissa = torch.cat((torch.tensor([[0, 1, 0x7FFFFF]]).expand(254, -1), torch.randint(1, 0x7FFFFF, (254, 8), generator=gen)), dim=1)
+    x = ((exponent << 23) | mantissa).flatten().to(torch.int32).view(torch.float32)
+    got = pow2_ceil_positive_normal(x)
+    xs = x.to(torch.float64)
+    expected = torch.where(mantissa.flatten() == 0, xs, torch.exp2(torch.floor(torch.log2(xs)) + 1)).to(torch.float32)
+    assert torch.equal(got, expected)
+    assert torch.isinf(got[-9:]).all() and float(got[253 * 11]) == 2.0**127  # exponent 254: 2^127 itself, then infinity
+    assert torch.equal(got, pow2_ceil_f32(x))
+
+
 def test_pow2_ceil() -> None:
     assert pow2_ceil_f32(_f32(1.0, 1.5, 3.0, 2.0**-20 * 1.001)).tolist() == [1.0, 2.0, 4.0, 2.0**-19]
     with pytest.raises(ValueError, match="positive normal"):
@@ -256,12 +308,7 @@ def test_round_e4m3_is_the_codec_round_trip() -> None:
     on every f32 (sign, exponent, top 3 mantissa bits) with the 20 bits below them at the
     rounding's edges (0, 1, just below / at / above the tie, all ones) and at random, and on
     zeros, infinities, NaNs and the overflow edge (448, 464, the next f32 above 464)."""
-    top = torch.arange(1 << 12, dtype=torch.int64) << 20  # sign, 8 exponent bits, 3 mantissa bits
-    edges = torch.tensor([0, 1, 0x7FFFF, 0x80000, 0x80001, 0xFFFFE, 0xFFFFF], dtype=torch.int64)
-    gen = torch.Generator().manual_seed(11)
-    low = torch.cat((edges.expand(top.numel(), -1), torch.randint(0, 1 << 20, (top.numel(), 24), generator=gen)), dim=1)
-    bits = (top.unsqueeze(1) | low).flatten()
-    x = torch.where(bits >= 1 << 31, bits - (1 << 32), bits).to(torch.int32).view(torch.float32)
+    x = _patterns_at_rounding_edges(20, 11)
     special = torch.tensor(
         [0.0, -0.0, 448.0, -448.0, 464.0, -464.0, math.inf, -math.inf, math.nan, 2.0**-10, 3 * 2.0**-10], dtype=torch.float32
     )

@@ -110,3 +110,16 @@ def test_bad_inputs_are_named() -> None:
         decode_records(torch.zeros(1, 655, dtype=torch.uint8))
     with pytest.raises(TypeError, match="uint8"):
         decode_records(torch.zeros(1, 656, dtype=torch.int8))
+
+
+@pytest.mark.parametrize("writer", ["pow2", "pow2-floor", "raw"])
+def test_known_finite_latent_skips_only_the_scan(writer: str) -> None:
+    """latent_known_finite=True gives the same records for finite values (the scan alone is
+    skipped: no device read), including zero blocks and values at the scales' floors."""
+    latent, rope = _rows(4)
+    latent[1, :128] = 0.0
+    latent[2, 128:256] = 2.0**-30
+    latent[3] = latent[3] * 57344.0
+    assert torch.equal(encode_records(latent, rope, writer, latent_known_finite=True), encode_records(latent, rope, writer))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown writer"):
+        encode_records(latent, rope, "pow3", latent_known_finite=True)  # type: ignore[arg-type]

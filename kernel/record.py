@@ -18,6 +18,7 @@ Engine writers (ENGINE_WRITERS): records written by an engine's own code where i
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -50,16 +51,27 @@ def writer_scales(block_amax: torch.Tensor, writer: Writer) -> torch.Tensor:
     return _writer_scales(block_amax, writer, pow2_ceil_f32)
 
 
+@functools.cache
+def _f32_448(device: torch.device) -> torch.Tensor:
+    """448 as a 0-dim f32 tensor on `device` (made once, read only)."""
+    return torch.tensor(448.0, dtype=torch.float32, device=device)
+
+
 def _writer_scales(block_amax: torch.Tensor, writer: Writer, pow2_ceil: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """The scale rules. x / 448 divides by a tensor on x's device, correctly rounded on every
+    device: torch on CUDA turns a division by a Python number into a multiplication by its f32
+    reciprocal, which differs from the division by an ulp for some amaxes (seen on the H200: raw
+    writer scales differed from the CPU's)."""
     if block_amax.dtype != torch.float32:
         raise TypeError(f"block amax must be float32, got {block_amax.dtype}")
+    c448 = _f32_448(block_amax.device)
     if writer == "pow2":
         floored = torch.clamp_min(block_amax, 1e-4)
-        return pow2_ceil(floored / 448.0)
+        return pow2_ceil(floored / c448)
     if writer == "pow2-floor":
-        return pow2_ceil(torch.clamp_min(block_amax / 448.0, 1e-4))
+        return pow2_ceil(torch.clamp_min(block_amax / c448, 1e-4))
     if writer == "raw":
-        return torch.clamp_min(block_amax / 448.0, _FLT_MIN)
+        return torch.clamp_min(block_amax / c448, _FLT_MIN)
     if writer in ENGINE_WRITERS:
         raise ValueError(f"writer {writer!r} is an engine's code, not a scale rule: kernel.writers.{writer}.write_records runs it")
     raise ValueError(f"unknown writer {writer!r}; expected one of {WRITERS}")

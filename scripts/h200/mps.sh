@@ -11,12 +11,18 @@
 # that a CUDA client gets a server; on any failure it stops what it started, unsets them, prints
 # why and returns 1 (the campaign then runs without MPS). The GPU's settings are not touched: MPS
 # runs in the default compute mode.
-# MPS_STATE: "on (server PID)" or "off: <why>" after mps_start.
+# MPS_CONTROL names the control program (default: nvidia-cuda-mps-control on PATH, else in
+# /usr/local/nvidia/bin). MPS_STATE: "on (server PID)" or "off: <why>" after mps_start.
 MPS_STATE="off: not requested"
 mps_start() {
   local logdir="$1" ctl pipe
-  ctl=$(command -v nvidia-cuda-mps-control || ls /usr/local/nvidia/bin/nvidia-cuda-mps-control 2> /dev/null || true)
-  if [ -z "$ctl" ]; then MPS_STATE="off: no nvidia-cuda-mps-control on PATH or in /usr/local/nvidia/bin"; echo "MPS $MPS_STATE"; return 1; fi
+  if [ -n "${MPS_CONTROL:-}" ]; then
+    ctl="$MPS_CONTROL"
+    if [ ! -x "$ctl" ]; then MPS_STATE="off: MPS_CONTROL=$ctl is not an executable file"; echo "MPS $MPS_STATE"; return 1; fi
+  else
+    ctl=$(command -v nvidia-cuda-mps-control || ls /usr/local/nvidia/bin/nvidia-cuda-mps-control 2> /dev/null || true)
+    if [ -z "$ctl" ]; then MPS_STATE="off: no nvidia-cuda-mps-control on PATH or in /usr/local/nvidia/bin"; echo "MPS $MPS_STATE"; return 1; fi
+  fi
   pipe="/tmp/mps-pipe-$$"; mkdir -p "$pipe" "$logdir"
   export CUDA_MPS_PIPE_DIRECTORY="$pipe" CUDA_MPS_LOG_DIRECTORY="$logdir"
   MPS_CTL="$ctl"

@@ -7,8 +7,10 @@
 #       "$RESULTS/mps36/{plain,mps}"; then the 10-minute nightly campaign with PROFILE=timers,
 #       with MPS where the MPS run gave more examples/s, detached (CAMP=/tmp/camp36,
 #       scripts/h200/detached_campaign.sh), waiting out the rest of BUDGET
-#   mps36.sh collect WAIT     (the next call, on the same warm machine) waits for it and copies
-#       it to "$RESULTS/camp36"
+#   mps36.sh start WAIT       the 10-minute campaign alone (MPS=1, PROFILE=timers, detached), then
+#       waits up to WAIT s (for a call that has no time for the A/B)
+#   mps36.sh collect WAIT     (the next call, on the same warm machine: call it within the
+#       machine's idle release, 30 s) waits for it and copies it to "$RESULTS/camp36"
 set -u
 C=/tmp/camp36
 rate() {  # the summed examples/s of the fuzz summaries under $1
@@ -36,8 +38,12 @@ first)
   rm -rf "$C"
   CAMP="$C" KERNELS=emulated PROCS="${PROCS:-15}" PROFILE=timers MPS=$use bash scripts/h200/detached_campaign.sh start "$(( left > 10 ? left : 10 ))"
   ;;
+start)
+  rm -rf "$C"
+  CAMP="$C" KERNELS=emulated PROCS="${PROCS:-15}" PROFILE=timers MPS=1 bash scripts/h200/detached_campaign.sh start "${2:-570}"
+  ;;
 collect)
   CAMP="$C" bash scripts/h200/detached_campaign.sh collect "${2:-400}"
   ;;
-*) echo "usage: mps36.sh first S BUDGET | collect WAIT" >&2; exit 2 ;;
+*) echo "usage: mps36.sh first S BUDGET | start WAIT | collect WAIT" >&2; exit 2 ;;
 esac

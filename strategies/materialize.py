@@ -110,23 +110,27 @@ def _apply_invalid(
     return torch.where(chosen, -1, values)
 
 
+def _row_ids(rows: torch.Tensor, width: int) -> torch.Tensor:
+    """The ids of a row part's values: rows[:, None] * width + column, int64 [U, width]."""
+    return rows.unsqueeze(1) * width + torch.arange(width, device=rows.device)
+
+
 def _latent_in_place(recipe: Recipe, x: torch.Tensor, rows: torch.Tensor) -> None:
     """The recipe's latent distribution applied to normal_like values x (f64 [U, 512], in place)
     of KV rows `rows` ("normal" leaves them; "exact" is not drawn from normal values: _values)."""
     seed, dist = recipe.seed, recipe.latent
     if dist in ("normal", "exact"):
         return
-    block_ids = rows.unsqueeze(1) * 4 + torch.arange(4, device=rows.device)
     if dist == "heavy":
-        ids = rows.unsqueeze(1) * LATENT_DIM + torch.arange(LATENT_DIM, device=rows.device)
-        x.div_(torch.sqrt(rng.uniform(seed, "heavy", ids) + 2.0**-10))
+        x.div_(torch.sqrt(rng.uniform(seed, "heavy", _row_ids(rows, LATENT_DIM)) + 2.0**-10))
     elif dist == "outliers":
+        block_ids = _row_ids(rows, 4)  # the 128-value scale blocks
         where = rng.integers(seed, "outlier_at", block_ids, 128)
         boost = 64 + 448 * rng.uniform(seed, "outlier_size", block_ids)
         blocks = x.view(-1, 4, 128)
         blocks.scatter_(2, where.unsqueeze(-1), (torch.gather(blocks, 2, where.unsqueeze(-1)).sign() + 0.5).sign() * boost.unsqueeze(-1))
     elif dist in ("zero_blocks", "tiny_blocks"):
-        chosen = rng.uniform(seed, "blocks", block_ids) < 0.3
+        chosen = rng.uniform(seed, "blocks", _row_ids(rows, 4)) < 0.3
         factor = torch.where(chosen, 0.0 if dist == "zero_blocks" else 2.0**-30, 1.0)
         x.view(-1, 4, 128).mul_(factor.unsqueeze(-1))
     elif dist in ("max57344", "above_cap"):
@@ -206,13 +210,11 @@ def _values(recipe: Recipe, rows: torch.Tensor, device: torch.device) -> tuple[t
     if drawn[0]:
         latent = latent_bf.view(u, LATENT_DIM).to(torch.float32)
     else:
-        ids = rows.unsqueeze(1) * LATENT_DIM + torch.arange(LATENT_DIM, device=rows.device)
-        latent = (rng.integers(seed, "latent_int", ids, 5) - 2).to(torch.float32)
+        latent = (rng.integers(seed, "latent_int", _row_ids(rows, LATENT_DIM), 5) - 2).to(torch.float32)
     if drawn[1]:
         rope = rope_bf.view(u, ROPE_DIM)
     else:
-        ids = rows.unsqueeze(1) * ROPE_DIM + torch.arange(ROPE_DIM, device=rows.device)
-        rope = (rng.integers(seed, "rope_int", ids, 5) - 2).to(torch.bfloat16)
+        rope = (rng.integers(seed, "rope_int", _row_ids(rows, ROPE_DIM), 5) - 2).to(torch.bfloat16)
     if drawn[2]:
         q = q_bf.view(recipe.n_q, recipe.heads, HEAD_DIM)
     else:

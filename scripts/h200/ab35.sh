@@ -7,11 +7,12 @@
 # examples in every run (on the 2-core CPU two 150-s runs of one tree differed by 20%); HYP=ci
 # (derandomized: seeds 0, 1, 2, ... in every process) gives both trees the same examples, so that
 # the rates compare the code alone (on the CPU: 19.01 / 18.59 vs 18.77 / 18.64 examples/s).
+# Every other variable of final_throughput.sh (MPS=1, ...) goes through to both campaigns.
 set -u
 S="${1:-150}"
 OLD="${OLD:-5ed2b40}"
 R="${RESULTS:-results}/ab"
-mkdir -p "$R"
+mkdir -p "$R"; R=$(cd "$R" && pwd)  # absolute: the old tree runs from its own folder
 rm -rf /tmp/ab-old && git worktree add -f -q /tmp/ab-old "$OLD" && echo "old tree $(git -C /tmp/ab-old log --oneline -1)" | tee "$R/trees.txt"
 echo "new tree $(git log --oneline -1)" | tee -a "$R/trees.txt"
 timeout 90 python3 -m conformance fuzz --kernel emulated --seconds 20 --no-save > "$R/warmup.txt" 2>&1

@@ -13,11 +13,17 @@
 #       machine's idle release, 30 s) waits for it and copies it to "$RESULTS/camp36"
 set -u
 C=/tmp/camp36
-rate() {  # the summed examples/s of the fuzz summaries under $1
+rate() {  # the examples/s of the fuzz summaries under $1, merged as scripts/campaign_table.py merges them
   python3 - "$1" << 'PY'
 import json, pathlib, sys
-print(round(sum(json.loads(p.read_text()).get("examples_per_s", 0.0) for p in pathlib.Path(sys.argv[1]).glob("fuzz-emulated-*.json")), 2))
+sys.path.insert(0, "scripts")
+from campaign_table import merge
+summaries = [json.loads(p.read_text()) for p in pathlib.Path(sys.argv[1]).glob("fuzz-emulated-*.json")]
+print(round(merge(summaries)["examples_per_s"], 2) if summaries else 0.0)
 PY
+}
+campaign() {  # the 10-minute campaign, detached: campaign MPS WAIT
+  CAMP="$C" KERNELS=emulated PROCS="${PROCS:-15}" PROFILE=timers MPS="$1" bash scripts/h200/detached_campaign.sh start "$2"
 }
 case "${1:-}" in
 first)
@@ -35,12 +41,10 @@ first)
   grep -q '^MPS on' "$R/mps/throughput/campaign-env.txt" || use=0
   echo "10-minute campaign with MPS=$use" | tee "$R/choice.txt"
   left=$(( BUDGET - ($(date +%s) - t0) - 10 ))
-  rm -rf "$C"
-  CAMP="$C" KERNELS=emulated PROCS="${PROCS:-15}" PROFILE=timers MPS=$use bash scripts/h200/detached_campaign.sh start "$(( left > 10 ? left : 10 ))"
+  campaign "$use" "$(( left > 10 ? left : 10 ))"
   ;;
 start)
-  rm -rf "$C"
-  CAMP="$C" KERNELS=emulated PROCS="${PROCS:-15}" PROFILE=timers MPS=1 bash scripts/h200/detached_campaign.sh start "${2:-570}"
+  campaign 1 "${2:-570}"
   ;;
 collect)
   CAMP="$C" bash scripts/h200/detached_campaign.sh collect "${2:-400}"

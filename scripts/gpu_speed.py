@@ -3,7 +3,12 @@ n_q = 4096, H = 16, 2048 keys per row, uniform indices into a 1M-row pow2 cache.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: runs from a clone without an install
 
 from kernel.backends.emulated import run_emulated
 from kernel.record import encode_records

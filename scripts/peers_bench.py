@@ -28,9 +28,12 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: runs from a clone without an install
 
 from conformance.tools.bench import build_cache, build_inputs, peak_bandwidth, time_calls
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_DIM

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernel.probe_records import probe_records
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
 
 BLOCK_KEYS = 8  # keys per program (an H200, 2^21 keys: 8 keys / 4 warps 3.71 ms, 16 / 4 3.91, 16 / 8 3.76, 32 / 4 4.97)
@@ -35,26 +36,6 @@ ENV_SWITCH = "ORACLE_FUSED_DECODE"  # "0": never use the fused decode
 # how the kernel turns a code into its f64 value: "arith" (exponent and mantissa fields; NaN codes
 # read from the table) or "table" (a load from the 256-entry table per code); same bits
 VARIANTS = ("table", "arith")  # in the order available() tries them (table: 3.5 TB/s on an H200, arith 2.9)
-# scales of every class the probe decodes each code under (normal, non-pow2, subnormal, +-0, <0, +-inf, NaN, extremes)
-_PROBE_SCALES = (
-    1.0,
-    2.0**-10,
-    3.7e-5,
-    1e-40,
-    0.0,
-    -0.0,
-    -2.5,
-    float("inf"),
-    float("-inf"),
-    float("nan"),
-    3.4028235e38,
-    2.0**-126,
-    2.0**-149,
-    448.0,
-    2.0**7,
-    -(2.0**-140),
-    0.1,
-)
 
 
 _CODE_TABLES: dict[torch.device, torch.Tensor] = {}
@@ -150,22 +131,6 @@ def launch(flat: torch.Tensor, slots: torch.Tensor, keys: torch.Tensor, decoder:
 def usable(flat: torch.Tensor) -> bool:
     """Whether launch can decode from this flat cache (layout only; see available for the device)."""
     return flat.is_contiguous() and flat.data_ptr() % 16 == 0 and flat.dim() == 2 and flat.shape[1] == RECORD_BYTES
-
-
-def probe_records(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(flat uint8 [1024, 656], slots int64 [1100]) covering the decode's inputs: every code in
-    every scale block under scales of every class (normal, non-power-of-two, subnormal, +-0,
-    negative, +-inf, NaN, f32 extremes), every bf16 rope bit pattern, masked slots in between."""
-    n = 1024
-    pos = torch.arange(n * LATENT_DIM, dtype=torch.int64).view(n, LATENT_DIM)
-    codes = ((pos * 37 + pos // LATENT_DIM) % 256).to(torch.uint8)  # every code in every block, rotating
-    special = torch.tensor(_PROBE_SCALES, dtype=torch.float32)
-    scales = special[torch.arange(n * 4) % special.numel()].view(n, 4)
-    rope = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(n, 64)  # all bf16 patterns
-    flat = torch.cat((codes, scales.view(torch.uint8).view(n, 16), rope.view(torch.uint8).view(n, 128)), dim=1)
-    slots = torch.arange(n, dtype=torch.int64).flip(0)
-    slots = torch.cat((slots, torch.full((76,), -1, dtype=torch.int64)))[torch.randperm(n + 76, generator=torch.Generator().manual_seed(0))]
-    return flat.to(device), slots.to(device)
 
 
 def self_check(device: torch.device, reference: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], variant: str) -> bool:

@@ -1,14 +1,17 @@
-"""Device time of gathering bf16 key rows from a dequantised cache, by element width of the copy.
+"""Device time of the torch-sdpa adapter's key gather, by way of gathering.
 
-The torch-sdpa adapter's one cost beyond its bare kernel is the gather of the selected keys
-(kernel.backends.torch_sdpa.prepare_sdpa: `whole.index_select(0, row_index)` from the bf16
-[rows + 1, 576] cache of kernel.backends.dequant_cache). A row is 1152 bytes; the copy can move
-it as 576 bf16, 288 int32 or 144 int64 elements (a view of the same bytes: the same bits).
-This script times each way on the bench's shapes (conformance.tools.bench: n_q rows of KEYS
-uniform slots of a 1,048,576-record cache) and checks that every way gives the bf16 gather's bits.
+The adapter's one cost beyond its bare kernel is building the dense bf16 keys of the selected
+slots (kernel.backends.torch_sdpa.prepare_sdpa). Ways timed on the bench's shapes
+(conformance.tools.bench: n_q rows of KEYS uniform slots of a 1,048,576-record pow2 cache):
+- bf16 / int32 / int64: `index_select` of 1152-byte rows from the whole cache kept dequantised
+  (kernel.backends.dequant_cache), the rows copied as 576 bf16, 288 int32 or 144 int64 elements
+  (views of the same bytes); 1152 bytes read and 1152 written per slot;
+- fused: kernel.backends.bf16_key_decode (one Triton pass from the fp8 records: 656 bytes read,
+  1152 written per slot), when its self-check passes on the device.
+Every way is checked against the bf16 gather's bits.
 
 Printed per way and n_q: median device ms (CUDA events, conformance.tools.bench.time_calls),
-bytes moved (read + write of the gathered rows, bytes) and the rate they imply (TB/s).
+bytes moved (read + write per slot, times the slots) and the rate they imply (TB/s).
 
 Usage: python3 scripts/gather_rows_bench.py [--n-q 64,1024,4096] [--keys 2048]
 """
@@ -23,8 +26,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: runs from a clone without an install
 
-from conformance.tools.bench import time_calls  # noqa: E402
-from kernel.record import HEAD_DIM  # noqa: E402
+from conformance.tools.bench import build_cache, time_calls  # noqa: E402
+from kernel.backends import bf16_key_decode  # noqa: E402
+from kernel.backends.dequant_cache import dequantise_whole  # noqa: E402
+from kernel.record import HEAD_DIM, RECORD_BYTES  # noqa: E402
 
 WAYS = {"bf16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64}
 
@@ -41,10 +46,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.device("cuda")
     gen = torch.Generator(device=device).manual_seed(0)
-    whole = torch.randn(args.cache_rows + 1, HEAD_DIM, generator=gen, device=device).to(torch.bfloat16)
+    cache = build_cache(args.cache_rows, device)
+    whole = dequantise_whole(cache)
+    variant = bf16_key_decode.available(device)
+    print(f"fused decode: {variant or 'unavailable (self-check failed or no Triton)'}")
     print(f"{'way':<6} {'n_q':>5} {'median ms':>10} {'GB moved':>9} {'TB/s':>6}  same bits")
     for n_q in [int(x) for x in args.n_q.split(",")]:
-        idx = torch.randint(0, args.cache_rows + 1, (n_q * args.keys,), generator=gen, device=device)
+        idx = torch.randint(0, args.cache_rows, (n_q * args.keys,), generator=gen, device=device)
         ref = whole.index_select(0, idx)
         moved = 2 * ref.numel() * ref.element_size()
         for way, dtype in WAYS.items():
@@ -55,6 +63,16 @@ def main(argv: list[str] | None = None) -> int:
             ms = timing.median_ms
             print(f"{way:<6} {n_q:>5} {ms:>10.4f} {moved / 1e9:>9.2f} {moved / (ms * 1e-3) / 1e12:>6.2f}  {same}")
             del got
+        if variant is not None:
+            keys = torch.empty_like(ref)
+            bf16_key_decode.launch(cache, idx, keys, variant)
+            same = bool(torch.equal(keys.view(torch.int16), ref.view(torch.int16)))
+            fused = lambda: bf16_key_decode.launch(cache, idx, keys, variant)  # noqa: E731
+            timing = time_calls(fused, device, warmup=3, iters=args.iters, max_seconds=5.0)
+            ms = timing.median_ms
+            fused_moved = idx.numel() * (RECORD_BYTES + HEAD_DIM * 2)
+            print(f"{'fused':<6} {n_q:>5} {ms:>10.4f} {fused_moved / 1e9:>9.2f} {fused_moved / (ms * 1e-3) / 1e12:>6.2f}  {same}")
+            del keys
         del ref
     return 0
 

@@ -14,6 +14,7 @@ import importlib.util
 import pytest
 import torch
 
+from kernel.probe_records import PROBE_SCALES
 from oracle import key_decode, rows
 from oracle.reference import reference
 from strategies.materialize import materialize
@@ -36,7 +37,7 @@ def test_probe_covers_every_code_scale_class_and_rope_pattern() -> None:
     for g in range(4):
         column = scales[:, g]
         seen = {(bool(torch.isnan(v)), v.view(torch.int32).item()) for v in column}
-        assert len(seen) == len(key_decode._PROBE_SCALES)  # every class in every block
+        assert len(seen) == len(PROBE_SCALES)  # every class in every block
     rope = flat[:, 528:].contiguous().view(torch.int16)
     assert torch.unique(rope).numel() == 1 << 16
     assert bool((slots < 0).any()) and torch.equal(torch.sort(slots[slots >= 0]).values, torch.arange(flat.shape[0]))

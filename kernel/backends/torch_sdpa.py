@@ -15,11 +15,14 @@ log-sum-exp comes back:
 
 The flash and cuDNN SDPA kernels refuse head size 576 (at most 256) on the H200 (measured by
 scripts/peers_probe.py), so the memory-efficient kernel is the one fused SDPA kernel that runs.
-Keys are dequantised to bf16 by kernel.backends.gathered (exact for power-of-two scales): the
+Keys are dequantised to bf16 as kernel.backends.gathered does (exact for power-of-two scales):
+on CUDA by one fused gather-and-decode pass over the selected records
+(kernel.backends.bf16_key_decode, used after its bit-for-bit self-check on the device); else the
 backend keeps the whole cache dequantised while the same cache tensor comes back unchanged
-(kernel.backends.dequant_cache: a serving engine's bf16 cache) and gathers bf16 rows from it,
-else it gathers and dequantises the records per slot (the same bits). A row without a valid key gets out = 0 and lse = -inf from the adapter
-(the kernel itself returns out 0 and lse 0 for an all-masked row: measured).
+(kernel.backends.dequant_cache: a serving engine's bf16 cache) and gathers bf16 rows from it, or
+gathers and dequantises the records per slot. All three give the same bits. A row without a
+valid key gets out = 0 and lse = -inf from the adapter (the kernel itself returns out 0 and lse 0
+for an all-masked row: measured).
 
 Numerics (from the kernel's source: PyTorch aten/src/ATen/native/transformers/cuda/mem_eff_attention):
 bf16 x bf16 tensor-core QK with f32 accumulation, the scale applied to the f32 scores, online
@@ -40,6 +43,7 @@ from typing import Any
 import torch
 
 from kernel.backend import Backend
+from kernel.backends import bf16_key_decode
 from kernel.backends.dequant_cache import DequantCache
 from kernel.backends.flashmla import LayoutCache
 from kernel.backends.gathered import RowLayout, gather_rows, row_layout
@@ -124,30 +128,40 @@ def prepare_sdpa(
     dequant_cache: DequantCache | None = None,
 ) -> SdpaCall:
     """Build the fused kernel's inputs from a contract call (module docstring); no validation.
-    layout_cache: the slot layout, bias and empty-row mask kept per index tensors;
-    dequant_cache: the whole cache kept dequantised (kernel.backends.dequant_cache), from which
-    the keys are gathered as bf16 rows (an empty slot reads its +0 row); without it, or when it
-    declines, the records are gathered and dequantised per slot. Both give the same bits."""
+    layout_cache: the slot layout, bias and empty-row mask kept per index tensors.
+    The keys: on CUDA where kernel.backends.bf16_key_decode is available, decoded from the
+    selected records in one pass; else, with dequant_cache, gathered as bf16 rows from the whole
+    cache kept dequantised (kernel.backends.dequant_cache; an empty slot reads its +0 row); else,
+    or when it declines, the records are gathered and dequantised per slot. The same bits."""
     n_q, heads, _ = q.shape
     kv_rows = kv_cache.numel() // RECORD_BYTES
 
-    def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         layout = row_layout(indices, indptr, multiple=KEY_MULTIPLE)
         ninf = torch.full((), float("-inf"), dtype=torch.bfloat16, device=q.device)
         zero = torch.zeros((), dtype=torch.bfloat16, device=q.device)
         bias = torch.where(layout.valid, zero, ninf).view(n_q, 1, 1, layout.width).expand(n_q, 1, heads, layout.width).contiguous()
-        row_index = torch.where(layout.valid.view(-1), layout.slots, kv_rows)  # the +0 row for an empty slot
-        return layout, bias, ~layout.valid.any(dim=1), row_index
+        valid = layout.valid.view(-1)
+        row_index = torch.where(valid, layout.slots, kv_rows)  # the +0 row for an empty slot
+        decode_slots = torch.where(valid, layout.slots.to(torch.int64), -1)  # -1: a +0 key
+        return layout, bias, ~layout.valid.any(dim=1), row_index, decode_slots
 
     params = (NAME, heads, kv_rows)
-    layout, bias, no_key, row_index = build() if layout_cache is None else layout_cache.get(indices, indptr, params, build)
+    layout, bias, no_key, row_index, decode_slots = build() if layout_cache is None else layout_cache.get(indices, indptr, params, build)
     width = layout.width
+    q4 = aligned(q.contiguous()).view(n_q, 1, heads, q.shape[-1])
+    variant = bf16_key_decode.available(q.device) if q.device.type == "cuda" else None
+    if variant is not None:
+        flat = kv_cache.reshape(-1, RECORD_BYTES)
+        if bf16_key_decode.usable(flat):
+            keys = torch.empty(n_q * width, HEAD_DIM, dtype=torch.bfloat16, device=q.device)
+            bf16_key_decode.launch(flat, decode_slots, keys, variant)
+            return SdpaCall(q4=q4, keys=keys.view(n_q, 1, width, HEAD_DIM), bias=bias, scale=float(softmax_scale), no_key=no_key)
     whole = None if dequant_cache is None else dequant_cache.get(kv_cache, n_q * width)
     if whole is not None:
         keys = whole.index_select(0, row_index).view(n_q, 1, width, HEAD_DIM)
     else:
         keys = gather_rows(indices, indptr, kv_cache, multiple=KEY_MULTIPLE, layout=layout).keys.view(n_q, 1, width, HEAD_DIM)
-    q4 = aligned(q.contiguous()).view(n_q, 1, heads, q.shape[-1])
     return SdpaCall(q4=q4, keys=keys, bias=bias, scale=float(softmax_scale), no_key=no_key)
 
 
@@ -184,7 +198,8 @@ def run_torch_sdpa(
 
 def torch_sdpa_backend() -> Backend:
     """The `torch-sdpa` backend (CUDA devices: see LIMITS for why not the CPU path); it keeps the
-    index layout per index tensors and the dequantised cache per cache tensor, as a server would."""
+    index layout per index tensors, as a server would, and, where the fused key decode is not
+    available, the dequantised cache per cache tensor."""
     layout_cache = LayoutCache()
     dequant_cache = DequantCache()
 

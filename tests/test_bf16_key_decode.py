@@ -1,7 +1,7 @@
 """kernel.backends.bf16_key_decode: the fused gather-and-decode gives the torch path's bf16 keys
-(run by Triton's CPU interpreter where Triton is installed, on the device where CUDA is), the
-switch and the device gate keep the torch path elsewhere, and the torch-sdpa adapter gives the
-same bits through either path.
+(run by Triton's CPU interpreter where Triton is installed, on the device where CUDA is), and the
+switch and the device gate keep the torch path elsewhere (the torch-sdpa adapter's bits through
+either path: tests/test_dequant_cache.py).
 
 Under the interpreter NaN results carry numpy's payloads, not the GPU's: keys are compared bit
 for bit except that NaN only has to meet NaN (on CUDA self_check requires every bit before the
@@ -84,36 +84,3 @@ def test_kernel_gives_the_torch_decode_on_the_probe(monkeypatch: pytest.MonkeyPa
 def test_self_check_on_the_device(variant: str) -> None:
     """Every bit of the probe on this GPU, per variant (where one fails, available() skips it)."""
     assert bkd.self_check(torch.device("cuda"), variant)
-
-
-@needs_cuda
-def test_sdpa_adapter_same_bits_through_either_key_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernel.backends.torch_sdpa import run_torch_sdpa
-    from strategies.materialize import materialize
-    from strategies.recipe import Recipe
-
-    recipes = [
-        Recipe(seed=1, n_q=5, heads=4, row_lengths=(0, 7, -3, 200, 65), cache_rows=64, stream_offset=3),
-        Recipe(
-            seed=2,
-            n_q=4,
-            heads=3,
-            row_lengths=(130, 40, 0, 300),
-            cache_rows=1024,
-            invalid_pattern="scattered",
-            invalid_permille=300,
-            has_invalid=True,
-        ),
-        Recipe(seed=4, n_q=3, heads=16, row_lengths=(100, 33, 128), cache_rows=20000, index_pattern="duplicates", softmax_scale=-0.05),
-    ]
-    if bkd.available(torch.device("cuda")) is None:
-        pytest.skip("the fused decode did not pass its self-check on this device")
-    for recipe in recipes:
-        p = materialize(recipe, "cuda")
-        args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
-        fused = run_torch_sdpa(*args, has_invalid=p.has_invalid, return_lse=True)
-        monkeypatch.setenv(bkd.ENV_SWITCH, "0")
-        plain = run_torch_sdpa(*args, has_invalid=p.has_invalid, return_lse=True)
-        monkeypatch.delenv(bkd.ENV_SWITCH)
-        assert torch.equal(fused[0].view(torch.int16), plain[0].view(torch.int16))
-        assert torch.equal(fused[1].view(torch.int32), plain[1].view(torch.int32))

@@ -1,5 +1,6 @@
 """The dequantised-cache path of the bf16-KV adapters (kernel.backends.dequant_cache): the same
-bits as the per-slot gather, kept only while the cache is unchanged, and no host sync."""
+bits as the per-slot gather, kept only while the cache is unchanged, and no host sync; on CUDA
+the torch-sdpa adapter's fused key decode (kernel.backends.bf16_key_decode) gives the same bits."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernel.backends import bf16_key_decode
 from kernel.backends.dequant_cache import DequantCache, dequantise_whole
 from kernel.backends.flashmla import LayoutCache
 from kernel.backends.flashmla_prefill import prepare_prefill
@@ -77,6 +79,19 @@ def test_sdpa_whole_cache_same_bits(recipe: Recipe) -> None:
         out, lse = run_torch_sdpa(*args, has_invalid=p.has_invalid, return_lse=True, dequant_cache=cache, layout_cache=LayoutCache())
         assert torch.equal(_bits(out), _bits(base_out)) and torch.equal(_bits(lse), _bits(base_lse))
     assert cache.builds == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: f"seed{r.seed}")
+def test_sdpa_same_bits_through_the_fused_key_decode(recipe: Recipe, monkeypatch: pytest.MonkeyPatch) -> None:
+    if bf16_key_decode.available(torch.device("cuda")) is None:
+        pytest.skip("the fused decode did not pass its self-check on this device")
+    p = materialize(recipe, "cuda")
+    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    fused_out, fused_lse = run_torch_sdpa(*args, has_invalid=p.has_invalid, return_lse=True)
+    monkeypatch.setenv(bf16_key_decode.ENV_SWITCH, "0")
+    out, lse = run_torch_sdpa(*args, has_invalid=p.has_invalid, return_lse=True)
+    assert torch.equal(_bits(fused_out), _bits(out)) and torch.equal(_bits(fused_lse), _bits(lse))
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: f"seed{r.seed}")

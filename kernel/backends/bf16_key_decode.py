@@ -67,8 +67,8 @@ def _kernel(interpret: bool) -> Callable[..., object]:
                 value = tl.where((c & 0x7F) == 0x7F, float("nan"), value)
             else:
                 value = code.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-            # f32 -> bf16 (nearest, ties to even) by integer steps, twice: Triton's CPU interpreter
-            # converts by truncation, the integer steps round as the device does
+            # f32 -> bf16 (nearest, ties to even) by integer steps, twice (kernel.fp8.round_f32_to_bf16's
+            # bias trick): Triton's CPU interpreter converts by truncation, the integer steps round as the device does
             scale32 = tl.load(scale_ptr + (record // 4 + 128 + g), mask=valid, other=0.0)
             sbits = scale32.to(tl.int32, bitcast=True)
             sbits = (sbits + (0x7FFF + ((sbits >> 16) & 1))) & -65536  # bf16(scale) as the top half of an f32

@@ -135,33 +135,35 @@ def prepare_sdpa(
     or when it declines, the records are gathered and dequantised per slot. The same bits."""
     n_q, heads, _ = q.shape
     kv_rows = kv_cache.numel() // RECORD_BYTES
+    variant = bf16_key_decode.available(q.device) if q.device.type == "cuda" else None
+    flat = kv_cache.reshape(-1, RECORD_BYTES) if variant is not None else None
+    fused = flat is not None and bf16_key_decode.usable(flat)
 
-    def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
         layout = row_layout(indices, indptr, multiple=KEY_MULTIPLE)
         ninf = torch.full((), float("-inf"), dtype=torch.bfloat16, device=q.device)
         zero = torch.zeros((), dtype=torch.bfloat16, device=q.device)
         bias = torch.where(layout.valid, zero, ninf).view(n_q, 1, 1, layout.width).expand(n_q, 1, heads, layout.width).contiguous()
         valid = layout.valid.view(-1)
-        row_index = torch.where(valid, layout.slots, kv_rows)  # the +0 row for an empty slot
-        decode_slots = torch.where(valid, layout.slots.to(torch.int64), -1)  # -1: a +0 key
-        return layout, bias, ~layout.valid.any(dim=1), row_index, decode_slots
+        # the record each key reads; an empty slot's +0 key: -1 for the fused decode, else the whole cache's +0 row
+        key_rows = torch.where(valid, layout.slots.to(torch.int64), -1) if fused else torch.where(valid, layout.slots, kv_rows)
+        return layout, bias, ~layout.valid.any(dim=1), key_rows
 
-    params = (NAME, heads, kv_rows)
-    layout, bias, no_key, row_index, decode_slots = build() if layout_cache is None else layout_cache.get(indices, indptr, params, build)
+    params = (NAME, heads, kv_rows, fused)
+    layout, bias, no_key, key_rows = build() if layout_cache is None else layout_cache.get(indices, indptr, params, build)
     width = layout.width
-    q4 = aligned(q.contiguous()).view(n_q, 1, heads, q.shape[-1])
-    variant = bf16_key_decode.available(q.device) if q.device.type == "cuda" else None
-    if variant is not None:
-        flat = kv_cache.reshape(-1, RECORD_BYTES)
-        if bf16_key_decode.usable(flat):
-            keys = torch.empty(n_q * width, HEAD_DIM, dtype=torch.bfloat16, device=q.device)
-            bf16_key_decode.launch(flat, decode_slots, keys, variant)
-            return SdpaCall(q4=q4, keys=keys.view(n_q, 1, width, HEAD_DIM), bias=bias, scale=float(softmax_scale), no_key=no_key)
-    whole = None if dequant_cache is None else dequant_cache.get(kv_cache, n_q * width)
-    if whole is not None:
-        keys = whole.index_select(0, row_index).view(n_q, 1, width, HEAD_DIM)
+    if fused:
+        assert flat is not None and variant is not None  # what fused means
+        keys = torch.empty(n_q * width, HEAD_DIM, dtype=torch.bfloat16, device=q.device)
+        bf16_key_decode.launch(flat, key_rows, keys, variant)
+        keys = keys.view(n_q, 1, width, HEAD_DIM)
     else:
-        keys = gather_rows(indices, indptr, kv_cache, multiple=KEY_MULTIPLE, layout=layout).keys.view(n_q, 1, width, HEAD_DIM)
+        whole = None if dequant_cache is None else dequant_cache.get(kv_cache, n_q * width)
+        if whole is not None:
+            keys = whole.index_select(0, key_rows).view(n_q, 1, width, HEAD_DIM)
+        else:
+            keys = gather_rows(indices, indptr, kv_cache, multiple=KEY_MULTIPLE, layout=layout).keys.view(n_q, 1, width, HEAD_DIM)
+    q4 = aligned(q.contiguous()).view(n_q, 1, heads, q.shape[-1])
     return SdpaCall(q4=q4, keys=keys, bias=bias, scale=float(softmax_scale), no_key=no_key)
 
 

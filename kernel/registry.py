@@ -1,13 +1,28 @@
-"""Backend catalogue: `resolve(name)` turns a kernel name into a `Backend` with the contract.
+"""Backend catalogue: `resolve(spec)` turns a kernel spec into a `Backend` with the contract.
 
-Built-in names: `emulated` (the gfx950 algorithm in torch, any device), `flydsl` (the FlyDSL
-gfx950 kernel, MI355X only), `flashmla` (FlashMLA's Hopper sparse fp8 decode), `flashmla-prefill`
-(FlashMLA's Hopper sparse prefill over bf16 KV), `torch-sdpa` (PyTorch's fused SDPA kernels),
-`sglang-decode` (sglang's Triton MLA decode), `vllm-decode` (vLLM's Triton MLA decode), `vllm-sparse`
-(vLLM's Triton bf16 sparse MLA). Any other name of
-the form `package.module:attr` imports that attribute: either a `Backend`, or a plain callable
-with the contract, which may carry attributes `profile` (the numerics profile it declares), `devices`
-(device types), `max_heads`, `head_counts` and `limits`.
+A kernel spec is one of:
+- a built-in name, one of BUILTINS (the table below: name, the module and factory that build it,
+  a one-line description); `builtin_lines()` lists them for help texts;
+- `isa:PATH.s:SPEC.toml` (or `isa:@CONFIG:SPEC.toml`): a compiled gfx950 kernel on the ISA
+  interpreter (kernel.isa.contract_spec);
+- `package.module:attr`: the attribute `attr` of an importable module;
+- `path/to/my_kernel.py:attr`: the attribute `attr` of a Python file, absolute or relative to the
+  working directory (a spec is a file path when the part before its last `:` contains a path
+  separator or ends in `.py`). The file is loaded under a module name derived from its absolute
+  path (`<stem>_<hash>`, so two files of one name never collide and no installed module is
+  shadowed), with its folder first on sys.path while it executes, so its own
+  `import sibling` finds the files beside it; loading the same file again gives the same module
+  (sys.modules).
+
+The attribute is either a `Backend`, or a plain callable with the contract, which may carry
+attributes `profile` (the numerics profile it declares), `devices` (device types), `max_heads`,
+`head_counts` and `limits`. Every refusal is a BackendUnavailable with one line naming the
+problem: an unknown name gets the closest built-in names, a missing attribute the module's
+closest attribute names, a missing file / a folder / a non-.py file say so.
+
+`portable_spec(spec)` and `portable_env(spec)` give a spec (and the environment it needs) that
+resolves in a fresh process started from any working directory: what a printed rerun command
+must carry.
 
 This module imports the backends (lazily, so a backend's optional dependencies load only when it
 is named); no backend imports it.
@@ -15,23 +30,86 @@ is named); no backend imports it.
 
 from __future__ import annotations
 
+import difflib
+import functools
+import hashlib
 import importlib
+import importlib.machinery
+import importlib.util
 import inspect
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 from kernel.backend import Backend, BackendUnavailable, gfx950_available
 from kernel.contract import MAX_HEADS
 
-BUILTIN_NAMES = (
-    "emulated",
-    "flydsl",
-    "flydsl-isa",
-    "flashmla",
-    "flashmla-prefill",
-    "torch-sdpa",
-    "sglang-decode",
-    "vllm-decode",
-    "vllm-sparse",
-)
+
+@dataclass(frozen=True)
+class BuiltinKernel:
+    """One built-in kernel: its spec name, the module and zero-argument factory that build its
+    Backend (raising BackendUnavailable with the reason where it cannot run), a one-line description."""
+
+    name: str
+    module: str
+    factory: str
+    description: str
+
+
+BUILTINS: dict[str, BuiltinKernel] = {
+    k.name: k
+    for k in (
+        BuiltinKernel("emulated", "kernel.backends.emulated", "emulated_backend", "the gfx950 kernel's algorithm in torch (any device)"),
+        BuiltinKernel("flydsl", "kernel.backends.flydsl.host", "flydsl_backend", "the project's FlyDSL gfx950 kernel (MI355X only)"),
+        BuiltinKernel(
+            "flydsl-isa", "kernel.backends.flydsl_isa", "flydsl_isa_backend", "the compiled FlyDSL kernel on the ISA interpreter (CPU)"
+        ),
+        BuiltinKernel("flashmla", "kernel.backends.flashmla", "flashmla_backend", "FlashMLA's sparse fp8 decode (sgl-flash-mla, SM90)"),
+        BuiltinKernel(
+            "flashmla-prefill",
+            "kernel.backends.flashmla_prefill",
+            "flashmla_prefill_backend",
+            "FlashMLA's sparse prefill over bf16 keys (sgl-flash-mla, SM90)",
+        ),
+        BuiltinKernel(
+            "torch-sdpa", "kernel.backends.torch_sdpa", "torch_sdpa_backend", "PyTorch's fused SDPA kernels over dequantised keys"
+        ),
+        BuiltinKernel("sglang-decode", "kernel.backends.sglang_decode", "sglang_decode_backend", "sglang's Triton MLA decode (CUDA)"),
+        BuiltinKernel("vllm-decode", "kernel.backends.vllm_decode", "vllm_decode_backend", "vLLM's Triton MLA decode (CUDA)"),
+        BuiltinKernel("vllm-sparse", "kernel.backends.vllm_sparse", "vllm_sparse_backend", "vLLM's Triton bf16 sparse MLA (CUDA)"),
+    )
+}
+BUILTIN_NAMES: tuple[str, ...] = tuple(BUILTINS)
+ISA_PREFIX = "isa:"  # a compiled kernel on the ISA interpreter, per a launch spec (kernel/isa/contract_spec.py)
+OTHER_FORMS = "package.module:attr or path/to/file.py:attr"
+
+
+def builtin_lines() -> list[str]:
+    """One line per built-in kernel, `name  description`, aligned: for help texts."""
+    width = max(len(name) for name in BUILTINS)
+    return [f"{k.name:<{width}}  {k.description}" for k in BUILTINS.values()]
+
+
+def kernel_spec_help(default: str = "") -> str:
+    """A `--kernel` option's help: every built-in name and the other spec forms (`default`: what
+    applies when the option is not given, appended as '(default: ...)')."""
+    text = f"kernel: a built-in name ({', '.join(BUILTIN_NAMES)}), {OTHER_FORMS}"
+    return f"{text} (default: {default})" if default else text
+
+
+def _close(word: str, candidates: list[str] | tuple[str, ...]) -> list[str]:
+    return difflib.get_close_matches(word, list(candidates), n=3, cutoff=0.6)
+
+
+def _did_you_mean(word: str, candidates: list[str] | tuple[str, ...], lead: str = " ") -> str:
+    """`lead` + 'did you mean A or B?' for the closest candidates (difflib), '' when none is close."""
+    close = _close(word, candidates)
+    return f"{lead}did you mean {' or '.join(close)}?" if close else ""
 
 
 def _wrap_external(spec: str, obj: object) -> Backend:
@@ -61,7 +139,7 @@ def _wrap_external(spec: str, obj: object) -> Backend:
 
 
 def _raised_at(err: BaseException) -> str:
-    """" (FILE, line N)" of the innermost source frame that raised `err` (not importlib's own)."""
+    """ " (FILE, line N)" of the innermost source frame that raised `err` (not importlib's own)."""
     import traceback
 
     skip = (__file__, importlib.__file__)
@@ -69,78 +147,224 @@ def _raised_at(err: BaseException) -> str:
     return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
 
 
+def _import_failure(what: str, spec: str, err: BaseException) -> BackendUnavailable:
+    """The one-line refusal for a user's module or file that failed while importing."""
+    if isinstance(err, SyntaxError):
+        return BackendUnavailable(f"cannot import {what} for kernel {spec!r}: syntax error in {err.filename}, line {err.lineno}: {err.msg}")
+    if isinstance(err, ImportError):
+        return BackendUnavailable(f"cannot import {what} for kernel {spec!r}: {err}{_raised_at(err)}")
+    return BackendUnavailable(f"cannot import {what} for kernel {spec!r}: {type(err).__name__} at import: {err}{_raised_at(err)}")
+
+
+def _attribute(module: ModuleType, attr: str, where: str) -> object:
+    """module.attr; BackendUnavailable naming `where` and the module's closest attribute names."""
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        names = [n for n in dir(module) if not n.startswith("__")]
+        raise BackendUnavailable(f"{where} has no attribute {attr!r}{_did_you_mean(attr, names, '; ')}") from None
+
+
+def is_file_spec(spec: str) -> bool:
+    """Whether `spec` names a Python file (`path/to/file.py:attr`, see the module docstring)."""
+    if spec.startswith(ISA_PREFIX) or ":" not in spec:
+        return False
+    left = spec.rpartition(":")[0]
+    return left.endswith(".py") or "/" in left or os.sep in left
+
+
+def _split_file_spec(spec: str) -> tuple[Path, str]:
+    """(the file, relative to the working directory when not absolute; the attribute name)."""
+    left, _, attr = spec.rpartition(":")
+    if not left or not attr:
+        raise BackendUnavailable(f"kernel {spec!r}: expected path/to/file.py:attr with both parts non-empty")
+    return Path(left).expanduser(), attr
+
+
+def file_module_name(path: Path) -> str:
+    """The module name a kernel file is loaded under: its stem (made an identifier) and a hash of
+    its resolved path."""
+    resolved = path.resolve()
+    stem = re.sub(r"\W", "_", resolved.stem) or "kernel"
+    return f"{stem}_{hashlib.sha256(str(resolved).encode()).hexdigest()[:12]}"
+
+
+def load_kernel_file(path: Path, spec: str) -> ModuleType:
+    """The module of Python file `path` (see the module docstring); BackendUnavailable (one line)
+    for a missing file, a folder, a non-.py file, or a file that fails to import."""
+    if not path.exists():
+        raise BackendUnavailable(f"kernel {spec!r}: no such file: {path} (a path is relative to the working directory {os.getcwd()})")
+    if path.is_dir():
+        raise BackendUnavailable(f"kernel {spec!r}: {path} is a folder; give a Python file: path/to/file.py:attr")
+    if path.suffix != ".py":
+        raise BackendUnavailable(f"kernel {spec!r}: {path} is not a Python file (.py)")
+    resolved = path.resolve()
+    name = file_module_name(resolved)
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__file__", None) == str(resolved):
+        return loaded
+    module_spec = importlib.util.spec_from_file_location(name, resolved)
+    if module_spec is None or module_spec.loader is None:
+        raise BackendUnavailable(f"kernel {spec!r}: {path} cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    folder = str(resolved.parent)
+    sys.modules[name] = module
+    sys.path.insert(0, folder)
+    try:
+        module_spec.loader.exec_module(module)
+    except BaseException as err:
+        sys.modules.pop(name, None)
+        if isinstance(err, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise _import_failure(str(path), spec, err) from err
+    finally:
+        if folder in sys.path:
+            sys.path.remove(folder)
+    return module
+
+
+def _resolve_file(spec: str) -> Backend:
+    path, attr = _split_file_spec(spec)
+    module = load_kernel_file(path, spec)
+    return _wrap_external(spec, _attribute(module, attr, f"file {str(path)!r}"))
+
+
+def _resolve_module(spec: str) -> Backend:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise BackendUnavailable(f"kernel {spec!r}: expected package.module:attr with both parts non-empty")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - any failure while importing the user's module is a usage error
+        if isinstance(err, ModuleNotFoundError) and Path(module_name).exists():  # a file or folder meant as one
+            load_kernel_file(Path(module_name), spec)
+        raise _import_failure(repr(module_name), spec, err) from err
+    return _wrap_external(spec, _attribute(module, attr, f"module {module_name!r}"))
+
+
+def unknown_kernel_message(name: str) -> str:
+    """The one line for a spec that is no built-in name and no other form (closest names first)."""
+    hint = _did_you_mean(name, BUILTIN_NAMES)
+    if name.endswith(".py") or "/" in name:
+        hint = f" a file needs the attribute to test: {name}:ATTR;{hint}"
+    return f"unknown kernel {name!r}:{hint} built-in kernels: {', '.join(BUILTIN_NAMES)}; or {OTHER_FORMS}"
+
+
 def resolve(name: str) -> Backend:
-    """The backend called `name` (built-in or `package.module:attr`); BackendUnavailable says why not.
+    """The backend of kernel spec `name` (module docstring); BackendUnavailable says why not.
 
     The backend's `profile` is what the kernel declares (None for a callable that declares none);
     choosing the numerics a run judges by, an override included, is the caller's job
     (conformance.judging.target.build_target)."""
-    if name == "emulated":
-        from kernel.backends.emulated import emulated_backend
-
-        backend = emulated_backend()
-    elif name == "flydsl":
-        from kernel.backends.flydsl.host import flydsl_backend
-
-        backend = flydsl_backend()
-    elif name == "flydsl-isa":
-        from kernel.backends.flydsl_isa import flydsl_isa_backend
-
-        backend = flydsl_isa_backend()
-    elif name == "flashmla":
-        from kernel.backends.flashmla import flashmla_backend
-
-        backend = flashmla_backend()
-    elif name == "flashmla-prefill":
-        from kernel.backends.flashmla_prefill import flashmla_prefill_backend
-
-        backend = flashmla_prefill_backend()
-    elif name == "torch-sdpa":
-        from kernel.backends.torch_sdpa import torch_sdpa_backend
-
-        backend = torch_sdpa_backend()
-    elif name == "sglang-decode":
-        from kernel.backends.sglang_decode import sglang_decode_backend
-
-        backend = sglang_decode_backend()
-    elif name == "vllm-decode":
-        from kernel.backends.vllm_decode import vllm_decode_backend
-
-        backend = vllm_decode_backend()
-    elif name == "vllm-sparse":
-        from kernel.backends.vllm_sparse import vllm_sparse_backend
-
-        backend = vllm_sparse_backend()
-    elif name.startswith("isa:"):  # a compiled kernel on the ISA interpreter, per a launch spec (kernel/isa/contract_spec.py)
+    builtin = BUILTINS.get(name)
+    if builtin is not None:
+        return getattr(importlib.import_module(builtin.module), builtin.factory)()
+    if name.startswith(ISA_PREFIX):
         from kernel.isa.contract_spec import isa_contract_backend
 
-        backend = isa_contract_backend(name)
-    elif ":" in name:
-        module_name, _, attr = name.partition(":")
-        if not module_name or not attr:
-            raise BackendUnavailable(f"kernel {name!r}: expected package.module:attr with both parts non-empty")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as err:
-            raise BackendUnavailable(f"cannot import {module_name!r} for kernel {name!r}: {err}{_raised_at(err)}") from err
-        except SyntaxError as err:
-            raise BackendUnavailable(
-                f"cannot import {module_name!r} for kernel {name!r}: syntax error in {err.filename}, line {err.lineno}: {err.msg}"
-            ) from err
-        except Exception as err:  # noqa: BLE001 - any failure while importing the user's module is a usage error
-            raise BackendUnavailable(
-                f"cannot import {module_name!r} for kernel {name!r}: {type(err).__name__} at import: {err}{_raised_at(err)}"
-            ) from err
-        try:
-            obj = getattr(module, attr)
-        except AttributeError as err:
-            raise BackendUnavailable(f"module {module_name!r} has no attribute {attr!r}") from err
-        return _wrap_external(name, obj)
-    else:
-        raise BackendUnavailable(f"unknown kernel {name!r}: use one of {', '.join(BUILTIN_NAMES)} or package.module:attr")
-    return backend
+        return isa_contract_backend(name)
+    if is_file_spec(name):
+        return _resolve_file(name)
+    if ":" in name:
+        return _resolve_module(name)
+    raise BackendUnavailable(unknown_kernel_message(name))
 
 
 def default_kernel_name() -> str:
     """The suite's default kernel for this machine: `flydsl` on gfx950, else `emulated`."""
     return "flydsl" if gfx950_available() else "emulated"
+
+
+# ---------------------------------------------------------------------------------------------
+# Specs that resolve in a fresh process from any working directory
+
+
+def _module_location(spec: importlib.machinery.ModuleSpec | None) -> str:
+    """Where a top-level module's spec points: its file, or its package folder (namespace
+    packages); "" for none or a built-in module."""
+    if spec is None:
+        return ""
+    if spec.origin and spec.origin not in ("built-in", "frozen"):
+        return str(Path(spec.origin).resolve())
+    locations = list(spec.submodule_search_locations or [])
+    return str(Path(locations[0]).resolve()) if locations else ""
+
+
+@functools.lru_cache(maxsize=64)
+def _fresh_location(top: str) -> str:
+    """Where a fresh interpreter (this one's executable, PYTHONPATH unset, started in an empty
+    folder) finds top-level module `top`: _module_location of its spec, "" when it finds none."""
+    code = (
+        "import importlib.util, pathlib, sys\n"
+        "s = importlib.util.find_spec(sys.argv[1])\n"
+        "o = s and (s.origin if s.origin not in (None, 'built-in', 'frozen') else (list(s.submodule_search_locations or []) or [''])[0])\n"
+        "print(str(pathlib.Path(o).resolve()) if o else '')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONSAFEPATH")}
+    with tempfile.TemporaryDirectory(prefix="conformance-fresh-") as empty:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, top], cwd=empty, env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+@dataclass(frozen=True)
+class _Portable:
+    spec: str
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def _portable(name: str) -> _Portable:
+    if name in BUILTINS or name.startswith(ISA_PREFIX) or ":" not in name:
+        return _Portable(name)
+    if is_file_spec(name):
+        left, _, attr = name.rpartition(":")
+        return _Portable(f"{os.path.abspath(os.path.expanduser(left))}:{attr}")
+    module_name, _, attr = name.partition(":")
+    top = module_name.split(".")[0]
+    try:
+        here = _module_location(importlib.util.find_spec(top))
+    except (ImportError, ValueError):
+        return _Portable(name)
+    if not here or _fresh_location(top) == here:
+        return _Portable(name)
+    location = Path(here)
+    if location.name == "__init__.py" or location.is_dir():  # a package: carry the folder above it
+        package_dir = location.parent if location.name == "__init__.py" else location
+        return _Portable(name, (("PYTHONPATH", str(package_dir.parent)),))
+    if module_name == top and location.suffix == ".py":  # a plain top-level module file
+        return _Portable(f"{location}:{attr}")
+    return _Portable(name, (("PYTHONPATH", str(location.parent)),))
+
+
+def portable_spec(name: str) -> str:
+    """A spec for the kernel `name` that resolves from any working directory in a fresh process
+    (with portable_env(name) set): built-in names and `isa:` specs unchanged; a file-path spec
+    made absolute; a `module:attr` whose top-level module a fresh interpreter would not find where
+    this one did (it came from the working directory, PYTHONPATH or a folder pytest put on
+    sys.path) becomes `/abs/file.py:attr` for a plain top-level module file, and stays
+    `module:attr` otherwise (portable_env carries its folder); any other spec unchanged."""
+    return _portable(name).spec
+
+
+def portable_env(name: str) -> dict[str, str]:
+    """The environment variables a fresh process needs to resolve portable_spec(name): {} or
+    {"PYTHONPATH": "<absolute folder>"} (the folder a package of a `module:attr` spec was found in)."""
+    return dict(_portable(name).env)
+
+
+__all__ = [
+    "BUILTINS",
+    "BUILTIN_NAMES",
+    "BuiltinKernel",
+    "builtin_lines",
+    "default_kernel_name",
+    "file_module_name",
+    "is_file_spec",
+    "kernel_spec_help",
+    "load_kernel_file",
+    "portable_env",
+    "portable_spec",
+    "resolve",
+    "unknown_kernel_message",
+]

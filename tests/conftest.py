@@ -4,12 +4,17 @@ with `xdist_group` marks: with `-n`, they are scheduled `--dist loadgroup` unles
 takes its share of the cores as torch threads (conformance.suite.threads), as suite workers do.
 
 Where Triton is installed on a machine without CUDA, Triton is imported once under its CPU
-interpreter before any test runs (_import_triton_for_the_interpreter)."""
+interpreter before any test runs (_import_triton_for_the_interpreter).
+
+Tests that judge kernels in this process write example records and pending entries; they go to a
+state folder of the session's own (a temporary folder the controller makes and its workers
+inherit, unless $CONFORMANCE_DIR is set), never into the checkout's `.conformance/`."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import tempfile
 
 import pytest
 
@@ -48,8 +53,33 @@ def _import_triton_for_the_interpreter() -> None:
             os.environ["TRITON_INTERPRET"] = before
 
 
+def _private_state_folder() -> None:
+    """Controller (or the only process): $CONFORMANCE_DIR and $CONFORMANCE_PENDING_DIR in a fresh
+    temporary folder, inherited by the xdist workers; left alone when the user set them."""
+    from conformance.durability.state import PENDING_ENV, STATE_DIR_ENV
+
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None or os.environ.get(STATE_DIR_ENV):
+        return
+    folder = tempfile.mkdtemp(prefix="conformance-tests-")
+    os.environ[STATE_DIR_ENV] = folder
+    os.environ.setdefault(PENDING_ENV, os.path.join(folder, "pending"))
+    _MADE.append(folder)
+
+
+_MADE: list[str] = []
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the state folder _private_state_folder made (controller only)."""
+    import shutil
+
+    while _MADE:
+        shutil.rmtree(_MADE.pop(), ignore_errors=True)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from conformance.suite.threads import share_cores_among_workers
 
+    _private_state_folder()
     share_cores_among_workers()
     _import_triton_for_the_interpreter()

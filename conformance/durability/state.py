@@ -5,9 +5,11 @@ Nothing here imports torch. Folders (none is created by the functions that name 
 - the state folder `$CONFORMANCE_DIR` (default `.conformance/`): `runs/<run id>/` per run, each
   holding write-ahead files, example records, failure and crash logs, the session marker and
   the run report;
-- the reviewed corpus `conformance/corpus/` (shipped with the package);
-- the pending corpus `$CONFORMANCE_PENDING_DIR` (default `conformance/corpus/pending/`), where
-  failing and crashing recipes are saved for review.
+- the reviewed corpus `conformance/corpus/` (shipped with the package, read only);
+- the pending folder `$CONFORMANCE_PENDING_DIR` (default `<state folder>/pending/`), where failing
+  and crashing recipes are saved for review, one sub-folder per kernel (`kernel_pending_dir`):
+  failures of a user's kernel stay in the folder the user works in, never inside the installed
+  package, and recipes of different kernels are never mixed.
 The run id `$CONFORMANCE_RUN_ID` is set by the session that owns the run (the pytest controller,
 `fuzz`, ...) and inherited by its workers.
 """
@@ -15,6 +17,7 @@ The run id `$CONFORMANCE_RUN_ID` is set by the session that owns the run (the py
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -57,16 +60,37 @@ def check_state_dir() -> Path:
         probe.unlink()
     except OSError as err:
         reason = err.strerror or type(err).__name__
-        raise StateDirError(
-            f"state folder {root} is not usable ({reason}; {where}): set ${STATE_DIR_ENV} to a writable folder"
-        ) from None
+        raise StateDirError(f"state folder {root} is not usable ({reason}; {where}): set ${STATE_DIR_ENV} to a writable folder") from None
     return root
 
 
 def pending_dir() -> Path:
-    """Where captured entries go: $CONFORMANCE_PENDING_DIR, else conformance/corpus/pending."""
+    """The pending folder (all kernels): $CONFORMANCE_PENDING_DIR, else <state folder>/pending."""
     value = os.environ.get(PENDING_ENV)
-    return Path(value) if value else CORPUS_DIR / "pending"
+    return Path(value) if value else state_dir() / "pending"
+
+
+_SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def kernel_slug(kernel: str) -> str:
+    """A folder name for a kernel spec: `pkg.mod:attr` -> `pkg.mod-attr`; a file-path spec
+    `dir/my_kernel.py:fn` -> `my_kernel-fn-<8 hex digits of its absolute path>` (two files of one
+    name in different folders stay apart); built-in names as they are. At most 100 characters."""
+    text = kernel.strip() or "default"
+    module, sep, attr = text.rpartition(":")
+    if sep and module.endswith(".py") and not text.startswith("isa:"):
+        import hashlib
+
+        where = hashlib.sha256(str(Path(module).expanduser().resolve()).encode()).hexdigest()[:8]
+        text = f"{Path(module).stem}-{attr}-{where}"
+    slug = _SLUG_UNSAFE.sub("-", text).strip("-.") or "kernel"
+    return slug[:100]
+
+
+def kernel_pending_dir(kernel: str) -> Path:
+    """Where a kernel's captured entries go: pending_dir() / kernel_slug(kernel) (not created)."""
+    return pending_dir() / kernel_slug(kernel)
 
 
 def worker_id() -> str:

@@ -2,18 +2,22 @@
 
 Kernel calls have no deadline (the first call may compile). Select with
 `pytest --hypothesis-profile NAME`; with no choice, `ci` when the CI variable is set, else `dev`.
+Nothing a kernel engineer cannot act on is printed with a failure: no `@reproduce_failure` blob
+(a corpus entry replays the recipe without Hypothesis) and no explain phase ("lines always run
+by failing examples" describes the suite's code, not the kernel's).
 """
 
 from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 _COMMON = {
     "deadline": None,
     "suppress_health_check": (HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much),
-    "print_blob": True,
+    "print_blob": False,
+    "phases": tuple(p for p in Phase if p is not Phase.explain),
 }
 
 PROFILES = {

@@ -44,11 +44,13 @@ def visible_gpus() -> tuple[list[str], str]:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """`-n auto`: one worker per visible GPU (times --workers-per-gpu); CPU count otherwise."""
+    """`-n auto`: one worker per visible GPU (times --conformance-workers-per-gpu); CPU count otherwise."""
     gpus, _ = visible_gpus()
     if not gpus:
         return None
-    return len(gpus) * max(1, config.getoption("--workers-per-gpu"))
+    from conformance.suite import options
+
+    return len(gpus) * max(1, int(options.get(config, options.WORKERS_PER_GPU) or 1))
 
 
 def publish_gpus() -> None:

@@ -1,21 +1,32 @@
 """The suite's pytest plugin: options, the `target` fixture, failure capture.
 
 Registered through the `pytest11` entry point (`pip install` the project, then
-`pytest --pyargs conformance --kernel NAME` from any directory) and by the checkout's root
-conftest.py. Options:
-    --kernel NAME       backend to test (default: flydsl on gfx950, else emulated); built-in
-                        names or package.module:attr
-    --profile NAME      numerics profile for a kernel that declares none (or to override)
-    --device DEV        cpu | cuda (default: cuda when available and the kernel runs there)
-    --workers-per-gpu N with `-n auto`: xdist workers per visible GPU (default 1)
-    --no-capture-corpus do not save failing recipes to the pending corpus
-    --call-timeout S    seconds one kernel call may take (default 300; 0: no limit); a hung call
-                        fails its test with a "hung" entry, and under xdist ends its worker,
-                        which is replaced (conformance.durability.watchdog)
+`pytest --pyargs conformance --conformance-kernel NAME` from any directory) and by the checkout's
+root conftest.py. Every option is prefixed `--conformance-` (conformance.suite.options), so
+installing the package breaks no other pytest session:
+    --conformance-kernel NAME      backend to test (default: flydsl on gfx950, else emulated):
+                                   built-in names, package.module:attr or path/to/file.py:attr
+    --conformance-profile NAME     numerics profile for a kernel that declares none (or to override)
+    --conformance-device DEV       cpu | cuda (default: cuda when available and the kernel runs there)
+    --conformance-workers-per-gpu N
+                                   with `-n auto`: xdist workers per visible GPU (default 1)
+    --conformance-no-capture       do not save failing recipes to the pending folder
+    --conformance-call-timeout S   seconds one kernel call may take (default 300; 0: no limit); a
+                                   hung call fails its test with a "hung" entry, and under xdist
+                                   ends its worker, which is replaced (conformance.durability.watchdog)
+    --conformance-tracebacks       pytest's own report of every failing test instead of one
+                                   report per distinct failure (conformance.suite.failures)
 
 A kernel the user named that cannot be used here (unknown name, import error, no profile, bad
---profile or --device, a backend unavailable on this machine) is a usage error: the session
-stops before any test with one line naming the problem (exit 4).
+profile or device, a backend unavailable on this machine or whose own stack is unusable) is a
+usage error: the session stops before any test with one line naming the problem (exit 4).
+
+Failing recipes are saved, named by their content hash, to `.conformance/pending/<kernel>/` under
+the folder pytest was started from ($CONFORMANCE_PENDING_DIR moves the pending folder), never
+inside the installed package; the path is printed with the failure. A property whose every
+example was rejected (too large for this machine, out of device memory under load, a call the
+backend declares it does not take) is reported as not judged, with the reasons: a skip, never a
+failure of the kernel.
 
 Crash containment under xdist: a worker that dies (GPU fault, abort, SIGKILL, a hang past the
 hard limit) fails the one test it was running, its in-flight recipe becomes a crash entry, and a
@@ -24,15 +35,12 @@ lifts xdist's cap on worker restarts, since worker replacement under grouped sch
 (`--dist loadgroup`) can hang or abort the session (pytest-xdist issues); cases that must not
 run concurrently (caches over 4 GiB) take a machine-wide lock instead (conformance.suite.locks).
 
-GPU pinning per worker: conformance.suite.gpus. Crash recovery and the run report:
-conformance.suite.session. The recipe a failing property test's exception carries (a check's
-JudgedRecipe, see conformance.judging.target.judging) is saved as a pending corpus entry named by its content hash
-and logged to `<run>/failures-<worker>.jsonl` for the run report.
+GPU pinning per worker: conformance.suite.gpus. Crash recovery, the run report and the terminal
+summary: conformance.suite.session and conformance.suite.failures.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -49,15 +57,15 @@ from conformance.durability.state import (
     StateDirError,
     check_state_dir,
     current_run_dir,
+    kernel_pending_dir,
     new_run_id,
-    pending_dir,
     run_dir,
     worker_id,
 )
 from conformance.judging.hypothesis_profiles import register_profiles
 from conformance.judging.target import Target, TargetError, build_target, judged_recipe
-from conformance.suite import gpus, threads
-from conformance.suite.activation import suite_active
+from conformance.suite import failures, gpus, options, threads
+from conformance.suite.activation import suite_active, suite_run
 from conformance.suite.session import (  # noqa: F401 - hooks
     pytest_handlecrashitem,
     pytest_sessionfinish,
@@ -67,33 +75,12 @@ from conformance.suite.session import (  # noqa: F401 - hooks
 )
 
 FAILURES_LOG = "failures-{worker}.jsonl"
+NOT_JUDGED_LOG = "not-judged-{worker}.jsonl"
 MAX_WORKER_RESTARTS = 10_000
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("conformance", "sparse MLA conformance suite")
-    group.addoption("--kernel", default=None, help="kernel under test: emulated, flydsl, flashmla or package.module:attr")
-    group.addoption("--profile", default=None, help="numerics profile of the kernel (overrides what it declares)")
-    group.addoption("--device", default=None, help="device to run on: cpu or cuda (default: cuda when available)")
-    group.addoption("--workers-per-gpu", type=int, default=1, help="with -n auto on a GPU machine: xdist workers per GPU")
-    group.addoption("--no-capture-corpus", action="store_true", help="do not save failing recipes to conformance/corpus/pending")
-    group.addoption(
-        "--call-timeout",
-        type=_seconds,
-        default=None,
-        metavar="S",
-        help=f"seconds one kernel call may take (default {DEFAULT_CALL_TIMEOUT_S:g}; 0: no limit)",
-    )
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (0 <= value < float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text}")
-    return value
+    options.add_options(parser, DEFAULT_CALL_TIMEOUT_S)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -137,13 +124,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "huge_cache: cases with a KV cache larger than 4 GiB (one at a time per machine)")
     if not suite_active(config):
         return
-    timeout = config.getoption("--call-timeout")
+    timeout = options.get(config, options.CALL_TIMEOUT)
     if timeout is not None:
         os.environ[CALL_TIMEOUT_ENV] = repr(timeout)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is not None:
         gpus.pin_worker_gpu(worker)
         threads.share_cores_among_workers()
+        return
+    gpus.publish_gpus()
+    if not suite_run(config):
         return
     try:
         check_state_dir()
@@ -157,34 +147,49 @@ def pytest_configure(config: pytest.Config) -> None:
         # a session started from inside another one (a test running pytest) gets a run of its own
         os.environ.pop(RUN_ID_ENV)
     os.environ.setdefault(RUN_ID_ENV, new_run_id())
-    gpus.publish_gpus()
+    failures.configure_terminal(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    """The session header of a suite session: kernel, numerics profile, device, Hypothesis profile."""
-    if not suite_active(config) or hasattr(config, "workerinput"):
+    """The session header of a suite run: kernel, numerics profile, device, Hypothesis profile, and
+    where failing recipes are saved."""
+    if not suite_run(config) or hasattr(config, "workerinput"):
         return []
     from hypothesis import settings
 
-    named = config.getoption("--kernel")
+    named = options.get(config, options.KERNEL)
     try:
-        target = build_target(named, profile=config.getoption("--profile"), device=config.getoption("--device"), check_only=True)
+        target = build_target(
+            named, profile=options.get(config, options.PROFILE), device=options.get(config, options.DEVICE), check_only=True
+        )
         what = (
             f"kernel {target.name}{'' if named else ' (the default here)'}, numerics profile {target.profile.name}, device {target.device}"
         )
+        kernel = target.name
     except TargetError as err:
-        what = f"kernel {named or 'default'}: {err}"
+        what, kernel = f"kernel {named or 'default'}: {err}", named or "default"
     hypothesis = f"Hypothesis profile {settings.get_current_profile_name()!r} ({settings.default.max_examples} examples per property test)"
-    return [f"conformance: {what}; {hypothesis}"]
+    saved = (
+        "not saved (--conformance-no-capture)"
+        if options.get(config, options.NO_CAPTURE)
+        else f"saved to {_abs(kernel_pending_dir(kernel))}"
+    )
+    return [f"conformance: {what}; {hypothesis}", f"conformance: failing recipes {saved}"]
+
+
+def _abs(path: Any) -> str:
+    from pathlib import Path
+
+    return str(Path(path).absolute())
 
 
 def _check_target(config: pytest.Config) -> None:
     """Controller: a kernel, profile or device the user named that cannot be used is a usage error."""
-    named = [config.getoption(o) for o in ("--kernel", "--profile", "--device")]
+    named = [options.get(config, o) for o in options.TARGET_OPTIONS]
     if not any(named):
         return
     try:
-        build_target(*named[:1], profile=named[1], device=named[2], check_only=True)
+        build_target(named[0], profile=named[1], device=named[2], check_only=True)  # type: ignore[arg-type]
     except TargetError as err:
         raise pytest.UsageError(f"conformance: {err}") from None
 
@@ -193,9 +198,12 @@ def _check_target(config: pytest.Config) -> None:
 def target(request: pytest.FixtureRequest) -> Target:
     """The kernel under test (the machine's default when none is named); a kernel that cannot run
     here fails every test that needs it, with the reason."""
+    config = request.config
     try:
         return build_target(
-            request.config.getoption("--kernel"), profile=request.config.getoption("--profile"), device=request.config.getoption("--device")
+            options.get(config, options.KERNEL),  # type: ignore[arg-type]
+            profile=options.get(config, options.PROFILE),  # type: ignore[arg-type]
+            device=options.get(config, options.DEVICE),  # type: ignore[arg-type]
         )
     except TargetError as err:
         pytest.fail(f"conformance: {err}", pytrace=False)
@@ -207,12 +215,14 @@ PROGRESS_EVERY_S = 15.0
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
     """Suite sessions: a test running longer than PROGRESS_EVERY_S (many Hypothesis examples)
-    prints one line to stderr every PROGRESS_EVERY_S seconds with its kernel calls so far."""
+    prints one line to stderr every PROGRESS_EVERY_S seconds with its kernel calls so far; the
+    tally of rejected examples starts afresh."""
     if not suite_active(item.config):
         yield
         return
-    from conformance.judging import progress
+    from conformance.judging import progress, rejections
 
+    rejections.reset()
     progress.reset()
     progress.listen(_ProgressLine(item))
     try:
@@ -239,57 +249,87 @@ class _ProgressLine:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Suite runs: a property none of whose examples could be judged becomes a skip saying why
+    (not judged); a failure gets its finding (conformance.judging.finding), its recipe saved to the
+    kernel's pending folder and what the terminal summary needs in `report.user_properties`."""
     outcome = yield
     report = outcome.get_result()
-    if report.when != "call":
+    if report.when != "call" or not suite_run(item.config) or call.excinfo is None:
         return
-    judged = judged_recipe(call.excinfo.value if call.excinfo else None)
-    if judged is None:
+    err = call.excinfo.value
+    if _unsatisfiable(err):
+        _not_judged(item, report)
         return
-    if report.failed and not item.config.getoption("--no-capture-corpus"):
-        from conformance.records.corpus import new_entry, save_pending
+    if not report.failed:
+        return
+    kernel = options.get(item.config, options.KERNEL) or "default"
+    judged = judged_recipe(err)
+    info = failures.describe(item.nodeid, err, judged, kernel=str(kernel))
+    if judged is not None and not options.get(item.config, options.NO_CAPTURE):
+        _capture(item, report, info, judged, str(kernel))
+    report.user_properties.append((failures.PROPERTY, info))
 
-        kernel = item.config.getoption("--kernel") or "default"
-        caught = _caught(call)
-        entry = new_entry(
-            judged.recipe, caught=f"{item.nodeid}: {caught}", kernel=kernel, property_name=judged.property_name, expect=judged.expect
+
+def _capture(item: pytest.Item, report: pytest.TestReport, info: dict[str, Any], judged: Any, kernel: str) -> None:
+    """Save the failing recipe as a pending entry of the kernel and log the failure for the run report."""
+    from conformance.records.corpus import new_entry, save_pending
+
+    caught = info["message"]
+    entry = new_entry(
+        judged.recipe, caught=f"{item.nodeid}: {caught}", kernel=kernel, property_name=judged.property_name, expect=judged.expect
+    )
+    try:
+        path, saved = save_pending(entry, kernel_pending_dir(kernel))
+    except OSError as err:  # CorpusWriteError names the folder and $CONFORMANCE_PENDING_DIR
+        info["saved"] = f"failing recipe not saved: {err}"
+        report.sections.append(("conformance corpus", f"failing recipe not saved: {err}\nrecipe: {judged.recipe.to_json()}"))
+        return
+    info["entry"], info["saved"] = _abs(path), saved
+    report.sections.append(("conformance corpus", f"failing recipe {saved}"))
+    try:
+        _log(
+            FAILURES_LOG,
+            {
+                "nodeid": item.nodeid,
+                "kernel": kernel,
+                "property": judged.property_name,
+                "expect": judged.expect,
+                "caught": caught,
+                "finding": info["finding"],
+                "entry": _abs(path),
+                "time": time.time(),
+            },
         )
-        try:
-            path, saved = save_pending(entry, pending_dir())
-        except OSError as err:  # CorpusWriteError names the folder and $CONFORMANCE_PENDING_DIR
-            report.sections.append(("conformance corpus", f"failing recipe not saved: {err}\nrecipe: {judged.recipe.to_json()}"))
-            return
-        again = f"python -m conformance replay {path}" + (f" --kernel {kernel}" if kernel != "default" else "")
-        report.sections.append(("conformance corpus", f"failing recipe {saved}\nreplay it: {again}"))
-        try:
-            _log_failure(
-                {
-                    "nodeid": item.nodeid,
-                    "kernel": kernel,
-                    "property": judged.property_name,
-                    "expect": judged.expect,
-                    "caught": caught,
-                    "entry": str(path),
-                    "time": time.time(),
-                }
-            )
-        except OSError as err:  # the entry is saved; only the report line is missing
-            report.sections.append(("conformance report", f"failure not logged for the run report: {err}"))
+    except OSError as err:  # the entry is saved; only the report line is missing
+        report.sections.append(("conformance report", f"failure not logged for the run report: {err}"))
 
 
-MAX_CAUGHT = 2000
+def _unsatisfiable(err: BaseException) -> bool:
+    try:
+        from hypothesis.errors import Unsatisfiable
+    except ImportError:  # pragma: no cover - Hypothesis is a dependency
+        return False
+    return isinstance(err, Unsatisfiable)
 
 
-def _caught(call: pytest.CallInfo[None]) -> str:
-    """The failure's whole message (every line, at most MAX_CAUGHT characters) for the entry's provenance."""
-    if call.excinfo is None:
-        return "failure"
-    text = str(call.excinfo.value).strip() or type(call.excinfo.value).__name__
-    return text if len(text) <= MAX_CAUGHT else text[: MAX_CAUGHT - 3] + "..."
+def _not_judged(item: pytest.Item, report: pytest.TestReport) -> None:
+    """Turn a property whose every example was rejected into a skip naming why, logged for the run report."""
+    from conformance.judging import rejections
+
+    reasons = rejections.summary() or "every example was rejected (no reason recorded)"
+    reason = f"not judged: no example could be judged here ({reasons})"
+    path, line, _ = item.location
+    report.outcome = "skipped"
+    report.longrepr = (str(item.path), (line or 0) + 1, reason)
+    kernel = options.get(item.config, options.KERNEL) or "default"
+    try:
+        _log(NOT_JUDGED_LOG, {"nodeid": item.nodeid, "kernel": kernel, "reason": reasons, "time": time.time()})
+    except OSError as err:
+        report.sections.append(("conformance report", f"not-judged test not logged for the run report: {err}"))
 
 
-def _log_failure(line: dict[str, Any]) -> None:
-    """Append one failure line to this worker's failures file of the run (for the report)."""
-    path = run_dir() / FAILURES_LOG.format(worker=worker_id())
+def _log(name: str, line: dict[str, Any]) -> None:
+    """Append one JSON line to this worker's file `name` of the run (for the report)."""
+    path = run_dir() / name.format(worker=worker_id())
     with path.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(line, sort_keys=True) + "\n")

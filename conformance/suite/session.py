@@ -10,15 +10,15 @@ A session that recorded nothing leaves no run folder behind.
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conformance.durability.state import current_run_dir, pending_dir
+from conformance.durability.state import current_run_dir, kernel_pending_dir
 from conformance.records import crashes
-from conformance.suite.activation import SUITE_DIR, suite_active
+from conformance.suite import failures, options
+from conformance.suite.activation import suite_run
 
 _CRASHES_KEY = pytest.StashKey[dict]()
 _REPORT_KEY = pytest.StashKey[Any]()
@@ -29,12 +29,16 @@ def is_worker(config: pytest.Config) -> bool:
 
 
 def _controller_of_suite(config: pytest.Config) -> bool:
-    """The xdist controller (or the only process) of a session that asks for the suite."""
-    return not is_worker(config) and suite_active(config)
+    """The xdist controller (or the only process) of a session that runs the suite."""
+    return not is_worker(config) and suite_run(config)
+
+
+def _kernel(config: pytest.Config) -> str:
+    return str(options.get(config, options.KERNEL) or "default")
 
 
 def _crash_destination(config: pytest.Config, run: Path) -> Path:
-    return run / "crashes" if config.getoption("--no-capture-corpus") else pending_dir()
+    return run / "crashes" if options.get(config, options.NO_CAPTURE) else kernel_pending_dir(_kernel(config))
 
 
 def _say(config: pytest.Config, text: str) -> None:
@@ -49,12 +53,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if not _controller_of_suite(config):
         return
     config.stash[_CRASHES_KEY] = {}
+    if failures.owns_display(config):
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            failures.quiet_short_summary(reporter)
     run = current_run_dir()
     if run is None:
         return
     try:
         run.mkdir(parents=True, exist_ok=True)
-        crashes.mark_session_start(run, kind="pytest", kernel=config.getoption("--kernel"))
+        crashes.mark_session_start(run, kind="pytest", kernel=options.get(config, options.KERNEL))
         for line in crashes.recover_leftovers(run.name, _crash_destination(config, run), recovering_run=run):
             _say(config, "conformance: recovered " + crashes.describe(line))
     except Exception as err:  # noqa: BLE001 - a read-only state folder (or any surprise) must not stop the tests
@@ -68,7 +76,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_testnodedown(node: Any, error: object | None) -> None:
     """Controller (xdist): a worker went down; record the recipe it had in flight, if any."""
     config = node.config
-    if error is None or not suite_active(config):
+    if error is None or not suite_run(config):
         return
     run = current_run_dir()
     if run is None:
@@ -100,6 +108,7 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
         return
     crashes.annotate_nodeid(line, crashitem)
     report.longrepr = f"{report.longrepr}\nthe recipe in flight was saved as crash entry {line.get('entry')}"
+    report.user_properties.append((failures.PROPERTY, failures.crash_info(crashitem, line, _kernel(node.config))))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -126,14 +135,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Controller: one line pointing at the run report."""
+    """Controller: one report per distinct failure (conformance.suite.failures), then one line
+    pointing at the run report."""
     if not _controller_of_suite(config):
         return
-    rerun = rerun_commands(config, [r.nodeid for r in terminalreporter.stats.get("failed", []) if getattr(r, "when", "call") == "call"])
-    if rerun:
-        terminalreporter.write_line("conformance: to rerun a failed test (ids above are relative to a folder other than this one):")
-        for line in rerun:
-            terminalreporter.write_line(f"  {line}")
+    try:
+        failures.print_summary(terminalreporter, config)
+    except Exception as err:  # noqa: BLE001 - the summary must never break the session
+        terminalreporter.write_line(
+            f"conformance: failure summary not printed ({type(err).__name__}: {err}); rerun with --conformance-tracebacks"
+        )
     files = config.stash.get(_REPORT_KEY, None)
     if files is None:
         return
@@ -143,29 +154,3 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     from conformance.records.report import summary_line
 
     terminalreporter.write_line(summary_line(files))
-
-
-MAX_RERUN_LINES = 10
-
-
-def rerun_commands(config: pytest.Config, nodeids: list[str]) -> list[str]:
-    """A pytest command per failed test whose printed id cannot be pasted back here (a suite run
-    with --pyargs from another folder prints ids relative to the installed package): the test's
-    absolute path and its kernel options. Empty when every id resolves from the working directory."""
-    here = Path(config.invocation_params.dir)
-    options = [f"{o} {config.getoption(o)}" for o in ("--kernel", "--profile", "--device") if config.getoption(o)]
-    lines: list[str] = []
-    for nodeid in dict.fromkeys(nodeids):
-        file_part, sep, rest = nodeid.partition("::")
-        if (here / file_part).is_file():
-            continue
-        bases = (Path(config.rootpath), SUITE_DIR.parent, SUITE_DIR.parent.parent)
-        found = next((b / file_part for b in bases if (b / file_part).is_file()), None)
-        if found is None:
-            continue
-        test_id = f"{found.resolve()}{sep}{rest}"
-        lines.append(" ".join(["pytest", shlex.quote(test_id), *options]))
-    if len(lines) > MAX_RERUN_LINES:
-        lines = [*lines[:MAX_RERUN_LINES], f"... and {len(lines) - MAX_RERUN_LINES} more"]
-    return lines
-

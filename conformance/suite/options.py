@@ -1,0 +1,87 @@
+"""The suite's pytest options, every one prefixed `--conformance-` (as Hypothesis prefixes its own).
+
+The plugin is installed for every pytest session of the environment, so an unprefixed option
+(`--kernel`, `--profile`, `--device`) would collide with other plugins (pytest-profiling defines
+`--profile`) and with projects' own conftest files. Each option has an explicit `dest` under the
+same prefix, so no other plugin's destination can clash either. The names are written here once;
+the plugin, its session hooks and the printed rerun commands read them from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+KERNEL = "--conformance-kernel"
+PROFILE = "--conformance-profile"
+DEVICE = "--conformance-device"
+WORKERS_PER_GPU = "--conformance-workers-per-gpu"
+NO_CAPTURE = "--conformance-no-capture"
+CALL_TIMEOUT = "--conformance-call-timeout"
+TRACEBACKS = "--conformance-tracebacks"
+
+#: the options that choose what runs (carried into every printed rerun command)
+TARGET_OPTIONS = (KERNEL, PROFILE, DEVICE)
+
+
+def dest(option: str) -> str:
+    """The argparse destination of one of this module's options."""
+    return option.removeprefix("--").replace("-", "_")
+
+
+def add_options(parser: pytest.Parser, default_call_timeout_s: float) -> None:
+    """Register the suite's options in their own group."""
+    group = parser.getgroup("conformance", "sparse MLA conformance suite")
+    group.addoption(
+        KERNEL,
+        dest=dest(KERNEL),
+        default=None,
+        metavar="NAME",
+        help="kernel under test: a built-in name (python -m conformance fuzz --help lists them), package.module:attr, "
+        "or path/to/file.py:attr (default: flydsl on gfx950, else emulated)",
+    )
+    group.addoption(
+        PROFILE, dest=dest(PROFILE), default=None, metavar="NAME", help="numerics profile of the kernel (overrides what it declares)"
+    )
+    group.addoption(
+        DEVICE, dest=dest(DEVICE), default=None, metavar="DEV", help="device to run on: cpu or cuda (default: cuda when available)"
+    )
+    group.addoption(
+        WORKERS_PER_GPU, dest=dest(WORKERS_PER_GPU), type=int, default=1, metavar="N", help="with -n auto on a GPU machine: workers per GPU"
+    )
+    group.addoption(
+        NO_CAPTURE,
+        dest=dest(NO_CAPTURE),
+        action="store_true",
+        help="do not save failing recipes to the pending folder (.conformance/pending/<kernel>/)",
+    )
+    group.addoption(
+        CALL_TIMEOUT,
+        dest=dest(CALL_TIMEOUT),
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help=f"seconds one kernel call may take (default {default_call_timeout_s:g}; 0: no limit)",
+    )
+    group.addoption(
+        TRACEBACKS,
+        dest=dest(TRACEBACKS),
+        action="store_true",
+        help="print pytest's own report of every failing test (tracebacks, Hypothesis output) instead of one report per distinct failure",
+    )
+
+
+def get(config: pytest.Config, option: str) -> object:
+    """The value of one of this module's options (None where the plugin's options are not registered)."""
+    return config.getoption(dest(option), None)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (0 <= value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text}")
+    return value

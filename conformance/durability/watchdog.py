@@ -37,7 +37,7 @@ class KernelHung(BaseException):
     """The kernel call did not return within the per-call time limit."""
 
     def __init__(self, timeout_s: float) -> None:
-        super().__init__(f"the kernel call hung: no return within {timeout_s:g} s (--call-timeout)")
+        super().__init__(f"the kernel call hung: no return within {timeout_s:g} s (--conformance-call-timeout)")
         self.timeout_s = timeout_s
 
 

@@ -4,8 +4,8 @@
 mutant of `conformance.mutation.catalogue.CATALOGUE` and once against the unbroken `emulated` kernel (the
 baseline, which must pass: no false alarms). Each run gets
 
-    python -m pytest conformance -x -q -rfE -p no:cacheprovider --no-capture-corpus
-        --hypothesis-profile PROFILE --kernel SPEC -p conformance.mutation.plugin [--device DEV]
+    python -m pytest conformance -x -q -rfE -p no:cacheprovider --conformance-no-capture
+        --hypothesis-profile PROFILE --conformance-kernel SPEC -p conformance.mutation.plugin [--conformance-device DEV]
 
 in its own fresh CONFORMANCE_DIR (a temporary folder) and its own CONFORMANCE_RUN_ID, so runs
 never mix their example records. `-x` stops a run at its first failing test: a mutant is

@@ -4,7 +4,7 @@ Each mutant is the emulated gfx950 kernel (`kernel.backends.emulated`) with one 
 replaced by a broken copy (the smallest change that reproduces the bug class), or the kernel
 wrapped. Every mutant is a module-level `Backend`, so
 
-    --kernel conformance.mutation.catalogue:tail_unmasked   (the conformance suite's kernel option)
+    --conformance-kernel conformance.mutation.catalogue:tail_unmasked   (the conformance suite's kernel option)
 
 runs the conformance suite against it through `kernel.registry.resolve`, and an entry of
 `CATALOGUE` (name -> `Mutant`), whose names are stable snake_case identifiers: a mutation-score
@@ -77,7 +77,7 @@ class Mutant:
 
     @property
     def spec(self) -> str:
-        """The `--kernel` spelling that resolves to this mutant (`conformance.mutation.catalogue:NAME`)."""
+        """The `--conformance-kernel` spelling that resolves to this mutant (`conformance.mutation.catalogue:NAME`)."""
         return f"{MODULE}:{self.name}"
 
 

@@ -193,7 +193,7 @@ def summary_failures(stdout: str) -> list[tuple[str, str]]:
 class RunResult:
     """The verdict of one suite run against one kernel.
 
-    name: mutant name or "emulated"; spec: the --kernel value; role: mutant or baseline;
+    name: mutant name or "emulated"; spec: the --conformance-kernel value; role: mutant or baseline;
     status: killed / survived / timeout / error (mutants), passed / false_alarm / timeout /
     error (baseline); test: node id of the first failing test (None if none); message: its
     first failure line, or why the run is an error; examples / records: see `Examples`
@@ -318,7 +318,7 @@ def judge_run(
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run to make: display name, --kernel value and role."""
+    """One run to make: display name, --conformance-kernel value and role."""
 
     name: str
     spec: str
@@ -363,14 +363,14 @@ def suite_args(
         "no:cacheprovider",
         "-p",
         PLUGIN,
-        "--no-capture-corpus",
+        "--conformance-no-capture",
         "--hypothesis-profile",
         hypothesis_profile,
-        "--kernel",
+        "--conformance-kernel",
         spec,
     ]
     if device:
-        args += ["--device", device]
+        args += ["--conformance-device", device]
     return args + list(extra)
 
 

@@ -30,7 +30,7 @@ class Score:
     then the correct variants; empty with no baseline);
     wall_s: seconds the whole score took; jobs: runs in parallel; date: ISO local date-time of
     the start; command: how to reproduce it; hypothesis_profile: the Hypothesis profile of the
-    suite runs (`--hypothesis-profile`; the numerics profile, `--profile`, goes to the runs as a
+    suite runs (`--hypothesis-profile`; the numerics profile, `--conformance-profile`, goes to the runs as a
     pytest option)."""
 
     mutants: list[RunResult]
@@ -207,7 +207,7 @@ def progress_line(result: RunResult, done: int, total: int) -> str:
 
 
 def catalogue_specs() -> dict[str, str]:
-    """{name: --kernel spec} of the mutants to kill: the catalogued emulator mutants, then the
+    """{name: --conformance-kernel spec} of the mutants to kill: the catalogued emulator mutants, then the
     independent precision defects, in catalogue order (imports conformance.mutation.catalogue,
     hence torch)."""
     from conformance.mutation.catalogue import CATALOGUE, PRECISION_DEFECTS
@@ -216,7 +216,7 @@ def catalogue_specs() -> dict[str, str]:
 
 
 def baseline_specs() -> dict[str, str]:
-    """{name: --kernel spec} of the kernels that must pass: `emulated`, then the correct variants
+    """{name: --conformance-kernel spec} of the kernels that must pass: `emulated`, then the correct variants
     of other numerics that run in the ci profile on a CPU (the nightly-only ones are left out)."""
     from conformance.mutation.catalogue import CORRECT_VARIANTS
 
@@ -229,7 +229,7 @@ def select_runs(
     """The runs to make: the baselines first (they run the whole suite, so they start first),
     then the selected mutants in catalogue order. KeyError naming the unknown ones for a bad `only`.
 
-    specs: {name: --kernel spec} of the mutants (default: catalogue_specs()); baselines: of the
+    specs: {name: --conformance-kernel spec} of the mutants (default: catalogue_specs()); baselines: of the
     kernels that must pass (default: baseline_specs(); with specs given, only emulated)."""
     known = dict(specs) if specs is not None else catalogue_specs()
     chosen = list(known)

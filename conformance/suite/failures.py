@@ -17,6 +17,7 @@ and prints (`print_summary`).
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -47,8 +48,12 @@ def owns_display(config: pytest.Config) -> bool:
     return config.stash.get(_OWNED, False)
 
 
-def quiet_short_summary(reporter: Any) -> None:
-    """Drop pytest's one line per failed test from its short summary (the grouped report lists them)."""
+def quiet_short_summary(reporter: Any, config: pytest.Config) -> None:
+    """Drop pytest's one line per failed test from its short summary (the grouped report lists
+    them), unless the user chose the summary's characters (`-r...`, `--report-chars`)."""
+    chosen = [*config.invocation_params.args, *os.environ.get("PYTEST_ADDOPTS", "").split()]
+    if any(str(a).startswith(("-r", "--report-chars")) for a in chosen):
+        return
     chars = getattr(reporter, "reportchars", "")
     reporter.reportchars = chars.replace("f", "")
 

@@ -56,7 +56,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if failures.owns_display(config):
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
-            failures.quiet_short_summary(reporter)
+            failures.quiet_short_summary(reporter, config)
     run = current_run_dir()
     if run is None:
         return

@@ -4,7 +4,7 @@ Many attention kernels keep the log-sum-exp in base 2 internally (they compute e
 contract asks for the natural log. Run the suite against it to see what a failure looks like
 (README.md in this folder shows the output):
 
-    pytest --pyargs conformance --kernel examples.fp32_buggy.kernel:fp32_buggy -n auto
+    pytest --pyargs conformance --conformance-kernel examples/fp32_buggy/kernel.py:fp32_buggy -n auto
 """
 
 from __future__ import annotations

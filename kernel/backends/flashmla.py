@@ -518,15 +518,44 @@ def _support(info: CallInfo) -> str:
     return ""
 
 
-def require_flash_mla(name: str = "flashmla") -> ModuleType:
+def missing_op_reason(module: ModuleType, op: str) -> str:
+    """Why legacy op `op` of an imported `flash_mla` cannot be called; "" when it can.
+
+    sgl-flash-mla 1.0.0 loads its compiled libraries with torch.ops.load_library: their ops
+    register in torch's dispatcher while the library loads (namespace torch.ops.flash_mla_legacy
+    for the SM90 kernels, reached through `flash_mla._loader.get_ops(use_legacy=True)`). A library
+    that loads but registers nothing (built for another torch) imports fine and fails at the first
+    call; this looks the op up instead. A `flash_mla` without that loader is not checked."""
+    get_ops = getattr(getattr(module, "_loader", None), "get_ops", None)
+    if not callable(get_ops):
+        return ""
+    try:
+        ops = get_ops(True)
+    except Exception as err:  # noqa: BLE001 - the loader's own refusal is the reason
+        return f"flashmla: {MODULE_NAME}'s legacy kernels are unavailable ({type(err).__name__}: {err}); install {WHEEL}"
+    try:
+        getattr(ops, op)
+    except (AttributeError, RuntimeError) as err:
+        namespace = getattr(ops, "name", "its legacy namespace")
+        return (
+            f"flashmla: {MODULE_NAME} imports but its compiled op {namespace}::{op} is not registered "
+            f"({type(err).__name__}: {err}); reinstall {WHEEL} built for this torch ({torch.__version__})"
+        )
+    return ""
+
+
+def require_flash_mla(name: str = "flashmla", op: str = "sparse_decode_fwd") -> ModuleType:
     """The `flash_mla` module where its SM90 kernels can run; else BackendUnavailable naming
-    every reason (no usable CUDA device, the import failing), each prefixed `name:`."""
+    every reason (no usable CUDA device, the import failing, legacy op `op` not registered:
+    missing_op_reason), each prefixed `name:`."""
     reasons = [r for r in (device_reason(),) if r]
     module = None
     try:
         module = load_flash_mla()
     except BackendUnavailable as err:
         reasons.append(str(err))
+    else:
+        reasons.extend(r for r in (missing_op_reason(module, op),) if r)
     if reasons:
         raise BackendUnavailable("; ".join(r.replace("flashmla:", f"{name}:", 1) for r in reasons))
     return module
@@ -534,7 +563,8 @@ def require_flash_mla(name: str = "flashmla") -> ModuleType:
 
 def flashmla_backend(*, padded_heads: int = HEAD_COUNTS[0], page_block_size: int = 1) -> Backend:
     """The `flashmla` backend; BackendUnavailable (with the reason) when `flash_mla` cannot be
-    imported or there is no CUDA device of compute capability 9.x.
+    imported, its sparse decode op is not registered, or there is no CUDA device of compute
+    capability 9.x.
 
     padded_heads: 64 or 128 FlashMLA heads; page_block_size: 1, or 64 (used when it divides the
     cache's row count).
@@ -594,6 +624,7 @@ __all__ = [
     "effective_scale",
     "flashmla_backend",
     "load_flash_mla",
+    "missing_op_reason",
     "map_lse",
     "pad_heads",
     "prepare_call",

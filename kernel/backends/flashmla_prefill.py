@@ -217,9 +217,9 @@ def _support(info: CallInfo) -> str:
 
 
 def flashmla_prefill_backend(*, padded_heads: int = HEAD_COUNTS[0]) -> Backend:
-    """The `flashmla-prefill` backend; BackendUnavailable when `flash_mla` cannot be imported or
-    there is no CUDA device of compute capability 9.x."""
-    module = require_flash_mla(NAME)
+    """The `flashmla-prefill` backend; BackendUnavailable when `flash_mla` cannot be imported, its
+    sparse prefill op is not registered, or there is no CUDA device of compute capability 9.x."""
+    module = require_flash_mla(NAME, op="sparse_prefill_fwd")
     layout_cache = LayoutCache()
     dequant_cache = DequantCache()
     padded_q = PaddedQ()

@@ -12,7 +12,13 @@ Importing (no numerics touched; see load_sglang / load_vllm):
 - vLLM (0.33.0, Python files only: its compiled libraries are built for torch 2.14): the kernel
   modules import `vllm.platforms` (current_platform), whose CUDA platform imports the compiled
   `vllm._C_stable_libtorch`. Where that import fails, an empty module stands in for it: the
-  Triton kernels call none of its ops.
+  Triton kernels call none of its ops. The kernel files take `triton` and `tl` from
+  `vllm.triton_utils`, which hands out placeholder modules when vLLM's own import check disabled
+  Triton (`HAS_TRITON` False: `triton.backends` not importable, or not exactly one active
+  driver); a kernel on placeholders fails every launch (`module 'triton' has no attribute
+  'next_power_of_2'`, `'function' object is not subscriptable`), so load_vllm refuses it with
+  that cause (vllm_triton_reason) instead.
+- sglang 0.5.10's kernel files import `triton` directly: it has no such switch.
 
 Keys (slot_keys): the kernels address a bf16 buffer of keys through a slot table. Kept: the
 whole cache dequantised once and kept while the same cache tensor comes back unchanged
@@ -50,6 +56,7 @@ from kernel.record import HEAD_DIM, RECORD_BYTES
 SGLANG_WHEEL = "sglang==0.5.10.post1"
 VLLM_FILES = "vLLM 0.33.0's Python files (the wheel without its compiled libraries) on PYTHONPATH"
 VLLM_OPS = "vllm._C_stable_libtorch"  # the compiled ops library vllm.platforms.cuda imports
+VLLM_TRITON_UTILS = "vllm.triton_utils"  # where vLLM's kernel files take `triton` and `tl` from
 ROUTE_ATTR = "_conformance_import_route"  # marks the modules this file put in sys.modules
 LAYOUTS_KEPT = 8  # index layouts a backend keeps (two entries per index tensors: slots, kernel indices)
 T = TypeVar("T")
@@ -130,7 +137,16 @@ def load_sglang(module: str, name: str) -> tuple[ModuleType, str]:
 
 def load_vllm(module: str, name: str) -> tuple[ModuleType, str]:
     """(vLLM's module `module`, the import route taken); BackendUnavailable naming `name` when
-    vLLM's files are missing or the module fails to import by either route (module docstring)."""
+    vLLM's files are missing, the module fails to import by either route, or vLLM disabled
+    Triton in this process (vllm_triton_reason; module docstring)."""
+    loaded, route = _import_vllm(module, name)
+    reason = vllm_triton_reason(name, loaded)
+    if reason:
+        raise BackendUnavailable(reason)
+    return loaded, route
+
+
+def _import_vllm(module: str, name: str) -> tuple[ModuleType, str]:
     if module in sys.modules:
         stub = sys.modules.get(VLLM_OPS)
         return sys.modules[module], "empty " + VLLM_OPS if getattr(stub, ROUTE_ATTR, False) else "plain import"
@@ -149,6 +165,44 @@ def load_vllm(module: str, name: str) -> tuple[ModuleType, str]:
         return importlib.import_module(module), f"empty {VLLM_OPS} (plain import: {first[:200]})"
     except Exception as err:  # noqa: BLE001
         raise BackendUnavailable(f"{name}: cannot import {module} ({first}; with an empty {VLLM_OPS}: {err})") from err
+
+
+def _placeholder(obj: object) -> bool:
+    """Whether `obj` (a kernel module's `triton` or `tl`) stands in for a Triton module: vLLM's
+    TritonPlaceholder / TritonLanguagePlaceholder, or any module object that is not the module
+    of its name in sys.modules."""
+    if obj is None:
+        return False
+    if type(obj).__name__.endswith("Placeholder"):
+        return True
+    return isinstance(obj, ModuleType) and sys.modules.get(obj.__name__) is not obj
+
+
+def _triton_drivers() -> str:
+    """What this process sees of Triton's backends, the thing vLLM's import check looks at."""
+    try:
+        backends = importlib.import_module("triton.backends").backends
+    except Exception as err:  # noqa: BLE001 - any failure is the answer
+        return f"triton.backends cannot be imported: {type(err).__name__}: {err}"
+    try:
+        active = sum(1 for b in backends.values() if b.driver and b.driver.is_active())
+    except Exception as err:  # noqa: BLE001
+        return f"Triton's drivers cannot be checked: {type(err).__name__}: {err}"
+    return f"{active} active Triton driver{'' if active == 1 else 's'} now, vLLM needs exactly 1"
+
+
+def vllm_triton_reason(name: str, kernel: ModuleType) -> str:
+    """Why vLLM's Triton kernel module `kernel` cannot run in this process: vLLM's own import
+    check disabled Triton (`vllm.triton_utils.HAS_TRITON` False), or the module holds a placeholder
+    for `triton` / `tl`; "" when neither (a vLLM without triton_utils imports Triton directly)."""
+    utils = sys.modules.get(VLLM_TRITON_UTILS)
+    disabled = utils is not None and getattr(utils, "HAS_TRITON", True) is False
+    if not disabled and not any(_placeholder(getattr(kernel, attr, None)) for attr in ("triton", "tl")):
+        return ""
+    return (
+        f"{name}: vLLM disabled Triton in this process ({VLLM_TRITON_UTILS}.HAS_TRITON is False; {_triton_drivers()}), so its "
+        "Triton kernels are placeholders that cannot run: repair the Triton install (`python -c 'import triton.backends'` must work)"
+    )
 
 
 MAX_KEPT_ROWS = INT32_MAX // HEAD_DIM  # buffer rows the kernels address (row * 576 is int32)
@@ -296,4 +350,5 @@ __all__ = [
     "load_vllm",
     "slot_keys",
     "slot_layout",
+    "vllm_triton_reason",
 ]

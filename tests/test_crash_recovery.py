@@ -76,13 +76,13 @@ def _env(tmp: Path) -> dict[str, str]:
 
 
 def _pytest(tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "pytest", *SELECT, "--kernel", KERNEL, "-q", "-p", "no:cacheprovider", *extra]
+    command = [sys.executable, "-m", "pytest", *SELECT, "--conformance-kernel", KERNEL, "-q", "-p", "no:cacheprovider", *extra]
     return subprocess.run(command, cwd=REPO, env=_env(tmp), capture_output=True, text=True, timeout=300, check=False)
 
 
 def _entries(tmp: Path) -> list[dict[str, Any]]:
     folder = tmp / "pending"
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.rglob("*.json"))] if folder.is_dir() else []
 
 
 def _leftovers(tmp: Path) -> list[Path]:
@@ -141,7 +141,7 @@ def test_crash_without_xdist_is_recovered_by_the_next_session(
     # replay reproduces the crash in a child process (crash entries are isolated by default)
     (tmp_path / "sentinel").unlink()
     monkeypatch.setenv(SENTINEL_ENV, str(tmp_path / "sentinel"))
-    entry_path = next((tmp_path / "pending").glob("*.json"))
+    entry_path = next((tmp_path / "pending").rglob("*.json"))
     code = main(["replay", str(entry_path), "--kernel", KERNEL])
     out = capsys.readouterr().out
     assert code == 1, out

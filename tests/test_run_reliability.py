@@ -50,17 +50,17 @@ def _suite(tmp: Path, *args: str, timeout: float = 300) -> subprocess.CompletedP
 
 def _entries(tmp: Path) -> list[dict[str, Any]]:
     folder = tmp / "pending"
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.rglob("*.json"))] if folder.is_dir() else []
 
 
 UNUSABLE = [
-    (["--kernel", "emulatd"], "unknown kernel 'emulatd'"),
-    (["--kernel", "no_such_module_here:kernel"], "cannot import 'no_such_module_here'"),
-    (["--kernel", f"{MODULE}:LONG_ROW"], "not a callable kernel"),
-    (["--kernel", f"{MODULE}:_longest_row"], "declares no numerics profile"),
-    (["--profile", "bogus"], "unknown numerics profile 'bogus'"),
-    (["--device", "tpu"], "bad device 'tpu'"),
-    (["--kernel", "flashmla"], "kernel 'flashmla' unavailable"),
+    (["--conformance-kernel", "emulatd"], "unknown kernel 'emulatd'"),
+    (["--conformance-kernel", "no_such_module_here:kernel"], "cannot import 'no_such_module_here'"),
+    (["--conformance-kernel", f"{MODULE}:LONG_ROW"], "not a callable kernel"),
+    (["--conformance-kernel", f"{MODULE}:_longest_row"], "declares no numerics profile"),
+    (["--conformance-profile", "bogus"], "unknown numerics profile 'bogus'"),
+    (["--conformance-device", "tpu"], "bad device 'tpu'"),
+    (["--conformance-kernel", "flashmla"], "kernel 'flashmla' unavailable"),
 ]
 
 
@@ -79,11 +79,16 @@ def test_an_unusable_kernel_stops_the_session_before_any_test(tmp_path: Path) ->
 @pytest.mark.parametrize(("args", "named"), UNUSABLE)
 def test_an_unusable_kernel_is_named_in_one_line(args: list[str], named: str) -> None:
     """What the plugin checks before the session (build_target with check_only): one line naming the problem."""
-    if args == ["--kernel", "flashmla"] and torch.cuda.is_available():
+    if args == ["--conformance-kernel", "flashmla"] and torch.cuda.is_available():
         pytest.skip("flashmla may be usable on this machine")
     options = dict(zip(args[::2], args[1::2]))
     with pytest.raises(TargetError) as caught:
-        build_target(options.get("--kernel"), profile=options.get("--profile"), device=options.get("--device"), check_only=True)
+        build_target(
+            options.get("--conformance-kernel"),
+            profile=options.get("--conformance-profile"),
+            device=options.get("--conformance-device"),
+            check_only=True,
+        )
     message = str(caught.value)
     assert named in message and "\n" not in message, message
 
@@ -122,7 +127,7 @@ def test_a_correct_kernel_under_a_tiny_memory_reading_is_skipped(
 
 def test_a_crashing_kernel_fails_one_test_under_default_xdist(tmp_path: Path) -> None:
     """`pytest -n 2` (the default scheduling): the worker that dies is replaced, the run finishes."""
-    proc = _suite(tmp_path, "-n", "2", *LONG_AND_SHORT, "--kernel", f"{MODULE}:kill_on_long_rows")
+    proc = _suite(tmp_path, "-n", "2", *LONG_AND_SHORT, "--conformance-kernel", f"{MODULE}:kill_on_long_rows")
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output
     assert "1 failed, 2 passed" in output, output
@@ -134,7 +139,7 @@ def test_a_crashing_kernel_fails_one_test_under_default_xdist(tmp_path: Path) ->
 
 @pytest.mark.parametrize("kernel", ["hang_on_long_rows", "hang_in_native_code"])
 def test_a_hanging_kernel_fails_one_test_with_a_hung_entry(tmp_path: Path, kernel: str) -> None:
-    proc = _suite(tmp_path, "-n", "2", *LONG_AND_SHORT, "--kernel", f"{MODULE}:{kernel}", "--call-timeout", "3")
+    proc = _suite(tmp_path, "-n", "2", *LONG_AND_SHORT, "--conformance-kernel", f"{MODULE}:{kernel}", "--conformance-call-timeout", "3")
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "1 failed, 2 passed" in output, output
     entries = _entries(tmp_path)
@@ -145,7 +150,8 @@ def test_a_hanging_kernel_fails_one_test_with_a_hung_entry(tmp_path: Path, kerne
 
 
 def test_a_hang_without_xdist_fails_its_test_and_the_session_goes_on(tmp_path: Path) -> None:
-    proc = _suite(tmp_path, "-n", "0", *LONG_AND_SHORT, "--kernel", f"{MODULE}:hang_on_long_rows", "--call-timeout", "3")
+    kernel = f"{MODULE}:hang_on_long_rows"
+    proc = _suite(tmp_path, "-n", "0", *LONG_AND_SHORT, "--conformance-kernel", kernel, "--conformance-call-timeout", "3")
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "1 failed, 2 passed" in output, output
     assert "the kernel call hung: no return within 3 s" in output, output
@@ -224,7 +230,7 @@ def test_call_timeout_environment_is_validated(monkeypatch: pytest.MonkeyPatch) 
 
 def test_a_device_fault_ends_its_worker_and_later_tests_pass(tmp_path: Path) -> None:
     """A device-side assert breaks the worker's GPU context: the worker is ended and replaced."""
-    proc = _suite(tmp_path, "-n", "2", *LONG_AND_SHORT, "--kernel", f"{MODULE}:fake_device_fault_on_long_rows")
+    proc = _suite(tmp_path, "-n", "2", *LONG_AND_SHORT, "--conformance-kernel", f"{MODULE}:fake_device_fault_on_long_rows")
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "1 failed, 2 passed" in output, output
     entries = _entries(tmp_path)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,13 +25,42 @@ from pathlib import Path
 from typing import Any
 
 
+def current_umask() -> int:
+    """The process's file mode creation mask: from /proc/self/status where Linux shows it, else
+    read by setting it and setting it back (a moment in which another thread's new file would
+    get the stand-in mask 0o022)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode(path: Path) -> int:
+    """The permission bits open(path, "w") would leave `path` with: its own when it is a regular
+    file already, else 0o666 & ~umask."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0o666 & ~current_umask()
+    return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else 0o666 & ~current_umask()
+
+
 def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     """Write `text` to `path` atomically: a reader sees the old file or the whole new one (a
-    temporary file in the same folder, renamed over `path`). `durable`: fsync the data before
-    the rename, so the new file also survives a machine crash (without: a process crash)."""
+    temporary file in the same folder, renamed over `path`). The file gets the mode open() would
+    give it (new_file_mode: a new file 0o666 & ~umask, not mkstemp's 0o600, which would hide
+    reports and corpus entries from everyone but their writer). `durable`: fsync the data
+    before the rename, so the new file also survives a machine crash (without: a process crash)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, new_file_mode(path))
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

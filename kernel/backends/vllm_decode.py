@@ -220,7 +220,8 @@ def run_vllm_decode(
 
 
 def vllm_decode_backend() -> Backend:
-    """The `vllm-decode` backend; BackendUnavailable (with the reason) without CUDA, Triton or vLLM's files."""
+    """The `vllm-decode` backend; BackendUnavailable (with the reason) without CUDA, Triton or vLLM's
+    files, or where vLLM disabled Triton in this process (triton_peers.vllm_triton_reason)."""
     reason = cuda_reason(NAME)
     if reason:
         raise BackendUnavailable(reason)

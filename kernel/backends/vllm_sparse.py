@@ -170,7 +170,8 @@ def run_vllm_sparse(
 
 
 def vllm_sparse_backend() -> Backend:
-    """The `vllm-sparse` backend; BackendUnavailable (with the reason) without CUDA, Triton or vLLM's files."""
+    """The `vllm-sparse` backend; BackendUnavailable (with the reason) without CUDA, Triton or vLLM's
+    files, or where vLLM disabled Triton in this process (triton_peers.vllm_triton_reason)."""
     reason = cuda_reason(NAME)
     if reason:
         raise BackendUnavailable(reason)

@@ -7,8 +7,12 @@ the suite is run against its callables in a subprocess with that folder on PYTHO
 - `no_out`: a good wrapper without an `out=` parameter: the cases with out= (host validation of
   out, the preallocated-out corpus entry) are skipped (the suite reads the signature) and the
   rest passes;
-- `anonymous`: a good wrapper with no `profile` attribute: without --profile nothing runs and
-  the reason names the missing profile and both remedies; with `--profile gfx950` it passes.
+- `anonymous`: a good wrapper with no `profile` attribute: without a profile option nothing runs
+  and the reason names the missing profile and both remedies; with `--conformance-profile
+  gfx950` it passes;
+- `good` again, named by its file path (`/abs/folder/file.py:good`) with the folder off PYTHONPATH;
+- `lax` (validates nothing) and `vague` (raises "bad call" for everything): host validation
+  fails, each failure naming the bad input accepted or the error that does not name it.
 Each run takes a few corpus entries, host validation and (gfx950 only) the bit-exact agreement
 property under the ci profile, so the whole file takes some tens of seconds on a CPU.
 """
@@ -61,6 +65,20 @@ EXTERNAL_MODULE = textwrap.dedent(
 
     def anonymous(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):
         return run_emulated(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+
+
+    def lax(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):
+        return torch.zeros(q.shape[0], q.shape[1], 512, dtype=torch.bfloat16), None  # BUG: validates nothing
+
+
+    lax.profile = "gfx950"
+
+
+    def vague(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):
+        raise ValueError("bad call")  # BUG: refuses every call without saying why
+
+
+    vague.profile = "gfx950"
     '''
 )
 
@@ -96,15 +114,16 @@ def external_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def run_suite(folder: Path, attr: str, tests: list[str], *extra: str) -> SuiteRun:
-    """Run the given suite tests against `MODULE:attr` in a subprocess (PYTHONPATH = folder + repo)."""
-    junit = folder / f"junit-{attr}-{len(extra)}.xml"
+def run_suite(folder: Path, attr: str, tests: list[str], *extra: str, kernel: str = "", on_path: bool = True) -> SuiteRun:
+    """Run the given suite tests against `kernel` (default `MODULE:attr`) in a subprocess started
+    in the repository (PYTHONPATH = folder + repo, or the repo alone when not `on_path`)."""
+    junit = folder / f"junit-{attr}-{len(extra)}-{on_path}.xml"
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("PYTEST_XDIST_", "CONFORMANCE_")) and k not in ("PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST")
     }
-    env["PYTHONPATH"] = os.pathsep.join([str(folder), str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([*([str(folder)] if on_path else []), str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["CONFORMANCE_DIR"] = str(folder / "state")
     env.setdefault("OMP_NUM_THREADS", "1")
     argv = [
@@ -116,11 +135,11 @@ def run_suite(folder: Path, attr: str, tests: list[str], *extra: str) -> SuiteRu
         "-rs",
         "-p",
         "no:cacheprovider",
-        "--no-capture-corpus",
+        "--conformance-no-capture",
         "--hypothesis-profile",
         "ci",
-        "--kernel",
-        f"{MODULE}:{attr}",
+        "--conformance-kernel",
+        kernel or f"{MODULE}:{attr}",
         f"--junitxml={junit}",
         *extra,
     ]
@@ -169,10 +188,42 @@ def test_external_kernel_without_profile_gets_a_clear_reason(external_dir: Path)
     assert run.returncode == 4 and not run.passed and not run.skipped, run.output[-3000:]
     errors = [line for line in run.output.splitlines() if line.startswith("ERROR: conformance:")]
     assert len(errors) == 1, run.output[-3000:]
-    assert "declares no numerics profile" in errors[0] and "`profile` attribute" in errors[0] and "--profile" in errors[0], errors[0]
+    assert "declares no numerics profile" in errors[0] and "`profile` attribute" in errors[0] and "profile" in errors[0], errors[0]
 
 
 def test_external_kernel_with_profile_option_passes(external_dir: Path) -> None:
-    run = run_suite(external_dir, "anonymous", CORPUS + BIT_EXACT, "--profile", "gfx950")
+    run = run_suite(external_dir, "anonymous", CORPUS + BIT_EXACT, "--conformance-profile", "gfx950")
     assert run.returncode == 0, run.output[-3000:]
     assert not run.failed and len(run.passed) == len(CORPUS) + 1, run.output[-3000:]
+
+
+def test_kernel_given_as_a_file_path_passes(external_dir: Path) -> None:
+    """`--conformance-kernel /abs/path/file.py:good`, the file's folder not on PYTHONPATH."""
+    spec = f"{external_dir / MODULE}.py:good"
+    run = run_suite(external_dir, "good", CORPUS[:2], kernel=spec, on_path=False)
+    assert run.returncode == 0 and len(run.passed) == 2 and not run.failed, run.output[-3000:]
+
+
+def test_accepted_bad_input_is_named_with_the_expected_error(external_dir: Path) -> None:
+    run = run_suite(external_dir, "lax", HOST_VALIDATION, "-k", "q_float32 or kv_int8 or q_17_heads")
+    assert run.returncode == 1 and len(run.failed) == 3, run.output[-3000:]
+    assert "DID NOT RAISE" not in run.output
+    for line in (
+        "contract violation: a bad q is accepted (q of dtype float32 where the contract takes bf16; the call returned, "
+        "expected an error naming 'q')",
+        "contract violation: a bad kv_cache is accepted (kv_cache of dtype int8 where the contract takes uint8; the call returned, "
+        "expected an error naming 'kv_cache')",
+        "contract violation: a bad head count is accepted (q with 17 heads where the contract takes 1 to 16; the call returned, "
+        "expected an error naming 'h')",
+    ):
+        assert line in run.output, run.output[-3000:]
+
+
+def test_error_that_does_not_name_the_bad_input_says_so(external_dir: Path) -> None:
+    run = run_suite(external_dir, "vague", HOST_VALIDATION, "-k", "indptr_int64")
+    assert run.returncode == 1 and len(run.failed) == 1, run.output[-3000:]
+    expected = (
+        "contract violation: the error for a bad indptr does not name it (indptr of dtype int64 where the contract takes int32; "
+        "expected an error naming 'indptr', got ValueError: bad call)"
+    )
+    assert expected in run.output, run.output[-3000:]

@@ -109,7 +109,10 @@ def test_crash_under_xdist_is_recorded_by_the_controller(tmp_path: Path) -> None
     assert "xdist worker gw" in entries[0]["provenance"]["caught"]
     assert entries[0]["provenance"]["crash"].get("nodeid", "").startswith("conformance/suite/test_corpus.py::test_corpus_entry")
     assert not _leftovers(tmp_path), output
-    assert "crash entry" in output and "conformance report:" in output, output
+    assert "conformance report:" in output, output
+    assert "conformance: 1 distinct failure in 1 failing test" in output and "[1] crash: the process running the kernel died" in output
+    saved = next((tmp_path / "pending").rglob("*.json"))
+    assert f"entry:  {saved}" in output and f"python -m conformance replay {saved}" in output, output
     report = json.loads(next((tmp_path / "state").glob("runs/*/report.json")).read_text(encoding="utf-8"))
     assert report["status"] == "crashes" and len(report["crashes"]) == 1
     assert Path(report["crashes"][0]["entry"]).exists()

@@ -1,7 +1,7 @@
 """Independent kernels (conformance.mutation.independent): correct kernels of other numerics pass
 the bound of the profile that describes them, and the precision defects break the gfx950 bound.
 
-The whole suite runs them through `pytest conformance --kernel conformance.mutation.catalogue:NAME`;
+The whole suite runs them through `pytest conformance --conformance-kernel conformance.mutation.catalogue:NAME`;
 here CI-sized cases, each one the reason a profile field exists.
 """
 

@@ -37,13 +37,13 @@ REPO = Path(__file__).resolve().parents[1]
 SUITE = Path("conformance/suite")
 
 # ---------------------------------------------------------------------------------------------
-# A fake `python -m pytest`: behaviour chosen by the --kernel value's part after ":".
+# A fake `python -m pytest`: behaviour chosen by the --conformance-kernel value's part after ":".
 
 FAKE_PYTEST = textwrap.dedent(
     r"""
     import json, os, sys, time
     args = sys.argv[1:]
-    kernel = args[args.index("--kernel") + 1]
+    kernel = args[args.index("--conformance-kernel") + 1]
     mode = kernel.split(":")[-1]
     run_dir = os.path.join(os.environ["CONFORMANCE_DIR"], "runs", os.environ["CONFORMANCE_RUN_ID"])
     os.makedirs(run_dir, exist_ok=True)
@@ -291,9 +291,9 @@ def test_run_one_killed_counts_examples_until_the_failure(fake_pytest: list[str]
     log = Path(r.log).read_text()
     assert "leaked []" in log
     argv = json.loads(next(line for line in log.splitlines() if line.startswith("argv "))[5:])
-    for required in ("-x", "--no-capture-corpus", "-p", "no:cacheprovider", "conformance.mutation.plugin"):
+    for required in ("-x", "--conformance-no-capture", "-p", "no:cacheprovider", "conformance.mutation.plugin"):
         assert required in argv
-    assert argv[argv.index("--hypothesis-profile") + 1] == "ci" and argv[argv.index("--kernel") + 1] == "fake:kill3"
+    assert argv[argv.index("--hypothesis-profile") + 1] == "ci" and argv[argv.index("--conformance-kernel") + 1] == "fake:kill3"
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,15 @@
 """The suite's plugin changes nothing in a pytest session that does not ask for the suite.
 
 The package installs its plugin for every pytest session of the environment (`pytest11`). A
-foreign project's session (a tiny test file in a temporary folder, no `--kernel`, not collecting
-conformance/suite) must run exactly as with the plugin disabled (`-p no:conformance.suite.plugin`):
-same Hypothesis profile and settings in the worker, same `--dist` and worker-restart cap in the
-controller, no GPU pinning variables, no run folder. One pair of subprocesses, one xdist worker each.
+foreign project's session (a tiny test file in a temporary folder, no `--conformance-kernel`, not
+collecting conformance/suite) must run exactly as with the plugin disabled
+(`-p no:conformance.suite.plugin`): same Hypothesis profile and settings in the worker, same
+`--dist` and worker-restart cap in the controller, no GPU pinning variables, no run folder. One
+pair of subprocesses, one xdist worker each.
+
+Installing the package must also break nothing: a foreign session whose own conftest defines the
+common options `--device` and `--kernel`, in an environment where pytest-profiling (which defines
+`--profile`) is installed, starts and passes (the suite's options are all `--conformance-*`).
 """
 
 from __future__ import annotations
@@ -82,4 +87,90 @@ def test_foreign_session_runs_as_without_the_plugin(tmp_path: Path) -> None:
     assert with_plugin[0].pop("plugin_loaded") is True  # the installed plugin took part in the first session
     assert without[0].pop("plugin_loaded") is False
     assert with_plugin == without
+    assert not (tmp_path / ".conformance").exists()
+
+
+FOREIGN_OPTIONS = textwrap.dedent(
+    """
+    import pytest
+
+    def pytest_addoption(parser):
+        parser.addoption("--device", default="cpu", help="this project's own option")
+        parser.addoption("--kernel", default="naive", help="this project's own option")
+
+    @pytest.fixture
+    def device(request):
+        return request.config.getoption("--device")
+    """
+)
+
+
+def test_foreign_options_and_pytest_profiling_coexist_with_the_plugin(tmp_path: Path) -> None:
+    import importlib.util
+
+    assert importlib.util.find_spec("pytest_profiling") is not None, "pytest-profiling must be installed for this test (tox.ini)"
+    (tmp_path / "conftest.py").write_text(FOREIGN_OPTIONS)
+    (tmp_path / "test_own.py").write_text(
+        "def test_own(device, request):\n    assert device == 'gpu0' and request.config.getoption('--kernel') == 'mine'\n"
+    )
+    env = scrubbed_env(dict(os.environ), extra=("CONFORMANCE_DIR", "CONFORMANCE_PENDING_DIR", "PYTEST_ADDOPTS"))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--device",
+            "gpu0",
+            "--kernel",
+            "mine",
+            "test_own.py",
+            "--co",
+            "-q",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--device",
+            "gpu0",
+            "--kernel",
+            "mine",
+            "--profile",
+            "test_own.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and "1 passed" in output, output[-3000:]
+    assert "Profiling" in output or (tmp_path / "prof").is_dir(), output[-3000:]  # pytest-profiling's --profile ran
+    trace = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--trace-config", "--co", "-q", "test_own.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert PLUGIN in trace.stdout and "pytest_profiling" in trace.stdout, trace.stdout[-3000:]  # both plugins were loaded
     assert not (tmp_path / ".conformance").exists()

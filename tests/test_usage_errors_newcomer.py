@@ -22,7 +22,20 @@ REPO = Path(__file__).resolve().parents[1]
 def _pytest(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     full_env = {**scrubbed_env(dict(os.environ)), **env}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "--pyargs", "conformance", "--kernel", "emulated", *args],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "0",
+            "--pyargs",
+            "conformance",
+            "--conformance-kernel",
+            "emulated",
+            *args,
+        ],
         cwd=tmp_path,
         env=full_env,
         capture_output=True,

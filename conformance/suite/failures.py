@@ -104,7 +104,7 @@ def describe(nodeid: str, err: BaseException | None, judged: Any, *, kernel: str
 
 def crash_info(nodeid: str, line: dict[str, Any], kernel: str) -> dict[str, Any]:
     """The grouped report's part for a test whose worker died (a crash entry's line, conformance.records.crashes)."""
-    error = str(line.get("error") or "crashed")
+    error = str(line.get("caught") or line.get("error") or "crashed")
     hung = "hung" in str(line.get("kind", "")) or "hung" in error
     finding = Finding(HANG, "a kernel call did not return", error) if hung else Finding(CRASH, "the process running the kernel died", error)
     return {
@@ -180,7 +180,7 @@ def _command(env: dict[str, str], words: list[str]) -> str:
 
 def print_summary(reporter: Any, config: pytest.Config) -> None:
     """The grouped report of a suite run's failing tests (see the module docstring)."""
-    failed = [r for r in reporter.stats.get("failed", []) if getattr(r, "when", "call") == "call"]
+    failed = list(reporter.stats.get("failed", []))  # call failures, and xdist's reports of a crashed test (when "???")
     errors = list(reporter.stats.get("error", []))
     if not failed and not errors:
         return

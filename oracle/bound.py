@@ -37,7 +37,7 @@ from oracle import q_representation as qrep
 from oracle import rows as oracle_rows
 from oracle.accumulation import FORMAT_MAX, gamma, unit_roundoff
 from oracle.binary import pow2
-from oracle.profile_schema import NumericsProfile
+from oracle.profile_schema import ANY16_P, TOWARD_ZERO_CAST, NumericsProfile
 from oracle.rows import DEFAULT_KEY_BUDGET, BoundChunk, PreconditionError, row_bounds
 
 Mode = Literal["float64", "exact-steps"]
@@ -321,7 +321,7 @@ def _chunk_stats(
         del buffer
     values_abs = values.abs_()
     abs_code_sum = None
-    if profile.p_format == "fp16_scaled":
+    if profile.p_format in ("fp16_scaled", ANY16_P):
         # sum_i |code_i|: every partial sum is a multiple of 2^-9 below 2^53 2^-9, so the f64 sum
         # is exact in any order; summing the integers |code| 2^9 gives the same value
         width = chunk.valid.shape[1]
@@ -382,6 +382,13 @@ def round_bf16(y: torch.Tensor) -> torch.Tensor:
     return torch.round(y / spacing) * spacing
 
 
+def truncate_bf16(y: torch.Tensor) -> torch.Tensor:
+    """f64 values rounded toward zero to bf16 (the spacing of round_bf16), returned as f64."""
+    _, exponent = torch.frexp(y)
+    spacing = ((exponent.clamp(-125, 1031).to(torch.int64) + (1023 - 8)) << 52).view(torch.float64)
+    return torch.trunc(y / spacing) * spacing
+
+
 def round_f32(y: torch.Tensor) -> torch.Tensor:
     """One round-to-nearest-even of f64 values to f32, returned as f64."""
     return y.to(torch.float32).to(torch.float64)
@@ -398,6 +405,11 @@ def output_interval_bound(ref: torch.Tensor, d_pre: torch.Tensor, casts: tuple[s
         if cast == "direct":
             lows.append(round_bf16(lo))
             highs.append(round_bf16(hi))
+        elif cast == TOWARD_ZERO_CAST:  # truncation of the value, or of its f32 rounding (both monotone)
+            for end in (lo, round_f32(lo)):
+                lows.append(truncate_bf16(end))
+            for end in (hi, round_f32(hi)):
+                highs.append(truncate_bf16(end))
         else:
             lows.append(round_bf16(round_f32(lo)))
             highs.append(round_bf16(round_f32(hi)))
@@ -635,6 +647,13 @@ def _chunk_bound(
             d_p = floor if p_in_l else p_u * weighted + floor
         elif profile.p_format in ("f32", "f64"):
             d_p = p_u * weighted + profile.p_floor * abs_v_sum
+        elif profile.p_format == ANY16_P:
+            # some 16-bit P' (of P, or of P * scale_v rounded to f32 first): bf16's relative
+            # rounding, and f16's floor on P v (P itself rounded) or on P' code (P * scale_v
+            # rounded); as for bf16, a reweighting when l sums the rounded P (TOLERANCES.md section 14)
+            assert stats.abs_code_sum is not None
+            floor = profile.p_floor * l_floor * (abs_v_sum + stats.abs_code_sum)
+            d_p = u * weighted + floor if p_in_l else (p_u + u) * weighted + floor
         else:
             d_p = torch.zeros_like(p_abs_v)
         magnitude = weighted * (1 + p_u) + d_p

@@ -16,14 +16,21 @@ from typing import Literal
 from oracle.accumulation import Accumulation, unit_roundoff
 
 QRepresentationName = Literal["exact", "fp8_hi_lo"]
-PFormat = Literal["exact", "fp16_scaled", "bf16", "f32", "f64"]
+PFormat = Literal["exact", "fp16_scaled", "bf16", "f32", "f64", "any16"]
 PInL = Literal["no", "yes", "unknown"]
-OutCast = Literal["direct", "via_f32"]
+OutCast = Literal["direct", "via_f32", "toward_zero"]
 
 Q_REPRESENTATIONS = ("exact", "fp8_hi_lo")
 P_FORMATS = ("exact", "fp16_scaled", "bf16", "f32", "f64")
 P_IN_L = ("no", "yes", "unknown")
 OUT_CASTS = ("direct", "via_f32")
+#: P in some 16-bit format, bf16's precision with f16's range (P' = f16 or bf16 of P or of P * scale_v,
+#: scale_v <= 2^7): the P step of the coarsest rounding model (conformance.judging.triage,
+#: TOLERANCES.md section 14), not declarable in a profile file
+ANY16_P = "any16"
+#: out converted to bf16 toward zero (truncation of the computed f32 or f64 value): the output step
+#: of the coarsest rounding model, not declarable in a profile file
+TOWARD_ZERO_CAST = "toward_zero"
 SCORE_FORMATS = ("f32", "f64")
 Subnormals = Literal["preserve", "flush", "unknown"]
 SUBNORMALS = ("preserve", "flush", "unknown")
@@ -42,6 +49,8 @@ _P_ROUNDING: dict[str, tuple[float, float]] = {
     "f32": (2.0**-24, 2.0**-150),
     "f64": (2.0**-53, 2.0**-1074),  # half the subnormal spacing is not an f64: take all of it
     "exact": (0.0, 0.0),
+    # bf16's u with f16's floor in P' units (half the smallest f16 subnormal 2^-24): TOLERANCES.md section 14
+    ANY16_P: (2.0**-8, 2.0**-25),
 }
 
 
@@ -99,7 +108,8 @@ class NumericsProfile:
     p_shift: log2 of the largest P in a tile (gfx950: P = exp2(x - m + 8) <= 2^8), 0 for P <= 1.
     p_format: rounding of P before the PV product: "exact", "fp16_scaled" (P' = fp16(P * scale_v),
         exact V codes), "bf16" (P rounded to bf16, V exact), "f32" (normalised P = e / l rounded
-        to f32, as torch.softmax does; "f64" likewise); p_rounding: "nearest" or "toward_zero".
+        to f32, as torch.softmax does; "f64" likewise; "any16": any 16-bit format, bf16's precision
+        with f16's range, the coarsest rounding model's only); p_rounding: "nearest" or "toward_zero".
     p_rounded_in_l: whether l sums the rounded P ("no", "yes", or "unknown": bound both).
     pv: accumulation of one tile's P V products per output element (terms: the tile's keys);
         pv_rescale_roundings: roundings of o per tile for the rescale by alpha.
@@ -107,7 +117,9 @@ class NumericsProfile:
         partial sums a tile's keys are spread over (the seed: 4 waves x 4 lane groups = 16; 1: one
         accumulator); l_final_roundings: roundings that combine the partials at the end.
     out_casts: conversions to bf16 the output may take: "direct" (one round-to-nearest-even of the
-        computed value, f32 -> bf16), "via_f32" (f64 -> f32 -> bf16, what torch and ml_dtypes do).
+        computed value, f32 -> bf16), "via_f32" (f64 -> f32 -> bf16, what torch and ml_dtypes do),
+        "toward_zero" (truncation of the computed value or of its f32 rounding: the coarsest
+        rounding model's only).
     lse_extra_u: relative error of the log evaluation and the lse arithmetic.
     scale_cap: largest KV scale the kernel's numerics hold to (None: no cap).
     needs_pow2_scales: whether KV scales must be powers of two for the bound to hold.

@@ -38,7 +38,8 @@ def test_no_library_assert_carries_a_message() -> None:
 
 
 def test_differential_failure_message_is_only_the_judgement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The message of a failing differential check is its triage class, its header and the judgement's lines."""
+    """The message of a failing differential check is its finding's headline, its header and the
+    judgement's lines; the failure carries the finding (conformance.judging.finding.carried)."""
     from conformance.durability.state import RUN_ID_ENV
 
     monkeypatch.setenv("CONFORMANCE_DIR", str(tmp_path / "state"))  # the example's record goes here
@@ -50,7 +51,11 @@ def test_differential_failure_message_is_only_the_judgement(tmp_path: Path, monk
     target = build_target("conformance.mutation.catalogue:lse_base2", device="cpu")
     with pytest.raises(AssertionError) as info:
         differential(target, Recipe(seed=1, n_q=1, heads=1, row_lengths=(3,), cache_rows=8), "test", use_target=False)
+    from conformance.judging.finding import WRONG_RESULT, carried
+
     lines = str(info.value).splitlines()
-    assert lines[0].startswith("class 3 (precision bug): "), lines[0]
+    finding = carried(info.value)
+    assert finding is not None and finding.group == (WRONG_RESULT, "lse outside the bound"), finding
+    assert lines[0] == finding.headline, lines[0]
     assert lines[1] == "kernel output outside the a-priori bound:"
     assert not any(line.lstrip().startswith(("assert ", "+  where", "where ")) for line in lines)

@@ -417,8 +417,9 @@ def _minimise_failure(target: Any, failure: Failure, budget_s: float, progress: 
         failure.minimised = result.accepted
         with sandbox_state():
             diag = diagnose(CorpusEntry(name="fuzz", recipe=result.recipe, expect=expect), target, findings=False)
-        if diag.reasons:
-            failure.message = "\n".join(diag.reasons)
+        if diag.reasons:  # the finding's headline first (the summary shows the first line), then the reasons
+            headline = [diag.triage] if diag.triage and not diag.reasons[0].startswith(diag.triage) else []
+            failure.message = "\n".join([*headline, *diag.reasons])
 
 
 def _hash(recipe: Any) -> str:

@@ -2,7 +2,11 @@
 
 A failed check raises AssertionError explicitly, never through an `assert` statement: pytest
 rewrites the asserts of an installed plugin's distribution, and the added introspection would
-change the message that failure signatures, corpus entries and reports are built from.
+change the message that failure signatures, corpus entries and reports are built from. Every
+failure carries its finding (conformance.judging.finding) and its message starts with the
+finding's headline. An example that cannot be judged here (the backend does not take it, it does
+not fit this machine) is rejected inside a Hypothesis property with its reason noted
+(conformance.judging.rejections), and skipped elsewhere.
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ from hypothesis import event, reject
 from hypothesis import target as hypothesis_target
 from hypothesis.control import currently_in_test_context
 
-from conformance.durability.watchdog import KernelHung
+from conformance.judging import rejections
+from conformance.judging.finding import CONTRACT, SUITE_ERROR, Finding, failure
 from conformance.judging.harness import Judgement, Verdict, check_types, judge, record, run_kernel
-from conformance.judging.target import Target, judges
-from conformance.judging.triage import contract_violation, triage
+from conformance.judging.target import Target, judges, out_of_device_memory
+from conformance.judging.triage import triage
 from oracle.bound import Evaluation
 from oracle.preconditions import check_call, has_violation
+from oracle.rows import PreconditionError
 from strategies.materialize import Problem, materialize
 from strategies.recipe import Recipe, RecipeTooLarge
 
@@ -42,11 +48,15 @@ def backend_limits(target: Target) -> dict[str, Any]:
 
 def materialize_for(target: Target, recipe: Recipe) -> Problem:
     """The recipe's problem on the target's device. A recipe the memory guard refuses
-    (strategies.materialize.check_memory) skips the test with the guard's reason: a machine too
-    small for a recipe says nothing about the kernel."""
+    (strategies.materialize.check_memory) is rejected inside a Hypothesis property (the reason
+    noted) and skips the test elsewhere: a machine too small for a recipe says nothing about the
+    kernel."""
     try:
         return materialize(recipe, target.device)
     except RecipeTooLarge as err:
+        if currently_in_test_context():
+            rejections.note("the recipe is too large for this machine's memory (strategies.materialize.check_memory)")
+            reject()
         pytest.skip(f"not run here: {err}")
 
 
@@ -56,6 +66,7 @@ def require_support(target: Target, problem: Problem) -> None:
     reason = supported(target, problem)
     if reason:
         if currently_in_test_context():
+            rejections.note(f"{target.name} does not take the call: {reason}")
             reject()
         pytest.skip(f"{target.name} does not take this call: {reason}")
 
@@ -85,19 +96,21 @@ def differential(
     __tracebackhide__ = _verdict_only  # pytest: a verdict is shown at the property's call, not in here
     problem = materialize_for(target, recipe)
     require_support(target, problem)
-    try:
-        out, lse = run_kernel(problem, target.backend, property_name=property_name, kernel_name=target.name, timeout_s=timeout_s)
-    except (AssertionError, KernelHung, torch.OutOfMemoryError):  # device memory: judges()' affair
-        raise
-    except Exception as err:  # a valid call that raises breaks the contract (class 1), whatever the exception
-        record(property_name, target.name, problem, outcome="fail", extra={"mode": "contract", "class": 1})
-        raise contract_violation(f"a valid call raised {type(err).__name__}: {str(err)[:300]}") from err
+    out, lse = run_valid_call(target, problem, property_name, timeout_s=timeout_s)
     broken = check_types(problem, out, lse)
     if broken:  # the same in every mode, and not a matter of the bound
-        record(property_name, target.name, problem, outcome="fail", extra={"mode": "contract", "class": 1})
-        raise contract_violation("; ".join(broken))
-    judgement = judge(problem, out, lse, target.profile)
-    triaged = None if judgement.ok else triage(problem, out, lse, target.profile, judgement)
+        finding = Finding(CONTRACT, type_subject(broken), "; ".join(broken))
+        record(property_name, target.name, problem, outcome="fail", extra={"mode": "contract", **finding_fields(finding)})
+        raise failure(finding)
+    try:
+        judgement = judge(problem, out, lse, target.profile)
+        triaged = None if judgement.ok else triage(problem, out, lse, target.profile, judgement)
+    except torch.OutOfMemoryError:  # device memory: judges()' affair
+        raise
+    except PreconditionError as err:
+        raise failure(Finding(SUITE_ERROR, "a recipe meant to conform breaks a precondition", str(err)[:300])) from err
+    except Exception as err:  # the suite's own judgement failed, not the kernel
+        raise failure(Finding(SUITE_ERROR, f"the judgement raised {type(err).__name__}", str(err)[:300])) from err
     for mode, verdict in judgement.verdicts.items():
         if use_target:
             for label, value in ((f"out/{mode}", verdict.out_ratio), (f"lse/{mode}", verdict.lse_ratio)):
@@ -105,7 +118,7 @@ def differential(
                     hypothesis_target(value, label=label)
         extra: dict[str, Any] = {"mode": mode}
         if triaged is not None and not verdict.ok:
-            extra["class"] = triaged.klass
+            extra.update(finding_fields(triaged.finding))
         record(
             property_name,
             target.name,
@@ -116,8 +129,76 @@ def differential(
             extra=extra,
         )
     if triaged is not None:
-        raise AssertionError(f"{triaged.headline}\nkernel output outside the a-priori bound:\n" + "\n".join(failure_lines(judgement, lse)))
+        raise failure(triaged.finding, "kernel output outside the a-priori bound:\n" + "\n".join(failure_lines(judgement, lse)))
     return list(judgement.verdicts.values())
+
+
+def finding_fields(finding: Finding) -> dict[str, str]:
+    """The fields of an example's record (conformance.judging.harness.record) that name its finding."""
+    return {"kind": finding.kind, "subject": finding.subject}
+
+
+def run_valid_call(
+    target: Target,
+    problem: Problem,
+    property_name: str,
+    *,
+    out: torch.Tensor | None = None,
+    expect: str = "conform",
+    timeout_s: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """run_kernel on a call that meets the contract's preconditions: a kernel that raises breaks
+    the contract whatever the exception (AssertionError naming the exception type, the kernel's
+    exception as its cause); running out of device memory drops the example
+    (conformance.judging.target.out_of_device_memory). Inputs written, a result that is not a
+    pair and a hung call raise as run_kernel raises them, each carrying its finding. `expect`: how
+    a crash entry made from this call is judged on replay (run_kernel's)."""
+    try:
+        return run_kernel(
+            problem, target.backend, property_name=property_name, kernel_name=target.name, out=out, expect=expect, timeout_s=timeout_s
+        )
+    except AssertionError:  # run_kernel's own findings (inputs written, not a pair)
+        raise
+    except torch.OutOfMemoryError as err:
+        out_of_device_memory(err)
+        raise  # not reached
+    except Exception as err:
+        finding = Finding(CONTRACT, f"a valid call raised {type(err).__name__}", _one_line(str(err), 300))
+        record(property_name, target.name, problem, outcome="fail", extra={"mode": "contract", **finding_fields(finding)})
+        raise failure(finding) from err
+
+
+def _one_line(text: str, limit: int) -> str:
+    """`text` on one line, cut at a word boundary with an ellipsis past `limit` characters."""
+    line = " ".join(text.split())
+    if len(line) <= limit:
+        return line
+    cut = line[: limit - 1].rsplit(" ", 1)[0] if " " in line[: limit - 1] else line[: limit - 1]
+    return cut + "…"
+
+
+#: the subject of each contract check of the returned objects (conformance.judging.harness.check_types), by message start
+_TYPE_SUBJECTS = (
+    ("out is on ", "out is not on the inputs' device"),
+    ("out= was given", "out= was given but another tensor was returned"),
+    ("return_lse=True but lse is", "lse is missing though return_lse is set"),
+    ("lse is ", "lse is not float32 of the contract's shape"),
+)
+
+
+def type_subject(broken: list[str]) -> str:
+    """The subject (no numbers) of check_types' failures, in their order."""
+    subjects = []
+    for message in broken:
+        if message.startswith("out is ") and message.rstrip().endswith("not a tensor"):
+            subject = "out is not a tensor"
+        elif message.startswith("out is ") and "expected bfloat16" in message:
+            subject = "out is not bfloat16 of the contract's shape"
+        else:
+            subject = next((s for start, s in _TYPE_SUBJECTS if message.startswith(start)), "the returned objects break the contract")
+        if subject not in subjects:
+            subjects.append(subject)
+    return "; ".join(subjects)
 
 
 def _verdict_only(info: pytest.ExceptionInfo[BaseException]) -> bool:
@@ -189,8 +270,9 @@ def violation_run(
         # example is rejected and counted as an event; a stored entry (replay, corpus) is wrong
         if currently_in_test_context():
             event("violating recipe without a violation (rejected)")
+            rejections.note("a recipe meant to violate a precondition violates none")
             reject()
-        raise AssertionError(f"recipe meant to violate a precondition reports none: {recipe.to_json()}")
+        raise failure(Finding(SUITE_ERROR, "a recipe meant to violate a precondition violates none", recipe.to_json()))
     observed: dict[str, Any] = {"kinds": kinds}
     if "index_out_of_range" in kinds and not target.backend.bounded_index_reads:
         observed["behaviour"] = "not run: out-of-range index on a backend whose reads can fault"
@@ -200,22 +282,23 @@ def violation_run(
         out, lse = run_kernel(
             problem, target.backend, property_name=property_name, kernel_name=target.name, expect="precondition", timeout_s=timeout_s
         )
-    except torch.OutOfMemoryError:  # device memory: judges()' affair
+    except (torch.OutOfMemoryError, AssertionError):  # device memory: judges()' affair; run_kernel's findings (inputs written)
         raise
     except Exception as err:  # noqa: BLE001 - the behaviour under a violation is what we record
         observed["behaviour"] = f"raised {type(err).__name__}: {str(err)[:200]}"
         record(property_name, target.name, problem, outcome="raised", extra={"observed": observed})
         if "index_out_of_range" in kinds:
             return observed
-        raise AssertionError(f"kernel raised under a data precondition violation ({kinds}) instead of returning: {err!r}") from err
+        finding = Finding(CONTRACT, f"a call violating a data precondition raised {type(err).__name__}", f"violated: {', '.join(kinds)}")
+        raise failure(finding, f"the kernel must return under {kinds}, not raise: {_one_line(repr(err), 300)}") from err
     non_finite = int(torch.isfinite(out.to(torch.float32)).logical_not_().sum())  # the one host read
     observed["non_finite_out"] = non_finite
     observed["behaviour"] = "returned" + ("" if non_finite == 0 else f" with {non_finite} non-finite outputs")
     record(property_name, target.name, problem, outcome="observed", extra={"observed": observed})
     promised_finite = {"scale_above_cap", "scale_not_pow2"}
     if set(kinds) <= promised_finite and non_finite:
-        raise AssertionError(
-            f"under {kinds} the output must stay finite (the kernel clamps the scale / drops its mantissa); "
-            f"got {observed['non_finite_out']} non-finite values"
+        finding = Finding(
+            CONTRACT, "out is not finite under a scale the kernel clamps", f"{non_finite} non-finite values under {', '.join(kinds)}"
         )
+        raise failure(finding, f"under {kinds} the output must stay finite (the kernel clamps the scale / drops its mantissa)")
     return observed

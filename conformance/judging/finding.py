@@ -19,9 +19,15 @@ Kinds (FINDING_KINDS are findings against the kernel; "profile too tight" is not
 - "suite error": the suite itself failed (a bug of the suite or of its environment, never
   counted against the kernel).
 
+A headline reads `kind: subject (detail)`. The subjects the suite uses for one kind of failure
+everywhere are constants here (HUNG, DIED); `SEVERITY` orders kinds from the worst, `worse` picks
+the worse of two findings (the metamorphic properties report the worse of their runs).
+
 The finding travels on the exception as attribute FINDING_ATTR (`attach`), like the recipe under
-judgement (conformance.judging.target.JUDGED_ATTR); `finding_of` reads it back, and derives one for
-an exception that carries none.
+judgement (conformance.judging.target.JUDGED_ATTR); `carried` reads it back, `finding_of` derives
+one for an exception that carries none (a hung call: hang; anything else: suite error), and
+`parse` reads a headline back from text (a failure's first line, a log written without the
+finding's fields).
 """
 
 from __future__ import annotations
@@ -41,6 +47,14 @@ KINDS: tuple[str, ...] = (CONTRACT, WRONG_RESULT, PRECISION, CRASH, HANG, PROFIL
 FINDING_KINDS: frozenset[str] = frozenset({CONTRACT, WRONG_RESULT, PRECISION, CRASH, HANG})
 
 FINDING_ATTR = "conformance_finding"
+#: kinds from the worst: a dead process, a hung call, a broken promise, a wrong value, a too coarse
+#: rounding, a profile that is too tight, the suite's own failure
+SEVERITY: tuple[str, ...] = (CRASH, HANG, CONTRACT, WRONG_RESULT, PRECISION, PROFILE, SUITE_ERROR)
+
+#: the subject of every hang finding (a call past its time limit, or a crash entry marked hung)
+HUNG = "a kernel call did not return"
+#: the subject of every crash finding (the process running a kernel call died)
+DIED = "the process running the kernel died"
 
 
 @dataclass(frozen=True)
@@ -70,6 +84,11 @@ class Finding:
     def against_kernel(self) -> bool:
         """Whether this is a finding against the kernel (not the profile's or the suite's)."""
         return self.kind in FINDING_KINDS
+
+    @property
+    def severity(self) -> int:
+        """The kind's place in SEVERITY (0: the worst)."""
+        return SEVERITY.index(self.kind)
 
     def to_json_dict(self) -> dict[str, str]:
         return {"kind": self.kind, "subject": self.subject, "detail": self.detail}
@@ -114,3 +133,62 @@ def carried(err: BaseException | None) -> Finding | None:
             todo.extend(current.exceptions)
         todo.extend((current.__cause__, current.__context__))
     return None
+
+
+def worse(*findings: Finding | None) -> Finding | None:
+    """The worst of `findings` by SEVERITY (the first of equals); None when every one is None."""
+    present = [f for f in findings if f is not None]
+    return min(present, key=lambda f: f.severity) if present else None
+
+
+def headline_first(err: BaseException, finding: Finding) -> BaseException:
+    """Attach `finding` to `err` and make the headline the first line of its message (for an
+    exception whose message is its first argument, as KernelHung's is); returns `err`."""
+    attach(err, finding)
+    text = str(err)
+    if not text.startswith(finding.headline):
+        try:
+            err.args = (finding.headline + (f"\n{text}" if text else ""),)
+        except (AttributeError, TypeError):
+            pass
+    return err
+
+
+def finding_of(err: BaseException | None) -> Finding:
+    """The finding `err` carries (`carried`), else one derived from its type: a call past its time
+    limit (conformance.durability.watchdog.KernelHung) is a hang, anything else raised outside a
+    judgement a suite error."""
+    found = carried(err)
+    if found is not None:
+        return found
+    from conformance.durability.watchdog import KernelHung
+
+    if isinstance(err, KernelHung):
+        return Finding(HANG, HUNG, f"no return within {err.timeout_s:g} s")
+    name = type(err).__name__ if err is not None else "a failure"
+    first = str(err).strip().splitlines()[0][:200] if err is not None and str(err).strip() else ""
+    return Finding(SUITE_ERROR, f"{name} raised outside a judgement", first)
+
+
+def parse(line: str) -> Finding | None:
+    """The finding a headline (`kind: subject (detail)`) states, None when `line` is not one.
+
+    The detail is the balanced parenthesised group ending the line; subjects the suite writes do
+    not end with a parenthesis, so a headline without a detail reads back as written."""
+    text = line.strip()
+    for kind in KINDS:
+        if text.startswith(f"{kind}: "):
+            rest = text[len(kind) + 2 :].strip()
+            break
+    else:
+        return None
+    subject, detail = rest, ""
+    if rest.endswith(")"):
+        depth = 0
+        for i in range(len(rest) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(rest[i], 0)
+            if depth == 0:
+                if i > 0 and rest[i - 1] == " ":
+                    subject, detail = rest[: i - 1].rstrip(), rest[i + 1 : -1]
+                break
+    return Finding(kind, subject, detail) if subject else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass, field
@@ -27,9 +28,9 @@ from conformance.durability.device_fault import describe as describe_fault
 from conformance.durability.device_fault import is_device_fault
 from conformance.durability.state import call_timeout_s, run_dir, worker_id
 from conformance.durability.wal import atomic_write_text, in_flight, inflight_path
-from conformance.durability.watchdog import limit_call
+from conformance.durability.watchdog import KernelHung, limit_call
 from conformance.judging import progress
-from conformance.judging.finding_class import CLASS_NAMES, CONTRACT
+from conformance.judging.finding import CONTRACT, HANG, HUNG, Finding, attach, headline_first
 from kernel.record import LATENT_DIM
 from oracle.bound import MODES, Evaluation, Mode, evaluate_modes
 from oracle.profiles import NumericsProfile
@@ -37,7 +38,14 @@ from strategies.materialize import Problem
 
 
 class InputsModified(AssertionError):
-    """The kernel wrote into q, kv_cache, indices or indptr; the message names where."""
+    """The kernel wrote into q, kv_cache, indices or indptr; the message (after the finding's
+    headline) names where."""
+
+    def __init__(self, changes: list[str]) -> None:
+        names = list(dict.fromkeys(m.group(1) for m in (re.match(r"the kernel wrote into (\w+)", c) for c in changes) if m))
+        finding = Finding(CONTRACT, "the kernel wrote into " + " and ".join(names or ["its inputs"]), "; ".join(changes))
+        super().__init__(finding.headline)
+        attach(self, finding)
 
 
 def call_kernel(problem: Problem, kernel: Any, *, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -89,25 +97,28 @@ def run_kernel(
         atomic_write_text(inflight_path(folder, worker), json.dumps({**entry, **what}, sort_keys=True))
 
     progress.tick()
-    with in_flight(folder, worker, entry), limit_call(limit, lambda s: mark(hung_after_s=round(s, 1)), hard_only=worker != "main"):
-        try:
-            result = call_kernel(problem, kernel, out=out)
-            if problem.q.is_cuda:
-                torch.cuda.synchronize(problem.q.device)
-        except Exception as err:
-            if worker != "main" and is_device_fault(err):
-                # the GPU context of this worker is broken: keep the record, end the worker
-                mark(device_fault=describe_fault(err))
-                os.kill(os.getpid(), signal.SIGKILL)
-            raise
+    try:
+        with in_flight(folder, worker, entry), limit_call(limit, lambda s: mark(hung_after_s=round(s, 1)), hard_only=worker != "main"):
+            try:
+                result = call_kernel(problem, kernel, out=out)
+                if problem.q.is_cuda:
+                    torch.cuda.synchronize(problem.q.device)
+            except Exception as err:
+                if worker != "main" and is_device_fault(err):
+                    # the GPU context of this worker is broken: keep the record, end the worker
+                    mark(device_fault=describe_fault(err))
+                    os.kill(os.getpid(), signal.SIGKILL)
+                raise
+    except KernelHung as err:
+        headline_first(err, Finding(HANG, HUNG, f"no return within {err.timeout_s:g} s"))
+        raise
     changed = before.changes(problem.q, problem.kv_cache, problem.indices, problem.indptr)
     if changed:
-        raise InputsModified(f"{CLASS_NAMES[CONTRACT]}: " + "; ".join(changed))
+        raise InputsModified(changed)
     if not (isinstance(result, tuple | list) and len(result) == 2):  # a bare tensor of n_q 2 would unpack silently
         shape = f" {tuple(result.shape)}" if isinstance(result, torch.Tensor) else ""
-        raise AssertionError(
-            f"{CLASS_NAMES[CONTRACT]}: the kernel returned a {type(result).__name__}{shape}, not the pair (out, lse_or_None)"
-        )
+        finding = Finding(CONTRACT, "the kernel's result is not a pair of out and lse", f"it returned a {type(result).__name__}{shape}")
+        raise attach(AssertionError(f"{finding.headline}\nthe contract's result is the pair (out, lse_or_None)"), finding)
     return result[0], result[1]
 
 

@@ -89,16 +89,20 @@ def judges(expect: str = "conform") -> Callable[[F], F]:
 def out_of_device_memory(err: BaseException) -> None:
     """Drop an example whose kernel, oracle or bound ran out of device memory: on a GPU shared by
     many processes (a campaign runs a dozen) that is the machine's load, not a broken promise, so
-    it is no failure. Inside a Hypothesis property the example is rejected; elsewhere the test
-    is skipped with the reason. Frees the process's cached blocks first."""
+    it is no failure. Inside a Hypothesis property the example is rejected (its reason noted:
+    conformance.judging.rejections); elsewhere the test is skipped with the reason. Frees the
+    process's cached blocks first."""
     import pytest
     import torch
     from hypothesis import reject
     from hypothesis.control import currently_in_test_context
 
+    from conformance.judging import rejections
+
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     if currently_in_test_context():
+        rejections.note("the device ran out of memory")
         reject()
     pytest.skip(f"not run here: the device ran out of memory ({str(err)[:200]})")
 

@@ -15,9 +15,11 @@ Each crash becomes an entry (conformance.records.corpus format) in the pending c
 `--no-capture-corpus`, in `<run>/crashes/`): expect "conform" or "precondition" (as recorded in
 the write-ahead file when it says so, else inferred from the recipe, see `infer_expect`),
 provenance caught = "process died during the kernel call (<how>)", kernel, property, plus a
-"crash" object (run, worker, device, start time of the call, test node id when known). One JSON
-line per crash is appended to `crashes.jsonl` of the run where the crash happened and, for a
-crash recovered later, of the recovering run (with "origin_run"), for the run report. The entry
+"crash" object (run, worker, device, start time of the call, test node id when known) and its
+"finding" (conformance.judging.finding: kind "crash", subject DIED, or kind "hang", subject HUNG
+for a call the watchdog marked hung; the detail says how). One JSON line per crash is appended to
+`crashes.jsonl` of the run where the crash happened and, for a crash recovered later, of the
+recovering run (with "origin_run"), for the run report; it carries "kind" and "finding" too. The entry
 is written atomically before the write-ahead file is removed, so a crash of the recovery itself
 loses nothing either; an unreadable write-ahead file is renamed `*.unreadable`, never deleted.
 
@@ -184,6 +186,7 @@ def crash_entry(inflight: dict[str, Any], *, how: str, run: str, worker: str, no
         kind = "hung"
         crash["hung_after_s"] = inflight["hung_after_s"]
         how = f"hung: no return within {inflight.get('call_timeout_s')} s, killed after {inflight['hung_after_s']} s; {how}"
+    finding = crash_finding(how, hung=kind == "hung")
     return CorpusEntry(
         name=f"{kind}-{_safe(prop)}-{recipe_hash(recipe)}",
         recipe=recipe,
@@ -195,8 +198,17 @@ def crash_entry(inflight: dict[str, Any], *, how: str, run: str, worker: str, no
             "date": datetime.date.today().isoformat(),
             "suite_version": SUITE_VERSION,
             "crash": crash,
+            "finding": finding.to_json_dict(),
         },
     )
+
+
+def crash_finding(how: str, *, hung: bool) -> Any:
+    """The finding of a crash entry (conformance.judging.finding.Finding): a hang when the
+    watchdog marked the call hung, else a crash; `how` is its detail."""
+    from conformance.judging.finding import CRASH, DIED, HANG, HUNG, Finding
+
+    return Finding(HANG, HUNG, how) if hung else Finding(CRASH, DIED, how)
 
 
 def _existing_crash(path: Path) -> bool:
@@ -261,7 +273,15 @@ def record_crash(
     except Exception as err:  # noqa: BLE001 - any unreadable record is kept aside, never lost
         kept = inflight_file.with_name(inflight_file.name + ".unreadable")
         os.replace(inflight_file, kept)
-        line.update({"entry": None, "error": f"unreadable write-ahead file kept as {kept}: {err}"})
+        finding = crash_finding(f"{how}; unreadable write-ahead file kept as {kept}", hung=False)
+        line.update(
+            {
+                "entry": None,
+                "error": f"unreadable write-ahead file kept as {kept}: {err}",
+                "kind": finding.kind,
+                "finding": finding.to_json_dict(),
+            }
+        )
     else:
         destination.mkdir(parents=True, exist_ok=True)
         path, written = save_crash_entry(entry, destination)
@@ -274,6 +294,8 @@ def record_crash(
                 "expect": entry.expect,
                 "name": entry.name,
                 "caught": entry.provenance["caught"],
+                "kind": entry.provenance["finding"]["kind"],
+                "finding": entry.provenance["finding"],
             }
         )
         inflight_file.unlink(missing_ok=True)
@@ -337,12 +359,27 @@ def recover_leftovers(
     return found
 
 
+def line_finding(line: dict[str, Any]) -> Any:
+    """The finding of a crashes.jsonl line (its "finding", else one derived from how it died)."""
+    from conformance.judging.finding import Finding
+
+    data = line.get("finding")
+    if isinstance(data, dict):
+        try:
+            return Finding.from_json_dict(data)
+        except (KeyError, ValueError):
+            pass
+    caught = str(line.get("caught") or "")
+    return crash_finding(str(line.get("how") or line.get("error") or "the process died"), hung="(hung:" in caught)
+
+
 def describe(line: dict[str, Any]) -> str:
-    """One line for a terminal: what crashed and where its entry went."""
+    """One line for a terminal: the crash's kind and subject, what crashed and where its entry went."""
+    finding = line_finding(line)
     if line.get("entry") is None:
-        return f"crash in run {line.get('run')} worker {line.get('worker')}: {line.get('error')}"
+        return f"{finding.kind}: {finding.subject} in run {line.get('run')} worker {line.get('worker')} ({line.get('error')})"
     state = "saved" if line.get("new") else "already saved"
     return (
-        f"crash (class 1, contract violation): {line.get('caught')}; kernel {line.get('kernel')}, property {line.get('property')}, "
+        f"{finding.kind}: {finding.subject} ({line.get('caught')}); kernel {line.get('kernel')}, property {line.get('property')}, "
         f"expect {line.get('expect')}: entry {state} as {line.get('entry')}"
     )

@@ -116,8 +116,8 @@ class Diagnosis:
     skipped, one message each; comparisons: per (mode, output) statistics (errors and bounds in
     the output's units: out values, lse in natural-log units); findings: precondition findings as
     dicts; holds: precondition kinds not found; observed: the behaviour of a precondition run;
-    crash: what the dead process had in flight; finding_class, triage: the failure's class (1
-    contract, 2 profile too tight, 3 precision: conformance.judging.triage) and its one-line reason."""
+    crash: what the dead process had in flight; finding: the failure's kind, subject and detail
+    (conformance.judging.finding, as a dict), triage: its headline."""
 
     name: str
     expect: str
@@ -132,7 +132,7 @@ class Diagnosis:
     findings_error: str | None = None
     observed: dict[str, Any] | None = None
     crash: dict[str, Any] | None = None
-    finding_class: int | None = None
+    finding: dict[str, str] | None = None
     triage: str = ""
 
     @property
@@ -169,7 +169,10 @@ _LIST = re.compile(r"\[[#,\s]*\]")
 def failure_signature(messages: list[str] | str) -> frozenset[str]:
     """Failure messages with every number (and list of numbers) replaced by '#', one item per
     line; the 'worst out element' line is dropped (it is not a failure, only a location), and a
-    triage line ("class 2 (...): passes if ...") counts by its class alone."""
+    finding's headline ("wrong result: lse outside the bound (...)", conformance.judging.finding)
+    counts by its kind and subject alone (its detail holds the numbers and the step)."""
+    from conformance.judging.finding import parse
+
     if isinstance(messages, str):
         messages = [messages]
     items: set[str] = set()
@@ -178,8 +181,9 @@ def failure_signature(messages: list[str] | str) -> frozenset[str]:
             line = line.strip()
             if not line or line.startswith(("worst out element", "kernel output outside the a-priori bound")):
                 continue
-            if line.startswith("class ") and ":" in line:
-                items.add(line.split(":", 1)[0])  # the triage class, not its reason's wording
+            finding = parse(line)
+            if finding is not None:
+                items.add(f"{finding.kind}: {finding.subject}")  # the kind and subject, not the detail's numbers
                 continue
             items.add(_LIST.sub("[#]", _NUMBER.sub("#", line))[:300])
     return frozenset(items)
@@ -299,7 +303,8 @@ def diagnose(entry: Any, target: Any, *, top: int = DEFAULT_TOP, findings: bool 
 
     from conformance.durability.watchdog import KernelHung
     from conformance.judging.checks import supported, violation_run
-    from conformance.judging.harness import InputsModified, judge, run_kernel
+    from conformance.judging.finding import CONTRACT, SUITE_ERROR, Finding, finding_of
+    from conformance.judging.harness import judge, run_kernel
     from conformance.judging.triage import triage
     from oracle.rows import PreconditionError
     from strategies.materialize import materialize
@@ -321,28 +326,25 @@ def diagnose(entry: Any, target: Any, *, top: int = DEFAULT_TOP, findings: bool 
             diag.outcome, diag.reasons = "skip", [str(err.msg)]
         except (AssertionError, KernelHung) as err:
             diag.outcome, diag.reasons = "fail", [str(err)]
+            _set_finding(diag, finding_of(err))
         return diag
     try:
         out, lse = run_kernel(problem, target.backend, property_name=property_name, kernel_name=target.name)
-    except KernelHung as err:
+    except (KernelHung, AssertionError) as err:  # a hung call, inputs written, a result that is not a pair: each carries its finding
         diag.outcome = "fail"
         diag.reasons.append(str(err))
-        _contract_class(diag, "the call hung")
-        return diag
-    except InputsModified as err:
-        diag.outcome = "fail"
-        diag.reasons.append(str(err))
-        _contract_class(diag, "the kernel wrote into its inputs")
+        _set_finding(diag, finding_of(err))
         return diag
     except Exception as err:  # noqa: BLE001 - a raising kernel is a diagnosis, not a crash of replay
         diag.outcome = "fail"
         diag.reasons.append(f"the kernel raised {type(err).__name__}: {str(err)[:500]}")
-        _contract_class(diag, f"a valid call raised {type(err).__name__}")
+        _set_finding(diag, Finding(CONTRACT, f"a valid call raised {type(err).__name__}", _clip(str(err), 300)))
         return diag
     unusable = _unusable_outputs(out, lse)
     if unusable:
         diag.outcome = "fail"
         diag.reasons.append(unusable)
+        _set_finding(diag, Finding(CONTRACT, "out holds no data", unusable))
         return diag
     try:
         judgement = judge(problem, out, lse, target.profile)
@@ -351,10 +353,12 @@ def diagnose(entry: Any, target: Any, *, top: int = DEFAULT_TOP, findings: bool 
         diag.reasons.append(
             f"no bound is promised for this recipe ({err}): it breaks a precondition, so its entry should expect 'precondition'"
         )
+        _set_finding(diag, Finding(SUITE_ERROR, "a recipe meant to conform breaks a precondition", str(err)[:300]))
         return diag
     except Exception as err:  # noqa: BLE001 - outputs the comparison cannot read are a failure of the kernel, not of replay
         diag.outcome = "fail"
         diag.reasons.append(f"the kernel's outputs cannot be compared: {type(err).__name__}: {str(err)[:300]}")
+        _set_finding(diag, Finding(CONTRACT, "the outputs cannot be compared", f"{type(err).__name__}: {_clip(str(err), 200)}"))
         return diag
     for mode, verdict in judgement.verdicts.items():
         evaluation = judgement.evaluations[mode]
@@ -367,15 +371,30 @@ def diagnose(entry: Any, target: Any, *, top: int = DEFAULT_TOP, findings: bool 
     diag.reasons = list(dict.fromkeys(diag.reasons))
     diag.outcome = "fail" if diag.reasons else "pass"
     if not judgement.ok:
-        triaged = triage(problem, out, lse, target.profile, judgement)
-        diag.finding_class, diag.triage = triaged.klass, triaged.headline
+        _set_finding(diag, triage(problem, out, lse, target.profile, judgement).finding)
     return diag
 
 
-def _contract_class(diag: Diagnosis, what: str) -> None:
-    from conformance.judging.triage import CLASS_NAMES, CONTRACT
+def _set_finding(diag: Diagnosis, finding: Any) -> None:
+    diag.finding, diag.triage = finding.to_json_dict(), finding.headline
 
-    diag.finding_class, diag.triage = CONTRACT, f"{CLASS_NAMES[CONTRACT]}: {what}"
+
+def _without_headline(message: str, headline: str) -> str:
+    """A failure message without its first line when that line is the finding's headline."""
+    lines = message.strip().splitlines()
+    if lines and lines[0].strip() == headline:
+        lines = lines[1:]
+    return "\n".join(lines).strip()
+
+
+def _clip(text: str, limit: int) -> str:
+    """`text` on one line, cut at a word boundary with an ellipsis when longer than `limit` characters."""
+    line = " ".join(str(text).split())
+    if len(line) <= limit:
+        return line
+    head = line[: limit - 1]
+    cut = head.rsplit(" ", 1)[0] if " " in head else head
+    return cut.rstrip(" ,;:") + "…"
 
 
 def _unusable_outputs(out: Any, lse: Any) -> str | None:
@@ -503,7 +522,12 @@ def run_isolated(
                 from kernel.registry import default_kernel_name
 
                 kernel = f"{default_kernel_name()} (the machine's default)"
+            from conformance.judging.finding import CRASH, DIED, HANG, HUNG, Finding
+
+            finding = Finding(HANG, HUNG, how) if kind_of_crash == "hung" else Finding(CRASH, DIED, how)
             diagnosis = Diagnosis(
+                finding=finding.to_json_dict(),
+                triage=finding.headline,
                 name=path.stem,
                 expect=expect or "?",
                 kernel=kernel,
@@ -559,7 +583,7 @@ def format_header(entry: Any, kind: str, path: Path, target: Any, *, kernel_give
         f"  entry:  {entry.name}, expect {entry.expect}",
     ]
     if prov:
-        lines.append(f"  caught: {str(prov.get('caught', '?'))[:300]}")
+        lines.append(f"  caught: {_clip(str(prov.get('caught', '?')), 300)}")
         lines.append(f"          kernel {prov.get('kernel', '?')}, property {prov.get('property', '?')}, {prov.get('date', '?')}")
     default = "" if kernel_given else ", the machine's default: no --kernel given"
     lines.append(f"  kernel: {target.name} (profile {target.profile.name}) on {target.device}{default}")
@@ -652,6 +676,7 @@ def format_diagnosis(diag: Diagnosis) -> str:
     if diag.triage:
         lines.append(f"  {diag.triage}")
     for reason in diag.reasons:
-        for i, line in enumerate(str(reason).splitlines()):
+        reason = _without_headline(str(reason), diag.triage) if diag.triage else str(reason)
+        for i, line in enumerate(reason.splitlines()):
             lines.append(("  - " if i == 0 else "    ") + line)
     return "\n".join(lines)

@@ -7,6 +7,12 @@ carried through three f32 roundings (TOLERANCES.md, "Agreement with emulated").
 (b) The documented behaviour under the scale preconditions: with non-power-of-two, above-2^7 or
 zero scales the kernel must match the gfx950 scale model (QK takes the exponent, PV the scale
 clamped to [2^-149, 2^7]) within the profile's bound.
+
+A failure carries its finding (conformance.judging.finding): a disagreement with the emulated
+kernel is first judged against the reference and triaged (a wrong result, a contract violation);
+one that stays inside the profile's bound is a precision finding (the kernel rounds where every
+step of the algorithm is exact). A departure from the documented scale behaviour is triaged
+against that behaviour's reference and bound.
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.judging.checks import backend_limits, materialize_for, require_support
-from conformance.judging.harness import compare, record, run_kernel
+from conformance.judging.checks import backend_limits, finding_fields, materialize_for, require_support, run_valid_call
+from conformance.judging.finding import CONTRACT, PRECISION, Finding, failure
+from conformance.judging.harness import Judgement, compare, record
 from conformance.judging.target import Target, judging
+from conformance.judging.triage import triage, triage_run
 from kernel.backends.emulated import run_emulated
 from oracle.bound import evaluate
 from strategies.hypothesis_recipes import recipes
@@ -43,7 +51,7 @@ def test_bit_exact_agreement_with_emulated(target: Target, data: st.DataObject) 
     with judging(recipe, "gfx950_bit_exact"):
         problem = materialize_for(target, recipe)
         require_support(target, problem)
-        out, lse = run_kernel(problem, target.backend, property_name="gfx950_bit_exact", kernel_name=target.name)
+        out, lse = run_valid_call(target, problem, "gfx950_bit_exact")
         out = out.clone()
         lse = None if lse is None else lse.clone()
         expected, expected_lse = run_emulated(
@@ -56,22 +64,44 @@ def test_bit_exact_agreement_with_emulated(target: Target, data: st.DataObject) 
             return_lse=problem.return_lse,
         )
         same = out.view(torch.int16) == expected.view(torch.int16)
-        record("gfx950_bit_exact", target.name, problem, outcome="pass" if bool(same.all()) else "fail")
+        problems = []
         if not bool(same.all()):
             where = [int(x) for x in torch.nonzero(~same)[0].tolist()]
-            raise AssertionError(
+            problems.append(
                 f"{int((~same).sum())} out elements differ from the emulated kernel on an exact-arithmetic recipe; "
                 f"first at (row, head, dim) {where}: kernel {float(out[tuple(where)])}, emulated {float(expected[tuple(where)])}"
             )
-        if problem.return_lse:
-            assert lse is not None and expected_lse is not None
-            empty = torch.isneginf(expected_lse)
-            assert bool((torch.isneginf(lse) == empty).all()), "lse -inf positions differ from the emulated kernel"
-            diff = torch.where(empty, 0.0, (lse.double() - expected_lse.double()).abs())
-            allowed = LSE_AGREEMENT * (expected_lse.double().abs().nan_to_num(0.0, neginf=0.0) + 16)
-            assert bool((diff <= allowed).all()), (
-                f"lse differs from the emulated kernel by {float(diff.max()):.3g} (allowed {float(allowed.max()):.3g})"
-            )
+        if problem.return_lse and not problems:
+            if lse is None or expected_lse is None:
+                problems.append("return_lse=True but the kernel returned no lse")
+            else:
+                empty = torch.isneginf(expected_lse)
+                diff = torch.where(empty, 0.0, (lse.double() - expected_lse.double()).abs())
+                allowed = LSE_AGREEMENT * (expected_lse.double().abs().nan_to_num(0.0, neginf=0.0) + 16)
+                if not bool((torch.isneginf(lse) == empty).all()):
+                    problems.append("lse -inf positions differ from the emulated kernel")
+                elif not bool((diff <= allowed).all()):
+                    problems.append(f"lse differs from the emulated kernel by {float(diff.max()):.3g} (allowed {float(allowed.max()):.3g})")
+        if problems:
+            finding = _disagreement(target, problem, out, lse, problems[0])
+            record("gfx950_bit_exact", target.name, problem, outcome="fail", extra=finding_fields(finding))
+            raise failure(finding, problems[0])
+        record("gfx950_bit_exact", target.name, problem, outcome="pass")
+
+
+def _disagreement(target: Target, problem, out: torch.Tensor, lse: torch.Tensor | None, what: str) -> Finding:  # type: ignore[no-untyped-def]
+    """The finding of a disagreement with the emulated kernel: the call's triage against the
+    reference when it fails the profile's bound, else a precision finding (inside the bound, the
+    kernel rounds where every step is exact), or a contract violation for lse's -inf positions
+    or a missing lse."""
+    triaged = triage_run(problem, out, lse, target.profile)
+    if triaged is not None:
+        return triaged.finding
+    if what.startswith("out"):
+        return Finding(PRECISION, "out differs from the emulated kernel where every step is exact", what.split(";")[0])
+    if "-inf" in what or "no lse" in what:
+        return Finding(CONTRACT, "lse's -inf positions differ from the emulated kernel", what)
+    return Finding(PRECISION, "lse differs from the emulated kernel beyond log2's ulp", what)
 
 
 def _violating(recipe: Recipe, kind: str) -> Recipe:
@@ -96,9 +126,7 @@ def test_documented_scale_behaviour(target: Target, data: st.DataObject) -> None
     with judging(recipe, "gfx950_scale_behaviour", expect="precondition"):
         problem = materialize_for(target, recipe)
         require_support(target, problem)
-        out, lse = run_kernel(
-            problem, target.backend, property_name="gfx950_scale_behaviour", kernel_name=target.name, expect="precondition"
-        )
+        out, lse = run_valid_call(target, problem, "gfx950_scale_behaviour", expect="precondition")
         evaluation = evaluate(
             problem.q,
             problem.kv_cache,
@@ -111,6 +139,11 @@ def test_documented_scale_behaviour(target: Target, data: st.DataObject) -> None
             scale_model="gfx950",
         )
         verdict = compare(problem, out, lse, evaluation)
+        finding = None
+        if not verdict.ok:
+            judgement = Judgement(verdicts={"exact-steps": verdict}, evaluations={"exact-steps": evaluation})
+            found = triage(problem, out, lse, target.profile, judgement, scale_model="gfx950").finding
+            finding = Finding(found.kind, found.subject, f"under {kind}: {found.detail}")
         record(
             "gfx950_scale_behaviour",
             target.name,
@@ -118,7 +151,8 @@ def test_documented_scale_behaviour(target: Target, data: st.DataObject) -> None
             outcome="pass" if verdict.ok else "fail",
             out_ratio=verdict.out_ratio,
             lse_ratio=verdict.lse_ratio,
-            extra={"mode": "exact-steps"},
+            extra={"mode": "exact-steps", **(finding_fields(finding) if finding is not None else {})},
         )
-        assert verdict.ok, f"under {kind} the kernel departs from the gfx950 documented scale behaviour:\n{verdict.message()}"
+        if finding is not None:
+            raise failure(finding, f"under {kind} the kernel departs from the gfx950 documented scale behaviour:\n{verdict.message()}")
         assert math.isfinite(verdict.out_ratio)

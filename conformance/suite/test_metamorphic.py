@@ -7,7 +7,12 @@
 - two runs are bit-identical;
 - strided q and a preallocated strided out give the bits of contiguous tensors.
 The bounds come from oracle.bound (the error model, computed from the inputs); the reference's
-out and lse are not used.
+out and lse are not used to decide. A relation that fails is then explained: each of its runs is
+judged against the reference and triaged (conformance.judging.triage), and the failure carries
+the worse run's finding; when every run lies inside its bound, the relation broke a promise the
+bound does not cover (batch invariance: a contract violation) or, for a relation that follows
+from the bounds (permutation, split and merge), the suite itself is wrong (a suite error).
+Two runs that differ and strided tensors that change the bits are contract violations.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.judging.checks import backend_limits, materialize_for, require_support
+from conformance.judging.checks import backend_limits, finding_fields, materialize_for, require_support, run_valid_call
+from conformance.judging.finding import CONTRACT, SUITE_ERROR, Finding, failure, worse
 from conformance.judging.flag_support import require_flags
-from conformance.judging.harness import record, run_kernel
+from conformance.judging.harness import record
 from conformance.judging.target import Target, judging
-from conformance.judging.triage import CLASS_NAMES, CONTRACT
+from conformance.judging.triage import triage_run
 from oracle.bound import evaluate
 from strategies import rng
 from strategies.hypothesis_recipes import recipes
@@ -47,8 +53,37 @@ def _draw_problem(target: Target, data: st.DataObject, prop: str, **overrides: o
 
 def _run(target: Target, problem: Problem, prop: str, **changes: object) -> tuple[torch.Tensor, torch.Tensor | None]:
     variant = dataclasses.replace(problem, **changes) if changes else problem
-    out, lse = run_kernel(variant, target.backend, property_name=prop, kernel_name=target.name)
+    out, lse = run_valid_call(target, variant, prop)
     return out.clone(), None if lse is None else lse.clone()
+
+
+Run = tuple[str, Problem, torch.Tensor, "torch.Tensor | None"]
+
+
+def _explained(target: Target, runs: list[Run], promise: Finding | None) -> Finding:
+    """The finding of a failed relation: the worse of its runs' triage against the reference (the
+    run named in the detail); when every run lies inside its bound, `promise` (what the relation
+    promises beyond the bound), else a suite error (the relation follows from the bounds)."""
+    found = []
+    for label, problem, out, lse in runs:
+        triaged = triage_run(problem, out, lse, target.profile)
+        if triaged is not None:
+            finding = triaged.finding
+            found.append(Finding(finding.kind, finding.subject, f"{label}: {finding.detail}" if finding.detail else label))
+    chosen = worse(*found)
+    if chosen is not None:
+        return chosen
+    if promise is not None:
+        return promise
+    return Finding(SUITE_ERROR, "a relation that follows from the bounds fails though every run is inside its bound")
+
+
+def _fail(target: Target, problem: Problem, prop: str, runs: list[Run], promise: Finding | None, message: str) -> AssertionError:
+    """Record the failing example and return the AssertionError to raise: its finding's headline,
+    then `message`."""
+    finding = _explained(target, runs, promise)
+    record(prop, target.name, problem, outcome="fail", extra=finding_fields(finding))
+    return failure(finding, message)
 
 
 def _bound(target: Target, problem: Problem, **changes: object):  # type: ignore[no-untyped-def]
@@ -93,9 +128,18 @@ def test_permuting_keys(target: Target, data: st.DataObject) -> None:
         lse_ok = bool((empty == torch.isneginf(lse_p)).all()) and bool(
             (torch.where(empty, 0.0, (lse.double() - lse_p.double()).abs()) <= (first.lse_bound + second.lse_bound).to(lse.device)).all()
         )
-        record("metamorphic_permute", target.name, problem, outcome="pass" if ok and lse_ok else "fail")
-        assert ok, f"permuting keys moved out by {float((diff - tol).max()):.3g} beyond the two bounds"
-        assert lse_ok, "permuting keys moved lse beyond the two bounds (or changed -inf positions)"
+        if not (ok and lse_ok):
+            message = (
+                f"permuting keys moved out by {float((diff - tol).max()):.3g} beyond the two bounds"
+                if not ok
+                else "permuting keys moved lse beyond the two bounds (or changed -inf positions)"
+            )
+            runs: list[Run] = [
+                ("the original order", problem, out, lse),
+                ("the permuted order", dataclasses.replace(problem, indices=permuted, out=None), out_p, lse_p),
+            ]
+            raise _fail(target, problem, "metamorphic_permute", runs, None, message)
+        record("metamorphic_permute", target.name, problem, outcome="pass")
 
 
 @given(data=st.data())
@@ -151,9 +195,15 @@ def test_split_and_merge(target: Target, data: st.DataObject) -> None:
             (torch.where(empty, 0.0, (lse.double() - merged_lse).abs()) <= lse_tol).all()
         )
         ok = bool((diff <= tol).all())
-        record("metamorphic_split", target.name, problem, outcome="pass" if ok and lse_ok else "fail")
-        assert ok, f"merging the two halves misses the full row by {float((diff - tol).max()):.3g} beyond the bounds"
-        assert lse_ok, "merged lse of the halves misses the full row's lse beyond the bounds"
+        if not (ok and lse_ok):
+            message = (
+                f"merging the two halves misses the full row by {float((diff - tol).max()):.3g} beyond the bounds"
+                if not ok
+                else "merged lse of the halves misses the full row's lse beyond the bounds"
+            )
+            runs = [("the full rows", problem, out, lse), ("the halves", halves, half_out, half_lse)]
+            raise _fail(target, problem, "metamorphic_split", runs, None, message)
+        record("metamorphic_split", target.name, problem, outcome="pass")
 
 
 @given(data=st.data())
@@ -183,9 +233,26 @@ def test_row_alone_equals_row_in_batch(target: Target, data: st.DataObject) -> N
                     )
                 )
             how = "within twice the bound (the backend declares batch-dependent results)"
-        record("metamorphic_alone", target.name, problem, outcome="pass" if ok else "fail")
-        promise = f"{CLASS_NAMES[CONTRACT]}: the backend promises batch invariance; " if target.backend.batch_invariant else ""
-        assert ok, f"{promise}row {row} computed alone differs from the same row in the batch (expected {how})"
+        if not ok:
+            promise = (
+                Finding(
+                    CONTRACT,
+                    "a row computed alone differs from the same row in a batch",
+                    f"row {row}; the backend promises batch invariance",
+                )
+                if target.backend.batch_invariant
+                else None
+            )
+            runs = [("the batch", problem, out, lse), (f"row {row} alone", alone, out_1, lse_1)]
+            raise _fail(
+                target,
+                problem,
+                "metamorphic_alone",
+                runs,
+                promise,
+                f"row {row} computed alone differs from the same row in the batch (expected {how})",
+            )
+        record("metamorphic_alone", target.name, problem, outcome="pass")
 
 
 @given(data=st.data())
@@ -195,8 +262,11 @@ def test_two_runs_bit_identical(target: Target, data: st.DataObject) -> None:
         out, lse = _run(target, problem, "metamorphic_repeat")
         again, lse_again = _run(target, problem, "metamorphic_repeat")
         ok = _bits_equal(out, again) and (lse is None or lse_again is None or _bits_equal(lse, lse_again))
-        record("metamorphic_repeat", target.name, problem, outcome="pass" if ok else "fail")
-        assert ok, f"{CLASS_NAMES[CONTRACT]}: two runs on the same inputs differ"
+        if not ok:
+            finding = Finding(CONTRACT, "two runs on the same inputs differ", _first_difference(out, again, lse, lse_again))
+            record("metamorphic_repeat", target.name, problem, outcome="fail", extra=finding_fields(finding))
+            raise failure(finding)
+        record("metamorphic_repeat", target.name, problem, outcome="pass")
 
 
 @given(data=st.data())
@@ -210,5 +280,25 @@ def test_strided_equals_contiguous(target: Target, data: st.DataObject) -> None:
         out, lse = _run(target, problem, "metamorphic_strides")
         plain_out, plain_lse = _run(target, problem, "metamorphic_strides", q=problem.q.contiguous(), out=None)
         ok = _bits_equal(out.contiguous(), plain_out) and (lse is None or plain_lse is None or _bits_equal(lse, plain_lse))
-        record("metamorphic_strides", target.name, problem, outcome="pass" if ok else "fail")
-        assert ok, f"{CLASS_NAMES[CONTRACT]}: strided q / preallocated strided out give different bits from contiguous tensors"
+        if not ok:
+            finding = Finding(
+                CONTRACT,
+                "strided q or a preallocated strided out changes the bits",
+                _first_difference(out.contiguous(), plain_out, lse, plain_lse),
+            )
+            record("metamorphic_strides", target.name, problem, outcome="fail", extra=finding_fields(finding))
+            raise failure(finding, "strided q / preallocated strided out give different bits from contiguous tensors")
+        record("metamorphic_strides", target.name, problem, outcome="pass")
+
+
+def _first_difference(out: torch.Tensor, other: torch.Tensor, lse: torch.Tensor | None, other_lse: torch.Tensor | None) -> str:
+    """Where two results first differ in their bits, with both values."""
+    pairs = [("out elements", "(row, head, dim)", out.view(torch.int16), other.view(torch.int16), out, other)]
+    if lse is not None and other_lse is not None:
+        pairs.append(("lse values", "(row, head)", lse.view(torch.int32), other_lse.view(torch.int32), lse, other_lse))
+    for what, axes, bits, other_bits, values, other_values in pairs:
+        differ = bits != other_bits
+        if bool(differ.any()):
+            at = tuple(int(x) for x in torch.nonzero(differ)[0].tolist())
+            return f"{int(differ.sum())} {what} differ, first at {axes} {list(at)}: {float(values[at])} and {float(other_values[at])}"
+    return "the results differ"

@@ -25,9 +25,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis import target as hypothesis_target
 
-from conformance.judging.checks import require_support
+from conformance.judging.checks import finding_fields, require_support, run_valid_call
+from conformance.judging.finding import failure
 from conformance.judging.flag_support import flags_reason, supported_flags
-from conformance.judging.harness import judge, record, run_kernel
+from conformance.judging.harness import judge, record
 from conformance.judging.target import Target
 from conformance.judging.triage import triage
 from strategies.precision_probes import PROBES, to_device
@@ -57,8 +58,9 @@ def test_precision_probes(target: Target, data: st.DataObject) -> None:
         problem = dataclasses.replace(problem, has_invalid=has_invalid, return_lse=return_lse)
         call += f" with has_invalid={has_invalid}, return_lse={return_lse}"
     require_support(target, problem)
-    out, lse = run_kernel(problem, target.backend, property_name=PROPERTY, kernel_name=target.name)
+    out, lse = run_valid_call(target, problem, PROPERTY)
     judgement = judge(problem, out, lse, target.profile)
+    triaged = None if judgement.ok else triage(problem, out, lse, target.profile, judgement)
     for mode, verdict in judgement.verdicts.items():
         for label, value in ((f"out/{mode}", verdict.out_ratio), (f"lse/{mode}", verdict.lse_ratio)):
             if math.isfinite(value):
@@ -70,8 +72,11 @@ def test_precision_probes(target: Target, data: st.DataObject) -> None:
             outcome="pass" if verdict.ok else "fail",
             out_ratio=verdict.out_ratio,
             lse_ratio=verdict.lse_ratio,
-            extra={"mode": mode, "probe": {"name": name, "seed": seed, "heads": heads, "size": size}},
+            extra={
+                "mode": mode,
+                "probe": {"name": name, "seed": seed, "heads": heads, "size": size},
+                **(finding_fields(triaged.finding) if triaged is not None and not verdict.ok else {}),
+            },
         )
-    if not judgement.ok:
-        headline = triage(problem, out, lse, target.profile, judgement).headline
-        raise AssertionError(f"{headline}\nprobe {call}: kernel output outside the a-priori bound:\n" + "\n".join(judgement.messages()))
+    if triaged is not None:
+        raise failure(triaged.finding, f"probe {call}: kernel output outside the a-priori bound:\n" + "\n".join(judgement.messages()))

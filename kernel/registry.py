@@ -95,10 +95,10 @@ def builtin_lines() -> list[str]:
     return [f"{k.name:<{width}}  {k.description}" for k in BUILTINS.values()]
 
 
-def kernel_spec_help(default: str = "") -> str:
-    """A `--kernel` option's help: every built-in name and the other spec forms (`default`: what
-    applies when the option is not given, appended as '(default: ...)')."""
-    text = f"kernel: a built-in name ({', '.join(BUILTIN_NAMES)}), {OTHER_FORMS}"
+def kernel_spec_help(default: str = "", lead: str = "kernel") -> str:
+    """A `--kernel` option's help, `lead: ...`: every built-in name and the other spec forms
+    (`default`: what applies when the option is not given, appended as '(default: ...)')."""
+    text = f"{lead}: a built-in name ({', '.join(BUILTIN_NAMES)}), {OTHER_FORMS}"
     return f"{text} (default: {default})" if default else text
 
 

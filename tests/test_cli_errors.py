@@ -1,6 +1,7 @@
-"""Bad input gets one line and exit 2, never a traceback (issue 12, item 7): unusable kernel
-names, output paths that cannot be written, a non-finite timeout, a kernel returning meta
-tensors, SIGINT while the command starts (at a point the child reports, not after a delay)."""
+"""Bad input gets one line and exit 2, never a traceback: unusable kernel names (a misspelt
+built-in name or attribute gets the closest names, a file spec names the missing file, folder or
+non-Python file), output paths that cannot be written, a non-finite timeout, a kernel returning
+meta tensors, SIGINT while the command starts (at a point the child reports, not after a delay)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,10 @@ KERNELS = [
     (":", "both parts non-empty"),
     ("mod:", "both parts non-empty"),
     (":attr", "both parts non-empty"),
+    ("vllm-decod", "unknown kernel 'vllm-decod': did you mean vllm-decode"),
+    ("emulatd", "unknown kernel 'emulatd': did you mean emulated? built-in kernels: emulated, flydsl,"),
+    ("metakernel_k12:kernl", "module 'metakernel_k12' has no attribute 'kernl'; did you mean kernel?"),
+    ("badimport_k12.py", "a file needs the attribute to test: badimport_k12.py:ATTR"),
 ]
 COMMANDS = {
     "replay": lambda k: ["replay", str(ENTRY), "--kernel", k],
@@ -86,13 +91,32 @@ def test_unusable_kernel_names(command: str, kernel: str, message: str, modules:
     assert message in _one_line(captured.err)
 
 
+FILE_SPECS = [
+    ("{dir}/absent_k12.py:kernel", "no such file: {dir}/absent_k12.py"),
+    ("{dir}:kernel", "{dir} is a folder; give a Python file: path/to/file.py:attr"),
+    ("{dir}/notes_k12.txt:kernel", "{dir}/notes_k12.txt is not a Python file (.py)"),
+    ("{dir}/badimport_k12.py:kernel", "RuntimeError at import: boom while importing"),
+    ("{dir}/badsyntax_k12.py:kernel", "syntax error in"),
+    ("{dir}/metakernel_k12.py:kernl", "has no attribute 'kernl'; did you mean kernel?"),
+]
+
+
+@pytest.mark.parametrize(("spec", "message"), FILE_SPECS)
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_unusable_kernel_files(command: str, spec: str, message: str, modules: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (modules / "notes_k12.txt").write_text("not Python", encoding="utf-8")
+    assert main(COMMANDS[command](spec.format(dir=modules))) == 2
+    assert message.format(dir=modules) in _one_line(capsys.readouterr().err)
+
+
 def test_registry_says_why(modules: Path) -> None:
     from kernel.backend import BackendUnavailable
     from kernel.registry import resolve
 
     for kernel, message in KERNELS:
-        with pytest.raises(BackendUnavailable, match=message):
+        with pytest.raises(BackendUnavailable) as info:
             resolve(kernel)
+        assert message in str(info.value) and "\n" not in str(info.value)
 
 
 @pytest.fixture()
@@ -309,7 +333,7 @@ def test_pytest_with_an_unwritable_pending_dir_fails_the_test_not_the_session(tm
             "-p",
             "conformance.mutation.plugin",
             "conformance/suite/test_gfx950_agreement.py::test_documented_scale_behaviour",
-            "--kernel",
+            "--conformance-kernel",
             "conformance.mutation.catalogue:qk_scale_mantissa",
             "--hypothesis-profile",
             "ci",

@@ -37,8 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m conformance",
         description="Differential fuzzing and conformance suite for sparse MLA kernels over fp8_ds_mla KV records.",
+        epilog="python -m conformance COMMAND --help: the command's options and exit codes, and for a command that takes "
+        "--kernel the built-in kernels.",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands", required=True)
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     return parser

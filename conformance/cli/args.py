@@ -1,5 +1,6 @@
 """What the subcommands share: argparse types (each raises argparse.ArgumentTypeError naming the
-value), writing an output file, and the kernel under test for a recipe read from a file."""
+value), the `--kernel` option with the built-in kernel catalogue in its help, writing an output
+file, and the kernel under test for a recipe read from a file."""
 
 from __future__ import annotations
 
@@ -52,6 +53,30 @@ def positive_float(text: str) -> float:
 def finite_positive_seconds(text: str) -> float:
     """argparse type: a finite number of seconds > 0 (no nan, no inf)."""
     return _finite_positive(text, "a number of seconds", "a finite number of seconds > 0")
+
+
+def kernel_catalogue() -> str:
+    """Every built-in kernel with its one-line description, then the other spec forms: the help
+    epilog of a subcommand that takes --kernel (read from kernel.registry.BUILTINS)."""
+    from kernel.registry import OTHER_FORMS, builtin_lines
+
+    lines = ["built-in kernels (--kernel NAME):", *(f"  {line}" for line in builtin_lines())]
+    lines.append(f"or {OTHER_FORMS} (a relative path is taken from the working directory)")
+    return "\n".join(lines)
+
+
+def add_kernel_option(parser: argparse.ArgumentParser, *, when_absent: str = "", lead: str = "kernel", **kwargs: Any) -> None:
+    """Add `--kernel` to `parser`: its help (`lead: ...`) names every built-in kernel and the other
+    spec forms (kernel.registry.kernel_spec_help; `when_absent` says what applies without the
+    option), and the parser's epilog lists the built-in kernels with their descriptions
+    (kernel_catalogue). kwargs go to add_argument (required, default, action, metavar, ...)."""
+    from kernel.registry import kernel_spec_help
+
+    kwargs.setdefault("metavar", "KERNEL")
+    parser.add_argument("--kernel", help=kernel_spec_help(when_absent, lead), **kwargs)
+    parser.epilog = "\n\n".join(text for text in (parser.epilog, kernel_catalogue()) if text)
+    if parser.formatter_class is argparse.HelpFormatter:  # keep the catalogue's lines
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 def output_file(text: str) -> str:

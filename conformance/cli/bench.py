@@ -2,8 +2,8 @@
 
 Exit codes: 0 every case ran (kernels of the default list that are unavailable here are
 reported and skipped), 1 a built-in kernel asked for by --kernel is unavailable on this machine
-or a case raised, 2 usage error (an unknown kernel name, a `package.module:attr` that cannot be
-imported or is not callable, a bad option or output path).
+or a case raised, 2 usage error (an unknown kernel name, a `package.module:attr` or
+`path/to/file.py:attr` that cannot be imported or is not callable, a bad option or output path).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from conformance.cli.args import OutputError, non_negative_int, output_file, positive_int, write_output
+from conformance.cli.args import OutputError, add_kernel_option, non_negative_int, output_file, positive_int, write_output
 from conformance.tools import bench
 from conformance.tools.bench import DEFAULT_HEADS, DEFAULT_KERNELS, DEFAULT_KEYS, DEFAULT_N_Q, ORACLE, render_table, run_bench
 
@@ -63,11 +63,12 @@ def _seconds(text: str) -> float:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The bench options."""
-    p.add_argument(
-        "--kernel",
+    add_kernel_option(
+        p,
+        lead=f"kernel to time (repeatable; {ORACLE!r}: the float64 oracle)",
+        when_absent=", ".join(DEFAULT_KERNELS),
         action="append",
         metavar="NAME",
-        help=f"kernel to time (repeatable): a registry name, package.module:attr, or {ORACLE!r}; default {', '.join(DEFAULT_KERNELS)}",
     )
     p.add_argument("--n-q", type=_int_list, default=list(DEFAULT_N_Q), metavar="N,N,...", help="query rows per call (default 1,64,1024)")
     p.add_argument("--keys", type=positive_int, default=DEFAULT_KEYS, metavar="K", help=f"keys per query row (default {DEFAULT_KEYS})")
@@ -98,8 +99,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _unusable_name(kernels: list[str]) -> str | None:
-    """One line for the first `package.module:attr` name that cannot be imported (empty parts, an
-    import or syntax error, no such attribute, not callable): a usage error. Built-in names that
+    """One line for the first name that is no built-in kernel and cannot be resolved (an unknown
+    name, a `package.module:attr` or file spec with empty parts, an import or syntax error, no
+    such attribute or file, not callable): a usage error. Built-in names that
     are unavailable on this machine are not: they are reported as skipped rows (exit 1)."""
     from kernel.backend import BackendUnavailable
     from kernel.registry import BUILTIN_NAMES, resolve

@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conformance.cli.args import finite_positive_seconds, target_for_recipe
+from conformance.cli.args import add_kernel_option, finite_positive_seconds, target_for_recipe
 from conformance.durability.state import CORPUS_DIR, pending_dir
 from conformance.records.crashes import is_crash_entry
 
@@ -84,7 +84,7 @@ def register(subparsers: Any) -> None:
         "minimise", aliases=["minimize"], parents=[folders], help="shrink a failing entry while it keeps failing the same way"
     )
     q.add_argument("entry", metavar="ENTRY", help="a corpus entry (or bare recipe) that fails with --kernel")
-    q.add_argument("--kernel", required=True, help="kernel it fails with: emulated, flydsl, flashmla or package.module:attr")
+    add_kernel_option(q, lead="the kernel it fails with", required=True)
     q.add_argument("--profile", default=None, help="numerics profile for a kernel that declares none (or to override)")
     q.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available and the kernel runs there)")
     q.add_argument("--max-tries", type=int, default=300, metavar="N", help="candidate checks at most (default 300)")

@@ -58,7 +58,7 @@ from typing import Any
 
 from conformance.campaign.fuzz import PROPERTIES, Campaign, ProgressLine, campaign, format_summary, fuzz_reachable, summary_json
 from conformance.cli import print_result
-from conformance.cli.args import positive_float, positive_int
+from conformance.cli.args import add_kernel_option, positive_float, positive_int
 from conformance.durability.state import RUN_ID_ENV, current_run_dir, pending_dir
 from conformance.records.coverage import Coverage
 from conformance.records.crashes import mark_session_finish, mark_session_start, recover_leftovers
@@ -76,7 +76,7 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--kernel", required=True, help="kernel: emulated, flydsl, flashmla or package.module:attr")
+    add_kernel_option(p, required=True)
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--minutes", type=positive_float, default=None, metavar="M", help="search budget in minutes (default 5)")
     budget.add_argument("--seconds", type=positive_float, default=None, metavar="S", help="search budget in seconds")

@@ -51,7 +51,7 @@ def register(subparsers: Any) -> None:
         dest="numerics_profile",
         default=None,
         metavar="NAME",
-        help="numerics profile passed to every suite run (pytest's --profile; default: what each kernel declares)",
+        help="numerics profile passed to every suite run (the suite's --conformance-profile; default: what each kernel declares)",
     )
     p.add_argument("--only", metavar="NAME,...", help="only these mutants (comma-separated catalogue names; at least one)")
     p.add_argument(
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             )
             print(f"mutation-score: --profile: {err.args[0] if err.args else err}{hint}", file=sys.stderr)
             return EXIT_USAGE
-        extra = ["--profile", args.numerics_profile, *extra]
+        extra = ["--conformance-profile", args.numerics_profile, *extra]
     try:
         runs = scoring.select_runs(only, baseline=not args.no_baseline, specs=specs, baselines=scoring.baseline_specs())
     except KeyError as err:

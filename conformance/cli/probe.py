@@ -21,7 +21,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from conformance.cli.args import OutputError, output_file, write_output
+from conformance.cli.args import OutputError, add_kernel_option, output_file, write_output
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--kernel", required=True, help="built-in name or package.module:attr")
+    add_kernel_option(p, required=True)
     p.add_argument("--out", type=output_file, default=None, help="profile file to write (default: probed-<kernel>.toml)")
     p.add_argument("--device", default=None, help="torch device for the calls (default: cpu when the backend runs there, else cuda)")
     p.add_argument("--quick", action="store_true", help="fewer and shorter rows (for slow kernels such as flydsl-isa)")

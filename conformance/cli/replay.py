@@ -45,7 +45,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conformance.cli.args import OutputError, finite_positive_seconds, output_file, target_for_recipe, write_output
+from conformance.cli.args import OutputError, add_kernel_option, finite_positive_seconds, output_file, target_for_recipe, write_output
 from conformance.records.crashes import is_crash_entry
 from conformance.records.replay import (
     DEFAULT_ISOLATE_TIMEOUT_S,
@@ -76,9 +76,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file", metavar="ENTRY_OR_RECIPE.json", help="a corpus entry or a bare recipe")
-    p.add_argument(
-        "--kernel", default=None, help="kernel: emulated, flydsl, flashmla or package.module:attr (default: the machine's default)"
-    )
+    add_kernel_option(p, when_absent="the machine's default: flydsl on gfx950, else emulated", default=None)
     p.add_argument("--profile", default=None, help="numerics profile for a kernel that declares none (or to override)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available and the kernel runs there)")
     p.add_argument("--expect", choices=("conform", "precondition"), default=None, help="override the entry's expectation")

@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from conformance.cli.args import positive_int
+from conformance.cli.args import add_kernel_option, positive_int
 
 
 def register(subparsers: Any) -> None:
@@ -25,7 +25,7 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--kernel", default="emulated", help="kernel (default emulated)")
+    add_kernel_option(p, when_absent="emulated", default="emulated")
     p.add_argument("--problems", type=positive_int, default=1000, help="problems to judge (default 1000)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--max-total-keys", type=positive_int, default=2048, help="keys per recipe, at most (default 2048)")

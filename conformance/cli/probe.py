@@ -22,6 +22,7 @@ from dataclasses import asdict
 from typing import Any
 
 from conformance.cli.args import OutputError, add_kernel_option, output_file, write_output
+from conformance.durability.state import kernel_slug
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -34,7 +35,9 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_kernel_option(p, required=True)
-    p.add_argument("--out", type=output_file, default=None, help="profile file to write (default: probed-<kernel>.toml)")
+    p.add_argument(
+        "--out", type=output_file, default=None, help="profile file to write (default: probed-<kernel>.toml in the working folder)"
+    )
     p.add_argument("--device", default=None, help="torch device for the calls (default: cpu when the backend runs there, else cuda)")
     p.add_argument("--quick", action="store_true", help="fewer and shorter rows (for slow kernels such as flydsl-isa)")
     p.add_argument("--thorough", action="store_true", help="also probe row splitting at 4096 and 8192 keys")
@@ -71,8 +74,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"probe: a probe call failed: {type(err).__name__}: {err}", file=sys.stderr)
         return EXIT_FAILED
     print("\n".join(report.summary_lines()))
-    safe = args.kernel.replace(":", "-").replace("/", "-")
-    out_path = args.out or f"probed-{safe}.toml"
+    out_path = args.out or f"probed-{kernel_slug(args.kernel)}.toml"
     try:
         write_output(out_path, report.text)
         if args.json:

@@ -1,0 +1,31 @@
+"""`python -m benchmarks ROUTINE [ARGS]`: the one driver of the project's measurements.
+
+Each routine is a module of this package with `main(argv) -> int` and a docstring saying what it
+measures, in which units, and how to read it. ROUTINES names them; `python -m benchmarks` lists them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+ROUTINES: dict[str, str] = {
+    "quickstart": "the README's user steps (install, first verdict, whole suite, three planted bugs), timed",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help") or args[0] not in ROUTINES:
+        known = "\n".join(f"  {name:12s} {what}" for name, what in ROUTINES.items())
+        stream = sys.stdout if not args or args[0] in ("-h", "--help") else sys.stderr
+        if args and args[0] not in ("-h", "--help"):
+            print(f"benchmarks: unknown routine {args[0]!r}", file=stream)
+        print(f"usage: python -m benchmarks ROUTINE [ARGS]\nroutines:\n{known}", file=stream)
+        return 0 if stream is sys.stdout else 2
+    module = importlib.import_module(f"benchmarks.{args[0]}")
+    return int(module.main(args[1:]))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -52,7 +52,16 @@ def run_dir(tmp_path: Path) -> Path:
     gw0 = [
         _line("differential", "pass", RECIPE_A, mode="exact-steps", out=0.5, lse=0.01),
         _line("differential", "pass", RECIPE_A, mode="float64", out=0.7, lse=0.02),
-        _line("differential", "fail", RECIPE_B, mode="exact-steps", out=float("inf"), lse=float("nan")),
+        _line(
+            "differential",
+            "fail",
+            RECIPE_B,
+            mode="exact-steps",
+            out=float("inf"),
+            lse=float("nan"),
+            kind="wrong result",
+            subject="out outside the bound",
+        ),
         _line("differential", "pass", RECIPE_B, mode="float64", out=0.9, lse=0.0),
         _line("metamorphic_permute", "pass", RECIPE_A),
         _line("corpus:edge-one", "pass", RECIPE_A, mode="exact-steps", out=0.25, lse=0.0),
@@ -77,7 +86,8 @@ def run_dir(tmp_path: Path) -> Path:
         "nodeid": "conformance/suite/test_differential.py::test_differential",
         "kernel": "k:x",
         "property": "differential",
-        "caught": "[exact-steps] 3 out elements exceed the bound",
+        "caught": "wrong result: out outside the bound (out err/bound 7 under the coarsest rounding model, 9 under the declared profile "
+        "'gfx950', exact-steps mode)\nkernel output outside the a-priori bound:\n[exact-steps] 3 out elements exceed the bound",
         "entry": "/somewhere/pending/abc.json",
         "time": 2.0,
     }
@@ -129,6 +139,23 @@ def test_aggregates_worker_files_into_strict_json(run_dir: Path) -> None:
     assert [c["origin_run"] for c in data["recovered_crashes"]] == ["19990101-000000-7"]
     assert data["unreadable_lines"] == ["examples-gw1.jsonl:6"]
     assert data["status"] == "crashes"
+    # failures by kind and by group: the failing test and the failing example of one bug are one group
+    findings = data["findings"]
+    assert findings["by_kind"] == {
+        "crash": {"groups": 1, "tests": 0, "crashes": 1, "examples": 0},
+        "wrong result": {"groups": 1, "tests": 1, "crashes": 0, "examples": 1},
+    }
+    first, second = findings["groups"]
+    assert (first["kind"], first["subject"], first["crashes"]) == ("crash", "the process running the kernel died", 1)
+    assert (second["kind"], second["subject"], second["tests"], second["examples"]) == (
+        "wrong result",
+        "out outside the bound",
+        ["conformance/suite/test_differential.py::test_differential"],
+        1,
+    )
+    assert "under the coarsest rounding model" in second["detail"]
+    assert k["failure_kinds"] == {"wrong result": 1}
+    assert data["failures"][0]["finding"]["kind"] == "wrong result"
 
 
 def test_markdown_names_everything(run_dir: Path) -> None:
@@ -143,7 +170,64 @@ def test_markdown_names_everything(run_dir: Path) -> None:
     assert "xdist worker gw1 went down" in md and "`/somewhere/pending/def.json`" in md
     assert "run 19990101-000000-7" in md
     assert "1 unreadable line(s) skipped: examples-gw1.jsonl:6" in md
-    assert rpt.summary_line(files).startswith("conformance report: crashes, 8 examples, 1 failing, 1 crashes")
+    assert rpt.summary_line(files).startswith(
+        "conformance report: crashes, 8 examples, 1 failing, 1 crashes (failing tests by kind: crash 1, wrong result 1)"
+    )
+    assert "| wrong result | yes | 1 | 1 | 0 | 1 |" in md
+    assert "**wrong result: out outside the bound**: 1 failing test(s), 1 failing example(s)" in md
+    assert "**crash: the process running the kernel died**: 1 crash(es)" in md
+    assert "- crash: process died during the kernel call" in md
+    assert "## Not judged" in md and "None recorded." in md
+
+
+def test_report_files_are_readable_by_others(run_dir: Path) -> None:
+    pytest.importorskip("matplotlib")
+    old = os.umask(0o022)
+    try:
+        files = rpt.write_report(run_dir)
+    finally:
+        os.umask(old)
+    for path in (files.json_path, files.md_path, files.png_path):
+        assert path is not None and path.stat().st_mode & 0o777 == 0o644, path
+
+
+def test_not_judged_tests_are_listed_apart_and_are_not_failures(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    crashes.mark_session_start(run, kind="pytest")
+    crashes.mark_session_finish(run, exitstatus=0)
+    (run / "examples-gw0.jsonl").write_text(_line("differential", "pass", RECIPE_A, mode="exact-steps", out=0.5, lse=0.0) + "\n")
+    not_judged = {
+        "nodeid": "conformance/suite/test_differential.py::test_differential_beyond_4gib",
+        "kernel": "k:x",
+        "reason": "25 x the recipe is too large for this machine's memory",
+        "time": 3.0,
+    }
+    (run / "not-judged-gw1.jsonl").write_text(json.dumps(not_judged) + "\n")
+    files = rpt.write_report(run, plot=False)
+    report = files.report
+    assert report["status"] == rpt.NOT_JUDGED == "not judged"
+    assert report["failing_examples"] == 0 and report["failures"] == [] and report["findings"]["groups"] == []
+    assert [n["nodeid"] for n in report["not_judged"]] == [not_judged["nodeid"]]
+    assert any("judged no example" in reason for reason in report["status_reasons"])
+    md = files.md_path.read_text(encoding="utf-8")
+    assert "## Not judged" in md and "too large for this machine's memory" in md and "test_differential_beyond_4gib" in md
+    assert "## Failures\n\nNone." in md
+    assert "1 tests not judged" in rpt.summary_line(files)
+    # a folder holding only not-judged lines is a run folder
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "not-judged-main.jsonl").write_text(json.dumps(not_judged) + "\n")
+    assert rpt.is_run_folder(only)
+
+
+def test_a_failure_without_a_finding_is_a_suite_error(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    line = {"nodeid": "t.py::test_x", "kernel": "k:x", "property": "p", "caught": "KeyError: 'x'", "entry": "/e.json", "time": 1.0}
+    (run / "failures-main.jsonl").write_text(json.dumps(line) + "\n")
+    groups = rpt.write_report(run, plot=False).report["findings"]["groups"]
+    assert [(g["kind"], g["subject"], g["detail"]) for g in groups] == [("suite error", "a failure without a finding", "KeyError: 'x'")]
 
 
 def test_png_with_matplotlib(run_dir: Path) -> None:
@@ -151,6 +235,25 @@ def test_png_with_matplotlib(run_dir: Path) -> None:
     files = rpt.write_report(run_dir)
     assert files.png_path is not None and files.png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "report.png" in files.md_path.read_text(encoding="utf-8")
+
+
+def test_png_of_a_failing_run_keeps_its_axis(tmp_path: Path) -> None:
+    """Ratios of 1e290, inf and NaN (a far wrong result) go to the overflow and non-finite bins: the
+    figure has the size of any run's with as many panels."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+
+    sizes = []
+    for worst in (0.5, 1e290):
+        run = tmp_path / f"run-{worst:g}"
+        run.mkdir()
+        lines = [_line("differential", "pass", RECIPE_A, mode="exact-steps", out=0.5, lse=1e-3)]
+        lines += [_line("differential", "fail", RECIPE_B, mode="exact-steps", out=value, lse=worst) for value in (worst, float("inf"), 3.0)]
+        (run / "examples-main.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        files = rpt.write_report(run)
+        assert files.png_path is not None
+        sizes.append(matplotlib.image.imread(files.png_path).shape)
+    assert sizes[0] == sizes[1]
 
 
 def test_without_matplotlib_the_report_says_so(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,11 +289,11 @@ def test_clean_run(tmp_path: Path) -> None:
     )
     files = rpt.write_report(run, plot=False)
     assert files.report["status"] == "clean" and files.report["examples"] == 1
-    assert "None with a saved recipe." in files.md_path.read_text(encoding="utf-8")
+    assert "## Failures\n\nNone." in files.md_path.read_text(encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 12, item 5: unfinished, failed and non-run folders are never "clean"
+# Unfinished, failed and non-run folders are never "clean"
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -271,7 +374,17 @@ def test_a_pytest_run_that_exited_1_is_failed(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--kernel", "emulated", "test_fails.py"],  # a suite session
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--conformance-kernel",
+            "emulated",
+            "test_fails.py",
+        ],  # a suite session
         capture_output=True,
         text=True,
         env=_env(tmp_path),

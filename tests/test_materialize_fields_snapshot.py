@@ -8,13 +8,11 @@ were merged (one host-to-device copy of the index tensors, layouts placed withou
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+from conformance.tools.snapshot.materialize import check
 
-from materialize_snapshot import check  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_materialize_matches_the_recorded_hashes_of_every_field() -> None:

@@ -1,17 +1,15 @@
 """materialize is bit-identical to the recorded snapshot: every tensor of 199 recipes (the
 oracle snapshot's fixed problems and recipes drawn from every strategy regime) hashes as it did
-when tests/data/materialize_hashes.json was written (scripts/materialize_snapshot.py)."""
+when tests/data/materialize_hashes.json was written (`python -m conformance snapshot materialize`)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+from conformance.tools.snapshot.materialize import check
 
-from materialize_snapshot import check  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_materialize_matches_the_recorded_hashes() -> None:

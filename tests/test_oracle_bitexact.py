@@ -5,7 +5,7 @@ nonzero products, round_bf16's direct spacing, the pairwise output casts, the sk
 all-valid chunk, the index_select decoders) claim to give exactly the values of the direct
 formulations they replaced. Each test recomputes one of them the direct way and compares the bits
 (NaN payloads included: tensors are compared through their integer views). The end-to-end proof
-over a fixed set of problems against a stored snapshot is scripts/oracle_bitexact_snapshot.py.
+over a fixed set of problems against a stored snapshot is `python -m conformance snapshot oracle`.
 """
 
 from __future__ import annotations

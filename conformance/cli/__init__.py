@@ -29,6 +29,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "conformance.cli.mutation",
     "conformance.cli.probe",
     "conformance.cli.soundness",
+    "conformance.cli.snapshot",
 )
 
 

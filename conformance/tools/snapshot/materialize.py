@@ -1,41 +1,40 @@
 """Bit-for-bit snapshot of `strategies.materialize.materialize` over a fixed set of recipes.
 
-    python scripts/materialize_snapshot.py --write FILE.json [--count N]   # draw recipes, record hashes
-    python scripts/materialize_snapshot.py --check FILE.json [--device cuda]  # recompute, compare
+A snapshot file is a JSON list of {"recipe": Recipe.to_json_dict(), "hashes": problem_hashes(...)}.
+`recipes_to_record(count)` gives the fixed problems of conformance.tools.snapshot.cases plus
+`count` recipes drawn from the suite's strategies (strategies.hypothesis_recipes: general,
+long-row, huge-cache, exact and precondition-violating recipes, sizes kept small, derandomised).
+`check` rebuilds every recipe on a device (the CPU by default: the recorded hashes are the CPU's,
+and materialize promises the same bits on every device) and names each recipe and tensor whose
+bytes differ. Used to show that a change of strategies/materialize.py left every bit unchanged
+(tests/data/materialize_hashes*.json are checked by the tests). The command line:
+`python -m conformance snapshot materialize`.
 
-`--write` draws N recipes from the suite's strategies (strategies.hypothesis_recipes: general,
-long-row, paged, huge-cache, exact and precondition-violating recipes, sizes kept small) plus
-the fixed problems of scripts/oracle_bitexact_snapshot.py, and stores each recipe with the
-SHA-256 of every tensor materialize builds from it (`problem_hashes`). `--check` rebuilds every
-recipe (on --device, default the CPU: the recorded hashes are the CPU's, and materialize promises
-the same bits on every device) and exits 1 naming each recipe and tensor whose bytes differ. Used to prove that an
-optimisation of strategies/materialize.py left every bit unchanged (tests/test_materialize_snapshot.py
-checks the file in tests/data).
-
-Hashed: q, out (the whole NaN-filled storage under the strided view, and the strides), indices,
-indptr, referenced_rows, poison_rows, the scalars, the cache's shape and its defined records (every
-record of a cache up to 64 MiB; of a larger cache, which materialize allocates uninitialised,
-the records it writes: referenced rows, poison rows, their neighbours, the first and last).
+Hashed (SHA-256, first 32 hex digits): q, out (the whole NaN-filled storage under the strided view,
+and the strides), indices, indptr, referenced_rows, poison_rows, the scalars, the cache's shape
+and its defined records (every record of a cache up to 64 MiB; of a larger cache, which
+materialize allocates uninitialised, the records it writes: referenced rows, poison rows, their
+neighbours, the first and last).
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from kernel.record import RECORD_BYTES  # noqa: E402
-from strategies.materialize import SMALL_CACHE_BYTES, Problem, materialize  # noqa: E402
-from strategies.recipe import Recipe  # noqa: E402
+from kernel.record import RECORD_BYTES
+from strategies.materialize import SMALL_CACHE_BYTES, Problem, materialize
+from strategies.recipe import Recipe
 
 MAX_HOST_BYTES = 256 * 2**20  # recipes needing more (by their estimate) are not drawn into the snapshot
+
+
+class SnapshotFileError(Exception):
+    """A snapshot file that cannot be read, parsed or written (the message names the file and why)."""
 
 
 def _digest(t: torch.Tensor) -> str:
@@ -110,31 +109,16 @@ def draw_recipes(count: int) -> list[Recipe]:
     return list(unique.values())[:count]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", type=Path)
-    mode.add_argument("--check", type=Path)
-    parser.add_argument("--count", type=int, default=120, help="recipes drawn from the strategies (--write)")
-    parser.add_argument("--device", default="cpu", help="where --check materializes (the hashes are of the bytes, read back)")
-    args = parser.parse_args(argv)
-    if args.write:
-        from oracle_bitexact_snapshot import cases  # scripts/ is on the path when run as a script
+def recipes_to_record(count: int) -> list[Recipe]:
+    """The snapshot's recipes: the fixed problems of the oracle snapshot, then `count` drawn ones."""
+    from conformance.tools.snapshot.cases import cases
 
-        recipes = [r for _, r in cases()] + draw_recipes(args.count)
-        entries = [{"recipe": r.to_json_dict(), "hashes": problem_hashes(materialize(r))} for r in recipes]
-        args.write.write_text(json.dumps(entries, indent=0, sort_keys=True) + "\n")
-        print(f"wrote {len(entries)} recipes to {args.write}")
-        return 0
-    try:
-        device = torch.device(args.device)
-    except RuntimeError as err:
-        parser.error(f"--device {args.device!r}: {err}")
-    differences = check(json.loads(args.check.read_text()), device)
-    for line in differences:
-        print(line)
-    print(f"{len(differences)} difference(s)")
-    return 1 if differences else 0
+    return [r for _, r in cases()] + draw_recipes(count)
+
+
+def entries_of(recipes: list[Recipe], device: torch.device | str = "cpu") -> list[dict[str, Any]]:
+    """The snapshot entries of `recipes`, materialized on `device`."""
+    return [{"recipe": r.to_json_dict(), "hashes": problem_hashes(materialize(r, device))} for r in recipes]
 
 
 def check(entries: list[dict[str, Any]], device: torch.device | str = "cpu") -> list[str]:
@@ -149,5 +133,25 @@ def check(entries: list[dict[str, Any]], device: torch.device | str = "cpu") -> 
     return lines
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def load(path: str | Path) -> list[dict[str, Any]]:
+    """The entries of a snapshot file; SnapshotFileError naming the file when it is unreadable,
+    not JSON or not a list of {"recipe", "hashes"} objects."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SnapshotFileError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise SnapshotFileError(f"{path}: cannot read ({err})") from None
+    except json.JSONDecodeError as err:
+        raise SnapshotFileError(f"{path}: not JSON ({err})") from None
+    if not isinstance(data, list) or not all(isinstance(e, dict) and {"recipe", "hashes"} <= set(e) for e in data):
+        raise SnapshotFileError(f'{path}: not a materialize snapshot (expected a JSON list of {{"recipe", "hashes"}} objects)')
+    return data
+
+
+def save(entries: list[dict[str, Any]], path: str | Path) -> None:
+    """Write the entries as the snapshot file (the format `load` reads)."""
+    try:
+        Path(path).write_text(json.dumps(entries, indent=0, sort_keys=True) + "\n", encoding="utf-8")
+    except OSError as err:
+        raise SnapshotFileError(f"{path}: cannot write ({err.strerror or err})") from None

@@ -1,23 +1,25 @@
 """The project's import graph: layers, the rules it must keep, and a picture.
 
-Reads every module of the four packages with `ast` (imports inside functions count too: a lazy
-import is still a dependency) and checks:
+Reads every module of the four packages and of the developer front ends (benchmarks, tools)
+with `ast` (imports inside functions count too: a lazy import is still a dependency) and checks:
 - no import cycle between modules;
 - layering: kernel -> oracle / strategies -> conformance core -> front ends; a module imports
   only its own layer or lower ones (kernel.registry, the catalogue of backends, may import
   kernel.backends; nothing in kernel imports kernel.registry except conformance and tests);
 - the data package (strategies) imports no kernel code (kernel.backend, kernel.registry,
   kernel.backends, kernel.isa): it builds tensors, the harness calls the kernel;
-- the core imports no front end (conformance.suite, conformance.cli, conformance.mutation), and
-  front ends do not import each other, with one allowed edge: the command line (conformance.cli)
-  runs the mutation score (conformance.mutation) for its `mutation-score` subcommand;
-  conformance.__main__ starts the command line;
+- the core imports no front end (conformance.suite, conformance.cli, conformance.mutation, and the
+  developer front ends benchmarks and tools, which nothing else imports), and front ends do not
+  import each other, with one allowed edge: the command line (conformance.cli) runs the mutation
+  score (conformance.mutation) for its `mutation-score` subcommand; conformance.__main__ starts
+  the command line (benchmarks that run the command line do so in a subprocess or through runpy:
+  not an import edge);
 - inside the core, packages import downward only: durability (rank 0) <- judging (1) <- records
   (2) <- campaign, tools (3); a core module imports no core package of a higher rank.
 The mutation score also runs suite tests in-process by name (conformance.mutation.kills, through
 importlib): not an import edge. docs/architecture.md follows a recipe through these layers.
 
-    python scripts/import_graph.py [--png docs/import-graph.png]
+    python -m tools.import_graph [--png docs/import-graph.png]
 
 Exit 0 when every rule holds, 1 with one line per broken rule.
 """
@@ -31,11 +33,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("kernel", "oracle", "strategies", "conformance")
-FRONT_ENDS = ("conformance.suite", "conformance.cli", "conformance.mutation")
+PACKAGES = ("kernel", "oracle", "strategies", "conformance", "benchmarks", "tools")
+FRONT_ENDS = ("conformance.suite", "conformance.cli", "conformance.mutation", "benchmarks", "tools")
 ENTRY_POINTS = {"conformance.__main__"}
 ALLOWED_FRONT_END_EDGES = {("conformance.cli", "conformance.mutation")}
-LAYER = {"kernel": 0, "oracle": 1, "strategies": 1, "conformance": 2}
+LAYER = {"kernel": 0, "oracle": 1, "strategies": 1, "conformance": 2, "benchmarks": 3, "tools": 3}
 CORE_RANK = {
     "conformance.durability": 0,
     "conformance.judging": 1,
@@ -201,6 +203,7 @@ def draw(edges: dict[str, set[str]], path: Path) -> None:
             if a != b and target not in _parent_packages(source):
                 groups.setdefault(a, set()).add(b)
     rows = [
+        ["benchmarks", "tools"],
         ["conformance.suite", "conformance.cli", "conformance.mutation"],
         ["conformance.campaign", "conformance.tools", "conformance (core)"],
         ["conformance.records"],
@@ -217,7 +220,7 @@ def draw(edges: dict[str, set[str]], path: Path) -> None:
     sizes = {}
     for name in modules():
         sizes[group_of(name)] = sizes.get(group_of(name), 0) + 1
-    fig, ax = plt.subplots(figsize=(11, 11))
+    fig, ax = plt.subplots(figsize=(11, 12))
     for a, targets in groups.items():
         for b in targets:
             if a in pos and b in pos:

@@ -1,17 +1,20 @@
 """Compile other people's public FlyDSL kernels for gfx950 (compile-only, on the CPU), dump their
 ISA, and measure the ISA interpreter's coverage of them.
 
-Nothing of those kernels is kept in this repository: give the script paths to checkouts you
+Nothing of those kernels is kept in this repository: give the command paths to checkouts you
 fetched (ROCm/aiter at a commit that has the kernel, ROCm/FlyDSL); each target below is a recipe
 that imports one kernel module from such a checkout and calls its builder with placeholder CPU
 tensors, so that flydsl compiles it (COMPILE_ONLY=1 ARCH=gfx950, cache off, final ISA dumped;
 ld.lld from kernel.backends.flydsl.compile.ensure_toolchain). Each target compiles in its own
 subprocess (a failed lowering aborts it).
 
-    python scripts/foreign_isa.py compile --checkout PATH [--checkout PATH ...] --out DIR \\
+    python -m tools.foreign_isa compile --checkout PATH [--checkout PATH ...] --out DIR \\
         [--buffer-ops PATH] [--compat flydsl.expr.MOD=PATH ...] [--only NAME,...]
-    python scripts/foreign_isa.py table DIR          # kernels, instructions, opcodes, modelled
-    python scripts/foreign_isa.py run DIR            # load, then run with scripts/foreign_specs/*.toml
+    python -m tools.foreign_isa table DIR [--json]   # kernels, instructions, opcodes, modelled
+    python -m tools.foreign_isa run DIR              # load, then run with tools/foreign_isa/specs/<kernel>.toml
+
+Run from the repository root. Exit codes: compile 0 when every target found compiled, 1 otherwise;
+table 0, 2 when DIR is not a folder; run 0 when every kernel ran, 1 when one has no spec or failed.
 
 Compatibility: kernels written for flydsl < 0.4 import `flydsl.expr.buffer_ops`, which later
 flydsl releases moved out (aiter carries it as aiter/ops/flydsl/kernels/buffer_ops.py, FlyDSL as
@@ -28,7 +31,6 @@ import collections
 import importlib
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -37,8 +39,8 @@ import types
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SPECS = REPO / "scripts" / "foreign_specs"
+REPO = Path(__file__).resolve().parents[2]
+SPECS = Path(__file__).resolve().parent / "specs"
 
 
 # ----------------------------------------------------------------------------- worker side
@@ -230,8 +232,9 @@ def compile_targets(checkouts: list[Path], out: Path, compat: list[str], only: s
         t0 = time.perf_counter()
         print(f"compiling {name} from {src} ...", flush=True)
         res = subprocess.run(
-            [sys.executable, __file__, "_worker", name, str(src), ";".join(compat)],
+            [sys.executable, "-m", "tools.foreign_isa", "_worker", name, str(src), ";".join(compat)],
             env=env,
+            cwd=REPO,
             capture_output=True,
             text=True,
             timeout=900,
@@ -299,7 +302,7 @@ def table(out: Path) -> str:
 
 
 def run_all(out: Path, checks: str) -> int:
-    """Run every kernel that has a spec scripts/foreign_specs/<target>.toml; print its stats
+    """Run every kernel that has a spec tools/foreign_isa/specs/<target>.toml; print its stats
     and findings. Exit status 1 when one failed to load or run."""
     from kernel.isa.spec import run_spec_file
 
@@ -307,7 +310,7 @@ def run_all(out: Path, checks: str) -> int:
     for p in sorted(out.glob("*.s")):
         spec = SPECS / f"{p.stem}.toml"
         if not spec.exists():
-            print(f"{p.stem}: no spec {spec.relative_to(REPO)}")
+            print(f"{p.stem}: no spec {spec}")
             bad = 1
             continue
         try:
@@ -324,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_worker":
         return _worker(argv[1], argv[2], argv[3])
-    ap = argparse.ArgumentParser(prog="scripts/foreign_isa.py", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.foreign_isa", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("compile")
     c.add_argument("--checkout", action="append", type=Path, required=True)
@@ -339,11 +342,16 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("out", type=Path)
     r.add_argument("--checks", default="collect")
     a = ap.parse_args(argv)
-    sys.path.insert(0, str(REPO))
-    os.chdir(REPO)
-    if a.cmd == "compile":
+    if a.cmd in ("table", "run") and not a.out.is_dir():
+        print(f"foreign_isa: {a.out}: not a folder", file=sys.stderr)
+        return 2
+    if a.cmd == "compile":  # the workers run from the repository root: paths made absolute first
         compat = a.compat + ([f"flydsl.expr.buffer_ops={a.buffer_ops}"] if a.buffer_ops else [])
-        recs = compile_targets(a.checkout, a.out, compat, set(a.only.split(",")) - {""} or None)
+        if any("=" not in pair for pair in compat):
+            ap.error(f"--compat takes MODULE=PATH, got {next(p for p in compat if '=' not in p)!r}")
+        compat = [f"{name}={Path(path).resolve()}" for name, _, path in (pair.partition("=") for pair in compat)]
+        checkouts = [c.resolve() for c in a.checkout]
+        recs = compile_targets(checkouts, a.out.resolve(), compat, set(a.only.split(",")) - {""} or None)
         return 0 if all("error" not in r for r in recs) else 1
     if a.cmd == "table":
         if a.json:

@@ -21,8 +21,8 @@ error where the bound is 0, is written as the string "inf", an undefined one as 
 `report.md`, and `report.png` with histograms of log10(error / bound) per property and output,
 one colour per comparison mode, ratios above PLOT_CEIL in an overflow bin and non-finite ones in
 a bin of their own (needs matplotlib, the optional extra `plots`; without it the PNG is skipped and
-the report says so). The files are readable by others (0666 less the umask, 0644 under the usual
-umask of 022), wherever the run folder lives.
+the report says so). The files get the mode a plain file gets (0666 less the umask: 0644 under the
+usual umask of 022; conformance.durability.wal.atomic_write_text), so others can read them.
 
 Failures are counted by kind (`report["findings"]["by_kind"]`: failing tests, crashes and failing
 examples per kind) and by group (`report["findings"]["groups"]`: one per (kind, subject), the
@@ -836,21 +836,7 @@ def write_report(run_dir: Path, *, plot: bool = True) -> ReportFiles:
     json_path, md_path = run_dir / REPORT_JSON, run_dir / REPORT_MD
     atomic_write_text(json_path, json.dumps(report, indent=2, sort_keys=True, allow_nan=False) + "\n")
     atomic_write_text(md_path, render_markdown(report))
-    for path in (json_path, md_path, png):
-        if path is not None:
-            _readable_by_others(path)
     return ReportFiles(json_path=json_path, md_path=md_path, png_path=png, report=report)
-
-
-def _readable_by_others(path: Path) -> None:
-    """Give a written report file the mode a plain file gets (0666 less the umask): an atomic
-    write's temporary file is created 0600."""
-    mask = os.umask(0)
-    os.umask(mask)
-    try:
-        os.chmod(path, 0o666 & ~mask)
-    except OSError:  # a file system without modes: nothing to fix
-        pass
 
 
 def summary_line(files: ReportFiles) -> str:

@@ -270,9 +270,9 @@ def violation_run(
         # example is rejected and counted as an event; a stored entry (replay, corpus) is wrong
         if currently_in_test_context():
             event("violating recipe without a violation (rejected)")
-            rejections.note("a recipe meant to violate a precondition violates none")
+            rejections.note("a recipe meant to violate a precondition reports none")
             reject()
-        raise failure(Finding(SUITE_ERROR, "a recipe meant to violate a precondition violates none", recipe.to_json()))
+        raise failure(Finding(SUITE_ERROR, "a recipe meant to violate a precondition reports none", recipe.to_json()))
     observed: dict[str, Any] = {"kinds": kinds}
     if "index_out_of_range" in kinds and not target.backend.bounded_index_reads:
         observed["behaviour"] = "not run: out-of-range index on a backend whose reads can fault"

@@ -1,11 +1,11 @@
-"""pytest plugin (PYTEST_PLUGINS=sdpa_dump_plugin, this folder on PYTHONPATH): log every tensor the
+"""pytest plugin (PYTEST_PLUGINS=dump_plugin, this folder on PYTHONPATH): log every tensor the
 torch-sdpa adapter hands to the fused SDPA op, before the op runs.
 
 Each call appends one JSON line to $SDPA_DUMP (default sdpa-calls.jsonl): for q, key, value and
 bias, the dtype, shape, strides, storage offset (elements), data_ptr % 16 and whether the tensor
 is contiguous; the line is flushed and fsynced first, so a call that kills the process (a CUDA
-fault) is the last line of the file. Used by scripts/h200/explore_sdpa.sh; the adapter itself is
-unchanged (kernel.backends.torch_sdpa._attention is wrapped).
+fault) is the last line of the file; repro.py --from-dump replays its layouts. The adapter itself is
+unchanged (kernel.peers.torch_sdpa._attention is wrapped).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-import kernel.backends.torch_sdpa as sdpa
+import kernel.peers.torch_sdpa as sdpa
 from kernel.record import LATENT_DIM
 
 _original = sdpa._attention

@@ -9,9 +9,9 @@ value, the float64 value, the row's largest |V| in that dim and its largest |sco
 FlashMLA's value lies outside [min V, max V] of the row's keys in that dim by more than 2^-7 max|V|
 (a softmax output never does, whatever its rounding; bf16 P moves it by at most ~2^-8).
 
-Usage (an SM90 GPU with sgl-flash-mla 1.0.0):
-    python3 scripts/repro/flashmla_max_latent.py conformance/corpus/flashmla-decode-max-latent-large-q.json decode
-    python3 scripts/repro/flashmla_max_latent.py conformance/corpus/flashmla-prefill-max-latent-flat.json prefill
+Usage (an SM90 GPU with sgl-flash-mla 1.0.0, the project installed; from the repository root):
+    python repro/flashmla_max_latent.py conformance/corpus/flashmla-decode-max-latent-one-hot.json decode
+    python repro/flashmla_max_latent.py conformance/corpus/flashmla-max-latent-flat-softmax.json prefill
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ def float64_reference(q: torch.Tensor, keys: torch.Tensor, valid: torch.Tensor, 
 
 
 def main() -> int:
+    if len(sys.argv) != 3 or sys.argv[2] not in ("decode", "prefill"):
+        print("usage: python repro/flashmla_max_latent.py ENTRY.json decode|prefill", file=sys.stderr)
+        return 2
     path, kind = sys.argv[1], sys.argv[2]
     import flash_mla
 

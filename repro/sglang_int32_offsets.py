@@ -3,13 +3,13 @@
 sglang's fp8_ds_mla reader `dequantize_k_cache_paged` (srt/layers/attention/nsa/dequant_k_cache.py)
 addresses record `token` at `token * 656` and its Triton decode kernel `decode_attention_fwd`
 (srt/layers/attention/triton_ops/decode_attention.py) addresses key `kv_loc` at `kv_loc * 576`,
-both products of int32 values. This script calls each directly (no adapter) on a buffer just past
+both products of int32 values. This reproducer calls each directly (no adapter) on a buffer just past
 those limits (3,273,603 records; 3,728,270 bf16 keys) and compares the row it reads with the row
 asked for, in a child process each, so an illegal-address fault is reported instead of killing
 the check. Prints one line per check: "ok" (the right row), "wrong row" (max |diff|), or the
 child's error. Needs about 7 GB of GPU memory.
 
-Usage: python3 scripts/repro/sglang_decode_reader_int32.py
+Usage (CUDA, sglang's wheel importable, the project installed): python repro/sglang_int32_offsets.py
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ DECODE_ROWS = 2**31 // 576 + 64  # first key whose offset kv_loc * 576 leaves in
 def check_reader() -> str:
     import torch
 
-    from kernel.backends.sglang_decode import READER_MODULE
-    from kernel.backends.triton_peers import load_sglang
+    from kernel.engines import load_sglang
+    from kernel.peers.sglang_decode import READER_MODULE
     from kernel.record import decode_records, encode_records
 
     reader = load_sglang(READER_MODULE, "repro")[0]
@@ -45,8 +45,8 @@ def check_reader() -> str:
 def check_decode() -> str:
     import torch
 
-    from kernel.backends.sglang_decode import KERNEL_MODULE
-    from kernel.backends.triton_peers import load_sglang
+    from kernel.engines import load_sglang
+    from kernel.peers.sglang_decode import KERNEL_MODULE
 
     kernel = load_sglang(KERNEL_MODULE, "repro")[0]
     k = torch.zeros(DECODE_ROWS, 1, 576, dtype=torch.bfloat16, device="cuda")

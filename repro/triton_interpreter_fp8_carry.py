@@ -9,7 +9,7 @@ while 0.99 -> 1, 15.9 -> 16 and 250 -> 256 are right: the mantissa's carry reach
 field only when the field's lowest bit is 0 (exponent fields 7, 9, 11 lose it; 6, 10, 14 keep it).
 This is why kernel.writers.sglang is not offered on a machine without CUDA.
 
-Usage: python3 scripts/repro/triton_interpreter_fp8_carry.py   (exit 1 when the interpreter differs)
+Usage: python repro/triton_interpreter_fp8_carry.py   (exit 1 when the interpreter differs)
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ Prints the worst output element (kernel, float64, |err|), the row's V range in t
 softmax output never leaves [min V, max V] by more than the rounding of its weights), the worst
 lse error where the kernel returns lse, and non-finite counts.
 
-Usage (CUDA with Triton; sglang's wheel / vLLM's Python files on PYTHONPATH):
-    python3 scripts/repro/sglang_vllm_triton.py ENTRY.json sglang-decode|vllm-decode|vllm-sparse
+Usage (CUDA with Triton; sglang's wheel / vLLM's Python files on PYTHONPATH; the project installed):
+    python repro/sglang_vllm_triton.py ENTRY.json sglang-decode|vllm-decode|vllm-sparse
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def rows_of(prob) -> tuple[list[torch.Tensor], list[torch.Tensor]]:  # type: ign
 
 def main() -> int:
     path, name = sys.argv[1], sys.argv[2]
-    from kernel.backends.triton_peers import load_sglang, load_vllm
+    from kernel.engines import load_sglang, load_vllm
 
     recipe = Recipe.from_json_dict(json.load(open(path, encoding="utf-8"))["recipe"])
     prob = materialize(recipe, "cuda")

@@ -5,9 +5,9 @@ No project code is imported. The tensors are built directly with torch.as_stride
 (shape, strides, storage offset in elements; every allocation of PyTorch's CUDA caching allocator
 is 512-byte aligned, so the storage offset fixes data_ptr % 16):
 
-    python3 scripts/repro/torch_sdpa_misaligned.py --api public  --q-offset 4      # one case
-    python3 scripts/repro/torch_sdpa_misaligned.py --api private --from-dump calls.jsonl
-    python3 scripts/repro/torch_sdpa_misaligned.py --sweep                          # 0..7 x both APIs
+    python repro/torch_sdpa_misaligned/repro.py --api public  --q-offset 4      # one case
+    python repro/torch_sdpa_misaligned/repro.py --api private --from-dump calls.jsonl
+    python repro/torch_sdpa_misaligned/repro.py --sweep                          # 0..7 x both APIs
 
 --api public : torch.nn.functional.scaled_dot_product_attention under
                torch.nn.attention.sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION)
@@ -16,7 +16,7 @@ is 512-byte aligned, so the storage offset fixes data_ptr % 16):
 Default layout (the suite's failing case: one query row of H = 1 head taken from a padded q):
 q [1, 1, H, 576] bf16 at storage offset --q-offset (elements) of a fresh buffer; K [1, 1, W, 576]
 bf16 contiguous, V = K[..., :512] (a view), additive bias [1, 1, H, W] bf16 zeros. --from-dump
-takes the layouts of q / key / bias from a JSON line written by scripts/h200/sdpa_dump_plugin.py
+takes the layouts of q / key / bias from a JSON line written by dump_plugin.py (this folder)
 (default: the last line whose q is not 16-byte aligned, else the last line).
 
 Each case prints one line and exits: 0 ok (output within 2e-2 relative of a float32 reference),
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heads", type=int, default=1)
     parser.add_argument("--keys", type=int, default=64)
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--from-dump", default=None, help="JSON lines of scripts/h200/sdpa_dump_plugin.py")
+    parser.add_argument("--from-dump", default=None, help="JSON lines written by dump_plugin.py (this folder)")
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--jobs", type=int, default=8, help="processes at a time in --sweep")

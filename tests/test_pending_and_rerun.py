@@ -111,6 +111,6 @@ def test_a_user_kernel_run_saves_in_the_users_folder_and_prints_commands_that_ru
     elsewhere.mkdir()
     plain = {k: v for k, v in env.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(REPO)}  # the suite installed; not the user's folder
     for pasted in commands:
-        again = _run(pasted + (" -p no:cacheprovider -n 0" if pasted.startswith("pytest") else ""), elsewhere, plain)
+        again = _run(pasted + (" -p no:cacheprovider -n 0" if " pytest " in f" {pasted}" else ""), elsewhere, plain)
         assert again.returncode == 1, (pasted, again.stdout[-2000:], again.stderr[-2000:])
         assert "No module named" not in again.stdout + again.stderr

@@ -127,18 +127,24 @@ def _info(report: Any) -> dict[str, Any] | None:
 
 
 def rerun_command(config: pytest.Config, nodeid: str) -> str | None:
-    """A pytest command that runs this one test as printed from the folder the session started in:
-    the test file's absolute path and the target options with a portable kernel spec (None when the
-    file cannot be found)."""
+    """A pytest command that runs this one test again, runnable as printed from any folder: it
+    changes to the folder the session started in (where Hypothesis keeps the failing example in its
+    database, so a property test replays it first), names the test file by its absolute path, and
+    carries the target options (a portable kernel spec) and the Hypothesis profile when one was
+    chosen. None when the file cannot be found."""
     from conformance.suite.activation import SUITE_DIR
 
+    here = Path(config.invocation_params.dir)
     file_part, sep, rest = nodeid.partition("::")
-    bases = (Path(config.invocation_params.dir), Path(config.rootpath), SUITE_DIR.parent, SUITE_DIR.parent.parent)
+    bases = (here, Path(config.rootpath), SUITE_DIR.parent, SUITE_DIR.parent.parent)
     found = next((b / file_part for b in bases if (b / file_part).is_file()), None)
     if found is None:
         return None
     env, words = _target_words(config, cli=False)
-    return _command(env, ["pytest", f"{found.resolve()}{sep}{rest}", *words])
+    profile = config.getoption("hypothesis_profile", None)
+    if profile:
+        words += ["--hypothesis-profile", str(profile)]
+    return f"cd {shlex.quote(str(here.resolve()))} && " + _command(env, ["pytest", f"{found.resolve()}{sep}{rest}", *words])
 
 
 def replay_command(config: pytest.Config, entry: str) -> str:
@@ -232,7 +238,8 @@ def _print_group(reporter: Any, config: pytest.Config, number: int, members: lis
         write(f"    replay: {replay_command(config, entry)}")
     elif info.get("saved"):
         write(f"    {info['saved']}")
-    rerun = rerun_command(config, report.nodeid)
+    corpus = [m for m, _ in members if "::test_corpus_entry[" in m.nodeid]  # a replay of a stored recipe: deterministic
+    rerun = rerun_command(config, (corpus[0] if corpus else report).nodeid)
     if rerun:
         write(f"    rerun:  {rerun}")
 

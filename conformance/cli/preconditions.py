@@ -18,11 +18,12 @@ import shutil
 import sys
 import textwrap
 import time
-from typing import Any, TextIO
+from typing import Any
 
 import torch
 
 from conformance.cli.args import OutputError, output_file, positive_int, write_output
+from conformance.judging.progress import StatusLine, rate_text
 from conformance.tools.dumps import DumpError, load_dump
 from kernel.contract import ContractError
 from kernel.record import RECORD_BYTES
@@ -71,34 +72,19 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-class ProgressLine:
-    """Carriage-return progress on a stream: items done / total, percentage, rate, ETA."""
+def scan_progress(label: str, unit: str, bytes_per_item: int = 0) -> pc.Progress:
+    """A (done, total) callback showing the scan's rate_text on stderr's status line (at most once
+    a second off a terminal; the final line always), ended when done reaches total."""
+    line = StatusLine(sys.stderr, every=1.0)
+    started = time.perf_counter()
 
-    def __init__(self, stream: TextIO, label: str, unit: str, bytes_per_item: int = 0, interval: float = 0.2):
-        self.stream, self.label, self.unit, self.bytes_per_item, self.interval = stream, label, unit, bytes_per_item, interval
-        self.t0 = time.perf_counter()
-        self.last = 0.0
-        self.shown = False
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.perf_counter()
+    def report(done: int, total: int) -> None:
         final = done >= total
-        if not final and now - self.last < self.interval:
-            return
-        self.last = now
-        dt = max(now - self.t0, 1e-9)
-        rate = done / dt
-        pct = 100.0 * done / total if total else 100.0
-        parts = [f"{self.label}: {done:,}/{total:,} {self.unit} ({pct:5.1f}%)", f"{rate:,.0f} {self.unit}/s"]
-        if self.bytes_per_item:
-            parts.append(f"{rate * self.bytes_per_item / GIB:.2f} GiB/s")
-        if not final and rate > 0:
-            parts.append(f"ETA {(total - done) / rate:.0f} s")
-        self.stream.write("\r" + "  ".join(parts) + "\x1b[K")
+        line.show(rate_text(label, done, total, unit, time.perf_counter() - started, bytes_per_item=bytes_per_item), force=final)
         if final:
-            self.stream.write("\n")
-        self.stream.flush()
-        self.shown = True
+            line.done()
+
+    return report
 
 
 def run(args: argparse.Namespace) -> int:
@@ -188,7 +174,7 @@ def build_report(
         "kv_bytes": kv_rows * RECORD_BYTES,
         "has_invalid": has_invalid,
     }
-    rec_progress = ProgressLine(sys.stderr, "records", "rows", RECORD_BYTES) if progress else None
+    rec_progress = scan_progress("records", "rows", RECORD_BYTES) if progress else None
     whole: list[pc.Finding] | None = None
     t0 = time.perf_counter()
     if dump.indices is None:
@@ -199,7 +185,7 @@ def build_report(
         mode = "consumed_rows"
         n_q = dump.indptr.numel() - 1
         inputs.update(indices=dump.sources.get("indices"), n_indices=dump.indices.numel(), indptr=dump.sources.get("indptr"), n_q=n_q)
-        idx_progress = ProgressLine(sys.stderr, "index stream", "entries") if progress else None
+        idx_progress = scan_progress("index stream", "entries") if progress else None
         scan = pc.scan_index_stream(
             dump.indices, dump.indptr, kv_rows, has_invalid=has_invalid, progress=idx_progress, max_examples=max_examples
         )

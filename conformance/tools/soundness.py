@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from hypothesis import target as hypothesis_target
 
 from conformance.judging.harness import call_kernel, judge
+from conformance.judging.progress import StatusLine, rate_text
 from conformance.judging.target import build_target
 from oracle.bound import MODES
 from oracle.rows import row_bounds
@@ -103,6 +104,7 @@ def run_campaign(
         "worst_recipe": {},
     }
     started = time.time()
+    line = StatusLine(sys.stderr, every=10.0) if progress else None
 
     @settings(
         max_examples=max(1, problems // BATCH),
@@ -129,22 +131,55 @@ def run_campaign(
             if not verdict.ok:
                 row = verdict.worst.get("row", 0)
                 stats["violations"].append({"mode": mode, "recipe": batch[int(owners[row])].to_json_dict(), "message": verdict.message()})
-        if progress:
-            rate = stats["problems"] / (time.time() - started)
+        if line is not None:
             ratios = " ".join(f"{k}={v:.3g}" for k, v in stats["max_ratio"].items())
-            print(
-                f"\r{stats['problems']}/{problems} problems, {rate:.1f}/s, violations {len(stats['violations'])}, max {ratios}",
-                file=sys.stderr,
-                end="",
-                flush=True,
-            )
+            text = rate_text("soundness", stats["problems"], problems, "problems", time.time() - started)
+            line.show(f"{text}  violations {len(stats['violations'])}  max {ratios}")
 
     torch.manual_seed(seed)
     probe()
     stats["seconds"] = round(time.time() - started, 1)
-    if progress:
-        print(file=sys.stderr)
+    if line is not None:
+        line.done()
     return stats
+
+
+def _one_thread() -> None:
+    """Worker start-up: one torch thread (the processes share the cores)."""
+    torch.set_num_threads(1)
+
+
+def run_parallel(
+    kernel_name: str, problems: int, processes: int, *, device: str = "cpu", max_total_keys: int = 2048, progress: bool = True
+) -> dict[str, Any]:
+    """`problems` split over `processes` campaigns run at once in spawned processes (one torch
+    thread each, seeds 0..processes-1), merged (`merge`); "seconds" is the wall time of the whole.
+    The kernel is resolved here first, so a bad name or device raises TargetError before any
+    process starts."""
+    import concurrent.futures
+    import multiprocessing
+
+    build_target(kernel_name, device=device, check_only=True)
+    per = -(-problems // processes)
+    started = time.time()
+    line = StatusLine(sys.stderr, every=10.0) if progress else None
+    parts: list[dict[str, Any]] = []
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=_one_thread) as pool:
+        futures = [
+            pool.submit(run_campaign, kernel_name, per, device=device, max_total_keys=max_total_keys, seed=seed, progress=False)
+            for seed in range(processes)
+        ]
+        for future in concurrent.futures.as_completed(futures):
+            parts.append(future.result())
+            if line is not None:
+                done = sum(part["problems"] for part in parts)
+                line.show(f"soundness: {len(parts)}/{processes} processes done, {done:,} problems", force=True)
+    if line is not None:
+        line.done()
+    merged = merge(parts)
+    merged["seconds"] = round(time.time() - started, 1)
+    return merged
 
 
 def merge(summaries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,40 +1,34 @@
 """err/bound distributions of a kernel against its profile's a-priori bound, and each term's share.
 
-    python scripts/err_bound_distribution.py --kernel emulated --problems 200 [--profile gfx950]
-    python scripts/err_bound_distribution.py --kernel flashmla --device cuda --problems 500 --json out.json
-
 Problems are drawn from a seeded `random.Random` (not Hypothesis), so a run is reproducible: row
-lengths up to --max-row keys, 1..4 query rows, 1/4/16 heads, every latent / rope / q distribution
+lengths up to `max_row` keys, 1..4 query rows, 1/4/16 heads, every latent / rope / q distribution
 and softmax scale of the recipe vocabulary that meets the gfx950 preconditions (pow2 writers).
 For each problem the kernel's |out - ref| / out_bound (per element, elements with a nonzero
 bound) and |lse - ref| / lse_bound (per (row, head)) are collected in both comparison modes;
-printed: median, p99, max per mode, and violations (ratio > 1).
+the summary gives n, median, p99, max per output and mode, and violations (ratio > 1).
 
-Term shares (--shares): for the median problem of each quantity the bound is recomputed with
+Term shares (`shares` problems): for problems spread over the run, the bound is recomputed with
 one source of error switched off at a time (QK accumulation, softmax stage, exp, P rounding,
-o/l accumulation); a term's share is the bound's relative drop. The output rounding is what
-remains. Units: ratios are dimensionless; lse in natural log.
+o/l accumulation); a term's share is the bound's median relative drop. The output rounding is
+what remains. Units: ratios are dimensionless; lse in natural log.
+
+The command line: `python -m conformance soundness --distribution` (conformance.cli.soundness).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
+from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from conformance.judging.harness import call_kernel
+from conformance.judging.target import Target
 from oracle.accumulation import Accumulation
 from oracle.bound import MODES, evaluate, evaluate_modes
-from oracle.profiles import load_profile
 from oracle.rows import PreconditionError
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
@@ -121,38 +115,19 @@ def shares(problem, profile, mode: str) -> dict[str, dict[str, float]]:  # type:
     return out
 
 
-def resolve_kernel(spec: str, profile_spec: str | None):  # type: ignore[no-untyped-def]
-    """(contract callable, NumericsProfile) of a backend name or module:attr; the profile is
-    --profile, else what the kernel declares (a name, a path or a NumericsProfile object)."""
-    from kernel.registry import resolve
-
-    backend = resolve(spec)
-    chosen = profile_spec if profile_spec is not None else backend.profile
-    if chosen is None:
-        raise SystemExit(f"{spec} declares no numerics profile: pass --profile NAME")
-    return backend, load_profile(chosen)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kernel", default="emulated", help="backend name or module:attr")
-    p.add_argument("--profile", default=None, help="profile name or .toml path (default: the kernel's own)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--problems", type=int, default=100)
-    p.add_argument("--max-row", type=int, default=1024)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shares", type=int, default=5, help="problems to compute term shares on (0: none)")
-    p.add_argument("--json", type=Path, default=None, help="write the summary here")
-    args = p.parse_args(argv)
-
-    kernel, profile = resolve_kernel(args.kernel, args.profile)
+def distribution(target: Target, problems: int, *, max_row: int = 1024, seed: int = 0, shares_of: int = 5) -> dict[str, Any]:
+    """Run `problems` seeded problems through `target`'s kernel; the summary (module docstring):
+    kernel, profile, device, counts (skipped_preconditions: the bound refused the problem;
+    unsupported: the kernel's `supports` refused it), ratios per output and mode, and
+    term_shares_median when `shares_of` > 0."""
+    kernel, profile, device = target.backend, target.profile, str(target.device)
     unsupported = 0
-    rng = random.Random(args.seed)
+    rng = random.Random(seed)
     ratios: dict[str, list[torch.Tensor]] = {f"{q}/{m}": [] for q in ("out", "lse") for m in MODES}
-    skipped, start, problems = 0, time.monotonic(), []
-    for _ in range(args.problems):
-        recipe = draw_recipe(rng, args.max_row)
-        problem = materialize(recipe, args.device)
+    skipped, start, judged = 0, time.monotonic(), []
+    for _ in range(problems):
+        recipe = draw_recipe(rng, max_row)
+        problem = materialize(recipe, device)
         if hasattr(kernel, "supports") and not kernel.supports(
             problem.q,
             problem.kv_cache,
@@ -183,33 +158,25 @@ def main(argv: list[str] | None = None) -> int:
             o, l_ = _ratios(out, lse, ev)
             ratios[f"out/{mode}"].append(o)
             ratios[f"lse/{mode}"].append(l_)
-        problems.append((problem, float(torch.cat([ratios["lse/exact-steps"][-1], torch.zeros(1, dtype=torch.float64)]).max())))
-    summary = {
-        "kernel": args.kernel,
+        judged.append(problem)
+    summary: dict[str, Any] = {
+        "kernel": target.name,
         "profile": profile.name,
-        "device": args.device,
-        "problems": args.problems,
+        "device": device,
+        "problems": problems,
         "skipped_preconditions": skipped,
         "unsupported": unsupported,
-        "seed": args.seed,
-        "max_row": args.max_row,
+        "seed": seed,
+        "max_row": max_row,
         "wall_s": round(time.monotonic() - start, 1),
         "ratios": {k: _summary(v) for k, v in ratios.items()},
     }
-    if args.shares and problems:
-        picked = [problems[i][0] for i in range(0, len(problems), max(1, len(problems) // args.shares))][: args.shares]
+    if shares_of and judged:
+        picked = judged[:: max(1, len(judged) // shares_of)][:shares_of]
         per_term: dict[str, dict[str, list[float]]] = {}
         for problem in picked:
             for term, res in shares(problem, profile, "exact-steps").items():
                 for q, v in res.items():
                     per_term.setdefault(term, {}).setdefault(q, []).append(v)
         summary["term_shares_median"] = {t: {q: statistics.median(v) for q, v in d.items()} for t, d in per_term.items()}
-    text = json.dumps(summary, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return summary

@@ -11,6 +11,11 @@ status 0 and that recorded no failure and no crash; a run killed before it finis
 ("unfinished"), still running ("running"), or whose session exited non-zero ("failed") is not
 clean, and the report says why (`status_reasons`; the status line also goes to stderr).
 
+`--features RUN_DIR [RUN_DIR ...]` prints instead, per run folder, what its judged examples
+exercised: examples per second, outcomes per property and writer, the strategy features hit and
+the err/bound of passing examples (conformance.records.features; --json: a JSON list). It writes
+nothing and exits 0, or 2 for a folder without examples.
+
 Exit codes: 0 the run is clean; 1 it is not (failing examples or tests, crashes, unfinished,
 still running, or its session exited non-zero); 2 no such run (or no run at all), a folder that is
 not a run folder (nothing is written into it) or an unreadable folder.
@@ -37,8 +42,11 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", nargs="?", default=None, help="run folder or run id (default: the last run)")
+    p.add_argument(
+        "run_dir", metavar="RUN_DIR", nargs="*", default=[], help="run folder or run id (default: the last run; several with --features)"
+    )
     p.add_argument("--json", action="store_true", help="print report.json instead of the Markdown")
+    p.add_argument("--features", action="store_true", help="what the examples of each RUN_DIR exercised (rates, features, err/bound)")
     p.add_argument("--no-plot", action="store_true", help="do not draw report.png")
     p.set_defaults(func=run)
 
@@ -66,8 +74,13 @@ def run(args: argparse.Namespace) -> int:
     """Handler of `report`."""
     from conformance.records.report import CLEAN, write_report
 
+    if args.features:
+        return run_features(args)
+    if len(args.run_dir) > 1:
+        print("report: one RUN_DIR at a time (several only with --features)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
-        run_dir = resolve_run(args.run_dir)
+        run_dir = resolve_run(args.run_dir[0] if args.run_dir else None)
         files = write_report(run_dir, plot=not args.no_plot)
     except OSError as err:  # no such folder, not a run folder, unreadable or read-only folder
         print(f"report: {err.strerror + ': ' + str(err.filename) if err.filename and err.strerror else err}", file=sys.stderr)
@@ -83,3 +96,21 @@ def run(args: argparse.Namespace) -> int:
             f"report: {run_dir.name}: status {status}: " + "; ".join(files.report.get("status_reasons") or ["not clean"]), file=sys.stderr
         )
     return EXIT_OK if status == CLEAN else EXIT_FAIL
+
+
+def run_features(args: argparse.Namespace) -> int:
+    """Handler of `report --features`."""
+    from conformance.records.features import NoExamples, render, summarise
+
+    summaries = []
+    try:
+        for arg in args.run_dir or [None]:
+            summaries.append(summarise(resolve_run(arg)))
+    except (OSError, NoExamples) as err:
+        print(f"report: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.json:
+        print(json.dumps(summaries, indent=1, sort_keys=True))
+    else:
+        print("\n\n".join(render(s) for s in summaries))
+    return EXIT_OK

@@ -30,6 +30,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "conformance.cli.probe",
     "conformance.cli.soundness",
     "conformance.cli.snapshot",
+    "conformance.cli.dumps",
 )
 
 

@@ -1,34 +1,32 @@
 """Caches written by sglang's quantiser (kernel.writers.sglang): checked, compared with the
 project's writers record by record, and dumped for `python -m conformance preconditions`.
 
-Writes under --out:
+`write_caches(out, ...)` writes under the folder `out`:
 - activations.pt ({"kv_cache"}): N rows shaped like real activations (a quarter Student-t(2)
   heavy tails, one outlier channel x50, N/64 rows with an all-zero first tile, N/64 rows scaled by
   2^-20 and N/64 by 2^10, the rest normal), a whole-cache dump;
 - recipe-LATENT.pt ({"kv_cache", "indices", "indptr"}) per latent distribution of the strategies:
   the problem strategies.materialize builds for a recipe with writer "sglang" (4 rows of 64 keys
-  from a 512-row cache; not under --interpreter, whose bytes the writer's check refuses);
+  from a 512-row cache; not under the interpreter, whose bytes the writer's check refuses);
 - summary.json: per cache, the writer check (kernel.writers.sglang.rounding_failures), the bytes
   against pow2 / pow2-floor / raw (kernel.record.encode_records) record by record (identical,
   differing in codes / scales / rope), the scales that are not powers of two, zero, above 2^7;
-  with --compare-with PT ({"latent", "rope", "sglang"}: records written elsewhere, e.g.
+  with `compare_with` (a .pt of {"latent", "rope", "sglang"}: records written elsewhere, e.g.
   tests/data/sglang_writer_h200.pt), its inputs written here and the bytes compared.
 
---interpreter runs sglang's kernel under Triton's CPU interpreter (TRITON_INTERPRET=1) on CPU
-tensors: to try this script's logic on a machine without CUDA, and to compare the interpreter's
-bytes with the H200's (--compare-with): the summary then says "interpreter", not the engine.
+`interpreter=True` runs sglang's kernel under Triton's CPU interpreter (TRITON_INTERPRET=1) on CPU
+tensors: to try the steps on a machine without CUDA, and to compare the interpreter's bytes with a
+GPU's (`compare_with`): the summary then says "interpreter", not the engine.
 
-Usage: python3 scripts/sglang_writer_caches.py --out DIR [--rows N] [--device cuda|cpu]
-       [--interpreter] [--compare-with PT]
+The command line: `python -m conformance dumps sglang-writer` (conformance.cli.dumps).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,74 +78,102 @@ def compare(records: Any, latent: Any, rope: Any) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--rows", type=int, default=4096)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--interpreter", action="store_true", help="Triton's CPU interpreter on CPU tensors (not the engine's bytes)")
-    parser.add_argument("--compare-with", type=Path, default=None, metavar="PT")
-    args = parser.parse_args(argv)
-    if args.interpreter:
-        os.environ["TRITON_INTERPRET"] = "1"  # before Triton is imported (sglang's kernel is decorated at import)
-        args.device = "cpu"
-    elif args.device != "cuda":
-        parser.error("the engine's bytes come from CUDA: --device cuda, or --interpreter for the CPU interpreter")
+class WriterDumpError(RuntimeError):
+    """The caches cannot be written here (the message says why in one line)."""
+
+
+def write_caches(
+    out: Path,
+    *,
+    rows: int = 4096,
+    interpreter: bool = False,
+    compare_with: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Write the caches and summary.json under `out` (created); return the summary (module
+    docstring). WriterDumpError when sglang's writer cannot run here (the engine's bytes need CUDA;
+    the interpreter needs sglang and Triton) or `compare_with` is unreadable."""
+    from kernel.writers import sglang as writer
+
+    saved = (writer._probe, writer.WRITE_DEVICE, os.environ.get("TRITON_INTERPRET"))
+    try:
+        return _write_caches(out, rows=rows, interpreter=interpreter, compare_with=compare_with, log=log)
+    finally:  # the interpreter's writer path is this call's only
+        writer._probe, writer.WRITE_DEVICE = saved[0], saved[1]  # type: ignore[assignment]
+        if saved[2] is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved[2]
+
+
+def _write_caches(out: Path, *, rows: int, interpreter: bool, compare_with: Path | None, log: Callable[[str], None]) -> dict[str, Any]:
+    if interpreter:
+        os.environ["TRITON_INTERPRET"] = "1"  # before sglang's kernel is decorated (at its import)
     import torch
 
-    from kernel.backends.triton_peers import load_sglang
+    from kernel.backend import BackendUnavailable
+    from kernel.engines import load_sglang
     from kernel.writers import sglang as writer
     from strategies.materialize import materialize
     from strategies.recipe import Recipe
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    device = torch.device(args.device)
-    if args.interpreter:  # the writer path on the interpreter, labelled as such
-        module = load_sglang(writer.QUANT_MODULE, "sglang writer (interpreter)")[0]
-        writer._probe = lambda: (module, "")  # type: ignore[assignment]
-        writer.WRITE_DEVICE = "cpu"
-        source = "Triton's CPU interpreter (TRITON_INTERPRET=1): not the engine's bytes"
-    else:
-        reason = writer.unavailable_reason()
-        if reason:
-            print(f"sglang_writer_caches: {reason}", file=sys.stderr)
-            return 2
-        module = load_sglang(writer.QUANT_MODULE, "sglang writer")[0]
-        source = f"sglang's quantiser on {torch.cuda.get_device_name(device)}"
+    stored = None
+    if compare_with is not None:
+        try:
+            stored = torch.load(compare_with, weights_only=True)
+            stored = {k: stored[k] for k in ("latent", "rope", "sglang")}
+        except Exception as err:  # noqa: BLE001 - any unreadable file: one line
+            raise WriterDumpError(f"{compare_with}: not a .pt of latent, rope and sglang records ({type(err).__name__}: {err})") from None
+    try:
+        if interpreter:  # the writer path on the interpreter, labelled as such
+            module = load_sglang(writer.QUANT_MODULE, "sglang writer (interpreter)")[0]
+            writer._probe = lambda: (module, "")  # type: ignore[assignment]
+            writer.WRITE_DEVICE = "cpu"
+            device = torch.device("cpu")
+            source = "Triton's CPU interpreter (TRITON_INTERPRET=1): not the engine's bytes"
+        else:
+            reason = writer.unavailable_reason()
+            if reason:
+                raise WriterDumpError(reason)
+            module = load_sglang(writer.QUANT_MODULE, "sglang writer")[0]
+            device = torch.device("cuda")
+            source = f"sglang's quantiser on {torch.cuda.get_device_name(device)}"
+    except BackendUnavailable as err:
+        raise WriterDumpError(str(err)) from None
+    out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"source": source, "torch": torch.__version__, "caches": {}}
     started = time.monotonic()
 
-    latent, rope = activation_rows(args.rows)
+    latent, rope = activation_rows(rows)
     records = writer.quantise(module, latent.to(device), rope.to(device))  # checked in compare()
-    torch.save({"kv_cache": records.cpu()}, args.out / "activations.pt")
+    torch.save({"kv_cache": records.cpu()}, out / "activations.pt")
     summary["caches"]["activations"] = compare(records, latent, rope)
-    print(f"activations: {args.rows} rows, {time.monotonic() - started:.1f} s", flush=True)
+    log(f"activations: {rows} rows, {time.monotonic() - started:.1f} s")
 
-    for dist in () if args.interpreter else LATENTS:  # under the interpreter the writer's check refuses every cache
+    for dist in () if interpreter else LATENTS:  # under the interpreter the writer's check refuses every cache
         recipe = Recipe(seed=11, n_q=4, heads=2, row_lengths=(64, 64, 64, 64), cache_rows=512, writer="sglang", latent=dist)
         try:
             problem = materialize(recipe, device)
         except writer.SglangWriterError as err:  # the writer's own check refused what it wrote
             summary["caches"][f"recipe-{dist}"] = {"recipe": recipe.to_json(), "error": str(err)}
-            print(f"recipe-{dist}: {err}", flush=True)
+            log(f"recipe-{dist}: {err}")
             continue
         torch.save(
             {"kv_cache": problem.kv_cache.cpu(), "indices": problem.indices.cpu(), "indptr": problem.indptr.cpu()},
-            args.out / f"recipe-{dist}.pt",
+            out / f"recipe-{dist}.pt",
         )
-        rows = problem.referenced_rows
-        kv = problem.kv_cache.cpu()[rows]
-        summary["caches"][f"recipe-{dist}"] = {"recipe": recipe.to_json(), "consumed_records": int(rows.numel())} | {
-            k: v for k, v in compare(kv, *(x.cpu() for x in _recipe_rows(recipe, rows, device))).items()
+        referenced = problem.referenced_rows
+        kv = problem.kv_cache.cpu()[referenced]
+        summary["caches"][f"recipe-{dist}"] = {"recipe": recipe.to_json(), "consumed_records": int(referenced.numel())} | {
+            k: v for k, v in compare(kv, *(x.cpu() for x in _recipe_rows(recipe, referenced, device))).items()
         }
-        print(f"recipe-{dist}: {rows.numel()} records, {time.monotonic() - started:.1f} s", flush=True)
+        log(f"recipe-{dist}: {referenced.numel()} records, {time.monotonic() - started:.1f} s")
 
-    if args.compare_with is not None:
-        stored = torch.load(args.compare_with)
+    if stored is not None:
         again = writer.quantise(module, stored["latent"].to(device), stored["rope"].to(device)).cpu()
         diff = again != stored["sglang"]
         summary["compare_with"] = {
-            "file": str(args.compare_with),
+            "file": str(compare_with),
             "records": int(diff.shape[0]),
             "identical": int((~diff.any(1)).sum()),
             "differing_codes": int(diff[:, :512].sum()),
@@ -155,11 +181,10 @@ def main(argv: list[str] | None = None) -> int:
             "differing_rope_bytes": int(diff[:, 528:].sum()),
             "rounding_failures_here": writer.rounding_failures(again, stored["latent"], stored["rope"]),
         }
-        print(f"compare-with: {summary['compare_with']['identical']} of {diff.shape[0]} records identical", flush=True)
+        log(f"compare-with: {summary['compare_with']['identical']} of {diff.shape[0]} records identical")
     summary["seconds"] = round(time.monotonic() - started, 1)
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    print(json.dumps(summary, indent=1))
-    return 0
+    (out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    return summary
 
 
 def _recipe_rows(recipe: Any, rows: Any, device: Any) -> tuple[Any, Any]:
@@ -170,7 +195,3 @@ def _recipe_rows(recipe: Any, rows: Any, device: Any) -> tuple[Any, Any]:
 
     latent, rope, _ = _values(recipe, rows.to(device), torch.device(device))
     return latent.to(torch.bfloat16), rope
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -774,7 +774,7 @@ def write_plot(data: RunData, path: Path) -> tuple[Path | None, str]:
                     alpha=0.75,
                     edgecolor="darkred",
                     linewidth=0.6,
-                    label=f"failing, both modes ({len(failing)})",
+                    label=f"failing examples (either output), both modes ({len(failing)})",
                 )
                 top = max(top, *bins, overflow, non_finite)
             ax.axvline(0.0, color="red", linewidth=1)

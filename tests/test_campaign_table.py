@@ -1,18 +1,18 @@
-"""scripts/campaign_table.py: the processes of one kernel on one device merged into one row, the
-same kernel on another device (the GPU's processes and the host's CPU processes of one campaign)
-in a row of its own."""
+"""`python -m benchmarks campaign`: the processes of one kernel on one device merged into one row,
+the same kernel on another device (the GPU's processes and the host's CPU processes of one
+campaign) in a row of its own; a real campaign of two processes on the CPU; the time limit's
+SIGINT and SIGKILL."""
 
 from __future__ import annotations
 
 import json
-import sys
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import campaign_table as ct  # noqa: E402
+from benchmarks import campaign as ct
 
 
 def _summary(device: str, examples: int, rate: float, cpu_s: float, hit: dict[str, int]) -> dict[str, Any]:
@@ -37,7 +37,7 @@ def test_rows_per_kernel_and_device(tmp_path: Path, capsys: pytest.CaptureFixtur
         path = tmp_path / f"s{n}.json"
         path.write_text(json.dumps(_summary(device, examples, rate, 100.0, hit)))
         paths.append(str(path))
-    assert ct.main([*paths, "--markdown"]) == 0
+    assert ct.main(["--table", *paths, "--markdown"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| emulated")]
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in rows]
     assert [c[:6] for c in cells] == [
@@ -46,3 +46,51 @@ def test_rows_per_kernel_and_device(tmp_path: Path, capsys: pytest.CaptureFixtur
     ]
     assert cells[0][-1] == "2/2" and cells[1][-1] == "1/2"
     assert cells[0][-3] == "9.00"  # examples per CPU second: 1800 / 200
+
+
+def test_unreadable_summaries_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    other = tmp_path / "other.json"
+    other.write_text("[1]")
+    assert ct.main(["--table", str(bad), str(other)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: unreadable" in err and f"{other}: not a fuzz summary" in err
+
+
+def test_a_campaign_of_two_processes_on_the_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "results"
+    assert ct.main(["--device", "cpu", "--procs", "2", "--seconds", "3", "--hypothesis-profile", "ci", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    env = json.loads((out / "campaign-env.json").read_text())
+    assert env["processes"] == {"emulated-1": "cpu", "emulated-2": "cpu"} and env["mps"] == "off: not requested"
+    summaries = [json.loads((out / f"fuzz-emulated-{n}.json").read_text()) for n in (1, 2)]
+    assert all(s["kernel"] == "emulated" and s["device"] == "cpu" for s in summaries)
+    (merged,) = json.loads((out / "campaigns.json").read_text())
+    assert merged["processes"] == 2 and merged["examples"] == sum(s["examples"] for s in summaries) > 0
+    assert merged["examples_per_s"] == pytest.approx(sum(s["examples_per_s"] for s in summaries))
+    row = next(line for line in text.splitlines() if line.startswith("emulated  cpu"))
+    assert row.split()[2] == "2" and (out / "campaigns.md").read_text().startswith("| kernel | device | procs")
+
+
+def test_the_time_limit_interrupts_then_kills(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ct, "KILL_S", 0.5)
+    polite = ct.Process("a", "a", "cpu", tmp_path, subprocess.Popen(["sleep", "30"]))
+    stubborn = ct.Process("b", "b", "cpu", tmp_path, subprocess.Popen(["bash", "-c", 'trap "" INT; sleep 30']))
+    ct.wait_all([polite, stubborn], 0.5)
+    assert polite.popen is not None and polite.popen.returncode == -2  # SIGINT
+    assert stubborn.popen is not None and stubborn.popen.returncode == -9  # SIGKILL after KILL_S
+
+
+def test_processes_go_round_robin_over_the_gpus(tmp_path: Path) -> None:
+    args = ct.parser().parse_args(["--kernels", "emulated,flashmla", "--procs", "2", "--procs-of", "flashmla=3", "--cpu-procs", "1"])
+    args.procs_of, args.out = dict(args.procs_of), tmp_path
+    procs = ct.plan(args, ["0", "1"])
+    assert [(p.label, p.device) for p in procs] == [
+        ("emulated-1", "0"),
+        ("emulated-2", "1"),
+        ("flashmla-1", "0"),
+        ("flashmla-2", "1"),
+        ("flashmla-3", "0"),
+        ("emulated-cpu-1", "cpu"),
+    ]

@@ -1,5 +1,5 @@
-"""A module of another revision of this repository, imported beside today's (for old-vs-new
-scripts: same bits, time per call)."""
+"""A module of another revision of this repository, imported beside today's: the `--against REV`
+of the routines that compare an implementation with an earlier one (same results, time per call)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def module_from_file(path: str | Path, name: str) -> ModuleType:

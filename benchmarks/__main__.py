@@ -12,6 +12,7 @@ import sys
 ROUTINES: dict[str, str] = {
     "quickstart": "the README's user steps (install, first verdict, whole suite, three planted bugs), timed",
     "campaign": "N concurrent fuzz processes per kernel pinned to GPUs (or on the CPU), optionally under MPS: one table",
+    "campaign_stages": "where one fuzz campaign's time goes, stage by stage (cProfile, or wall/CPU timers and torch ops)",
 }
 
 

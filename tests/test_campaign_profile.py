@@ -1,18 +1,18 @@
-"""scripts/campaign_profile.py: the stage split on synthetic profiles (cProfile's stats and the
---timers clocks), where every second's stage is known."""
+"""`python -m benchmarks campaign_stages`: the stage split on synthetic profiles (cProfile's stats
+and the --timers clocks), where every second's stage is known; a real short campaign under the
+timers."""
 
 from __future__ import annotations
 
 import contextlib
-import sys
+import json
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import campaign_profile as cp  # noqa: E402
+from benchmarks import campaign_stages as cp
 
 HARNESS = "/repo/conformance/judging/harness.py"
 GUARD = "/repo/conformance/durability/input_guard.py"
@@ -195,8 +195,6 @@ def test_stage_ops_are_counted_by_the_innermost_stage(tmp_path: Path) -> None:
     """--ops: each launched op goes to the stage on top of the timers' stack (an inner stage's ops
     are not its outer stage's), views and empty allocations are not counted, ops outside every
     stage go to "other"; ops.txt / ops.json give ops per call."""
-    import json
-
     import torch
 
     timers = cp.StageTimers()
@@ -227,3 +225,19 @@ def test_stage_ops_are_counted_by_the_innermost_stage(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "ops.json").read_text())
     assert data["calls"] == {"oracle+bound": 2, "kernel": 2} and data["ops"]["kernel"] == {"add": 2, "mul_": 2}
     assert "kernel" in (tmp_path / "ops.txt").read_text()
+
+
+def test_a_short_campaign_under_the_timers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The routine runs `python -m conformance fuzz` in this process and splits its time: the stages
+    add up to the wall time, the kernel and the oracle took some of it, the fuzz exit code is kept."""
+    monkeypatch.setenv("CONFORMANCE_DIR", str(tmp_path / "state"))
+    out = tmp_path / "stages"
+    fuzz = ["--kernel", "emulated", "--device", "cpu", "--seconds", "2", "--hypothesis-profile", "ci", "--no-save", "--max-chunks", "1"]
+    assert cp.main(["--out", str(out), "--timers", "--", *fuzz]) == 0
+    data = json.loads((out / "stages.json").read_text())
+    walls = data["stages_s"]
+    assert walls["kernel"] > 0 and walls["oracle+bound"] > 0 and walls["start-up"] >= 0
+    total = sum(v for k, v in walls.items() if k not in cp.INNER)
+    assert total == pytest.approx(data["wall_s"], rel=1e-6)
+    assert "inconsistent" not in (out / "stages.txt").read_text()
+    assert "examples/s" in capsys.readouterr().out

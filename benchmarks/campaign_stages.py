@@ -1,7 +1,11 @@
 """Where a fuzz campaign's time goes: run `python -m conformance fuzz ...` in this process under
 cProfile and split its wall time into stages.
 
-    python scripts/campaign_profile.py --out DIR -- --kernel emulated --seconds 120 --hypothesis-profile nightly
+    python -m benchmarks campaign_stages --out DIR -- --kernel emulated --seconds 120 --hypothesis-profile nightly
+    python -m benchmarks campaign_stages --out DIR --timers --ops -- --kernel emulated --seconds 60
+
+The campaign runs as `python -m conformance fuzz ...` would (runpy, in this process: the routine
+imports no front end); its exit code is the routine's.
 
 Stages (cumulative time of the functions that do them):
     draw         Hypothesis drawing recipes (DataObject.draw in the properties' body)
@@ -56,13 +60,14 @@ import functools
 import importlib
 import json
 import pstats
+import runpy
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import parse
 
 # (stage, file suffix, function name): the cProfile stages (cumulative time of those functions)
 STAGES: tuple[tuple[str, str, str], ...] = (
@@ -325,8 +330,25 @@ def check_consistency(seconds: dict[str, float], wall: float) -> list[str]:
     return problems
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def run_cli(argv: list[str]) -> int:
+    """`python -m conformance ARGV...` in this process (runpy: the module's own start-up, no import
+    of the command line by this routine); its exit code."""
+    saved = sys.argv
+    sys.argv = ["conformance", *argv]
+    try:
+        runpy.run_module("conformance", run_name="__main__", alter_sys=True)
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    finally:
+        sys.argv = saved
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """The routine (module docstring); the fuzz campaign's exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks campaign_stages", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--timers", action="store_true", help="wall and CPU clocks per stage instead of cProfile")
     parser.add_argument(
@@ -336,19 +358,19 @@ def main(argv: list[str] | None = None) -> int:
         "--ops", action="store_true", help="with --timers: count the launched torch ops of each stage (OpCounter.launched's rule)"
     )
     parser.add_argument("fuzz_args", nargs=argparse.REMAINDER, help="-- then the arguments of `python -m conformance fuzz`")
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
     fuzz_args = [a for a in args.fuzz_args if a != "--"]
     args.out.mkdir(parents=True, exist_ok=True)
-    from conformance.cli import main as cli_main
-
     if args.timers:
-        return _timed(args.out, fuzz_args, cli_main, sync=args.sync, ops=args.ops)
+        return _timed(args.out, fuzz_args, run_cli, sync=args.sync, ops=args.ops)
 
     profiler = cProfile.Profile()
     t0 = time.perf_counter()
     profiler.enable()
     try:
-        code = cli_main(["fuzz", *fuzz_args])
+        code = run_cli(["fuzz", *fuzz_args])
     finally:
         profiler.disable()
     wall = time.perf_counter() - t0
@@ -433,7 +455,3 @@ def _write_ops(out: Path, by_stage: Any, calls: dict[str, int]) -> None:
     print(text)
     (out / "ops.txt").write_text(text + "\n")
     (out / "ops.json").write_text(json.dumps({"calls": calls, "ops": {k: dict(v) for k, v in by_stage.items()}}, indent=1) + "\n")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,16 @@
 """Kernels under test and their contract.
 
-`kernel.record` and `kernel.fp8`: the fp8_ds_mla record codec. `kernel.contract`: the call
-contract and its host validation. `kernel.backend`: `Backend` and `BackendUnavailable`.
-`kernel.backends`: the built-in implementations. `kernel.registry`: `resolve(name)`, the
-catalogue that imports the backends (nothing else imports them by name).
+Base (imports no kernel family): `kernel.record` and `kernel.fp8`, the fp8_ds_mla record codec;
+`kernel.contract`, the call contract and its host validation; `kernel.backend`, `Backend` and
+`BackendUnavailable`; `kernel.probe_records`, records for the fast paths' self-checks;
+`kernel.cuda_binary`, the nvcc build of the CUDA fast paths;
+`kernel.engines`, importing other projects' engine packages; `kernel.writers`, record writers.
+
+Families (each imports base and itself only; `kernel.flydsl` also reads and runs assembly
+through `kernel.isa`): `kernel.emulated`, the gfx950 kernel's algorithm in torch;
+`kernel.peers`, adapters to other projects' kernels behind one protocol; `kernel.flydsl`, the
+project's FlyDSL kernel, its compile-only checks and its compiled ISA; `kernel.isa`, the gfx950
+ISA interpreter (it runs code, builds none).
+
+`kernel.registry`: the catalogue, `resolve(name)`; the only module that imports the families.
 """

@@ -4,7 +4,7 @@ probe_records(device) gives a flat cache and the slots to decode from it: every 
 every scale block under f32 scales of every class (PROBE_SCALES: normal, non-power-of-two,
 subnormal, +-0, negative, +-inf, NaN, the f32 extremes), every bf16 rope bit pattern, and masked
 slots (-1) in between. A fused decode is used on a device only after it reproduced the torch
-path's bits on these records (oracle.key_decode: f64 keys; kernel.backends.bf16_key_decode:
+path's bits on these records (oracle.key_decode: f64 keys; kernel.peers.bf16_key_decode:
 bf16 keys).
 """
 

@@ -64,24 +64,22 @@ class BuiltinKernel:
 BUILTINS: dict[str, BuiltinKernel] = {
     k.name: k
     for k in (
-        BuiltinKernel("emulated", "kernel.backends.emulated", "emulated_backend", "the gfx950 kernel's algorithm in torch (any device)"),
-        BuiltinKernel("flydsl", "kernel.backends.flydsl.host", "flydsl_backend", "the project's FlyDSL gfx950 kernel (MI355X only)"),
+        BuiltinKernel("emulated", "kernel.emulated.gfx950", "emulated_backend", "the gfx950 kernel's algorithm in torch (any device)"),
+        BuiltinKernel("flydsl", "kernel.flydsl.host", "flydsl_backend", "the project's FlyDSL gfx950 kernel (MI355X only)"),
         BuiltinKernel(
-            "flydsl-isa", "kernel.backends.flydsl_isa", "flydsl_isa_backend", "the compiled FlyDSL kernel on the ISA interpreter (CPU)"
+            "flydsl-isa", "kernel.flydsl.isa_backend", "flydsl_isa_backend", "the compiled FlyDSL kernel on the ISA interpreter (CPU)"
         ),
-        BuiltinKernel("flashmla", "kernel.backends.flashmla", "flashmla_backend", "FlashMLA's sparse fp8 decode (sgl-flash-mla, SM90)"),
+        BuiltinKernel("flashmla", "kernel.peers.flashmla", "flashmla_backend", "FlashMLA's sparse fp8 decode (sgl-flash-mla, SM90)"),
         BuiltinKernel(
             "flashmla-prefill",
-            "kernel.backends.flashmla_prefill",
+            "kernel.peers.flashmla_prefill",
             "flashmla_prefill_backend",
             "FlashMLA's sparse prefill over bf16 keys (sgl-flash-mla, SM90)",
         ),
-        BuiltinKernel(
-            "torch-sdpa", "kernel.backends.torch_sdpa", "torch_sdpa_backend", "PyTorch's fused SDPA kernels over dequantised keys"
-        ),
-        BuiltinKernel("sglang-decode", "kernel.backends.sglang_decode", "sglang_decode_backend", "sglang's Triton MLA decode (CUDA)"),
-        BuiltinKernel("vllm-decode", "kernel.backends.vllm_decode", "vllm_decode_backend", "vLLM's Triton MLA decode (CUDA)"),
-        BuiltinKernel("vllm-sparse", "kernel.backends.vllm_sparse", "vllm_sparse_backend", "vLLM's Triton bf16 sparse MLA (CUDA)"),
+        BuiltinKernel("torch-sdpa", "kernel.peers.torch_sdpa", "torch_sdpa_backend", "PyTorch's fused SDPA kernels over dequantised keys"),
+        BuiltinKernel("sglang-decode", "kernel.peers.sglang_decode", "sglang_decode_backend", "sglang's Triton MLA decode (CUDA)"),
+        BuiltinKernel("vllm-decode", "kernel.peers.vllm_decode", "vllm_decode_backend", "vLLM's Triton MLA decode (CUDA)"),
+        BuiltinKernel("vllm-sparse", "kernel.peers.vllm_sparse", "vllm_sparse_backend", "vLLM's Triton bf16 sparse MLA (CUDA)"),
     )
 }
 BUILTIN_NAMES: tuple[str, ...] = tuple(BUILTINS)
@@ -250,6 +248,17 @@ def unknown_kernel_message(name: str) -> str:
     return f"unknown kernel {name!r}:{hint} built-in kernels: {', '.join(BUILTIN_NAMES)}; or {OTHER_FORMS}"
 
 
+def _project_config_asm(heads: int, has_invalid: bool, return_lse: bool) -> Path:
+    """The ISA of one configuration of the project's kernel from its cache (kernel.flydsl.isa_cache,
+    compiled on a cold cache), for `isa:@h.._i.._l..:SPEC.toml`; BackendUnavailable saying why not."""
+    from kernel.flydsl.isa_cache import IsaBuildError, kernel_asm_path
+
+    try:
+        return kernel_asm_path(heads, has_invalid, return_lse)
+    except IsaBuildError as err:
+        raise BackendUnavailable(str(err)) from err
+
+
 def resolve(name: str) -> Backend:
     """The backend of kernel spec `name` (module docstring); BackendUnavailable says why not.
 
@@ -262,7 +271,7 @@ def resolve(name: str) -> Backend:
     if name.startswith(ISA_PREFIX):
         from kernel.isa.contract_spec import isa_contract_backend
 
-        return isa_contract_backend(name)
+        return isa_contract_backend(name, config_asm=_project_config_asm)
     if is_file_spec(name):
         return _resolve_file(name)
     if ":" in name:

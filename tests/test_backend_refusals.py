@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from kernel.backend import BackendUnavailable
-from kernel.backends import flashmla
+from kernel.peers import flashmla
 from kernel.registry import resolve
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,7 +93,8 @@ def _resolve_in_subprocess(folder: Path, names: list[str]) -> dict[str, str]:
     code = FAKE_CUDA + textwrap.dedent(
         """
         import json, sys
-        from kernel.backends import triton_peers, vllm_decode, vllm_sparse
+        from kernel import engines
+        from kernel.peers import vllm_decode, vllm_sparse
         from kernel.registry import resolve
 
         modules = {"vllm-decode": vllm_decode.KERNEL_MODULE, "vllm-sparse": vllm_sparse.KERNEL_MODULE}
@@ -101,7 +102,7 @@ def _resolve_in_subprocess(folder: Path, names: list[str]) -> dict[str, str]:
         for name in sys.argv[1:]:
             try:
                 if name.startswith("load:"):
-                    triton_peers.load_vllm(modules[name[5:]], name[5:])
+                    engines.load_vllm(modules[name[5:]], name[5:])
                 else:
                     resolve(name)
                 result[name] = "ok"

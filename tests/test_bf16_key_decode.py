@@ -1,4 +1,4 @@
-"""kernel.backends.bf16_key_decode: the fused gather-and-decode gives the torch path's bf16 keys
+"""kernel.peers.bf16_key_decode: the fused gather-and-decode gives the torch path's bf16 keys
 (run by Triton's CPU interpreter where Triton is installed, on the device where CUDA is), and the
 switch and the device gate keep the torch path elsewhere (the torch-sdpa adapter's bits through
 either path: tests/test_dequant_cache.py).
@@ -15,8 +15,8 @@ import importlib.util
 import pytest
 import torch
 
-from kernel.backends import bf16_key_decode as bkd
-from kernel.backends.gathered import dequantise_bf16
+from kernel.peers import bf16_key_decode as bkd
+from kernel.peers.keys import dequantise_bf16
 from kernel.probe_records import probe_records
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 
 from conformance.judging.harness import call_kernel
 from conformance.mutation.catalogue import CATALOGUE
-from kernel.backends.emulated import run_emulated
+from kernel.emulated.gfx950 import run_emulated
 from kernel.record import encode_records
 from oracle.accumulation import Accumulation
 from oracle.bound import MODES, evaluate, gamma, half_ulp_bf16, output_interval_bound, round_bf16

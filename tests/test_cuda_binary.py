@@ -11,14 +11,15 @@ import pytest
 import torch
 
 from kernel import cuda_binary
-from kernel.backends import emulated_pv_cuda, emulated_qk_cuda
+from kernel.emulated import pv_cuda as emulated_pv_cuda
+from kernel.emulated import qk_cuda as emulated_qk_cuda
 from oracle import dmma_products
 
 # every CUDA source of the project: (module, its kernels)
 SOURCES = {
     "oracle.dmma_products": (dmma_products.SOURCE, (b"oracle_scores", b"oracle_weighted")),
-    "kernel.backends.emulated_qk_cuda": (emulated_qk_cuda.SOURCE, (b"emulated_qk_scores",)),
-    "kernel.backends.emulated_pv_cuda": (emulated_pv_cuda.SOURCE, (b"emulated_pv_advance",)),
+    "kernel.emulated.qk_cuda": (emulated_qk_cuda.SOURCE, (b"emulated_qk_scores",)),
+    "kernel.emulated.pv_cuda": (emulated_pv_cuda.SOURCE, (b"emulated_pv_advance",)),
 }
 
 needs_nvcc = pytest.mark.skipif(cuda_binary.nvcc_path() is None, reason="no nvcc on this machine")

@@ -1,6 +1,6 @@
-"""The dequantised-cache path of the bf16-KV adapters (kernel.backends.dequant_cache): the same
+"""The dequantised-cache path of the bf16-KV adapters (kernel.peers.dequant_cache): the same
 bits as the per-slot gather, kept only while the cache is unchanged, and no host sync; on CUDA
-the torch-sdpa adapter's fused key decode (kernel.backends.bf16_key_decode) gives the same bits."""
+the torch-sdpa adapter's fused key decode (kernel.peers.bf16_key_decode) gives the same bits."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernel.backends import bf16_key_decode
-from kernel.backends.dequant_cache import DequantCache, dequantise_whole
-from kernel.backends.flashmla import LayoutCache
-from kernel.backends.flashmla_prefill import prepare_prefill
-from kernel.backends.torch_sdpa import run_torch_sdpa, torch_sdpa_backend
+from kernel.peers import bf16_key_decode
+from kernel.peers.dequant_cache import DequantCache, dequantise_whole
+from kernel.peers.flashmla_prefill import prepare_prefill
+from kernel.peers.plumbing import LayoutCache
+from kernel.peers.torch_sdpa import run_torch_sdpa, torch_sdpa_backend
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 
@@ -120,7 +120,7 @@ def test_prefill_whole_cache_reads_the_same_keys(recipe: Recipe) -> None:
 
 
 def test_whole_cache_rows_match_the_per_record_dequantisation() -> None:
-    from kernel.backends.gathered import dequantise_bf16
+    from kernel.peers.keys import dequantise_bf16
 
     p, _ = _problem(RECIPES[1])
     flat = p.kv_cache.view(-1, 656)

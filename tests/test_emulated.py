@@ -9,14 +9,7 @@ import time
 import pytest
 import torch
 
-from kernel.backends.emulated import (
-    MIN_HI_E8M0,
-    bounded_read,
-    load_slots,
-    quantize_q,
-    run_emulated,
-    tile_count,
-)
+from kernel.emulated.gfx950 import MIN_HI_E8M0, bounded_read, load_slots, quantize_q, run_emulated, tile_count
 from kernel.record import encode_records
 from oracle import q_representation as qrep
 from oracle.bound import evaluate

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernel.backends import emulated
-from kernel.backends.emulated import DEFAULT_STAGES, run_emulated, tiles_batchable
+from kernel.emulated import gfx950 as emulated
+from kernel.emulated.gfx950 import DEFAULT_STAGES, run_emulated, tiles_batchable
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 

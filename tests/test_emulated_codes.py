@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel.backends.emulated import e4m3_codes
+from kernel.emulated.gfx950 import e4m3_codes
 from kernel.fp8 import encode_e4m3
 
 

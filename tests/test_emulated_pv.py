@@ -1,4 +1,4 @@
-"""The emulated kernel's fused PV kernel (kernel/backends/emulated_pv.py: P', the PV products and
+"""The emulated kernel's fused PV kernel (kernel/emulated/pv.py: P', the PV products and
 the running-state updates of a group of tiles) against the torch path (group_pv_terms, then
 emulated_state.advance), bit for bit: under Triton's CPU interpreter on its probe at every
 BLOCK_D and through run_emulated (kernel on against EMULATED_TRITON_PV=0 and the per-tile loop);
@@ -17,7 +17,9 @@ import pytest
 import torch
 
 from conformance.tools.bits import bit_view
-from kernel.backends import emulated, emulated_pv, emulated_state
+from kernel.emulated import gfx950 as emulated
+from kernel.emulated import pv as emulated_pv
+from kernel.emulated import state as emulated_state
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 
@@ -31,7 +33,7 @@ INTERPRETED = """
 import os
 import warnings
 import torch
-from kernel.backends import emulated, emulated_pv
+from kernel.emulated import gfx950 as emulated, pv as emulated_pv
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 
@@ -173,7 +175,7 @@ def test_default_is_the_cuda_kernel_where_supported(monkeypatch: pytest.MonkeyPa
     """Unset switch: the CUDA variant where emulated_pv_cuda.supported and its probe passes,
     else torch (silently); EMULATED_TRITON_PV=0 or EMULATED_TRITON_STATE=0: torch; =1: only the
     Triton variants; advance launches the variant last given."""
-    from kernel.backends import emulated_pv_cuda
+    from kernel.emulated import pv_cuda as emulated_pv_cuda
 
     monkeypatch.delenv("EMULATED_TRITON_PV", raising=False)
     monkeypatch.delenv("EMULATED_TRITON_STATE", raising=False)
@@ -209,7 +211,7 @@ def test_cuda_variant_refuses_layouts_it_does_not_take() -> None:
     """advance_cuda raises ValueError before any build or launch on shapes, dtypes or layouts it
     does not take (a CPU tensor of a valid layout reaches the loader, which refuses the CPU)."""
     from kernel import cuda_binary
-    from kernel.backends import emulated_pv_cuda
+    from kernel.emulated import pv_cuda as emulated_pv_cuda
 
     buffer, alpha, p, records, masked, counts = emulated_pv.probe_inputs(CPU, 2, 1, 3)
     counts_dev = torch.tensor(counts, dtype=torch.int32)

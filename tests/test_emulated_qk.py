@@ -19,7 +19,7 @@ needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, re
 
 INTERPRETED = """
 import torch
-from kernel.backends import emulated, emulated_qk
+from kernel.emulated import gfx950 as emulated, qk as emulated_qk
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 
@@ -73,7 +73,9 @@ def test_default_is_the_cuda_kernel_where_supported(monkeypatch: pytest.MonkeyPa
     else torch (silently); EMULATED_TRITON_QK=0: torch; =1: only Triton variants."""
     import torch
 
-    from kernel.backends import emulated, emulated_qk, emulated_qk_cuda
+    from kernel.emulated import gfx950 as emulated
+    from kernel.emulated import qk as emulated_qk
+    from kernel.emulated import qk_cuda as emulated_qk_cuda
 
     cpu = torch.device("cpu")
     monkeypatch.delenv("EMULATED_TRITON_QK", raising=False)
@@ -93,7 +95,7 @@ def test_default_is_the_cuda_kernel_where_supported(monkeypatch: pytest.MonkeyPa
 def test_cuda_variant_refuses_shapes_it_does_not_take() -> None:
     import torch
 
-    from kernel.backends import emulated_qk_cuda
+    from kernel.emulated import qk_cuda as emulated_qk_cuda
 
     latent = torch.zeros(1, 16, 6, 32, dtype=torch.float64)
     rope = torch.zeros(1, 3, 64, dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""The emulated kernel's Triton kernels (kernel/backends/emulated_state.py: the running-state
+"""The emulated kernel's Triton kernels (kernel/emulated/state.py: the running-state
 updates, emulated_scores.py: the QK accumulation, emulated_decode.py: K and V), under Triton's
 CPU interpreter, against the torch operations, bit for bit, on their probes and through
 run_emulated; the probes' comparison tells a one-ulp change apart."""
@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from conformance.tools.bits import bit_view
-from kernel.backends import emulated, emulated_state
+from kernel.emulated import gfx950 as emulated
+from kernel.emulated import state as emulated_state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +25,7 @@ needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, re
 
 INTERPRETED = """
 import torch
-from kernel.backends import emulated, emulated_decode, emulated_scores, emulated_state
+from kernel.emulated import decode as emulated_decode, gfx950 as emulated, scores as emulated_scores, state as emulated_state
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 

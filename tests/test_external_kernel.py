@@ -2,7 +2,7 @@
 
 An external module is written into a temporary folder (not a package of this repository) and
 the suite is run against its callables in a subprocess with that folder on PYTHONPATH:
-- `good`: a plain wrapper around kernel.backends.emulated.run_emulated with `profile = "gfx950"`: passes;
+- `good`: a plain wrapper around kernel.emulated.gfx950.run_emulated with `profile = "gfx950"`: passes;
 - `broken`: the same with every output scaled by 1.25: fails, by the a-priori bound;
 - `no_out`: a good wrapper without an `out=` parameter: the cases with out= (host validation of
   out, the preallocated-out corpus entry) are skipped (the suite reads the signature) and the
@@ -37,7 +37,7 @@ EXTERNAL_MODULE = textwrap.dedent(
     """External kernels for the conformance suite (written by tests/test_external_kernel.py)."""
     import torch
 
-    from kernel.backends.emulated import run_emulated
+    from kernel.emulated.gfx950 import run_emulated
 
 
     def good(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):

@@ -1,4 +1,4 @@
-"""kernel.backends.flashmla: the CSR -> fixed-width conversion, head padding, lse mapping and out= handling
+"""kernel.peers.flashmla: the CSR -> fixed-width conversion, head padding, lse mapping and out= handling
 (with a fake `flash_mla` module injected, so it runs on any CPU), availability on a machine
 without a Hopper GPU, and, on a machine with FlashMLA and an SM90 GPU, a smoke test of the real
 kernel against the float64 oracle and the `bf16-q-bf16-p` error bound.
@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from conformance.judging.harness import call_kernel
-from kernel.backends import flashmla
 from kernel.contract import ContractError
 from kernel.fp8 import decode_e4m3
+from kernel.peers import flashmla, plumbing
 from kernel.record import LATENT_DIM, RECORD_BYTES, decode_records, encode_records
 from kernel.registry import BackendUnavailable, resolve
 from oracle.reference import reference
@@ -83,7 +83,7 @@ STREAMS = {
 @pytest.mark.parametrize("name", sorted(STREAMS))
 def test_csr_to_padded_matches_loop(name: str, has_invalid: bool) -> None:
     indices, indptr = make_stream(**STREAMS[name])
-    got = flashmla.csr_to_padded(torch.tensor(indices, dtype=torch.int32), torch.tensor(indptr, dtype=torch.int32), has_invalid=has_invalid)
+    got = plumbing.csr_to_padded(torch.tensor(indices, dtype=torch.int32), torch.tensor(indptr, dtype=torch.int32), has_invalid=has_invalid)
     want = padded_by_loop(indices, indptr, has_invalid=has_invalid)
     assert got.indices.dtype == torch.int32 and got.indices.is_contiguous()
     assert got.indices.tolist() == want
@@ -95,7 +95,7 @@ def test_csr_to_padded_matches_loop(name: str, has_invalid: bool) -> None:
 
 def test_csr_to_padded_widths_and_random_streams() -> None:
     for longest, width in ((0, 64), (1, 64), (63, 64), (64, 64), (65, 128), (129, 192), (2048, 2048)):
-        rows = flashmla.csr_to_padded(
+        rows = plumbing.csr_to_padded(
             torch.arange(longest, dtype=torch.int32), torch.tensor([0, longest], dtype=torch.int32), has_invalid=False
         )
         assert rows.width == width
@@ -108,7 +108,7 @@ def test_csr_to_padded_widths_and_random_streams() -> None:
         if min(indptr) < 0:
             continue
         for has_invalid in (False, True):
-            got = flashmla.csr_to_padded(
+            got = plumbing.csr_to_padded(
                 torch.tensor(indices, dtype=torch.int32), torch.tensor(indptr, dtype=torch.int32), has_invalid=has_invalid
             )
             assert got.indices.tolist() == padded_by_loop(indices, indptr, has_invalid=has_invalid)
@@ -116,7 +116,7 @@ def test_csr_to_padded_widths_and_random_streams() -> None:
 
 def test_csr_to_padded_masks_positions_outside_the_stream() -> None:
     # A broken stream (row reaching past the buffer) must not fault the host: those slots are -1.
-    got = flashmla.csr_to_padded(torch.tensor([4, 5], dtype=torch.int32), torch.tensor([1, 4], dtype=torch.int32), has_invalid=False)
+    got = plumbing.csr_to_padded(torch.tensor([4, 5], dtype=torch.int32), torch.tensor([1, 4], dtype=torch.int32), has_invalid=False)
     assert got.indices[0, :4].tolist() == [5, -1, -1, -1]
 
 
@@ -128,14 +128,14 @@ def test_pad_heads_copies_strided_q_and_zero_pads() -> None:
     q = base[:, : 3 * 600].view(5, 3, 600)[:, :, :576]  # padded row and head strides
     assert q.stride() != (3 * 576, 576, 1)
     for heads_to in (64, 128):
-        buf = flashmla.pad_heads(q, heads_to)
+        buf = plumbing.pad_heads(q, heads_to)
         assert buf.shape == (5, 1, heads_to, 576) and buf.is_contiguous() and buf.dtype == torch.bfloat16
         assert torch.equal(buf[:, 0, :3], q)
         assert not bool(buf[:, 0, 3:].any())
-    assert torch.equal(flashmla.pad_heads(q, 64, sign=-1.0)[:, 0, :3], -q)
-    assert not bool(flashmla.pad_heads(q, 64, sign=0.0).any())
+    assert torch.equal(plumbing.pad_heads(q, 64, sign=-1.0)[:, 0, :3], -q)
+    assert not bool(plumbing.pad_heads(q, 64, sign=0.0).any())
     with pytest.raises(ValueError):
-        flashmla.pad_heads(torch.zeros(1, 65, 576, dtype=torch.bfloat16), 64)
+        plumbing.pad_heads(torch.zeros(1, 65, 576, dtype=torch.bfloat16), 64)
 
 
 def test_cache_blocks_addresses_flat_rows() -> None:
@@ -152,21 +152,21 @@ def test_cache_blocks_addresses_flat_rows() -> None:
 
 def test_map_lse_and_effective_scale() -> None:
     raw = torch.tensor([[[1.5, float("inf"), -2.0, 7.0]], [[float("inf"), 0.0, 3.0, 4.0]]])  # [n_q, 1, H_pad]
-    got = flashmla.map_lse(raw, 2, 3)
+    got = plumbing.map_lse(raw, 2, 3)
     assert got.dtype == torch.float32 and got.shape == (2, 3)
     assert got.tolist() == [[1.5, float("-inf"), -2.0], [float("-inf"), 0.0, 3.0]]
-    assert torch.equal(flashmla.map_lse(raw.transpose(1, 2), 2, 3), got)  # [n_q, H_pad, 1] layout too
+    assert torch.equal(plumbing.map_lse(raw.transpose(1, 2), 2, 3), got)  # [n_q, H_pad, 1] layout too
     odd = torch.tensor([[[float("nan"), float("-inf"), 3.4e38, -0.0, 1e-45]]])  # other values pass unchanged
-    mapped = flashmla.map_lse(odd, 1, 5)
+    mapped = plumbing.map_lse(odd, 1, 5)
     assert mapped.is_contiguous() and mapped.data_ptr() != odd.data_ptr()
     assert torch.equal(mapped.view(torch.int32), odd.view(1, 5).view(torch.int32))
     from conformance.tools.op_count import count_ops
 
-    launched = count_ops(lambda: flashmla.map_lse(raw, 2, 3)).launched
+    launched = count_ops(lambda: plumbing.map_lse(raw, 2, 3)).launched
     assert launched == {"nan_to_num": 1}, launched  # one elementwise op per call
-    assert flashmla.effective_scale(0.25) == (1.0, 0.25)
-    assert flashmla.effective_scale(-0.25) == (-1.0, 0.25)
-    assert flashmla.effective_scale(0.0) == (0.0, 1.0)
+    assert plumbing.effective_scale(0.25) == (1.0, 0.25)
+    assert plumbing.effective_scale(-0.25) == (-1.0, 0.25)
+    assert plumbing.effective_scale(0.0) == (0.0, 1.0)
 
 
 # ------------------------------------------------------------------------------ fake flash_mla
@@ -329,7 +329,7 @@ def test_adapter_pads_heads_and_maps_outputs(fake: FakeFlashMLA, heads: int) -> 
     assert torch.equal(call["q"][:, 0, :heads], p["q"]) and not bool(call["q"][:, 0, heads:].any())
     # A short stream is padded to its own length (rounded to 64) without a host sync.
     n_idx = p["indices"].numel()
-    assert call["indices"].shape == (8, 1, flashmla.round_up(n_idx, 64))
+    assert call["indices"].shape == (8, 1, plumbing.round_up(n_idx, 64))
     assert out.shape == (8, heads, LATENT_DIM) and out.dtype == torch.bfloat16 and out.is_contiguous()
     assert lse is not None and lse.shape == (8, heads) and lse.dtype == torch.float32
     assert bool(torch.isneginf(lse[0]).all()) and bool(torch.isneginf(lse[6]).all())
@@ -680,7 +680,7 @@ def raw_writer_probe(backend: Any, device: torch.device, max_len: int = 2048) ->
         row: dict[str, Any] = {"case": name}
         try:
             out, lse = call_kernel(problem, backend)
-            padded = flashmla.csr_to_padded(problem.indices, problem.indptr, has_invalid=problem.has_invalid)
+            padded = plumbing.csr_to_padded(problem.indices, problem.indptr, has_invalid=problem.has_invalid)
             q = problem.q.contiguous()
             for model in ("exact", "flashmla"):
                 ref, ref_lse = dense_softmax(q, problem.kv_cache, padded.indices.to(torch.int64), problem.softmax_scale, k_model=model)
@@ -764,23 +764,23 @@ def test_flashmla_smoke_against_bound() -> None:
 
 
 def test_sync_free_width_covers_every_row_and_gives_up_on_long_streams() -> None:
-    assert flashmla.sync_free_width(0, 64) == 64
-    assert flashmla.sync_free_width(1, 64) == 64
-    assert flashmla.sync_free_width(2048, 64) == 2048
-    assert flashmla.sync_free_width(2049, 128) == 2176
-    assert flashmla.sync_free_width(flashmla.SYNC_FREE_TOPK, 64) == flashmla.SYNC_FREE_TOPK
-    assert flashmla.sync_free_width(flashmla.SYNC_FREE_TOPK + 1, 64) is None
+    assert plumbing.sync_free_width(0, 64) == 64
+    assert plumbing.sync_free_width(1, 64) == 64
+    assert plumbing.sync_free_width(2048, 64) == 2048
+    assert plumbing.sync_free_width(2049, 128) == 2176
+    assert plumbing.sync_free_width(plumbing.SYNC_FREE_TOPK, 64) == plumbing.SYNC_FREE_TOPK
+    assert plumbing.sync_free_width(plumbing.SYNC_FREE_TOPK + 1, 64) is None
     # An explicit width gives the same rows as the synced width, padded further with -1.
     indices, indptr = make_stream([5, -3, 70, 0, 2], offset=4, seed=1, negative_every=3)
     ix, ip = torch.tensor(indices, dtype=torch.int32), torch.tensor(indptr, dtype=torch.int32)
     for has_invalid in (False, True):
-        synced = flashmla.csr_to_padded(ix, ip, has_invalid=has_invalid)
-        free = flashmla.csr_to_padded(ix, ip, has_invalid=has_invalid, width=flashmla.sync_free_width(ix.numel(), 64))
+        synced = plumbing.csr_to_padded(ix, ip, has_invalid=has_invalid)
+        free = plumbing.csr_to_padded(ix, ip, has_invalid=has_invalid, width=plumbing.sync_free_width(ix.numel(), 64))
         assert torch.equal(free.indices[:, : synced.width], synced.indices)
         assert bool((free.indices[:, synced.width :] == -1).all())
         assert torch.equal(free.lengths, synced.lengths)
     with pytest.raises(ValueError):
-        flashmla.csr_to_padded(ix, ip, has_invalid=False, width=100)
+        plumbing.csr_to_padded(ix, ip, has_invalid=False, width=100)
 
 
 def test_backend_reuses_scheduler_metadata_per_shape(fake: FakeFlashMLA, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,20 +1,20 @@
 """Compile-only checks of the FlyDSL gfx950 kernel, and a lane-level check of its data layout.
 
 - Configurations are compiled for gfx950 in subprocesses with flydsl's cache off, and each dumped
-  ISA must pass kernel.backends.flydsl.compile's
+  ISA must pass kernel.flydsl.compile's
   checks (scaled fp8 MFMA and LDS DMA present, no scratch or spills, registers and LDS within
   gfx950's budget at 2 waves per EU) and every algorithm check of isa_checks.py (exact counts,
   64-bit KV path, waits and M0, MFMA operands, layout, numerics, guards, row order). Skipped, with the reason, when flydsl is not installed.
   By default 25 of the 64: every H (1..16) with has_invalid and return_lse (the variant with every
   code path), and the other three variants of H 1, 5 and 16 (one head, a partial 16-lane group,
   the full group); FLYDSL_COMPILE_ALL=1 compiles all 64 (so does `tox -e flydsl-compile`, the
-  command line `python -m kernel.backends.flydsl.compile`). The configurations of odd H share one
+  command line `python -m kernel.flydsl.compile`). The configurations of odd H share one
   subprocess and its ~3 CPU-s of imports, those of even H another. The ISA of every configuration that compiled is stored
-  in the interpreter's cache (kernel.isa.build.store_compiled) for the ISA tests and the suite on
+  in the interpreter's cache (kernel.flydsl.isa_cache.store_compiled) for the ISA tests and the suite on
   flydsl-isa.
 - The ISA checker itself is tested on synthetic dumps (no flydsl needed).
 - A lane-level simulation runs one tile through the kernel's own layout functions
-  (kernel.backends.flydsl.gfx950: DMA windows, operand addresses, P exchange, transposed V reads, output
+  (kernel.flydsl.gfx950: DMA windows, operand addresses, P exchange, transposed V reads, output
   dims) under the documented hardware semantics (MFMA operand/result layouts, E8M0 scale lanes,
   ds_read_b64_tr_b8, LDS DMA lane order) and must reproduce a direct float64 computation of the
   same quantised numerics: a wrong token, dim, scale or lane anywhere changes the result.
@@ -31,10 +31,10 @@ import pytest
 import torch
 
 from kernel.backend import BackendUnavailable, gfx950_available
-from kernel.backends.flydsl import compile as fc
-from kernel.backends.flydsl import layout as K
+from kernel.flydsl import compile as fc
+from kernel.flydsl import layout as K
+from kernel.flydsl.isa_cache import store_compiled
 from kernel.fp8 import decode_e4m3, encode_e4m3, f32_exponent_field
-from kernel.isa.build import store_compiled
 from kernel.registry import resolve
 
 HAVE_FLYDSL = importlib.util.find_spec("flydsl") is not None

@@ -1,10 +1,10 @@
 """The FlyDSL kernel's index reading agrees with the emulated kernel (no GPU, no flydsl).
 
-The kernel's index semantics are written once in kernel/backends/flydsl/gfx950.py (row_skew,
+The kernel's index semantics are written once in kernel/flydsl/gfx950.py (row_skew,
 index_offset, slot_of, scan_start, scan_candidate) and used by the kernel on IR values; here
 they run on Python ints, with the buffer descriptor modelled as the kernel builds it (base =
 the row start clamped into the index buffer, size = the rest of the buffer, out-of-range reads
-return 0), and must give kernel/backends/emulated.py's tile counts and per-tile (slot, masked)
+return 0), and must give kernel/emulated/gfx950.py's tile counts and per-tile (slot, masked)
 for every row, including rows whose indptr start is negative or past the buffer (issue 13:
 the kernel used to read indices[p] at position p of a row starting before the buffer, where
 emulated reads 0, i.e. KV row 0).
@@ -17,8 +17,8 @@ import random
 import pytest
 import torch
 
-from kernel.backends import emulated as em
-from kernel.backends.flydsl import layout as K
+from kernel.emulated import gfx950 as em
+from kernel.flydsl import layout as K
 
 
 def _descriptor(indices: list[int], beg: int) -> tuple[int, int]:

@@ -17,8 +17,8 @@ import torch
 pytest.importorskip("flydsl")
 om = pytest.importorskip("kernel.isa.ops_matrix")
 
-from kernel.backends.emulated import run_emulated  # noqa: E402 - after the importorskip: skip without flydsl
-from kernel.backends.flydsl_isa import flydsl_isa_sparse_mla, last_stats  # noqa: E402 - after the importorskip
+from kernel.emulated.gfx950 import run_emulated  # noqa: E402 - after the importorskip: skip without flydsl
+from kernel.flydsl.isa_backend import flydsl_isa_sparse_mla, last_stats  # noqa: E402 - after the importorskip
 from strategies.materialize import materialize  # noqa: E402 - after the importorskip
 from strategies.recipe import Recipe  # noqa: E402 - after the importorskip
 

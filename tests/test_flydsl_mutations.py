@@ -1,4 +1,4 @@
-"""Mutation self-test of the FlyDSL kernel's ISA checks (kernel/backends/flydsl/isa_mutations.py).
+"""Mutation self-test of the FlyDSL kernel's ISA checks (kernel/flydsl/isa_edits.py).
 
 Every mutant of the catalogue (a real bug injected into a copy of gfx950.py) is compiled for
 the configurations it applies to and must compile and be flagged by one of the checks it is meant
@@ -19,10 +19,10 @@ import os
 
 import pytest
 
-from kernel.backends.flydsl import compile as fc
-from kernel.backends.flydsl import isa_checks as ic
-from kernel.backends.flydsl import isa_mutations as mu
-from kernel.backends.flydsl.isa_flow import iteration_paths
+from kernel.flydsl import compile as fc
+from kernel.flydsl import isa_checks as ic
+from kernel.flydsl import isa_edits as mu
+from kernel.flydsl.isa_flow import iteration_paths
 from kernel.isa.asm import parse_program
 
 HAVE_FLYDSL = importlib.util.find_spec("flydsl") is not None

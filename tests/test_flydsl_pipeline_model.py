@@ -1,4 +1,4 @@
-"""The static memory-pipeline model (kernel/backends/flydsl/pipeline_model.py) and what it says
+"""The static memory-pipeline model (kernel/flydsl/pipeline_model.py) and what it says
 about the kernel's tile loop against the seed's documented structure."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel.backends.flydsl import compile as fc
-from kernel.backends.flydsl import pipeline_model as pm
+from kernel.flydsl import compile as fc
+from kernel.flydsl import pipeline_model as pm
 from kernel.isa.asm import parse_program
 
 HAVE_FLYDSL = importlib.util.find_spec("flydsl") is not None

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from kernel.backend import Backend, BackendUnavailable, gfx950_available
-from kernel.backends.flydsl import host as fh
 from kernel.contract import CallInfo, ContractError
+from kernel.flydsl import host as fh
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
 
 

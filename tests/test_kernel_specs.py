@@ -35,7 +35,7 @@ KERNEL_FILE = textwrap.dedent(
 )
 HELPER = textwrap.dedent(
     """
-    from kernel.backends.emulated import run_emulated as run
+    from kernel.emulated.gfx950 import run_emulated as run
 
     PROFILE = "gfx950"
     """
@@ -169,7 +169,7 @@ def test_package_module_carries_its_folder(tmp_path: Path, elsewhere: Path, monk
     (root / "pkg_k17").mkdir(parents=True)
     (root / "pkg_k17" / "__init__.py").write_text("", encoding="utf-8")
     (root / "pkg_k17" / "kernels.py").write_text(
-        "from kernel.backends.emulated import run_emulated as good\ngood.profile = 'gfx950'\n", encoding="utf-8"
+        "from kernel.emulated.gfx950 import run_emulated as good\ngood.profile = 'gfx950'\n", encoding="utf-8"
     )
     monkeypatch.syspath_prepend(str(root))  # as PYTHONPATH or a pytest rootdir insertion would
     spec = "pkg_k17.kernels:good"

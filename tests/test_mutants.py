@@ -23,7 +23,7 @@ import torch
 from conformance.judging.harness import call_kernel
 from conformance.mutation import catalogue as mutants
 from kernel.backend import Backend
-from kernel.backends import emulated
+from kernel.emulated import gfx950 as emulated
 from kernel.record import RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, encode_records
 from kernel.registry import resolve
 from oracle.bound import evaluate

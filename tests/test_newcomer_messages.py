@@ -14,7 +14,7 @@ from hypothesis.vendor.pretty import pretty
 from conformance.judging.checks import differential
 from conformance.judging.target import build_target
 from kernel.backend import BackendUnavailable
-from kernel.backends.emulated import run_emulated
+from kernel.emulated.gfx950 import run_emulated
 from kernel.registry import resolve
 from strategies.recipe import Recipe
 

@@ -15,7 +15,7 @@ import dataclasses
 import pytest
 import torch
 
-from kernel.backends import emulated
+from kernel.emulated import gfx950 as emulated
 from kernel.fp8 import e4m3_table, pow2
 from oracle import bound, key_decode, rows
 from oracle import q_representation as qrep

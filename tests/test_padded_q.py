@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from conformance.tools.op_count import HOST_ONLY_OPS
-from kernel.backends import flashmla, flashmla_prefill
-from kernel.backends.flashmla import PaddedQ, pad_heads
+from kernel.peers import flashmla, flashmla_prefill
+from kernel.peers.plumbing import PaddedQ, pad_heads
 from tests.test_flashmla_adapter import FakeFlashMLA
 from tests.test_flashmla_adapter import make_problem as make_decode_problem
 from tests.test_peer_adapters import FakePrefill, _bits, _Ops, make_problem

@@ -16,9 +16,11 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernel.backends import dequant_cache, flashmla_prefill, gathered, sglang_decode, torch_sdpa, triton_peers, vllm_decode, vllm_sparse
-from kernel.backends.dequant_cache import DequantCache, dequantise_whole
-from kernel.backends.flashmla import LayoutCache
+from kernel import engines
+from kernel.peers import dequant_cache, flashmla_prefill, plumbing, sglang_decode, torch_sdpa, vllm_decode, vllm_sparse
+from kernel.peers import keys as peer_keys
+from kernel.peers.dequant_cache import DequantCache, dequantise_whole
+from kernel.peers.plumbing import LayoutCache
 from kernel.record import LATENT_DIM, RECORD_BYTES, decode_records, encode_records
 from kernel.registry import BackendUnavailable, resolve
 from oracle.reference import reference
@@ -63,7 +65,7 @@ def test_dequantise_bf16_is_exact_for_power_of_two_scales(writer: str) -> None:
     latent[3] = 0.0  # a zero tile (pow2-floor stores 2^-13)
     records = encode_records(latent, torch.randn(64, 64, generator=gen).to(torch.bfloat16), writer)  # type: ignore[arg-type]
     dec = decode_records(records)
-    keys = gathered.dequantise_bf16(records)
+    keys = peer_keys.dequantise_bf16(records)
     assert keys.dtype == torch.bfloat16 and keys.shape == (64, 576)
     assert torch.equal(keys[:, :LATENT_DIM].double(), dec.latent)
     assert torch.equal(keys[:, LATENT_DIM:].double(), dec.rope)
@@ -72,14 +74,14 @@ def test_dequantise_bf16_is_exact_for_power_of_two_scales(writer: str) -> None:
 def test_dequantise_bf16_keeps_nan_codes() -> None:
     records = encode_records(torch.ones(2, LATENT_DIM), torch.zeros(2, 64, dtype=torch.bfloat16), "pow2")
     records[1, 7] = 0x7F
-    keys = gathered.dequantise_bf16(records)
+    keys = peer_keys.dequantise_bf16(records)
     assert bool(keys[1, 7].isnan()) and not bool(keys[0].isnan().any())
 
 
 def test_gather_rows_masks_negatives_and_zeroes_empty_slots() -> None:
     p = make_problem([3, 0, 70, -2, 3], 2, negative_every=4)
     p["kv_cache"][0, :512] = 0x7F  # NaN codes in row 0: an empty slot must not carry them
-    rows = gathered.gather_rows(p["indices"], p["indptr"], p["kv_cache"], multiple=64)
+    rows = peer_keys.gather_rows(p["indices"], p["indptr"], p["kv_cache"], multiple=64)
     assert rows.width == 128 and rows.keys.shape == (5, 128, 576)
     ptr = p["indptr"].tolist()
     for q in range(5):
@@ -395,10 +397,10 @@ def test_sglang_split_lse_uses_only_splits_with_keys() -> None:
 
 
 def test_int32_row_chunks_bound_the_slot_offsets() -> None:
-    chunks = triton_peers.int32_row_chunks(5000, 2048)
+    chunks = plumbing.int32_row_chunks(5000, 2048)
     assert chunks[0] == (0, 1820) and chunks[-1][1] == 5000 and all(b - a <= 1820 for a, b in chunks)
     assert all(b * 0 + (b - a) * 2048 * 576 < 2**31 for a, b in chunks)
-    assert triton_peers.int32_row_chunks(3, 64) == [(0, 3)]
+    assert plumbing.int32_row_chunks(3, 64) == [(0, 3)]
 
 
 @pytest.mark.parametrize("heads", [1, 9])
@@ -476,13 +478,13 @@ def engine_tree(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def test_engine_imports_take_the_fallback_routes(engine_tree: Any) -> None:
-    kernel, route = triton_peers.load_sglang(sglang_decode.KERNEL_MODULE, "sglang-decode")
-    reader, route2 = triton_peers.load_sglang(sglang_decode.READER_MODULE, "sglang-decode")
+    kernel, route = engines.load_sglang(sglang_decode.KERNEL_MODULE, "sglang-decode")
+    reader, route2 = engines.load_sglang(sglang_decode.READER_MODULE, "sglang-decode")
     assert kernel.decode_attention_fwd() == "sglang-decode" and reader.dequantize_k_cache_paged() == "reader"
     assert route.startswith("by path") and "pybase64_absent_here" in route and route2 == route
-    assert triton_peers.load_sglang(sglang_decode.KERNEL_MODULE, "sglang-decode")[0] is kernel
-    sparse, vroute = triton_peers.load_vllm(vllm_sparse.KERNEL_MODULE, "vllm-sparse")
-    decode, vroute2 = triton_peers.load_vllm(vllm_decode.KERNEL_MODULE, "vllm-decode")
+    assert engines.load_sglang(sglang_decode.KERNEL_MODULE, "sglang-decode")[0] is kernel
+    sparse, vroute = engines.load_vllm(vllm_sparse.KERNEL_MODULE, "vllm-sparse")
+    decode, vroute2 = engines.load_vllm(vllm_decode.KERNEL_MODULE, "vllm-decode")
     assert sparse.triton_bf16_mla_sparse_interface() == "cuda" and decode.decode_attention_fwd() == "vllm-decode"
     assert vroute.startswith("empty vllm._C_stable_libtorch") and "_C_stable_libtorch" in vroute
     assert vroute2 == "plain import"  # the stub stays in place for the next module
@@ -494,7 +496,7 @@ def test_engine_import_failure_names_the_backend(tmp_path: Any, monkeypatch: pyt
     for key in [k for k in sys.modules if k.split(".")[0] == "vllm"]:
         monkeypatch.delitem(sys.modules, key)
     with pytest.raises(BackendUnavailable, match="vllm-sparse: cannot import vllm.v1.attention.ops.xpu_mla_sparse.*broken kernel file"):
-        triton_peers.load_vllm(vllm_sparse.KERNEL_MODULE, "vllm-sparse")
+        engines.load_vllm(vllm_sparse.KERNEL_MODULE, "vllm-sparse")
     for key in [k for k in sys.modules if k.split(".")[0] == "vllm"]:
         del sys.modules[key]
 
@@ -549,7 +551,7 @@ def test_backends_built_around_the_engine_modules(monkeypatch: pytest.MonkeyPatc
 
 # ------------------------------------------------------------------------------ kept cache (Triton peers)
 #
-# The backends keep the whole cache dequantised per cache tensor (kernel.backends.dequant_cache;
+# The backends keep the whole cache dequantised per cache tensor (kernel.peers.dequant_cache;
 # dequant_cache.DequantCache with sglang's reader) and the kernels read it at the rows' own cache rows:
 # every call must give the bits of the per-slot path (dequant_cache=None) on the cache as it is now.
 
@@ -609,7 +611,7 @@ def test_kept_cache_gives_the_per_slot_bits(name: str, writer: str, rows: int) -
     p = _kept_problem(rows, writer)
     fake = _fake_for(name)
     kept = _kept_for(name, fake)
-    layouts = LayoutCache(triton_peers.LAYOUTS_KEPT)
+    layouts = LayoutCache(plumbing.LAYOUTS_KEPT)
     first = _peer_call(name, p, _fake_for(name), None)
     sights = 1 if rows <= _slot_rows(name, p) else 2
     for call in range(3):
@@ -644,7 +646,7 @@ def test_kept_cache_uses_the_given_reader() -> None:
     want = dequant_cache.dequantise_whole(kv, 64, dequantise=reader)
     assert torch.equal(_bits(want[:-1]), _bits(reader(kv))) and not bool(want[-1].any()) and not bool(want[-1].signbit().any())
     assert not torch.equal(_bits(want), _bits(dequantise_whole(kv)))
-    assert torch.equal(_bits(dequant_cache.dequantise_whole(kv, 64, dequantise=gathered.dequantise_bf16)), _bits(dequantise_whole(kv)))
+    assert torch.equal(_bits(dequant_cache.dequantise_whole(kv, 64, dequantise=peer_keys.dequantise_bf16)), _bits(dequantise_whole(kv)))
     kept = dequant_cache.DequantCache(dequantise=reader)
     assert kept.get(kv, slots=100) is None  # more rows than slots, first sight
     got = kept.get(kv, slots=100)
@@ -665,7 +667,7 @@ def test_kept_cache_past_the_int32_offsets_is_not_used(name: str, monkeypatch: p
     """A cache whose bf16 copy the kernels could not address (row * 576 past int32) is never
     built: the keys are gathered per slot, with the same bits."""
     p = _kept_problem(300, "pow2")
-    monkeypatch.setattr(triton_peers, "MAX_KEPT_ROWS", 300)
+    monkeypatch.setattr(peer_keys, "MAX_KEPT_ROWS", 300)
     fake = _fake_for(name)
     kept = _kept_for(name, fake)
     want = _peer_call(name, p, _fake_for(name), None)
@@ -694,7 +696,7 @@ def test_kept_cache_call_has_no_host_sync(name: str, lengths: list[int]) -> None
     args = (p["q"], p["kv_cache"], p["indices"], p["indptr"], 0.05)
     fake = _fake_for(name)
     kept = _kept_for(name, fake)
-    layouts = LayoutCache(triton_peers.LAYOUTS_KEPT)
+    layouts = LayoutCache(plumbing.LAYOUTS_KEPT)
     for call_no in range(2):  # build, then hit
         with _Ops() as ops:
             common: dict[str, Any] = dict(dequant_cache=kept, layout_cache=layouts)
@@ -718,7 +720,7 @@ def test_valid_first_is_the_stable_sort_and_csr_holds_the_valid_slots() -> None:
     valid[0], valid[1] = True, False
     table = torch.randint(0, 1000, (6, 32), generator=gen, dtype=torch.int32)
     counts = valid.sum(dim=1, dtype=torch.int32)
-    keys = triton_peers.SlotKeys(keys=torch.zeros(1, 576), table=table, valid=valid, counts=counts, width=32, per_slot=False)
+    keys = peer_keys.SlotKeys(keys=torch.zeros(1, 576), table=table, valid=valid, counts=counts, width=32, per_slot=False)
     order = torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices
     assert torch.equal(keys.valid_first(), torch.gather(table, 1, order))
     indptr, flat = sglang_decode.csr_of_valid(keys, 0, 6)
@@ -732,7 +734,7 @@ def test_kept_layout_follows_the_cache_rows(name: str) -> None:
     the same kept caches: the per-slot bits of that cache, not the bigger one's layout."""
     p = _kept_problem(300, "pow2")
     fake = _fake_for(name)
-    kept, layouts = _kept_for(name, fake), LayoutCache(triton_peers.LAYOUTS_KEPT)
+    kept, layouts = _kept_for(name, fake), LayoutCache(plumbing.LAYOUTS_KEPT)
     for cache in (p["kv_cache"], p["kv_cache"][:200].clone()):
         q = dict(p, kv_cache=cache)
         want = _peer_call(name, q, _fake_for(name), None)

@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from conformance.tools.op_count import HOST_ONLY_OPS
-from kernel.backends import sglang_decode
-from kernel.backends.flashmla import LayoutCache
-from kernel.backends.triton_peers import LAYOUTS_KEPT
+from kernel.peers import sglang_decode
+from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache
 from tests.test_peer_adapters import FakeSglang, _bits, _Ops, make_problem
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from kernel.backends import torch_sdpa
-from kernel.backends.flashmla import LayoutCache
 from kernel.contract import begin_call
+from kernel.peers import torch_sdpa
+from kernel.peers.plumbing import LayoutCache
 from kernel.record import RECORD_BYTES, index_records, record_words
 
 

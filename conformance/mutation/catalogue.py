@@ -1,6 +1,6 @@
 """A catalogue of broken kernels: the suite's own strength is measured by how many it catches.
 
-Each mutant is the emulated gfx950 kernel (`kernel.backends.emulated`) with one realistic bug: one stage
+Each mutant is the emulated gfx950 kernel (`kernel.emulated.gfx950`) with one realistic bug: one stage
 replaced by a broken copy (the smallest change that reproduces the bug class), or the kernel
 wrapped. Every mutant is a module-level `Backend`, so
 
@@ -30,8 +30,8 @@ import torch
 from conformance.mutation import independent as _independent
 from conformance.mutation import precision_defects as _precision
 from kernel.backend import Backend
-from kernel.backends import emulated
-from kernel.backends.emulated import (
+from kernel.emulated import gfx950 as emulated
+from kernel.emulated.gfx950 import (
     LN2_F32,
     LO_E8M0_OFFSET,
     LO_FACTOR,
@@ -82,7 +82,7 @@ class Mutant:
 
 
 # ---------------------------------------------------------------------------------------------
-# Broken stages. Each is a copy of the stage in kernel.backends.emulated with one change, marked "BUG".
+# Broken stages. Each is a copy of the stage in kernel.emulated.gfx950 with one change, marked "BUG".
 
 
 def read_q_head_stride_ignored(q: torch.Tensor) -> torch.Tensor:
@@ -122,7 +122,7 @@ def _load_slots(
     mask_tail: bool = True,
     mask_negative: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """kernel.backends.emulated.load_slots with one knob per bug (the defaults reproduce it exactly).
+    """kernel.emulated.gfx950.load_slots with one knob per bug (the defaults reproduce it exactly).
 
     tile_stride: first position of tile t is t * tile_stride; mask_tail: positions >= len masked;
     mask_negative: entries < 0 masked (when off, their address is still clamped to row 0, as the
@@ -200,7 +200,7 @@ def quantize_q_lo_e8m0_wraps(q32: torch.Tensor) -> QuantizedQ:
 def _qk_scores(
     qq: QuantizedQ, rows: torch.Tensor, records: torch.Tensor, *, k_scale: Literal["exponent", "value"] = "exponent", rope: bool = True
 ) -> torch.Tensor:
-    """kernel.backends.emulated.qk_scores with one knob per bug (the defaults reproduce it exactly).
+    """kernel.emulated.gfx950.qk_scores with one knob per bug (the defaults reproduce it exactly).
 
     k_scale: "exponent" feeds the record scale's exponent field as E8M0 (mantissa dropped),
     "value" multiplies by the full f32 scale; rope: whether the two rope MFMAs run."""
@@ -257,7 +257,7 @@ def _online_softmax(
     rescale_l: bool = True,
     log2e: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """kernel.backends.emulated.online_softmax with one knob per bug (the defaults reproduce it exactly).
+    """kernel.emulated.gfx950.online_softmax with one knob per bug (the defaults reproduce it exactly).
 
     rescale_l: l = l * alpha + psum (else l + psum); log2e: the exp2 argument is s * c_log2 (else
     s * softmax_scale, the natural-log factor log2(e) forgotten)."""
@@ -324,7 +324,7 @@ def _pv_accumulate(
     zero_masked_v: bool = True,
     rescale_o: bool = True,
 ) -> torch.Tensor:
-    """kernel.backends.emulated.pv_accumulate with one knob per bug (the defaults reproduce it exactly).
+    """kernel.emulated.gfx950.pv_accumulate with one knob per bug (the defaults reproduce it exactly).
 
     zero_masked_v: V codes of masked keys zeroed (else the row they fall back to, row 0, is used
     as is: 0 * NaN = NaN); rescale_o: o = o * alpha before the tile's MFMAs."""
@@ -368,7 +368,7 @@ def _finalize(
     natural_log: bool = True,
     shift: float = P_SHIFT,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """kernel.backends.emulated.finalize with one knob per bug (the defaults reproduce it exactly).
+    """kernel.emulated.gfx950.finalize with one knob per bug (the defaults reproduce it exactly).
 
     guard_empty_out: 1 / l replaced by 0 where l == 0 (else 0 * inf = NaN); empty_lse: lse of a
     row with l == 0; natural_log: lse * ln 2 (else lse in log2 units); shift: the +8 of P undone."""
@@ -484,7 +484,7 @@ def _register(name: str, backend: Backend, description: str, bug_class: BugClass
 
 
 def _stage_mutant(name: str, description: str, bug_class: BugClass, needs: str, **stages: object) -> Backend:
-    """A mutant replacing stages of the emulated kernel (kernel.backends.emulated.with_stage)."""
+    """A mutant replacing stages of the emulated kernel (kernel.emulated.gfx950.with_stage)."""
     return _register(name, emulated.with_stage(f"{MODULE}:{name}", **stages), description, bug_class, needs)  # type: ignore[arg-type]
 
 

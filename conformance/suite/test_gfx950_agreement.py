@@ -29,7 +29,7 @@ from conformance.judging.finding import CONTRACT, PRECISION, Finding, failure
 from conformance.judging.harness import Judgement, compare, record
 from conformance.judging.target import Target, judging
 from conformance.judging.triage import triage, triage_run
-from kernel.backends.emulated import run_emulated
+from kernel.emulated.gfx950 import run_emulated
 from oracle.bound import evaluate
 from strategies.hypothesis_recipes import recipes
 from strategies.recipe import Recipe

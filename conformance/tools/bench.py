@@ -359,7 +359,7 @@ class _Runner:
             self.unavailable = f"{name} runs on {'/'.join(self.backend.devices)} devices, not {device.type}"
             return
         if name in ("flashmla", "flashmla-prefill") and native:
-            from kernel.backends.flashmla import load_flash_mla
+            from kernel.peers.flashmla import load_flash_mla
 
             self.module = load_flash_mla()
 
@@ -399,18 +399,18 @@ class _Runner:
 
             return (lambda: reference(*args)), ""
         if kernel_id == "flashmla-prefill" + NATIVE_SUFFIX:
-            from kernel.backends.flashmla_prefill import prepare_prefill
+            from kernel.peers.flashmla_prefill import prepare_prefill
 
             gen = _generator(inputs.q.device, seed + 7)
             q64 = torch.randn(inputs.n_q, 64, inputs.q.shape[-1], generator=gen, device=inputs.q.device).to(torch.bfloat16)
             pcall = prepare_prefill(q64, inputs.kv_cache, inputs.indices, inputs.indptr, inputs.softmax_scale)
             return (lambda: pcall.run(self.module)), ""
         if kernel_id == "torch-sdpa" + BARE_SUFFIX:
-            from kernel.backends.torch_sdpa import prepare_sdpa
+            from kernel.peers.torch_sdpa import prepare_sdpa
 
             return prepare_sdpa(*args).run, ""
         if kernel_id.endswith(NATIVE_SUFFIX):
-            from kernel.backends.flashmla import prepare_call
+            from kernel.peers.flashmla import prepare_call
 
             gen = _generator(inputs.q.device, seed + 7)
             q64 = torch.randn(inputs.n_q, 64, inputs.q.shape[-1], generator=gen, device=inputs.q.device).to(torch.bfloat16)

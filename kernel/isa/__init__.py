@@ -1,4 +1,5 @@
-"""A wave-level gfx950 ISA interpreter that runs the project's compiled FlyDSL kernel on CPU.
+"""A wave-level gfx950 ISA interpreter: runs compiled gfx950 kernels (the project's FlyDSL kernel,
+anyone's through a launch spec) on the CPU; it builds none (kernel.flydsl.isa_cache compiles).
 
 Modules (one job each):
     asm         the project's one reader of LLVM AMDGPU assembly (the FlyDSL ISA checks use it too):
@@ -13,8 +14,9 @@ Modules (one job each):
     ops_matrix  MFMA (16x16x32 f16/bf16, scaled 16x16x128 fp8)
     interp      decoder (unknown opcodes raise) and workgroup scheduler (waves run to barriers)
     launch      IsaKernel: kernarg packing and launch over a grid
-    build       compile the FlyDSL kernel to ISA (subprocess) and cache it by source hash
-    backend     the `flydsl-isa` registry backend (profile gfx950, CPU)
+    spec        launch specs (TOML) for `python -m kernel.isa run`
+    contract_spec  `isa:PATH.s:SPEC.toml` kernels: a launch spec mapping the contract onto a kernel
+    catalog     the opcode table
 
 docs/isa.md has the opcode table, the semantics sources and the findings.
 """

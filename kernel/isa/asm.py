@@ -1,7 +1,7 @@
 """The project's one reader of AMDGPU assembly text (LLVM's output for gfx950).
 
 Used by the interpreter (kernel/isa) and by the static checks of the FlyDSL kernel's final ISA
-(kernel/backends/flydsl: compile.check_isa, isa_checks, pipeline_model).
+(kernel/flydsl: compile.check_isa, isa_checks, pipeline_model).
 
 Contract:
 - `parse_program(text)` returns the (single) kernel as a `Program`: its instructions in text

@@ -37,6 +37,7 @@ import functools
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -113,10 +114,14 @@ def _decoded(text: str, block: int) -> Any:
     return IsaKernel(_parsed(text), block)
 
 
-def _asm_path(name: str, where: str) -> tuple[Path, tuple[int, bool, bool] | None]:
+ConfigAsm = Callable[[int, bool, bool], Path]  # (heads, has_invalid, return_lse) -> that configuration's .s
+
+
+def _asm_path(name: str, where: str, config_asm: ConfigAsm | None) -> tuple[Path, tuple[int, bool, bool] | None]:
     """The assembly file of `isa:WHERE:SPEC`: a path, or `@h{H}_i{0|1}_l{0|1}` for that configuration
-    of the project's own kernel from the ISA cache (kernel.isa.build: compiled in a subprocess on
-    a cold cache), with the configuration."""
+    of the project's own kernel, with the configuration: config_asm(heads, has_invalid, return_lse)
+    gives its file (kernel.registry passes the ISA cache's, kernel.flydsl.isa_cache: compiled in a
+    subprocess on a cold cache) or raises BackendUnavailable saying why not."""
     if not where.startswith("@"):
         return Path(where), None
     m = re.fullmatch(r"h(\d+)_i([01])_l([01])", where[1:])
@@ -125,16 +130,17 @@ def _asm_path(name: str, where: str) -> tuple[Path, tuple[int, bool, bool] | Non
             f"kernel {name!r}: {where} is not a configuration of the project's kernel (@h<H>_i<0|1>_l<0|1>, H 1..{MAX_HEADS})"
         )
     config = (int(m[1]), m[2] == "1", m[3] == "1")
-    from kernel.isa.build import IsaBuildError, kernel_asm_path
-
+    if config_asm is None:
+        raise BackendUnavailable(f"kernel {name!r}: the project's kernel configurations resolve through kernel.registry")
     try:
-        return kernel_asm_path(*config), config
-    except IsaBuildError as err:
+        return config_asm(*config), config
+    except BackendUnavailable as err:
         raise BackendUnavailable(f"kernel {name!r}: {err}") from err
 
 
-def isa_contract_backend(name: str) -> Backend:
-    """The Backend for `isa:PATH.s:SPEC.toml` (BackendUnavailable naming the problem)."""
+def isa_contract_backend(name: str, *, config_asm: ConfigAsm | None = None) -> Backend:
+    """The Backend for `isa:PATH.s:SPEC.toml` (BackendUnavailable naming the problem); config_asm
+    resolves the `isa:@CONFIG:SPEC.toml` form (see _asm_path; None: that form is refused)."""
     from kernel.isa.errors import IsaError
     from kernel.isa.launch import explicit_args
 
@@ -142,7 +148,7 @@ def isa_contract_backend(name: str) -> Backend:
     if len(parts) != 3 or not parts[1] or not parts[2]:
         raise BackendUnavailable(f"kernel {name!r}: expected isa:PATH.s:SPEC.toml")
     spec_path = Path(parts[2])
-    asm_path, config = _asm_path(name, parts[1])
+    asm_path, config = _asm_path(name, parts[1], config_asm)
     try:
         spec = tomllib.loads(spec_path.read_text())
         text = asm_path.read_text()

@@ -10,7 +10,7 @@ kernarg segment is built from them and its address goes to the kernarg-pointer S
 checker finding. Workgroups share nothing but global memory; they run in lockstep chunks.
 
 To run your own FlyDSL kernel: dump its ISA (FLYDSL_DEBUG_DUMP_ASM=1 FLYDSL_DUMP_DIR=... with
-COMPILE_ONLY=1 ARCH=gfx950, see kernel.isa.build), then IsaKernel.from_asm(open(path).read())
+COMPILE_ONLY=1 ARCH=gfx950, see kernel.flydsl.isa_cache), then IsaKernel.from_asm(open(path).read())
 and launch it with the raw device addresses its host wrapper would pass (tensor.data_ptr() of
 CPU tensors).
 """

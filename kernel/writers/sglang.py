@@ -20,7 +20,7 @@ everywhere, so recipes with this writer are judged as any cache: through the pre
 route for profiles that need power-of-two scales, by the differential verdict otherwise.
 
 Availability (`unavailable_reason`, "" when usable): a CUDA device, Triton, sglang's module
-importable (kernel.backends.triton_peers.load_sglang), and one trial write that passes the check
+importable (kernel.engines.load_sglang), and one trial write that passes the check
 below. The device the records end up on does not matter: on a machine with CUDA, a cache
 materialised on the CPU gets the bytes the GPU wrote (one function of the input on every
 device). Without CUDA the writer is absent: Triton's CPU interpreter (TRITON_INTERPRET=1, Triton
@@ -90,7 +90,7 @@ def _probe() -> tuple[ModuleType | None, str]:
     reason = _cuda_triton_reason()
     if reason:
         return None, reason
-    from kernel.backends.triton_peers import load_sglang
+    from kernel.engines import load_sglang
 
     try:
         module = load_sglang(QUANT_MODULE, "sglang writer")[0]
@@ -124,7 +124,7 @@ def quantise(module: ModuleType, latent: torch.Tensor, rope: torch.Tensor) -> to
     quantize_k_cache_separate, called as its KV pool calls it ([n, 1, dim] views), each token's
     nope part (codes | scales) then rope part, as set_mla_kv_buffer_triton lays them in a slot.
     Launched in pieces of fewer than 2^31 / 656 tokens (the kernel's row offsets are int32)."""
-    from kernel.backends.triton_peers import int32_chunks
+    from kernel.engines import int32_chunks
 
     n = latent.shape[0]
     records = torch.empty(n, RECORD_BYTES, dtype=torch.uint8, device=latent.device)

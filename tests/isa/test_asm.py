@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.backends.flydsl.isa_flow import defs, iteration_paths, uses
+from kernel.flydsl.isa_flow import defs, iteration_paths, uses
 from kernel.isa.asm import OFF, Imm, Reg, imm_bits, parse_instruction, parse_program, reg_names
 from kernel.isa.errors import AsmParseError
 

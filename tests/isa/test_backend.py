@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("flydsl")
 
-from kernel.backends.emulated import run_emulated
+from kernel.emulated.gfx950 import run_emulated
 from kernel.registry import BUILTIN_NAMES, resolve
 from strategies.materialize import materialize
 from strategies.recipe import Recipe

@@ -49,7 +49,7 @@ def test_docs_table_is_the_catalogue() -> None:
 
 def test_compiled_kernel_opcodes_are_catalogued() -> None:
     pytest.importorskip("flydsl")
-    from kernel.isa.build import kernel_asm
+    from kernel.flydsl.isa_cache import kernel_asm
 
     for cfg in ((1, False, False), (16, True, True)):
         prog = parse_program(kernel_asm(*cfg))

@@ -12,7 +12,8 @@ from kernel.backend import BackendUnavailable
 from kernel.registry import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEC = ROOT / "scripts" / "foreign_specs" / "project_gfx950_h16_i1_l1.toml"
+SPECS = ROOT / "kernel" / "flydsl" / "launch_specs"
+SPEC = SPECS / "h16_i1_l1.toml"
 
 
 CONFIGS = [((16, True, True), False), ((1, False, False), True), ((5, True, True), True), ((8, False, True), True)]
@@ -20,15 +21,15 @@ CONFIGS = [((16, True, True), False), ((1, False, False), True), ((5, True, True
 
 @pytest.mark.parametrize("config, by_label", CONFIGS, ids=["h16_i1_l1-path", "h1_i0_l0-label", "h5_i1_l1-label", "h8_i0_l1-label"])
 def test_spec_backend_matches_flydsl_isa(config: tuple[int, bool, bool], by_label: bool) -> None:
-    """Each project spec of scripts/foreign_specs (the .s by path, or as isa:@h.._i.._l..) gives
+    """Each launch spec of kernel/flydsl/launch_specs (the .s by path, or as isa:@h.._i.._l..) gives
     flydsl-isa's bits for its configuration and refuses the other flags."""
     pytest.importorskip("flydsl")
-    from kernel.isa.build import kernel_asm_path, label
+    from kernel.flydsl.isa_cache import kernel_asm_path, label
     from strategies.materialize import materialize
     from strategies.recipe import Recipe
 
     h, hi, rl = config
-    spec = ROOT / "scripts" / "foreign_specs" / f"project_gfx950_{label(*config)}.toml"
+    spec = SPECS / f"{label(*config)}.toml"
     b = resolve(f"isa:@{label(*config)}:{spec}" if by_label else f"isa:{kernel_asm_path(*config)}:{spec}")
     exact = dict(latent="exact", rope="exact", q="exact", softmax_scale="exact")
     r = Recipe(seed=3, n_q=2, heads=h, row_lengths=(5, 130), cache_rows=600, has_invalid=hi, return_lse=rl, **exact)

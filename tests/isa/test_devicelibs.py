@@ -1,11 +1,11 @@
-"""The stand-in ocml / ockl device libraries (kernel.backends.flydsl.devicelibs)."""
+"""The stand-in ocml / ockl device libraries (kernel.flydsl.devicelibs)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from kernel.backends.flydsl.devicelibs import OCKL, OCML, undefined_device_functions, write_device_libs
+from kernel.flydsl.devicelibs import OCKL, OCML, undefined_device_functions, write_device_libs
 
 
 def test_device_libs_define_exactly_the_listed_functions(tmp_path: Path) -> None:

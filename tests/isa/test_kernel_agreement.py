@@ -23,8 +23,8 @@ import torch
 pytest.importorskip("flydsl")
 
 import kernel.isa.ops_matrix as om
-from kernel.backends.emulated import run_emulated
-from kernel.backends.flydsl_isa import flydsl_isa_sparse_mla, last_stats
+from kernel.emulated.gfx950 import run_emulated
+from kernel.flydsl.isa_backend import flydsl_isa_sparse_mla, last_stats
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 

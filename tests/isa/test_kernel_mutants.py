@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("flydsl")
 
-from kernel.backends.flydsl.host import plan_call
-from kernel.isa.build import kernel_asm
+from kernel.flydsl.host import plan_call
+from kernel.flydsl.isa_cache import kernel_asm
 from kernel.isa.launch import IsaKernel
 from strategies.materialize import materialize
 from strategies.recipe import Recipe

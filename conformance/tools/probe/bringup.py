@@ -56,7 +56,7 @@ def _interpreter(layout: str) -> Callable | None:
     """flydsl-isa under an fp8 operand reading, or None when the interpreter cannot run here."""
     try:
         import kernel.isa.ops_matrix as om
-        from kernel.backends.flydsl_isa import flydsl_isa_backend
+        from kernel.flydsl.isa_backend import flydsl_isa_backend
     except ImportError:
         return None
     try:
@@ -79,7 +79,7 @@ def f1_probe(kernel: Callable, device: str) -> tuple[str, dict[str, int]]:
     """(verdict, differing out elements per candidate): "split" when the kernel returns the
     emulator's bits, "contiguous" when it returns the interpreter's contiguous-reading bits,
     else "neither"."""
-    from kernel.backends.emulated import emulated_backend
+    from kernel.emulated.gfx950 import emulated_backend
 
     call = f1_call()
     out, _ = run_call(kernel, call, device)

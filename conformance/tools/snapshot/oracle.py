@@ -26,7 +26,7 @@ import torch
 
 from conformance.tools.bits import same_bits
 from conformance.tools.snapshot.cases import cases
-from kernel.backends.emulated import run_emulated
+from kernel.emulated.gfx950 import run_emulated
 from oracle import q_representation as qrep
 from oracle.bound import evaluate_modes
 from oracle.profiles import PROFILE_DIR, load_profile

@@ -1,0 +1,262 @@
+"""FlashMLA's Hopper sparse prefill (`flash_mla_sparse_fwd`, bf16 KV) as a backend with the contract.
+
+The kernel is the SM90 sparse prefill of `sgl-flash-mla==1.0.0` (the legacy extension; the
+current `use_legacy=False` prefill is SM100-only and refuses an H200 with "only supported on
+SM100f architectures", measured by scripts/peers_probe.py):
+
+    out, max_logits, lse = flash_mla.flash_mla_sparse_fwd(
+        q3,            # bf16 [s_q, 64 or 128, 576] (d_qk 576 on SM90), contiguous
+        kv,            # bf16 [s_kv, 1, 576]
+        indices,       # int32 [s_q, 1, topk], topk a multiple of 128; -1 or >= s_kv = masked
+        sm_scale, 512, topk_length=lengths,   # int32 [s_q]: only indices[q, :, :len] attended
+        use_legacy=True)
+    # out bf16 [s_q, h_q, 512]; lse f32 [s_q, h_q] natural log, +inf for a row without keys
+    # (out 0 there); max_logits f32 [s_q, h_q] (-inf for such a row)
+
+The contract's fp8_ds_mla records become bf16 KV exactly when every scale is a power of two
+(kernel.peers.keys), so this kernel computes the contract's function. What the adapter
+does (all vectorised, no host sync when the stream holds <= 4096 entries):
+- KV: the whole cache dequantised to bf16 and kept while the same cache tensor comes back
+  unchanged (kernel.peers.dequant_cache: a serving engine's bf16 cache), handed to the
+  kernel with the rows' own indices padded to W (a multiple of 128; -1 for an empty slot) and
+  topk_length = the row lengths; when the cache is not kept (first sight of a cache with more
+  rows than the call's slots), only the records the rows consume are gathered and dequantised,
+  one bf16 KV row per slot of the [n_q, W] block, with the slot positions q * W + j as indices;
+- heads: q (H in 1..16, any strides) goes into a zero bf16 [n_q, 64, 576] buffer (a zero head is
+  sliced off), kept between calls of the same n_q and H (PaddedQ: only heads < H are written, so
+  a repeated call copies q in and launches no fill); softmax_scale <= 0 as (-q, -scale) or
+  (q = 0, scale = 1), as for `flashmla`;
+- lse +inf (no key) -> -inf; out= is filled by a copy.
+
+FlashMLA's numerics (SM90 sparse prefill, from its source and docs): QK is a bf16 x bf16 WGMMA
+with f32 accumulation over 576 dims; online softmax over 64-key blocks in base 2 (exp2f,
+ex2.approx), P rounded to bf16 for the PV WGMMA, f32 accumulation of o and l, out =
+bf16(o / l); no split-KV (one CTA owns a query row and its heads), so a row's result does not
+depend on the other rows of the call: `batch_invariant` is declared True and the suite holds
+that to the bit. The arithmetic is FlashMLA decode's without the split-KV combine: profile
+`oracle/profile_files/flashmla-sparse-prefill.toml` (extends `bf16-q-bf16-p`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from kernel.backend import Backend
+from kernel.contract import INT32_MAX, CallInfo, begin_call
+from kernel.peers.dequant_cache import DequantCache
+from kernel.peers.flashmla import device_reason, load_flash_mla, require_flash_mla
+from kernel.peers.keys import RowLayout, gather_rows, row_layout
+from kernel.peers.plumbing import LayoutCache, PaddedQ, effective_scale, map_lse, pad_heads
+from kernel.record import HEAD_DIM, LATENT_DIM
+
+NAME = "flashmla-prefill"
+TOPK_MULTIPLE = 128  # the SM90 prefill asserts topk % (2 * B_TOPK) == 0 with B_TOPK = 64
+HEAD_COUNTS = (64, 128)
+
+# The numerics profile: a TOML file next to the shipped ones (oracle/profile_files/), given by path.
+PROFILE = str(Path(__file__).resolve().parents[2] / "oracle" / "profile_files" / "flashmla-sparse-prefill.toml")
+
+LIMITS = (
+    "H in 1..16, run as 64 FlashMLA heads (zero heads padded, sliced off); the kernel takes h_q 64 or 128",
+    "CUDA devices of compute capability 9.x (SM90 legacy sparse prefill of sgl-flash-mla 1.0.0)",
+    (
+        "KV dequantised to bf16 by the adapter: exact for power-of-two scales; "
+        "a raw (non-power-of-two) scale is rounded to bf16 (precondition violation)"
+    ),
+    "every entry < 0 is masked (with or without has_invalid)",
+    "consumed indices must lie in [0, rows): the adapter's gather has no bound check (bounded_index_reads = False)",
+    "rows padded to a multiple of 128 slots; the kernel stops at each row's length (topk_length)",
+    "n_q x padded width must fit int32 (the slot positions are the kernel's KV indices)",
+    "softmax_scale <= 0 passed as (-q, -scale) or (q = 0, scale = 1), as for flashmla",
+)
+
+
+@dataclass
+class PrefillCall:
+    """Prepared inputs: q bf16 [n_q, H_pad, 576]; kv bf16 [n_q * W, 1, 576]; indices int32
+    [n_q, 1, W]; topk_length int32 [n_q]; softmax_scale > 0; heads: the caller's H."""
+
+    q: torch.Tensor
+    kv: torch.Tensor
+    indices: torch.Tensor
+    topk_length: torch.Tensor
+    softmax_scale: float
+    heads: int
+    n_q: int
+
+    def run(self, module: ModuleType) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """flash_mla_sparse_fwd on the prepared inputs: (out [n_q, H_pad, 512], max_logits, lse [n_q, H_pad])."""
+        return module.flash_mla_sparse_fwd(
+            self.q,
+            self.kv,
+            self.indices,
+            self.softmax_scale,
+            LATENT_DIM,
+            topk_length=self.topk_length,
+            use_legacy=True,
+        )
+
+
+def prepare_prefill(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    padded_heads: int = HEAD_COUNTS[0],
+    layout_cache: LayoutCache | None = None,
+    dequant_cache: DequantCache | None = None,
+    padded_q: PaddedQ | None = None,
+) -> PrefillCall:
+    """Build flash_mla_sparse_fwd's inputs from a contract call (module docstring); no validation.
+    layout_cache: the slot layout, KV indices and topk_length reused while the same index tensors
+    come again; dequant_cache: the whole cache kept dequantised (kernel.peers.dequant_cache),
+    handed to the kernel as its KV with the rows' own indices (-1 for an empty slot); without
+    it, or when it declines, the records are gathered and dequantised per slot and the kernel
+    reads slot q * W + j. Either way each attended position reads the same bf16 key. padded_q:
+    the padded q buffer kept between calls (PaddedQ; None: a fresh one per call)."""
+    if padded_heads not in HEAD_COUNTS:
+        raise ValueError(f"padded_heads must be one of {HEAD_COUNTS}, got {padded_heads}")
+    n_q, heads, _ = q.shape
+    sign, scale = effective_scale(softmax_scale)
+
+    def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
+        layout = row_layout(indices, indptr, multiple=TOPK_MULTIPLE)
+        width = layout.width
+        if n_q * width > INT32_MAX:
+            raise ValueError(f"n_q {n_q} x width {width} slots exceed int32 KV indices")
+        slot = torch.arange(n_q * width, device=q.device, dtype=torch.int32).view(n_q, width)
+        kv_index = torch.where(layout.valid, slot, -1).view(n_q, 1, width)
+        row_index = torch.where(layout.valid, layout.slots.view(n_q, width), -1).view(n_q, 1, width)
+        return layout, kv_index, row_index, layout.lengths.clamp_max(width).to(torch.int32)
+
+    params = (NAME, TOPK_MULTIPLE)
+    layout, kv_index, row_index, topk_length = build() if layout_cache is None else layout_cache.get(indices, indptr, params, build)
+    width = layout.width
+    whole = None if dequant_cache is None else dequant_cache.get(kv_cache, n_q * width)
+    if whole is not None:
+        kv, kv_indices = whole.view(-1, 1, HEAD_DIM), row_index
+    else:
+        rows = gather_rows(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE, layout=layout)
+        kv, kv_indices = rows.keys.view(n_q * width, 1, HEAD_DIM), kv_index
+    return PrefillCall(
+        q=(pad_heads(q, padded_heads, sign=sign) if padded_q is None else padded_q.get(q, padded_heads, sign)).view(
+            n_q, padded_heads, HEAD_DIM
+        ),
+        kv=kv,
+        indices=kv_indices,
+        topk_length=topk_length,
+        softmax_scale=scale,
+        heads=heads,
+        n_q=n_q,
+    )
+
+
+def run_flashmla_prefill(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+    padded_heads: int = HEAD_COUNTS[0],
+    module: ModuleType | None = None,
+    layout_cache: LayoutCache | None = None,
+    dequant_cache: DequantCache | None = None,
+    padded_q: PaddedQ | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The sparse prefill with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
+    layout_cache, dequant_cache, padded_q: as in prepare_prefill (None: built per call)."""
+    info, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    if empty is not None:
+        return empty
+    n_q, heads = info.n_q, info.heads
+    fm = load_flash_mla() if module is None else module
+    call = prepare_prefill(
+        q,
+        kv_cache,
+        indices,
+        indptr,
+        softmax_scale,
+        padded_heads=padded_heads,
+        layout_cache=layout_cache,
+        dequant_cache=dequant_cache,
+        padded_q=padded_q,
+    )
+    out_raw, _max_logits, lse_raw = call.run(fm)
+    got = out_raw.view(n_q, -1, LATENT_DIM)[:, :heads]
+    if out is not None:
+        out.copy_(got)
+        result = out
+    else:
+        result = got.contiguous()
+    return result, (map_lse(lse_raw, n_q, heads) if return_lse else None)
+
+
+def _support(info: CallInfo) -> str:
+    if info.device.type == "cuda":
+        return device_reason(info.device).replace("flashmla:", f"{NAME}:", 1)
+    return ""
+
+
+def flashmla_prefill_backend(*, padded_heads: int = HEAD_COUNTS[0]) -> Backend:
+    """The `flashmla-prefill` backend; BackendUnavailable when `flash_mla` cannot be imported, its
+    sparse prefill op is not registered, or there is no CUDA device of compute capability 9.x."""
+    module = require_flash_mla(NAME, op="sparse_prefill_fwd")
+    layout_cache = LayoutCache()
+    dequant_cache = DequantCache()
+    padded_q = PaddedQ()
+
+    def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
+        return run_flashmla_prefill(
+            q,
+            kv_cache,
+            indices,
+            indptr,
+            softmax_scale,
+            has_invalid=has_invalid,
+            return_lse=return_lse,
+            out=out,
+            padded_heads=padded_heads,
+            module=module,
+            layout_cache=layout_cache,
+            dequant_cache=dequant_cache,
+            padded_q=padded_q,
+        )
+
+    return Backend(
+        name=NAME,
+        fn=kernel,
+        profile=PROFILE,
+        devices=("cuda",),
+        max_heads=16,
+        head_counts=None,
+        accepts_out=True,
+        bounded_index_reads=False,
+        batch_invariant=True,
+        extra_support=_support,
+        limits=LIMITS,
+    )
+
+
+__all__ = [
+    "PROFILE",
+    "HEAD_COUNTS",
+    "LIMITS",
+    "NAME",
+    "TOPK_MULTIPLE",
+    "PaddedQ",
+    "PrefillCall",
+    "flashmla_prefill_backend",
+    "prepare_prefill",
+    "run_flashmla_prefill",
+]

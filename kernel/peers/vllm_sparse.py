@@ -1,0 +1,190 @@
+"""vLLM's Triton bf16 sparse MLA kernel as a backend with the kernel contract (`vllm-sparse`).
+
+The kernel is `triton_bf16_mla_sparse_interface` of vLLM 0.33.0
+(`vllm/v1/attention/ops/xpu_mla_sparse.py`: the DeepSeek-V3.2 sparse prefill / decode kernel of
+vLLM's XPU sparse MLA backend, plain Triton with no XPU-specific operation), called as that
+backend calls it:
+
+    out, max_logits, lse = triton_bf16_mla_sparse_interface(
+        q,        # bf16 [n_q, H, 576]
+        kv,       # bf16 [n_slots, 1, 576]
+        indices,  # int32 [n_q, 1, topk], topk a multiple of 16; -1 or >= n_slots: masked
+        softmax_scale)
+    # out bf16 [n_q, H, 512], lse f32 [n_q, H] natural log
+
+What the adapter does (vectorised; no host sync for streams of at most 4096 entries, and none
+at all while the backend keeps the layout of the same index tensors: it keeps the slot layout
+and the kernel's index tensors per index tensors and cache row count, kernel.peers.plumbing.LayoutCache):
+- keys: dequantised to bf16 (kernel.peers.keys.slot_keys: bf16(bf16(code) *
+  bf16(scale)), exact for power-of-two scales): the backend keeps the whole cache dequantised
+  while the same cache tensor comes back unchanged (kernel.peers.dequant_cache) and sends the
+  rows' own cache rows as indices; otherwise each row's slots are gathered into a [n_q * W, 576]
+  buffer, the way vLLM's sparse backends upconvert an fp8_ds_mla cache into a bf16 workspace and
+  remap the top-k indices to it; an entry < 0 or >= the cache's rows is sent as -1, the kernel's
+  own masking rule (`(indices >= 0) & (indices < seq_kv)`), hence bounded_index_reads = True;
+- launches: at most 3,728,270 buffer rows per launch (the kernel forms index * 576 in int32; a
+  kept cache of more rows is not used);
+- outputs: the interface allocates out and lse itself; out is copied into `out=` when given;
+  a row without a valid key comes back as out 0 and lse = ln 2 * (-1e30 + log2 W) (the kernel's
+  finite -1e30 sentinel for masked scores): the adapter reports the contract's -inf there.
+
+Numerics (from the kernel source; profile oracle/profile_files/vllm-triton-sparse.toml): one
+program owns 16 query heads of one row over all its keys (no split-KV); QK as `tl.dot` of bf16
+[16, 512] x [512, 16 keys] plus the 64 rope dims, f32 accumulation; scores times
+RN_f32(softmax_scale * log2 e) (log2 domain), masked scores -1e30; online softmax over 16-key
+tiles with `tl.exp2`; P rounded to bf16 for PV, l from the f32 P; out = bf16(acc / l), lse =
+m * ln 2 + log2(l) * ln 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from kernel.backend import Backend, BackendUnavailable
+from kernel.contract import begin_call
+from kernel.engines import cuda_reason, load_vllm
+from kernel.peers.dequant_cache import DequantCache
+from kernel.peers.keys import slot_keys
+from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache, int32_row_chunks, kept_index, peer_backend
+from kernel.record import HEAD_DIM, RECORD_BYTES
+
+NAME = "vllm-sparse"
+KERNEL_MODULE = "vllm.v1.attention.ops.xpu_mla_sparse"
+TOPK_MULTIPLE = 16  # the interface asserts index_topk % BLOCK_N == 0 (BLOCK_N = 16)
+PROFILE = str(Path(__file__).resolve().parents[2] / "oracle" / "profile_files" / "vllm-triton-sparse.toml")
+
+LIMITS = (
+    "H in 1..16 (one KV head of 576 dims, V = its first 512)",
+    "CUDA only (Triton); vLLM 0.33.0 triton_bf16_mla_sparse_interface",
+    "keys dequantised by the adapter: exact for power-of-two scales",
+    "every entry < 0 or >= the cache's rows is masked, as the kernel masks (bounded_index_reads = True)",
+    "rows padded with -1 to a multiple of 16 keys; no split-KV: batch-invariant",
+    "rows without a valid key: lse -inf set by the adapter (the kernel returns ln 2 * (-1e30 + log2 W) there, out 0)",
+)
+
+
+@dataclass
+class VllmSparseCall:
+    """One prepared call: the kernel launches (`run`, one per int32-safe row chunk) on buffers the
+    adapter built, and the mapping of its outputs to the contract (`finish`)."""
+
+    kernel: ModuleType
+    q: torch.Tensor
+    chunks: list[tuple[int, int, torch.Tensor, torch.Tensor]]
+    counts: torch.Tensor
+    width: int
+    softmax_scale: float
+    results: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+
+    def run(self) -> None:
+        """The kernel alone: triton_bf16_mla_sparse_interface on each chunk of rows (start, stop,
+        its key buffer [n, 1, 576], its indices int32 [rows, 1, W])."""
+        self.results = []
+        for start, stop, k_chunk, local in self.chunks:
+            got, _, lse = self.kernel.triton_bf16_mla_sparse_interface(self.q[start:stop], k_chunk, local, self.softmax_scale)
+            self.results.append((got, lse))
+
+    def finish(self, out: torch.Tensor | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(out, lse) of the contract from the kernel's outputs (module docstring)."""
+        outs = [got for got, _ in self.results]
+        got = outs[0] if len(outs) == 1 else torch.cat(outs)
+        result = out.copy_(got) if out is not None else got
+        if not return_lse:
+            return result, None
+        lses = [lse for _, lse in self.results]
+        lse_all = lses[0] if len(lses) == 1 else torch.cat(lses)
+        return result, torch.where((self.counts > 0).view(-1, 1), lse_all, float("-inf"))
+
+
+def prepare_vllm_sparse(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    kernel: ModuleType,
+    dequant_cache: DequantCache | None = None,
+    layout_cache: LayoutCache | None = None,
+) -> VllmSparseCall:
+    """Keys and per-chunk buffer indices (-1 where masked) for one validated call with n_q >= 1.
+    dequant_cache: the whole cache kept dequantised (None: gathered per slot); the same keys either
+    way. layout_cache: the slot layout and kernel indices kept per index tensors (None: built per call)."""
+    n_q = q.shape[0]
+    keys = slot_keys(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE, kept=dequant_cache, layouts=layout_cache)
+    width = keys.width
+    buffer = keys.keys.view(-1, 1, HEAD_DIM)
+
+    def kernel_indices() -> list[tuple[int, int, torch.Tensor]]:
+        ranges = int32_row_chunks(n_q, width) if keys.per_slot else [(0, n_q)]
+        local = [torch.where(keys.valid[a:b], keys.table[a:b] - keys.chunk_base(a), -1) for a, b in ranges]
+        return [(a, b, part.unsqueeze(1).contiguous()) for (a, b), part in zip(ranges, local, strict=True)]
+
+    params = (NAME, kv_cache.numel() // RECORD_BYTES, keys.per_slot)  # the indices sent are a function of these and the stream
+    chunks = []
+    for start, stop, local in kept_index(layout_cache, indices, indptr, params, kernel_indices):
+        k_chunk = buffer[start * width : stop * width] if keys.per_slot else buffer
+        chunks.append((start, stop, k_chunk, local))
+    return VllmSparseCall(
+        kernel=kernel,
+        q=q,
+        chunks=chunks,
+        counts=keys.counts,
+        width=width,
+        softmax_scale=float(softmax_scale),
+    )
+
+
+def run_vllm_sparse(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    indptr: torch.Tensor,
+    softmax_scale: float,
+    *,
+    has_invalid: bool = False,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+    kernel: ModuleType | None = None,
+    dequant_cache: DequantCache | None = None,
+    layout_cache: LayoutCache | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """vLLM's sparse kernel with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
+
+    kernel: vLLM's xpu_mla_sparse module (imported when None); dequant_cache, layout_cache: as in prepare_vllm_sparse.
+    """
+    _, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+    if empty is not None:
+        return empty
+    if kernel is None:
+        kernel = load_vllm(KERNEL_MODULE, NAME)[0]
+    call = prepare_vllm_sparse(
+        q, kv_cache, indices, indptr, softmax_scale, kernel=kernel, dequant_cache=dequant_cache, layout_cache=layout_cache
+    )
+    call.run()
+    return call.finish(out, return_lse)
+
+
+def vllm_sparse_backend() -> Backend:
+    """The `vllm-sparse` backend; BackendUnavailable (with the reason) without CUDA, Triton or vLLM's
+    files, or where vLLM disabled Triton in this process (kernel.engines.vllm_triton_reason)."""
+    reason = cuda_reason(NAME)
+    if reason:
+        raise BackendUnavailable(reason)
+    kernel, _ = load_vllm(KERNEL_MODULE, NAME)
+    return peer_backend(
+        NAME,
+        partial(run_vllm_sparse, kernel=kernel, dequant_cache=DequantCache(), layout_cache=LayoutCache(LAYOUTS_KEPT)),
+        profile=PROFILE,
+        limits=LIMITS,
+        bounded_index_reads=True,
+        batch_invariant=True,
+    )
+
+
+__all__ = ["LIMITS", "NAME", "PROFILE", "VllmSparseCall", "prepare_vllm_sparse", "run_vllm_sparse", "vllm_sparse_backend"]

@@ -13,13 +13,15 @@ ROUTINES: dict[str, str] = {
     "quickstart": "the README's user steps (install, first verdict, whole suite, three planted bugs), timed",
     "campaign": "N concurrent fuzz processes per kernel pinned to GPUs (or on the CPU), optionally under MPS: one table",
     "campaign_stages": "where one fuzz campaign's time goes, stage by stage (cProfile, or wall/CPU timers and torch ops)",
+    "preconditions": "cost of oracle.preconditions.check_call per call: ops, host reads, ms (--against REV)",
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help") or args[0] not in ROUTINES:
-        known = "\n".join(f"  {name:12s} {what}" for name, what in ROUTINES.items())
+        width = max(map(len, ROUTINES))
+        known = "\n".join(f"  {name:{width}s}  {what}" for name, what in ROUTINES.items())
         stream = sys.stdout if not args or args[0] in ("-h", "--help") else sys.stderr
         if args and args[0] not in ("-h", "--help"):
             print(f"benchmarks: unknown routine {args[0]!r}", file=stream)

@@ -1,11 +1,11 @@
 """Cost of oracle.preconditions.check_call per call: aten ops, host reads and ms, on typical
-calls of the `preconditions` fuzz property (issue 21).
+calls of the `preconditions` fuzz property.
 
 Problems: the first --examples recipes of strategies.hypothesis_recipes.violating_recipes (as the
 fuzz campaign draws them for the property: allow_out_of_range, at most 4096 keys; derandomized,
 so the same list every run) plus one valid recipe, materialised on --device. For each
-implementation (this tree's, and with --old REV the module as committed at git revision REV,
-loaded from `git show`), per problem: ops (aten ops dispatched, conformance.tools.op_count),
+implementation (this tree's, and with --against REV the module as committed at git revision REV:
+benchmarks.revisions), per problem: ops (aten ops dispatched, conformance.tools.op_count),
 host reads (ops that read device data back: scalar reads, nonzero, unique, tolist, ...) and the
 median ms of --iters calls (conformance.tools.bench.call_ms: CUDA events on a GPU, process CPU
 time on the CPU, with one torch thread unless --threads). Prints one line per implementation
@@ -13,7 +13,7 @@ time on the CPU, with one torch thread unless --threads). Prints one line per im
 every number. Also checks that both implementations return the same findings on every problem
 (exit 1 if not).
 
-    python scripts/preconditions_cost.py [--device cuda] [--old b2057b2] [--examples 40] [--iters 30]
+    python -m benchmarks preconditions [--device cuda] [--against REV] [--examples 40] [--iters 30] [--json PATH]
 """
 
 from __future__ import annotations
@@ -23,18 +23,15 @@ import json
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from conformance.tools.bench import call_ms  # noqa: E402
-from conformance.tools.old_module import module_at  # noqa: E402
-from conformance.tools.op_count import count_ops  # noqa: E402
+from benchmarks.common import add_against, add_device, add_json, parse, positive, resolve_device, write_json
+from benchmarks.revisions import module_at
+from conformance.tools.bench import call_ms
+from conformance.tools.op_count import count_ops
 
 VALID = {"seed": 5, "n_q": 6, "heads": 4, "row_lengths": [300, 0, 128, 700, 5, 40], "cache_rows": 2000}
 
@@ -58,16 +55,21 @@ def _recipes(n: int) -> list[Any]:
     return [Recipe.from_json_dict(VALID), *got[:n]]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--old", default=None, help="git revision whose oracle/preconditions.py to compare against")
-    parser.add_argument("--examples", type=int, default=40)
-    parser.add_argument("--iters", type=int, default=30)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (on the CPU; default 1)")
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
-    device = torch.device(args.device)
+def main(argv: list[str]) -> int:
+    """The routine (module docstring); 1 when the implementations' findings differ."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks preconditions", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_device(parser)
+    add_against(parser, "oracle/preconditions.py")
+    parser.add_argument("--examples", type=positive, default=40, metavar="N", help="violating recipes (default 40)")
+    parser.add_argument("--iters", type=positive, default=30, metavar="N", help="timed calls per problem (default 30)")
+    parser.add_argument("--threads", type=positive, default=1, help="torch CPU threads (on the CPU; default 1)")
+    add_json(parser)
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    device = resolve_device(args)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)  # process time counts every thread's spinning too
 
@@ -75,11 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     from strategies.materialize import materialize
 
     impls: dict[str, ModuleType] = {"new": new}
-    if args.old:
+    if args.against:
         try:
-            impls = {"old": module_at(args.old, "oracle/preconditions.py", "preconditions_old"), "new": new}
+            impls = {"old": module_at(args.against, "oracle/preconditions.py", "preconditions_old"), "new": new}
         except (subprocess.SubprocessError, OSError) as err:  # e.g. a shallow clone without that revision
-            print(f"--old {args.old}: not available here ({err}); timing this tree only", file=sys.stderr)
+            print(f"--against {args.against}: not available here ({err}); timing this tree only", file=sys.stderr)
     problems = [materialize(r, device) for r in _recipes(args.examples)]
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in impls}
     same = True
@@ -118,10 +120,5 @@ def main(argv: list[str] | None = None) -> int:
             + f"max host reads {summary[name]['max_host_reads']}"
         )
     print("identical findings" if same else "FINDINGS DIFFER")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"device": str(device), "summary": summary, "rows": rows, "identical": same}, indent=1))
+    write_json(args.json, {"device": str(device), "summary": summary, "rows": rows, "identical": same})
     return 0 if same else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,69 @@
+"""`python -m benchmarks ROUTINE`: the driver lists and runs every registered routine (each answers
+--help); the routines measured on small CPU problems, their comparisons failing where the
+implementations disagree, their usage errors one line."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from benchmarks import __main__ as driver
+from benchmarks import preconditions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_driver_lists_every_routine_and_each_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert driver.main([]) == 0
+    listing = capsys.readouterr().out
+    for name in driver.ROUTINES:
+        assert f"  {name} " in listing
+        module = importlib.import_module(f"benchmarks.{name}")
+        assert module.__doc__ and callable(module.main)
+        try:
+            code = driver.main([name, "--help"])
+        except SystemExit as done:  # a routine may let argparse exit
+            code = int(done.code or 0)
+        assert code == 0 and capsys.readouterr().out.startswith("usage: ")
+    assert driver.main(["no-such-routine"]) == 2
+    assert "unknown routine 'no-such-routine'" in capsys.readouterr().err
+
+
+def test_the_driver_runs_from_the_command_line() -> None:
+    done = subprocess.run([sys.executable, "-m", "benchmarks"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "routines:" in done.stdout
+
+
+def test_preconditions_cost_against_a_revision(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "cost.json"
+    args = ["--device", "cpu", "--examples", "2", "--iters", "1", "--against", "HEAD", "--json", str(path)]
+    assert preconditions.main(args) == 0
+    data = json.loads(path.read_text())
+    assert data["identical"] and set(data["summary"]) == {"old", "new"}
+    assert len(data["rows"]["new"]) == 3 and all(r["ops"] > 0 for r in data["rows"]["new"])
+    assert "identical findings" in capsys.readouterr().out
+
+
+def test_preconditions_cost_fails_where_the_findings_differ(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    silent = SimpleNamespace(check_call=lambda *a, **k: [])
+    monkeypatch.setattr(preconditions, "module_at", lambda rev, path, name: silent)
+    assert preconditions.main(["--device", "cpu", "--examples", "2", "--iters", "1", "--against", "X"]) == 1
+    captured = capsys.readouterr()
+    assert "FINDINGS DIFFER" in captured.out and "findings differ between implementations" in captured.err
+
+
+def test_a_revision_that_is_not_there_times_this_tree_only(capsys: pytest.CaptureFixture[str]) -> None:
+    assert preconditions.main(["--device", "cpu", "--examples", "1", "--iters", "1", "--against", "no-such-revision"]) == 0
+    captured = capsys.readouterr()
+    assert "--against no-such-revision: not available here" in captured.err and captured.out.startswith("new ")
+
+
+def test_a_device_that_is_not_there_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert preconditions.main(["--device", "nodevice"]) == 2
+    assert "'nodevice' is not usable here" in capsys.readouterr().err

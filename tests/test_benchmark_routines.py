@@ -67,3 +67,16 @@ def test_a_revision_that_is_not_there_times_this_tree_only(capsys: pytest.Captur
 def test_a_device_that_is_not_there_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert preconditions.main(["--device", "nodevice"]) == 2
     assert "'nodevice' is not usable here" in capsys.readouterr().err
+
+
+def test_isa_speed_of_one_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import isa
+
+    path = tmp_path / "isa.json"
+    assert isa.main(["--only", "4", "--repeat", "1", "--ops", "2", "--json", str(path)]) == 0
+    (result,) = json.loads(path.read_text())
+    assert result["heads"] == 1 and result["rows"] == [128] and result["instructions"] > 1000 and result["cpu_s"] > 0
+    assert len(result["opcodes_cpu_s"]) == 2
+    assert "instructions/CPU-s" in capsys.readouterr().out
+    assert isa.main(["--only", "9"]) == 2
+    assert "problem numbers are 0..5" in capsys.readouterr().err

@@ -1,20 +1,26 @@
-"""Speed of the flydsl-isa backend on small exact-arithmetic problems.
+"""Speed of the flydsl-isa backend (the compiled FlyDSL kernel on the ISA interpreter) on small
+exact-arithmetic problems, on the CPU.
 
-    python scripts/isa_bench.py [--repeat N] [--ops K] [--only 0,4]
+    python -m benchmarks isa [--repeat N] [--ops K] [--only 0,4] [--json PATH]
 
 Prints, per problem: CPU seconds of the call (the minimum over N repeats: process_time, which
 other load on the machine inflates less than wall time, and the minimum least), wall seconds of
 that repeat, instructions executed (all waves), instructions per CPU-second, and CPU seconds per
 query row. The ISA is compiled (cached) and decoded beforehand. With --ops K, also the K opcodes
 of the first problem run that take the most CPU time (thread_time around each instruction, minimum
-over the repeats; the timing itself adds about 1 us per instruction).
+over the repeats; the timing itself adds about 1 us per instruction). A configuration whose ISA is
+not in the cache is compiled first (kernel.flydsl.isa_cache: minutes on a cold cache).
+Exit codes: 0 measured; 2 a bad option or the ISA cannot be built here (no flydsl).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import sys
 import time
+
+from benchmarks.common import add_json, parse, positive, write_json
 
 # many rows of mixed lengths, as the suite draws
 ROWS40 = (3, 100, 17, 250, 0, 64, 128, 31, 90, 200, 5, 7, 300, 12, 44, 80, 150, 16, 20, 1) * 2
@@ -48,17 +54,37 @@ def _problem(h: int, hi: bool, rl: bool, rows: tuple[int, ...]):
     return materialize(r, "cpu")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from kernel.backends.flydsl_isa import flydsl_isa_sparse_mla, get_kernel, last_stats
+def _only(text: str) -> list[int]:
+    try:
+        picked = [int(i) for i in text.split(",") if i.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated problem numbers, got {text!r}") from None
+    if not picked or any(not 0 <= i < len(PROBLEMS) for i in picked):
+        raise argparse.ArgumentTypeError(f"problem numbers are 0..{len(PROBLEMS) - 1}, got {text!r}")
+    return picked
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeat", type=int, default=3, help="calls per problem; the fastest (CPU) is reported")
+
+def main(argv: list[str]) -> int:
+    """The routine (module docstring)."""
+    ap = argparse.ArgumentParser(prog="python -m benchmarks isa", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=positive, default=3, help="calls per problem; the fastest (CPU) is reported")
     ap.add_argument("--ops", type=int, default=0, help="also list the K costliest opcodes of the first selected problem")
-    ap.add_argument("--only", default="", help="comma-separated indices of PROBLEMS to run (default: all)")
-    a = ap.parse_args(argv)
-    chosen = [PROBLEMS[int(i)] for i in a.only.split(",")] if a.only else PROBLEMS
+    ap.add_argument("--only", type=_only, default=None, help=f"comma-separated numbers 0..{len(PROBLEMS) - 1} of the problems to run")
+    add_json(ap)
+    a = parse(ap, argv)
+    if isinstance(a, int):
+        return a
+    from kernel.flydsl.isa_backend import flydsl_isa_sparse_mla, get_kernel, last_stats
+    from kernel.flydsl.isa_cache import IsaBuildError
+
+    chosen = [PROBLEMS[i] for i in a.only] if a.only else PROBLEMS
+    results = []
     for h, hi, rl, rows in chosen:
-        get_kernel(h, hi, rl)
+        try:
+            get_kernel(h, hi, rl)
+        except IsaBuildError as err:
+            print(f"isa: the ISA of H{h} has_invalid={int(hi)} return_lse={int(rl)} cannot be built here: {err}", file=sys.stderr)
+            return 2
         p = _problem(h, hi, rl, rows)
         best = None
         for _ in range(max(1, a.repeat)):
@@ -74,15 +100,18 @@ def main(argv: list[str] | None = None) -> int:
             f"H{h} has_invalid={int(hi)} return_lse={int(rl)} rows {shown}: {dc:.3f} s CPU ({dt:.3f} s wall), "
             f"{n} instructions, {n / dc:,.0f} instructions/CPU-s, {dc / len(rows):.3f} CPU-s/row"
         )
+        results.append({"heads": h, "has_invalid": hi, "return_lse": rl, "rows": list(rows), "cpu_s": dc, "wall_s": dt, "instructions": n})
     if a.ops:
-        _op_table(a.ops, a.repeat, chosen[0])
+        results[0]["opcodes_cpu_s"] = _op_table(a.ops, a.repeat, chosen[0])
+    write_json(a.json, results)
     return 0
 
 
-def _op_table(k: int, repeat: int, problem: tuple) -> None:
+def _op_table(k: int, repeat: int, problem: tuple) -> dict[str, float]:
     """CPU time per opcode on the first problem (the decoded closures, per-wave and batched,
-    wrapped in timers; a batched closure's time is one call for its whole lockstep group)."""
-    from kernel.backends.flydsl_isa import flydsl_isa_sparse_mla, get_kernel
+    wrapped in timers; a batched closure's time is one call for its whole lockstep group),
+    printed; the K costliest returned (opcode -> CPU s)."""
+    from kernel.flydsl.isa_backend import flydsl_isa_sparse_mla, get_kernel
 
     h, hi, rl, rows = problem
     dec = get_kernel(h, hi, rl).decoded
@@ -114,9 +143,7 @@ def _op_table(k: int, repeat: int, problem: tuple) -> None:
     best = {m: min(r.get(m, 0.0) for r in runs) for m in runs[0]}
     total = sum(best.values())
     print(f"\nopcodes of H{h} rows {rows if len(rows) <= 4 else len(rows)} by CPU time (min over {len(runs)} runs; {total:.3f} s in all):")
-    for m, t in sorted(best.items(), key=lambda kv: -kv[1])[:k]:
+    top = sorted(best.items(), key=lambda kv: -kv[1])[:k]
+    for m, t in top:
         print(f"  {m:50s} {t * 1e3:8.1f} ms  {100 * t / total:5.1f} %")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return dict(top)

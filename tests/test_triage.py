@@ -110,7 +110,15 @@ def test_empty_row_not_zero_is_a_contract_violation() -> None:
 
 def test_subjects_name_the_outputs() -> None:
     assert outputs_subject(["lse"]) == "lse outside the bound"
-    assert outputs_subject(["lse", "out"]) == "out and lse outside the bound"
+    assert outputs_subject(["out"]) == outputs_subject(["lse", "out"]) == "out outside the bound"  # out with or without lse: one subject
+
+
+def test_a_precision_failure_groups_with_the_wrong_results_of_its_subject() -> None:
+    from conformance.judging.finding import PRECISION, WRONG_RESULT, Finding, worse
+
+    wrong, precise = Finding(WRONG_RESULT, "out outside the bound", "x 3"), Finding(PRECISION, "out outside the bound", "P")
+    assert wrong.group == precise.group and worse(precise, wrong) == wrong
+    assert Finding(PRECISION, "lse outside the bound").group != precise.group
 
 
 def _bounds(problem: Problem, profile):  # type: ignore[no-untyped-def]

@@ -2,8 +2,11 @@
 
 Every failure the suite reports carries one `Finding`: its `kind` (one of KINDS), its `subject`
 (what broke, a short phrase without numbers, so that failures of one bug compare equal) and its
-`detail` (the numbers: by how much, which step). Failures with the same `group` (kind, subject)
-are shown once in the terminal summary and grouped in the run report.
+`detail` (the numbers: by how much, which step). Failures with the same `group` are shown once
+in the terminal summary and grouped in the run report: the group is (kind, subject), except that
+a wrong result and a precision failure of one subject are one group, shown with the worse kind: a
+defect whose error exceeds every rounding model on some input is not a rounding problem where its
+error happens to be smaller.
 
 Kinds (FINDING_KINDS are findings against the kernel; "profile too tight" is not):
 - "contract violation": a promise that needs no bound is broken (non-finite output, an empty row
@@ -77,8 +80,9 @@ class Finding:
 
     @property
     def group(self) -> tuple[str, str]:
-        """What failures of one bug share: (kind, subject)."""
-        return (self.kind, self.subject)
+        """What failures of one bug share: (kind, subject), a precision failure counted with the
+        wrong results of its subject (the group's kind is its worst member's: `worse`)."""
+        return (WRONG_RESULT if self.kind == PRECISION else self.kind, self.subject)
 
     @property
     def against_kernel(self) -> bool:

@@ -305,7 +305,9 @@ def build_report(data: RunData) -> dict[str, Any]:
         if finding is not None:
             # the kind of a failing example (conformance.judging.finding), counted once per example
             k["failure_kinds"].setdefault(finding.kind, set()).add(index)
-            example_groups.setdefault(finding.group, {"examples": set(), "kernels": set(), "detail": ""})
+            seen = example_groups.setdefault(finding.group, {"examples": set(), "kernels": set(), "detail": "", "finding": finding})
+            if SEVERITY.index(finding.kind) < SEVERITY.index(seen["finding"].kind):
+                seen["finding"] = finding
             example_groups[finding.group]["examples"].add(index)
             example_groups[finding.group]["kernels"].add(kernel)
         mode = str(line.get("mode") or NO_MODE)
@@ -445,10 +447,13 @@ def _findings(
     groups: dict[tuple[str, str], dict[str, Any]] = {}
 
     def group(finding: Finding) -> dict[str, Any]:
-        return groups.setdefault(
+        g = groups.setdefault(
             finding.group,
             {"kind": finding.kind, "subject": finding.subject, "tests": [], "crashes": 0, "examples": 0, "kernels": [], "detail": ""},
         )
+        if SEVERITY.index(finding.kind) < SEVERITY.index(g["kind"]):  # a group shows its worst member's kind and detail
+            g["kind"], g["detail"] = finding.kind, finding.detail
+        return g
 
     for line in failures:
         finding = Finding.from_json_dict(line["finding"])
@@ -464,8 +469,8 @@ def _findings(
         g["detail"] = g["detail"] or str(line.get("caught") or finding.detail)
         if line.get("kernel") and line["kernel"] not in g["kernels"]:
             g["kernels"].append(str(line["kernel"]))
-    for key, found in example_groups.items():
-        g = group(Finding(*key))
+    for found in example_groups.values():
+        g = group(found["finding"])
         g["examples"] += len(found["examples"])
         for kernel in sorted(found["kernels"]):
             if kernel not in g["kernels"]:

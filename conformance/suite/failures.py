@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from conformance.judging.finding import CRASH, HANG, SUITE_ERROR, Finding, carried
+from conformance.judging.finding import SEVERITY, Finding, finding_of
 from conformance.suite import options
 
 PROPERTY = "conformance_failure"
@@ -58,28 +58,10 @@ def quiet_short_summary(reporter: Any, config: pytest.Config) -> None:
     reporter.reportchars = chars.replace("f", "")
 
 
-def finding_for(err: BaseException | None) -> Finding:
-    """The finding a test's exception carries, else one derived from its type."""
-    found = carried(err)
-    if found is not None:
-        return found
-    from conformance.durability.watchdog import KernelHung
-
-    if isinstance(err, KernelHung):
-        return Finding(HANG, "a kernel call did not return", str(err))
-    name = type(err).__name__ if err is not None else "failure"
-    return Finding(SUITE_ERROR, f"{name} raised outside a judgement", _first_line(str(err)))
-
-
-def _first_line(text: str) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line[:200]
-
-
 def describe(nodeid: str, err: BaseException | None, judged: Any, *, kernel: str) -> dict[str, Any]:
     """A failing test's part of the grouped report (plain JSON data): its finding, message lines,
     recipe (when the failure carries one) and its size for picking the smallest recipe."""
-    finding = finding_for(err)
+    finding = finding_of(err)
     text = str(err).strip() if err is not None else ""
     text = text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
     lines = [line for line in text.splitlines() if line.strip()]
@@ -104,14 +86,14 @@ def describe(nodeid: str, err: BaseException | None, judged: Any, *, kernel: str
 
 def crash_info(nodeid: str, line: dict[str, Any], kernel: str) -> dict[str, Any]:
     """The grouped report's part for a test whose worker died (a crash entry's line, conformance.records.crashes)."""
-    error = str(line.get("caught") or line.get("error") or "crashed")
-    hung = "hung" in str(line.get("kind", "")) or "hung" in error
-    finding = Finding(HANG, "a kernel call did not return", error) if hung else Finding(CRASH, "the process running the kernel died", error)
+    from conformance.records.crashes import line_finding
+
+    finding = line_finding(line)
     return {
         "nodeid": nodeid,
         "kernel": kernel,
         "finding": finding.to_json_dict(),
-        "message": error,
+        "message": str(line.get("caught") or finding.detail or finding.subject),
         "lines": [],
         "recipe": None,
         "size": None,
@@ -217,8 +199,12 @@ def print_summary(reporter: Any, config: pytest.Config) -> None:
 
 
 def _print_group(reporter: Any, config: pytest.Config, number: int, members: list[tuple[Any, dict[str, Any]]]) -> None:
-    sized = [m for m in members if m[1].get("size")]
-    report, info = min(sized, key=lambda m: m[1]["size"]) if sized else members[0]
+    """One distinct failure: the headline of its worst member (conformance.judging.finding.SEVERITY),
+    shown on the smallest recipe of that kind."""
+    worst = min(SEVERITY.index(m[1]["finding"]["kind"]) for m in members)
+    shown = [m for m in members if SEVERITY.index(m[1]["finding"]["kind"]) == worst]
+    sized = [m for m in shown if m[1].get("size")]
+    report, info = min(sized, key=lambda m: m[1]["size"]) if sized else shown[0]
     finding = Finding.from_json_dict(info["finding"])
     write = reporter.write_line
     write(f"[{number}] {finding.headline}", red=True, bold=True)
@@ -228,6 +214,10 @@ def _print_group(reporter: Any, config: pytest.Config, number: int, members: lis
         by_test[name] = by_test.get(name, 0) + 1
     counted = ", ".join(f"{name} x{n}" if n > 1 else name for name, n in sorted(by_test.items()))
     write(f"    {len(members)} failing test{'s' if len(members) != 1 else ''} ({counted}); the smallest recipe: {report.nodeid}")
+    milder = sorted({m[1]["finding"]["kind"] for m in members} - {finding.kind})
+    for kind in milder:
+        n = sum(1 for m in members if m[1]["finding"]["kind"] == kind)
+        write(f"    {n} of these judged {kind}: the same subject, inside the coarsest rounding model on their recipes")
     for line in info.get("lines", [])[:MAX_LINES]:
         write(f"    | {line[:300]}")
     if info.get("recipe") is not None:

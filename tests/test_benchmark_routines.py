@@ -80,3 +80,26 @@ def test_isa_speed_of_one_problem(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "instructions/CPU-s" in capsys.readouterr().out
     assert isa.main(["--only", "9"]) == 2
     assert "problem numbers are 0..5" in capsys.readouterr().err
+
+
+def test_gather_ways_on_the_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import gather
+
+    path = tmp_path / "gather.json"
+    args = ["--device", "cpu", "--n-q", "2,4", "--keys", "32", "--cache-rows", "1024", "--iters", "2", "--json", str(path)]
+    assert gather.main(args) == 0
+    data = json.loads(path.read_text())
+    assert [(r["way"], r["n_q"]) for r in data["results"]] == [(w, n) for n in (2, 4) for w in ("bf16", "int32", "int64")]
+    assert all(r["same_bits"] and r["median_ms"] > 0 for r in data["results"])
+    assert data["results"][0]["bytes_moved"] == 2 * 2 * 32 * 576 * 2
+    capsys.readouterr()
+
+
+def test_gather_names_a_way_whose_bits_differ(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import gather
+
+    monkeypatch.setattr(gather.bf16_key_decode, "available", lambda device: "broken")
+    monkeypatch.setattr(gather.bf16_key_decode, "launch", lambda cache, idx, keys, variant: keys.zero_())
+    assert gather.main(["--device", "cpu", "--n-q", "2", "--keys", "16", "--cache-rows", "256", "--iters", "1"]) == 1
+    fused = [line for line in capsys.readouterr().out.splitlines() if line.startswith("fused ")]
+    assert len(fused) == 1 and fused[0].endswith("False")

@@ -45,7 +45,7 @@ def test_recorded_flashmla_output_conforms_and_old_profile_is_class_2(key: str) 
         assert RUNG_OF[entry] != LADDER[0].name
         return
     result = triage(problem, out, lse, old, judgement)
-    assert result.klass == PROFILE and result.rungs == (RUNG_OF[entry],), result
+    assert result.finding.kind == PROFILE and result.rungs == (RUNG_OF[entry],), result
 
 
 def test_recording_is_present() -> None:

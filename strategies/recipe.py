@@ -140,20 +140,6 @@ class Recipe:
         return float(self.softmax_scale)
 
     @property
-    def is_exact(self) -> bool:
-        """True for an exact-arithmetic recipe (see the module docstring)."""
-        return (
-            self.q == "exact"
-            and self.latent == "exact"
-            and self.rope == "exact"
-            and self.softmax_scale == "exact"
-            and self.writer in ("pow2", "pow2-floor")
-            and all(length <= EXACT_MAX_ROW for length in self.row_lengths)
-            and not self.corruptions
-            and self.q_layout != "overlapping_heads"  # overlapping heads mix their q vectors
-        )
-
-    @property
     def total_keys(self) -> int:
         """Sum of positive row lengths (key slots the kernel reads)."""
         return sum(max(length, 0) for length in self.row_lengths)

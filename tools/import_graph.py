@@ -4,10 +4,16 @@ Reads every module of the four packages and of the developer front ends (benchma
 with `ast` (imports inside functions count too: a lazy import is still a dependency) and checks:
 - no import cycle between modules;
 - layering: kernel -> oracle / strategies -> conformance core -> front ends; a module imports
-  only its own layer or lower ones (kernel.registry, the catalogue of backends, may import
-  kernel.backends; nothing in kernel imports kernel.registry except conformance and tests);
-- the data package (strategies) imports no kernel code (kernel.backend, kernel.registry,
-  kernel.backends, kernel.isa): it builds tensors, the harness calls the kernel;
+  only its own layer or lower ones;
+- kernel by role: the base (the contract and codec: kernel, kernel.contract, record, fp8,
+  backend, fastpath, cuda_binary, engines, writers, ...) imports no kernel family and not the
+  catalogue; a family (kernel.emulated, kernel.peers, kernel.flydsl, kernel.isa) imports the base
+  and itself only, except kernel.flydsl -> kernel.isa (its checks read the assembly, its backend
+  launches it); so kernel.isa, the interpreter, imports no other family (it builds nothing); the
+  catalogue (kernel.registry) is the one module that imports the families, and nothing in kernel
+  imports it (conformance and tests do);
+- oracle and strategies import the kernel base only: the data package builds tensors and the
+  oracle computes the reference, the harness calls the kernel;
 - the core imports no front end (conformance.suite, conformance.cli, conformance.mutation, and the
   developer front ends benchmarks and tools, which nothing else imports), and front ends do not
   import each other, with one allowed edge: the command line (conformance.cli) runs the mutation
@@ -38,6 +44,9 @@ FRONT_ENDS = ("conformance.suite", "conformance.cli", "conformance.mutation", "b
 ENTRY_POINTS = {"conformance.__main__"}
 ALLOWED_FRONT_END_EDGES = {("conformance.cli", "conformance.mutation")}
 LAYER = {"kernel": 0, "oracle": 1, "strategies": 1, "conformance": 2, "benchmarks": 3, "tools": 3}
+KERNEL_FAMILIES = ("kernel.emulated", "kernel.peers", "kernel.flydsl", "kernel.isa")
+FAMILY_EDGES = {("kernel.flydsl", "kernel.isa")}
+CATALOGUE = "kernel.registry"
 CORE_RANK = {
     "conformance.durability": 0,
     "conformance.judging": 1,
@@ -103,9 +112,31 @@ def _is_front_end(name: str) -> str | None:
     return next((f for f in FRONT_ENDS if name == f or name.startswith(f + ".")), None)
 
 
-def _is_kernel_code(name: str) -> bool:
-    """A module holding or naming kernels: the Backend type, the registry, any backend."""
-    return name in ("kernel.backend", "kernel.registry") or name.startswith(("kernel.backends", "kernel.isa"))
+def kernel_family(name: str) -> str | None:
+    """The kernel family of `name` (KERNEL_FAMILIES), or None."""
+    return next((f for f in KERNEL_FAMILIES if name == f or name.startswith(f + ".")), None)
+
+
+def is_kernel_base(name: str) -> bool:
+    """A module of kernel that is neither in a family nor the catalogue."""
+    return (name == "kernel" or name.startswith("kernel.")) and name != CATALOGUE and kernel_family(name) is None
+
+
+def _kernel_rule(source: str, target: str) -> str | None:
+    """The kernel-by-role rule the edge breaks (module docstring), or None."""
+    if not (target == "kernel" or target.startswith("kernel.")) or is_kernel_base(target):
+        return None
+    what = "the catalogue" if target == CATALOGUE else f"the family {kernel_family(target)}"
+    if source.startswith(("oracle.", "strategies.")) or source in ("oracle", "strategies"):
+        return f"{source} imports {target} ({what}; {source.split('.')[0]} imports the kernel base only)"
+    if is_kernel_base(source):
+        return f"{source} imports {target} (the kernel base imports no family and not the catalogue)"
+    family = kernel_family(source)
+    if family is not None and target == CATALOGUE:
+        return f"{source} imports {target} (only conformance and tests import the catalogue)"
+    if family is not None and kernel_family(target) != family and (family, kernel_family(target)) not in FAMILY_EDGES:
+        return f"{source} imports {target} (a kernel family imports the base and itself only)"
+    return None
 
 
 def _parent_packages(name: str) -> set[str]:
@@ -129,10 +160,9 @@ def problems(edges: dict[str, set[str]]) -> list[str]:
             source_core, target_core = core_rank(source), core_rank(target)
             if source_core and target_core and source_core[1] < target_core[1]:
                 found.append(f"{source} ({source_core[0]}) imports the higher core package {target}")
-            if target == "kernel.registry" and source.startswith("kernel."):
-                found.append(f"{source} imports kernel.registry (only the catalogue imports backends)")
-            if source.startswith("strategies.") and _is_kernel_code(target):
-                found.append(f"{source} imports {target} (the data package builds tensors; it never holds or calls a kernel)")
+            broken = _kernel_rule(source, target)
+            if broken:
+                found.append(broken)
     found += [f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(edges)]
     return found
 
@@ -176,13 +206,15 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def group_of(name: str) -> str:
     if name in ENTRY_POINTS:
         return "conformance.cli"
-    if name == "kernel.registry":
+    if name == CATALOGUE:
         return name
     front = _is_front_end(name)
     if front:
         return front
-    if name.startswith("kernel.backends") or name.startswith("kernel.isa"):
-        return ".".join(name.split(".")[:2])
+    if kernel_family(name):
+        return kernel_family(name)  # type: ignore[return-value]
+    if is_kernel_base(name):
+        return "kernel (base)"
     core = core_rank(name)
     if core:
         return core[0]
@@ -210,8 +242,8 @@ def draw(edges: dict[str, set[str]], path: Path) -> None:
         ["conformance.judging"],
         ["conformance.durability"],
         ["oracle", "strategies", "kernel.registry"],
-        ["kernel.backends", "kernel.isa"],
-        ["kernel"],
+        ["kernel.emulated", "kernel.peers", "kernel.flydsl", "kernel.isa"],
+        ["kernel (base)"],
     ]
     pos = {}
     for r, row in enumerate(rows):

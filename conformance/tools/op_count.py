@@ -1,6 +1,7 @@
 """Counting the torch ops of one call: aten ops by name (on a GPU about one kernel launch each)
-and host synchronisations (ops that read device data back to the host). Used by
-scripts/speed21_ops.py (per-call cost) and by the tests that hold the references' host reads."""
+and host synchronisations (ops that read device data back to the host). Used by the benchmarks
+that count a call's cost (`python -m benchmarks per_call`, `campaign_stages --ops`) and by the tests
+that hold the references' host reads."""
 
 from __future__ import annotations
 

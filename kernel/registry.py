@@ -1,8 +1,10 @@
 """Backend catalogue: `resolve(spec)` turns a kernel spec into a `Backend` with the contract.
 
 A kernel spec is one of:
-- a built-in name, one of BUILTINS (the table below: name, the module and factory that build it,
-  a one-line description); `builtin_lines()` lists them for help texts;
+- a built-in name, one of BUILTINS (the table below: name, the module and factory or peer adapter
+  that build it, a one-line description, its place in the bench's default list); `builtin_lines()`
+  lists them for help texts, `adapter(name)` gives a peer's adapter, `bench_kernels()` the
+  bench's default kernels;
 - `isa:PATH.s:SPEC.toml` (or `isa:@CONFIG:SPEC.toml`): a compiled gfx950 kernel on the ISA
   interpreter (kernel.isa.contract_spec);
 - `package.module:attr`: the attribute `attr` of an importable module;
@@ -45,41 +47,57 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from kernel.backend import Backend, BackendUnavailable, gfx950_available
 from kernel.contract import MAX_HEADS
 
+if TYPE_CHECKING:
+    from kernel.peers.protocol import PeerAdapter
+
 
 @dataclass(frozen=True)
 class BuiltinKernel:
-    """One built-in kernel: its spec name, the module and zero-argument factory that build its
-    Backend (raising BackendUnavailable with the reason where it cannot run), a one-line description."""
+    """One built-in kernel: its spec name, the module that builds its Backend, a one-line
+    description; `factory`: the module's zero-argument function returning the Backend, or
+    `adapter`: the module's PeerAdapter (kernel.peers.protocol), built by backend_from_adapter
+    (either raises BackendUnavailable with the reason where it cannot run); `bench_order`: its
+    place in `python -m conformance bench`'s default list (None: not in it)."""
 
     name: str
     module: str
-    factory: str
     description: str
+    factory: str = ""
+    adapter: str = ""
+    bench_order: int | None = None
 
 
 BUILTINS: dict[str, BuiltinKernel] = {
     k.name: k
     for k in (
-        BuiltinKernel("emulated", "kernel.emulated.gfx950", "emulated_backend", "the gfx950 kernel's algorithm in torch (any device)"),
-        BuiltinKernel("flydsl", "kernel.flydsl.host", "flydsl_backend", "the project's FlyDSL gfx950 kernel (MI355X only)"),
         BuiltinKernel(
-            "flydsl-isa", "kernel.flydsl.isa_backend", "flydsl_isa_backend", "the compiled FlyDSL kernel on the ISA interpreter (CPU)"
+            "emulated", "kernel.emulated.gfx950", "the gfx950 kernel's algorithm in torch (any device)", "emulated_backend", bench_order=4
         ),
-        BuiltinKernel("flashmla", "kernel.peers.flashmla", "flashmla_backend", "FlashMLA's sparse fp8 decode (sgl-flash-mla, SM90)"),
+        BuiltinKernel("flydsl", "kernel.flydsl.host", "the project's FlyDSL gfx950 kernel (MI355X only)", "flydsl_backend"),
+        BuiltinKernel(
+            "flydsl-isa", "kernel.flydsl.isa_backend", "the compiled FlyDSL kernel on the ISA interpreter (CPU)", "flydsl_isa_backend"
+        ),
+        BuiltinKernel(
+            "flashmla", "kernel.peers.flashmla", "FlashMLA's sparse fp8 decode (sgl-flash-mla, SM90)", adapter="ADAPTER", bench_order=1
+        ),
         BuiltinKernel(
             "flashmla-prefill",
             "kernel.peers.flashmla_prefill",
-            "flashmla_prefill_backend",
             "FlashMLA's sparse prefill over bf16 keys (sgl-flash-mla, SM90)",
+            adapter="ADAPTER",
+            bench_order=2,
         ),
-        BuiltinKernel("torch-sdpa", "kernel.peers.torch_sdpa", "torch_sdpa_backend", "PyTorch's fused SDPA kernels over dequantised keys"),
-        BuiltinKernel("sglang-decode", "kernel.peers.sglang_decode", "sglang_decode_backend", "sglang's Triton MLA decode (CUDA)"),
-        BuiltinKernel("vllm-decode", "kernel.peers.vllm_decode", "vllm_decode_backend", "vLLM's Triton MLA decode (CUDA)"),
-        BuiltinKernel("vllm-sparse", "kernel.peers.vllm_sparse", "vllm_sparse_backend", "vLLM's Triton bf16 sparse MLA (CUDA)"),
+        BuiltinKernel(
+            "torch-sdpa", "kernel.peers.torch_sdpa", "PyTorch's fused SDPA kernels over dequantised keys", adapter="ADAPTER", bench_order=3
+        ),
+        BuiltinKernel("sglang-decode", "kernel.peers.sglang_decode", "sglang's Triton MLA decode (CUDA)", adapter="ADAPTER"),
+        BuiltinKernel("vllm-decode", "kernel.peers.vllm_decode", "vLLM's Triton MLA decode (CUDA)", adapter="ADAPTER"),
+        BuiltinKernel("vllm-sparse", "kernel.peers.vllm_sparse", "vLLM's Triton bf16 sparse MLA (CUDA)", adapter="ADAPTER"),
     )
 }
 BUILTIN_NAMES: tuple[str, ...] = tuple(BUILTINS)
@@ -267,7 +285,12 @@ def resolve(name: str) -> Backend:
     (conformance.judging.target.build_target)."""
     builtin = BUILTINS.get(name)
     if builtin is not None:
-        return getattr(importlib.import_module(builtin.module), builtin.factory)()
+        module = importlib.import_module(builtin.module)
+        if builtin.adapter:
+            from kernel.peers.protocol import backend_from_adapter
+
+            return backend_from_adapter(getattr(module, builtin.adapter))
+        return getattr(module, builtin.factory)()
     if name.startswith(ISA_PREFIX):
         from kernel.isa.contract_spec import isa_contract_backend
 
@@ -277,6 +300,21 @@ def resolve(name: str) -> Backend:
     if ":" in name:
         return _resolve_module(name)
     raise BackendUnavailable(unknown_kernel_message(name))
+
+
+def adapter(name: str) -> PeerAdapter | None:
+    """The PeerAdapter of built-in kernel `name` (kernel.peers.protocol), None for a kernel that
+    is not an adapter to another project's kernel (or not a built-in name)."""
+    builtin = BUILTINS.get(name)
+    if builtin is None or not builtin.adapter:
+        return None
+    return getattr(importlib.import_module(builtin.module), builtin.adapter)
+
+
+def bench_kernels() -> tuple[str, ...]:
+    """The built-in kernels of the bench's default list, in their bench_order."""
+    listed = [k for k in BUILTINS.values() if k.bench_order is not None]
+    return tuple(k.name for k in sorted(listed, key=lambda k: k.bench_order or 0))
 
 
 def default_kernel_name() -> str:
@@ -366,6 +404,8 @@ __all__ = [
     "BUILTINS",
     "BUILTIN_NAMES",
     "BuiltinKernel",
+    "adapter",
+    "bench_kernels",
     "builtin_lines",
     "default_kernel_name",
     "file_module_name",

@@ -7,6 +7,7 @@ import math
 import torch
 
 from conformance.tools import bench
+from kernel import registry
 
 
 def test_fp64_peak_and_limits_for_an_h200() -> None:
@@ -20,9 +21,17 @@ def test_fp64_peak_and_limits_for_an_h200() -> None:
     assert bench.limits_ms(1, 1, 1, None, None) == (None, None)
 
 
-def test_default_list_holds_every_peer_and_bare_rows_are_declared() -> None:
-    assert set(bench.DEFAULT_KERNELS) >= {"flashmla", "flashmla-prefill", "torch-sdpa", "emulated", "oracle"}
-    assert set(bench.BARE_ROWS) == {"flashmla", "flashmla-prefill", "torch-sdpa"}
+def test_default_list_comes_from_the_catalogue_and_every_peer_declares_a_bare_row() -> None:
+    assert bench.DEFAULT_KERNELS == ("flashmla", "flashmla-prefill", "torch-sdpa", "emulated", "oracle")
+    peers = [name for name in registry.BUILTIN_NAMES if registry.adapter(name) is not None]
+    assert peers == ["flashmla", "flashmla-prefill", "torch-sdpa", "sglang-decode", "vllm-decode", "vllm-sparse"]
+    ids = {}
+    for name in peers:
+        bare = registry.adapter(name).declaration.bare  # type: ignore[union-attr]
+        assert bare is not None and bare.suffix.startswith(":") and bare.label and bare.note, name
+        ids[name] = name + bare.suffix
+    assert ids["flashmla"] == "flashmla:h64-kernel" and ids["flashmla-prefill"] == "flashmla-prefill:h64-kernel"
+    assert ids["torch-sdpa"] == "torch-sdpa:bare-kernel"
 
 
 def test_cpu_report_has_limit_fields() -> None:

@@ -5,16 +5,18 @@ the torch-sdpa adapter's fused key decode (kernel.peers.bf16_key_decode) gives t
 from __future__ import annotations
 
 import gc
+import types
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernel.peers import bf16_key_decode
+from kernel.peers import bf16_key_decode, flashmla_prefill, torch_sdpa
 from kernel.peers.dequant_cache import DequantCache, dequantise_whole
-from kernel.peers.flashmla_prefill import prepare_prefill
+from kernel.peers.flashmla import FlashMLAEngine
+from kernel.peers.keys import KeptKeys
 from kernel.peers.plumbing import LayoutCache
-from kernel.peers.torch_sdpa import run_torch_sdpa, torch_sdpa_backend
+from kernel.peers.protocol import backend_from_adapter, run_peer
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 
@@ -50,6 +52,17 @@ def _problem(recipe: Recipe):  # type: ignore[no-untyped-def]
     return p, (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
 
 
+def run_torch_sdpa(*args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return run_peer(torch_sdpa.ADAPTER, *args, **kwargs)  # type: ignore[arg-type]
+
+
+def prepare_prefill(*args: object, dequant_cache: DequantCache | None = None) -> flashmla_prefill.PrefillCall:
+    """The sparse prefill's inputs as its adapter builds them (a module it never calls: prepare builds inputs only)."""
+    engine = FlashMLAEngine(types.ModuleType("flash_mla"))
+    state = flashmla_prefill.PrefillState(dequant=dequant_cache)
+    return flashmla_prefill.ADAPTER.prepare(engine, state, *args, has_invalid=False, out=None)  # type: ignore[arg-type]
+
+
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view({4: torch.int32, 2: torch.int16}[t.element_size()])
 
@@ -76,7 +89,7 @@ def test_sdpa_whole_cache_same_bits(recipe: Recipe) -> None:
     base_out, base_lse = run_torch_sdpa(*args, has_invalid=p.has_invalid, return_lse=True)
     cache = DequantCache()
     for _ in range(2):  # the first call may decline (more rows than slots), the second builds
-        out, lse = run_torch_sdpa(*args, has_invalid=p.has_invalid, return_lse=True, dequant_cache=cache, layout_cache=LayoutCache())
+        out, lse = run_torch_sdpa(*args, has_invalid=p.has_invalid, return_lse=True, state=KeptKeys(cache, LayoutCache()))
         assert torch.equal(_bits(out), _bits(base_out)) and torch.equal(_bits(lse), _bits(base_lse))
     assert cache.builds == 1
 
@@ -131,7 +144,7 @@ def test_whole_cache_rows_match_the_per_record_dequantisation() -> None:
 
 def test_written_cache_is_dequantised_again() -> None:
     p, args = _problem(RECIPES[1])
-    backend = torch_sdpa_backend()
+    backend = backend_from_adapter(torch_sdpa.ADAPTER)
     backend(*args, has_invalid=p.has_invalid, return_lse=True)
     backend(*args, has_invalid=p.has_invalid, return_lse=True)  # kept now
     p.kv_cache.view(-1, 656)[:, 528:540] = 0x3C  # rope of every record changed in place
@@ -159,7 +172,7 @@ def test_cache_policy() -> None:
 
 def test_sdpa_call_has_no_host_sync() -> None:
     p, args = _problem(RECIPES[0])
-    backend = torch_sdpa_backend()
+    backend = backend_from_adapter(torch_sdpa.ADAPTER)
     for _ in range(2):
         backend(*args, return_lse=True)
     for fresh in (False, True):

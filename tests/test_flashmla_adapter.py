@@ -24,6 +24,7 @@ from conformance.judging.harness import call_kernel
 from kernel.contract import ContractError
 from kernel.fp8 import decode_e4m3
 from kernel.peers import flashmla, plumbing
+from kernel.peers.protocol import backend_from_adapter, run_peer
 from kernel.record import LATENT_DIM, RECORD_BYTES, decode_records, encode_records
 from kernel.registry import BackendUnavailable, resolve
 from oracle.reference import reference
@@ -282,6 +283,14 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeFlashMLA:
     return module
 
 
+def run_flashmla(*args: Any, module: Any = None, padded_heads: int = 64, page_block_size: int = 1, **kwargs: Any) -> Any:
+    """The adapter's contract call (kernel.peers.protocol.run_peer) on `module` (default: the
+    `flash_mla` in sys.modules, the fake in these tests), everything built per call."""
+    adapter = flashmla.FlashMLAAdapter(padded_heads=padded_heads, page_block_size=page_block_size)
+    engine = flashmla.FlashMLAEngine(sys.modules["flash_mla"] if module is None else module)
+    return run_peer(adapter, *args, engine=engine, **kwargs)
+
+
 def make_problem(
     lengths: list[int], heads: int, *, seed: int = 0, rows: int = 300, negative_every: int = 0, q_pad: tuple[int, int] = (0, 0)
 ) -> dict[str, Any]:
@@ -322,7 +331,7 @@ def test_adapter_pads_heads_and_maps_outputs(fake: FakeFlashMLA, heads: int) -> 
     p = make_problem([max(x, 0) for x in lengths], heads, seed=heads, q_pad=(3, 5))
     p["indptr"][7] = p["indptr"][6] - 2  # a negative length row
     p["indptr"][8] = p["indptr"][7] + 5
-    out, lse = flashmla.run_flashmla(**p, softmax_scale=0.07, return_lse=True)
+    out, lse = run_flashmla(**p, softmax_scale=0.07, return_lse=True)
     assert len(fake.calls) == 1
     call = fake.calls[0]
     assert call["q"].shape == (8, 1, 64, 576)
@@ -341,7 +350,7 @@ def test_adapter_pads_heads_and_maps_outputs(fake: FakeFlashMLA, heads: int) -> 
 def test_adapter_has_invalid_sends_only_minus_one(fake: FakeFlashMLA) -> None:
     p = make_problem([10, 65, 3, 64, 1], 4, seed=3, negative_every=3)
     p["indices"][int(p["indptr"][4])] = -8  # the last row's only entry
-    out, lse = flashmla.run_flashmla(**p, softmax_scale=0.05, has_invalid=True, return_lse=True)
+    out, lse = run_flashmla(**p, softmax_scale=0.05, has_invalid=True, return_lse=True)
     sent = fake.calls[0]["indices"]
     assert int(sent.min()) == -1 and bool(((sent >= 0) | (sent == -1)).all())
     assert lse is not None and bool(torch.isneginf(lse[4]).all())  # row of one entry, which is -1
@@ -352,7 +361,7 @@ def test_adapter_fills_strided_out_and_skips_lse(fake: FakeFlashMLA) -> None:
     p = make_problem([70, 0, 3], 2, seed=4)
     storage = torch.full((3 * (2 * 520 + 9),), float("nan"), dtype=torch.bfloat16)
     out = storage.as_strided((3, 2, 512), (2 * 520 + 9, 520, 1))
-    got, lse = flashmla.run_flashmla(**p, softmax_scale=0.1, out=out)
+    got, lse = run_flashmla(**p, softmax_scale=0.1, out=out)
     assert got is out and lse is None
     assert not bool(torch.isnan(out).any()) and not bool(out[1].any())
     assert_matches_reference(p, out, None, 0.1, has_invalid=False)
@@ -363,7 +372,7 @@ def test_adapter_fills_strided_out_and_skips_lse(fake: FakeFlashMLA) -> None:
 @pytest.mark.parametrize("scale", [-0.08, 0.0])
 def test_adapter_non_positive_scale_is_exact_rewrite(fake: FakeFlashMLA, scale: float) -> None:
     p = make_problem([5, 64, 0], 3, seed=6)
-    out, lse = flashmla.run_flashmla(**p, softmax_scale=scale, return_lse=True)
+    out, lse = run_flashmla(**p, softmax_scale=scale, return_lse=True)
     call = fake.calls[0]
     assert call["softmax_scale"] > 0
     if scale < 0:
@@ -377,10 +386,10 @@ def test_adapter_non_positive_scale_is_exact_rewrite(fake: FakeFlashMLA, scale: 
 def test_adapter_validates_and_handles_no_rows(fake: FakeFlashMLA) -> None:
     p = make_problem([3], 1)
     with pytest.raises(ContractError):
-        flashmla.run_flashmla(p["q"].expand(1, 17, 576), p["kv_cache"], p["indices"], p["indptr"], 0.1)
+        run_flashmla(p["q"].expand(1, 17, 576), p["kv_cache"], p["indices"], p["indptr"], 0.1)
     with pytest.raises(ContractError):
-        flashmla.run_flashmla(p["q"], p["kv_cache"], p["indices"].to(torch.int64), p["indptr"], 0.1)
-    out, lse = flashmla.run_flashmla(
+        run_flashmla(p["q"], p["kv_cache"], p["indices"].to(torch.int64), p["indptr"], 0.1)
+    out, lse = run_flashmla(
         torch.zeros(0, 2, 576, dtype=torch.bfloat16), p["kv_cache"], p["indices"], torch.zeros(1, dtype=torch.int32), 0.1, return_lse=True
     )
     assert out.shape == (0, 2, 512) and lse is not None and lse.shape == (0, 2)
@@ -389,17 +398,17 @@ def test_adapter_validates_and_handles_no_rows(fake: FakeFlashMLA) -> None:
 
 def test_adapter_page_block_64_and_128_heads(fake: FakeFlashMLA) -> None:
     p = make_problem([70, 2], 5, seed=8, rows=256)
-    out1, lse1 = flashmla.run_flashmla(**p, softmax_scale=0.06, return_lse=True, page_block_size=64, padded_heads=128)
+    out1, lse1 = run_flashmla(**p, softmax_scale=0.06, return_lse=True, page_block_size=64, padded_heads=128)
     call = fake.calls[0]
     assert tuple(call["k_cache"].shape) == (4, 64, 1, RECORD_BYTES) and call["q"].shape[2] == 128
-    out2, lse2 = flashmla.run_flashmla(**p, softmax_scale=0.06, return_lse=True)
+    out2, lse2 = run_flashmla(**p, softmax_scale=0.06, return_lse=True)
     assert tuple(fake.calls[1]["k_cache"].shape) == (256, 1, 1, RECORD_BYTES)
     assert torch.equal(out1, out2) and torch.equal(lse1, lse2)
 
 
 def test_backend_with_fake_module(fake: FakeFlashMLA, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(flashmla, "device_reason", lambda device=None: "")
-    backend = flashmla.flashmla_backend()
+    backend = backend_from_adapter(flashmla.ADAPTER)
     assert backend.name == "flashmla" and backend.profile == "bf16-q-bf16-p"
     assert backend.devices == ("cuda",) and backend.max_heads == 16 and backend.accepts_out
     assert not backend.bounded_index_reads and backend.limits
@@ -571,9 +580,7 @@ def _variant(row: dict[str, Any], key: str, fn: Any) -> None:
 
 def _shape_with_block_64(problem: Any, module: Any) -> str:
     args = (problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale)
-    return str(
-        tuple(flashmla.run_flashmla(*args, has_invalid=problem.has_invalid, return_lse=True, page_block_size=64, module=module)[0].shape)
-    )
+    return str(tuple(run_flashmla(*args, has_invalid=problem.has_invalid, return_lse=True, page_block_size=64, module=module)[0].shape))
 
 
 def _invariance_checks(row: dict[str, Any], backend: Any, module: Any, problem: Any, out: torch.Tensor, lse: torch.Tensor) -> None:
@@ -586,11 +593,11 @@ def _invariance_checks(row: dict[str, Any], backend: Any, module: Any, problem: 
         return bool(torch.equal(out, out2) and lse2 is not None and torch.equal(lse.nan_to_num(), lse2.nan_to_num()))
 
     def block64() -> bool:
-        out64, lse64 = flashmla.run_flashmla(*args, has_invalid=problem.has_invalid, return_lse=True, page_block_size=64, module=module)
+        out64, lse64 = run_flashmla(*args, has_invalid=problem.has_invalid, return_lse=True, page_block_size=64, module=module)
         return bool(torch.equal(out, out64) and lse64 is not None and torch.equal(lse.nan_to_num(), lse64.nan_to_num()))
 
     def heads128() -> float:
-        out128, _ = flashmla.run_flashmla(*args, has_invalid=problem.has_invalid, return_lse=True, padded_heads=128, module=module)
+        out128, _ = run_flashmla(*args, has_invalid=problem.has_invalid, return_lse=True, padded_heads=128, module=module)
         return float((out128.float() - out.float()).abs().nan_to_num(nan=float("inf")).max()) if out.numel() else 0.0
 
     _variant(row, "deterministic", again)
@@ -715,7 +722,7 @@ def test_smoke_path_with_fake_kernel(fake: FakeFlashMLA, monkeypatch: pytest.Mon
     """The smoke harness itself, on the CPU with the fake kernel (exact f64 rounded once to bf16),
     which must sit inside the bound on small cases."""
     monkeypatch.setattr(flashmla, "device_reason", lambda device=None: "")
-    backend = flashmla.flashmla_backend()
+    backend = backend_from_adapter(flashmla.ADAPTER)
     cases = [
         (n, dict(f, cache_rows=1024))
         for n, f in smoke_recipes()
@@ -785,7 +792,7 @@ def test_sync_free_width_covers_every_row_and_gives_up_on_long_streams() -> None
 
 def test_backend_reuses_scheduler_metadata_per_shape(fake: FakeFlashMLA, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(flashmla, "device_reason", lambda device=None: "")
-    backend = flashmla.flashmla_backend()
+    backend = backend_from_adapter(flashmla.ADAPTER)
     a = make_problem([5, 70], 3, seed=1)
     b = make_problem([5, 70], 3, seed=2)  # same shapes, other data
     c = make_problem([5, 70, 9], 3, seed=3)  # another batch size
@@ -794,6 +801,11 @@ def test_backend_reuses_scheduler_metadata_per_shape(fake: FakeFlashMLA, monkeyp
     scheds = [call["sched"] for call in fake.calls]
     assert scheds[0] is scheds[1] is scheds[3] and scheds[2] is not scheds[0]
     cache = flashmla.SchedCache(fake, capacity=1)
-    first = cache.get(flashmla.prepare_call(**a, softmax_scale=0.05))
-    cache.get(flashmla.prepare_call(**c, softmax_scale=0.05))
-    assert cache.get(flashmla.prepare_call(**a, softmax_scale=0.05)) is not first  # evicted
+    engine = flashmla.FlashMLAEngine(fake)
+
+    def prepared(p: dict[str, Any]) -> flashmla.FlashMLACall:
+        return flashmla.ADAPTER.prepare(engine, None, **p, softmax_scale=0.05, has_invalid=False, out=None)
+
+    first = cache.get(prepared(a))
+    cache.get(prepared(c))
+    assert cache.get(prepared(a)) is not first  # evicted

@@ -47,7 +47,14 @@ def test_every_builtin_has_its_factory_and_one_line_description() -> None:
     for name, entry in BUILTINS.items():
         assert entry.name == name and entry.description and "\n" not in entry.description
         module = importlib.import_module(entry.module)
-        assert callable(getattr(module, entry.factory)), name
+        assert bool(entry.factory) != bool(entry.adapter), f"{name}: a factory or an adapter, not both"
+        if entry.adapter:
+            adapter = getattr(module, entry.adapter)
+            assert registry.adapter(name) is adapter and adapter.declaration.name == name, name
+            assert all(callable(getattr(adapter, step)) for step in ("load", "new_state", "support", "prepare")), name
+        else:
+            assert callable(getattr(module, entry.factory)), name
+            assert registry.adapter(name) is None
         assert getattr(module, "NAME", name) == name, f"{entry.module}.NAME differs from the table's {name!r}"
     lines = registry.builtin_lines()
     assert [line.split()[0] for line in lines] == list(BUILTIN_NAMES)

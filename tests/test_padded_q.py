@@ -13,17 +13,21 @@ import torch
 from conformance.tools.op_count import HOST_ONLY_OPS
 from kernel.peers import flashmla, flashmla_prefill
 from kernel.peers.plumbing import PaddedQ, pad_heads
+from kernel.peers.protocol import backend_from_adapter, run_peer
 from tests.test_flashmla_adapter import FakeFlashMLA
 from tests.test_flashmla_adapter import make_problem as make_decode_problem
 from tests.test_peer_adapters import FakePrefill, _bits, _Ops, make_problem
 
 
 def _decode(p: dict[str, Any], scale: float, module: FakeFlashMLA, padded_q: PaddedQ | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    return flashmla.run_flashmla(**p, softmax_scale=scale, return_lse=True, module=module, padded_q=padded_q)
+    state = flashmla.FlashMLAState(padded_q=padded_q)
+    return run_peer(flashmla.ADAPTER, **p, softmax_scale=scale, return_lse=True, engine=flashmla.FlashMLAEngine(module), state=state)
 
 
 def _prefill(p: dict[str, Any], scale: float, module: FakePrefill, padded_q: PaddedQ | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    return flashmla_prefill.run_flashmla_prefill(**p, softmax_scale=scale, return_lse=True, module=module, padded_q=padded_q)
+    state = flashmla_prefill.PrefillState(padded_q=padded_q)
+    engine = flashmla.FlashMLAEngine(module)  # type: ignore[arg-type]
+    return run_peer(flashmla_prefill.ADAPTER, **p, softmax_scale=scale, return_lse=True, engine=engine, state=state)
 
 
 ADAPTERS: dict[str, tuple[Callable[..., Any], Callable[[], Any], Callable[..., dict[str, Any]]]] = {
@@ -79,7 +83,7 @@ def test_both_backends_keep_a_padded_q(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, "flash_mla", fake)
         monkeypatch.setattr(flashmla, "device_reason", lambda device=None: "")
         monkeypatch.setattr(flashmla_prefill, "device_reason", lambda device=None: "")
-        backend = flashmla.flashmla_backend() if name == "flashmla" else flashmla_prefill.flashmla_prefill_backend()
+        backend = backend_from_adapter(flashmla.ADAPTER if name == "flashmla" else flashmla_prefill.ADAPTER)
         p = (make_decode_problem if name == "flashmla" else make_problem)([3, 130, 0], 5, seed=1)
         seen = []
         original = PaddedQ.get

@@ -20,7 +20,10 @@ from kernel import engines
 from kernel.peers import dequant_cache, flashmla_prefill, plumbing, sglang_decode, torch_sdpa, vllm_decode, vllm_sparse
 from kernel.peers import keys as peer_keys
 from kernel.peers.dequant_cache import DequantCache, dequantise_whole
+from kernel.peers.flashmla import FlashMLAEngine
+from kernel.peers.keys import KeptKeys
 from kernel.peers.plumbing import LayoutCache
+from kernel.peers.protocol import backend_from_adapter, run_peer
 from kernel.record import LATENT_DIM, RECORD_BYTES, decode_records, encode_records
 from kernel.registry import BackendUnavailable, resolve
 from oracle.reference import reference
@@ -145,11 +148,35 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakePrefill:
     return module
 
 
+def _engine(name: str, fake: Any) -> Any:
+    """The adapter's engine around a fake kernel module (the reader too, for sglang-decode)."""
+    if name == "flashmla-prefill":
+        return FlashMLAEngine(fake)
+    if name == "sglang-decode":
+        return sglang_decode.SglangEngine(fake, fake)
+    if name == "vllm-decode":
+        return vllm_decode.VllmDecodeEngine(fake, 132)
+    return vllm_sparse.VllmSparseEngine(fake)
+
+
+ADAPTERS: dict[str, Any] = {
+    "flashmla-prefill": flashmla_prefill.ADAPTER,
+    "sglang-decode": sglang_decode.ADAPTER,
+    "vllm-decode": vllm_decode.ADAPTER,
+    "vllm-sparse": vllm_sparse.ADAPTER,
+}
+
+
+def _run(name: str, fake: Any, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The adapter's contract call (kernel.peers.protocol.run_peer) on a fake kernel module."""
+    return run_peer(ADAPTERS[name], *args, engine=_engine(name, fake), **kwargs)
+
+
 @pytest.mark.parametrize("heads", [1, 5, 16])
 @pytest.mark.parametrize("scale", [0.06, -0.04, 0.0])
 def test_prefill_adapter_against_oracle(fake: FakePrefill, heads: int, scale: float) -> None:
     p = make_problem([0, 1, 127, 128, 129, 300, 2], heads, seed=heads)
-    out, lse = flashmla_prefill.run_flashmla_prefill(**p, softmax_scale=scale, return_lse=True)
+    out, lse = _run("flashmla-prefill", fake, **p, softmax_scale=scale, return_lse=True)
     call = fake.calls[0]
     assert call["q"].shape == (7, 64, 576) and not bool(call["q"][:, heads:].any())
     assert call["indices"].shape[2] % 128 == 0 and call["topk_length"].tolist() == [0, 1, 127, 128, 129, 300, 2]
@@ -162,7 +189,9 @@ def test_prefill_adapter_has_invalid_and_strided_out(fake: FakePrefill) -> None:
     p["indices"][int(p["indptr"][2]) : int(p["indptr"][3])] = -5  # a row of only invalid entries
     buf = torch.full((5, 6, LATENT_DIM), 7.0, dtype=torch.bfloat16)
     out_view = buf[:, 1:5]
-    out, lse = flashmla_prefill.run_flashmla_prefill(**p, softmax_scale=0.05, has_invalid=True, return_lse=True, out=out_view)
+    out, lse = run_peer(
+        flashmla_prefill.ADAPTER, **p, engine=FlashMLAEngine(fake), softmax_scale=0.05, has_invalid=True, return_lse=True, out=out_view
+    )
     assert out is out_view and bool((buf[:, 0] == 7).all()) and bool((buf[:, 5] == 7).all())
     assert lse is not None and bool(torch.isneginf(lse[2]).all()) and bool(torch.isneginf(lse[3]).all())
     sent = fake.calls[0]["indices"]
@@ -172,10 +201,10 @@ def test_prefill_adapter_has_invalid_and_strided_out(fake: FakePrefill) -> None:
 
 def test_prefill_adapter_without_lse_and_no_rows(fake: FakePrefill) -> None:
     p = make_problem([5], 2)
-    out, lse = flashmla_prefill.run_flashmla_prefill(**p, softmax_scale=0.1)
+    out, lse = _run("flashmla-prefill", fake, **p, softmax_scale=0.1)
     assert lse is None and out.shape == (1, 2, LATENT_DIM)
     empty = make_problem([], 2)
-    out0, lse0 = flashmla_prefill.run_flashmla_prefill(**empty, softmax_scale=0.1, return_lse=True)
+    out0, lse0 = _run("flashmla-prefill", fake, **empty, softmax_scale=0.1, return_lse=True)
     assert out0.shape == (0, 2, LATENT_DIM) and lse0 is not None and lse0.shape == (0, 2)
 
 
@@ -200,7 +229,7 @@ def test_torch_sdpa_backend_declarations() -> None:
 @pytest.mark.parametrize("scale", [0.05, -0.03, 0.0])
 def test_torch_sdpa_against_oracle(scale: float) -> None:
     p = make_problem([5, 0, 70, 1, 130, 64], 7, seed=2, negative_every=5)
-    out, lse = torch_sdpa.run_torch_sdpa(**p, softmax_scale=scale, has_invalid=True, return_lse=True)
+    out, lse = run_peer(torch_sdpa.ADAPTER, **p, softmax_scale=scale, has_invalid=True, return_lse=True)
     assert out.shape == (6, 7, LATENT_DIM) and out.dtype == torch.bfloat16
     assert lse is not None and lse.dtype == torch.float32
     check_against_oracle(p, out, lse, scale, has_invalid=True, out_tol=2**-6, lse_tol=2**-14)
@@ -211,7 +240,7 @@ def test_torch_sdpa_nan_row_zero_and_strided_out() -> None:
     p["kv_cache"][0, :RECORD_BYTES] = 0xFF  # row 0 all NaN codes and NaN scales, never referenced
     p["indices"].clamp_(min=1)
     buf = torch.zeros(3, 6, LATENT_DIM, dtype=torch.bfloat16)
-    out, lse = torch_sdpa.run_torch_sdpa(**p, softmax_scale=0.07, return_lse=True, out=buf[:, ::2])
+    out, lse = run_peer(torch_sdpa.ADAPTER, **p, softmax_scale=0.07, return_lse=True, out=buf[:, ::2])
     assert not bool(out.isnan().any()) and lse is not None and not bool(lse.isnan().any())
     check_against_oracle(p, out, lse, 0.07, has_invalid=False, out_tol=2**-6, lse_tol=2**-14)
 
@@ -361,7 +390,7 @@ def test_sglang_decode_adapter_against_oracle(heads: int, scale: float) -> None:
     fake = FakeSglang()
     p = make_problem([0, 1, 31, 32, 33, 300, 2], heads, seed=heads, negative_every=7)
     p["indices"][3] = 10_000  # beyond the cache: masked by the adapter's gather
-    out, lse = sglang_decode.run_sglang_decode(**p, softmax_scale=scale, has_invalid=True, return_lse=True, kernel=fake, reader=fake)
+    out, lse = _run("sglang-decode", fake, **p, softmax_scale=scale, has_invalid=True, return_lse=True)
     assert fake.calls[0]["heads"] == max(heads, 2) and fake.calls[0]["splits"] == 8
     assert out.shape == (7, heads, LATENT_DIM) and lse is not None and lse.shape == (7, heads)
     p_ref = dict(p)
@@ -374,7 +403,7 @@ def test_sglang_decode_writes_out_in_place() -> None:
     p = make_problem([5, 0, 70], 4, seed=5)
     buf = torch.full((3, 6, LATENT_DIM), 7.0, dtype=torch.bfloat16)
     view = buf[:, 1:5]
-    out, lse = sglang_decode.run_sglang_decode(**p, softmax_scale=0.05, out=view, kernel=fake, reader=fake)
+    out, lse = _run("sglang-decode", fake, **p, softmax_scale=0.05, out=view)
     assert out is view and fake.calls[0]["o_ptr"] == view.data_ptr() and lse is None
     assert bool((buf[:, 0] == 7).all()) and bool((buf[:, 5] == 7).all()) and not bool(view[1].any())
     check_against_oracle(p, out, None, 0.05, has_invalid=False, out_tol=2**-7, lse_tol=1e-6)
@@ -407,7 +436,7 @@ def test_int32_row_chunks_bound_the_slot_offsets() -> None:
 def test_vllm_decode_adapter_against_oracle(heads: int) -> None:
     fake = FakeVllmDecode()
     p = make_problem([4, 0, 600, 1, 65], heads, seed=11, negative_every=5)
-    out, lse = vllm_decode.run_vllm_decode(**p, softmax_scale=0.07, has_invalid=True, return_lse=True, kernel=fake, sm_count=132)
+    out, lse = _run("vllm-decode", fake, **p, softmax_scale=0.07, has_invalid=True, return_lse=True)
     call = fake.calls[0]
     assert call["heads"] == max(heads, 2) and call["width"] == 672 and call["splits"] == 1
     check_against_oracle(p, out, lse, 0.07, has_invalid=True, out_tol=2**-7, lse_tol=1e-6)
@@ -422,7 +451,7 @@ def test_vllm_sparse_adapter_against_oracle_and_bounds() -> None:
     p = make_problem([3, 0, 17, 130, 16], 5, seed=12, negative_every=4)
     p["indices"][1] = 300  # == rows: masked by the adapter, as the kernel masks >= seq_kv
     buf = torch.zeros(5, 5, LATENT_DIM, dtype=torch.bfloat16)
-    out, lse = vllm_sparse.run_vllm_sparse(**p, softmax_scale=0.05, has_invalid=True, return_lse=True, out=buf, kernel=fake)
+    out, lse = _run("vllm-sparse", fake, **p, softmax_scale=0.05, has_invalid=True, return_lse=True, out=buf)
     sent = fake.calls[0]["indices"]
     assert out is buf and sent.shape == (5, 1, 176) and int(sent.min()) == -1 and int(sent.max()) < fake.calls[0]["rows"]
     assert lse is not None and bool(torch.isneginf(lse[1]).all())
@@ -504,17 +533,15 @@ def test_engine_import_failure_names_the_backend(tmp_path: Any, monkeypatch: pyt
 def test_row_chunks_give_the_same_results(monkeypatch: pytest.MonkeyPatch) -> None:
     """Launches split over row chunks (the int32 offset limit) address the right keys and outputs."""
     p = make_problem([3, 40, 0, 17, 65], 3, seed=21, negative_every=6)
-    whole_s = sglang_decode.run_sglang_decode(
-        **p, softmax_scale=0.05, return_lse=True, has_invalid=True, kernel=FakeSglang(), reader=FakeSglang()
-    )
-    whole_v = vllm_sparse.run_vllm_sparse(**p, softmax_scale=0.05, return_lse=True, has_invalid=True, kernel=FakeVllmSparse())
+    whole_s = _run("sglang-decode", FakeSglang(), **p, softmax_scale=0.05, return_lse=True, has_invalid=True)
+    whole_v = _run("vllm-sparse", FakeVllmSparse(), **p, softmax_scale=0.05, return_lse=True, has_invalid=True)
     chunks = lambda n_q, width, row_elements=576: [(0, 2), (2, 3), (3, n_q)]  # noqa: E731
     monkeypatch.setattr(sglang_decode, "int32_row_chunks", chunks)
     monkeypatch.setattr(vllm_sparse, "int32_row_chunks", chunks)
     fake = FakeSglang()
-    parts_s = sglang_decode.run_sglang_decode(**p, softmax_scale=0.05, return_lse=True, has_invalid=True, kernel=fake, reader=fake)
+    parts_s = _run("sglang-decode", fake, **p, softmax_scale=0.05, return_lse=True, has_invalid=True)
     sparse = FakeVllmSparse()
-    parts_v = vllm_sparse.run_vllm_sparse(**p, softmax_scale=0.05, return_lse=True, has_invalid=True, kernel=sparse)
+    parts_v = _run("vllm-sparse", sparse, **p, softmax_scale=0.05, return_lse=True, has_invalid=True)
     assert len(fake.calls) == 3 and len(sparse.calls) == 3
     for whole, parts in ((whole_s, parts_s), (whole_v, parts_v)):
         assert torch.equal(whole[0], parts[0]) and torch.equal(whole[1], parts[1])
@@ -535,12 +562,12 @@ def test_backends_built_around_the_engine_modules(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(multi_processor_count=132))
     p = make_problem([7, 0, 90], 4, seed=31, negative_every=5)
-    for build, invariant, bounded in (
-        (sglang_decode.sglang_decode_backend, True, False),
-        (vllm_decode.vllm_decode_backend, False, False),
-        (vllm_sparse.vllm_sparse_backend, True, True),
+    for adapter, invariant, bounded in (
+        (sglang_decode.ADAPTER, True, False),
+        (vllm_decode.ADAPTER, False, False),
+        (vllm_sparse.ADAPTER, True, True),
     ):
-        backend = build()
+        backend = backend_from_adapter(adapter)
         assert backend.devices == ("cuda",) and backend.max_heads == 16 and backend.accepts_out
         assert backend.batch_invariant is invariant and backend.bounded_index_reads is bounded
         assert str(backend.profile).endswith(".toml") and backend.limits
@@ -573,12 +600,8 @@ def _kept_for(name: str, fake: Any) -> DequantCache:
 def _peer_call(
     name: str, p: dict[str, Any], fake: Any, kept: DequantCache | None, layouts: LayoutCache | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    common: dict[str, Any] = dict(**p, softmax_scale=0.05, has_invalid=True, return_lse=True, dequant_cache=kept, layout_cache=layouts)
-    if name == "sglang-decode":
-        return sglang_decode.run_sglang_decode(**common, kernel=fake, reader=fake)
-    if name == "vllm-decode":
-        return vllm_decode.run_vllm_decode(**common, kernel=fake, sm_count=132)
-    return vllm_sparse.run_vllm_sparse(**common, kernel=fake)
+    state = KeptKeys(dequant=kept, layouts=layouts)
+    return _run(name, fake, **p, softmax_scale=0.05, has_invalid=True, return_lse=True, state=state)
 
 
 def _slot_rows(name: str, p: dict[str, Any]) -> int:
@@ -699,13 +722,7 @@ def test_kept_cache_call_has_no_host_sync(name: str, lengths: list[int]) -> None
     layouts = LayoutCache(plumbing.LAYOUTS_KEPT)
     for call_no in range(2):  # build, then hit
         with _Ops() as ops:
-            common: dict[str, Any] = dict(dequant_cache=kept, layout_cache=layouts)
-            if name == "sglang-decode":
-                call: Any = sglang_decode.prepare_sglang_decode(*args, out=None, kernel=fake, reader=fake, **common)
-            elif name == "vllm-decode":
-                call = vllm_decode.prepare_vllm_decode(*args, out=None, kernel=fake, sm_count=132, **common)
-            else:
-                call = vllm_sparse.prepare_vllm_sparse(*args, kernel=fake, **common)
+            call: Any = ADAPTERS[name].prepare(_engine(name, fake), KeptKeys(kept, layouts), *args, has_invalid=False, out=None)
         call.run()
         with ops:
             call.finish(None, True)

@@ -12,7 +12,9 @@ import torch
 
 from conformance.tools.op_count import HOST_ONLY_OPS
 from kernel.peers import sglang_decode
+from kernel.peers.keys import KeptKeys
 from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache
+from kernel.peers.protocol import run_peer
 from tests.test_peer_adapters import FakeSglang, _bits, _Ops, make_problem
 
 
@@ -39,8 +41,9 @@ def test_split_lse_keeps_the_bits_of_the_where_form() -> None:
 
 
 def _call(p: dict[str, Any], fake: FakeSglang, layouts: LayoutCache | None, **kw: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-    return sglang_decode.run_sglang_decode(
-        p["q"], p["kv_cache"], p["indices"], p["indptr"], 0.05, has_invalid=True, kernel=fake, reader=fake, layout_cache=layouts, **kw
+    engine, state = sglang_decode.SglangEngine(fake, fake), KeptKeys(layouts=layouts)  # type: ignore[arg-type]
+    return run_peer(
+        sglang_decode.ADAPTER, p["q"], p["kv_cache"], p["indices"], p["indptr"], 0.05, has_invalid=True, engine=engine, state=state, **kw
     )
 
 
@@ -74,12 +77,13 @@ def test_a_repeated_call_launches_only_the_output_mapping() -> None:
     where (all kept with the CSR rows or replaced by in-place ops)."""
     p = make_problem([2048], 16, seed=8, rows=4096)
     fake, layouts = FakeSglang(), LayoutCache(LAYOUTS_KEPT)
-    kept = sglang_decode.kept_cache(fake)
+    engine = sglang_decode.SglangEngine(fake, fake)  # type: ignore[arg-type]
+    state = KeptKeys(dequant=sglang_decode.kept_cache(fake), layouts=layouts)  # type: ignore[arg-type]
     args = (p["q"], p["kv_cache"], p["indices"], p["indptr"], 0.05)
     for _ in range(3):
-        call = sglang_decode.prepare_sglang_decode(*args, out=None, kernel=fake, reader=fake, dequant_cache=kept, layout_cache=layouts)
+        call = sglang_decode.ADAPTER.prepare(engine, state, *args, has_invalid=False, out=None)
     with _Ops() as ops:
-        call = sglang_decode.prepare_sglang_decode(*args, out=None, kernel=fake, reader=fake, dequant_cache=kept, layout_cache=layouts)
+        call = sglang_decode.ADAPTER.prepare(engine, state, *args, has_invalid=False, out=None)
     call.run()
     with ops:
         call.finish(None, True)

@@ -8,6 +8,7 @@ import torch
 from kernel.contract import begin_call
 from kernel.peers import torch_sdpa
 from kernel.peers.plumbing import LayoutCache
+from kernel.peers.protocol import run_peer
 from kernel.record import RECORD_BYTES, index_records, record_words
 
 
@@ -95,9 +96,9 @@ def test_sdpa_adapter_hands_the_kernel_a_16_byte_aligned_query(monkeypatch) -> N
     assert q.is_contiguous() and q.data_ptr() % 16 == 8
     indices = torch.arange(10, dtype=torch.int32)
     indptr = torch.tensor([0, 10], dtype=torch.int32)
-    out, lse = torch_sdpa.run_torch_sdpa(q, kv, indices, indptr, 0.1, return_lse=True)
+    out, lse = run_peer(torch_sdpa.ADAPTER, q, kv, indices, indptr, 0.1, return_lse=True)
     assert seen and all(m == 0 for m in seen), seen
-    ref, ref_lse = torch_sdpa.run_torch_sdpa(q.clone(), kv, indices, indptr, 0.1, return_lse=True)
+    ref, ref_lse = run_peer(torch_sdpa.ADAPTER, q.clone(), kv, indices, indptr, 0.1, return_lse=True)
     assert torch.equal(out.view(torch.int16), ref.view(torch.int16)) and lse is not None and torch.equal(lse, ref_lse)
 
 

@@ -16,15 +16,17 @@ Several rows per call can hit the same record and caches help,
 so the figure can exceed what DRAM alone would give at small shapes; it is a like-for-like
 measure between backends, not a DRAM measurement.
 
-Kernels (--kernel, repeatable; default: flashmla, flashmla-prefill, torch-sdpa, emulated, oracle):
-- any registry name (`emulated`, `flydsl`, `flashmla`, `flashmla-prefill`, `torch-sdpa`,
-  `package.module:attr`), run through its contract callable: the whole adapter. Each adapter to
-  an external kernel adds a row with the bare kernel on inputs the adapter prepared beforehand
-  (--no-native leaves them out): `flashmla:h64-kernel` (flash_mla_with_kvcache at its native 64
-  heads, scheduler metadata reused as a server would), `flashmla-prefill:h64-kernel`
-  (flash_mla_sparse_fwd on the prepared bf16 KV and slot indices, 64 heads),
-  `torch-sdpa:bare-kernel` (aten._scaled_dot_product_efficient_attention on the gathered keys
-  and bias; CUDA only);
+Kernels (--kernel, repeatable; default: the catalogue's bench list, kernel.registry.bench_kernels(),
+then oracle: flashmla, flashmla-prefill, torch-sdpa, emulated, oracle):
+- any kernel spec (a built-in name of kernel.registry, `package.module:attr`, a file spec), run
+  through its contract callable: the whole adapter. Each adapter to another project's kernel
+  (kernel.peers) adds the row its declaration's `bare` names: the bare kernel on inputs the
+  adapter prepared beforehand (kernel.peers.protocol.bare_call; --no-native leaves them out),
+  e.g. `flashmla:h64-kernel` (flash_mla_with_kvcache at its native 64 heads, scheduler metadata
+  reused as a server would), `flashmla-prefill:h64-kernel` (flash_mla_sparse_fwd on the prepared
+  bf16 KV and slot indices, 64 heads), `torch-sdpa:bare-kernel`
+  (aten._scaled_dot_product_efficient_attention on the gathered keys and bias; CUDA only), and
+  `sglang-decode:bare-kernel`, `vllm-decode:bare-kernel`, `vllm-sparse:bare-kernel`;
 - `oracle`: oracle.reference.reference, the float64 reference, on the same device.
 
 Limits beside each row (when the device is known by name): gather = bytes per call / peak
@@ -50,35 +52,13 @@ from typing import Any, TextIO
 
 import torch
 
+from kernel.peers.protocol import PeerAdapter, bare_call
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_DIM, encode_records
-from kernel.registry import BackendUnavailable, resolve
+from kernel.registry import BackendUnavailable, adapter, bench_kernels, resolve
 
 SCHEMA = 1
-DEFAULT_KERNELS = ("flashmla", "flashmla-prefill", "torch-sdpa", "emulated", "oracle")
 ORACLE = "oracle"
-NATIVE_SUFFIX = ":h64-kernel"
-BARE_SUFFIX = ":bare-kernel"
-# Bare-kernel row of each adapter to an external kernel: (suffix, heads the kernel runs, label, note).
-BARE_ROWS: dict[str, tuple[str, int | None, str, str]] = {
-    "flashmla": (
-        NATIVE_SUFFIX,
-        64,
-        "flashmla (bare kernel, native H64)",
-        "flash_mla_with_kvcache on prepared inputs, 64 heads, scheduler metadata reused",
-    ),
-    "flashmla-prefill": (
-        NATIVE_SUFFIX,
-        64,
-        "flashmla-prefill (bare kernel, H64)",
-        "flash_mla_sparse_fwd on the prepared bf16 KV, slot indices and topk_length, 64 heads",
-    ),
-    "torch-sdpa": (
-        BARE_SUFFIX,
-        None,
-        "torch-sdpa (bare kernel)",
-        "aten._scaled_dot_product_efficient_attention on the gathered bf16 keys and bias",
-    ),
-}
+DEFAULT_KERNELS = (*bench_kernels(), ORACLE)
 DEFAULT_N_Q = (1, 64, 1024)
 DEFAULT_KEYS = 2048
 DEFAULT_HEADS = 16
@@ -347,7 +327,8 @@ class _Runner:
         self.native = native
         self.unavailable = ""
         self.backend: Any = None
-        self.module: Any = None
+        self.adapter: PeerAdapter | None = None
+        self.engine: Any = None
         if name == ORACLE:
             return
         try:
@@ -358,38 +339,35 @@ class _Runner:
         if device.type not in self.backend.devices:
             self.unavailable = f"{name} runs on {'/'.join(self.backend.devices)} devices, not {device.type}"
             return
-        if name in ("flashmla", "flashmla-prefill") and native:
-            from kernel.peers.flashmla import load_flash_mla
+        self.adapter = adapter(name)
+        if self.adapter is not None and self.adapter.declaration.bare is not None and native:
+            try:
+                self.engine = self.adapter.load()
+            except BackendUnavailable:
+                self.engine = None  # no bare row where the engine does not load
 
-            self.module = load_flash_mla()
+    def _bare_id(self) -> str:
+        """The bare row's kernel id, "" when this runner has none."""
+        bare = None if self.adapter is None or self.engine is None else self.adapter.declaration.bare
+        return "" if bare is None else self.name + bare.suffix
 
     def variants(self, heads: int) -> list[tuple[str, str, str]]:
         """(kernel id, label, note) per row this runner produces."""
         if self.name == ORACLE:
             return [(ORACLE, "oracle (float64 reference)", "oracle.reference.reference, float64 on the device")]
-        rows = [(self.name, self.name, "")]
-        if self.name == "flashmla":
-            rows[0] = (
-                self.name,
-                f"flashmla (adapter, H{heads} padded to 64)",
-                "whole adapter: CSR -> padded rows, head padding, scheduler, kernel, slicing",
-            )
-        elif self.name == "flashmla-prefill":
-            rows[0] = (
-                self.name,
-                f"flashmla-prefill (adapter, H{heads} pad 64)",
-                "whole adapter: gather + bf16 dequantisation of the consumed records, head padding, kernel, slicing",
-            )
-        elif self.name == "torch-sdpa":
-            rows[0] = (
-                self.name,
-                "torch-sdpa (adapter)",
-                "whole adapter: gather + bf16 dequantisation, bias, fused SDPA kernel, empty-row fix-up",
-            )
-        bare = BARE_ROWS.get(self.name)
-        if bare is not None and self.native and (self.module is not None or (self.name == "torch-sdpa" and self.device.type == "cuda")):
-            rows.append((self.name + bare[0], bare[2], bare[3]))
+        if self.adapter is None:
+            return [(self.name, self.name, "")]
+        d = self.adapter.declaration
+        rows = [(self.name, d.label.format(heads=heads) if d.label else self.name, d.note)]
+        if self._bare_id() and d.bare is not None:
+            rows.append((self._bare_id(), d.bare.label, d.bare.note))
         return rows
+
+    def row_heads(self, kernel_id: str, heads: int) -> int:
+        """The heads row `kernel_id` computes: the bare kernel's own count where it declares one."""
+        if kernel_id == self._bare_id() and self.adapter is not None and self.adapter.declaration.bare is not None:
+            return self.adapter.declaration.bare.heads or heads
+        return heads
 
     def callable_for(self, kernel_id: str, inputs: BenchInputs, heads: int, seed: int) -> tuple[Callable[[], object], str]:
         """(fn timed per call, reason it is refused or "")."""
@@ -398,25 +376,14 @@ class _Runner:
             from oracle.reference import reference
 
             return (lambda: reference(*args)), ""
-        if kernel_id == "flashmla-prefill" + NATIVE_SUFFIX:
-            from kernel.peers.flashmla_prefill import prepare_prefill
-
-            gen = _generator(inputs.q.device, seed + 7)
-            q64 = torch.randn(inputs.n_q, 64, inputs.q.shape[-1], generator=gen, device=inputs.q.device).to(torch.bfloat16)
-            pcall = prepare_prefill(q64, inputs.kv_cache, inputs.indices, inputs.indptr, inputs.softmax_scale)
-            return (lambda: pcall.run(self.module)), ""
-        if kernel_id == "torch-sdpa" + BARE_SUFFIX:
-            from kernel.peers.torch_sdpa import prepare_sdpa
-
-            return prepare_sdpa(*args).run, ""
-        if kernel_id.endswith(NATIVE_SUFFIX):
-            from kernel.peers.flashmla import prepare_call
-
-            gen = _generator(inputs.q.device, seed + 7)
-            q64 = torch.randn(inputs.n_q, 64, inputs.q.shape[-1], generator=gen, device=inputs.q.device).to(torch.bfloat16)
-            call = prepare_call(q64, inputs.kv_cache, inputs.indices, inputs.indptr, inputs.softmax_scale, padded_heads=64)
-            sched = self.module.get_mla_metadata()[0]
-            return (lambda: call.run(self.module, sched)), ""
+        if kernel_id == self._bare_id():
+            assert self.adapter is not None and self.adapter.declaration.bare is not None  # what _bare_id checks
+            q = inputs.q
+            bare_heads = self.adapter.declaration.bare.heads
+            if bare_heads is not None:  # a fresh q of the bare kernel's own head count
+                gen = _generator(inputs.q.device, seed + 7)
+                q = torch.randn(inputs.n_q, bare_heads, inputs.q.shape[-1], generator=gen, device=inputs.q.device).to(torch.bfloat16)
+            return bare_call(self.adapter, self.engine, q, *args[1:]), ""
         support = self.backend.supports(*args, return_lse=True)
         if not support:
             return (lambda: None), support.reason
@@ -492,7 +459,7 @@ def run_bench(
                 )
                 continue
             for kernel_id, label, note in runner.variants(heads):
-                case_heads = 64 if kernel_id.endswith(NATIVE_SUFFIX) else heads
+                case_heads = runner.row_heads(kernel_id, heads)
                 gather_ms, fp64_ms = limits_ms(n_q, keys, heads, peak, peak_fp64)
                 limit = gather_ms if kernel_id != ORACLE else (None if gather_ms is None or fp64_ms is None else gather_ms + fp64_ms)
                 result = CaseResult(

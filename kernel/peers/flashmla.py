@@ -74,18 +74,20 @@ from typing import Any
 
 import torch
 
-from kernel.backend import Backend, BackendUnavailable
-from kernel.contract import CallInfo, ContractError, begin_call
+from kernel.backend import BackendUnavailable
+from kernel.contract import CallInfo, ContractError
 from kernel.peers.plumbing import (
     LayoutCache,
     PaddedQ,
     PaddedRows,
+    copy_out,
     csr_to_padded,
     effective_scale,
     map_lse,
     pad_heads,
     sync_free_width,
 )
+from kernel.peers.protocol import BareRow, Declaration
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
 
 MODULE_NAME = "flash_mla"
@@ -148,7 +150,9 @@ class FlashMLACall:
     """One prepared FlashMLA call (what the adapter hands to the kernel).
 
     q: bf16 [n_q, 1, H_pad, 576]; k_cache: uint8 [blocks, bs, 1, 656]; indices: int32
-    [n_q, 1, W]; softmax_scale > 0; heads: the caller's H (<= H_pad); n_q: query rows.
+    [n_q, 1, W]; softmax_scale > 0; heads: the caller's H (<= H_pad); n_q: query rows;
+    module: flash_mla; sched: a FlashMLASchedMeta to reuse (same shapes only), None: a fresh one
+    per launch; raw: FlashMLA's own outputs after run.
     """
 
     q: torch.Tensor
@@ -157,14 +161,14 @@ class FlashMLACall:
     softmax_scale: float
     heads: int
     n_q: int
+    module: ModuleType
+    sched: Any = None
+    raw: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def run(self, module: ModuleType, sched: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Call FlashMLA; returns its raw (out [n_q, 1, H_pad, 512] bf16, lse f32).
-
-        sched: a FlashMLASchedMeta to reuse (same shapes only); None makes a fresh one.
-        """
-        if sched is None:
-            sched = module.get_mla_metadata()[0]
+    def run(self) -> None:
+        """Call FlashMLA; keeps its raw (out [n_q, 1, H_pad, 512] bf16, lse f32) in `raw`."""
+        module = self.module
+        sched = module.get_mla_metadata()[0] if self.sched is None else self.sched
         kwargs: dict[str, Any] = {
             "block_table": None,
             "cache_seqlens": None,
@@ -178,44 +182,15 @@ class FlashMLACall:
         }
         if _accepts_cached(module.flash_mla_with_kvcache, "kv_format"):
             kwargs["kv_format"] = KV_FORMAT
-        return module.flash_mla_with_kvcache(self.q, self.k_cache, **kwargs)
+        self.raw = module.flash_mla_with_kvcache(self.q, self.k_cache, **kwargs)
 
-
-def prepare_call(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    has_invalid: bool = False,
-    padded_heads: int = HEAD_COUNTS[0],
-    page_block_size: int = 1,
-    layout_cache: LayoutCache | None = None,
-    padded_q: PaddedQ | None = None,
-) -> FlashMLACall:
-    """Build FlashMLA's inputs from a contract call (see the module docstring); no validation.
-    layout_cache: the padded index rows reused while the same index tensors come again;
-    padded_q: the padded q buffer kept between calls (PaddedQ; None: a fresh one per call)."""
-    if padded_heads not in HEAD_COUNTS:
-        raise ValueError(f"padded_heads must be one of {HEAD_COUNTS}, got {padded_heads}")
-    n_q, heads, _ = q.shape
-    sign, scale = effective_scale(softmax_scale)
-
-    def build() -> PaddedRows:
-        return csr_to_padded(
-            indices, indptr, has_invalid=has_invalid, multiple=TOPK_BLOCK, width=sync_free_width(indices.numel(), TOPK_BLOCK)
-        )
-
-    rows = build() if layout_cache is None else layout_cache.get(indices, indptr, ("flashmla", has_invalid), build)
-    return FlashMLACall(
-        q=pad_heads(q, padded_heads, sign=sign) if padded_q is None else padded_q.get(q, padded_heads, sign),
-        k_cache=cache_blocks(kv_cache, page_block_size),
-        indices=rows.indices.view(n_q, 1, rows.width),
-        softmax_scale=scale,
-        heads=heads,
-        n_q=n_q,
-    )
+    def finish(self, out: torch.Tensor | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """out[:, 0, :H] (into `out=` when given), lse [:, 0, :H] with +inf -> -inf (module docstring)."""
+        assert self.raw is not None, "finish() before run()"
+        out_raw, lse_raw = self.raw
+        result = copy_out(out_raw.reshape(self.n_q, -1, LATENT_DIM)[:, : self.heads], out)
+        lse = map_lse(lse_raw, self.n_q, self.heads) if return_lse else None
+        return result, lse
 
 
 class SchedCache:
@@ -293,69 +268,6 @@ def device_reason(device: torch.device | None = None) -> str:
     return ""
 
 
-def run_flashmla(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    has_invalid: bool = False,
-    return_lse: bool = False,
-    out: torch.Tensor | None = None,
-    padded_heads: int = HEAD_COUNTS[0],
-    page_block_size: int = 1,
-    module: ModuleType | None = None,
-    sched_cache: SchedCache | None = None,
-    layout_cache: LayoutCache | None = None,
-    padded_q: PaddedQ | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """FlashMLA with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
-
-    Validates the call (ContractError), converts it (module docstring), runs FlashMLA (imported
-    when `module` is None) and maps the outputs back; out= is filled in place and returned.
-    sched_cache: scheduler metadata reused per call shape (None: a fresh one per call);
-    layout_cache: padded index rows reused per index tensors (LayoutCache; None: built per call);
-    padded_q: the zero-padded q buffer kept per call shape (PaddedQ; None: a fresh one per call).
-    """
-    info, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
-    if empty is not None:
-        return empty
-    n_q, heads = info.n_q, info.heads
-    if info.kv_rows == 0:
-        raise ContractError("kv_cache has no rows: FlashMLA reads row 0 for masked slots")
-    fm = load_flash_mla() if module is None else module
-    call = prepare_call(
-        q,
-        kv_cache,
-        indices,
-        indptr,
-        softmax_scale,
-        has_invalid=has_invalid,
-        padded_heads=padded_heads,
-        page_block_size=page_block_size,
-        layout_cache=layout_cache,
-        padded_q=padded_q,
-    )
-    out_raw, lse_raw = call.run(fm, None if sched_cache is None else sched_cache.get(call))
-    got = out_raw.reshape(n_q, -1, LATENT_DIM)[:, :heads]
-    if out is not None:
-        out.copy_(got)
-        result = out
-    else:
-        result = got.contiguous()
-    lse = map_lse(lse_raw, n_q, heads) if return_lse else None
-    return result, lse
-
-
-def _support(info: CallInfo) -> str:
-    if info.kv_rows == 0:
-        return "flashmla reads row 0 of the cache for masked slots: kv_cache needs at least one row"
-    if info.device.type == "cuda":
-        return device_reason(info.device)
-    return ""
-
-
 def missing_op_reason(module: ModuleType, op: str) -> str:
     """Why legacy op `op` of an imported `flash_mla` cannot be called; "" when it can.
 
@@ -399,50 +311,115 @@ def require_flash_mla(name: str = "flashmla", op: str = "sparse_decode_fwd") -> 
     return module
 
 
-def flashmla_backend(*, padded_heads: int = HEAD_COUNTS[0], page_block_size: int = 1) -> Backend:
-    """The `flashmla` backend; BackendUnavailable (with the reason) when `flash_mla` cannot be
-    imported, its sparse decode op is not registered, or there is no CUDA device of compute
-    capability 9.x.
+@dataclass(frozen=True)
+class FlashMLAEngine:
+    """The imported `flash_mla` module (require_flash_mla)."""
 
-    padded_heads: 64 or 128 FlashMLA heads; page_block_size: 1, or 64 (used when it divides the
-    cache's row count).
-    """
-    module = require_flash_mla()
-    sched_cache = SchedCache(module)
-    layout_cache = LayoutCache()
-    padded_q = PaddedQ()
+    module: ModuleType
 
-    def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
-        return run_flashmla(
-            q,
-            kv_cache,
-            indices,
-            indptr,
-            softmax_scale,
-            has_invalid=has_invalid,
-            return_lse=return_lse,
-            out=out,
-            padded_heads=padded_heads,
-            page_block_size=page_block_size,
-            module=module,
-            sched_cache=sched_cache,
-            layout_cache=layout_cache,
-            padded_q=padded_q,
+
+@dataclass
+class FlashMLAState:
+    """What the backend keeps between calls: scheduler metadata per call shape, padded index rows
+    per index tensors, the padded q buffer per call shape (each None: made per call)."""
+
+    sched: SchedCache | None = None
+    layouts: LayoutCache | None = None
+    padded_q: PaddedQ | None = None
+
+
+DECLARATION = Declaration(
+    name="flashmla",
+    profile="bf16-q-bf16-p",
+    limits=LIMITS,
+    bounded_index_reads=False,
+    batch_invariant=False,
+    label="flashmla (adapter, H{heads} padded to 64)",
+    note="whole adapter: CSR -> padded rows, head padding, scheduler, kernel, slicing",
+    bare=BareRow(
+        ":h64-kernel",
+        64,
+        "flashmla (bare kernel, native H64)",
+        "flash_mla_with_kvcache on prepared inputs, 64 heads, scheduler metadata reused",
+    ),
+)
+
+
+class FlashMLAAdapter:
+    """The `flashmla` adapter (kernel.peers.protocol). padded_heads: 64 or 128 FlashMLA heads;
+    page_block_size: 1, or 64 (used when it divides the cache's row count)."""
+
+    declaration = DECLARATION
+
+    def __init__(self, *, padded_heads: int = HEAD_COUNTS[0], page_block_size: int = 1) -> None:
+        if padded_heads not in HEAD_COUNTS:
+            raise ValueError(f"padded_heads must be one of {HEAD_COUNTS}, got {padded_heads}")
+        self.padded_heads = padded_heads
+        self.page_block_size = page_block_size
+
+    def load(self) -> FlashMLAEngine:
+        """flash_mla where its SM90 kernels can run; BackendUnavailable when `flash_mla` cannot be
+        imported, its sparse decode op is not registered, or there is no CUDA device of compute
+        capability 9.x."""
+        return FlashMLAEngine(require_flash_mla())
+
+    def new_state(self, engine: FlashMLAEngine, *, kept: bool = True) -> FlashMLAState:
+        if not kept:
+            return FlashMLAState(sched=SchedCache(engine.module))
+        return FlashMLAState(sched=SchedCache(engine.module), layouts=LayoutCache(), padded_q=PaddedQ())
+
+    def support(self, info: CallInfo) -> str:
+        if info.kv_rows == 0:
+            return "flashmla reads row 0 of the cache for masked slots: kv_cache needs at least one row"
+        if info.device.type == "cuda":
+            return device_reason(info.device)
+        return ""
+
+    def prepare(
+        self,
+        engine: FlashMLAEngine,
+        state: FlashMLAState | None,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        indices: torch.Tensor,
+        indptr: torch.Tensor,
+        softmax_scale: float,
+        *,
+        has_invalid: bool,
+        out: torch.Tensor | None,
+    ) -> FlashMLACall:
+        """FlashMLA's inputs from a contract call (module docstring); ContractError for a cache
+        without rows. state: the index rows reused while the same index tensors come again, the
+        padded q buffer and the scheduler metadata kept per call shape (None: made per call)."""
+        if kv_cache.numel() // RECORD_BYTES == 0:
+            raise ContractError("kv_cache has no rows: FlashMLA reads row 0 for masked slots")
+        layout_cache = None if state is None else state.layouts
+        padded_q = None if state is None else state.padded_q
+        padded_heads = self.padded_heads
+        n_q, heads, _ = q.shape
+        sign, scale = effective_scale(softmax_scale)
+
+        def build() -> PaddedRows:
+            return csr_to_padded(
+                indices, indptr, has_invalid=has_invalid, multiple=TOPK_BLOCK, width=sync_free_width(indices.numel(), TOPK_BLOCK)
+            )
+
+        rows = build() if layout_cache is None else layout_cache.get(indices, indptr, ("flashmla", has_invalid), build)
+        call = FlashMLACall(
+            q=pad_heads(q, padded_heads, sign=sign) if padded_q is None else padded_q.get(q, padded_heads, sign),
+            k_cache=cache_blocks(kv_cache, self.page_block_size),
+            indices=rows.indices.view(n_q, 1, rows.width),
+            softmax_scale=scale,
+            heads=heads,
+            n_q=n_q,
+            module=engine.module,
         )
+        if state is not None and state.sched is not None:
+            call.sched = state.sched.get(call)
+        return call
 
-    return Backend(
-        name="flashmla",
-        fn=kernel,
-        profile="bf16-q-bf16-p",
-        devices=("cuda",),
-        max_heads=16,
-        head_counts=None,
-        accepts_out=True,
-        bounded_index_reads=False,
-        batch_invariant=False,
-        extra_support=_support,
-        limits=LIMITS,
-    )
+
+ADAPTER = FlashMLAAdapter()
 
 
 __all__ = [
@@ -450,14 +427,16 @@ __all__ = [
     "HEAD_DIM",
     "LIMITS",
     "TOPK_BLOCK",
+    "ADAPTER",
+    "DECLARATION",
+    "FlashMLAAdapter",
     "FlashMLACall",
+    "FlashMLAEngine",
+    "FlashMLAState",
     "SchedCache",
     "cache_blocks",
     "device_reason",
-    "flashmla_backend",
     "load_flash_mla",
     "missing_op_reason",
-    "prepare_call",
     "require_flash_mla",
-    "run_flashmla",
 ]

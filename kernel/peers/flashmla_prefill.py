@@ -46,12 +46,12 @@ from typing import Any
 
 import torch
 
-from kernel.backend import Backend
-from kernel.contract import INT32_MAX, CallInfo, begin_call
+from kernel.contract import INT32_MAX, CallInfo
 from kernel.peers.dequant_cache import DequantCache
-from kernel.peers.flashmla import device_reason, load_flash_mla, require_flash_mla
+from kernel.peers.flashmla import FlashMLAEngine, device_reason, require_flash_mla
 from kernel.peers.keys import RowLayout, gather_rows, row_layout
-from kernel.peers.plumbing import LayoutCache, PaddedQ, effective_scale, map_lse, pad_heads
+from kernel.peers.plumbing import LayoutCache, PaddedQ, copy_out, effective_scale, map_lse, pad_heads
+from kernel.peers.protocol import BareRow, Declaration
 from kernel.record import HEAD_DIM, LATENT_DIM
 
 NAME = "flashmla-prefill"
@@ -79,7 +79,8 @@ LIMITS = (
 @dataclass
 class PrefillCall:
     """Prepared inputs: q bf16 [n_q, H_pad, 576]; kv bf16 [n_q * W, 1, 576]; indices int32
-    [n_q, 1, W]; topk_length int32 [n_q]; softmax_scale > 0; heads: the caller's H."""
+    [n_q, 1, W]; topk_length int32 [n_q]; softmax_scale > 0; heads: the caller's H; module:
+    flash_mla; raw: flash_mla_sparse_fwd's own outputs after run."""
 
     q: torch.Tensor
     kv: torch.Tensor
@@ -88,10 +89,13 @@ class PrefillCall:
     softmax_scale: float
     heads: int
     n_q: int
+    module: ModuleType
+    raw: tuple[torch.Tensor, Any, torch.Tensor] | None = None
 
-    def run(self, module: ModuleType) -> tuple[torch.Tensor, Any, torch.Tensor]:
-        """flash_mla_sparse_fwd on the prepared inputs: (out [n_q, H_pad, 512], max_logits, lse [n_q, H_pad])."""
-        return module.flash_mla_sparse_fwd(
+    def run(self) -> None:
+        """flash_mla_sparse_fwd on the prepared inputs; keeps (out [n_q, H_pad, 512], max_logits,
+        lse [n_q, H_pad]) in `raw`."""
+        self.raw = self.module.flash_mla_sparse_fwd(
             self.q,
             self.kv,
             self.indices,
@@ -101,151 +105,126 @@ class PrefillCall:
             use_legacy=True,
         )
 
+    def finish(self, out: torch.Tensor | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """out[:, :H] (into `out=` when given), lse [:, :H] with +inf -> -inf."""
+        assert self.raw is not None, "finish() before run()"
+        out_raw, _max_logits, lse_raw = self.raw
+        result = copy_out(out_raw.view(self.n_q, -1, LATENT_DIM)[:, : self.heads], out)
+        return result, (map_lse(lse_raw, self.n_q, self.heads) if return_lse else None)
 
-def prepare_prefill(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    padded_heads: int = HEAD_COUNTS[0],
-    layout_cache: LayoutCache | None = None,
-    dequant_cache: DequantCache | None = None,
-    padded_q: PaddedQ | None = None,
-) -> PrefillCall:
-    """Build flash_mla_sparse_fwd's inputs from a contract call (module docstring); no validation.
-    layout_cache: the slot layout, KV indices and topk_length reused while the same index tensors
-    come again; dequant_cache: the whole cache kept dequantised (kernel.peers.dequant_cache),
-    handed to the kernel as its KV with the rows' own indices (-1 for an empty slot); without
-    it, or when it declines, the records are gathered and dequantised per slot and the kernel
-    reads slot q * W + j. Either way each attended position reads the same bf16 key. padded_q:
-    the padded q buffer kept between calls (PaddedQ; None: a fresh one per call)."""
-    if padded_heads not in HEAD_COUNTS:
-        raise ValueError(f"padded_heads must be one of {HEAD_COUNTS}, got {padded_heads}")
-    n_q, heads, _ = q.shape
-    sign, scale = effective_scale(softmax_scale)
 
-    def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
-        layout = row_layout(indices, indptr, multiple=TOPK_MULTIPLE)
+@dataclass
+class PrefillState:
+    """What the backend keeps between calls: the slot layout, KV indices and topk_length per index
+    tensors, the whole cache dequantised, the padded q buffer per call shape (each None: per call)."""
+
+    layouts: LayoutCache | None = None
+    dequant: DequantCache | None = None
+    padded_q: PaddedQ | None = None
+
+
+DECLARATION = Declaration(
+    name=NAME,
+    profile=PROFILE,
+    limits=LIMITS,
+    bounded_index_reads=False,
+    batch_invariant=True,
+    label="flashmla-prefill (adapter, H{heads} pad 64)",
+    note="whole adapter: gather + bf16 dequantisation of the consumed records, head padding, kernel, slicing",
+    bare=BareRow(
+        ":h64-kernel",
+        64,
+        "flashmla-prefill (bare kernel, H64)",
+        "flash_mla_sparse_fwd on the prepared bf16 KV, slot indices and topk_length, 64 heads",
+    ),
+)
+
+
+class FlashMLAPrefillAdapter:
+    """The `flashmla-prefill` adapter (kernel.peers.protocol); padded_heads: 64 or 128 FlashMLA heads."""
+
+    declaration = DECLARATION
+
+    def __init__(self, *, padded_heads: int = HEAD_COUNTS[0]) -> None:
+        if padded_heads not in HEAD_COUNTS:
+            raise ValueError(f"padded_heads must be one of {HEAD_COUNTS}, got {padded_heads}")
+        self.padded_heads = padded_heads
+
+    def load(self) -> FlashMLAEngine:
+        """flash_mla where its SM90 kernels can run; BackendUnavailable when `flash_mla` cannot be
+        imported, its sparse prefill op is not registered, or there is no CUDA device of compute
+        capability 9.x."""
+        return FlashMLAEngine(require_flash_mla(NAME, op="sparse_prefill_fwd"))
+
+    def new_state(self, engine: FlashMLAEngine, *, kept: bool = True) -> PrefillState | None:
+        return PrefillState(layouts=LayoutCache(), dequant=DequantCache(), padded_q=PaddedQ()) if kept else None
+
+    def support(self, info: CallInfo) -> str:
+        if info.device.type == "cuda":
+            return device_reason(info.device).replace("flashmla:", f"{NAME}:", 1)
+        return ""
+
+    def prepare(
+        self,
+        engine: FlashMLAEngine,
+        state: PrefillState | None,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        indices: torch.Tensor,
+        indptr: torch.Tensor,
+        softmax_scale: float,
+        *,
+        has_invalid: bool,
+        out: torch.Tensor | None,
+    ) -> PrefillCall:
+        """flash_mla_sparse_fwd's inputs from a contract call (module docstring). state: the slot
+        layout, KV indices and topk_length reused while the same index tensors come again; the
+        whole cache kept dequantised (kernel.peers.dequant_cache), handed to the kernel as its KV
+        with the rows' own indices (-1 for an empty slot); without it, or when it declines, the
+        records are gathered and dequantised per slot and the kernel reads slot q * W + j. Either
+        way each attended position reads the same bf16 key. The padded q buffer kept between calls
+        (None: a fresh one per call)."""
+        layout_cache = None if state is None else state.layouts
+        dequant_cache = None if state is None else state.dequant
+        padded_q = None if state is None else state.padded_q
+        padded_heads = self.padded_heads
+        n_q, heads, _ = q.shape
+        sign, scale = effective_scale(softmax_scale)
+
+        def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
+            layout = row_layout(indices, indptr, multiple=TOPK_MULTIPLE)
+            width = layout.width
+            if n_q * width > INT32_MAX:
+                raise ValueError(f"n_q {n_q} x width {width} slots exceed int32 KV indices")
+            slot = torch.arange(n_q * width, device=q.device, dtype=torch.int32).view(n_q, width)
+            kv_index = torch.where(layout.valid, slot, -1).view(n_q, 1, width)
+            row_index = torch.where(layout.valid, layout.slots.view(n_q, width), -1).view(n_q, 1, width)
+            return layout, kv_index, row_index, layout.lengths.clamp_max(width).to(torch.int32)
+
+        params = (NAME, TOPK_MULTIPLE)
+        layout, kv_index, row_index, topk_length = build() if layout_cache is None else layout_cache.get(indices, indptr, params, build)
         width = layout.width
-        if n_q * width > INT32_MAX:
-            raise ValueError(f"n_q {n_q} x width {width} slots exceed int32 KV indices")
-        slot = torch.arange(n_q * width, device=q.device, dtype=torch.int32).view(n_q, width)
-        kv_index = torch.where(layout.valid, slot, -1).view(n_q, 1, width)
-        row_index = torch.where(layout.valid, layout.slots.view(n_q, width), -1).view(n_q, 1, width)
-        return layout, kv_index, row_index, layout.lengths.clamp_max(width).to(torch.int32)
-
-    params = (NAME, TOPK_MULTIPLE)
-    layout, kv_index, row_index, topk_length = build() if layout_cache is None else layout_cache.get(indices, indptr, params, build)
-    width = layout.width
-    whole = None if dequant_cache is None else dequant_cache.get(kv_cache, n_q * width)
-    if whole is not None:
-        kv, kv_indices = whole.view(-1, 1, HEAD_DIM), row_index
-    else:
-        rows = gather_rows(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE, layout=layout)
-        kv, kv_indices = rows.keys.view(n_q * width, 1, HEAD_DIM), kv_index
-    return PrefillCall(
-        q=(pad_heads(q, padded_heads, sign=sign) if padded_q is None else padded_q.get(q, padded_heads, sign)).view(
-            n_q, padded_heads, HEAD_DIM
-        ),
-        kv=kv,
-        indices=kv_indices,
-        topk_length=topk_length,
-        softmax_scale=scale,
-        heads=heads,
-        n_q=n_q,
-    )
-
-
-def run_flashmla_prefill(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    has_invalid: bool = False,
-    return_lse: bool = False,
-    out: torch.Tensor | None = None,
-    padded_heads: int = HEAD_COUNTS[0],
-    module: ModuleType | None = None,
-    layout_cache: LayoutCache | None = None,
-    dequant_cache: DequantCache | None = None,
-    padded_q: PaddedQ | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The sparse prefill with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
-    layout_cache, dequant_cache, padded_q: as in prepare_prefill (None: built per call)."""
-    info, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
-    if empty is not None:
-        return empty
-    n_q, heads = info.n_q, info.heads
-    fm = load_flash_mla() if module is None else module
-    call = prepare_prefill(
-        q,
-        kv_cache,
-        indices,
-        indptr,
-        softmax_scale,
-        padded_heads=padded_heads,
-        layout_cache=layout_cache,
-        dequant_cache=dequant_cache,
-        padded_q=padded_q,
-    )
-    out_raw, _max_logits, lse_raw = call.run(fm)
-    got = out_raw.view(n_q, -1, LATENT_DIM)[:, :heads]
-    if out is not None:
-        out.copy_(got)
-        result = out
-    else:
-        result = got.contiguous()
-    return result, (map_lse(lse_raw, n_q, heads) if return_lse else None)
-
-
-def _support(info: CallInfo) -> str:
-    if info.device.type == "cuda":
-        return device_reason(info.device).replace("flashmla:", f"{NAME}:", 1)
-    return ""
-
-
-def flashmla_prefill_backend(*, padded_heads: int = HEAD_COUNTS[0]) -> Backend:
-    """The `flashmla-prefill` backend; BackendUnavailable when `flash_mla` cannot be imported, its
-    sparse prefill op is not registered, or there is no CUDA device of compute capability 9.x."""
-    module = require_flash_mla(NAME, op="sparse_prefill_fwd")
-    layout_cache = LayoutCache()
-    dequant_cache = DequantCache()
-    padded_q = PaddedQ()
-
-    def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
-        return run_flashmla_prefill(
-            q,
-            kv_cache,
-            indices,
-            indptr,
-            softmax_scale,
-            has_invalid=has_invalid,
-            return_lse=return_lse,
-            out=out,
-            padded_heads=padded_heads,
-            module=module,
-            layout_cache=layout_cache,
-            dequant_cache=dequant_cache,
-            padded_q=padded_q,
+        whole = None if dequant_cache is None else dequant_cache.get(kv_cache, n_q * width)
+        if whole is not None:
+            kv, kv_indices = whole.view(-1, 1, HEAD_DIM), row_index
+        else:
+            rows = gather_rows(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE, layout=layout)
+            kv, kv_indices = rows.keys.view(n_q * width, 1, HEAD_DIM), kv_index
+        return PrefillCall(
+            q=(pad_heads(q, padded_heads, sign=sign) if padded_q is None else padded_q.get(q, padded_heads, sign)).view(
+                n_q, padded_heads, HEAD_DIM
+            ),
+            kv=kv,
+            indices=kv_indices,
+            topk_length=topk_length,
+            softmax_scale=scale,
+            heads=heads,
+            n_q=n_q,
+            module=engine.module,
         )
 
-    return Backend(
-        name=NAME,
-        fn=kernel,
-        profile=PROFILE,
-        devices=("cuda",),
-        max_heads=16,
-        head_counts=None,
-        accepts_out=True,
-        bounded_index_reads=False,
-        batch_invariant=True,
-        extra_support=_support,
-        limits=LIMITS,
-    )
+
+ADAPTER = FlashMLAPrefillAdapter()
 
 
 __all__ = [
@@ -254,9 +233,9 @@ __all__ = [
     "LIMITS",
     "NAME",
     "TOPK_MULTIPLE",
-    "PaddedQ",
+    "ADAPTER",
+    "DECLARATION",
+    "FlashMLAPrefillAdapter",
     "PrefillCall",
-    "flashmla_prefill_backend",
-    "prepare_prefill",
-    "run_flashmla_prefill",
+    "PrefillState",
 ]

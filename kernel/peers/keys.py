@@ -142,6 +142,16 @@ class KeptCache(Protocol):
         ...
 
 
+@dataclass
+class KeptKeys:
+    """What a bf16-key peer's backend keeps between calls (kernel.peers.protocol's state): the whole
+    cache dequantised (a kernel.peers.dequant_cache.DequantCache, built by the engine's reader
+    where it has one) and the index layouts per index tensors (each None: built per call)."""
+
+    dequant: KeptCache | None = None
+    layouts: LayoutCache | None = None
+
+
 MAX_KEPT_ROWS = INT32_MAX // HEAD_DIM  # buffer rows the kernels address (row * 576 is int32)
 
 
@@ -254,6 +264,7 @@ __all__ = [
     "MAX_KEPT_ROWS",
     "GatheredRows",
     "KeptCache",
+    "KeptKeys",
     "RowLayout",
     "SlotKeys",
     "SlotLayout",

@@ -11,6 +11,8 @@
 - softmax_scale <= 0 for kernels that need a positive one (`effective_scale`), lse +inf -> -inf
   (`map_lse`).
 - Launches whose element offsets stay below 2^31 (`int32_row_chunks`).
+- The output's tail: a copy into the caller's `out=` (`copy_out`); H = 1 run as 2 heads for the
+  kernels that need two (`pad_single_head`).
 """
 
 from __future__ import annotations
@@ -21,10 +23,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from kernel.backend import Backend
-from kernel.contract import CallInfo
-from kernel.engines import cuda_reason, int32_chunks
-from kernel.record import HEAD_DIM
+from kernel.engines import int32_chunks
+from kernel.record import HEAD_DIM, LATENT_DIM
 
 KEY_BLOCK = 64  # the default row multiple of csr_to_padded (FlashMLA's key block)
 MASKED = -1  # the only index value FlashMLA masks
@@ -220,35 +220,28 @@ def int32_row_chunks(n_q: int, width: int, row_elements: int = HEAD_DIM) -> list
     return int32_chunks(n_q, width * row_elements)
 
 
-def peer_backend(
-    name: str,
-    fn: Callable[..., tuple[torch.Tensor, torch.Tensor | None]],
-    *,
-    profile: str,
-    limits: dict[str, int],
-    bounded_index_reads: bool,
-    batch_invariant: bool,
-) -> Backend:
-    """The Backend of one of these Triton peers: CUDA only, 1-16 heads of any count, `out=`
-    accepted; the declarations that differ between the peers are the arguments. The caller has
-    checked `cuda_reason(name)` and loaded the kernel modules into `fn` already."""
+def copy_out(got: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """The call's output: `got` copied into the caller's `out=` (any strides), which is returned,
+    or, without one, `got` itself when contiguous, else a contiguous copy."""
+    if out is not None:
+        out.copy_(got)
+        return out
+    return got.contiguous()
 
-    def support(info: CallInfo) -> str:
-        return cuda_reason(name) if info.device.type == "cuda" else ""
 
-    return Backend(
-        name=name,
-        fn=fn,
-        profile=profile,
-        devices=("cuda",),
-        max_heads=16,
-        head_counts=None,
-        accepts_out=True,
-        bounded_index_reads=bounded_index_reads,
-        batch_invariant=batch_invariant,
-        extra_support=support,
-        limits=limits,
-    )
+def pad_single_head(q: torch.Tensor, out: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q_run, o) for a kernel that needs at least 2 query heads (grouped MLA kernels dispatch
+    another kernel for one head): H = 1 runs as 2 heads with a zero second head, whose output
+    row of o is sliced off later; o bf16 [n_q, max(H, 2), 512] is `out` itself when given and
+    no head was added, else a new buffer."""
+    n_q, heads = q.shape[0], q.shape[1]
+    run_heads = max(heads, 2)
+    q_run = q if run_heads == heads else torch.cat([q, torch.zeros_like(q)], dim=1)
+    if out is not None and run_heads == heads:
+        o = out
+    else:
+        o = torch.empty(n_q, run_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
+    return q_run, o
 
 
 __all__ = [
@@ -259,13 +252,14 @@ __all__ = [
     "LayoutCache",
     "PaddedQ",
     "PaddedRows",
+    "copy_out",
     "csr_to_padded",
     "effective_scale",
     "int32_row_chunks",
     "kept_index",
     "map_lse",
     "pad_heads",
-    "peer_backend",
+    "pad_single_head",
     "round_up",
     "sync_free_width",
 ]

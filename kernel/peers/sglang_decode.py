@@ -65,12 +65,13 @@ from types import ModuleType
 
 import torch
 
-from kernel.backend import Backend, BackendUnavailable
-from kernel.contract import begin_call
+from kernel.backend import BackendUnavailable
+from kernel.contract import CallInfo
 from kernel.engines import cuda_reason, int32_chunks, load_sglang
 from kernel.peers.dequant_cache import DequantCache
-from kernel.peers.keys import SlotKeys, slot_keys
-from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache, int32_row_chunks, kept_index, peer_backend
+from kernel.peers.keys import KeptKeys, SlotKeys, slot_keys
+from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache, int32_row_chunks, kept_index, pad_single_head
+from kernel.peers.protocol import BareRow, Declaration
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
 
 NAME = "sglang-decode"
@@ -152,7 +153,7 @@ def sglang_dequantise(reader: ModuleType, records: torch.Tensor) -> torch.Tensor
 
 
 def kept_cache(reader: ModuleType) -> DequantCache:
-    """The whole cache kept dequantised by sglang's reader (sglang_dequantise), for prepare_sglang_decode."""
+    """The whole cache kept dequantised by sglang's reader (sglang_dequantise), for the adapter's state."""
     return DequantCache(dequantise=partial(sglang_dequantise, reader))
 
 
@@ -226,133 +227,115 @@ class SglangCall:
         return result, lse
 
 
-def prepare_sglang_decode(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    out: torch.Tensor | None,
-    kernel: ModuleType,
-    reader: ModuleType,
-    dequant_cache: DequantCache | None = None,
-    layout_cache: LayoutCache | None = None,
-) -> SglangCall:
-    """Keys, CSR rows, heads and output buffers for one validated call with n_q >= 1 (module
-    docstring). dequant_cache: the cache kept dequantised by this reader (`kept_cache(reader)`);
-    None: gathered per slot. Either way the kernel reads the same keys. layout_cache: the slot
-    layout and CSR rows kept per index tensors (None: built per call)."""
-    n_q, heads = q.shape[0], q.shape[1]
-    run_heads = max(heads, 2)
-    reading = partial(sglang_dequantise, reader)
-    keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE, dequantise=reading, kept=dequant_cache, layouts=layout_cache)
-    q_run = q if run_heads == heads else torch.cat([q, torch.zeros_like(q)], dim=1)
-    if out is not None and run_heads == heads:
-        o = out
-    else:
-        o = torch.empty(n_q, run_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
-    buffer = keys.keys.view(-1, 1, HEAD_DIM)
+@dataclass(frozen=True)
+class SglangEngine:
+    """sglang's decode_attention module (the kernel) and dequant_k_cache module (its reader)."""
 
-    def rows_csr() -> tuple[list[tuple[int, int, torch.Tensor, torch.Tensor]], RowSplits]:
-        ranges = int32_row_chunks(n_q, keys.width) if keys.per_slot else [(0, n_q)]
-        return [(start, stop, *csr_of_valid(keys, start, stop)) for start, stop in ranges], row_splits(keys.counts)
-
-    chunks = []
-    params = (NAME, kv_cache.numel() // RECORD_BYTES, keys.per_slot)  # the CSR is a function of these and the indices
-    csr, rows = kept_index(layout_cache, indices, indptr, params, rows_csr)
-    for start, stop, kv_indptr, kv_indices in csr:
-        k_chunk = buffer[start * keys.width : stop * keys.width] if keys.per_slot else buffer
-        chunks.append((start, stop, k_chunk, kv_indptr, kv_indices))
-    return SglangCall(
-        kernel=kernel,
-        q_run=q_run,
-        buffer=buffer,
-        chunks=chunks,
-        o=o,
-        logits=torch.empty(n_q, run_heads, NUM_KV_SPLITS, LATENT_DIM, dtype=torch.float32, device=q.device),
-        att_lse=torch.empty(n_q, run_heads, NUM_KV_SPLITS, dtype=torch.float32, device=q.device),
-        softmax_scale=float(softmax_scale),
-        keys=keys,
-        rows=rows,
-        heads=heads,
-    )
+    kernel: ModuleType
+    reader: ModuleType
 
 
-def run_sglang_decode(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    has_invalid: bool = False,
-    return_lse: bool = False,
-    out: torch.Tensor | None = None,
-    kernel: ModuleType | None = None,
-    reader: ModuleType | None = None,
-    dequant_cache: DequantCache | None = None,
-    layout_cache: LayoutCache | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """sglang's decode kernel with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
-
-    kernel / reader: sglang's decode_attention and dequant_k_cache modules (imported when None);
-    dequant_cache, layout_cache: as in prepare_sglang_decode (None: built per call).
-    """
-    _, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
-    if empty is not None:
-        return empty
-    if kernel is None:
-        kernel = load_sglang(KERNEL_MODULE, NAME)[0]
-    if reader is None:
-        reader = load_sglang(READER_MODULE, NAME)[0]
-    call = prepare_sglang_decode(
-        q,
-        kv_cache,
-        indices,
-        indptr,
-        softmax_scale,
-        out=out,
-        kernel=kernel,
-        reader=reader,
-        dequant_cache=dequant_cache,
-        layout_cache=layout_cache,
-    )
-    call.run()
-    return call.finish(out, return_lse)
+DECLARATION = Declaration(
+    name=NAME,
+    profile=PROFILE,
+    limits=LIMITS,
+    bounded_index_reads=False,
+    batch_invariant=True,
+    label="sglang-decode (adapter)",
+    note="whole adapter: keys by sglang's reader (kept cache or per slot), CSR of the valid slots, kernel, lse merge",
+    bare=BareRow(":bare-kernel", None, "sglang-decode (bare kernel)", "decode_attention_fwd on the prepared keys, CSR rows and buffers"),
+)
 
 
-def sglang_decode_backend() -> Backend:
-    """The `sglang-decode` backend; BackendUnavailable (with the reason) without CUDA, Triton or sglang."""
-    reason = cuda_reason(NAME)
-    if reason:
-        raise BackendUnavailable(reason)
-    kernel, _ = load_sglang(KERNEL_MODULE, NAME)
-    reader, _ = load_sglang(READER_MODULE, NAME)
-    return peer_backend(
-        NAME,
-        partial(run_sglang_decode, kernel=kernel, reader=reader, dequant_cache=kept_cache(reader), layout_cache=LayoutCache(LAYOUTS_KEPT)),
-        profile=PROFILE,
-        limits=LIMITS,
-        bounded_index_reads=False,
-        batch_invariant=True,
-    )
+class SglangDecodeAdapter:
+    """The `sglang-decode` adapter (kernel.peers.protocol)."""
+
+    declaration = DECLARATION
+
+    def load(self) -> SglangEngine:
+        """sglang's kernel and reader; BackendUnavailable (with the reason) without CUDA, Triton or sglang."""
+        reason = cuda_reason(NAME)
+        if reason:
+            raise BackendUnavailable(reason)
+        kernel, _ = load_sglang(KERNEL_MODULE, NAME)
+        reader, _ = load_sglang(READER_MODULE, NAME)
+        return SglangEngine(kernel, reader)
+
+    def new_state(self, engine: SglangEngine, *, kept: bool = True) -> KeptKeys | None:
+        return KeptKeys(dequant=kept_cache(engine.reader), layouts=LayoutCache(LAYOUTS_KEPT)) if kept else None
+
+    def support(self, info: CallInfo) -> str:
+        return cuda_reason(NAME) if info.device.type == "cuda" else ""
+
+    def prepare(
+        self,
+        engine: SglangEngine,
+        state: KeptKeys | None,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        indices: torch.Tensor,
+        indptr: torch.Tensor,
+        softmax_scale: float,
+        *,
+        has_invalid: bool,
+        out: torch.Tensor | None,
+    ) -> SglangCall:
+        """Keys, CSR rows, heads and output buffers for one validated call with n_q >= 1 (module
+        docstring). state: the cache kept dequantised by this reader (`kept_cache(reader)`; None:
+        gathered per slot; either way the kernel reads the same keys), the slot layout and CSR
+        rows kept per index tensors (None: built per call)."""
+        kernel, reader = engine.kernel, engine.reader
+        dequant_cache = None if state is None else state.dequant
+        layout_cache = None if state is None else state.layouts
+        n_q, heads = q.shape[0], q.shape[1]
+        reading = partial(sglang_dequantise, reader)
+        keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE, dequantise=reading, kept=dequant_cache, layouts=layout_cache)
+        q_run, o = pad_single_head(q, out)
+        buffer = keys.keys.view(-1, 1, HEAD_DIM)
+
+        def rows_csr() -> tuple[list[tuple[int, int, torch.Tensor, torch.Tensor]], RowSplits]:
+            ranges = int32_row_chunks(n_q, keys.width) if keys.per_slot else [(0, n_q)]
+            return [(start, stop, *csr_of_valid(keys, start, stop)) for start, stop in ranges], row_splits(keys.counts)
+
+        chunks = []
+        params = (NAME, kv_cache.numel() // RECORD_BYTES, keys.per_slot)  # the CSR is a function of these and the indices
+        csr, rows = kept_index(layout_cache, indices, indptr, params, rows_csr)
+        for start, stop, kv_indptr, kv_indices in csr:
+            k_chunk = buffer[start * keys.width : stop * keys.width] if keys.per_slot else buffer
+            chunks.append((start, stop, k_chunk, kv_indptr, kv_indices))
+        return SglangCall(
+            kernel=kernel,
+            q_run=q_run,
+            buffer=buffer,
+            chunks=chunks,
+            o=o,
+            logits=torch.empty(n_q, q_run.shape[1], NUM_KV_SPLITS, LATENT_DIM, dtype=torch.float32, device=q.device),
+            att_lse=torch.empty(n_q, q_run.shape[1], NUM_KV_SPLITS, dtype=torch.float32, device=q.device),
+            softmax_scale=float(softmax_scale),
+            keys=keys,
+            rows=rows,
+            heads=heads,
+        )
+
+
+ADAPTER = SglangDecodeAdapter()
 
 
 __all__ = [
-    "sglang_dequantise",
+    "ADAPTER",
+    "DECLARATION",
     "LIMITS",
     "NAME",
     "NUM_KV_SPLITS",
     "PROFILE",
     "RowSplits",
     "SglangCall",
+    "SglangDecodeAdapter",
+    "SglangEngine",
     "csr_of_valid",
     "kept_cache",
-    "prepare_sglang_decode",
     "row_splits",
-    "run_sglang_decode",
-    "sglang_decode_backend",
+    "sglang_dequantise",
     "split_holds",
     "split_lse",
 ]

@@ -42,12 +42,12 @@ from typing import Any
 
 import torch
 
-from kernel.backend import Backend
-from kernel.contract import begin_call
+from kernel.contract import CallInfo
 from kernel.peers import bf16_key_decode
 from kernel.peers.dequant_cache import DequantCache
-from kernel.peers.keys import RowLayout, gather_rows, row_layout
-from kernel.peers.plumbing import LayoutCache
+from kernel.peers.keys import KeptKeys, RowLayout, gather_rows, row_layout
+from kernel.peers.plumbing import LayoutCache, copy_out
+from kernel.peers.protocol import BareRow, Declaration
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
 
 NAME = "torch-sdpa"
@@ -104,133 +104,125 @@ def aligned(t: torch.Tensor) -> torch.Tensor:
 class SdpaCall:
     """One prepared fused-SDPA call: q4 bf16 [n_q, 1, H, 576], keys bf16 [n_q, 1, W, 576] (V =
     keys[..., :512]), bias bf16 [n_q, 1, H, W] (0 for a key, -inf for an empty slot), scale;
-    no_key bool [n_q]: rows without a valid key (the adapter sets out 0 and lse -inf there)."""
+    no_key bool [n_q]: rows without a valid key (the adapter sets out 0 and lse -inf there);
+    raw: the kernel's (out, lse) after run."""
 
     q4: torch.Tensor
     keys: torch.Tensor
     bias: torch.Tensor
     scale: float
     no_key: torch.Tensor
+    raw: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def run(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The fused kernel on the prepared inputs: (out [n_q, 1, H, 512] bf16, lse [n_q, H] f32)."""
-        return _attention(self.q4, self.keys, self.bias, self.scale)
+    def run(self) -> None:
+        """The fused kernel on the prepared inputs; keeps (out [n_q, 1, H, 512] bf16, lse [n_q, H] f32) in `raw`."""
+        self.raw = _attention(self.q4, self.keys, self.bias, self.scale)
+
+    def finish(self, out: torch.Tensor | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """out (into `out=` when given) and lse, with out 0 and lse -inf for rows without a key."""
+        assert self.raw is not None, "finish() before run()"
+        got, lse = self.raw
+        n_q, heads = self.q4.shape[0], self.q4.shape[2]
+        result = copy_out(got.view(n_q, heads, LATENT_DIM).masked_fill(self.no_key.view(n_q, 1, 1), 0.0), out)
+        lse_out = lse.to(torch.float32).masked_fill(self.no_key.view(n_q, 1), float("-inf")) if return_lse else None
+        return result, lse_out
 
 
-def prepare_sdpa(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    layout_cache: LayoutCache | None = None,
-    dequant_cache: DequantCache | None = None,
-) -> SdpaCall:
-    """Build the fused kernel's inputs from a contract call (module docstring); no validation.
-    layout_cache: the slot layout, bias and empty-row mask kept per index tensors.
-    The keys: on CUDA where kernel.peers.bf16_key_decode is available, decoded from the
-    selected records in one pass; else, with dequant_cache, gathered as bf16 rows from the whole
-    cache kept dequantised (kernel.peers.dequant_cache; an empty slot reads its +0 row); else,
-    or when it declines, the records are gathered and dequantised per slot. The same bits."""
-    n_q, heads, _ = q.shape
-    kv_rows = kv_cache.numel() // RECORD_BYTES
-    variant = bf16_key_decode.available(q.device) if q.device.type == "cuda" else None
-    flat = kv_cache.reshape(-1, RECORD_BYTES) if variant is not None else None
-    fused = flat is not None and bf16_key_decode.usable(flat)
+@dataclass(frozen=True)
+class SdpaEngine:
+    """Nothing to import: PyTorch's own kernels."""
 
-    def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
-        layout = row_layout(indices, indptr, multiple=KEY_MULTIPLE)
-        ninf = torch.full((), float("-inf"), dtype=torch.bfloat16, device=q.device)
-        zero = torch.zeros((), dtype=torch.bfloat16, device=q.device)
-        bias = torch.where(layout.valid, zero, ninf).view(n_q, 1, 1, layout.width).expand(n_q, 1, heads, layout.width).contiguous()
-        valid = layout.valid.view(-1)
-        # the record each key reads; an empty slot's +0 key: -1 for the fused decode, else the whole cache's +0 row
-        key_rows = torch.where(valid, layout.slots.to(torch.int64), -1) if fused else torch.where(valid, layout.slots, kv_rows)
-        return layout, bias, ~layout.valid.any(dim=1), key_rows
 
-    params = (NAME, heads, kv_rows, fused)
-    layout, bias, no_key, key_rows = build() if layout_cache is None else layout_cache.get(indices, indptr, params, build)
-    width = layout.width
-    if fused:
-        assert flat is not None and variant is not None  # what fused means
-        keys = torch.empty(n_q * width, HEAD_DIM, dtype=torch.bfloat16, device=q.device)
-        bf16_key_decode.launch(flat, key_rows, keys, variant)
-        keys = keys.view(n_q, 1, width, HEAD_DIM)
-    else:
-        whole = None if dequant_cache is None else dequant_cache.get(kv_cache, n_q * width)
-        if whole is not None:
-            keys = whole.index_select(0, key_rows).view(n_q, 1, width, HEAD_DIM)
+DECLARATION = Declaration(
+    name=NAME,
+    profile=PROFILE,
+    limits=LIMITS,
+    bounded_index_reads=False,
+    batch_invariant=True,
+    label="torch-sdpa (adapter)",
+    note="whole adapter: gather + bf16 dequantisation, bias, fused SDPA kernel, empty-row fix-up",
+    bare=BareRow(
+        ":bare-kernel",
+        None,
+        "torch-sdpa (bare kernel)",
+        "aten._scaled_dot_product_efficient_attention on the gathered bf16 keys and bias",
+    ),
+)
+
+
+class SdpaAdapter:
+    """The `torch-sdpa` adapter (kernel.peers.protocol): CUDA devices (see LIMITS for why not the
+    CPU path, which runs for the tests all the same); it keeps the index layout per index tensors,
+    as a server would, and, where the fused key decode is not available, the dequantised cache
+    per cache tensor."""
+
+    declaration = DECLARATION
+
+    def load(self) -> SdpaEngine:
+        return SdpaEngine()
+
+    def new_state(self, engine: SdpaEngine, *, kept: bool = True) -> KeptKeys | None:
+        return KeptKeys(layouts=LayoutCache(), dequant=DequantCache()) if kept else None
+
+    def support(self, info: CallInfo) -> str:
+        return ""
+
+    def prepare(
+        self,
+        engine: SdpaEngine,
+        state: KeptKeys | None,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        indices: torch.Tensor,
+        indptr: torch.Tensor,
+        softmax_scale: float,
+        *,
+        has_invalid: bool,
+        out: torch.Tensor | None,
+    ) -> SdpaCall:
+        """The fused kernel's inputs from a contract call (module docstring). state: the slot
+        layout, bias and empty-row mask kept per index tensors. The keys: on CUDA where
+        kernel.peers.bf16_key_decode is available, decoded from the selected records in one pass;
+        else, with the state's dequantised cache, gathered as bf16 rows from the whole cache
+        (kernel.peers.dequant_cache; an empty slot reads its +0 row); else, or when it declines,
+        the records are gathered and dequantised per slot. The same bits."""
+        layout_cache = None if state is None else state.layouts
+        dequant_cache = None if state is None else state.dequant
+        n_q, heads, _ = q.shape
+        kv_rows = kv_cache.numel() // RECORD_BYTES
+        variant = bf16_key_decode.available(q.device) if q.device.type == "cuda" else None
+        flat = kv_cache.reshape(-1, RECORD_BYTES) if variant is not None else None
+        fused = flat is not None and bf16_key_decode.usable(flat)
+
+        def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
+            layout = row_layout(indices, indptr, multiple=KEY_MULTIPLE)
+            ninf = torch.full((), float("-inf"), dtype=torch.bfloat16, device=q.device)
+            zero = torch.zeros((), dtype=torch.bfloat16, device=q.device)
+            bias = torch.where(layout.valid, zero, ninf).view(n_q, 1, 1, layout.width).expand(n_q, 1, heads, layout.width).contiguous()
+            valid = layout.valid.view(-1)
+            # the record each key reads; an empty slot's +0 key: -1 for the fused decode, else the whole cache's +0 row
+            key_rows = torch.where(valid, layout.slots.to(torch.int64), -1) if fused else torch.where(valid, layout.slots, kv_rows)
+            return layout, bias, ~layout.valid.any(dim=1), key_rows
+
+        params = (NAME, heads, kv_rows, fused)
+        layout, bias, no_key, key_rows = build() if layout_cache is None else layout_cache.get(indices, indptr, params, build)
+        width = layout.width
+        if fused:
+            assert flat is not None and variant is not None  # what fused means
+            keys = torch.empty(n_q * width, HEAD_DIM, dtype=torch.bfloat16, device=q.device)
+            bf16_key_decode.launch(flat, key_rows, keys, variant)
+            keys = keys.view(n_q, 1, width, HEAD_DIM)
         else:
-            keys = gather_rows(indices, indptr, kv_cache, multiple=KEY_MULTIPLE, layout=layout).keys.view(n_q, 1, width, HEAD_DIM)
-    q4 = aligned(q.contiguous()).view(n_q, 1, heads, q.shape[-1])
-    return SdpaCall(q4=q4, keys=keys, bias=bias, scale=float(softmax_scale), no_key=no_key)
+            whole = None if dequant_cache is None else dequant_cache.get(kv_cache, n_q * width)
+            if whole is not None:
+                keys = whole.index_select(0, key_rows).view(n_q, 1, width, HEAD_DIM)
+            else:
+                keys = gather_rows(indices, indptr, kv_cache, multiple=KEY_MULTIPLE, layout=layout).keys.view(n_q, 1, width, HEAD_DIM)
+        q4 = aligned(q.contiguous()).view(n_q, 1, heads, q.shape[-1])
+        return SdpaCall(q4=q4, keys=keys, bias=bias, scale=float(softmax_scale), no_key=no_key)
 
 
-def run_torch_sdpa(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    has_invalid: bool = False,
-    return_lse: bool = False,
-    out: torch.Tensor | None = None,
-    layout_cache: LayoutCache | None = None,
-    dequant_cache: DequantCache | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """SDPA with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
-    layout_cache, dequant_cache: as in prepare_sdpa (None: built per call)."""
-    info, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
-    if empty is not None:
-        return empty
-    n_q, heads = info.n_q, info.heads
-    call = prepare_sdpa(q, kv_cache, indices, indptr, softmax_scale, layout_cache=layout_cache, dequant_cache=dequant_cache)
-    got, lse = call.run()
-    got = got.view(n_q, heads, LATENT_DIM).masked_fill(call.no_key.view(n_q, 1, 1), 0.0)
-    if out is not None:
-        out.copy_(got)
-        result = out
-    else:
-        result = got
-    lse_out = lse.to(torch.float32).masked_fill(call.no_key.view(n_q, 1), float("-inf")) if return_lse else None
-    return result, lse_out
+ADAPTER = SdpaAdapter()
 
 
-def torch_sdpa_backend() -> Backend:
-    """The `torch-sdpa` backend (CUDA devices: see LIMITS for why not the CPU path); it keeps the
-    index layout per index tensors, as a server would, and, where the fused key decode is not
-    available, the dequantised cache per cache tensor."""
-    layout_cache = LayoutCache()
-    dequant_cache = DequantCache()
-
-    def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
-        return run_torch_sdpa(
-            q,
-            kv_cache,
-            indices,
-            indptr,
-            softmax_scale,
-            has_invalid=has_invalid,
-            return_lse=return_lse,
-            out=out,
-            layout_cache=layout_cache,
-            dequant_cache=dequant_cache,
-        )
-
-    return Backend(
-        name=NAME,
-        fn=kernel,
-        profile=PROFILE,
-        devices=("cuda",),
-        max_heads=16,
-        head_counts=None,
-        accepts_out=True,
-        bounded_index_reads=False,
-        batch_invariant=True,
-        limits=LIMITS,
-    )
-
-
-__all__ = ["PROFILE", "KEY_MULTIPLE", "LIMITS", "NAME", "SdpaCall", "prepare_sdpa", "run_torch_sdpa", "torch_sdpa_backend"]
+__all__ = ["ADAPTER", "DECLARATION", "KEY_MULTIPLE", "LIMITS", "NAME", "PROFILE", "SdpaAdapter", "SdpaCall", "SdpaEngine"]

@@ -43,18 +43,18 @@ natural-log domain: out = bf16(acc / l), lse = m + log(l).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
-from kernel.backend import Backend, BackendUnavailable
-from kernel.contract import begin_call
+from kernel.backend import BackendUnavailable
+from kernel.contract import CallInfo
 from kernel.engines import cuda_reason, load_vllm
 from kernel.peers.dequant_cache import DequantCache
-from kernel.peers.keys import slot_keys
-from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache, kept_index, peer_backend
+from kernel.peers.keys import KeptKeys, slot_keys
+from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache, kept_index, pad_single_head
+from kernel.peers.protocol import BareRow, Declaration
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
 
 NAME = "vllm-decode"
@@ -135,107 +135,98 @@ class VllmDecodeCall:
         return result, lse
 
 
-def prepare_vllm_decode(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    out: torch.Tensor | None,
-    kernel: ModuleType,
-    sm_count: int,
-    dequant_cache: DequantCache | None = None,
-    layout_cache: LayoutCache | None = None,
-) -> VllmDecodeCall:
-    """Keys, block table, split count and output buffers for one validated call with n_q >= 1.
-    dequant_cache: the whole cache kept dequantised (None: gathered per slot); the same keys either
-    way. layout_cache: the slot layout and block table kept per index tensors (None: built per call)."""
-    n_q, heads = q.shape[0], q.shape[1]
-    run_heads = max(heads, 2)
-    keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE, kept=dequant_cache, layouts=layout_cache)
-    params = (NAME, kv_cache.numel() // RECORD_BYTES, keys.per_slot)  # the table is a function of these and the indices
-    splits = num_kv_splits(keys.width, sm_count)
-    q_run = q if run_heads == heads else torch.cat([q, torch.zeros_like(q)], dim=1)
-    if out is not None and run_heads == heads:
-        o = out
-    else:
-        o = torch.empty(n_q, run_heads, LATENT_DIM, dtype=torch.bfloat16, device=q.device)
-    return VllmDecodeCall(
-        kernel=kernel,
-        q_run=q_run,
-        cache=keys.keys.view(-1, 1, 1, HEAD_DIM),
-        table=kept_index(layout_cache, indices, indptr, params, keys.valid_first),
-        counts=keys.counts,
-        o=o,
-        lse=torch.empty(n_q, run_heads, dtype=torch.float32, device=q.device),
-        logits=torch.empty(n_q, run_heads, splits, LATENT_DIM + 1, dtype=torch.float32, device=q.device),
-        splits=splits,
-        softmax_scale=float(softmax_scale),
-        one=torch.ones((), dtype=torch.float32, device=q.device),
-        heads=heads,
-    )
+@dataclass(frozen=True)
+class VllmDecodeEngine:
+    """vLLM's triton_decode_attention module and the device's multiprocessor count (its split rule)."""
+
+    kernel: ModuleType
+    sm_count: int
 
 
-def run_vllm_decode(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    has_invalid: bool = False,
-    return_lse: bool = False,
-    out: torch.Tensor | None = None,
-    kernel: ModuleType | None = None,
-    sm_count: int | None = None,
-    dequant_cache: DequantCache | None = None,
-    layout_cache: LayoutCache | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """vLLM's decode kernel with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
-
-    kernel: vLLM's triton_decode_attention module (imported when None); sm_count: the device's
-    multiprocessors (read from the device when None); dequant_cache, layout_cache: as in prepare_vllm_decode.
-    """
-    _, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
-    if empty is not None:
-        return empty
-    if kernel is None:
-        kernel = load_vllm(KERNEL_MODULE, NAME)[0]
-    if sm_count is None:
-        sm_count = torch.cuda.get_device_properties(q.device).multi_processor_count
-    call = prepare_vllm_decode(
-        q,
-        kv_cache,
-        indices,
-        indptr,
-        softmax_scale,
-        out=out,
-        kernel=kernel,
-        sm_count=sm_count,
-        dequant_cache=dequant_cache,
-        layout_cache=layout_cache,
-    )
-    call.run()
-    return call.finish(out, return_lse)
+DECLARATION = Declaration(
+    name=NAME,
+    profile=PROFILE,
+    limits=LIMITS,
+    bounded_index_reads=False,
+    batch_invariant=False,
+    label="vllm-decode (adapter)",
+    note="whole adapter: bf16 keys (kept cache or per slot), block table of the valid slots, kernel",
+    bare=BareRow(":bare-kernel", None, "vllm-decode (bare kernel)", "decode_attention_fwd on the prepared keys, block table and buffers"),
+)
 
 
-def vllm_decode_backend() -> Backend:
-    """The `vllm-decode` backend; BackendUnavailable (with the reason) without CUDA, Triton or vLLM's
-    files, or where vLLM disabled Triton in this process (kernel.engines.vllm_triton_reason)."""
-    reason = cuda_reason(NAME)
-    if reason:
-        raise BackendUnavailable(reason)
-    kernel, _ = load_vllm(KERNEL_MODULE, NAME)
-    sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    return peer_backend(
-        NAME,
-        partial(run_vllm_decode, kernel=kernel, sm_count=sm_count, dequant_cache=DequantCache(), layout_cache=LayoutCache(LAYOUTS_KEPT)),
-        profile=PROFILE,
-        limits=LIMITS,
-        bounded_index_reads=False,
-        batch_invariant=False,
-    )
+class VllmDecodeAdapter:
+    """The `vllm-decode` adapter (kernel.peers.protocol)."""
+
+    declaration = DECLARATION
+
+    def load(self) -> VllmDecodeEngine:
+        """vLLM's kernel and the current device's SM count; BackendUnavailable (with the reason)
+        without CUDA, Triton or vLLM's files, or where vLLM disabled Triton in this process
+        (kernel.engines.vllm_triton_reason)."""
+        reason = cuda_reason(NAME)
+        if reason:
+            raise BackendUnavailable(reason)
+        kernel, _ = load_vllm(KERNEL_MODULE, NAME)
+        return VllmDecodeEngine(kernel, torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
+
+    def new_state(self, engine: VllmDecodeEngine, *, kept: bool = True) -> KeptKeys | None:
+        return KeptKeys(dequant=DequantCache(), layouts=LayoutCache(LAYOUTS_KEPT)) if kept else None
+
+    def support(self, info: CallInfo) -> str:
+        return cuda_reason(NAME) if info.device.type == "cuda" else ""
+
+    def prepare(
+        self,
+        engine: VllmDecodeEngine,
+        state: KeptKeys | None,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        indices: torch.Tensor,
+        indptr: torch.Tensor,
+        softmax_scale: float,
+        *,
+        has_invalid: bool,
+        out: torch.Tensor | None,
+    ) -> VllmDecodeCall:
+        """Keys, block table, split count and output buffers for one validated call with n_q >= 1.
+        state: the whole cache kept dequantised (None: gathered per slot; the same keys either
+        way), the slot layout and block table kept per index tensors (None: built per call)."""
+        kernel, sm_count = engine.kernel, engine.sm_count
+        dequant_cache = None if state is None else state.dequant
+        layout_cache = None if state is None else state.layouts
+        n_q, heads = q.shape[0], q.shape[1]
+        keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE, kept=dequant_cache, layouts=layout_cache)
+        params = (NAME, kv_cache.numel() // RECORD_BYTES, keys.per_slot)  # the table is a function of these and the indices
+        splits = num_kv_splits(keys.width, sm_count)
+        q_run, o = pad_single_head(q, out)
+        return VllmDecodeCall(
+            kernel=kernel,
+            q_run=q_run,
+            cache=keys.keys.view(-1, 1, 1, HEAD_DIM),
+            table=kept_index(layout_cache, indices, indptr, params, keys.valid_first),
+            counts=keys.counts,
+            o=o,
+            lse=torch.empty(n_q, q_run.shape[1], dtype=torch.float32, device=q.device),
+            logits=torch.empty(n_q, q_run.shape[1], splits, LATENT_DIM + 1, dtype=torch.float32, device=q.device),
+            splits=splits,
+            softmax_scale=float(softmax_scale),
+            one=torch.ones((), dtype=torch.float32, device=q.device),
+            heads=heads,
+        )
 
 
-__all__ = ["LIMITS", "NAME", "PROFILE", "VllmDecodeCall", "num_kv_splits", "prepare_vllm_decode", "run_vllm_decode", "vllm_decode_backend"]
+ADAPTER = VllmDecodeAdapter()
+
+
+__all__ = [
+    "ADAPTER",
+    "DECLARATION",
+    "LIMITS",
+    "NAME",
+    "PROFILE",
+    "VllmDecodeAdapter",
+    "VllmDecodeCall",
+    "VllmDecodeEngine",
+    "num_kv_splits",
+]

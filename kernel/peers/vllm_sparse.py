@@ -39,18 +39,18 @@ m * ln 2 + log2(l) * ln 2.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
-from kernel.backend import Backend, BackendUnavailable
-from kernel.contract import begin_call
+from kernel.backend import BackendUnavailable
+from kernel.contract import CallInfo
 from kernel.engines import cuda_reason, load_vllm
 from kernel.peers.dequant_cache import DequantCache
-from kernel.peers.keys import slot_keys
-from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache, int32_row_chunks, kept_index, peer_backend
+from kernel.peers.keys import KeptKeys, slot_keys
+from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache, int32_row_chunks, kept_index
+from kernel.peers.protocol import BareRow, Declaration
 from kernel.record import HEAD_DIM, RECORD_BYTES
 
 NAME = "vllm-sparse"
@@ -101,90 +101,89 @@ class VllmSparseCall:
         return result, torch.where((self.counts > 0).view(-1, 1), lse_all, float("-inf"))
 
 
-def prepare_vllm_sparse(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    kernel: ModuleType,
-    dequant_cache: DequantCache | None = None,
-    layout_cache: LayoutCache | None = None,
-) -> VllmSparseCall:
-    """Keys and per-chunk buffer indices (-1 where masked) for one validated call with n_q >= 1.
-    dequant_cache: the whole cache kept dequantised (None: gathered per slot); the same keys either
-    way. layout_cache: the slot layout and kernel indices kept per index tensors (None: built per call)."""
-    n_q = q.shape[0]
-    keys = slot_keys(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE, kept=dequant_cache, layouts=layout_cache)
-    width = keys.width
-    buffer = keys.keys.view(-1, 1, HEAD_DIM)
+@dataclass(frozen=True)
+class VllmSparseEngine:
+    """vLLM's xpu_mla_sparse module."""
 
-    def kernel_indices() -> list[tuple[int, int, torch.Tensor]]:
-        ranges = int32_row_chunks(n_q, width) if keys.per_slot else [(0, n_q)]
-        local = [torch.where(keys.valid[a:b], keys.table[a:b] - keys.chunk_base(a), -1) for a, b in ranges]
-        return [(a, b, part.unsqueeze(1).contiguous()) for (a, b), part in zip(ranges, local, strict=True)]
-
-    params = (NAME, kv_cache.numel() // RECORD_BYTES, keys.per_slot)  # the indices sent are a function of these and the stream
-    chunks = []
-    for start, stop, local in kept_index(layout_cache, indices, indptr, params, kernel_indices):
-        k_chunk = buffer[start * width : stop * width] if keys.per_slot else buffer
-        chunks.append((start, stop, k_chunk, local))
-    return VllmSparseCall(
-        kernel=kernel,
-        q=q,
-        chunks=chunks,
-        counts=keys.counts,
-        width=width,
-        softmax_scale=float(softmax_scale),
-    )
+    kernel: ModuleType
 
 
-def run_vllm_sparse(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    indices: torch.Tensor,
-    indptr: torch.Tensor,
-    softmax_scale: float,
-    *,
-    has_invalid: bool = False,
-    return_lse: bool = False,
-    out: torch.Tensor | None = None,
-    kernel: ModuleType | None = None,
-    dequant_cache: DequantCache | None = None,
-    layout_cache: LayoutCache | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """vLLM's sparse kernel with the contract's signature: (out bf16 [n_q, H, 512], lse f32 [n_q, H] or None).
-
-    kernel: vLLM's xpu_mla_sparse module (imported when None); dequant_cache, layout_cache: as in prepare_vllm_sparse.
-    """
-    _, empty = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
-    if empty is not None:
-        return empty
-    if kernel is None:
-        kernel = load_vllm(KERNEL_MODULE, NAME)[0]
-    call = prepare_vllm_sparse(
-        q, kv_cache, indices, indptr, softmax_scale, kernel=kernel, dequant_cache=dequant_cache, layout_cache=layout_cache
-    )
-    call.run()
-    return call.finish(out, return_lse)
+DECLARATION = Declaration(
+    name=NAME,
+    profile=PROFILE,
+    limits=LIMITS,
+    bounded_index_reads=True,
+    batch_invariant=True,
+    label="vllm-sparse (adapter)",
+    note="whole adapter: bf16 keys (kept cache or per slot), slot indices (-1 masked), kernel, lse fix-up",
+    bare=BareRow(":bare-kernel", None, "vllm-sparse (bare kernel)", "triton_bf16_mla_sparse_interface on the prepared keys and indices"),
+)
 
 
-def vllm_sparse_backend() -> Backend:
-    """The `vllm-sparse` backend; BackendUnavailable (with the reason) without CUDA, Triton or vLLM's
-    files, or where vLLM disabled Triton in this process (kernel.engines.vllm_triton_reason)."""
-    reason = cuda_reason(NAME)
-    if reason:
-        raise BackendUnavailable(reason)
-    kernel, _ = load_vllm(KERNEL_MODULE, NAME)
-    return peer_backend(
-        NAME,
-        partial(run_vllm_sparse, kernel=kernel, dequant_cache=DequantCache(), layout_cache=LayoutCache(LAYOUTS_KEPT)),
-        profile=PROFILE,
-        limits=LIMITS,
-        bounded_index_reads=True,
-        batch_invariant=True,
-    )
+class VllmSparseAdapter:
+    """The `vllm-sparse` adapter (kernel.peers.protocol)."""
+
+    declaration = DECLARATION
+
+    def load(self) -> VllmSparseEngine:
+        """vLLM's kernel; BackendUnavailable (with the reason) without CUDA, Triton or vLLM's files,
+        or where vLLM disabled Triton in this process (kernel.engines.vllm_triton_reason)."""
+        reason = cuda_reason(NAME)
+        if reason:
+            raise BackendUnavailable(reason)
+        return VllmSparseEngine(load_vllm(KERNEL_MODULE, NAME)[0])
+
+    def new_state(self, engine: VllmSparseEngine, *, kept: bool = True) -> KeptKeys | None:
+        return KeptKeys(dequant=DequantCache(), layouts=LayoutCache(LAYOUTS_KEPT)) if kept else None
+
+    def support(self, info: CallInfo) -> str:
+        return cuda_reason(NAME) if info.device.type == "cuda" else ""
+
+    def prepare(
+        self,
+        engine: VllmSparseEngine,
+        state: KeptKeys | None,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        indices: torch.Tensor,
+        indptr: torch.Tensor,
+        softmax_scale: float,
+        *,
+        has_invalid: bool,
+        out: torch.Tensor | None,
+    ) -> VllmSparseCall:
+        """Keys and per-chunk buffer indices (-1 where masked) for one validated call with n_q >= 1.
+        state: the whole cache kept dequantised (None: gathered per slot; the same keys either
+        way), the slot layout and kernel indices kept per index tensors (None: built per call)."""
+        kernel = engine.kernel
+        dequant_cache = None if state is None else state.dequant
+        layout_cache = None if state is None else state.layouts
+        n_q = q.shape[0]
+        keys = slot_keys(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE, kept=dequant_cache, layouts=layout_cache)
+        width = keys.width
+        buffer = keys.keys.view(-1, 1, HEAD_DIM)
+
+        def kernel_indices() -> list[tuple[int, int, torch.Tensor]]:
+            ranges = int32_row_chunks(n_q, width) if keys.per_slot else [(0, n_q)]
+            local = [torch.where(keys.valid[a:b], keys.table[a:b] - keys.chunk_base(a), -1) for a, b in ranges]
+            return [(a, b, part.unsqueeze(1).contiguous()) for (a, b), part in zip(ranges, local, strict=True)]
+
+        params = (NAME, kv_cache.numel() // RECORD_BYTES, keys.per_slot)  # the indices sent are a function of these and the stream
+        chunks = []
+        for start, stop, local in kept_index(layout_cache, indices, indptr, params, kernel_indices):
+            k_chunk = buffer[start * width : stop * width] if keys.per_slot else buffer
+            chunks.append((start, stop, k_chunk, local))
+        return VllmSparseCall(
+            kernel=kernel,
+            q=q,
+            chunks=chunks,
+            counts=keys.counts,
+            width=width,
+            softmax_scale=float(softmax_scale),
+        )
 
 
-__all__ = ["LIMITS", "NAME", "PROFILE", "VllmSparseCall", "prepare_vllm_sparse", "run_vllm_sparse", "vllm_sparse_backend"]
+ADAPTER = VllmSparseAdapter()
+
+
+__all__ = ["ADAPTER", "DECLARATION", "LIMITS", "NAME", "PROFILE", "VllmSparseAdapter", "VllmSparseCall", "VllmSparseEngine"]

@@ -103,3 +103,52 @@ def test_gather_names_a_way_whose_bits_differ(monkeypatch: pytest.MonkeyPatch, c
     assert gather.main(["--device", "cpu", "--n-q", "2", "--keys", "16", "--cache-rows", "256", "--iters", "1"]) == 1
     fused = [line for line in capsys.readouterr().out.splitlines() if line.split()[:2] == ["fused", "2"]]
     assert len(fused) == 1 and fused[0].endswith("False")
+
+
+SMALL = ["--device", "cpu", "--n-q", "2", "--keys", "32", "--heads", "2", "--cache-rows", "512", "--iters", "1"]
+
+
+def test_per_call_rows_against_a_revision_with_a_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import per_call
+
+    path, traces = tmp_path / "per_call.json", tmp_path / "traces"
+    args = [*SMALL, "--kernels", "oracle,emulated", "--against", "HEAD", "--profile", "--calls", "1", "--top", "3"]
+    assert per_call.main([*args, "--trace-dir", str(traces), "--json", str(path)]) == 0
+    rows = {r["kernel"]: r for r in json.loads(path.read_text())["results"]}
+    assert set(rows) == {"oracle", "emulated", "emulated@HEAD"}
+    assert rows["emulated@HEAD"]["bits"] == "same bits" and rows["emulated"]["ops"] == rows["emulated@HEAD"]["ops"] > 0
+    assert rows["oracle"]["syncs"] and any("top by self host time" in line for line in rows["oracle"]["profile"])
+    assert sorted(p.name for p in traces.iterdir()) == ["emulated_2.json", "emulated_at_HEAD_2.json", "oracle_2.json"]
+    capsys.readouterr()
+
+
+def test_per_call_peer_rows_through_the_adapter(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """torch-sdpa's adapter runs on the CPU for tests: its bare kernel on a kept state, the
+    contract call and a fresh cache, with the ratio to the bare kernel."""
+    from benchmarks import per_call
+
+    monkeypatch.setattr(per_call, "runs_on", lambda backend, device: True)
+    assert per_call.main([*SMALL, "--kernels", "torch-sdpa"]) == 0
+    out = capsys.readouterr().out
+    names = [line.split()[0] for line in out.splitlines()[2:]]
+    assert names == ["torch-sdpa:bare-kept", "torch-sdpa", "torch-sdpa:new-cache"]
+    adapter_row = next(line for line in out.splitlines() if line.startswith("torch-sdpa "))
+    assert float(adapter_row.split()[5]) > 0  # x bare
+
+
+def test_per_call_names_a_revision_that_differs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    from benchmarks import per_call
+    from kernel.emulated import gfx950
+
+    def off_by_one(*args: object, **kwargs: object) -> object:
+        out, lse = gfx950.run_emulated(*args, **kwargs)  # type: ignore[arg-type]
+        return out, torch.nextafter(lse, torch.full_like(lse, float("inf")))
+
+    monkeypatch.setattr(per_call, "module_at", lambda rev, path, name: SimpleNamespace(run_emulated=off_by_one))
+    assert per_call.main([*SMALL, "--kernels", "emulated", "--against", "X"]) == 1
+    assert "DIFFERS in ['lse']" in capsys.readouterr().out
+    monkeypatch.undo()
+    assert per_call.main([*SMALL, "--kernels", "emulated", "--against", "no-such-revision"]) == 2
+    assert "cannot be loaded" in capsys.readouterr().err

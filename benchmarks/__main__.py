@@ -15,6 +15,7 @@ ROUTINES: dict[str, str] = {
     "campaign_stages": "where one fuzz campaign's time goes, stage by stage (cProfile, or wall/CPU timers and torch ops)",
     "preconditions": "cost of oracle.preconditions.check_call per call: ops, host reads, ms (--against REV)",
     "per_call": "per call of the references, emulated and the peers (bare kernel, kept state, new cache): ops, syncs, ms, memory",
+    "host_work": "the peer adapters' host work per call around stand-in engines (ops, syncs, host us), repeated vs new batch",
     "gather": "the bf16-KV adapters' key gather by way (index_select as bf16 / int32 / int64, fused decode): ms, TB/s, same bits",
     "isa": "flydsl-isa (the compiled kernel on the ISA interpreter) on small exact problems: CPU s, instructions/s, top opcodes",
 }

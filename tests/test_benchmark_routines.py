@@ -152,3 +152,20 @@ def test_per_call_names_a_revision_that_differs(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.undo()
     assert per_call.main([*SMALL, "--kernels", "emulated", "--against", "no-such-revision"]) == 2
     assert "cannot be loaded" in capsys.readouterr().err
+
+
+def test_host_work_of_every_adapter_around_stand_ins(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every peer through the adapter protocol: a repeated call launches fewer ops than a new batch
+    (its index layout kept), no adapter reads device data back."""
+    from benchmarks import host_work
+
+    path = tmp_path / "host.json"
+    assert host_work.main(["--n-q", "2", "--keys", "64", "--heads", "4", "--cache-rows", "512", "--calls", "2", "--json", str(path)]) == 0
+    results = json.loads(path.read_text())
+    assert [r["adapter"] for r in results] == list(host_work.ADAPTERS)
+    for r in results:
+        assert 0 < r["repeated"]["ops"] < r["new-index"]["ops"], r["adapter"]
+        assert r["repeated"]["syncs"] == {} and r["repeated"]["host_us"] > 0, r["adapter"]
+    capsys.readouterr()
+    assert host_work.main(["--adapters", "flashmla,nope"]) == 2
+    assert "unknown adapter(s) ['nope']" in capsys.readouterr().err

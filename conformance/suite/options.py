@@ -20,6 +20,11 @@ WORKERS_PER_GPU = "--conformance-workers-per-gpu"
 NO_CAPTURE = "--conformance-no-capture"
 CALL_TIMEOUT = "--conformance-call-timeout"
 TRACEBACKS = "--conformance-tracebacks"
+SHARD = "--conformance-shard"
+SHARED_STORE = "--conformance-shared-store"
+REQUIRE_SHARED_STORE = "--conformance-require-shared-store"
+DURATIONS = "--conformance-durations"
+STORE_DURATIONS = "--conformance-store-durations"
 
 #: the options that choose what runs (carried into every printed rerun command)
 TARGET_OPTIONS = (KERNEL, PROFILE, DEVICE)
@@ -72,9 +77,57 @@ def add_options(parser: pytest.Parser, default_call_timeout_s: float) -> None:
     )
 
 
+    group.addoption(
+        SHARD,
+        dest=dest(SHARD),
+        type=_shard,
+        default=None,
+        metavar="I/N",
+        help="run shard I of N (1 <= I <= N) of the collected tests, split by recorded durations (--conformance-durations); "
+        "default: $CONFORMANCE_SHARD, else the CI system's variables (Buildkite, Slurm, Kubernetes: docs/fleet.md)",
+    )
+    group.addoption(
+        DURATIONS,
+        dest=dest(DURATIONS),
+        default=None,
+        metavar="PATH",
+        help="test durations in pytest-split's format that balance the shards (default .test_durations in the folder pytest "
+        "was started in; tests without one count as the mean)",
+    )
+    group.addoption(
+        STORE_DURATIONS,
+        dest=dest(STORE_DURATIONS),
+        action="store_true",
+        help="merge this session's test durations into the durations file (--conformance-durations) at the end",
+    )
+    group.addoption(
+        SHARED_STORE,
+        dest=dest(SHARED_STORE),
+        default=None,
+        metavar="URL",
+        help="the fleet's shared store (redis://host:port/db, rediss://..., unix:///path): examples under --hypothesis-profile "
+        "fleet (read only under dev), failures pushed to its inbox under fleet (default: $CONFORMANCE_SHARED_STORE)",
+    )
+    group.addoption(
+        REQUIRE_SHARED_STORE,
+        dest=dest(REQUIRE_SHARED_STORE),
+        action="store_true",
+        help="a shared store that is missing or unreachable fails the session (without it the run uses local state and says so)",
+    )
+
+
 def get(config: pytest.Config, option: str) -> object:
     """The value of one of this module's options (None where the plugin's options are not registered)."""
     return config.getoption(dest(option), None)
+
+
+def _shard(text: str) -> object:
+    from conformance.fleet.shards import ShardError, parse_shard
+
+    try:
+        return parse_shard(text, SHARD)
+    except ShardError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _seconds(text: str) -> float:

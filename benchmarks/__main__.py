@@ -16,6 +16,7 @@ ROUTINES: dict[str, str] = {
     "preconditions": "cost of oracle.preconditions.check_call per call: ops, host reads, ms (--against REV)",
     "per_call": "per call of the references, emulated and the peers (bare kernel, kept state, new cache): ops, syncs, ms, memory",
     "host_work": "the peer adapters' host work per call around stand-in engines (ops, syncs, host us), repeated vs new batch",
+    "fast_paths": "each fast path (kernel.fastpath) on vs off: self-checks, same bits on the bench's inputs and snapshot cases, ms",
     "gather": "the bf16-KV adapters' key gather by way (index_select as bf16 / int32 / int64, fused decode): ms, TB/s, same bits",
     "isa": "flydsl-isa (the compiled kernel on the ISA interpreter) on small exact problems: CPU s, instructions/s, top opcodes",
 }

@@ -7,7 +7,8 @@ uniform slots of a --cache-rows pow2 cache):
   (kernel.peers.dequant_cache), the rows copied as 576 bf16, 288 int32 or 144 int64 elements
   (views of the same bytes); 1152 bytes read and 1152 written per slot;
 - fused: kernel.peers.bf16_key_decode (one Triton pass from the fp8 records: 656 bytes read, 1152
-  written per slot), where it is available (CUDA, and its self-check passes on the device).
+  written per slot), where its fast path peers.bf16-keys gives a variant (kernel.fastpath: CUDA,
+  its self-check passed on the device, CONFORMANCE_FAST_PATHS not turning it off).
 Every way is checked against the bf16 gather's bits.
 
     python -m benchmarks gather [--device cuda] [--n-q 64,1024,4096] [--keys 2048] [--json PATH]
@@ -26,6 +27,7 @@ import torch
 
 from benchmarks.common import add_device, add_json, add_shape, add_timing, cache_rows, parse, resolve_device, write_json
 from conformance.tools.bench import build_cache, time_calls
+from kernel import fastpath
 from kernel.peers import bf16_key_decode
 from kernel.peers.dequant_cache import dequantise_whole
 from kernel.record import HEAD_DIM, RECORD_BYTES
@@ -51,8 +53,8 @@ def main(argv: list[str]) -> int:
     gen = torch.Generator(device=device).manual_seed(0)
     cache = build_cache(rows, device)
     whole = dequantise_whole(cache)
-    variant = bf16_key_decode.available(device)
-    print(f"fused decode: {variant or 'unavailable here (no CUDA or Triton, or its self-check failed)'}")
+    variant = fastpath.choose(bf16_key_decode.FAST_PATH, device)
+    print(f"fused decode: {variant or 'not chosen here (no CUDA or Triton, its self-check failed, or switched off)'}")
     print(f"{'way':<6} {'n_q':>5} {'median ms':>10} {'GB moved':>9} {'TB/s':>6}  same bits")
     results: list[dict[str, object]] = []
     same_everywhere = True

@@ -98,7 +98,7 @@ def test_gather_ways_on_the_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_gather_names_a_way_whose_bits_differ(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks import gather
 
-    monkeypatch.setattr(gather.bf16_key_decode, "available", lambda device: "broken")
+    monkeypatch.setattr(gather.fastpath, "choose", lambda name, device: "broken")
     monkeypatch.setattr(gather.bf16_key_decode, "launch", lambda cache, idx, keys, variant: keys.zero_())
     assert gather.main(["--device", "cpu", "--n-q", "2", "--keys", "16", "--cache-rows", "256", "--iters", "1"]) == 1
     fused = [line for line in capsys.readouterr().out.splitlines() if line.split()[:2] == ["fused", "2"]]
@@ -169,3 +169,44 @@ def test_host_work_of_every_adapter_around_stand_ins(tmp_path: Path, capsys: pyt
     capsys.readouterr()
     assert host_work.main(["--adapters", "flashmla,nope"]) == 2
     assert "unknown adapter(s) ['nope']" in capsys.readouterr().err
+
+
+FAST = ["--device", "cpu", "--n-q", "2", "--keys", "32", "--heads", "2", "--cache-rows", "256", "--iters", "1"]
+
+
+def test_fast_paths_on_the_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a CPU without Triton no variant runs: each is named with why, on = off, the same bits."""
+    from benchmarks import fast_paths
+
+    path = tmp_path / "fast.json"
+    assert fast_paths.main([*FAST, "--path", "emulated.pv", "--json", str(path)]) == 0
+    entry = json.loads(path.read_text())["paths"]["emulated.pv"]
+    assert entry["variant"] is None and {c["variant"] for c in entry["self_checks"]} == {"cuda", "dot", "sum"}
+    assert all(not c["runs_here"] and c["why"] for c in entry["self_checks"])
+    assert [r["bits"] for r in entry["rows"]] == ["same bits"]
+    assert "ALL AGREE" in capsys.readouterr().out
+
+
+def test_fast_paths_names_outputs_that_differ(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A path whose code gives other bits when it is switched off fails the routine (exit 1); the
+    oracle's products, checked within rounding, are reported and not failed."""
+    import os
+
+    import torch
+
+    from benchmarks import fast_paths
+
+    def flips(name: str):  # type: ignore[no-untyped-def]
+        def run(args: tuple[object, ...], hi: bool) -> tuple[torch.Tensor, ...]:
+            off = f"{name}=off" in os.environ.get(fast_paths.fastpath.SETTING, "")
+            return (torch.full((2,), 1.0 + off),)
+
+        return run
+
+    monkeypatch.setattr(fast_paths, "consumer", flips)
+    assert fast_paths.main([*FAST, "--path", "emulated.qk"]) == 1
+    out = capsys.readouterr().out
+    assert "DIFFERS: max |on - off| out 1" in out and "SOME DIFFER" in out
+    assert fast_paths.main([*FAST, "--path", "oracle.products"]) == 0
+    assert fast_paths.main([*FAST, "--path", "nope"]) == 2
+    assert "unknown fast path(s) ['nope']" in capsys.readouterr().err

@@ -30,6 +30,17 @@ Why the examples per chunk grow geometrically (the schedule's contract):
 - full-size examples interleaved in every chunk instead would cost most of the first chunk's
   time on a CPU (a 2^17-key call takes seconds) and put large recipes in the failures the ramp
   keeps small; coverage's "never hit" classes then mean "not drawn", not "not reached yet".
+
+A fleet of campaigns (docs/fleet.md): a campaign that is shard i of n draws from its own seed
+stream (conformance.fleet.shards.chunk_seed, from a seed base all shards share: disjoint
+between shards, the same on a rerun). A failure leaves the runner the moment it is first seen:
+its recipe is saved to the pending folder at once (marked unshrunk in its provenance) and, with
+a FleetRunner (conformance.fleet.runner), pushed to the store's inbox marked unshrunk, and the
+lease of its failure group is asked for: the holder shrinks and minimises it, then saves and
+pushes the shrunk entry (the unshrunk file leaves its pending folder) and marks the lease done; a
+runner that does not get the lease stops that chunk's shrinking at once and goes on searching
+(what it found is in the inbox, with it as finder). A runner killed at any point has saved and
+pushed (or queued) every failure it had seen.
 """
 
 from __future__ import annotations
@@ -102,6 +113,26 @@ class Failure:
     path: Path | None = None
     new: bool = False
     minimised: list[str] = field(default_factory=list)
+    finding: dict[str, str] = field(default_factory=dict)  # conformance.judging.finding, as found (then as minimised)
+    raw_path: Path | None = None  # the recipe as first seen, saved at once (unshrunk)
+    raw_created: bool = False  # whether this campaign wrote raw_path (else an earlier run had)
+    lease: Any = None  # conformance.fleet.lease.Lease of its group, with a FleetRunner
+    fleet: list[str] = field(default_factory=list)  # what happened to it in the fleet, one line each
+
+    @property
+    def finding_group(self) -> tuple[str, str]:
+        """Its finding's group (conformance.judging.finding.Finding.group): the lease's key."""
+        from conformance.judging.finding import SUITE_ERROR, Finding
+
+        try:
+            return Finding.from_json_dict(self.finding).group
+        except (KeyError, ValueError):
+            return (SUITE_ERROR, "unclassified failure")
+
+    @property
+    def shrink_here(self) -> bool:
+        """Whether this runner shrinks it (no fleet, or the lease of its group was granted)."""
+        return self.lease is None or self.lease.granted
 
 
 @dataclass
@@ -184,10 +215,17 @@ def chunk_size(chunk: int, max_examples: int, chunk_examples: int | None = None)
     return min(max_examples, RAMP_FIRST_EXAMPLES << min(chunk, 20))
 
 
-def chunk_seed(hypothesis_profile: str, chunk: int) -> int:
-    """The Hypothesis seed of chunk number `chunk`: the chunk number for the ci profile (a ci
-    campaign is reproducible: seeds 0, 1, 2, ...), else 32 fresh random bits."""
-    return chunk if hypothesis_profile == "ci" else int.from_bytes(os.urandom(4), "little")
+def chunk_seed(hypothesis_profile: str, chunk: int, shard: Any = None, seed_base: int | None = None) -> int:
+    """The Hypothesis seed of chunk number `chunk` of `shard` (conformance.fleet.shards.Shard;
+    None: 1/1): with a seed base, or for the ci profile (base 0), its seed stream
+    (conformance.fleet.shards.chunk_seed: a ci campaign 1/1 has the seeds 0, 1, 2, ...); else 32
+    fresh random bits."""
+    from conformance.fleet.shards import UNSHARDED
+    from conformance.fleet.shards import chunk_seed as stream_seed
+
+    if seed_base is None and hypothesis_profile != "ci":
+        return int.from_bytes(os.urandom(4), "little")
+    return stream_seed(hypothesis_profile, chunk, shard or UNSHARDED, seed_base or 0)
 
 
 def _fuzz_parameters(target: Any, properties: list[str], chunk: int = 99) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -246,19 +284,25 @@ def campaign(
     progress: ProgressLine,
     chunk_examples: int | None = None,
     max_chunks: int | None = None,
+    shard: Any = None,
+    seed_base: int | None = None,
+    fleet: Any = None,
 ) -> Campaign:
     """Run the campaign (see the module docstring) into `state` (its counters and failures stay
     valid when the campaign is interrupted); returns `state`. `chunk_examples`: the examples of
     every chunk (None: the geometric schedule, chunk_size). `max_chunks` ends it after that many
     chunks even with budget left (a campaign bounded by its examples, not by the clock: at most
-    the sum of those chunks' chunk_size)."""
+    the sum of those chunks' chunk_size). `shard` (conformance.fleet.shards.Shard) and
+    `seed_base`: the seed stream (chunk_seed); `fleet` (conformance.fleet.runner.FleetRunner):
+    failures pushed to the store's inbox and shrunk under a lease (module docstring)."""
     from hypothesis import HealthCheck, Verbosity, given, seed, settings
     from hypothesis import strategies as st
     from hypothesis.errors import HypothesisException
 
     from conformance.judging.checks import differential, violation_run
+    from conformance.judging.finding import finding_of
     from conformance.judging.hypothesis_profiles import PROFILES
-    from conformance.records.corpus import new_entry, save_entry
+    from conformance.records.corpus import save_entry
     from conformance.records.replay import failure_signature
 
     strategies: dict[str, Any] = {}
@@ -316,7 +360,9 @@ def campaign(
             state.examples[prop] += 1
             state.outcomes[prop]["fail"] += 1
             message = str(err)
-            chunk_failures[failure_signature(message)] = Failure(prop, recipe, message, failure_signature(message), time.monotonic())
+            hung_failure = Failure(prop, recipe, message, failure_signature(message), time.monotonic())
+            hung_failure.finding = finding_of(err).to_json_dict()
+            chunk_failures[failure_signature(message)] = hung_failure
             state.stopped = f"a kernel call hung ({message}); the campaign stops"
             raise
         except Exception as err:
@@ -328,11 +374,21 @@ def campaign(
                 state.known_failures += 1
                 return  # already saved: not shrunk again, the search goes on for other failures
             now = time.monotonic()
-            if not chunk_failures:
+            previous = chunk_failures.get(key)
+            found = Failure(prop, recipe, message, key, previous.found_at if previous else now)
+            if previous is None:  # first seen: it leaves the runner now, before any shrinking
+                found.finding = finding_of(err).to_json_dict()
+                _first_seen(found, target, fleet, save=save, lease_s=2 * shrink_s + LEASE_MARGIN_S)
+            else:
+                found.finding, found.lease, found.fleet = previous.finding, previous.lease, previous.fleet
+                found.raw_path, found.raw_created = previous.raw_path, previous.raw_created
+            shrinking = [f for k, f in chunk_failures.items() if k != key and f.shrink_here]
+            if found.shrink_here and not shrinking and not state.shrinking:
                 stop_at[0] = now + shrink_s
                 state.shrinking = True
-            previous = chunk_failures.get(key)
-            chunk_failures[key] = Failure(prop, recipe, message, key, previous.found_at if previous else now)
+            elif not found.shrink_here and not shrinking:
+                stop_at[0] = now  # left to the lease holder: this chunk stops here
+            chunk_failures[key] = found
             raise
         finally:
             if state.examples[prop] > judged_before:  # an example (passing or failing), not a rejection
@@ -340,9 +396,10 @@ def campaign(
                 coverage.add(recipe)
             progress.show(state.status(budget_s))
 
+    stream = {} if (shard is None or not shard.sharded) and seed_base is None else {"shard": shard, "seed_base": seed_base}
     chunk = 0
     while time.monotonic() < deadline and len(state.failures) < max_failures and (max_chunks is None or chunk < max_chunks):
-        this_seed = chunk_seed(hypothesis_profile, chunk)
+        this_seed = chunk_seed(hypothesis_profile, chunk, **stream)
         examples = chunk_size(chunk, base.max_examples, chunk_examples)
         state.seeds.append(this_seed)
         state.chunk_examples.append(examples)
@@ -373,28 +430,74 @@ def campaign(
         for key, failure in chunk_failures.items():
             if key in state.failures:
                 continue
-            if not hung:
+            if not hung and failure.shrink_here:
                 _minimise_failure(target, failure, shrink_s, progress)
-            if save:
-                expect = "precondition" if failure.property == "preconditions" else "conform"
-                first = failure.message.strip().splitlines()
-                caught = (
-                    f"fuzz {failure.property}: "
-                    f"{(first[1] if len(first) > 1 and first[0].startswith('kernel output') else first[0]) if first else 'failure'}"
-                )
-                entry = new_entry(
-                    failure.recipe, caught=caught[:500], kernel=target.name, property_name=f"fuzz:{failure.property}", expect=expect
-                )
+            shrunk = failure.shrink_here and not hung
+            if save and not shrunk and failure.raw_path is not None:
+                failure.path, failure.new = failure.raw_path, failure.raw_created  # saved and pushed when found
+            elif save:
+                entry = _entry(failure, target)
                 directory = pending_dir()
-                existed = (directory / f"{_hash(failure.recipe)}.json").exists()
+                path = directory / f"{_hash(failure.recipe)}.json"
+                existed = path.exists() and not (path == failure.raw_path and failure.raw_created)
                 failure.path = save_entry(entry, directory)
                 failure.new = not existed
+                if failure.raw_created and failure.raw_path is not None and failure.raw_path != failure.path:
+                    failure.raw_path.unlink(missing_ok=True)  # the shrunk entry replaces it (the store keeps it, with its finder)
+                if fleet is not None:
+                    failure.fleet.append(fleet.send(entry, failure.finding, shrunk=shrunk))
+                    if shrunk and failure.lease is not None and failure.lease.granted:
+                        fleet.finish(failure.finding_group)
             state.failures[key] = failure
         progress.show(state.status(budget_s), force=True)
         if hung:
             break
     state.finished, state.cpu_finished = time.monotonic(), time.process_time()
     return state
+
+
+LEASE_MARGIN_S = 60.0  # a lease lasts the shrink window, the minimiser's budget and this
+
+
+def _entry(failure: Failure, target: Any, *, unshrunk: bool = False) -> Any:
+    """The pending entry of a failure (conformance.records.corpus.CorpusEntry); `unshrunk`: the
+    recipe as first seen (its provenance says so, for `corpus collect`)."""
+    from conformance.records.corpus import CorpusEntry, new_entry
+
+    expect = "precondition" if failure.property == "preconditions" else "conform"
+    first = failure.message.strip().splitlines()
+    line = (first[1] if len(first) > 1 and first[0].startswith("kernel output") else first[0]) if first else "failure"
+    caught = f"fuzz {failure.property}: {line}"
+    entry = new_entry(failure.recipe, caught=caught[:500], kernel=target.name, property_name=f"fuzz:{failure.property}", expect=expect)
+    if not unshrunk:
+        return entry
+    return CorpusEntry(entry.name, entry.recipe, entry.expect, {**entry.provenance, "unshrunk": True})
+
+
+def _first_seen(failure: Failure, target: Any, fleet: Any, *, save: bool, lease_s: float) -> None:
+    """A failure seen for the first time (inside the test body, before Hypothesis shrinks it):
+    its recipe saved to the pending folder now, pushed to the store's inbox marked unshrunk, and
+    the lease of its group asked for (module docstring). Best effort: nothing here may end the
+    campaign."""
+    from conformance.records.corpus import save_entry
+
+    if not save:
+        return
+    entry = _entry(failure, target, unshrunk=True)
+    try:
+        existed = (pending_dir() / f"{_hash(failure.recipe)}.json").exists()
+        failure.raw_path = save_entry(entry, pending_dir())
+        failure.raw_created = not existed
+    except OSError as err:
+        failure.fleet.append(f"not saved when found: {err}")
+    if fleet is None:
+        return
+    try:
+        failure.fleet.append("when found: " + fleet.send(entry, failure.finding, shrunk=False))
+        failure.lease = fleet.lease(failure.finding_group, lease_s)
+        failure.fleet.append(f"lease: {failure.lease.describe()}")
+    except Exception as err:  # noqa: BLE001 - the store is best effort
+        failure.fleet.append(f"fleet: {type(err).__name__}: {err}")
 
 
 def _minimise_failure(target: Any, failure: Failure, budget_s: float, progress: ProgressLine) -> None:
@@ -420,6 +523,8 @@ def _minimise_failure(target: Any, failure: Failure, budget_s: float, progress: 
         if diag.reasons:  # the finding's headline first (the summary shows the first line), then the reasons
             headline = [diag.triage] if diag.triage and not diag.reasons[0].startswith(diag.triage) else []
             failure.message = "\n".join([*headline, *diag.reasons])
+        if diag.finding:
+            failure.finding = dict(diag.finding)
 
 
 def _hash(recipe: Any) -> str:
@@ -429,9 +534,20 @@ def _hash(recipe: Any) -> str:
 
 
 def format_summary(
-    state: Campaign, target: Any, *, budget_s: float, hypothesis_profile: str, report_path: Path | None, summary_path: Path | None = None
+    state: Campaign,
+    target: Any,
+    *,
+    budget_s: float,
+    hypothesis_profile: str,
+    report_path: Path | None,
+    summary_path: Path | None = None,
+    fleet: Any = None,
+    shard: Any = None,
+    seed_base: int | None = None,
 ) -> str:
-    """The end-of-campaign summary (stdout)."""
+    """The end-of-campaign summary (stdout); with a fleet (conformance.fleet.runner.FleetRunner)
+    or a shard, their lines too: the shard and seed base, the store (or that it was unreachable
+    and the run used local state only), what each failure did in the fleet, the entries unpushed."""
     elapsed = state.elapsed()
     seeds = f"{state.seeds[:8]}{' ...' if len(state.seeds) > 8 else ''}"
     lines = [
@@ -441,6 +557,11 @@ def format_summary(
             f"{elapsed:.1f} s (budget {budget_s:g} s), {state.chunks} chunk(s), seeds {seeds}"
         )
     ]
+    if shard is not None and shard.sharded:
+        lines.append(f"  {shard.describe()}, seed base {seed_base if seed_base is not None else 'random (no --seed-base)'}")
+    if fleet is not None:
+        pushed = f"{fleet.pushed} failure entr{'y' if fleet.pushed == 1 else 'ies'} pushed"
+        lines.append(f"  {fleet.store_line()}; {pushed}; {fleet.unpushed_line()}")
     lines.append(f"  {'property':<14} {'examples':>8} {'pass':>6} {'fail':>6} {'observed':>9} {'judging s':>10} {'examples/s':>11}")
     for prop in sorted(set(state.examples) | set(state.outcomes)):
         o = state.outcomes[prop]
@@ -460,14 +581,17 @@ def format_summary(
             r = failure.recipe
             first = [line for line in failure.message.splitlines() if line.strip() and not line.startswith("kernel output outside")]
             lines.append(f"  - {failure.property}: {(first[0] if first else '')[:300]}")
+            label = "shrunk recipe" if failure.shrink_here else "recipe as found (not shrunk here)"
             lines.append(
-                f"    shrunk recipe: n_q {r.n_q}, heads {r.heads}, row lengths {list(r.row_lengths)[:8]}{' ...' if r.n_q > 8 else ''} "
+                f"    {label}: n_q {r.n_q}, heads {r.heads}, row lengths {list(r.row_lengths)[:8]}{' ...' if r.n_q > 8 else ''} "
                 f"({r.total_keys} keys), latent {r.latent}, q {r.q}, writer {r.writer}"
                 + (f" (greedy passes after Hypothesis: {len(failure.minimised)} steps)" if failure.minimised else "")
             )
             if failure.path is not None:
                 lines.append(f"    saved to {failure.path}{'' if failure.new else ' (already there)'}")
                 lines.append(f"    replay: python -m conformance replay {failure.path} --kernel {target.name}")
+            for note in failure.fleet:
+                lines.append(f"    fleet: {note}")
     else:
         lines.append("  no failures found")
     if report_path is not None:
@@ -490,14 +614,24 @@ def _rate_and_coverage_lines(state: Campaign) -> list[str]:
 
 
 def summary_json(
-    state: Campaign, target: Any, *, budget_s: float, hypothesis_profile: str, properties: list[str], exit_code: int
+    state: Campaign,
+    target: Any,
+    *,
+    budget_s: float,
+    hypothesis_profile: str,
+    properties: list[str],
+    exit_code: int,
+    fleet: Any = None,
+    shard: Any = None,
+    seed_base: int | None = None,
 ) -> dict[str, Any]:
     """The machine-readable summary (FUZZ_SUMMARY). Keys: schema, kernel, numerics_profile,
     device, hypothesis_profile, properties, budget_s, seconds (wall time), chunks, seeds,
     chunk_examples (per chunk, its max_examples: chunk_size), examples, examples_per_s
     (overall), cpu_s and examples_per_cpu_s (this process's CPU time),
     per_property {prop: examples, pass, fail, observed, seconds (judging), examples_per_s},
-    failures (distinct), known_failures, stopped, exit_code, features {family: title, hit,
+    failures (distinct), known_failures, stopped, exit_code, shard ("i/n"), seed_base (None:
+    random seeds), fleet (None, or {store, down, reason, pushed, queued, unpushed}), features {family: title, hit,
     reachable, counts per reachable class, never_hit, not_drawable, outside}
     (conformance.records.coverage.Coverage.to_json), summary_lines (the examples/s, coverage
     and CPU time lines of the text summary, which the run report shows)."""
@@ -532,6 +666,18 @@ def summary_json(
         "known_failures": state.known_failures,
         "stopped": state.stopped,
         "exit_code": exit_code,
+        "shard": str(shard) if shard is not None else "1/1",
+        "seed_base": seed_base,
+        "fleet": None
+        if fleet is None
+        else {
+            "store": fleet.store.address.shown if fleet.store is not None else None,
+            "down": bool(fleet.store is not None and fleet.store.down),
+            "reason": fleet.store.breaker.reason if fleet.store is not None else "",
+            "pushed": fleet.pushed,
+            "queued": fleet.queued,
+            "unpushed": fleet.unpushed(),
+        },
         "features": coverage.to_json() if coverage is not None else {},
         "summary_lines": _rate_and_coverage_lines(state),
     }

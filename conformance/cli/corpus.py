@@ -14,15 +14,27 @@
                           recipe, nothing is written. The original is kept
     recover               turn write-ahead files left by dead processes into crash entries now
                           (pytest sessions do this at their start)
+    collect [FOLDER ...] --shared-store URL
+                          the fleet's failures (the store's inbox and runners' artifact folders:
+                          copies of their state or pending folders) into one pending entry per
+                          failure group (kind and subject), written to <pending>/<kernel>/:
+                          copies merged by content hash with every finder kept, unshrunk groups
+                          minimised, each group replayed on this tree (conformance.fleet.collect);
+                          collected records leave the store (--keep: they stay)
+    push --shared-store URL
+                          send the failures a run could not push (the state folder's outbox,
+                          $CONFORMANCE_DIR/fleet/outbox) to the store's inbox
 
 Reviewed entries are conformance/corpus/*.json (in git; --corpus DIR to use another folder);
 pending ones conformance/corpus/pending/*.json ($CONFORMANCE_PENDING_DIR or --pending DIR).
 Files are named by the content hash of their recipe (conformance.records.corpus), so the same recipe is
 stored once per folder. Every write is atomic.
 
-Exit codes: 0 done; 1 `minimise`: the entry does not fail with that kernel (nothing to do);
-2 a malformed or missing file (one line naming the file and the problem; `list` still lists
-every good entry and names each bad file), an unknown kernel, a usage error.
+Exit codes: 0 done; 1 `minimise`: the entry does not fail with that kernel (nothing to do),
+`push`: records left in the outbox (the store did not answer), `collect`: the store did not
+answer (the folders were still collected); 2 a malformed or missing file (one line naming the
+file and the problem; `list` still lists every good entry and names each bad file), an unknown
+kernel, a usage error (a bad store address, no store given).
 """
 
 from __future__ import annotations
@@ -115,6 +127,32 @@ def register(subparsers: Any) -> None:
 
     q = sub.add_parser("recover", parents=[folders], help="turn leftover write-ahead files of dead processes into crash entries now")
     q.set_defaults(func=run_recover)
+
+    store = argparse.ArgumentParser(add_help=False)
+    store.add_argument(
+        "--shared-store", dest="shared_store", default=None, metavar="URL", help="the fleet's store (default $CONFORMANCE_SHARED_STORE)"
+    )
+    q = sub.add_parser(
+        "collect",
+        parents=[folders, store],
+        help="the fleet's failures (store inbox, artifact folders) into one pending entry per failure group",
+    )
+    q.add_argument("folder", metavar="FOLDER", nargs="*", help="a runner's artifact folder (its state or pending folder, copied)")
+    q.add_argument("--kernel", default=None, help="collect this kernel's failures only (as the runners named it)")
+    q.add_argument("--device", default=None, help="replay on this device (default: cuda when available and the kernel runs there)")
+    q.add_argument(
+        "--minimise-seconds",
+        type=finite_positive_seconds,
+        default=120.0,
+        metavar="S",
+        help="budget of each group's minimisation when none of its recipes is shrunk (default 120)",
+    )
+    q.add_argument("--keep", action="store_true", help="leave the collected records in the store")
+    q.add_argument("--drop-unreproduced", action="store_true", help="remove from the store the groups that do not fail on this tree")
+    q.set_defaults(func=run_collect)
+
+    q = sub.add_parser("push", parents=[store], help="send the failures a run could not push to the store's inbox")
+    q.set_defaults(func=run_push)
 
 
 def _dirs(args: argparse.Namespace) -> tuple[Path, Path]:
@@ -379,4 +417,92 @@ def run_recover(args: argparse.Namespace) -> int:
         print("recovered " + describe(line))
     if not found:
         print("no leftover write-ahead files (or only those of live sessions)")
+    return EXIT_OK
+
+
+def _store(args: argparse.Namespace, command: str, *, required: bool) -> tuple[Any, int | None]:
+    """(Store or None, exit code to return now or None) from --shared-store / $CONFORMANCE_SHARED_STORE."""
+    from conformance.fleet.store import StoreError, address_from, open_store
+
+    try:
+        address = address_from(args.shared_store)
+        if address is None:
+            if required:
+                print(f"corpus {command}: no store: --shared-store URL or $CONFORMANCE_SHARED_STORE", file=sys.stderr)
+                return None, EXIT_BAD_INPUT
+            return None, None
+        store = open_store(address)
+        _ = store.client
+    except StoreError as err:
+        print(f"corpus {command}: {err}", file=sys.stderr)
+        return None, EXIT_BAD_INPUT
+    return store, None
+
+
+def run_push(args: argparse.Namespace) -> int:
+    """Handler of `corpus push`."""
+    from conformance.fleet.inbox import outbox_dir
+    from conformance.fleet.push import push_outbox
+
+    store, code = _store(args, "push", required=True)
+    if code is not None:
+        return code
+    result = push_outbox(store)
+    for path in result.unreadable:
+        print(f"corpus push: {path}: not an outbox record (left as it is)", file=sys.stderr)
+    where = outbox_dir()
+    print(f"pushed {result.pushed} entr{'y' if result.pushed == 1 else 'ies'} to {store.address.shown}; {result.left} left in {where}")
+    if result.left:
+        print(f"corpus push: {result.stopped}", file=sys.stderr)
+        return EXIT_FAIL
+    return EXIT_OK
+
+
+def run_collect(args: argparse.Namespace) -> int:
+    """Handler of `corpus collect`."""
+    from conformance.fleet.collect import collect
+
+    _, pending = _dirs(args)
+    store, code = _store(args, "collect", required=False)
+    if code is not None:
+        return code
+    folders = [Path(f) for f in args.folder]
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if missing:
+        print(f"corpus collect: not a folder: {', '.join(missing)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if store is None and not folders:
+        print(
+            "corpus collect: nothing to collect: --shared-store URL (or $CONFORMANCE_SHARED_STORE) and/or artifact folders", file=sys.stderr
+        )
+        return EXIT_BAD_INPUT
+    result = collect(
+        store,
+        folders,
+        pending,
+        kernel=args.kernel,
+        device=args.device,
+        minimise_seconds=args.minimise_seconds,
+        keep=args.keep,
+        drop_unreproduced=args.drop_unreproduced,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    for line in result.unreadable:
+        print(f"corpus collect: {line}", file=sys.stderr)
+    for path in result.crashes:
+        print(f"corpus collect: {path}: a crash entry, not replayed here (python -m conformance replay --isolate); left where it is")
+    source = f"{result.store_records} record(s) from {store.address.shown}" if store is not None else "no store"
+    print(f"collected {source} and {result.folder_records} from {len(folders)} folder(s): {len(result.outcomes)} group(s)")
+    for outcome in result.outcomes:
+        print(f"  {outcome.line()}")
+    drained = sum(len(m.keys) for o in result.outcomes if o.drained for m in o.members)
+    print(
+        f"{len(result.written)} entr{'y' if len(result.written) == 1 else 'ies'} written to {pending}"
+        + (f"; {drained} recipe(s) drained from the store" if store is not None and not args.keep else "")
+    )
+    for outcome in result.written:
+        print(f"  review, then: python -m conformance corpus add {outcome.written}")
+    if result.store_error:
+        print(f"corpus collect: {result.store_error}", file=sys.stderr)
+        return EXIT_FAIL
     return EXIT_OK

@@ -41,9 +41,23 @@ as drawn / drawable by the properties' strategies at full size, with the classes
 Every judged example counts, failing ones and shrink candidates included. The same numbers go
 to `fuzz-summary.json` in the run folder (FUZZ_SUMMARY; schema in `summary_json`).
 
+Fleet (docs/fleet.md): --shard I/N (default $CONFORMANCE_SHARD or the CI system's variables:
+conformance.fleet.shards) makes this campaign shard I of N: chunk k's seed is
+seed-base + k * N + I - 1 (plus a fixed offset per Hypothesis profile but ci), disjoint from the
+other shards' and the same on a rerun; --seed-base B (default 0 for ci, else random seeds)
+is what the shards of one campaign share (e.g. the CI build number). --shared-store URL (default
+$CONFORMANCE_SHARED_STORE: redis://, rediss://, unix://) pushes each failure to the store's inbox
+the moment it is first seen (marked unshrunk; its finder recorded), and shrinks it only under the
+lease of its failure group: a runner that does not hold the lease goes on searching. A store
+that is down or never answers costs at most its timeouts once: the run says so and uses local
+state only, and what it could not push waits in the state folder for `corpus push`. The exit
+code does not depend on the store unless --require-shared-store is given (then a store missing
+or unreachable at any point is exit 2).
+
 Exit codes: 0 nothing found, 1 failures found (and saved), 2 usage error (unknown kernel,
-device or property; bad budget) or a campaign Hypothesis could not run (every draw rejected by
-the kernel, ...), 130 interrupted (the summary and report are still written).
+device or property; bad budget, shard or store address; a required store unreachable) or a
+campaign Hypothesis could not run (every draw rejected by the kernel, ...), 130 interrupted (the
+summary and report are still written).
 """
 
 from __future__ import annotations
@@ -58,7 +72,7 @@ from typing import Any
 
 from conformance.campaign.fuzz import PROPERTIES, Campaign, ProgressLine, campaign, format_summary, fuzz_reachable, summary_json
 from conformance.cli import print_result
-from conformance.cli.args import add_kernel_option, positive_float, positive_int
+from conformance.cli.args import add_kernel_option, non_negative_int, positive_float, positive_int
 from conformance.durability.state import RUN_ID_ENV, current_run_dir, pending_dir
 from conformance.records.coverage import Coverage
 from conformance.records.crashes import mark_session_finish, mark_session_start, recover_leftovers
@@ -121,6 +135,34 @@ def register(subparsers: Any) -> None:
         help="stop after N chunks even with budget left (a campaign bounded by its examples: the sum of the N chunks' examples)",
     )
     p.add_argument("--no-save", action="store_true", help="do not write failures to the pending corpus (report them only)")
+    p.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="run shard I of N (1 <= I <= N): its own seed stream (default: $CONFORMANCE_SHARD or the CI system's variables)",
+    )
+    p.add_argument(
+        "--seed-base",
+        dest="seed_base",
+        type=non_negative_int,
+        default=None,
+        metavar="B",
+        help="the seed base every shard of one campaign shares (default 0 for the ci profile, else random seeds)",
+    )
+    p.add_argument(
+        "--shared-store",
+        dest="shared_store",
+        default=None,
+        metavar="URL",
+        help="the fleet's Redis/Valkey store: failures pushed to its inbox, shrinking leased per failure group "
+        "(default: $CONFORMANCE_SHARED_STORE)",
+    )
+    p.add_argument(
+        "--require-shared-store",
+        dest="require_shared_store",
+        action="store_true",
+        help="exit 2 when the store is missing or unreachable at any point (default: the run uses local state and says so)",
+    )
     p.set_defaults(func=run)
 
 
@@ -143,17 +185,38 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
     from conformance.durability.state import StateDirError, check_state_dir
+    from conformance.fleet import shards
+    from conformance.fleet.store import StoreError, address_from, open_store
 
     try:
         check_state_dir()
-    except StateDirError as err:
+        shard = shards.resolve(args.shard)
+        address = address_from(args.shared_store)
+        store = open_store(address) if address is not None else None
+        if store is not None:
+            _ = store.client  # redis-py missing or a URL it cannot read: a usage error now
+    except (StateDirError, shards.ShardError, StoreError) as err:
         print(f"fuzz: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.require_shared_store and store is None:
+        print("fuzz: --require-shared-store needs a store: --shared-store URL or $CONFORMANCE_SHARED_STORE", file=sys.stderr)
+        return EXIT_USAGE
+    if store is not None and not store.ping() and args.require_shared_store:
+        print(f"fuzz: {store.breaker.reason.split('; this run')[0]} (--require-shared-store)", file=sys.stderr)
         return EXIT_USAGE
 
     saved_run_id = os.environ.get(RUN_ID_ENV)
     os.environ[RUN_ID_ENV] = f"fuzz-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     run_dir = current_run_dir()
     assert run_dir is not None
+    seed_base = args.seed_base if args.seed_base is not None else (0 if args.hypothesis_profile == "ci" else None)
+    fleet = None
+    if store is not None:
+        from conformance.fleet.runner import FleetRunner, finder_id
+
+        fleet = FleetRunner.for_target(
+            store, args.kernel, target.profile.name, finder_id(run_dir.name, shard), profile_option=args.numerics_profile, shard=shard
+        )
     progress = ProgressLine(sys.stderr)
     interrupted = False
     state = Campaign()
@@ -170,6 +233,16 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+        if shard.sharded:
+            base = seed_base
+            note = (
+                f"seed base {base}"
+                if base is not None
+                else "random seeds (give every shard the same --seed-base for disjoint, repeatable streams)"
+            )
+            print(f"fuzz: {shard.describe()}; {note}", file=sys.stderr, flush=True)
+        if fleet is not None:
+            print(f"fuzz: {fleet.store_line()}; {fleet.unpushed_line()}", file=sys.stderr, flush=True)
         try:
             campaign(
                 target,
@@ -183,13 +256,17 @@ def run(args: argparse.Namespace) -> int:
                 progress=progress,
                 chunk_examples=args.chunk_examples,
                 max_chunks=args.max_chunks,
+                shard=shard,
+                seed_base=args.seed_base,
+                fleet=fleet,
             )
         except KeyboardInterrupt:
             interrupted = True
         if state.finished is None:
             state.finished = time.monotonic()
         progress.done()
-        mark_session_finish(run_dir, exitstatus=_exit_code(state, interrupted))
+        required = bool(args.require_shared_store)
+        mark_session_finish(run_dir, exitstatus=_exit_code(state, interrupted, fleet, required))
         summary_path: Path | None = run_dir / FUZZ_SUMMARY
         try:
             from conformance.durability.wal import atomic_write_text
@@ -202,7 +279,10 @@ def run(args: argparse.Namespace) -> int:
                 budget_s=budget_s,
                 hypothesis_profile=args.hypothesis_profile,
                 properties=properties,
-                exit_code=_exit_code(state, interrupted),
+                exit_code=_exit_code(state, interrupted, fleet, required),
+                fleet=fleet,
+                shard=shard,
+                seed_base=seed_base,
             )
             atomic_write_text(summary_path, json.dumps(data, indent=2, allow_nan=False) + "\n")
         except Exception as err:  # noqa: BLE001 - the summary must still be printed
@@ -225,20 +305,27 @@ def run(args: argparse.Namespace) -> int:
                 hypothesis_profile=args.hypothesis_profile,
                 report_path=report_path,
                 summary_path=summary_path,
+                fleet=fleet,
+                shard=shard,
+                seed_base=seed_base,
             )
         )
+        if required and fleet is not None and fleet.store is not None and fleet.store.down and not interrupted:
+            print("fuzz: --require-shared-store: the store was lost during the run: exit 2", file=sys.stderr)
     finally:
         if saved_run_id is None:
             os.environ.pop(RUN_ID_ENV, None)
         else:
             os.environ[RUN_ID_ENV] = saved_run_id
-    return _exit_code(state, interrupted)
+    return _exit_code(state, interrupted, fleet, bool(args.require_shared_store))
 
 
-def _exit_code(state: Campaign, interrupted: bool) -> int:
+def _exit_code(state: Campaign, interrupted: bool, fleet: Any = None, required: bool = False) -> int:
     """The campaign's exit code (see the module docstring); also recorded in session.json."""
     if interrupted:
         return 130
+    if required and fleet is not None and fleet.store is not None and fleet.store.down:
+        return EXIT_USAGE
     if state.failures:
         return EXIT_FAIL
     return EXIT_USAGE if state.stopped else EXIT_OK

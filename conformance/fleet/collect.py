@@ -211,6 +211,7 @@ def collect(
     """Collect (module docstring) into the pending folder `pending`; `kernel` keeps one kernel's
     records only; `keep` leaves the store as it is."""
     from conformance.durability.state import kernel_slug
+    from conformance.judging.finding import CRASH, HANG
     from conformance.judging.target import TargetError, build_target
     from conformance.records.corpus import CorpusEntry, recipe_hash
     from conformance.records.minimise import in_process_check, minimise
@@ -278,7 +279,10 @@ def collect(
             continue
         candidates = [m.entry for m in group_members if m.record.shrunk]
         shrunk_note = ""
-        if not candidates:
+        if kind in (HANG, CRASH):  # replaying it here would hang or end this process
+            candidates = [m.entry for m in group_members]
+            shrunk_note = f"a {kind}: not replayed here (python -m conformance replay --isolate)"
+        elif not candidates:
             smallest = min(group_members, key=Member.size).entry
             say(f"collect: {kernel_id}: {kind}: {subject}: no member is shrunk; minimising {recipe_hash(smallest.recipe)}")
             small = minimise(smallest.recipe, in_process_check(target, smallest.expect, name=smallest.name), max_seconds=minimise_seconds)
@@ -290,6 +294,9 @@ def collect(
         )
         chosen = None
         for entry in candidates:
+            if kind in (HANG, CRASH):
+                chosen, finding = entry, next(m.record.finding for m in group_members if m.entry is entry)
+                break
             diag = _diagnose(target, entry)
             if diag.finding is not None and _group_of(dict(diag.finding)) == (kind, subject):
                 chosen, finding = entry, dict(diag.finding)
@@ -317,7 +324,9 @@ def collect(
             "collected": {
                 "date": datetime.date.today().isoformat(),
                 "members": sorted(m.hash for m in group_members),
-                "replayed": f"fails as {finding.get('kind')}: {finding.get('subject')} on this tree",
+                "replayed": f"fails as {finding.get('kind')}: {finding.get('subject')} on this tree"
+                if kind not in (HANG, CRASH)
+                else "not replayed",
             },
         }
         if shrunk_note:

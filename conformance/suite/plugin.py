@@ -16,6 +16,17 @@ installing the package breaks no other pytest session:
                                    ends its worker, which is replaced (conformance.durability.watchdog)
     --conformance-tracebacks       pytest's own report of every failing test instead of one
                                    report per distinct failure (conformance.suite.failures)
+    --conformance-shard I/N        run shard I of N of the collected tests (default: $CONFORMANCE_SHARD
+                                   or the CI system's variables: conformance.fleet.shards), split by
+                                   the durations in --conformance-durations PATH (pytest-split's
+                                   format; --conformance-store-durations records them)
+    --conformance-shared-store URL the fleet's Redis/Valkey store ($CONFORMANCE_SHARED_STORE):
+                                   Hypothesis examples under `--hypothesis-profile fleet` (read
+                                   only under dev, unused under ci), failures pushed to its inbox
+                                   under fleet; fail-soft (conformance.fleet), said in the header
+                                   and at the end
+    --conformance-require-shared-store
+                                   a store that is missing or unreachable fails the session
 
 A kernel the user named that cannot be used here (unknown name, import error, no profile, bad
 profile or device, a backend unavailable on this machine or whose own stack is unusable) is a
@@ -35,6 +46,11 @@ lifts xdist's cap on worker restarts, since worker replacement under grouped sch
 (`--dist loadgroup`) can hang or abort the session (pytest-xdist issues); cases that must not
 run concurrently (caches over 4 GiB) take a machine-wide lock instead (conformance.suite.locks).
 
+Fleet runs (docs/fleet.md): the shard split happens at collection (after -k / -m), identically
+in every process; the shared store's examples database is made per process and namespaced by
+the target (conformance.fleet.namespace); a failure saved to the pending folder is pushed to the
+store's inbox at once under the fleet profile (queued locally when the store is down).
+
 GPU pinning per worker: conformance.suite.gpus. Crash recovery, the run report and the terminal
 summary: conformance.suite.session and conformance.suite.failures.
 """
@@ -46,6 +62,8 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,6 +101,48 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser, DEFAULT_CALL_TIMEOUT_S)
 
 
+@dataclass
+class _Fleet:
+    """A suite session's use of the fleet (conformance.fleet): its shard, the shared store (None:
+    none configured), the store's examples database, and this process's runner (made on first push)."""
+
+    shard: Any
+    store: Any = None
+    database: Any = None
+    runner: Any = None
+
+
+_FLEET = pytest.StashKey[_Fleet]()
+
+
+def _fleet_setup(config: pytest.Config) -> _Fleet:
+    """The session's shard and shared store from the options and environment; a usage error names
+    what cannot be used. A store (and CI variables' shards) only for a session that runs the suite."""
+    from conformance.fleet import shards
+    from conformance.fleet.store import EXTRA_HINT, StoreError, address_from, open_store, redis_available
+
+    run = suite_run(config)
+    option = options.get(config, options.SHARD)
+    try:
+        shard = shards.resolve(option) if (option or run) else shards.UNSHARDED  # type: ignore[arg-type]
+        address = address_from(options.get(config, options.SHARED_STORE)) if run else None  # type: ignore[arg-type]
+    except (shards.ShardError, StoreError) as err:
+        message = str(err).replace("--shard", options.SHARD).replace("--shared-store", options.SHARED_STORE)
+        raise pytest.UsageError(f"conformance: {message}") from None
+    fleet = _Fleet(shard)
+    if address is not None:
+        if not redis_available():
+            raise pytest.UsageError(f"conformance: the shared store {address.shown} needs redis-py: {EXTRA_HINT}")
+        from conformance.fleet.database import FailSoftDatabase
+        from conformance.fleet.namespace import suite_namespace
+
+        fleet.store = open_store(address)
+        named = [options.get(config, o) for o in options.TARGET_OPTIONS]
+        fleet.database = FailSoftDatabase(fleet.store, lambda: suite_namespace(*named))  # type: ignore[arg-type]
+    config.stash[_FLEET] = fleet
+    return fleet
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """Only in a session that asks for the suite (conformance.suite.activation), before xdist and
@@ -90,7 +150,11 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     chose, no cap on worker restarts."""
     if not suite_active(config):
         return
-    register_profiles()
+    fleet = _fleet_setup(config)
+    try:
+        register_profiles(fleet.database)
+    except ValueError as err:  # a malformed $CONFORMANCE_FLEET_EXAMPLES
+        raise pytest.UsageError(f"conformance: {err}") from None
     _check_hypothesis_profile(config)
     option = config.option
     if getattr(option, "numprocesses", None) and getattr(option, "dist", "no") == "no":
@@ -124,6 +188,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "huge_cache: cases with a KV cache larger than 4 GiB (one at a time per machine)")
     if not suite_active(config):
         return
+    config.pluginmanager.register(_FleetHooks(config), "conformance-fleet")
     timeout = options.get(config, options.CALL_TIMEOUT)
     if timeout is not None:
         os.environ[CALL_TIMEOUT_ENV] = repr(timeout)
@@ -140,6 +205,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except StateDirError as err:
         raise pytest.UsageError(f"conformance: {err}") from None
     _check_target(config)
+    _check_required_store(config)
     from conformance.records import crashes
 
     inherited = current_run_dir()
@@ -174,7 +240,87 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         if options.get(config, options.NO_CAPTURE)
         else f"saved to {_abs(kernel_pending_dir(kernel))}"
     )
-    return [f"conformance: {what}; {hypothesis}", f"conformance: failing recipes {saved}"]
+    return [f"conformance: {what}; {hypothesis}", f"conformance: failing recipes {saved}", *_fleet_header(config)]
+
+
+def _fleet_header(config: pytest.Config) -> list[str]:
+    """The header's lines about the shard and the shared store (what it is used for under the
+    session's Hypothesis profile, or that it is unreachable and the run uses local state only)
+    and the entries a run could not push."""
+    from hypothesis import settings
+
+    from conformance.fleet import inbox
+    from conformance.fleet.runner import PUSH_HINT
+
+    fleet = config.stash.get(_FLEET, None)
+    if fleet is None:
+        return []
+    lines = []
+    if fleet.shard.sharded:
+        path = _durations_path(config)
+        try:
+            from conformance.fleet.shards import read_durations
+
+            known = f"{len(read_durations(path))} recorded in {path}"
+        except ValueError as err:
+            known = str(err)
+        lines.append(f"conformance: {fleet.shard.describe()}: tests split by recorded durations ({known})")
+    profile = settings.get_current_profile_name()
+    waiting = inbox.count_queued()
+    unpushed = f"; {waiting} entr{'y' if waiting == 1 else 'ies'} unpushed ({PUSH_HINT})" if waiting else ""
+    if fleet.store is None:
+        if profile == "fleet" or waiting:
+            lines.append(
+                f"conformance: no shared store (--conformance-shared-store URL or $CONFORMANCE_SHARED_STORE): local state only{unpushed}"
+            )
+        return lines
+    if not fleet.store.ping():
+        lines.append(f"conformance: {fleet.store.breaker.reason}{unpushed}")
+        return lines
+    use = {
+        "fleet": f"examples read and written ({_namespace_text(config)}); failures pushed to its inbox",
+        "dev": f"examples read only ({_namespace_text(config)}; dev never writes or deletes them); failures not pushed",
+        "ci": "not used (ci has no examples database: the verdict never depends on a store); failures not pushed",
+    }.get(profile, f"not used by the {profile} profile (--hypothesis-profile fleet shares examples and failures)")
+    lines.append(f"conformance: shared store {fleet.store.address.shown}: {use}{unpushed}")
+    return lines
+
+
+def _namespace_text(config: pytest.Config) -> str:
+    """The examples namespace, as far as the controller knows it without touching a GPU."""
+    from conformance.fleet.namespace import device_architecture, fleet_kernel_id
+
+    named = [options.get(config, o) for o in options.TARGET_OPTIONS]
+    try:
+        target = build_target(named[0], profile=named[1], device=named[2], check_only=True)  # type: ignore[arg-type]
+    except TargetError:
+        return "namespace of a kernel that cannot be built here"
+    import hypothesis
+
+    arch = device_architecture(target.device) if target.device.type == "cpu" else "the GPU architecture of each worker"
+    kernel = fleet_kernel_id(str(named[0] or target.name))
+    return f"namespace kernel {kernel}, profile {target.profile.name}, {arch}, Hypothesis {hypothesis.__version__}"
+
+
+def _check_required_store(config: pytest.Config) -> None:
+    """Controller, with --conformance-require-shared-store: no store, or one that does not answer, is a usage error."""
+    if not options.get(config, options.REQUIRE_SHARED_STORE):
+        return
+    fleet = config.stash.get(_FLEET, None)
+    if fleet is None or fleet.store is None:
+        raise pytest.UsageError(
+            f"conformance: {options.REQUIRE_SHARED_STORE} needs a store: {options.SHARED_STORE} URL or $CONFORMANCE_SHARED_STORE"
+        )
+    if not fleet.store.ping():
+        raise pytest.UsageError(f"conformance: {fleet.store.breaker.reason.split('; this run')[0]} ({options.REQUIRE_SHARED_STORE})")
+
+
+def _durations_path(config: pytest.Config) -> Path:
+    from conformance.fleet.shards import DEFAULT_DURATIONS
+
+    given = options.get(config, options.DURATIONS)
+    path = Path(str(given)) if given else Path(DEFAULT_DURATIONS)
+    return path if path.is_absolute() else Path(config.invocation_params.dir) / path
 
 
 def _abs(path: Any) -> str:
@@ -285,7 +431,8 @@ def _capture(item: pytest.Item, report: pytest.TestReport, info: dict[str, Any],
         report.sections.append(("conformance corpus", f"failing recipe not saved: {err}\nrecipe: {judged.recipe.to_json()}"))
         return
     info["entry"], info["saved"] = _abs(path), saved
-    report.sections.append(("conformance corpus", f"failing recipe {saved}"))
+    pushed = _push(item, entry, info, saved)
+    report.sections.append(("conformance corpus", f"failing recipe {saved}" + (f"; {pushed}" if pushed else "")))
     try:
         _log(
             FAILURES_LOG,
@@ -302,6 +449,41 @@ def _capture(item: pytest.Item, report: pytest.TestReport, info: dict[str, Any],
         )
     except OSError as err:  # the entry is saved; only the report line is missing
         report.sections.append(("conformance report", f"failure not logged for the run report: {err}"))
+
+
+def _push(item: pytest.Item, entry: Any, info: dict[str, Any], saved: str) -> str:
+    """Under the fleet profile with a shared store: push the saved entry to the store's inbox
+    (conformance.fleet.runner; shrunk: Hypothesis shrank it before the test failed). One line
+    saying what happened, "" when nothing was to be pushed."""
+    from hypothesis import settings
+
+    fleet = item.config.stash.get(_FLEET, None)
+    if fleet is None or fleet.store is None or settings.get_current_profile_name() != "fleet" or saved.startswith("is the reviewed"):
+        return ""
+    if fleet.runner is None:
+        from conformance.fleet.runner import FleetRunner, finder_id
+
+        target = item.funcargs.get("target") if hasattr(item, "funcargs") else None
+        named = [options.get(item.config, o) for o in options.TARGET_OPTIONS]
+        if target is None:
+            try:
+                target = build_target(named[0], profile=named[1], device=named[2], check_only=True)  # type: ignore[arg-type]
+            except TargetError:
+                return ""
+        kernel = str(named[0] or target.name)
+        run_id = os.environ.get(RUN_ID_ENV, "run")
+        fleet.runner = FleetRunner.for_target(
+            fleet.store,
+            kernel,
+            target.profile.name,
+            finder_id(run_id, fleet.shard, worker_id()),
+            profile_option=named[1],  # type: ignore[arg-type]
+            shard=fleet.shard,
+        )
+    try:
+        return fleet.runner.send(entry, info["finding"], shrunk=True)
+    except Exception as err:  # noqa: BLE001 - the entry is saved; pushing it is best effort
+        return f"not pushed ({type(err).__name__}: {err})"
 
 
 def _unsatisfiable(err: BaseException) -> bool:
@@ -333,3 +515,112 @@ def _log(name: str, line: dict[str, Any]) -> None:
     path = run_dir() / name.format(worker=worker_id())
     with path.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+class _FleetHooks:
+    """Hooks of a suite session's fleet part (registered in pytest_configure, in every process):
+    the shard split at collection, the durations file, each process's store status, and the
+    controller's closing lines about the store (and exit status under --conformance-require-shared-store)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.kept: tuple[int, int, float, float] | None = None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """Keep this shard's tests (conformance.fleet.shards.split over the tests left after -k / -m)."""
+        fleet = config.stash.get(_FLEET, None)
+        if fleet is None or not fleet.shard.sharded or not items:
+            return
+        from conformance.fleet.shards import ShardError, read_durations, shard_seconds, split
+
+        try:
+            durations = read_durations(_durations_path(config))
+        except ShardError as err:
+            raise pytest.UsageError(f"conformance: {err}") from None
+        ids = [item.nodeid for item in items]
+        mine = set(split(ids, fleet.shard.count, durations)[fleet.shard.index - 1])
+        kept = [item for item in items if item.nodeid in mine]
+        dropped = [item for item in items if item.nodeid not in mine]
+        self.kept = (len(kept), len(items), shard_seconds([i.nodeid for i in kept], durations), shard_seconds(ids, durations))
+        items[:] = kept
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+
+    def pytest_report_collectionfinish(self, config: pytest.Config) -> list[str]:
+        fleet = config.stash.get(_FLEET, None)
+        if self.kept is None or fleet is None:
+            return []
+        mine, total, seconds, all_seconds = self.kept
+        return [f"conformance: {fleet.shard.describe()}: {mine} of {total} tests (~{seconds:.0f} s of ~{all_seconds:.0f} s recorded)"]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        config = session.config
+        fleet = config.stash.get(_FLEET, None)
+        if fleet is None or not suite_run(config):
+            return
+        run = current_run_dir()
+        if fleet.store is not None and run is not None and (fleet.store.down or fleet.runner is not None):
+            from conformance.fleet.runner import FleetRunner
+
+            runner = fleet.runner or FleetRunner(fleet.store, "", "", "")
+            run.mkdir(parents=True, exist_ok=True)
+            runner.write_status(run, worker_id())
+        if hasattr(config, "workerinput"):
+            return
+        if options.get(config, options.STORE_DURATIONS):
+            self._store_durations(config)
+        if options.get(config, options.REQUIRE_SHARED_STORE) and self._statuses(run) and any(s["down"] for s in self._statuses(run)):
+            if session.exitstatus == 0:
+                session.exitstatus = 1
+
+    def _statuses(self, run: Path | None) -> list[dict[str, Any]]:
+        from conformance.fleet.runner import read_statuses
+
+        return read_statuses(run) if run is not None and run.is_dir() else []
+
+    def _store_durations(self, config: pytest.Config) -> None:
+        from conformance.fleet.shards import write_durations
+
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return
+        measured: dict[str, float] = {}
+        for reports in reporter.stats.values():
+            for report in reports:
+                if isinstance(report, pytest.TestReport) and report.duration >= 0:
+                    measured[report.nodeid] = measured.get(report.nodeid, 0.0) + report.duration
+        if measured:
+            try:
+                self.durations_written: str = (
+                    f"{len(measured)} test durations merged into {write_durations(_durations_path(config), measured)}"
+                )
+            except (OSError, ValueError) as err:
+                self.durations_written = f"test durations not written: {err}"
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        """Controller: how the store fared (lost during the run: from then on local state only),
+        what was pushed, what waits for `corpus push`."""
+        if hasattr(config, "workerinput") or not suite_run(config):
+            return
+        written = getattr(self, "durations_written", "")
+        if written:
+            terminalreporter.write_line(f"conformance: {written}")
+        fleet = config.stash.get(_FLEET, None)
+        if fleet is None or fleet.store is None:
+            return
+        from conformance.fleet import inbox
+        from conformance.fleet.runner import PUSH_HINT
+
+        statuses = self._statuses(current_run_dir())
+        down = [s for s in statuses if s.get("down")]
+        pushed = sum(int(s.get("pushed", 0)) for s in statuses)
+        waiting = inbox.count_queued()
+        parts = [down[0]["reason"] if down else f"shared store {fleet.store.address.shown}"]
+        if pushed:
+            parts.append(f"{pushed} failure entr{'y' if pushed == 1 else 'ies'} pushed")
+        parts.append(f"{waiting} entr{'y' if waiting == 1 else 'ies'} unpushed" + (f" ({PUSH_HINT})" if waiting else ""))
+        terminalreporter.write_line("conformance: " + "; ".join(parts), red=bool(down))
+        if down and options.get(config, options.REQUIRE_SHARED_STORE):
+            terminalreporter.write_line(f"conformance: {options.REQUIRE_SHARED_STORE}: the store was lost during the run: exit status 1")

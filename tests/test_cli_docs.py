@@ -18,13 +18,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_design_document_is_in_the_repository() -> None:
-    design = REPO / "docs" / "design.md"
+    design = REPO / "docs" / "explanation" / "design.md"
     assert design.is_file() and design.read_text(encoding="utf-8").startswith("# Design:")
-    assert "](docs/design.md)" in (REPO / "README.md").read_text(encoding="utf-8")
+    assert "](docs/explanation/design.md)" in (REPO / "README.md").read_text(encoding="utf-8")
 
 
 def test_nothing_points_outside_the_repository() -> None:
-    for path in [REPO / "README.md", REPO / "TOLERANCES.md", *sorted((REPO / "docs").glob("*.md"))]:
+    for path in [REPO / "README.md", REPO / "TOLERANCES.md", *sorted((REPO / "docs").rglob("*.md"))]:
         assert "../shared" not in path.read_text(encoding="utf-8"), path
 
 

@@ -1,8 +1,8 @@
 """Catalogue of the opcodes the interpreter implements: a one-line semantics summary and its
-source, per opcode as the assembler spells it. docs/isa.md's table is rendered from it
+source, per opcode as the assembler spells it. docs/reference/isa-opcodes.md's table is rendered from it
 (`python -m kernel.isa.catalog` prints it) and a test keeps the two identical.
 
-Source keys (full references in docs/isa.md):
+Source keys (full references in docs/reference/isa-opcodes.md):
   ISA3   AMD Instinct MI300 (CDNA3) ISA reference guide, opcode descriptions (ch. 12) and
          memory chapters (9 buffer, 10 flat/global, 11 LDS); CDNA4 keeps these opcodes
   LLVM   LLVM AMDGPU: SIInstructions.td / VOP*Instructions.td / SOPInstructions.td and
@@ -264,7 +264,7 @@ OPCODES: dict[str, tuple[str, str]] = {
 
 
 def render_table(opcodes: list[str] | None = None) -> str:
-    """The markdown table of docs/isa.md (all catalogue entries, sorted)."""
+    """The markdown table of docs/reference/isa-opcodes.md (all catalogue entries, sorted)."""
     names = sorted(OPCODES) if opcodes is None else sorted(opcodes)
     lines = ["| opcode | semantics (as modelled) | source |", "|---|---|---|"]
     for n in names:

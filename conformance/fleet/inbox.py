@@ -49,6 +49,7 @@ class InboxRecord:
     finders: set[str] = field(default_factory=set)
     profile_option: str = ""
     key: str = ""  # the store key it was read from ("" for a record not read from the store)
+    digest: str = ""  # the recipe's content hash when known (else computed from the entry)
 
     @property
     def entry(self) -> Any:
@@ -59,9 +60,12 @@ class InboxRecord:
 
     @property
     def hash(self) -> str:
-        from conformance.records.corpus import recipe_hash
+        """The recipe's content hash (conformance.records.corpus.recipe_hash)."""
+        if not self.digest:
+            from conformance.records.corpus import recipe_hash
 
-        return recipe_hash(self.entry.recipe)
+            self.digest = recipe_hash(self.entry.recipe)
+        return self.digest
 
     @property
     def prefix(self) -> str:
@@ -154,6 +158,7 @@ def read_record(client: Any, key: str) -> InboxRecord | None:
         finders={_text(f) for f in client.smembers(finders_key(key))},
         profile_option=data.get("profile_option", ""),
         key=key,
+        digest=key.rpartition("entry:")[2],
     )
 
 
@@ -219,6 +224,7 @@ def queue(record: InboxRecord, state: Path | None = None) -> tuple[Path, InboxRe
                 shrunk=record.shrunk or before.shrunk,
                 finders=record.finders | before.finders,
                 profile_option=record.profile_option,
+                digest=record.digest,
             )
         except (OSError, ValueError, KeyError, TypeError):
             pass

@@ -74,6 +74,8 @@ class FleetRunner:
     def send(self, entry: Any, finding: dict[str, str], *, shrunk: bool) -> str:
         """Put one pending entry (conformance.records.corpus.CorpusEntry) into the inbox: one line
         saying what happened."""
+        from conformance.records.corpus import recipe_hash
+
         record = inbox.InboxRecord(
             kernel=self.kernel,
             profile=self.profile,
@@ -82,6 +84,7 @@ class FleetRunner:
             shrunk=shrunk,
             finders={self.finder},
             profile_option=self.profile_option,
+            digest=recipe_hash(entry.recipe),
         )
         pushed, queued_at = inbox.send(self.store, record)
         if pushed:

@@ -17,35 +17,34 @@ bmm (oracle.reference's other path) within that rounding, which oracle.bound cha
 (ref_qk_err, gamma(2 n_valid + 4)).
 
 Two implementations of these Products: the Triton kernels here, and oracle.dmma_products' CUDA
-kernels on the f64 tensor cores (DMMA; the same contract). ORACLE_FUSED_PRODUCTS chooses (see
-`implementation`): unset or "auto", the DMMA kernels on a CUDA device of compute capability 8.0+
-with an nvcc to build them (else the bmm's, silently); "cuda", the same, with a warning when they
-cannot be used; "1" or "triton", the Triton kernels (CUDA, or Triton's CPU interpreter; opt-in:
-on one H200 their f64 tl.dot did not compile with the Triton there, scripts/h200/oracle31.sh);
-"0", never. Either is used (oracle.reference) only after `self_check` passed on the device: on a
-probe of every code under scales of every class (0, subnormal, inf, NaN included), masked slots
-and rows without a key, both products agree with the torch bmm's of the decoded keys within
-gamma_m(2^-53) sum |terms| per result, NaN exactly where the bmm's are NaN and infinities equal.
+kernels on the f64 tensor cores (DMMA; the same contract): the variants of the fast path
+`oracle.products` (kernel.fastpath). CONFORMANCE_FAST_PATHS chooses: unset or
+`oracle.products=auto`, the DMMA kernels on a CUDA device of compute capability 8.0+ with an nvcc
+to build them (else the bmm's, silently); `oracle.products=dmma`, the same, with a warning when
+they cannot be used; `oracle.products=triton`, the Triton kernels (CUDA, or Triton's CPU
+interpreter; opt-in: on one H200 their f64 tl.dot did not compile with the Triton there);
+`oracle.products=off`, never. Either is used (oracle.reference, `products`) only after
+`self_check` passed on the device: on a probe of every code under scales of every class (0,
+subnormal, inf, NaN included), masked slots and rows without a key, both products agree with the
+torch bmm's of the decoded keys within gamma_m(2^-53) sum |terms| per result, NaN exactly where
+the bmm's are NaN and infinities equal.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
-import os
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from kernel import cuda_binary
+from kernel import cuda_binary, fastpath
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
 from oracle import key_decode
 from oracle.accumulation import gamma
 
-ENV_SWITCH = "ORACLE_FUSED_PRODUCTS"  # unset / "auto" / "cuda": DMMA kernels on CUDA; "1" / "triton": Triton; "0": never
+FAST_PATH = "oracle.products"
 U64 = 2.0**-53
 
 
@@ -65,10 +64,6 @@ class Shapes:
 
 
 SHAPES = Shapes()
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @functools.cache
@@ -188,7 +183,7 @@ class Products:
             return z.zero_()
         hb = _head_block(heads, s)
         grid = (n_rows, triton_cdiv(n_keys, s.score_keys), triton_cdiv(heads, hb))
-        kernel = _kernels(_interpreting())[0]
+        kernel = _kernels(fastpath.interpreting())[0]
         kernel[grid](
             q_ref, rows, slots, self.flat, self.flat.view(torch.float32), self.flat.view(torch.int16), self.table, z, n_keys,
             H=heads, HB=hb, BL=s.score_keys, BD=s.score_dims, num_warps=s.score_warps,
@@ -207,7 +202,7 @@ class Products:
             return o.zero_()
         hb = _head_block(heads, s)
         grid = (n_rows, LATENT_DIM // s.out_cols, triton_cdiv(heads, hb))
-        kernel = _kernels(_interpreting())[1]
+        kernel = _kernels(fastpath.interpreting())[1]
         kernel[grid](
             w, slots, self.flat, self.flat.view(torch.float32), self.table, o, n_keys,
             H=heads, HB=hb, BL=s.out_keys, BC=s.out_cols, num_warps=s.out_warps,
@@ -260,13 +255,13 @@ def _within(got: torch.Tensor, want: torch.Tensor, bound: torch.Tensor) -> tuple
 
 def probe_problem(device: torch.device, heads: int = 5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(flat uint8 [2048, 656], q_ref f64 [24, heads, 576], rows int64 [20], slots int64 [20, 110])
-    for self_check: key_decode.probe_records' records (every code in every block under scales of
+    for self_check: kernel.fastpath.check_records' records (every code in every block under scales of
     every class: 0, subnormal, inf, NaN, extremes) followed by 1024 records of finite codes under
     finite scales of every magnitude class (their rows give finite results that test the rounding
     bound); slots mix the two, masked slots (-1) in between, and two rows hold no key at all. q
     is bf16-valued with zeros, negatives and subnormals, its rows taken out of order."""
     gen = torch.Generator().manual_seed(31)
-    special, probe_slots = key_decode.probe_records(torch.device("cpu"))
+    special, probe_slots = fastpath.check_records(torch.device("cpu"))
     n = 1024
     codes = torch.randint(0, 256, (n, LATENT_DIM), generator=gen, dtype=torch.int32)
     codes = torch.where((codes & 0x7F) == 0x7F, codes - 1, codes).to(torch.uint8)  # no NaN code
@@ -314,7 +309,6 @@ def self_check(device: torch.device, products: ProductsLike | None = None, heads
     return CheckResult(ok_s and ok_o, ratio_s, ratio_o)
 
 
-_AVAILABLE: dict[tuple[torch.device, str], Callable[[torch.Tensor], ProductsLike] | None] = {}
 IMPLEMENTATIONS = ("dmma", "triton")
 
 
@@ -341,58 +335,41 @@ def _dmma_supported(device: torch.device) -> bool:
     return cuda_binary.dmma_supported(device)
 
 
-def implementation(device: torch.device) -> str | None:
-    """Which fused products ORACLE_FUSED_PRODUCTS asks for on `device` ("dmma", "triton"), or None
-    (the bmm's): unset / "auto" / "cuda", "dmma" on a CUDA device of compute capability 8.0+
-    with nvcc; "1" / "triton", "triton" on CUDA or under Triton's CPU interpreter, with Triton
-    importable; "0", or anything else, None. Raises ValueError on an unknown value."""
-    switch = os.environ.get(ENV_SWITCH, "").strip().lower()
-    if switch in ("", "auto", "cuda"):
-        if _dmma_supported(device):
-            return "dmma"
-        if switch == "cuda":
-            need = "a CUDA device of compute capability 8.0+ and nvcc"
-            warnings.warn(f"{ENV_SWITCH}=cuda: the DMMA products need {need}; using the bmm's", stacklevel=2)
-        return None
-    if switch in ("1", "triton"):
-        if device.type != "cuda" and not (device.type == "cpu" and _interpreting()):
-            return None
-        return "triton" if importlib.util.find_spec("triton") is not None else None
-    if switch == "0":
-        return None
-    raise ValueError(f"{ENV_SWITCH}={switch!r}: use auto, cuda, triton (or 1) or 0")
+def eligible(device: torch.device, variant: str) -> str:
+    """Where `variant` may run (kernel.fastpath.FastPath.eligible): "dmma" on a CUDA device of
+    compute capability 8.0+ with nvcc; "triton" on CUDA or under Triton's CPU interpreter, Triton
+    importable."""
+    if variant == "dmma":
+        return "" if _dmma_supported(device) else "the DMMA products need a CUDA device of compute capability 8.0+ and nvcc"
+    if device.type != "cuda" and not (device.type == "cpu" and fastpath.interpreting()):
+        return "needs a CUDA device, or Triton's interpreter (TRITON_INTERPRET=1) on a CPU"
+    return "" if fastpath.have_triton() else "Triton is not installed"
 
 
-def enabled(device: torch.device) -> bool:
-    """Whether ORACLE_FUSED_PRODUCTS and the device ask for fused products (`implementation`)."""
-    return implementation(device) is not None
+def _checked(device: torch.device, variant: str) -> bool:
+    """self_check of `variant` on `device`, raising with the ratios when it fails (the fast path's
+    warning then says by how much)."""
+    result = self_check(device, impl=variant)
+    if not result.ok:
+        raise ValueError(
+            f"the products differ from the bmm's beyond the reference's rounding on the probe "
+            f"(scores {result.scores_ratio:.3g}, out {result.out_ratio:.3g} x the bound)"
+        )
+    return True
 
 
-def available(device: torch.device) -> Callable[[torch.Tensor], ProductsLike] | None:
-    """A maker of products (from a flat cache on `device`) when fused products may be used there
-    (`implementation`, and self_check passed there; checked once per device and implementation,
-    with a warning when it fails), else None."""
-    impl = implementation(device)
-    if impl is None:
-        return None
-    key = (device, impl)
-    if key not in _AVAILABLE:
-        maker: Callable[[torch.Tensor], ProductsLike] | None = None
-        try:
-            result = self_check(device, impl=impl)
-            if result.ok:
-                table = key_decode.code_table(device)
-                maker = functools.partial(make_products, impl, table=table)
-            else:
-                warnings.warn(
-                    f"oracle fused products ({impl}) differ from the bmm's beyond the reference's rounding on the probe "
-                    f"(scores {result.scores_ratio:.3g}, out {result.out_ratio:.3g} x the bound); using the bmm's",
-                    stacklevel=2,
-                )
-        except Exception as err:  # noqa: BLE001 - any failure means: the bmm path
-            warnings.warn(f"oracle fused products ({impl}) unavailable: {type(err).__name__}: {err}", stacklevel=2)
-        _AVAILABLE[key] = maker
-    return _AVAILABLE[key]
+fastpath.register(
+    fastpath.FastPath(
+        FAST_PATH, IMPLEMENTATIONS[:1], lambda device, variant: _checked(device, variant), eligible, opt_in=IMPLEMENTATIONS[1:]
+    )
+)
+
+
+def products(flat: torch.Tensor) -> ProductsLike | None:
+    """The fused products over the flat cache (usable(flat) held) where the fast path FAST_PATH
+    gives a variant on its device, else None (the bmm's)."""
+    variant = fastpath.choose(FAST_PATH, flat.device)
+    return None if variant is None else make_products(variant, flat, key_decode.code_table(flat.device))
 
 
 # the kernels' constants

@@ -11,31 +11,30 @@ product are the torch path's own (the code through torch's e4m3 -> f16 -> f64 ca
 256-entry table built on the device; the f32 scale widened, exact), and the product
 of two f64 values is IEEE (exact here: 4 x 24 significant bits), a NaN code keeping its own
 payload as in torch's product; rope is a bf16 widened (exact).
-On top of that the kernel is used on a device only after it reproduced the torch decode's bits on
-a probe (`self_check`: every code under scales of every class, every bf16 rope pattern, masked
-slots); otherwise, or without Triton, or with ORACLE_FUSED_DECODE=0, callers use the torch path.
+On top of that the kernel is the fast path `oracle.key-decode` (kernel.fastpath, registered by
+oracle.rows, which holds the torch decode): used on a device only after it reproduced the torch
+decode's bits on kernel.fastpath.check_records (`self_check`: every code under scales of every
+class, every bf16 rope pattern, masked slots); otherwise, or without Triton, or with
+CONFORMANCE_FAST_PATHS=oracle.key-decode=off, callers use the torch path.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
-import os
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from kernel.probe_records import probe_records
+from kernel import fastpath
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
 
 BLOCK_KEYS = 8  # keys per program (an H200, 2^21 keys: 8 keys / 4 warps 3.71 ms, 16 / 4 3.91, 16 / 8 3.76, 32 / 4 4.97)
 NUM_WARPS = 4
-ENV_SWITCH = "ORACLE_FUSED_DECODE"  # "0": never use the fused decode
+FAST_PATH = "oracle.key-decode"
 # how the kernel turns a code into its f64 value: "arith" (exponent and mantissa fields; NaN codes
 # read from the table) or "table" (a load from the 256-entry table per code); same bits
-VARIANTS = ("table", "arith")  # in the order available() tries them (table: 3.5 TB/s on an H200, arith 2.9)
+VARIANTS = ("table", "arith")  # in the order the fast path tries them (table: 3.5 TB/s on an H200, arith 2.9)
 
 
 _CODE_TABLES: dict[torch.device, torch.Tensor] = {}
@@ -102,10 +101,6 @@ def _kernel(interpret: bool) -> Callable[..., object]:
     return decode
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 @dataclass(frozen=True)
 class Decoder:
     """What launch needs: the device's code table (code_table) and the kernel variant (VARIANTS)."""
@@ -123,51 +118,31 @@ def launch(flat: torch.Tensor, slots: torch.Tensor, keys: torch.Tensor, decoder:
     grid = ((n_keys + BLOCK_KEYS - 1) // BLOCK_KEYS,)
     arith = decoder.variant == "arith"
     words, halves = flat.view(torch.float32), flat.view(torch.int16)  # the same bytes as f32 scales, bf16 rope
-    _kernel(_interpreting())[grid](
+    _kernel(fastpath.interpreting())[grid](
         flat, words, halves, slots, decoder.table, keys, n_keys, BLOCK=BLOCK_KEYS, ARITH=arith, num_warps=NUM_WARPS
     )
 
 
 def usable(flat: torch.Tensor) -> bool:
-    """Whether launch can decode from this flat cache (layout only; see available for the device)."""
+    """Whether launch can decode from this flat cache (layout only; the device: the fast path FAST_PATH)."""
     return flat.is_contiguous() and flat.data_ptr() % 16 == 0 and flat.dim() == 2 and flat.shape[1] == RECORD_BYTES
 
 
 def self_check(device: torch.device, reference: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], variant: str) -> bool:
     """Whether launch with `variant` reproduces `reference(flat, slots)` (the torch decode: keys
-    [N, 576]) bit for bit on probe_records."""
-    flat, slots = probe_records(device)
+    [N, 576]) bit for bit on kernel.fastpath.check_records."""
+    flat, slots = fastpath.check_records(device)
     want = reference(flat, slots)
     got = torch.empty(slots.numel(), HEAD_DIM, dtype=torch.float64, device=device)
     launch(flat, slots, got, Decoder(code_table(device), variant))
     return bool(torch.equal(got.view(torch.int64), want.view(torch.int64)))
 
 
-_AVAILABLE: dict[torch.device, Decoder | None] = {}
-
-
-def available(device: torch.device, reference: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Decoder | None:
-    """The Decoder to use on `device` when the fused decode may be used there (CUDA, Triton
-    importable, ORACLE_FUSED_DECODE not "0", self_check passed for a variant: the first of
-    VARIANTS that passes; checked once per device), else None."""
-    if os.environ.get(ENV_SWITCH, "1") == "0" or device.type != "cuda":
-        return None
-    if device not in _AVAILABLE:
-        decoder = None
-        if importlib.util.find_spec("triton") is not None:
-            for variant in VARIANTS:
-                try:
-                    ok = self_check(device, reference, variant)
-                except Exception as err:  # noqa: BLE001 - any failure means: not this variant
-                    warnings.warn(f"oracle fused key decode ({variant}) unavailable: {type(err).__name__}: {err}", stacklevel=2)
-                    ok = False
-                if ok:
-                    decoder = Decoder(code_table(device), variant)
-                    break
-            else:
-                warnings.warn("oracle fused key decode differs from torch's on the probe in every variant; using torch's", stacklevel=2)
-        _AVAILABLE[device] = decoder
-    return _AVAILABLE[device]
+def eligible(device: torch.device, variant: str) -> str:
+    """Where the kernel may run (kernel.fastpath.FastPath.eligible): a CUDA device, Triton importable."""
+    if device.type != "cuda":
+        return "needs a CUDA device"
+    return "" if fastpath.have_triton() else "Triton is not installed"
 
 
 assert LATENT_DIM == 512 and RECORD_BYTES == 656 and SCALE_OFFSET == 512 and ROPE_OFFSET == 528  # the kernel's constants

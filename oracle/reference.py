@@ -88,13 +88,12 @@ def block_reference(
 
 
 def _products(kv_cache: torch.Tensor) -> ProductsLike | None:
-    """oracle.fused_products' kernels over this cache where they may be used (see
-    fused_products.available: the switch, the device, the device's self-check), else None."""
+    """oracle.fused_products' kernels over this cache where they may be used (the fast path
+    oracle.products: the setting, the device, the device's self-check), else None."""
     flat = kv_cache.reshape(-1, RECORD_BYTES)
     if not fused_products.usable(flat):
         return None
-    maker = fused_products.available(flat.device)  # None where the switch or the device says no
-    return None if maker is None else maker(flat)
+    return fused_products.products(flat)
 
 
 def reference(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernel import fastpath
 from kernel.fp8 import decode_e4m3, e4m3_table, pow2
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, decode_records, index_records, record_words
 from oracle import key_decode
@@ -577,6 +578,16 @@ def _probe_decode(flat: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     return _decode_keys_torch(flat, slots, slots >= 0, False)
 
 
+fastpath.register(
+    fastpath.FastPath(
+        key_decode.FAST_PATH,
+        key_decode.VARIANTS,
+        lambda device, variant: key_decode.self_check(device, _probe_decode, variant),
+        key_decode.eligible,
+    )
+)
+
+
 def gather_keys(
     rows: torch.Tensor,
     start: torch.Tensor,
@@ -593,8 +604,8 @@ def gather_keys(
     decode False: no keys, the block's slots instead (for oracle.fused_products).
 
     Same values as gather_chunk's k_latent / rope (code * scale and rope are exact in f64), with
-    fewer passes over memory: on CUDA one fused kernel (oracle.key_decode, where its self-check
-    passed: the torch decode's bits), else _decode_keys_torch. `width` (the rows' longest
+    fewer passes over memory: on CUDA one fused kernel (oracle.key_decode, the fast path
+    oracle.key-decode: where its self-check passed, the torch decode's bits), else _decode_keys_torch. `width` (the rows' longest
     length) and `full` (every row has that length; with has_invalid not used) when the caller
     knows them from its plan: no host read; else one (the width).
     """
@@ -604,13 +615,13 @@ def gather_keys(
     if not decode:
         slots = entries if all_valid else torch.where(valid, entries, -1)
         return KeyBlock(rows=rows, valid=valid, keys=None, all_valid=all_valid, keyed=not has_invalid, slots=slots)
-    decoder = key_decode.available(flat.device, _probe_decode) if key_decode.usable(flat) else None
-    if decoder is None:
+    variant = fastpath.choose(key_decode.FAST_PATH, flat.device) if key_decode.usable(flat) else None
+    if variant is None:
         keys = _decode_keys_torch(flat, entries, valid, all_valid)
     else:
         keys = torch.empty(rows.numel(), width, 576, dtype=torch.float64, device=flat.device)
         slots = entries if all_valid else torch.where(valid, entries, -1)
-        key_decode.launch(flat, slots.reshape(-1), keys.view(-1, 576), decoder)
+        key_decode.launch(flat, slots.reshape(-1), keys.view(-1, 576), key_decode.Decoder(key_decode.code_table(flat.device), variant))
     return KeyBlock(rows=rows, valid=valid, keys=keys, all_valid=all_valid, keyed=not has_invalid)
 
 

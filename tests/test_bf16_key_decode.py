@@ -15,9 +15,9 @@ import importlib.util
 import pytest
 import torch
 
+from kernel import fastpath
 from kernel.peers import bf16_key_decode as bkd
 from kernel.peers.keys import dequantise_bf16
-from kernel.probe_records import probe_records
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -29,17 +29,19 @@ def same_or_both_nan(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def test_torch_decode_is_the_gathered_dequantisation_with_masked_slots_zero() -> None:
-    flat, slots = probe_records(torch.device("cpu"))
+    flat, slots = fastpath.check_records(torch.device("cpu"))
     got = bkd.torch_decode(flat, slots)
     live = slots >= 0
     assert torch.equal(got[live].view(torch.int16), dequantise_bf16(flat[slots[live]]).view(torch.int16))
     assert torch.equal(got[~live].view(torch.int16), torch.zeros(int((~live).sum()), 576, dtype=torch.int16))
 
 
-def test_gates_off_cuda_and_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert bkd.available(torch.device("cpu")) is None
-    monkeypatch.setenv(bkd.ENV_SWITCH, "0")
-    assert bkd.available(torch.device("cuda")) is None
+def test_gates_off_cuda_and_by_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(fastpath.SETTING, raising=False)
+    assert fastpath.choose(bkd.FAST_PATH, torch.device("cpu")) is None
+    assert bkd.FAST_PATH == "peers.bf16-keys" and fastpath.registered()[bkd.FAST_PATH].variants == bkd.VARIANTS
+    monkeypatch.setenv(fastpath.SETTING, "peers.bf16-keys=off")
+    assert fastpath.choose(bkd.FAST_PATH, torch.device("cuda")) is None
 
 
 def test_usable_names_the_layouts_it_decodes() -> None:
@@ -52,7 +54,7 @@ def test_usable_names_the_layouts_it_decodes() -> None:
 
 
 def test_launch_rejects_an_unknown_variant() -> None:
-    flat, slots = probe_records(torch.device("cpu"))
+    flat, slots = fastpath.check_records(torch.device("cpu"))
     with pytest.raises(ValueError, match="variant"):
         bkd.launch(flat, slots, torch.empty(slots.numel(), 576, dtype=torch.bfloat16), "table")
 
@@ -61,7 +63,7 @@ def test_launch_rejects_an_unknown_variant() -> None:
 @pytest.mark.parametrize("variant", bkd.VARIANTS)
 def test_kernel_gives_the_torch_decode_on_the_probe(monkeypatch: pytest.MonkeyPatch, variant: str) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    flat, slots = probe_records(torch.device("cpu"))
+    flat, slots = fastpath.check_records(torch.device("cpu"))
     want = bkd.torch_decode(flat, slots)
     got = torch.full_like(want, 1.0)
     bkd.launch(flat, slots, got, variant)

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernel import fastpath
 from kernel.peers import bf16_key_decode, flashmla_prefill, torch_sdpa
 from kernel.peers.dequant_cache import DequantCache, dequantise_whole
 from kernel.peers.flashmla import FlashMLAEngine
@@ -97,12 +98,12 @@ def test_sdpa_whole_cache_same_bits(recipe: Recipe) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: f"seed{r.seed}")
 def test_sdpa_same_bits_through_the_fused_key_decode(recipe: Recipe, monkeypatch: pytest.MonkeyPatch) -> None:
-    if bf16_key_decode.available(torch.device("cuda")) is None:
+    if fastpath.choose(bf16_key_decode.FAST_PATH, torch.device("cuda")) is None:
         pytest.skip("the fused decode did not pass its self-check on this device")
     p = materialize(recipe, "cuda")
     args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
     fused_out, fused_lse = run_torch_sdpa(*args, has_invalid=p.has_invalid, return_lse=True)
-    monkeypatch.setenv(bf16_key_decode.ENV_SWITCH, "0")
+    monkeypatch.setenv(fastpath.SETTING, "peers.bf16-keys=off")
     out, lse = run_torch_sdpa(*args, has_invalid=p.has_invalid, return_lse=True)
     assert torch.equal(_bits(fused_out), _bits(out)) and torch.equal(_bits(fused_lse), _bits(lse))
 

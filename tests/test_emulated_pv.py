@@ -1,7 +1,7 @@
 """The emulated kernel's fused PV kernel (kernel/emulated/pv.py: P', the PV products and
 the running-state updates of a group of tiles) against the torch path (group_pv_terms, then
 emulated_state.advance), bit for bit: under Triton's CPU interpreter on its probe at every
-BLOCK_D and through run_emulated (kernel on against EMULATED_TRITON_PV=0 and the per-tile loop);
+BLOCK_D and through run_emulated (kernel on against emulated.pv=off and the per-tile loop);
 without Triton, the probe's own properties and the fallback when the kernel raises."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from conformance.tools.bits import bit_view
+from kernel import fastpath
 from kernel.emulated import gfx950 as emulated
 from kernel.emulated import pv as emulated_pv
 from kernel.emulated import state as emulated_state
@@ -33,16 +34,18 @@ INTERPRETED = """
 import os
 import warnings
 import torch
-from kernel.emulated import gfx950 as emulated, pv as emulated_pv
+from kernel import fastpath
+from kernel.emulated import gfx950 as emulated, pv as emulated_pv, state as emulated_state
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 
 warnings.filterwarnings("error", message="emulated: ")  # a fallback warning fails the run
+warnings.filterwarnings("error", message="fast path ")  # so does a failing self-check
 cpu = torch.device("cpu")
-assert emulated_pv.usable(cpu)
+assert not emulated_state.triton_reason(cpu)
 assert emulated_pv.self_check(cpu, emulated.group_pv_terms, emulated.lane_sums, "dot"), "PV kernel probe (tl.dot)"
 assert emulated_pv.self_check(cpu, emulated.group_pv_terms, emulated.lane_sums, "sum"), "PV kernel probe (tl.sum)"
-assert emulated_pv.kernel_available(cpu, emulated.group_pv_terms, emulated.lane_sums) and emulated_pv._CHOSEN[cpu] == "dot"
+assert fastpath.choose(emulated_pv.FAST_PATH, cpu) == "dot"
 launches = []
 fused = emulated_pv.advance_triton
 emulated_pv.advance_triton = lambda *a, **k: (launches.append(a[0].shape[0]), fused(*a, **k))
@@ -62,11 +65,11 @@ for recipe in recipes:
     out, lse = emulated.run_emulated(*args, batch_tiles=True, **kw)
     assert len(launches) > before, "the PV kernel ran"
     ran = len(launches)
-    os.environ["EMULATED_TRITON_PV"] = "0"
+    os.environ[fastpath.SETTING] = "emulated.qk=off,emulated.pv=off"
     ref = emulated.run_emulated(*args, batch_tiles=True, **kw)
     loop = emulated.run_emulated(*args, batch_tiles=False, **kw)
-    assert len(launches) == ran, "EMULATED_TRITON_PV=0 switches the kernel off"
-    os.environ["EMULATED_TRITON_PV"] = "1"
+    assert len(launches) == ran, "emulated.pv=off switches the kernel off"
+    os.environ[fastpath.SETTING] = "emulated.qk=off,emulated.pv=triton"
     for a, b in ((out, ref[0]), (lse, ref[1]), (out, loop[0]), (lse, loop[1])):
         assert torch.equal(bits(a), bits(b)), recipe
 print("interpreted PV kernel: same bits", len(launches))
@@ -77,9 +80,9 @@ print("interpreted PV kernel: same bits", len(launches))
 def test_interpreted_pv_kernel_matches_torch() -> None:
     """The fused kernel under Triton's interpreter (a fresh process: Triton reads TRITON_INTERPRET
     when it is first imported): its probe for both variants at every launch config, and run_emulated through it against
-    the torch path (EMULATED_TRITON_PV=0) and the per-tile loop, on ragged, has_invalid, 16-head
-    and 1-head problems. The QK kernel is left out (EMULATED_TRITON_QK=0: its own tests)."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "EMULATED_TRITON_QK": "0", "EMULATED_TRITON_PV": "1"}
+    the torch path (emulated.pv=off) and the per-tile loop, on ragged, has_invalid, 16-head
+    and 1-head problems. The QK kernel is left out (emulated.qk=off: its own tests)."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", fastpath.SETTING: "emulated.qk=off,emulated.pv=triton"}
     done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "same bits" in done.stdout, (done.stdout[-2000:], done.stderr[-3000:])
 
@@ -142,12 +145,13 @@ def test_reference_is_the_batched_torch_path() -> None:
     assert torch.equal(bit_view(a), bit_view(b))
 
 
-def test_off_on_a_cpu_and_by_its_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_off_on_a_cpu_and_by_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(fastpath.SETTING, raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    assert not emulated_pv.kernel_available(CPU, emulated.group_pv_terms, emulated.lane_sums)
+    assert fastpath.choose(emulated_pv.FAST_PATH, CPU) is None
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("EMULATED_TRITON_PV", "0")
-    assert not emulated_pv.kernel_available(CPU, emulated.group_pv_terms, emulated.lane_sums)
+    monkeypatch.setenv(fastpath.SETTING, "emulated.pv=off")
+    assert fastpath.choose(emulated_pv.FAST_PATH, CPU) is None
 
 
 def test_a_failing_kernel_falls_back_to_the_torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -162,7 +166,8 @@ def test_a_failing_kernel_falls_back_to_the_torch_path(monkeypatch: pytest.Monke
         calls.append(1)
         raise ValueError("no such layout")
 
-    monkeypatch.setattr(emulated_pv, "kernel_available", lambda *a: True)
+    choose = fastpath.choose
+    monkeypatch.setattr(fastpath, "choose", lambda name, device: "dot" if name == emulated_pv.FAST_PATH else choose(name, device))
     monkeypatch.setattr(emulated_pv, "advance_triton", broken)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -172,39 +177,37 @@ def test_a_failing_kernel_falls_back_to_the_torch_path(monkeypatch: pytest.Monke
 
 
 def test_default_is_the_cuda_kernel_where_supported(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unset switch: the CUDA variant where emulated_pv_cuda.supported and its probe passes,
-    else torch (silently); EMULATED_TRITON_PV=0 or EMULATED_TRITON_STATE=0: torch; =1: only the
-    Triton variants; advance launches the variant last given."""
+    """Unset setting: the CUDA variant where emulated_pv_cuda.supported and its self-check passes,
+    else torch (silently); emulated.pv=off or emulated.state=off: torch; emulated.pv=triton: only
+    the Triton variants; advance launches the variant chosen."""
     from kernel.emulated import pv_cuda as emulated_pv_cuda
 
-    monkeypatch.delenv("EMULATED_TRITON_PV", raising=False)
-    monkeypatch.delenv("EMULATED_TRITON_STATE", raising=False)
+    monkeypatch.delenv(fastpath.SETTING, raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    assert emulated_pv.kernel_variant(CPU, emulated.group_pv_terms, emulated.lane_sums) is None  # no CUDA here
-    tried: list[tuple[str, ...]] = []
+    fastpath.forget()
+    assert fastpath.choose(emulated_pv.FAST_PATH, CPU) is None  # no CUDA here
+    tried: list[str] = []
     monkeypatch.setattr(emulated_pv_cuda, "supported", lambda device: True)
-    monkeypatch.setattr(emulated_pv, "_variant", lambda device, pv_terms, lane_sums, candidates: tried.append(candidates) or candidates[0])
-    monkeypatch.setattr(emulated_pv, "_CHOSEN", {})
-    assert emulated_pv.kernel_variant(CPU, emulated.group_pv_terms, emulated.lane_sums) == "cuda"
-    assert emulated_pv.kernel_available(CPU, emulated.group_pv_terms, emulated.lane_sums)
+    monkeypatch.setattr(emulated_pv, "self_check", lambda device, pv_terms, lane_sums, variant: tried.append(variant) or True)
+    assert fastpath.choose(emulated_pv.FAST_PATH, CPU) == "cuda"
     launched: list[str] = []
     monkeypatch.setattr(emulated_pv_cuda, "advance_cuda", lambda *a: launched.append("cuda"))
     monkeypatch.setattr(emulated_pv, "advance_triton", lambda *a, **k: launched.append("triton"))
     buffer, alpha, p, records, masked, counts = emulated_pv.probe_inputs(CPU, 2, 1, 1)
     counts_dev = torch.tensor(counts, dtype=torch.int32)
     assert emulated_pv.advance(buffer, alpha, p, records, masked, counts_dev) and launched == ["cuda"]
-    monkeypatch.setenv("EMULATED_TRITON_PV", "0")
-    assert emulated_pv.kernel_variant(CPU, emulated.group_pv_terms, emulated.lane_sums) is None
-    monkeypatch.setenv("EMULATED_TRITON_PV", "1")
-    assert emulated_pv.kernel_variant(CPU, emulated.group_pv_terms, emulated.lane_sums) is None  # not usable: no interpreter
+    monkeypatch.setenv(fastpath.SETTING, "emulated.pv=off")
+    assert fastpath.choose(emulated_pv.FAST_PATH, CPU) is None
+    monkeypatch.setenv(fastpath.SETTING, "emulated.pv=triton")
+    assert fastpath.choose(emulated_pv.FAST_PATH, CPU) is None  # not eligible: no interpreter
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    if emulated_state.usable(CPU):
-        assert emulated_pv.kernel_variant(CPU, emulated.group_pv_terms, emulated.lane_sums) == "dot"
+    if not emulated_state.triton_reason(CPU):
+        assert fastpath.choose(emulated_pv.FAST_PATH, CPU) == "dot"
         assert emulated_pv.advance(buffer, alpha, p, records, masked, counts_dev) and launched == ["cuda", "triton"]
-    monkeypatch.delenv("EMULATED_TRITON_PV")
-    monkeypatch.setenv("EMULATED_TRITON_STATE", "0")
-    assert emulated_pv.kernel_variant(CPU, emulated.group_pv_terms, emulated.lane_sums) is None
-    assert tried[0] == ("cuda",) and all(c in (("cuda",), emulated_pv.TRITON_VARIANTS) for c in tried)
+    monkeypatch.setenv(fastpath.SETTING, "emulated.state=off")
+    assert fastpath.choose(emulated_pv.FAST_PATH, CPU) is None
+    assert tried[0] == "cuda" and set(tried) <= {"cuda", *emulated_pv.TRITON_VARIANTS}
+    fastpath.forget()
 
 
 def test_cuda_variant_refuses_layouts_it_does_not_take() -> None:

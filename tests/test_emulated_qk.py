@@ -19,6 +19,7 @@ needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, re
 
 INTERPRETED = """
 import torch
+from kernel import fastpath
 from kernel.emulated import gfx950 as emulated, qk as emulated_qk
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
@@ -41,7 +42,7 @@ def rounded_once(latent, rope, records, live0, group):
 
 assert not emulated_qk.self_check(cpu, one_ulp_off, "dot")
 assert not emulated_qk.self_check(cpu, rounded_once, "dot")
-assert emulated_qk.kernel_variant(cpu, emulated.group_scores_torch) == "fma"
+assert fastpath.choose(emulated_qk.FAST_PATH, cpu) == "fma"
 bits = lambda t: t.contiguous().view({4: torch.int32, 2: torch.int16}[t.element_size()])
 recipes = (
     Recipe(seed=3, n_q=3, heads=2, row_lengths=(300, 40, 129), cache_rows=256, latent="above_cap"),
@@ -62,34 +63,40 @@ print("fused QK scores: same bits")
 
 @needs_triton
 def test_interpreted_qk_kernel_matches_torch() -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    env["EMULATED_TRITON_QK"] = "1"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "CONFORMANCE_FAST_PATHS": "emulated.qk=triton"}
     done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "same bits" in done.stdout, done.stderr[-3000:]
 
 
 def test_default_is_the_cuda_kernel_where_supported(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unset switch: the CUDA variant where emulated_qk_cuda.supported and its probe passes,
-    else torch (silently); EMULATED_TRITON_QK=0: torch; =1: only Triton variants."""
+    """Unset setting: the CUDA variant where emulated_qk_cuda.supported and its self-check passes,
+    else torch (silently); emulated.qk=off: torch; emulated.qk=triton: only Triton variants (not
+    with emulated.state=off)."""
     import torch
 
-    from kernel.emulated import gfx950 as emulated
+    from kernel import fastpath
     from kernel.emulated import qk as emulated_qk
     from kernel.emulated import qk_cuda as emulated_qk_cuda
 
     cpu = torch.device("cpu")
-    monkeypatch.delenv("EMULATED_TRITON_QK", raising=False)
-    assert emulated_qk.kernel_variant(cpu, emulated.group_scores_torch) is None  # no CUDA here
-    tried: list[tuple[str, ...]] = []
+    monkeypatch.delenv(fastpath.SETTING, raising=False)
+    fastpath.forget()
+    assert fastpath.choose(emulated_qk.FAST_PATH, cpu) is None  # no CUDA here
+    tried: list[str] = []
     monkeypatch.setattr(emulated_qk_cuda, "supported", lambda device: True)
-    monkeypatch.setattr(emulated_qk, "_variant", lambda device, reference, candidates: tried.append(candidates) or candidates[0])
-    assert emulated_qk.kernel_variant(cpu, emulated.group_scores_torch) == "cuda"
-    monkeypatch.setenv("EMULATED_TRITON_QK", "0")
-    assert emulated_qk.kernel_variant(cpu, emulated.group_scores_torch) is None
-    monkeypatch.setenv("EMULATED_TRITON_QK", "1")
-    monkeypatch.setattr(emulated_qk, "usable", lambda device: True)  # Triton may be absent here
-    emulated_qk.kernel_variant(cpu, emulated.group_scores_torch)
-    assert tried == [("cuda",), emulated_qk.TRITON_VARIANTS]
+    monkeypatch.setattr(emulated_qk, "self_check", lambda device, reference, variant: tried.append(variant) or True)
+    assert fastpath.choose(emulated_qk.FAST_PATH, cpu) == "cuda"
+    monkeypatch.setenv(fastpath.SETTING, "emulated.qk=off")
+    assert fastpath.choose(emulated_qk.FAST_PATH, cpu) is None
+    monkeypatch.setenv(fastpath.SETTING, "emulated.qk=triton")
+    monkeypatch.setattr(emulated_qk, "triton_reason", lambda device: "")  # Triton may be absent here
+    assert fastpath.choose(emulated_qk.FAST_PATH, cpu) == emulated_qk.TRITON_VARIANTS[0]
+    monkeypatch.setenv(fastpath.SETTING, "emulated.state=off,emulated.qk=triton")
+    assert fastpath.choose(emulated_qk.FAST_PATH, cpu) is None
+    monkeypatch.setenv(fastpath.SETTING, "emulated.state=off")
+    assert fastpath.choose(emulated_qk.FAST_PATH, cpu) == "cuda"  # the DMMA kernel is no Triton kernel
+    assert tried == ["cuda", emulated_qk.TRITON_VARIANTS[0]]
+    fastpath.forget()
 
 
 def test_cuda_variant_refuses_shapes_it_does_not_take() -> None:

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from conformance.tools.bits import bit_view
+from kernel import fastpath
 from kernel.emulated import gfx950 as emulated
 from kernel.emulated import state as emulated_state
 
@@ -25,12 +26,13 @@ needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, re
 
 INTERPRETED = """
 import torch
+from kernel import fastpath
 from kernel.emulated import decode as emulated_decode, gfx950 as emulated, scores as emulated_scores, state as emulated_state
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 
 cpu = torch.device("cpu")
-assert emulated_state.usable(cpu)
+assert not emulated_state.triton_reason(cpu)
 assert emulated_state.self_check(cpu, emulated.lane_sums), "state kernel probe"
 assert emulated_scores.self_check(cpu), "QK accumulation probe"
 assert emulated_decode.self_check(cpu), "K/V decode probe"
@@ -38,8 +40,8 @@ p = materialize(Recipe(seed=3, n_q=3, heads=2, row_lengths=(300, 40, 129), cache
 args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
 loop = emulated.run_emulated(*args, return_lse=True, batch_tiles=False)
 emulated.TILE_GROUP_SLOTS["cpu"] = 1 << 19
-assert emulated_state.kernel_available(cpu, emulated.lane_sums) and emulated_scores.kernel_available(cpu)
-assert emulated_decode.kernel_available(cpu)
+assert fastpath.choose(emulated_state.FAST_PATH, cpu) == fastpath.choose(emulated_scores.FAST_PATH, cpu) == "triton"
+assert fastpath.choose(emulated_decode.FAST_PATH, cpu) == "triton"
 out, lse = emulated.run_emulated(*args, return_lse=True, batch_tiles=True)
 bits = lambda t: t.contiguous().view({4: torch.int32, 2: torch.int16}[t.element_size()])
 assert torch.equal(bits(out), bits(loop[0])) and torch.equal(bits(lse), bits(loop[1])), "run_emulated"
@@ -51,7 +53,7 @@ print("interpreted kernels: same bits")
 def test_interpreted_kernels_match_torch() -> None:
     """Both kernels under Triton's interpreter (a fresh process: Triton reads TRITON_INTERPRET
     when it is first imported): their probes, and run_emulated through them against the loop."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "EMULATED_TRITON_DECODE": "1"}
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "CONFORMANCE_FAST_PATHS": "auto"}
     done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "same bits" in done.stdout, done.stderr[-2000:]
 
@@ -61,10 +63,10 @@ def test_probe_comparison_sees_one_ulp() -> None:
     a = buffer.clone()
     emulated_state.advance_torch(a, alpha, p, terms, counts, emulated.lane_sums)
     b = a.clone()
-    assert emulated_state._same(a, b)
+    assert fastpath.same_bits(a, b)
     finite = torch.isfinite(b).flatten().nonzero()[3]
     b.view(-1).view(torch.int32)[finite] += 1
-    assert not emulated_state._same(a, b)
+    assert not fastpath.same_bits(a, b)
 
 
 def test_rows_past_their_count_keep_their_state() -> None:

@@ -1,5 +1,5 @@
 """oracle.key_decode: the probe covers the decode's inputs; the fused kernel's logic (run by
-Triton's CPU interpreter where Triton is installed) gives the torch decode's values; the switch
+Triton's CPU interpreter where Triton is installed) gives the torch decode's values; the setting
 and the device gate keep the torch decode elsewhere.
 
 Under the interpreter NaN products carry numpy's payloads, not the GPU's: values are compared
@@ -14,7 +14,7 @@ import importlib.util
 import pytest
 import torch
 
-from kernel.probe_records import PROBE_SCALES
+from kernel import fastpath
 from oracle import key_decode, rows
 from oracle.reference import reference
 from strategies.materialize import materialize
@@ -29,7 +29,7 @@ def same_or_both_nan(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def test_probe_covers_every_code_scale_class_and_rope_pattern() -> None:
-    flat, slots = key_decode.probe_records(torch.device("cpu"))
+    flat, slots = fastpath.check_records(torch.device("cpu"))
     codes = flat[:, :512].reshape(-1, 4, 128)
     for g in range(4):
         assert torch.unique(codes[:, g]).numel() == 256
@@ -37,16 +37,18 @@ def test_probe_covers_every_code_scale_class_and_rope_pattern() -> None:
     for g in range(4):
         column = scales[:, g]
         seen = {(bool(torch.isnan(v)), v.view(torch.int32).item()) for v in column}
-        assert len(seen) == len(PROBE_SCALES)  # every class in every block
+        assert len(seen) == len(fastpath.CHECK_SCALES)  # every class in every block
     rope = flat[:, 528:].contiguous().view(torch.int16)
     assert torch.unique(rope).numel() == 1 << 16
     assert bool((slots < 0).any()) and torch.equal(torch.sort(slots[slots >= 0]).values, torch.arange(flat.shape[0]))
 
 
-def test_torch_path_off_cuda_and_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert key_decode.available(torch.device("cpu"), rows._probe_decode) is None
-    monkeypatch.setenv(key_decode.ENV_SWITCH, "0")
-    assert key_decode.available(torch.device("cuda"), rows._probe_decode) is None
+def test_torch_path_off_cuda_and_by_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(fastpath.SETTING, raising=False)
+    assert fastpath.choose(key_decode.FAST_PATH, torch.device("cpu")) is None
+    assert fastpath.registered()[key_decode.FAST_PATH].variants == key_decode.VARIANTS  # registered by oracle.rows
+    monkeypatch.setenv(fastpath.SETTING, "oracle.key-decode=off")
+    assert fastpath.choose(key_decode.FAST_PATH, torch.device("cuda")) is None
 
 
 @pytest.fixture
@@ -57,7 +59,7 @@ def interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
 @needs_triton
 @pytest.mark.parametrize("variant", ["arith", "table"])
 def test_kernel_gives_the_torch_decode_on_the_probe(interpreter: None, variant: str) -> None:
-    flat, slots = key_decode.probe_records(torch.device("cpu"))
+    flat, slots = fastpath.check_records(torch.device("cpu"))
     want = rows._probe_decode(flat, slots)
     got = torch.full_like(want, 1.0)
     key_decode.launch(flat, slots, got, key_decode.Decoder(key_decode.code_table(torch.device("cpu")), variant))

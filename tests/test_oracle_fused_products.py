@@ -1,7 +1,7 @@
 """oracle.fused_products: the kernels (run by Triton's CPU interpreter where Triton is installed)
 give the bmm's of the torch-decoded keys within the reference's rounding (gamma_m(2^-53) sum
 |terms|), exactly on inputs whose sums are exact, NaN where the bmm's give NaN; reference()
-through them agrees with the default path; the switch and the device gate keep the bmm's
+through them agrees with the default path; the setting and the device gate keep the bmm's
 elsewhere (the CPU default untouched).
 """
 
@@ -12,6 +12,7 @@ import importlib.util
 import pytest
 import torch
 
+from kernel import fastpath
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
 from oracle import fused_products as fp
 from oracle import key_decode, rows
@@ -34,27 +35,32 @@ def products_of(flat: torch.Tensor) -> fp.Products:
     return fp.Products(flat, key_decode.code_table(flat.device))
 
 
-def test_gate_off_cuda_and_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(fp.ENV_SWITCH, raising=False)
+def test_gate_off_cuda_and_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda0 = torch.device("cuda", 0)
+    monkeypatch.delenv(fastpath.SETTING, raising=False)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert not fp.enabled(CPU)  # the CPU default: the bmm's, even under the interpreter
-    assert fp.available(CPU) is None
+    fastpath.forget()
+    assert fastpath.choose(fp.FAST_PATH, CPU) is None  # the CPU default: the bmm's, even under the interpreter
+    checked: list[str] = []
+    monkeypatch.setattr(fp, "_checked", lambda device, variant: checked.append(variant) or True)
     monkeypatch.setattr(fp, "_dmma_supported", lambda device: device.type == "cuda")
-    assert fp.implementation(torch.device("cuda")) == "dmma"  # the default on CUDA: DMMA (where supported)
+    assert fastpath.choose(fp.FAST_PATH, cuda0) == "dmma"  # the default on CUDA: DMMA (where supported)
     monkeypatch.setattr(fp, "_dmma_supported", lambda device: False)
-    assert fp.implementation(torch.device("cuda")) is None  # unsupported: the bmm's, silently
-    monkeypatch.setenv(fp.ENV_SWITCH, "cuda")
+    assert fastpath.choose(fp.FAST_PATH, cuda0) is None  # unsupported: the bmm's, silently
+    monkeypatch.setenv(fastpath.SETTING, "oracle.products=dmma")
     with pytest.warns(UserWarning, match="DMMA products need"):
-        assert fp.implementation(torch.device("cuda")) is None
-    monkeypatch.setenv(fp.ENV_SWITCH, "0")
-    assert not fp.enabled(torch.device("cuda"))
-    monkeypatch.setenv(fp.ENV_SWITCH, "1")
-    assert fp.implementation(CPU) == ("triton" if importlib.util.find_spec("triton") else None)  # the interpreter
+        assert fastpath.choose(fp.FAST_PATH, cuda0) is None
+    monkeypatch.setenv(fastpath.SETTING, "oracle.products=off")
+    assert fastpath.choose(fp.FAST_PATH, cuda0) is None
+    monkeypatch.setenv(fastpath.SETTING, "oracle.products=triton")
+    assert fastpath.choose(fp.FAST_PATH, CPU) == ("triton" if importlib.util.find_spec("triton") else None)  # the interpreter
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert not fp.enabled(CPU)  # compiled Triton does not run on the CPU
-    monkeypatch.setenv(fp.ENV_SWITCH, "yes")
-    with pytest.raises(ValueError, match="ORACLE_FUSED_PRODUCTS='yes'"):
-        fp.enabled(CPU)
+    assert fastpath.choose(fp.FAST_PATH, CPU) is None  # compiled Triton does not run on the CPU
+    assert checked == ["dmma", "triton"][: 2 if importlib.util.find_spec("triton") else 1]
+    monkeypatch.setenv(fastpath.SETTING, "oracle.products=yes")
+    with pytest.raises(ValueError, match="oracle.products='yes'"):
+        fastpath.choose(fp.FAST_PATH, CPU)
+    fastpath.forget()
 
 
 def test_probe_covers_the_classes() -> None:
@@ -184,12 +190,13 @@ def test_reference_through_the_kernels(interpreter: None, monkeypatch: pytest.Mo
     f64 rounding (the two products' differences through the softmax), empty rows 0 / -inf exactly."""
     p = materialize(recipe, "cpu")
     args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
-    monkeypatch.delenv(fp.ENV_SWITCH, raising=False)
+    monkeypatch.delenv(fastpath.SETTING, raising=False)
     want = reference(*args, has_invalid=p.has_invalid, key_budget=100)
-    monkeypatch.setenv(fp.ENV_SWITCH, "1")
-    fp._AVAILABLE.clear()
+    monkeypatch.setenv(fastpath.SETTING, "oracle.products=triton")
+    fastpath.forget()
     got = reference(*args, has_invalid=p.has_invalid, key_budget=100)
-    fp._AVAILABLE.clear()
+    assert fastpath.chosen()[fp.FAST_PATH]["cpu"] == "triton"
+    fastpath.forget()
     assert torch.equal(got.lse.isinf(), want.lse.isinf()) and torch.equal(got.out[want.lse.isinf()], want.out[want.lse.isinf()])
     torch.testing.assert_close(got.out, want.out, rtol=0, atol=1e-12 * float(want.out.abs().max().clamp_min(1)))
     torch.testing.assert_close(got.lse, want.lse, rtol=1e-14, atol=1e-14)

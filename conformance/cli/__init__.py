@@ -31,6 +31,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "conformance.cli.soundness",
     "conformance.cli.snapshot",
     "conformance.cli.dumps",
+    "conformance.cli.fast_paths",
 )
 
 

@@ -8,11 +8,12 @@ records widened to f64 in the MFMAs' order.
 
 records: uint8 [R, 128, 656] (R = rows * tiles, row-major), masked: bool [R, 128]. The torch
 path (`keys_torch`, `values_torch`: one casting copy each through torch's float8_e4m3fn view)
-needs the masked keys' record bytes zeroed beforehand; on CUDA (unless EMULATED_TRITON_DECODE=0)
-one Triton kernel each
+needs the masked keys' record bytes zeroed beforehand; on CUDA one Triton kernel each
 (`keys_triton`, `values_triton`: the code's value read from the 256-entry f64 e4m3 table, masked
-keys written as +0), coalesced on both sides, used only after it reproduced the torch path's
-values on a probe (every code, masked keys; NaN compared as NaN: the emulator models no payload).
+keys written as +0), coalesced on both sides: the fast path `emulated.decode` (kernel.fastpath;
+off with CONFORMANCE_FAST_PATHS=emulated.decode=off or emulated.state=off), used only after it
+reproduced the torch path's values on a probe (every code, masked keys; NaN compared as NaN: the
+emulator models no payload).
 On one H200 (scripts/h200/s30a.sh, 16 heads, 2048 keys per row) the kernels took a call from
 124.9 to 98.7 ms at n_q 4096 and 33.2 to 26.8 ms at n_q 1024, the same bits as the torch path;
 at n_q 64, 4.13 -> 4.43 ms.
@@ -21,15 +22,17 @@ at n_q 64, 4.13 -> 4.43 ms.
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from collections.abc import Callable
 
 import torch
 
-from kernel.emulated.state import _interpreting, _on, probe_passes, usable
+from kernel import fastpath
+from kernel.emulated.state import FAST_PATH as STATE_PATH
+from kernel.emulated.state import _on, eligible
 from kernel.fp8 import e4m3_table
 
+FAST_PATH = "emulated.decode"
 RECORD = 656
 LATENT = 512
 
@@ -93,7 +96,7 @@ def keys_triton(records: torch.Tensor, rows: int, n_keys: int) -> torch.Tensor:
     out = torch.empty(rows, 16, n_keys, 32, dtype=torch.float64, device=records.device)
     table = e4m3_table(records.device, torch.float64)
     with _on(records.device):
-        _kernels(_interpreting())[0][(rows * 16, n_keys // 64)](records, table, out, n_keys)  # type: ignore[index]
+        _kernels(fastpath.interpreting())[0][(rows * 16, n_keys // 64)](records, table, out, n_keys)  # type: ignore[index]
     return out
 
 
@@ -103,15 +106,8 @@ def values_triton(records: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
     out = torch.empty(r * 16, 32, 128, dtype=torch.float64, device=records.device)
     table = e4m3_table(records.device, torch.float64)
     with _on(records.device):
-        _kernels(_interpreting())[1][(r * 16,)](records, masked.view(torch.uint8), table, out)  # type: ignore[index]
+        _kernels(fastpath.interpreting())[1][(r * 16,)](records, masked.view(torch.uint8), table, out)  # type: ignore[index]
     return out
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same f64 bits, any NaN matching any NaN."""
-    nan_a, nan_b = torch.isnan(a), torch.isnan(b)
-    bits_a, bits_b = (torch.where(nan, 0.0, x).view(torch.int64) for nan, x in ((nan_a, a), (nan_b, b)))
-    return bool(torch.equal(nan_a, nan_b)) and bool(torch.equal(bits_a, bits_b))
 
 
 def self_check(device: torch.device) -> bool:
@@ -124,29 +120,18 @@ def self_check(device: torch.device) -> bool:
     records[0, :, :LATENT] = torch.arange(128 * LATENT, dtype=torch.int64).remainder(256).to(torch.uint8).view(128, LATENT)
     masked = torch.rand(r, 128, generator=g) < 0.33
     records, masked = records.to(device), masked.to(device)
-    if not _same(keys_triton(records, rows, tiles * 128), keys_torch(records, rows, tiles * 128)):
+    if not fastpath.same_bits(keys_triton(records, rows, tiles * 128), keys_torch(records, rows, tiles * 128)):
         return False
     zeroed = records.clone()
     zeroed[masked] = 0
-    return _same(values_triton(records, masked), values_torch(zeroed))
+    return fastpath.same_bits(values_triton(records, masked), values_torch(zeroed))
 
 
-@functools.cache
-def _kernel_ok(device: torch.device) -> bool:
-    return probe_passes("K/V decode", device, lambda: self_check(device))
-
-
-ENV_SWITCH = "EMULATED_TRITON_DECODE"  # "0": never use the kernels
-
-
-def kernel_available(device: torch.device) -> bool:
-    """Not switched off (EMULATED_TRITON_DECODE=0), emulated_state.usable(device) and the probe
-    passed there (once per device and process)."""
-    return os.environ.get(ENV_SWITCH, "1") != "0" and usable(device) and _kernel_ok(device)
+fastpath.register(fastpath.FastPath(FAST_PATH, ("triton",), lambda device, variant: self_check(device), eligible, needs=(STATE_PATH,)))
 
 
 def keys(records: torch.Tensor, rows: int, n_keys: int, kernel: bool) -> torch.Tensor:
-    """keys(): the kernel when `kernel` (kernel_available), else (or if it raises) torch."""
+    """keys(): the kernel when `kernel` (the fast path FAST_PATH chosen), else (or if it raises) torch."""
     if kernel:
         try:
             return keys_triton(records, rows, n_keys)

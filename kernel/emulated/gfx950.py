@@ -6,10 +6,12 @@ stages the tiles of a chunk run batched (`_run_chunk_batched`): every stage with
 tiles runs once for a group of tiles (QK per row over all its tiles' keys: group_scores; P' and
 the PV products: group_pv_terms), and only the running m, l and o are updated tile by tile
 (m by a running max; l and o by emulated_state.advance), bit-identical to the per-tile loop
-(`batch_tiles=False`). On CUDA the QK accumulation and the running-state updates of a group
-and the K and V decode are Triton kernels (emulated_scores, emulated_state, emulated_decode;
-EMULATED_TRITON_STATE=0 / EMULATED_TRITON_DECODE=0 switch them off), used where they reproduced
-the torch operations' bits on a probe.
+(`batch_tiles=False`). On CUDA the group's QK scores and its PV products with the running-state
+updates are DMMA kernels (emulated_qk, emulated_pv), and the QK accumulation, the running-state
+updates and the K and V decode Triton kernels (emulated_scores, emulated_state, emulated_decode):
+the fast paths emulated.qk, pv, scores, state and decode (kernel.fastpath; this module registers
+the three whose self-checks compare with its torch functions), used where they reproduced the
+torch operations' bits on a probe (CONFORMANCE_FAST_PATHS switches them).
 Stages carry the names the FlyDSL kernel uses:
 
     read_q          q rows and heads through their strides (f32 view of bf16)
@@ -54,6 +56,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernel import fastpath
 from kernel.backend import Backend
 from kernel.contract import begin_call
 from kernel.emulated import decode as emulated_decode
@@ -205,6 +208,44 @@ def e4m3_codes(x: torch.Tensor) -> torch.Tensor:
     magnitude = x.abs()
     beyond = (cast & 0x80) | (E4M3_NAN_CODE - (magnitude <= 464.0).to(torch.uint8))  # 0x7E up to 464, else 0x7F
     return torch.where(magnitude <= 448.0, cast, beyond)
+
+
+def check_codes(device: torch.device, exhaustive: bool = False, chunk_log2: int = 26) -> list[tuple[str, bool]]:
+    """The emulated kernel's fast conversions against their rules on `device`, one (line, passed)
+    per check: e4m3_codes against kernel.fp8.encode_e4m3(saturate=False) on f32 bit patterns
+    (exhaustive: all 2^32 in chunks of 2^chunk_log2; else 2^24 random ones); the f32 e4m3 table
+    widened to f64 (quantize_q's hi) against the f64 table, bit for bit (NaN included); every f32
+    NaN (signs, payloads) converted to bf16 giving one bit pattern (outputs do not depend on NaN
+    payloads because of it)."""
+    from kernel.fp8 import encode_e4m3
+
+    def mismatches(bits: torch.Tensor) -> int:
+        x = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32).view(torch.float32)
+        return int((e4m3_codes(x) != encode_e4m3(x, saturate=False)).sum())
+
+    if exhaustive:
+        chunk = 1 << chunk_log2
+        bad = sum(mismatches(torch.arange(start, start + chunk, dtype=torch.int64, device=device)) for start in range(0, 1 << 32, chunk))
+        what = "all 2^32 f32 patterns"
+    else:
+        g = torch.Generator(device=device).manual_seed(29)
+        bad = mismatches(torch.randint(0, 2**32, (1 << 24,), generator=g, dtype=torch.int64, device=device))
+        what = "2^24 random f32 patterns"
+    wide = e4m3_table(device, torch.float32).to(torch.float64).view(torch.int64)
+    same_table = torch.equal(wide, e4m3_table(device, torch.float64).view(torch.int64))
+    payloads = torch.arange(1, 1 << 23, 4093, dtype=torch.int64, device=device)
+    nan_bits = torch.cat([payloads | 0x7F800000, payloads | 0xFF800000, torch.tensor([0x7FC00000, 0xFFC00000], device=device)])
+    nans = torch.where(nan_bits >= 2**31, nan_bits - 2**32, nan_bits).to(torch.int32).view(torch.float32)
+    patterns = torch.unique(nans.to(torch.bfloat16).view(torch.int16)).tolist()
+    return [
+        (f"e4m3_codes vs encode_e4m3 on {what} ({device}): {bad} differ", bad == 0),
+        (f"f32 e4m3 table widened to f64 vs the f64 table ({device}): {'same bits' if same_table else 'DIFFERS'}", same_table),
+        (
+            f"bf16 of {nans.numel()} f32 NaNs ({device}): {'one pattern' if len(patterns) == 1 else 'several patterns'} "
+            f"{[hex(v & 0xFFFF) for v in patterns[:4]]}",
+            len(patterns) == 1,
+        ),
+    ]
 
 
 def quantize_q(q32: torch.Tensor) -> QuantizedQ:
@@ -470,11 +511,11 @@ def chunk_q(qq: QuantizedQ, rows: torch.Tensor) -> ChunkQ:
 def group_scores(cq: ChunkQ, live0: int, group: int, records: torch.Tensor, decode_kernel: bool = False) -> torch.Tensor:
     """qk_scores of a group of tiles: f32 [live0 rows, H, group * 128 keys] for the chunk's first
     live0 rows and their records uint8 [live0 * group, 128, 656] (a masked key's score is
-    replaced later). Where emulated_qk's kernel is available (CUDA, its probe passed) one
-    Triton kernel forms them from the records; else group_scores_torch (decode_kernel: K by
+    replaced later). Where the fast path emulated.qk gives a kernel (CUDA, its probe passed)
+    it forms them from the records; else group_scores_torch (decode_kernel: K by
     emulated_decode's kernel) - the same bits."""
     latent, rope = cq.latent[:live0], cq.rope[:live0]
-    if emulated_qk.kernel_variant(records.device, group_scores_torch) is None:
+    if fastpath.choose(emulated_qk.FAST_PATH, records.device) is None:
         return group_scores_torch(latent, rope, records, live0, group, decode_kernel)
     return emulated_qk.scores(latent, rope, records, live0, group, group_scores_torch)
 
@@ -573,7 +614,7 @@ def _run_chunk_batched(
         peak = top if peak is None else torch.maximum(peak, top)
         records = gather_records(kv_rows, slots).view(live0 * group, TILE, RECORD_BYTES)
         masked = masked.view(live0 * group, TILE)
-        decode_kernel = emulated_decode.kernel_available(device)
+        decode_kernel = fastpath.choose(emulated_decode.FAST_PATH, device) is not None
         if not decode_kernel:  # the torch decode reads masked keys' V from zeroed bytes (the kernel writes 0 itself)
             record_words(records).masked_fill_(masked.view(live0 * group, TILE, 1), 0)
         scores = group_scores(cq, live0, group, records, decode_kernel)  # [row, H, (tile, key)]
@@ -582,8 +623,8 @@ def _run_chunk_batched(
         alpha = exp2_f32(m_hist[:, :group] - m_hist[:, 1:])  # [row, tile, H]
         p = tile_p(x, m_hist[:, 1:])  # [row, tile, H, 128]
         counts = [min(group, c - first) for c in chunk_tiles[:live0]]  # the rows' tiles in this group
-        pv = emulated_pv.kernel_available(device, group_pv_terms, lane_sums)  # P', the PV products, o and l in one kernel
-        kernel = pv or emulated_state.kernel_available(device, lane_sums)
+        pv = fastpath.choose(emulated_pv.FAST_PATH, device) is not None  # P', the PV products, o and l in one kernel
+        kernel = pv or fastpath.choose(emulated_state.FAST_PATH, device) is not None
         counts_dev = (row_tiles[:live0] - first).clamp_(0, group).to(torch.int32) if kernel else None
         if not (pv and counts_dev is not None and emulated_pv.advance(state.buffer[:live0], alpha, p, records, masked, counts_dev)):
             terms = group_pv_terms(p.reshape(live0 * group, heads, TILE), records, masked, decode_kernel)  # [(row, tile), kk, b, H, 128]
@@ -708,3 +749,30 @@ def emulated_backend(stages: Stages = DEFAULT_STAGES, name: str = "emulated") ->
 def with_stage(name: str, **replacements: Callable[..., object]) -> Backend:
     """An emulated-kernel variant with some stages replaced (used for broken-kernel catalogues)."""
     return emulated_backend(dataclasses.replace(DEFAULT_STAGES, **replacements), name=name)
+
+
+# The fast paths whose self-checks compare with this module's torch functions (kernel.fastpath).
+fastpath.register(
+    fastpath.FastPath(
+        emulated_state.FAST_PATH, ("triton",), lambda device, variant: emulated_state.self_check(device, lane_sums), emulated_state.eligible
+    )
+)
+fastpath.register(
+    fastpath.FastPath(
+        emulated_pv.FAST_PATH,
+        ("cuda",),
+        lambda device, variant: emulated_pv.self_check(device, group_pv_terms, lane_sums, variant),
+        emulated_pv.eligible,
+        opt_in=emulated_pv.TRITON_VARIANTS,
+        needs=(emulated_state.FAST_PATH,),
+    )
+)
+fastpath.register(
+    fastpath.FastPath(
+        emulated_qk.FAST_PATH,
+        ("cuda",),
+        lambda device, variant: emulated_qk.self_check(device, group_scores_torch, variant),
+        emulated_qk.eligible,
+        opt_in=emulated_qk.TRITON_VARIANTS,
+    )
+)

@@ -30,16 +30,17 @@ order, on every path (cuBLAS, a CPU BLAS and tl.dot each have their own). A sum 
 on both paths (the dot's result plus +0.0: a BLAS accumulates from +0), NaN is NaN (no payload
 modelled), infinities are order-independent.
 
-The kernel is used on a device only after it reproduced advance_torch's bits on a probe
-(`self_check`: every e4m3 code, NaN codes and scale bits in masked keys, scale bits of every
-class, P' from f16-subnormal to infinite, NaN P, alpha 0, a -0 state meeting sums of zeros,
-rows ending inside the group and rows of no tile, 1, 3 and 16 heads, every launch_config; its
-32-key sums exact (probe_sums_exact)). By default (EMULATED_TRITON_PV unset) that kernel is
+The kernel is the fast path `emulated.pv` (kernel.fastpath, registered by kernel.emulated.gfx950,
+which holds group_pv_terms and lane_sums): used on a device only after it reproduced
+advance_torch's bits on a probe (`self_check`: every e4m3 code, NaN codes and scale bits in
+masked keys, scale bits of every class, P' from f16-subnormal to infinite, NaN P, alpha 0, a -0
+state meeting sums of zeros, rows ending inside the group and rows of no tile, 1, 3 and 16
+heads, every launch_config; its 32-key sums exact (probe_sums_exact)). By default that kernel is
 emulated_pv_cuda's (variant "cuda": the same arithmetic in CUDA C++ on the f64 tensor cores,
-DMMA, where CUDA cc 8.0+ and nvcc are there); EMULATED_TRITON_PV=1 selects the Triton variants
-(where emulated_state.usable). Otherwise, or with EMULATED_TRITON_PV=0 (or
-EMULATED_TRITON_STATE=0, which keeps all running-state updates in torch), the caller runs
-group_pv_terms and emulated_state.advance.
+DMMA, where CUDA cc 8.0+ and nvcc are there); CONFORMANCE_FAST_PATHS=emulated.pv=triton selects
+the Triton variants (where emulated_state.triton_reason allows). Otherwise, or with
+emulated.pv=off (or emulated.state=off, which keeps all running-state updates in torch), the
+caller runs group_pv_terms and emulated_state.advance.
 
 Shapes: buffer f32 [rows, H, 512 + 16] (o then l_parts, contiguous); alpha f32 [rows, tiles, H];
 p f32 [rows, tiles, H, 128] (any strides); records uint8 [rows * tiles, 128, 656] (contiguous);
@@ -50,24 +51,22 @@ non-increasing (a host list), and the same as an int32 device tensor for the ker
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from collections.abc import Callable
 
 import torch
 
+from kernel import fastpath
 from kernel.emulated import pv_cuda as emulated_pv_cuda
 from kernel.emulated import state as emulated_state
-from kernel.emulated.state import _interpreting, _on, _same, probe_passes, usable
+from kernel.emulated.state import _on, triton_reason
 from kernel.fp8 import e4m3_table
 
 LATENT = 512
 RECORD = 656
 SCALE_CAP_BITS = 0x43000000  # f32 bits of 2^7
 HEADS_PAD = 16
-# unset / "auto": the CUDA DMMA kernel (emulated_pv_cuda) where it builds and its probe passes;
-# "1": the Triton variants (opt-in); "0": torch only
-ENV_SWITCH = "EMULATED_TRITON_PV"
+FAST_PATH = "emulated.pv"  # default: the CUDA DMMA kernel (emulated_pv_cuda); opt-in: the Triton variants
 
 # group_pv_terms(p [R, H, 128], records, masked) -> terms f64 [R, kk, b, H, 128] (torch decode:
 # masked keys' record bytes zeroed by the caller), and emulated.lane_sums
@@ -209,8 +208,8 @@ def advance_triton(
     words = records.view(torch.int32)  # the scale bits (raises on a misaligned storage offset)
     table = e4m3_table(records.device, torch.float64)
     dims, warps = config or launch_config(rows, variant)
-    kernel = _kernel(_interpreting())
-    options = {} if _interpreting() else {"enable_fp_fusion": False, "num_warps": warps}
+    kernel = _kernel(fastpath.interpreting())
+    options = {} if fastpath.interpreting() else {"enable_fp_fusion": False, "num_warps": warps}
     with _on(buffer.device):
         strides = (p.stride(0), p.stride(1), p.stride(2), p.stride(3))
         grid = (rows, LATENT // dims)
@@ -339,57 +338,29 @@ def self_check(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums, var
         for config in CONFIGS[variant]:
             got = buffer.clone()
             advance_kernel(got, alpha, p, records, masked, counts_dev, variant, config)
-            if not _same(expected, got):
+            if not fastpath.same_bits(expected, got):
                 return False
     return True
 
 
-_CHOSEN: dict[torch.device, str] = {}  # the variant kernel_variant last gave on each device
-
-
-@functools.cache
-def _variant(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums, candidates: tuple[str, ...]) -> str | None:
-    """The first of `candidates` whose probe passes on `device` (each failing one warns), else None."""
-    for variant in candidates:
-        if probe_passes(f"PV kernel ({variant})", device, lambda v=variant: self_check(device, pv_terms, lane_sums, v)):
-            return variant
-    return None
-
-
-def kernel_variant(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums) -> str | None:
-    """The variant to use on `device` (probed once per device and process), else None: by
-    default "cuda" where emulated_pv_cuda.supported (CUDA cc 8.0+, nvcc) and its probe passed;
-    EMULATED_TRITON_PV=1: the first Triton variant whose probe passed where
-    emulated_state.usable (on one H200 the f64 tl.dot variant did not compile and with the
-    tl.sum variant emulated took 486 ms at n_q 4096, 98.7 without); EMULATED_TRITON_PV=0 or
-    EMULATED_TRITON_STATE=0 (all running-state updates in torch): none."""
-    switch = os.environ.get(ENV_SWITCH, "auto")
-    if switch == "0" or os.environ.get(emulated_state.ENV_SWITCH, "1") == "0":
-        return None
-    if switch == "1":
-        variant = _variant(device, pv_terms, lane_sums, TRITON_VARIANTS) if usable(device) else None
-    elif emulated_pv_cuda.supported(device):
-        variant = _variant(device, pv_terms, lane_sums, ("cuda",))
-    else:
-        variant = None
-    if variant is not None:
-        _CHOSEN[device] = variant
-    return variant
-
-
-def kernel_available(device: torch.device, pv_terms: PvTerms, lane_sums: LaneSums) -> bool:
-    """Whether kernel_variant gives a variant on `device` (advance then uses it)."""
-    return kernel_variant(device, pv_terms, lane_sums) is not None
+def eligible(device: torch.device, variant: str) -> str:
+    """Where `variant` may run (kernel.fastpath.FastPath.eligible): "cuda" where
+    emulated_pv_cuda.supported (CUDA cc 8.0+, nvcc; on one H200 the f64 tl.dot variant did not
+    compile and with the tl.sum variant emulated took 486 ms at n_q 4096, 98.7 without), the
+    Triton variants where emulated_state.triton_reason allows."""
+    if variant == "cuda":
+        return "" if emulated_pv_cuda.supported(device) else "needs a CUDA device of compute capability 8.0+ and nvcc"
+    return triton_reason(device)
 
 
 def advance(
     buffer: torch.Tensor, alpha: torch.Tensor, p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor, counts: torch.Tensor
 ) -> bool:
-    """The fused updates by the variant kernel_variant last gave on the device (the caller
-    checked kernel_available), in place on `buffer`; False, with a warning and `buffer`
-    untouched, where it raises before its launch (the caller then runs group_pv_terms and
+    """The fused updates by the variant the fast path FAST_PATH gives on the device (the caller
+    checked it gives one), in place on `buffer`; False, with a warning and `buffer` untouched,
+    where it raises before its launch (the caller then runs group_pv_terms and
     emulated_state.advance)."""
-    variant = _CHOSEN.get(buffer.device, "dot")
+    variant = fastpath.choose(FAST_PATH, buffer.device) or "dot"
     try:
         advance_kernel(buffer, alpha.contiguous(), p, records, masked, counts, variant)
     except Exception as err:  # noqa: BLE001 - a layout or shape the kernel does not take: the torch path

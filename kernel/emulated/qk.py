@@ -15,12 +15,14 @@ with f_b the key's E8M0 factor of block b (2^(e - 127) of its f32 scale's expone
 255). The latent dots are exact, so their summation order (the kernel's tl.dot or numpy's under
 the interpreter, cuBLAS's in the torch path) cannot change a bit; the rope dots are sums of 32
 bf16 x bf16 products, exact unless their magnitudes span more than about 2^32 within one MFMA.
-The kernel is used on a device only after it reproduced the torch path's bits on a probe (every
-code, scales of every class, rope patterns, masked keys, 1 and 16 heads), with the emulator's
-other kernels' rules (emulated_state.usable), and only when EMULATED_TRITON_QK=1 asks for it: on one
-H200 its f64 tl.dot variant did not compile (Triton's ConvertTritonGPUToLLVM failed) and the FMA
-variant is not yet timed there. Otherwise, or if a launch fails, group_scores uses the torch
-operations.
+The kernel is the fast path `emulated.qk` (kernel.fastpath, registered by kernel.emulated.gfx950,
+which holds the torch path group_scores_torch): used on a device only after it reproduced the
+torch path's bits on a probe (every code, scales of every class, rope patterns, masked keys, 1
+and 16 heads). By default it is emulated_qk_cuda's DMMA kernel (variant "cuda", CUDA cc 8.0+ and
+nvcc); the Triton variants run only when CONFORMANCE_FAST_PATHS=emulated.qk=triton asks for them
+(where the emulator's other Triton kernels may run, emulated.state not off): on one H200 its f64
+tl.dot variant did not compile (Triton's ConvertTritonGPUToLLVM failed) and the FMA variant is
+not yet timed there. Otherwise, or if a launch fails, group_scores uses the torch operations.
 
 Shapes (emulated.ChunkQ): latent f64 [rows, 16 (b, j), 2H, 32] (hi heads then lo heads, each
 scaled by its block's E8M0 factor), rope f64 [rows, H, 64]; records uint8 [live0 * group, 128,
@@ -30,23 +32,22 @@ scaled by its block's E8M0 factor), rope f64 [rows, H, 64]; records uint8 [live0
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from collections.abc import Callable
 
 import torch
 
+from kernel import fastpath
 from kernel.emulated import qk_cuda as emulated_qk_cuda
-from kernel.emulated.state import _interpreting, _on, _same, probe_passes, usable
+from kernel.emulated.state import FAST_PATH as STATE_PATH
+from kernel.emulated.state import _on, triton_reason
 from kernel.fp8 import e4m3_table
 
 RECORD = 656
 TILE = 128
 MAX_HEADS = 16  # heads per program (tl.dot's smallest M); emulated supports H in 1..16
 BLOCK_KEYS = 64  # keys per program
-# unset / "auto": the CUDA DMMA kernel (emulated_qk_cuda) where it builds and its probe passes;
-# "1": the Triton variants (opt-in); "0": torch only
-ENV_SWITCH = "EMULATED_TRITON_QK"
+FAST_PATH = "emulated.qk"  # default: the CUDA DMMA kernel (emulated_qk_cuda); opt-in: the Triton variants
 # how the 32-term dots are formed: DMMA in CUDA (emulated_qk_cuda), 32 outer products (f64 FMA
 # units, Triton), or f64 tl.dot (Triton)
 VARIANTS = ("cuda", "fma", "dot")
@@ -158,9 +159,9 @@ def scores_triton(
     if live0 == 0:
         return out
     table = e4m3_table(records.device, torch.float64)
-    options = {} if _interpreting() else {"enable_fp_fusion": False, "num_warps": 4}
+    options = {} if fastpath.interpreting() else {"enable_fp_fusion": False, "num_warps": 4}
     with _on(records.device):
-        _kernel(_interpreting())[(live0, n_keys // BLOCK_KEYS)](  # type: ignore[index]
+        _kernel(fastpath.interpreting())[(live0, n_keys // BLOCK_KEYS)](  # type: ignore[index]
             latent,
             rope,
             records,
@@ -235,39 +236,26 @@ def self_check(device: torch.device, reference: Reference, variant: str = "fma")
         latent, rope, records = probe_inputs(device, live0, group, heads)
         want = reference(latent, rope, records, live0, group)
         got = scores_kernel(latent, rope, records, live0, group, variant)
-        if not _same(want.double(), got.double()):
+        if not fastpath.same_bits(want.double(), got.double()):
             return False
     return True
 
 
-@functools.cache
-def _variant(device: torch.device, reference: Reference, candidates: tuple[str, ...]) -> str | None:
-    """The first of `candidates` whose probe passes on `device`, else None (with a warning)."""
-    for variant in candidates:
-        if probe_passes(f"QK scores ({variant})", device, lambda: self_check(device, reference, variant)):
-            return variant
-    return None
-
-
-def kernel_variant(device: torch.device, reference: Reference) -> str | None:
-    """The variant to use on `device`, once per device and process, else None: by default
-    "cuda" where emulated_qk_cuda.supported (CUDA cc 8.0+, nvcc) and its probe passed;
-    EMULATED_TRITON_QK=1: the first Triton variant whose probe passed (emulated_state.usable);
-    EMULATED_TRITON_QK=0: none."""
-    switch = os.environ.get(ENV_SWITCH, "auto")
-    if switch == "0":
-        return None
-    if switch == "1":
-        return _variant(device, reference, TRITON_VARIANTS) if usable(device) else None
-    if not emulated_qk_cuda.supported(device):
-        return None
-    return _variant(device, reference, ("cuda",))
+def eligible(device: torch.device, variant: str) -> str:
+    """Where `variant` may run (kernel.fastpath.FastPath.eligible): "cuda" where
+    emulated_qk_cuda.supported (CUDA cc 8.0+, nvcc), the Triton variants where
+    emulated_state.triton_reason allows and the setting does not turn emulated.state off."""
+    if variant == "cuda":
+        return "" if emulated_qk_cuda.supported(device) else "needs a CUDA device of compute capability 8.0+ and nvcc"
+    if fastpath.switched_off(STATE_PATH):
+        return f"the setting turns {STATE_PATH} off, and with it the emulator's Triton kernels"
+    return triton_reason(device)
 
 
 def scores(latent: torch.Tensor, rope: torch.Tensor, records: torch.Tensor, live0: int, group: int, reference: Reference) -> torch.Tensor:
-    """The group's scores: the kernel where kernel_variant gives one, else (or if its launch
-    raises) reference, the torch operations."""
-    variant = kernel_variant(records.device, reference)
+    """The group's scores: the kernel where the fast path FAST_PATH gives one, else (or if its
+    launch raises) reference, the torch operations."""
+    variant = fastpath.choose(FAST_PATH, records.device)
     if variant is not None:
         try:
             return scores_kernel(latent, rope, records, live0, group, variant)

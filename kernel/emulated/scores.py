@@ -11,8 +11,9 @@ with d = dots[r, 4 b + j, g, n] (the exact per-MFMA dots of the unscaled keys, g
 and lo rows), f[b] = k_factor[r, n, b] (the key's E8M0 factor of block b: d f[b] is exact) and
 rope the two rope MFMAs' sums. `accumulate` runs it as torch operations (`accumulate_torch`, on
 every device) or on CUDA as one Triton kernel (`accumulate_triton`: dots read once, no f64
-[rows, 4, 2H, keys] partial sums written), used only after it reproduced accumulate_torch's bits
-on a probe (emulated_state's rules: the same switch EMULATED_TRITON_STATE=0, NaN compared as NaN).
+[rows, 4, 2H, keys] partial sums written): the fast path `emulated.scores` (kernel.fastpath; off
+with CONFORMANCE_FAST_PATHS=emulated.scores=off or emulated.state=off), used only after it
+reproduced accumulate_torch's bits on a probe (NaN compared as NaN).
 
 Shapes: dots f64 [rows, 16, 2H, keys]; k_factor f64 [rows, keys, 4]; rope f64
 [rows * tiles, 2, H, 128]; returns f32 [rows, H, keys].
@@ -26,8 +27,11 @@ from collections.abc import Callable
 
 import torch
 
-from kernel.emulated.state import _interpreting, _on, _same, probe_passes, usable
+from kernel import fastpath
+from kernel.emulated.state import FAST_PATH as STATE_PATH
+from kernel.emulated.state import _on, eligible
 
+FAST_PATH = "emulated.scores"
 TILE = 128
 
 
@@ -99,9 +103,9 @@ def accumulate_triton(dots: torch.Tensor, k_factor: torch.Tensor, rope: torch.Te
     if not (dots.is_contiguous() and k_factor.is_contiguous() and rope.is_contiguous()):
         raise ValueError("accumulate_triton needs contiguous dots, k_factor and rope")
     acc = torch.empty(rows, heads, n_keys, dtype=torch.float32, device=dots.device)
-    options = {} if _interpreting() else {"enable_fp_fusion": False, "num_warps": 4}
+    options = {} if fastpath.interpreting() else {"enable_fp_fusion": False, "num_warps": 4}
     with _on(dots.device):
-        _kernel(_interpreting())[(rows * heads, tiles)](dots, k_factor, rope, acc, heads, tiles, **options)  # type: ignore[index]
+        _kernel(fastpath.interpreting())[(rows * heads, tiles)](dots, k_factor, rope, acc, heads, tiles, **options)  # type: ignore[index]
     return acc
 
 
@@ -128,24 +132,17 @@ def self_check(device: torch.device) -> bool:
     """Whether accumulate_triton gives accumulate_torch's bits on the probe's groups on `device`."""
     for shape in PROBE_SHAPES:
         dots, k_factor, rope = probe_inputs(device, *shape)
-        if not _same(accumulate_torch(dots, k_factor, rope), accumulate_triton(dots, k_factor, rope)):
+        if not fastpath.same_bits(accumulate_torch(dots, k_factor, rope), accumulate_triton(dots, k_factor, rope)):
             return False
     return True
 
 
-@functools.cache
-def _kernel_ok(device: torch.device) -> bool:
-    return probe_passes("QK accumulation", device, lambda: self_check(device))
-
-
-def kernel_available(device: torch.device) -> bool:
-    """emulated_state.usable(device) and the probe passed there (once per device and process)."""
-    return usable(device) and _kernel_ok(device)
+fastpath.register(fastpath.FastPath(FAST_PATH, ("triton",), lambda device, variant: self_check(device), eligible, needs=(STATE_PATH,)))
 
 
 def accumulate(dots: torch.Tensor, k_factor: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-    """The accumulation: the kernel where kernel_available, else torch operations."""
-    if kernel_available(dots.device):
+    """The accumulation: the kernel where the fast path FAST_PATH gives it, else torch operations."""
+    if fastpath.choose(FAST_PATH, dots.device) is not None:
         try:
             return accumulate_triton(dots, k_factor, rope)
         except Exception as err:  # noqa: BLE001 - a shape the kernel does not compile for: torch

@@ -10,10 +10,13 @@ For each row r of a group and each of its tiles t < counts[r], in tile order:
 every device), or on CUDA as one Triton kernel for the whole group (`advance_triton`: each
 program keeps one (row, head)'s 528 state values in registers over the tiles and sums its P's
 lanes itself, with the same IEEE f32 and f64 operations, no contraction into FMAs). The kernel
-is used on a device only after it reproduced advance_torch's bits on a probe (`self_check`:
-subnormal, huge, zero, infinite and NaN values, rows ending inside the group; NaN compared as
-NaN, the emulator models no payload); otherwise, or without Triton, or with
-EMULATED_TRITON_STATE=0, advance uses the torch operations.
+is the fast path `emulated.state` (kernel.fastpath, registered by kernel.emulated.gfx950, which
+holds lane_sums): used on a device only after it reproduced advance_torch's bits on a probe
+(`self_check`: subnormal, huge, zero, infinite and NaN values, rows ending inside the group; NaN
+compared as NaN, the emulator models no payload); otherwise, or without Triton, or with
+CONFORMANCE_FAST_PATHS=emulated.state=off (which turns emulated.decode, scores and pv off too),
+advance uses the torch operations. `triton_reason` says where the emulated kernel's Triton
+kernels may run at all.
 
 Shapes: buffer f32 [rows, H, 512 + 16] (o then l_parts, contiguous); alpha f32 [rows, tiles, H];
 p f32 [rows, tiles, H, 128] (any strides, keys contiguous); lane_sums: P [..., H, 128] -> psum
@@ -27,16 +30,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
-import os
 import warnings
 from collections.abc import Callable
 
 import torch
 
+from kernel import fastpath
+
 LATENT = 512
 L_PARTS = 16
-ENV_SWITCH = "EMULATED_TRITON_STATE"  # "0": never use the kernel
+FAST_PATH = "emulated.state"
 
 
 LaneSums = Callable[[torch.Tensor], torch.Tensor]
@@ -108,10 +111,6 @@ def _kernel(interpret: bool) -> Callable[..., object]:
     return advance
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def _on(device: torch.device) -> contextlib.AbstractContextManager[object]:
     """The launch's device context (Triton launches on the current CUDA device)."""
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
@@ -122,24 +121,26 @@ def advance_triton(buffer: torch.Tensor, alpha: torch.Tensor, p: torch.Tensor, t
     rows, heads = buffer.shape[0], buffer.shape[1]
     if not (buffer.is_contiguous() and alpha.is_contiguous() and terms.is_contiguous() and p.stride(-1) == 1):
         raise ValueError("advance_triton needs contiguous buffer, alpha and terms, and P's keys contiguous")
-    kernel = _kernel(_interpreting())
-    options = {} if _interpreting() else {"enable_fp_fusion": False, "num_warps": 4}
+    kernel = _kernel(fastpath.interpreting())
+    options = {} if fastpath.interpreting() else {"enable_fp_fusion": False, "num_warps": 4}
     with _on(buffer.device):
         strides = (p.stride(0), p.stride(1), p.stride(2))
         kernel[(rows * heads,)](buffer, alpha, p, *strides, terms, counts, alpha.shape[1], heads, **options)  # type: ignore[index]
 
 
-@functools.cache
-def _have_triton() -> bool:
-    return importlib.util.find_spec("triton") is not None
+def triton_reason(device: torch.device) -> str:
+    """Why the emulated kernel's Triton kernels cannot run on `device` ("" when they can): they
+    need Triton importable and a CUDA device, or Triton's interpreter on a CPU."""
+    if not fastpath.have_triton():
+        return "Triton is not installed"
+    if device.type == "cuda" or (fastpath.interpreting() and device.type == "cpu"):
+        return ""
+    return "needs a CUDA device, or Triton's interpreter (TRITON_INTERPRET=1) on a CPU"
 
 
-def usable(device: torch.device) -> bool:
-    """Whether the kernel may run on `device`: Triton importable, a CUDA device (or the
-    interpreter on a CPU), not switched off."""
-    if os.environ.get(ENV_SWITCH, "1") == "0" or not _have_triton():
-        return False
-    return device.type == "cuda" or (_interpreting() and device.type == "cpu")
+def eligible(device: torch.device, variant: str) -> str:
+    """The fast path's eligibility (kernel.fastpath.FastPath.eligible): triton_reason."""
+    return triton_reason(device)
 
 
 # (rows, tiles, heads) of the probe's groups: ragged counts, and sizes of 1 (which Triton
@@ -172,13 +173,6 @@ def probe_inputs(
     return buffer.to(device), alpha.to(device), p.to(device), terms.to(device), counts
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same bits, any NaN matching any NaN."""
-    nan_a, nan_b = torch.isnan(a), torch.isnan(b)
-    bits_a, bits_b = (torch.where(nan, 0.0, x).view(torch.int32) for nan, x in ((nan_a, a), (nan_b, b)))
-    return bool(torch.equal(nan_a, nan_b)) and bool(torch.equal(bits_a, bits_b))
-
-
 def self_check(device: torch.device, lane_sums: LaneSums) -> bool:
     """Whether advance_triton gives advance_torch's bits on the probe's groups on `device`."""
     for shape in PROBE_SHAPES:
@@ -187,31 +181,9 @@ def self_check(device: torch.device, lane_sums: LaneSums) -> bool:
         advance_torch(expected, alpha, p, terms, counts, lane_sums)
         got = buffer.clone()
         advance_triton(got, alpha, p, terms, torch.tensor(counts, dtype=torch.int32, device=device))
-        if not _same(expected, got):
+        if not fastpath.same_bits(expected, got):
             return False
     return True
-
-
-@functools.cache
-def _kernel_ok(device: torch.device, lane_sums: LaneSums) -> bool:
-    return probe_passes("state kernel", device, lambda: self_check(device, lane_sums))
-
-
-def probe_passes(what: str, device: torch.device, check: Callable[[], bool]) -> bool:
-    """check() (a kernel's self-check), False with a warning when it fails or raises."""
-    try:
-        ok = check()
-    except Exception as err:  # noqa: BLE001 - any failure means: use the torch operations
-        warnings.warn(f"emulated: Triton {what} unavailable on {device} ({type(err).__name__}: {err}); using torch", stacklevel=3)
-        return False
-    if not ok:
-        warnings.warn(f"emulated: Triton {what} differs from torch's bits on {device}; using torch", stacklevel=3)
-    return ok
-
-
-def kernel_available(device: torch.device, lane_sums: LaneSums) -> bool:
-    """usable(device) and the probe passed there (checked once per device and process)."""
-    return usable(device) and _kernel_ok(device, lane_sums)
 
 
 def advance(
@@ -223,9 +195,9 @@ def advance(
     counts_dev: torch.Tensor | None,
     lane_sums: LaneSums,
 ) -> None:
-    """The group's updates, in place on `buffer`: the kernel where kernel_available (counts_dev
-    given), else torch."""
-    if counts_dev is not None and kernel_available(buffer.device, lane_sums):
+    """The group's updates, in place on `buffer`: the kernel where the fast path emulated.state
+    gives it (counts_dev given), else torch."""
+    if counts_dev is not None and fastpath.choose(FAST_PATH, buffer.device) is not None:
         try:
             advance_triton(buffer, alpha.contiguous(), p, terms, counts_dev)
             return

@@ -10,32 +10,29 @@ in four more passes.
 The arithmetic is the torch path's, step by step as torch rounds on CUDA: the code widened to f32
 (exact: bf16(code) = code), the f32 scale rounded to bf16 (to nearest, ties to even, by integer
 steps; a NaN by the device's conversion), their f32 product rounded to bf16 the same way; rope
-copied as bits. The kernel is used on a device only after it
-reproduced the torch path's bits on kernel.probe_records (every code under scales of every
-class, every rope pattern, masked slots), NaN payloads included (`self_check`); otherwise, without
-Triton, or with BF16_FUSED_DECODE=0, callers keep the torch path.
+copied as bits. The kernel is the fast path `peers.bf16-keys`
+(kernel.fastpath): used on a device only after it reproduced the torch path's bits on
+kernel.fastpath.check_records (every code under scales of every class, every rope pattern, masked
+slots), NaN payloads included (`self_check`); otherwise, without Triton, or with
+CONFORMANCE_FAST_PATHS=peers.bf16-keys=off, callers keep the torch path.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
-import os
-import warnings
 from collections.abc import Callable
 
 import torch
 
+from kernel import fastpath
 from kernel.peers.keys import dequantise_bf16
-from kernel.probe_records import probe_records
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, index_records, record_words
 
 BLOCK_KEYS = 8  # keys per program
 NUM_WARPS = 4
-ENV_SWITCH = "BF16_FUSED_DECODE"  # "0": never use the fused decode
 # how the kernel widens a code to f32: "cvt" (Triton's float8e4nv -> f32 conversion) or "arith"
 # (the exact value from the exponent and mantissa fields, the sign bit set, NaN for 0x7F / 0xFF)
-VARIANTS = ("cvt", "arith")  # in the order available() tries them
+VARIANTS = ("cvt", "arith")  # in the order the fast path tries them
 
 
 @functools.cache
@@ -87,10 +84,6 @@ def _kernel(interpret: bool) -> Callable[..., object]:
     return decode
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def launch(flat: torch.Tensor, slots: torch.Tensor, keys: torch.Tensor, variant: str) -> None:
     """keys bf16 [N, 576] (contiguous) := dequantise_bf16 of the records flat[slots] (uint8
     [rows, 656], usable(flat); slots int64 [N], -1 at masked slots: +0 keys); `variant` one of
@@ -102,13 +95,13 @@ def launch(flat: torch.Tensor, slots: torch.Tensor, keys: torch.Tensor, variant:
         return
     grid = ((n_keys + BLOCK_KEYS - 1) // BLOCK_KEYS,)
     words, halves = flat.view(torch.float32), flat.view(torch.int16)  # the same bytes as f32 scales, bf16 rope
-    _kernel(_interpreting())[grid](
+    _kernel(fastpath.interpreting())[grid](
         flat, words, halves, slots, keys.view(torch.int16), n_keys, BLOCK=BLOCK_KEYS, ARITH=variant == "arith", num_warps=NUM_WARPS
     )
 
 
 def usable(flat: torch.Tensor) -> bool:
-    """Whether launch can decode from this flat cache (layout only; see available for the device)."""
+    """Whether launch can decode from this flat cache (layout only; the device: kernel.fastpath.choose(FAST_PATH, device))."""
     return (
         flat.dim() == 2
         and flat.shape[0] > 0
@@ -128,45 +121,25 @@ def torch_decode(flat: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
 
 
 def self_check(device: torch.device, variant: str) -> bool:
-    """Whether launch with `variant` gives torch_decode's bits on probe_records (every bit, NaN
-    payloads included)."""
-    flat, slots = probe_records(device)
+    """Whether launch with `variant` gives torch_decode's bits on kernel.fastpath.check_records
+    (every bit, NaN payloads included)."""
+    flat, slots = fastpath.check_records(device)
     want = torch_decode(flat, slots)
     got = torch.full_like(want, 1.0)
     launch(flat, slots, got, variant)
     return bool(torch.equal(got.view(torch.int16), want.view(torch.int16)))
 
 
-_AVAILABLE: dict[torch.device, str | None] = {}
+def _eligible(device: torch.device, variant: str) -> str:
+    if device.type != "cuda":
+        return "needs a CUDA device"
+    return "" if fastpath.have_triton() else "Triton is not installed"
 
 
-def available(device: torch.device) -> str | None:
-    """The variant to launch on `device` when the fused decode may be used there (CUDA, Triton
-    importable, BF16_FUSED_DECODE not "0", self_check passed: the first of VARIANTS that passes;
-    checked once per device), else None."""
-    if os.environ.get(ENV_SWITCH, "1") == "0" or device.type != "cuda":
-        return None
-    if device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    if device not in _AVAILABLE:
-        found = None
-        if importlib.util.find_spec("triton") is not None:
-            for variant in VARIANTS:
-                try:
-                    ok = self_check(device, variant)
-                except Exception as err:  # noqa: BLE001 - any failure means: not this variant
-                    warnings.warn(f"bf16 fused key decode ({variant}) unavailable: {type(err).__name__}: {err}", stacklevel=2)
-                    ok = False
-                if ok:
-                    found = variant
-                    break
-            else:
-                warnings.warn("bf16 fused key decode differs from torch's on the probe in every variant; using torch's", stacklevel=2)
-        _AVAILABLE[device] = found
-    return _AVAILABLE[device]
+FAST_PATH = fastpath.register(fastpath.FastPath("peers.bf16-keys", VARIANTS, self_check, _eligible)).name
 
 
 # the kernel's constants
 assert LATENT_DIM == 512 and RECORD_BYTES == 656 and SCALE_OFFSET == 512 and ROPE_OFFSET == 528 and HEAD_DIM == 576
 
-__all__ = ["BLOCK_KEYS", "ENV_SWITCH", "VARIANTS", "available", "launch", "self_check", "torch_decode", "usable"]
+__all__ = ["BLOCK_KEYS", "FAST_PATH", "VARIANTS", "launch", "self_check", "torch_decode", "usable"]

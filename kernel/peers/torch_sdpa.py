@@ -17,8 +17,9 @@ The flash and cuDNN SDPA kernels refuse head size 576 (at most 256) on the H200 
 scripts/peers_probe.py), so the memory-efficient kernel is the one fused SDPA kernel that runs.
 Keys are dequantised to bf16 as kernel.peers.keys does (exact for power-of-two scales):
 on CUDA by one fused gather-and-decode pass over the selected records
-(kernel.peers.bf16_key_decode, used after its bit-for-bit self-check on the device); else the
-backend keeps the whole cache dequantised while the same cache tensor comes back unchanged
+(kernel.peers.bf16_key_decode, the fast path peers.bf16-keys: used after its bit-for-bit
+self-check on the device); else the backend keeps the whole cache dequantised while the same
+cache tensor comes back unchanged
 (kernel.peers.dequant_cache: a serving engine's bf16 cache) and gathers bf16 rows from it, or
 gathers and dequantises the records per slot. All three give the same bits. A row without a
 valid key gets out = 0 and lse = -inf from the adapter (the kernel itself returns out 0 and lse 0
@@ -42,6 +43,7 @@ from typing import Any
 
 import torch
 
+from kernel import fastpath
 from kernel.contract import CallInfo
 from kernel.peers import bf16_key_decode
 from kernel.peers.dequant_cache import DequantCache
@@ -181,16 +183,16 @@ class SdpaAdapter:
         out: torch.Tensor | None,
     ) -> SdpaCall:
         """The fused kernel's inputs from a contract call (module docstring). state: the slot
-        layout, bias and empty-row mask kept per index tensors. The keys: on CUDA where
-        kernel.peers.bf16_key_decode is available, decoded from the selected records in one pass;
-        else, with the state's dequantised cache, gathered as bf16 rows from the whole cache
+        layout, bias and empty-row mask kept per index tensors. The keys: on CUDA where the fast
+        path peers.bf16-keys (kernel.peers.bf16_key_decode) is chosen, decoded from the selected
+        records in one pass; else, with the state's dequantised cache, gathered as bf16 rows from the whole cache
         (kernel.peers.dequant_cache; an empty slot reads its +0 row); else, or when it declines,
         the records are gathered and dequantised per slot. The same bits."""
         layout_cache = None if state is None else state.layouts
         dequant_cache = None if state is None else state.dequant
         n_q, heads, _ = q.shape
         kv_rows = kv_cache.numel() // RECORD_BYTES
-        variant = bf16_key_decode.available(q.device) if q.device.type == "cuda" else None
+        variant = fastpath.choose(bf16_key_decode.FAST_PATH, q.device) if q.device.type == "cuda" else None
         flat = kv_cache.reshape(-1, RECORD_BYTES) if variant is not None else None
         fused = flat is not None and bf16_key_decode.usable(flat)
 

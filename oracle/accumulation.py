@@ -20,7 +20,7 @@ instructions of at most T terms each, r = 1 (round to nearest) or 2 (round towar
                 nonzero term loses < 2^(1 - G) u of the largest term; one
                 rounding of the exact aligned sum follows:               k = (m + min(I, m)) 2^(1 - G) + r min(I, m)
 - "unknown":    the largest of sequential and fused with 0 guard bits, both rounding toward zero
-                (the conservative model for undocumented MMA hardware: docs/design.md section 3).
+                (the conservative model for undocumented MMA hardware: docs/explanation/design.md section 3).
 
 Units: counts are plain numbers of roundings (dimensionless), u is a unit roundoff (2^-p).
 """

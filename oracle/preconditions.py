@@ -1,6 +1,6 @@
 """Precondition checks for fp8_ds_mla KV caches and CSR index streams, as structured findings.
 
-The gfx950 kernel relies on facts the host cannot check cheaply (docs/design.md section 2, the seed's
+The gfx950 kernel relies on facts the host cannot check cheaply (docs/reference/contract.md, the seed's
 "Preconditions the host cannot check"): every per-128 scale a power of two, every scale <= 2^7,
 every consumed index in [0, kv rows). Under a violation the kernel still runs and its behaviour is
 documented; these checks say where a cache or a call breaks a precondition and, per example, what

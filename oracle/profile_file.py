@@ -1,6 +1,6 @@
 """Numerics profiles as TOML files: parse, validate field by field, serialise.
 
-File layout (docs/profiles.md has the full reference and the shipped profiles as examples):
+File layout (docs/reference/profile-format.md has the full reference and the shipped profiles as examples):
 
     name = "my-kernel"                       # required
     description = "..."                      # required

@@ -1,7 +1,7 @@
 """The numerics profile: what a kernel's arithmetic may do, as data, for the a-priori error bound.
 
 Each field names one step of the forward pass and the error it may add; TOLERANCES.md derives how
-`oracle.bound` turns them into a per-element bound, and docs/profiles.md shows how to write one.
+`oracle.bound` turns them into a per-element bound, and docs/how-to/write-a-profile.md shows how to write one.
 Unit roundoffs are u = 2^-p for a p-bit significand (f32: 2^-24, f16: 2^-11, bf16: 2^-8).
 Logarithms: scores are natural-log units; `p_shift` is a log base 2. A profile describes what a
 kernel's arithmetic *may* do: where hardware is undocumented (MMA accumulation order and rounding)
@@ -88,7 +88,7 @@ class SplitModel:
 
 @dataclass(frozen=True)
 class NumericsProfile:
-    """The declared numerics of a kernel (see docs/profiles.md for each field with examples).
+    """The declared numerics of a kernel (see docs/reference/profile-format.md for each field).
 
     q_representation: how Q enters QK: "exact" (as stored, bf16), "fp8_hi_lo" (gfx950 hi + lo,
         oracle.q_representation.fp8_hi_lo).

@@ -1,6 +1,6 @@
 """Numerics profiles: what a kernel's arithmetic may do, as data, for the a-priori error bound.
 
-The shipped profiles are TOML files in `oracle/profile_files/` (docs/profiles.md explains every
+The shipped profiles are TOML files in `oracle/profile_files/` (docs/reference/profile-format.md explains every
 field with them as worked examples; TOLERANCES.md derives the bound and sources each hardware
 assumption). The API:
 

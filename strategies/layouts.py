@@ -1,6 +1,6 @@
 """Memory layouts of q and out beyond padded row-major, and garbage for unconsumed index entries.
 
-The contract (docs/design.md section 2) leaves q's row and head strides free (last dim
+The contract (docs/reference/contract.md) leaves q's row and head strides free (last dim
 contiguous) and out's row and head strides free as long as its elements do not overlap. A
 recipe's `q_layout` / `out_layout` name the layout, its `q_pad` / `out_pad` the padding added to
 each stride beyond its packed value (elements; `width` is 576 for q, 512 for out):

@@ -1,7 +1,7 @@
 """The layering holds: no import cycle, no upward import, the core imports no front end, kernel by
 role (the base imports no family, a family only the base and itself, the catalogue alone imports
 the families), oracle and strategies import the kernel base only (tools/import_graph.py states the
-rules; docs/import-graph.png is its picture, docs/architecture.md the recipe's route through it)."""
+rules; docs/import-graph.png is its picture, docs/explanation/architecture.md the recipe's route through it)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ def test_fp64_peak_and_limits_for_an_h200() -> None:
     assert bench.fp64_peak_for_name("cpu") is None
     gather, arith = bench.limits_ms(1024, 2048, 16, 4.8e12, 67e12)
     assert gather is not None and arith is not None
-    assert math.isclose(gather, 1024 * 2048 * 656 / 4.8e12 * 1e3)  # 0.287 ms (issue 15: "about 0.3 ms")
+    assert math.isclose(gather, 1024 * 2048 * 656 / 4.8e12 * 1e3)  # 0.287 ms ("about 0.3 ms")
     assert math.isclose(arith, 2 * 16 * 1024 * 2048 * 1088 / 67e12 * 1e3)  # 1.09 ms ("about 1.1 ms")
     assert bench.limits_ms(1, 1, 1, None, None) == (None, None)
 

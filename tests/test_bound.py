@@ -137,7 +137,7 @@ def test_gamma_and_half_ulp() -> None:
     assert float((x.to(torch.bfloat16).double() - x).abs()) == float(half_ulp_bf16(x))
 
 
-# --------------------------------------------------------------------------- soundness (issue 11)
+# --------------------------------------------------------------------------- soundness
 
 
 def _f32_rtz(y: torch.Tensor) -> torch.Tensor:
@@ -166,7 +166,7 @@ def _fused_truncate(terms: torch.Tensor, width: int, guard: int) -> torch.Tensor
 
 
 def test_accumulation_models_bound_the_adversarial_dots() -> None:
-    """One dominant product and 575 products of 0.5625 ulp (the issue's adversarial dot), plus
+    """One dominant product and 575 products of 0.5625 ulp (an adversarial dot), plus
     random dots: sequential (nearest, toward zero) and fused adders without guard bits stay within
     gamma_k(u) sum |t| of the model that declares them, and "unknown" covers them all."""
     gen = torch.Generator().manual_seed(0)

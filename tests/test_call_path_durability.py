@@ -1,4 +1,4 @@
-"""The per-call durability of the kernel call path, as issue 21 made it cheap: the write-ahead
+"""The per-call durability of the kernel call path, and what it costs: the write-ahead
 record is in the file system (not fsynced) for exactly the duration of the call, and one
 persistent watchdog thread serves every limited call, its hard limit still firing after many
 quick calls with a later deadline."""

@@ -247,7 +247,7 @@ def test_minimise_keeps_a_precondition_entry_violating(tmp_path: Path, dirs: tup
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 12 (items 7, 8): strict loading, clear write errors, minimise honours the folders
+# Strict loading, clear write errors, minimise honours the folders
 
 
 def test_an_entry_without_expect_is_refused(tmp_path: Path, dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:

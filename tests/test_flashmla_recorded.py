@@ -1,6 +1,7 @@
-"""FlashMLA's own outputs on its two former findings, recorded on an H200 (scripts/h200/final_lead.sh),
-judged on the CPU: they conform under the shipped profiles, and the profiles of before issue 19
-(subnormals preserved, no split-KV merge) fail them as class 2 with the rung that explains each.
+"""FlashMLA's own outputs on two corpus entries at the latent cap, recorded on an H200 (torch
+2.11+cu130, sgl-flash-mla 1.0.0), judged on the CPU: they conform under the shipped profiles, and
+profiles without the build and schedule facts (subnormals preserved, no split-KV merge) fail them
+as a profile too tight, with the rung that explains each.
 A soundness regression without a GPU: the bound of `bf16-q-bf16-p` / `flashmla-sparse-prefill`
 must keep admitting what the real kernel returned.
 """

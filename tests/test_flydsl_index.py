@@ -5,9 +5,9 @@ index_offset, slot_of, scan_start, scan_candidate) and used by the kernel on IR 
 they run on Python ints, with the buffer descriptor modelled as the kernel builds it (base =
 the row start clamped into the index buffer, size = the rest of the buffer, out-of-range reads
 return 0), and must give kernel/emulated/gfx950.py's tile counts and per-tile (slot, masked)
-for every row, including rows whose indptr start is negative or past the buffer (issue 13:
-the kernel used to read indices[p] at position p of a row starting before the buffer, where
-emulated reads 0, i.e. KV row 0).
+for every row, including rows whose indptr start is negative or past the buffer (a
+kernel reading indices[p] at position p of a row starting before the buffer, where emulated
+reads 0, i.e. KV row 0, fails).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The compiled FlyDSL kernel, run by the ISA interpreter (kernel/isa, `flydsl-isa`), reads rows
 whose indptr start is negative or whose end runs past the index buffer like the emulated kernel
-(issue 13: the kernel used to read indices[p] at position p of a row starting before the
-buffer, where emulated reads 0, i.e. KV row 0). Bit-exact on exact-arithmetic inputs, with the
+(not indices[p] at position p of a row starting before the buffer, where emulated reads 0,
+i.e. KV row 0). Bit-exact on exact-arithmetic inputs, with the
 interpreter's checkers (out-of-bounds, LDS races, DMA reads before their wait, uninitialized
 registers) finding nothing.
 
 The interpreter's scaled-MFMA fp8 operand layout is set to "split", the one this kernel and the
-seed's documentation use (docs/flydsl.md, "Hardware semantics"; docs/isa.md finding F1).
+seed's documentation use (docs/explanation/flydsl-kernel.md, "Hardware semantics"; docs/explanation/isa-interpreter.md finding F1).
 """
 
 from __future__ import annotations

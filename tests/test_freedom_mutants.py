@@ -1,4 +1,4 @@
-"""The contract's freedoms that the strategies draw since the freedom table (docs/design.md), and
+"""The contract's freedoms that the strategies draw since the freedom table (docs/reference/contract.md), and
 the broken kernels only those draws catch.
 
 Freedoms: a paged / multi-dim cache (`cache_shape`), a cache of 0 rows with every row empty

@@ -1,4 +1,4 @@
-"""Strategy-feature coverage of fuzz campaigns (conformance.records.coverage, issue 15): the feature
+"""Strategy-feature coverage of fuzz campaigns (conformance.records.coverage): the feature
 functions on hand-built recipes, the denominators against what the strategies really draw, and a
 short campaign whose summary, progress line, fuzz-summary.json and run report carry them."""
 

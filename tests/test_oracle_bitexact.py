@@ -1,4 +1,4 @@
-"""Invariants of the fast paths of the oracle, the bound and the emulator (issue 15), bit for bit.
+"""Invariants of the fast paths of the oracle, the bound and the emulator, bit for bit.
 
 The fast paths (oracle.rows.gather_bound_chunk, the integer sum of |code|, the f32 count of
 nonzero products, round_bf16's direct spacing, the pairwise output casts, the skipped masks of an

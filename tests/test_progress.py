@@ -39,10 +39,9 @@ class _ClosedPipe:
 
 
 def test_a_listener_on_a_closed_pipe_never_fails_the_judged_call() -> None:
-    """Issue 24 item 8b: the suite's progress line written to a closed stderr raised
-    BrokenPipeError inside run_kernel, which the differential check reported as a contract
-    violation of the correct kernel (class 1, "a valid call raised BrokenPipeError"), saved to the
-    pending corpus. Now the failing listener is dropped and the call is judged as usual."""
+    """The suite's progress line written to a closed stderr must not raise inside run_kernel (the
+    differential check would report a contract violation of a correct kernel, "a valid call raised
+    BrokenPipeError"): the failing listener is dropped and the call is judged as usual."""
     from conformance.judging.checks import differential
 
     pipe = _ClosedPipe()

@@ -1,4 +1,4 @@
-"""Recipes are checked against a memory estimate before anything is materialised (issue 12, item 6)."""
+"""Recipes are checked against a memory estimate before anything is materialised ."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def _entry(tmp_path: Path) -> Path:
                 "name": "huge",
                 "expect": "conform",
                 "recipe": HUGE,
-                "provenance": {"caught": "issue 12", "kernel": "emulated", "property": "x"},
+                "provenance": {"caught": "a test", "kernel": "emulated", "property": "x"},
             }
         ),
         encoding="utf-8",

@@ -1,4 +1,4 @@
-"""The fast paths of issue 21 compute what the plain ones do: word gathers of records, the
+"""The throughput fast paths compute what the plain ones do: word gathers of records, the
 contract prologue, the adapters' index-layout cache, and the SDPA adapter's aligned query."""
 
 from __future__ import annotations

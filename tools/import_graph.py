@@ -23,7 +23,7 @@ with `ast` (imports inside functions count too: a lazy import is still a depende
 - inside the core, packages import downward only: durability (rank 0) <- judging (1) <- records
   (2) <- campaign, tools (3); a core module imports no core package of a higher rank.
 The mutation score also runs suite tests in-process by name (conformance.mutation.kills, through
-importlib): not an import edge. docs/architecture.md follows a recipe through these layers.
+importlib): not an import edge. docs/explanation/architecture.md follows a recipe through these layers.
 
     python -m tools.import_graph [--png docs/import-graph.png]
 

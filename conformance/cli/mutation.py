@@ -4,7 +4,7 @@ Runs the conformance suite (pytest in a subprocess, `-x`) against every broken k
 `conformance.mutation.catalogue.CATALOGUE` and once against the unbroken `emulated` kernel, which must
 pass. Reports, per mutant: killed or survived, the test that killed it, the examples run until
 the first failure and the seconds to it. See conformance.mutation for the details and
-docs/mutation-score.md for measured numbers.
+docs/reference/measurements.md for measured numbers.
 
 Output: one progress line per finished run on stderr; the table and summary on stdout;
 --json / --markdown write the same report to files.

@@ -7,7 +7,7 @@ Prints the evidence of every probe (problem, candidates, observation, what match
 decision), a summary with timings, and writes the measured profile (TOML, a comment per field
 naming the probe that set it; conservative values where undecided). `--bringup` adds the gfx950
 bring-up checks (finding F1's distinct-scale probe and the gfx950 agreement property) and prints
-a Markdown report to paste into an issue (docs/probe.md).
+a Markdown report to paste into an issue (docs/how-to/measure-a-profile.md).
 
 Exit codes: 0 probed (and, with --bringup, every check passed), 1 a probe call failed or a
 bring-up check failed, 2 usage error (unknown kernel, unavailable backend, bad output path).

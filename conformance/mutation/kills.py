@@ -42,7 +42,7 @@ KILLED_BY: dict[str, str] = {
     "out_row_stride_ignored": f"{_CORPUS}[edge-preallocated-strided-out]",
     "q_lo_dropped": f"{_CORPUS}[edge-single-key]",
     "q_lo_e8m0_wraps": f"{_CORPUS}[edge-q-tiny-blocks]",
-    "qk_scale_mantissa": _SCALE_BEHAVIOUR,  # no corpus entry kills it (docs/mutation-score.md)
+    "qk_scale_mantissa": _SCALE_BEHAVIOUR,  # no corpus entry kills it (docs/explanation/mutation-score.md)
     "rope_ignored": f"{_CORPUS}[variant-all-zero-output-within-bound]",
     "l_not_rescaled": f"{_CORPUS}[edge-no-lse]",
     "exp2_without_log2e": f"{_CORPUS}[variant-all-zero-output-within-bound]",

@@ -38,7 +38,7 @@ CHEAP_STAGES: tuple[tuple[str, str | None], ...] = (
     ("test_gfx950_agreement.py", "test_bit_exact_agreement_with_emulated"),
 )
 # The Hypothesis properties, in the order that kills fastest (measured on this catalogue with
-# the corpus left out, see docs/mutation-score.md): greedily the highest marginal yield per
+# the corpus left out, see docs/reference/measurements.md): greedily the highest marginal yield per
 # second after the stages above, then total yield per second. The documented scale behaviour
 # is the only property killing qk_scale_mantissa (a mantissa kept where the gfx950 kernel drops
 # it shows only under a violated precondition) and kills 21 of the 22 mutants, so it comes

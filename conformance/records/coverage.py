@@ -17,7 +17,7 @@ ways against real draws: nothing drawn falls outside it, every class in it can b
 `Coverage` counts, per family and class, the examples whose recipe had that class (an example
 with many rows of one class counts once for it).
 
-Row-length classes come from the tiling of the gfx950 kernel (docs/design.md, the seed): one
+Row-length classes come from the tiling of the gfx950 kernel (docs/explanation/flydsl-kernel.md): one
 workgroup per query row walks the row in 128-key tiles (nt = ceil(len / 128)), each tile split
 among 4 waves of 32 keys; positions >= len are masked; a row of one tile skips the next-tile
 prefetch. So the classes are (every length in exactly one, checked in this order):

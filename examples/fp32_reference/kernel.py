@@ -1,6 +1,6 @@
 """A float32 reference kernel for the sparse MLA contract, written from the docs (copy and adapt).
 
-Contract (kernel/contract.py, docs/design.md section 2):
+Contract (kernel/contract.py, docs/reference/contract.md):
 
     kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False,
            out=None) -> (out, lse_or_None)

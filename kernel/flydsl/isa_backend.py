@@ -21,7 +21,7 @@ from kernel.contract import MAX_HEADS, CallInfo
 
 NAME = "flydsl-isa"
 PROFILE = "gfx950"
-MAX_TOTAL_KEYS = 8192  # index entries per call (interpreter speed; see docs/isa.md for measurements)
+MAX_TOTAL_KEYS = 8192  # index entries per call (interpreter speed; see docs/reference/measurements.md)
 MAX_ROWS = 256  # query rows (workgroups) per call
 LIMITS = (
     "the compiled FlyDSL gfx950 kernel on the ISA interpreter (CPU tensors); H in 1..16",

@@ -3,7 +3,7 @@
 `check_kernel(text)` parses one dump (kernel.isa.asm.parse_program), reads the configuration from the
 kernel's symbol name (sparse_mla_fp8ds_gfx950_h{H}_i{0|1}_l{0|1}) and returns a list of
 `Failure(check, message)`; an empty list means every check passed. The check ids (used by the
-mutation self-test, isa_edits.py, and the table in docs/flydsl.md):
+mutation self-test, isa_edits.py, and the table in docs/reference/flydsl-checks.md):
 
 counts.tile      exact per-tile counts on every path through the tile loop (isa_expect)
 counts.kernel    exact per-kernel counts (isa_expect)

@@ -12,7 +12,7 @@ on a configuration when it compiled and at least one check failed; `expect` name
 among the failures. A mutant that does not compile would not test the checks, so a compile
 failure is reported as such, not as flagged.
 
-CLI (prints the table docs/flydsl.md shows):
+CLI (prints the table docs/reference/flydsl-checks.md shows):
     python -m kernel.flydsl.isa_edits [--configs h5_i1_l0,h16_i0_l1] [--jobs 2] [--only ID,...]
 """
 

@@ -1,7 +1,7 @@
 """Instruction counts the FlyDSL gfx950 kernel's ISA must show, derived from its algorithm.
 
 Every number here is a product of the algorithm's loop trip counts (kernel/flydsl/gfx950.py
-module docstring and docs/flydsl.md, "Expected ISA counts"), never read off a compiled kernel:
+module docstring and docs/reference/flydsl-checks.md, "Expected ISA counts"), never read off a compiled kernel:
 one wave of the 4-wave workgroup, per 128-token tile (one iteration of the tile loop, on every
 path through it) and per kernel (static count over the whole code). `expected_counts` is what
 isa_checks.check_counts compares with the dump.

@@ -1,8 +1,8 @@
 """Static model of the tile loop's memory pipeline: LDS bank conflicts and a per-tile scoreboard.
 
 Nothing here was measured on hardware; it is a model with its assumptions stated, used to
-compare layouts and loop structures with each other (this kernel before and after issue 13, and
-the seed kernel's structure as its documentation describes it).
+compare layouts and loop structures with each other (this kernel's, an unswizzled layout, and
+the original kernel's structure as its documentation describes it).
 
 Bank model (`lds_cycles`): 64 banks of 4 bytes; a wave64 LDS access of W bytes per lane is
 served in phases of 256 / W lanes (64 lanes for 4 B, 32 for 8 B, 16 for 16 B); a phase takes as
@@ -11,12 +11,12 @@ addresses broadcast). A conflict-free access of W bytes per lane takes W / 4 cyc
 
 Read patterns (`tile_patterns`): every LDS access of one wave in one tile, lane by lane, from a
 layout's address functions: `current_layout()` is gfx950.py's; `unswizzled_layout()` is the
-layout before issue 13 (token t of a half in slot t, scale rows of 512 bytes); `seed_layout()`
-is the seed's latent tile as its documentation states it ([128 tokens][8 x 16 B] per column
+same kernel without the swizzle (token t of a half in slot t, scale rows of 512 bytes); `seed_layout()`
+is the original kernel's latent tile as its documentation states it ([128 tokens][8 x 16 B] per column
 block with the 16-byte chunk XOR-swizzled by fsw(tok) = ((tok >> 1) & 7) ^ (((tok >> 4) & 1) << 1),
 QK reads at tok * 128 + ((g % 2) ^ fsw(tok)) * 16 ^ 32 blk, PV tr8 reads of token
 32(g // 2 + 2hf) + 16(i // 4) + 4(2(g % 2) + sub) + i % 4, i = t // 2, at tok * 128 + fsw(tok) * 16
-^ 16 dc + 8 (t % 2)); only the latent-tile reads are modelled for the seed.
+^ 16 dc + 8 (t % 2)); only the latent-tile reads are modelled for the original kernel.
 
 Scoreboard (`simulate`): one wave issues one iteration's instructions in order (the refill path
 of the tile loop read from the ISA by kernel.isa.asm), three iterations in a row, and the last one's
@@ -117,7 +117,7 @@ def current_layout() -> Layout:
 
 
 def unswizzled_layout() -> Layout:
-    """The layout before issue 13: slot = token, scale rows of 128 x 4 bytes."""
+    """This kernel without the swizzle: slot = token, scale rows of 128 x 4 bytes."""
     return _gfx950_layout("this kernel (before)", lambda x: x, K.TILE * 4)
 
 

@@ -18,7 +18,8 @@ Modules (one job each):
     contract_spec  `isa:PATH.s:SPEC.toml` kernels: a launch spec mapping the contract onto a kernel
     catalog     the opcode table
 
-docs/isa.md has the opcode table, the semantics sources and the findings.
+docs/reference/isa-opcodes.md has the opcode table and the semantics sources,
+docs/explanation/isa-interpreter.md the model and the findings.
 """
 
 from kernel.isa.errors import CheckFailed, Finding, IsaError, UnknownInstruction, UnsupportedOperands

@@ -214,7 +214,7 @@ OPCODES: dict[str, tuple[str, str]] = {
         ),
         "TRITON chooseScaledMfmaScaleLayout (fp8: two 16-element K blocks per lane); IREE / MOJO disagree (F1); OCP MX",
     ),
-    # ---------------- foreign FlyDSL kernels (aiter sparse MLA prefill / decode, MLA reduce; issue 22)
+    # ---------------- foreign FlyDSL kernels (aiter sparse MLA prefill / decode, MLA reduce)
     "ds_swizzle_b32": (
         "D[l] = DATA[src(l)]: offset[15] quad permute, else ((l & and) | or) ^ xor per 32-lane half; swizzle() macros",
         "ISA3 LDS (DS_SWIZZLE_B32); LLVM AMDGPUAsmParser (swizzle macros)",

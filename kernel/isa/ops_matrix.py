@@ -13,7 +13,7 @@ Lane layouts (wave64, lane l, t = l % 16, g = l // 16):
   j >= 16 (F8_LAYOUT "split", the default; the layout the kernel's source assumes too).
   IREE's getSingleSubgroupLayout(MFMA_SCALE_F32_16x16x128_B32) gives one layout for every
   element type, K = 32g + j (F8_LAYOUT "contiguous"; it is Triton's and Modular's layout for
-  fp4, where 32 elements are 16 bytes); the sources disagree for fp8, see docs/isa.md.
+  fp4, where 32 elements are 16 bytes); the sources disagree for fp8, see docs/explanation/isa-interpreter.md.
   The E8M0 scale of row m (column n) for K block kb = k // 32 is byte 0 of lane m + 16 kb's
   scale VGPR (op_sel = op_sel_hi = 0 picks byte 0).
 - D (all): D[m = 4g + r][n = t] in the lane's dword r.

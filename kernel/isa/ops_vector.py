@@ -5,7 +5,7 @@ on EXEC lanes only. Sources per opcode: the CDNA3 ISA reference guide ("AMD Inst
 Instruction Set Architecture", ch. 12 "Instructions", VOP1/VOP2/VOP3/VOPC/VOP3P opcode
 descriptions, which CDNA4 keeps for these opcodes) and LLVM's VOP*Instructions.td /
 llvm/test/MC/AMDGPU/gfx950_*.s for the gfx950 additions (permlane swaps, scaled conversions,
-v_cvt_pk_f32_fp8 forms). docs/isa.md lists every opcode with its source.
+v_cvt_pk_f32_fp8 forms). docs/reference/isa-opcodes.md lists every opcode with its source.
 """
 
 from __future__ import annotations
@@ -825,7 +825,7 @@ def _bitop3(ins: Instr, d: Any) -> Fn:
 VALU["v_xad_u32"] = _int_factory(lambda a, b, c: (a ^ b) + c, 3)
 
 
-# ------------------------------------------------------------------ foreign-kernel additions (issue 22)
+# ------------------------------------------------------------------ opcodes of foreign FlyDSL kernels
 
 _FCMP_NEG = {  # negated compares: true when the ordered compare is false (so true on NaN)
     "neq": np.equal,

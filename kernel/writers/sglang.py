@@ -12,7 +12,7 @@ a DeepSeek-V3.2 token in the fp8 cache (`MLATokenToKVPool.set_mla_kv_buffer`, CU
 
 Here the placement step is torch indexing (strategies.materialize writes the records at their
 cache rows as for every writer); the bytes are the quantiser's. What it stores (read from its
-source, measured on the H200: docs/peers.md): scale = amax / 448 per 128-value tile as Triton
+source, measured on the H200: docs/explanation/peers.md): scale = amax / 448 per 128-value tile as Triton
 divides (never a power of two in practice; 0 for an all-zero tile), codes = e4m3 of
 clamp(x * (1 / scale), +-448) (an all-zero tile: 0 * inf = NaN clamps to 448, code 0x7E, decoded
 0 x 448 = 0), rope bytes copied. Such records break the power-of-two scale precondition almost
@@ -28,7 +28,7 @@ device). Without CUDA the writer is absent: Triton's CPU interpreter (TRITON_INT
 input: every scale IEEE-rounded where the H200's division left 9330 of 16384 one ulp away, and
 codes whose rounding carries into the next binade written a binade low (-4 for -7.97 at a scale
 where the H200 wrote -8), which this writer's own check refuses; measured on the H200's 4096
-records (`scripts/sglang_writer_caches.py --interpreter --compare-with FILE`).
+records (`python -m conformance dumps sglang-writer --out DIR --interpreter --compare-with FILE`).
 
 Every write is checked (`rounding_failures`): the records decoded by kernel.record.decode_records
 must be the bf16 input within the format's rounding, else SglangWriterError (a writer not called
@@ -75,7 +75,7 @@ def _cuda_triton_reason() -> str:
         return (
             f"sglang writer: needs a CUDA device (torch {torch.__version__}); sglang's quantiser is a Triton kernel, and Triton's "
             "CPU interpreter (TRITON_INTERPRET=1) runs it but writes other bytes than the H200 (IEEE scales, codes a binade low "
-            "where rounding carries: scripts/sglang_writer_caches.py --interpreter)"
+            "where rounding carries: python -m conformance dumps sglang-writer --interpreter)"
         )
     if importlib.util.find_spec("triton") is None:
         return "sglang writer: Triton is not installed"

@@ -170,7 +170,7 @@ def test_dma_by_another_wave_needs_wait_and_barrier() -> None:
     # the issuing wave waits only after the barrier: its data lands with no barrier before the
     # reader. The lockstep scheduler runs the reader (lower pc) before the issuer's wait, so
     # the read sees the DMA still in flight; had the issuer waited first, the landed bytes
-    # would show as a race (docs/isa.md, "Cross-wave DMA")
+    # would show as a race (docs/explanation/isa-interpreter.md, "Cross-wave DMA")
     assert [x.kind for x in f] == ["dma_before_wait"] and f[0].wave == 1 and f[0].text == "ds_read_b32 v2, v1"
     r, f = _findings(body.format(wait="s_waitcnt vmcnt(0)"), mem=mem, setup=setup, threads=128)
     assert f == [] and r.waves[1].v[2].tolist() == list(range(64))
@@ -240,7 +240,7 @@ def test_raise_mode_names_instruction_and_lanes() -> None:
 @pytest.mark.parametrize(
     "asm, undefined, fires",
     [
-        # the false finding: a packed source's unselected half is not read
+        # a packed source's unselected half is not read (no false uninitialized_read)
         ("v_pk_mul_f32 v[2:3], v[10:11], s[18:19] op_sel_hi:[1,0]", ("s", 19), False),
         ("v_pk_mul_f32 v[2:3], v[10:11], s[18:19] op_sel_hi:[1,0]", ("s", 18), True),
         ("v_pk_add_f32 v[2:3], v[10:11], v[12:13] op_sel:[0,1] op_sel_hi:[1,1]", ("v", 12), False),

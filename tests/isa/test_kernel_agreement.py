@@ -8,7 +8,7 @@ uninitialized register read in the kernel fails the test.
 The fp8 operand layout of v_mfma_scale_f32_16x16x128_f8f6f4 (kernel.isa.ops_matrix): "split"
 (Triton's documented fp8 layout, the default) must agree bit-exactly; "contiguous" (IREE's
 single layout, Triton's fp4 one) must not: the recipes distinguish the two, so agreement is
-not vacuous (docs/isa.md, "Findings").
+not vacuous (docs/explanation/isa-interpreter.md, "Findings").
 
 CI runs 4 configurations; FLYDSL_ISA_ALL=1 runs 16 (H 1, 5, 8, 16 x has_invalid x return_lse).
 """

@@ -1,7 +1,7 @@
 """Per-opcode tests of the scalar and vector ALU semantics.
 
 Every expectation is a bit pattern worked out by hand from the instruction's definition in the
-CDNA3/CDNA4 ISA guide or LLVM's AMDGPU definitions (docs/isa.md names the source per opcode),
+CDNA3/CDNA4 ISA guide or LLVM's AMDGPU definitions (docs/reference/isa-opcodes.md names the source per opcode),
 never from the interpreter's or the kernel's own helpers.
 """
 

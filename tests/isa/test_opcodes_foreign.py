@@ -1,4 +1,4 @@
-"""Per-opcode tests of the instructions foreign FlyDSL kernels use (issue 22): aiter's sparse MLA
+"""Per-opcode tests of the instructions foreign FlyDSL kernels use: aiter's sparse MLA
 prefill / decode and MLA reduce, and FlyDSL's shuffle_xor (ds_swizzle_b32).
 
 Every expectation is worked out by hand from the instruction's definition (CDNA3/CDNA4 ISA

@@ -2,7 +2,7 @@
 
 Expected values follow the instruction definitions (CDNA3 ISA ch. 9-11; gfx950 transpose load
 per the ds_read_tr8_b64 description: each 16-lane group reads a 16 x 8-byte block and performs
-two interleaved 8x8 byte transposes); see docs/isa.md.
+two interleaved 8x8 byte transposes); see docs/reference/isa-opcodes.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `python -m conformance probe --kernel flydsl --bringup` runs the probes (conformance.tools.probe.run),
 then:
 
-- the F1 probe (docs/isa.md, finding F1): one row over 64 keys whose Q blocks have distinct E8M0
+- the F1 probe (docs/explanation/isa-interpreter.md, finding F1): one row over 64 keys whose Q blocks have distinct E8M0
   scales (block b's entries are +-4^b) and whose K blocks have distinct record scales (2^-b),
   codes in {-1, 0, 1}, softmax_scale ln 2: every score is an integer and every step exact, so
   the kernel must return the emulator's bits when the hardware reads the scaled MFMA's fp8
@@ -145,7 +145,7 @@ def bringup_report(kernel: Callable, name: str, device: str, report, *, agreemen
         + (
             " (the hardware reads the operands as the kernel places them)"
             if f1_ok
-            else " (the kernel's operand placement disagrees with the hardware: see docs/isa.md F1)"
+            else " (the kernel's operand placement disagrees with the hardware: see docs/explanation/isa-interpreter.md F1)"
         ),
         "",
     ]

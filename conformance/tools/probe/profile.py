@@ -3,7 +3,7 @@ conservative value and "not probed" / "undecided".
 
 `assemble(decided)` returns `Field`s (section, key, value, comment); `render(fields, ...)` writes
 the TOML text (one comment per field), which `oracle.profile_file.parse_profile_text` reads back
-(`to_profile`). The mapping rules (docs/probe.md):
+(`to_profile`). The mapping rules (docs/how-to/measure-a-profile.md):
 
 - an accumulation (QK or PV) is declared from three observations: the rounding class of the
   cancellation triple, the fraction bits F kept below the largest term, and the instruction block

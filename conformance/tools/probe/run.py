@@ -106,7 +106,7 @@ def probe_kernel(
     header = [
         f"Numerics profile of {name} measured by `python -m conformance probe` ({device}, {stamp}).",
         "Each field's comment names the probe that set it; 'not probed' / 'undecided' fields hold the conservative value.",
-        "docs/probe.md explains the probes and the mapping from observations to fields.",
+        "docs/how-to/measure-a-profile.md explains the probes and the mapping from observations to fields.",
     ]
     report.text = render(fields, header)
     report.profile()  # the text must read back as a valid profile

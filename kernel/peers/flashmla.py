@@ -42,7 +42,7 @@ What the adapter does to present the contract (every step exact, all vectorised)
   own and no host sync: q's copy into the kept buffer, out's heads copied to a contiguous tensor
   (none at n_q 1, where the slice is contiguous already) and the lse map. A call on fresh index
   tensors adds the conversion's ~14 ops and, for a stream of more than 4096 entries, one host
-  sync (the longest row). scripts/adapter_host_work.py counts them.
+  sync (the longest row). `python -m benchmarks host_work` counts them.
 - Outputs: out[:, 0, :H] (copied into `out=` when given, whatever its strides), lse
   [:, 0, :H] with FlashMLA's +inf of a row without keys mapped to the contract's -inf (one
   nan_to_num: +inf -> -inf, everything else unchanged).

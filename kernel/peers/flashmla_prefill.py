@@ -2,7 +2,7 @@
 
 The kernel is the SM90 sparse prefill of `sgl-flash-mla==1.0.0` (the legacy extension; the
 current `use_legacy=False` prefill is SM100-only and refuses an H200 with "only supported on
-SM100f architectures", measured by scripts/peers_probe.py):
+SM100f architectures", on an H200 with sgl-flash-mla 1.0.0, 2026-12-01):
 
     out, max_logits, lse = flash_mla.flash_mla_sparse_fwd(
         q3,            # bf16 [s_q, 64 or 128, 576] (d_qk 576 on SM90), contiguous

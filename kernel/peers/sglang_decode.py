@@ -29,7 +29,7 @@ and the kernel's index tensors per index tensors and cache row count, kernel.pee
   [n_q * W, 576] buffer; an entry < 0 or >= the cache's rows is masked
   (kernel.peers.keys.slot_keys). The reader forms token * 656 in int32, so it is
   given records in launches of fewer than 2^31 / 656 rows, not the cache: on a cache of more
-  than 3,273,603 rows it would address wrong bytes (scripts/repro/sglang_decode_reader_int32.py);
+  than 3,273,603 rows it would address wrong bytes (repro/sglang_int32_offsets.py);
 - rows: the valid slots of each row, in order, as a contiguous CSR (kv_indptr = running sum of the
   valid counts): a masked entry is simply not in its row;
 - splits: S = 8 for every row (sglang's default `--triton-attention-num-kv-splits`); stage 1 cuts

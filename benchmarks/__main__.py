@@ -19,6 +19,7 @@ ROUTINES: dict[str, str] = {
     "fast_paths": "each fast path (kernel.fastpath) on vs off: self-checks, same bits on the bench's inputs and snapshot cases, ms",
     "gather": "the bf16-KV adapters' key gather by way (index_select as bf16 / int32 / int64, fused decode): ms, TB/s, same bits",
     "isa": "flydsl-isa (the compiled kernel on the ISA interpreter) on small exact problems: CPU s, instructions/s, top opcodes",
+    "fleet": "processes as a fleet's runners around a redis-server: replay from the store, namespaces, shards, collect, store lost, cost",
 }
 
 

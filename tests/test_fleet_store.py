@@ -236,3 +236,29 @@ def test_a_lease_keeps_a_second_runner_off_a_failure_group_until_it_expires(redi
     done = lease.acquire(store, key, "runner-c", ttl_s=600)
     assert not done.granted and done.done and done.holder == "runner-b"
     assert lease.acquire(_store(refused_url()), key, "runner-d", ttl_s=1).local
+
+
+def test_profiles_share_the_store_read_write_under_fleet_read_only_under_dev_and_not_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hypothesis.database import ReadOnlyDatabase
+
+    from conformance.judging import hypothesis_profiles
+
+    need_redis_py()
+    current = settings.get_current_profile_name()
+    shared = FailSoftDatabase(_store(refused_url()), NS_CORRECT)
+    monkeypatch.setenv("CONFORMANCE_FLEET_EXAMPLES", "7")
+    try:
+        hypothesis_profiles.register_profiles(shared)
+        fleet, dev, ci = (settings.get_profile(name) for name in ("fleet", "dev", "ci"))
+        assert fleet.max_examples == 7 and isinstance(fleet.database, MultiplexedDatabase)
+        assert fleet.database._wrapped[1] is shared  # noqa: SLF001 - the composition is the contract
+        assert isinstance(dev.database._wrapped[1], ReadOnlyDatabase) and dev.database._wrapped[1]._wrapped is shared  # noqa: SLF001
+        assert ci.database is None
+        monkeypatch.setenv("CONFORMANCE_FLEET_EXAMPLES", "0")
+        with pytest.raises(ValueError, match="CONFORMANCE_FLEET_EXAMPLES='0'"):
+            hypothesis_profiles.register_profiles(shared)
+    finally:
+        monkeypatch.delenv("CONFORMANCE_FLEET_EXAMPLES")
+        hypothesis_profiles.register_profiles()
+        settings.load_profile(current)
+    assert settings.get_profile("ci").database is None and not isinstance(settings.get_profile("dev").database, MultiplexedDatabase)

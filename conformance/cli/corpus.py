@@ -138,7 +138,7 @@ def register(subparsers: Any) -> None:
         help="the fleet's failures (store inbox, artifact folders) into one pending entry per failure group",
     )
     q.add_argument("folder", metavar="FOLDER", nargs="*", help="a runner's artifact folder (its state or pending folder, copied)")
-    q.add_argument("--kernel", default=None, help="collect this kernel's failures only (as the runners named it)")
+    add_kernel_option(q, lead="collect this kernel's failures only (as the runners named it)", when_absent="every kernel's", default=None)
     q.add_argument("--device", default=None, help="replay on this device (default: cuda when available and the kernel runs there)")
     q.add_argument(
         "--minimise-seconds",

@@ -76,7 +76,6 @@ def add_options(parser: pytest.Parser, default_call_timeout_s: float) -> None:
         help="print pytest's own report of every failing test (tracebacks, Hypothesis output) instead of one report per distinct failure",
     )
 
-
     group.addoption(
         SHARD,
         dest=dest(SHARD),

@@ -9,8 +9,9 @@ this guard allows: a date is not narration.
 `narration(lines)` names every line that matches one of PATTERNS; `narrating_name(path)` a file
 whose name is a run's (`s31a.sh`, `camp29.sh`, `lead_b.sh`, `final_peers.sh`, ...). The test scans
 `git ls-files` (text files; JSON, tensors and pictures are data) and fails naming `file:line` and
-the kind of each hit. It also holds every Python file but `kernel/registry.py` (whose file loader
-puts a kernel file's folder on the path while it loads) to no `sys.path.insert`: modules run as
+the kind of each hit. It also holds every Python file but SYS_PATH_ALLOWED (the kernel-spec file loader,
+which puts a kernel file's folder on the path while it loads, and the foreign-kernel tool, which
+imports a fetched checkout's packages) to no `sys.path.insert`: modules run as
 `python -m PACKAGE.MODULE` from the repository root.
 """
 
@@ -41,7 +42,9 @@ RUN_NAME = re.compile(r"(?:^|/)(?:s\d\d[a-z]|camp\d\d|speed\d\d|oracle\d\d|emu\w
 DATA_SUFFIXES = (".json", ".pt", ".png", ".npy", ".safetensors")
 EXEMPT = {"CHANGELOG.md", THIS}
 SYS_PATH = re.compile(r"\bsys\.path\.insert\(")
-SYS_PATH_ALLOWED = {"kernel/registry.py", THIS}
+#: the file loader of kernel specs (a kernel file's folder while it loads) and the foreign-kernel tool
+#: (a fetched FlyDSL checkout's top-level `kernels` package, while it compiles those kernels)
+SYS_PATH_ALLOWED = {"kernel/registry.py", "tools/foreign_isa/__main__.py", THIS}
 
 
 def narration(lines: Iterable[str]) -> list[tuple[int, str, str]]:

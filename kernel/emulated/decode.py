@@ -14,9 +14,9 @@ keys written as +0), coalesced on both sides: the fast path `emulated.decode` (k
 off with CONFORMANCE_FAST_PATHS=emulated.decode=off or emulated.state=off), used only after it
 reproduced the torch path's values on a probe (every code, masked keys; NaN compared as NaN: the
 emulator models no payload).
-On one H200 (scripts/h200/s30a.sh, 16 heads, 2048 keys per row) the kernels took a call from
-124.9 to 98.7 ms at n_q 4096 and 33.2 to 26.8 ms at n_q 1024, the same bits as the torch path;
-at n_q 64, 4.13 -> 4.43 ms.
+On one H200 (2026-12-02, 16 heads, 2048 keys per row) a call takes 98.7 ms at n_q 4096 with
+these kernels and 124.9 ms without, 26.8 and 33.2 ms at n_q 1024, 4.43 and 4.13 ms at n_q 64,
+with the same bits as the torch path (`python -m benchmarks fast_paths` measures it).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ log-sum-exp comes back:
     # CPU: the same with V = K (the CPU kernel wants one head size) and out[..., :512]
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, K, K, 0.0, False, attn_mask=bias, scale=s)
 
-The flash and cuDNN SDPA kernels refuse head size 576 (at most 256) on the H200 (measured by
-scripts/peers_probe.py), so the memory-efficient kernel is the one fused SDPA kernel that runs.
+The flash and cuDNN SDPA kernels refuse head size 576 (at most 256) on an H200 (torch
+2.11+cu130, 2026-12-01), so the memory-efficient kernel is the one fused SDPA kernel that runs.
 Keys are dequantised to bf16 as kernel.peers.keys does (exact for power-of-two scales):
 on CUDA by one fused gather-and-decode pass over the selected records
 (kernel.peers.bf16_key_decode, the fast path peers.bf16-keys: used after its bit-for-bit
@@ -98,7 +98,7 @@ def aligned(t: torch.Tensor) -> torch.Tensor:
     """t when its data pointer is ALIGN_BYTES-aligned, else a contiguous copy (a fresh allocation,
     which is). PyTorch's memory-efficient kernel reads q with 16-byte vector loads but checks its
     pointer only to 8 bytes: a q at 8 mod 16 (e.g. one row of a padded q) faults the whole CUDA
-    context with "misaligned address" (scripts/repro/torch_sdpa_misaligned.py), public API included."""
+    context with "misaligned address" (repro/torch_sdpa_misaligned/repro.py), public API included."""
     return t if t.data_ptr() % ALIGN_BYTES == 0 else t.clone(memory_format=torch.contiguous_format)
 
 

@@ -169,3 +169,31 @@ def test_precision_defect_breaks_the_bound(name: str) -> None:
     problem = KILLS[name]()
     assert _ratio(problem, CORRECT_VARIANTS["gfx950_reverse_tiles"].backend, GFX950) <= 1.0
     assert _ratio(problem, PRECISION_DEFECTS[name].backend, GFX950) > 1.0
+
+
+def _degenerate_entries() -> list[str]:
+    """Corpus entries of the contract's degenerate calls: no query rows, or a cache of no rows."""
+    from conformance.records.corpus import corpus_files, load_entry
+
+    names = []
+    for path in corpus_files():
+        recipe = load_entry(path).recipe
+        if recipe.n_q == 0 or recipe.cache_rows == 0:
+            names.append(path.stem)
+    return names
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT_VARIANTS))
+def test_correct_variant_takes_the_degenerate_calls(name: str) -> None:
+    """A correct kernel of any numerics answers a call with no query rows or no cache rows as the
+    contract says (the suite's corpus replays them on every run: a variant that raised there would
+    be a false alarm of the mutation score's baselines)."""
+    from conformance.judging.checks import differential
+    from conformance.judging.target import build_target
+    from conformance.records.corpus import CORPUS_DIR, load_entry
+
+    entries = _degenerate_entries()
+    assert entries, "the corpus holds no degenerate call"
+    target = build_target(f"conformance.mutation.catalogue:{name}", device="cpu")
+    for entry in entries:
+        differential(target, load_entry(CORPUS_DIR / f"{entry}.json").recipe, use_target=False)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from kernel.backend import Backend
-from kernel.contract import validate_call
+from kernel.contract import begin_call, validate_call
 
 RECORD = 656
 LATENT = 512
@@ -273,7 +273,9 @@ class Gfx950Algorithm:
         return x.to(torch.bfloat16).to(torch.float32) if self.l_bf16 else x
 
     def __call__(self, q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):  # type: ignore[no-untyped-def]
-        validate_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+        _, early = begin_call(q, kv_cache, indices, indptr, softmax_scale, has_invalid=has_invalid, return_lse=return_lse, out=out)
+        if early is not None:  # no query rows: the contract's empty outputs
+            return early
         g = gather(kv_cache, indices, indptr, has_invalid, multiple=BLOCK)
         n_q, heads = q.shape[:2]
         dev = q.device

@@ -65,3 +65,19 @@ def test_a_summary_that_is_not_one_is_named(tmp_path: Path, capsys: pytest.Captu
     path.write_text(json.dumps([{"examples": 3}]))
     assert main(["soundness", "--merge", str(path)]) == 2
     assert "not a soundness summary" in capsys.readouterr().err
+
+
+def test_recipe_batches_are_valid_recipes_at_any_draw() -> None:
+    """The campaign's batches: every recipe valid (a cache cut to 4096 rows drops a paged shape of
+    the old row count), one H, scale and has_invalid per batch, at most 4096 cache rows."""
+    from hypothesis import HealthCheck, given, settings
+
+    from conformance.tools.soundness import recipe_batches
+
+    @settings(max_examples=200, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(recipe_batches(size=4, max_total_keys=1 << 14))
+    def check(batch):  # type: ignore[no-untyped-def]
+        assert len({(r.heads, r.softmax_scale, r.has_invalid) for r in batch}) == 1
+        assert all(r.cache_rows <= 4096 for r in batch)
+
+    check()

@@ -288,3 +288,11 @@ def test_the_glossary_defines_its_words(word: str) -> None:
     text = (REFERENCE / "glossary.md").read_text(encoding="utf-8")
     defined = {cell.strip("*").strip() for table in _tables(text) for row in table[1:] for cell in row[:1] for cell in cell.split(",")}
     assert word in {d.strip("* ") for d in defined}, f"docs/reference/glossary.md does not define {word!r}"
+
+
+def test_the_generated_cli_tables_are_current() -> None:
+    """docs/reference/cli.md's and docs/how-to/benchmark.md's tables equal what the parsers give
+    (`python -m tools.cli_reference` rewrites them after an option changes)."""
+    from tools.cli_reference import main
+
+    assert main(["--check"]) == 0, "run `python -m tools.cli_reference` and commit the docs"

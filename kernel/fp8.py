@@ -36,12 +36,6 @@ def _f32_bits(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
 
 
-def _bits_to_f32(bits: torch.Tensor) -> torch.Tensor:
-    """int64 tensor holding 32-bit patterns -> f32 tensor with those bits."""
-    wrapped = torch.where(bits >= 2**31, bits - 2**32, bits)
-    return wrapped.to(torch.int32).view(torch.float32)
-
-
 def pow2(k: torch.Tensor) -> torch.Tensor:
     """2^k (f64, same device and shape) for integer k in [-1074, 1023], built from its bits, so
     exact on every device (CUDA's double `torch.pow(2.0, k)` is off by one ulp for some k)."""

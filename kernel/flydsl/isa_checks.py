@@ -1,7 +1,7 @@
 """Static checks of the FlyDSL gfx950 kernel's final ISA that pin its algorithm.
 
-`check_kernel(text)` parses one dump (kernel.isa.asm.parse_program), reads the configuration from the
-kernel's symbol name (sparse_mla_fp8ds_gfx950_h{H}_i{0|1}_l{0|1}) and returns a list of
+`check_program(prog)` takes one parsed dump (kernel.isa.asm.parse_program), reads the configuration
+from the kernel's symbol name (sparse_mla_fp8ds_gfx950_h{H}_i{0|1}_l{0|1}) and returns a list of
 `Failure(check, message)`; an empty list means every check passed. The check ids (used by the
 mutation self-test, isa_edits.py, and the table in docs/reference/flydsl-checks.md):
 
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 from kernel.flydsl import isa_expect as E
 from kernel.flydsl import isa_flow as F
-from kernel.isa.asm import OFF, SPECIAL_SGPRS, Instr, Operand, Program, Reg, imm_bits, parse_program, reg_names
+from kernel.isa.asm import OFF, SPECIAL_SGPRS, Instr, Operand, Program, Reg, imm_bits, reg_names
 
 KERNEL_RE = re.compile(r"sparse_mla_fp8ds_gfx950_h(\d+)_i([01])_l([01])")
 RECORD_BYTES = 656
@@ -794,11 +794,6 @@ def check_row_order(k: Kernel) -> list[Failure]:
 
 
 # ================================================================ entry point
-
-
-def check_kernel(text: str) -> list[Failure]:
-    """Every check of this module on one ISA dump (empty list: all pass)."""
-    return check_program(parse_program(text))
 
 
 def check_program(prog: Program) -> list[Failure]:

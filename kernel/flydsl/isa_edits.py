@@ -6,7 +6,7 @@ silently testing nothing). `run_mutations` writes each mutant to a temporary fil
 for the given configurations in a subprocess (several mutants per subprocess, each loaded as its
 own module with its own ISA dump folder; one that kills the process is compiled again alone with
 compile.compile_configs(source=...)), and runs
-every check (compile.check_isa, which includes isa_checks.check_kernel). A mutant is *flagged*
+every check (compile.check_isa, which includes isa_checks.check_program). A mutant is *flagged*
 on a configuration when it compiled and at least one check failed; `expect` names the check ids
 (isa_checks module docstring) the bug is meant to trip, and the self-test requires one of them
 among the failures. A mutant that does not compile would not test the checks, so a compile

@@ -51,10 +51,6 @@ def factory_for(ins: Instr) -> Callable[[Instr, Any], Fn]:
     raise UnknownInstruction(f"unknown opcode {m} (`{ins.text}`, #{ins.index})")
 
 
-def implemented_opcodes() -> list[str]:
-    return sorted(set(SALU) | set(MEM) | set(MFMA) | set(VALU))
-
-
 @dataclass
 class Decoded:
     """Per instruction: the per-wave closure (`code`), the batched closure or None (`bcode`),

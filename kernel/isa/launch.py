@@ -43,10 +43,6 @@ class LaunchStats:
     seconds: float
     findings: list[Finding] = field(default_factory=list)
 
-    @property
-    def instructions_per_second(self) -> float:
-        return self.instructions / self.seconds if self.seconds > 0 else float("nan")
-
 
 Grid = int | tuple[int, int, int]
 

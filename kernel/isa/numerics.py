@@ -28,11 +28,6 @@ def as_f32(bits: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(bits, dtype=np.uint32).view(np.float32)
 
 
-def f32_bits(vals: np.ndarray) -> np.ndarray:
-    """float32 values -> uint32 bits."""
-    return np.ascontiguousarray(vals, dtype=np.float32).view(np.uint32)
-
-
 def round_f64_to_f32(x: np.ndarray) -> np.ndarray:
     """float64 -> float32, RNE (numpy's cast is IEEE RNE with subnormals)."""
     with np.errstate(over="ignore", invalid="ignore"):
@@ -91,11 +86,6 @@ def _e4m3_decode_table() -> np.ndarray:
 E4M3_VALUES = _e4m3_decode_table()  # float64 value of every code (NaN for 0x7F / 0xFF)
 # value of the low byte (row 0) and the high byte (row 1) of every 16-bit word
 E4M3_WORD_VALUES = np.stack([np.tile(E4M3_VALUES, 256), np.repeat(E4M3_VALUES, 256)])
-
-
-def e4m3_to_f64(codes: np.ndarray) -> np.ndarray:
-    """uint8 E4M3 codes -> float64 values (exact)."""
-    return E4M3_VALUES[np.asarray(codes, dtype=np.uint8)]
 
 
 def f32_to_e4m3_arith(x: np.ndarray, saturate: bool = False) -> np.ndarray:
@@ -162,25 +152,6 @@ def f32_to_e4m3(x: np.ndarray, saturate: bool = False) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ f16 / bf16
-
-
-def f32_to_f16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> binary16 bits, RNE (numpy's cast), subnormals kept, overflow -> inf."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.asarray(x, dtype=np.float32).astype(np.float16).view(np.uint16)
-
-
-def f16_bits_to_f64(bits: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(bits, dtype=np.uint16).view(np.float16).astype(np.float64)
-
-
-def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bits, RNE on the bits; NaN -> quiet NaN with the same sign."""
-    b = f32_bits(np.asarray(x, dtype=np.float32)).astype(np.uint64)
-    nan = ((b & 0x7F800000) == 0x7F800000) & ((b & 0x007FFFFF) != 0)
-    rounded = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
-    quiet = ((b >> 16) | 0x40) & 0xFFFF
-    return np.where(nan, quiet, rounded).astype(np.uint16)
 
 
 def bf16_bits_to_f64(bits: np.ndarray) -> np.ndarray:

@@ -66,13 +66,6 @@ def require(cond: bool, ins: Instr, what: str) -> None:
         raise UnknownInstruction(f"`{ins.text}` (#{ins.index}): unsupported {what}")
 
 
-def check_vreg_range(ins: Instr, op: Reg, n_vgpr: int) -> None:
-    if op.file == "a":
-        raise UnknownInstruction(f"`{ins.text}`: AGPR operands are not modelled")
-    if op.file == "v" and op.index + op.count > n_vgpr:
-        raise UnknownInstruction(f"`{ins.text}`: v{op.index + op.count - 1} is beyond .amdhsa_next_free_vgpr ({n_vgpr})")
-
-
 def src32(ins: Instr, op: Operand, flt: bool = False, need: int = 0xF) -> Getter:
     """A 32-bit source as a uint32 lane vector (neg/abs applied when flt)."""
     if isinstance(op, Imm):

@@ -176,10 +176,17 @@ class _Deferred:
         """Raise the first broken check (one host read for the whole call)."""
         if not self.parts or self.messages is None:
             return
+        self.raise_first_of(torch.cat(self.parts).tolist())
+
+    def raise_first_of(self, rows: list[list[float]]) -> None:
+        """raise_first on the host values `rows` of the stacked parts (read by the caller, e.g.
+        with other calls' parts in one host read)."""
+        if self.messages is None:
+            return
         profile = self.profile
         k = len(self.messages)
         gamma_qk = _qk_growth(profile)
-        for row in torch.cat(self.parts).tolist():
+        for row in rows:
             for is_broken, message in zip(row[:k], self.messages, strict=True):
                 if is_broken:
                     raise PreconditionError(message)

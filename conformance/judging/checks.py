@@ -97,13 +97,54 @@ def differential(
     problem = materialize_for(target, recipe)
     require_support(target, problem)
     out, lse = run_valid_call(target, problem, property_name, timeout_s=timeout_s)
+    check_returned_types(target, problem, out, lse, property_name)
+    return judge_call(target, problem, out, lse, property_name, use_target=use_target)
+
+
+def check_returned_types(target: Target, problem: Problem, out: object, lse: object, property_name: str) -> None:
+    """check_types on a call's returned objects: a broken contract is recorded and raised
+    (AssertionError carrying its finding; the same in every mode, not a matter of the bound)."""
+    __tracebackhide__ = _verdict_only
     broken = check_types(problem, out, lse)
-    if broken:  # the same in every mode, and not a matter of the bound
+    if broken:
         finding = Finding(CONTRACT, type_subject(broken), "; ".join(broken))
         record(property_name, target.name, problem, outcome="fail", extra={"mode": "contract", **finding_fields(finding)})
         raise failure(finding)
+
+
+def target_ratios(calls: list[dict[str, Verdict]]) -> None:
+    """hypothesis.target() of each output's err / bound per mode (each call's verdicts by mode):
+    the largest finite value over the calls of one example (Hypothesis takes one value per
+    label and test case)."""
+    best: dict[str, float] = {}
+    for verdicts in calls:
+        for mode, verdict in verdicts.items():
+            for label, value in ((f"out/{mode}", verdict.out_ratio), (f"lse/{mode}", verdict.lse_ratio)):
+                if math.isfinite(value):
+                    best[label] = max(best.get(label, value), value)
+    for label, value in best.items():
+        hypothesis_target(value, label=label)
+
+
+def judge_call(
+    target: Target,
+    problem: Problem,
+    out: torch.Tensor,
+    lse: torch.Tensor | None,
+    property_name: str,
+    judgement: Judgement | None = None,
+    *,
+    use_target: bool = False,
+) -> list[Verdict]:
+    """Judge one call's outputs (types already checked) against the reference and bound in both
+    modes, record each mode's outcome and raise AssertionError with the triaged finding when a
+    mode fails; returns the verdicts (exact-steps first). `judgement`: the call's passing
+    judgement when already computed with other calls' (conformance.judging.many.judge_many);
+    None: judge() here. `use_target`: hypothesis.target() of its err / bound (target_ratios)."""
+    __tracebackhide__ = _verdict_only
     try:
-        judgement = judge(problem, out, lse, target.profile)
+        if judgement is None:
+            judgement = judge(problem, out, lse, target.profile)
         triaged = None if judgement.ok else triage(problem, out, lse, target.profile, judgement)
     except torch.OutOfMemoryError:  # device memory: judges()' affair
         raise
@@ -111,11 +152,9 @@ def differential(
         raise failure(Finding(SUITE_ERROR, "a recipe meant to conform breaks a precondition", str(err)[:300])) from err
     except Exception as err:  # the suite's own judgement failed, not the kernel
         raise failure(Finding(SUITE_ERROR, f"the judgement raised {type(err).__name__}", str(err)[:300])) from err
+    if use_target:
+        target_ratios([judgement.verdicts])
     for mode, verdict in judgement.verdicts.items():
-        if use_target:
-            for label, value in ((f"out/{mode}", verdict.out_ratio), (f"lse/{mode}", verdict.lse_ratio)):
-                if math.isfinite(value):
-                    hypothesis_target(value, label=label)
         extra: dict[str, Any] = {"mode": mode}
         if triaged is not None and not verdict.ok:
             extra.update(finding_fields(triaged.finding))

@@ -19,9 +19,9 @@ The one setting, CONFORMANCE_FAST_PATHS (SETTING):
   `emulated.pv=triton,oracle.products=off`.
 A path whose `needs` include a path the setting turns off is off too (emulated.decode, scores and
 pv run inside the running-state updates' scheme). The paths are PATHS below; `python -m conformance
-fast-paths` prints each one's variant on a device. The environment variables that switched single
-paths before this setting are refused with a one-line ValueError naming the replacement
-(OLD_SETTINGS).
+fast-paths` prints each one's variant on a device. A retired per-path environment variable
+(OLD_SETTINGS: BF16_FUSED_DECODE, EMULATED_TRITON_*, ORACLE_FUSED_*) set in the process is refused
+with a one-line ValueError naming its SETTING entry.
 
 Also the helpers the fast paths share: `interpreting()` (Triton's CPU interpreter asked for),
 `have_triton()`, `same_bits()` and `check_records()` (records covering a key decode's inputs).
@@ -55,7 +55,7 @@ PATHS: dict[str, str] = {
     "oracle.products": "the oracle's float64 products from the records, within the reference's rounding (CUDA DMMA; Triton opt-in)",
 }
 
-# Environment variables read before SETTING: name -> (its path, {old value: new value}; other values: auto).
+# Retired per-path variables: name -> (its path, {its value: the path's SETTING value}; other values: auto).
 OLD_SETTINGS: dict[str, tuple[str, dict[str, str]]] = {
     "BF16_FUSED_DECODE": ("peers.bf16-keys", {"0": OFF}),
     "EMULATED_TRITON_DECODE": ("emulated.decode", {"0": OFF}),

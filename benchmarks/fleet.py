@@ -26,8 +26,9 @@ broken kernel and emulated as the correct one. Parts (--only to run some):
              budget, what each said; then a broken kernel's campaign with the store down, and
              `corpus push` once it is back: entries unpushed, then pushed.
   cost       the suite's differential property on the correct kernel under the fleet profile
-             with the store and without it (one run each, --examples examples): examples per
-             second of Hypothesis's generate phase.
+             with the store and without it (one run each, --examples examples, the same
+             Hypothesis seed and an empty namespace each time, so both judge the same examples):
+             examples per second of Hypothesis's generate phase.
 
 Prints one line per measurement and writes them as JSON (--json). Times are wall seconds of the
 runner processes on this machine (its load included: read them against each other).
@@ -274,28 +275,35 @@ def part_namespace(fleet: Fleet) -> None:
     from conformance.fleet.database import count_examples
 
     broken, correct = fleet.namespace(BROKEN), fleet.namespace(CORRECT)
-    before = count_examples(fleet.store, broken)
+
+    def counts(namespace: Any) -> dict[str, int]:
+        return {"failures": count_examples(fleet.store, namespace, failures_only=True), "all": count_examples(fleet.store, namespace)}
+
+    before = counts(broken)
     c = fleet.folder("namespace-c")
     done, seconds = fleet.pytest(c, CORRECT, fleet.server.url)
-    after = count_examples(fleet.store, broken)
+    after = counts(broken)
     fleet.say(
         "namespace",
         "namespaced",
         {"before": before, "after": after, "exit": done.returncode, "seconds": round(seconds, 1)},
-        f"{CORRECT} runner, namespaced: {BROKEN}'s stored examples {before} -> {after} (exit {done.returncode}, {seconds:.1f} s)",
+        f"{CORRECT} runner, namespaced: {BROKEN}'s stored failures {before['failures']} -> {after['failures']}, "
+        f"examples in all {before['all']} -> {after['all']} (exit {done.returncode}, {seconds:.1f} s)",
     )
     client = fleet.store.client
     for key in client.scan_iter(match=broken.examples_prefix + b"*"):
         client.copy(key, correct.examples_prefix + key[len(broken.examples_prefix) :], replace=True)
-    shared_before = count_examples(fleet.store, correct)
+    shared_before = counts(correct)
     again = fleet.folder("namespace-c-shared")
     done, seconds = fleet.pytest(again, CORRECT, fleet.server.url)
-    shared_after = count_examples(fleet.store, correct)
+    shared_after = counts(correct)
     fleet.say(
         "namespace",
         "one_key_space",
         {"before": shared_before, "after": shared_after, "exit": done.returncode},
-        f"the same run with {BROKEN}'s examples in its own key space (no namespacing): {shared_before} -> {shared_after}",
+        f"the same run with {BROKEN}'s examples in its own key space (no namespacing): stored failures "
+        f"{shared_before['failures']} -> {shared_after['failures']} (examples in all {shared_before['all']} -> {shared_after['all']}: "
+        "its own target-best examples added)",
     )
 
 
@@ -414,7 +422,7 @@ def part_down(fleet: Fleet) -> None:
         assert process.stdout is not None
         for line in process.stdout:
             lines.append(line)
-            if killed_at is None and " PASSED" in line:
+            if killed_at is None and "PASSED" in line:
                 doomed.kill()
                 killed_at = time.monotonic() - started
         code = process.wait(timeout=BACKSTOP_S)
@@ -497,10 +505,15 @@ def part_down(fleet: Fleet) -> None:
 
 
 def part_cost(fleet: Fleet) -> None:
+    """The same examples (one Hypothesis seed, an empty namespace and a fresh local folder each
+    time) with the store and without it."""
     rates = {}
+    correct = fleet.namespace(CORRECT)
     for label, url in (("with the store", fleet.server.url), ("without a store", None)):
+        for key in fleet.store.client.scan_iter(match=correct.examples_prefix + b"*"):
+            fleet.store.client.delete(key)
         folder = fleet.folder(f"cost-{'store' if url else 'local'}")
-        done, seconds = fleet.pytest(folder, CORRECT, url)
+        done, seconds = fleet.pytest(folder, CORRECT, url, "--hypothesis-seed", "1")
         generate = phases(done.stdout).get("generate", {})
         examples = generate.get("passing", 0) + generate.get("failing", 0)
         rate = examples / generate["seconds"] if generate.get("seconds") else 0.0
@@ -510,7 +523,7 @@ def part_cost(fleet: Fleet) -> None:
             label.replace(" ", "_"),
             rates[label],
             f"{CORRECT} under the fleet profile {label}: {examples} examples in {generate.get('seconds')} s of generate phase: "
-            f"{rate:.3f} examples/s",
+            f"{rate:.3f} examples/s (session {seconds:.1f} s)",
         )
 
 

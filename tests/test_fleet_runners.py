@@ -6,8 +6,12 @@ the moment they find it (one killed mid-shrink loses nothing), `corpus collect` 
 one pending entry per failure group and `corpus push` sends what a run could not.
 
 Kept cheap: a tiny differential property (one query row, one head, at most 4 keys) in the pytest
-runners, the catalogue's lse_base2 (lse in log2 units) as the broken kernel, emulated as the
-correct one, on the CPU; no assertion depends on how fast anything runs (timeouts are backstops)."""
+runners; as the broken kernel, a kernel file in each runner's folder that raises on every call
+(its failure costs no reference and little shrinking; the fleet names it by its relative path, so
+every runner's copy shares one namespace; one runner's copy hangs once it shrinks, so that it is
+killed mid-shrink at a known point); emulated as the correct kernel; all on the CPU. The
+catalogue's lse_base2 on the real suite is `python -m benchmarks fleet`'s. No assertion depends
+on how fast anything runs (timeouts are backstops)."""
 
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from conformance.fleet.store import Store, parse_address
 from tests.fleet_server import need_redis_py, redis_server  # noqa: F401 - the fixture
 
 ROOT = Path(__file__).resolve().parents[1]
-BROKEN = "conformance.mutation.catalogue:lse_base2"
+RAISING = "raising_kernel.py:kernel"
 CORRECT = "emulated"
 BACKSTOP_S = 600
 
@@ -55,10 +59,31 @@ def test_tiny_differential(target, recipe):
 '''
 
 
+RAISING_KERNEL = '''
+"""A kernel broken on purpose: every call raises; with RAISING_KERNEL_HANGS set, every call after
+the first hangs instead (a runner stuck while it shrinks its failure, until it is killed)."""
+import os
+import time
+
+CALLS = []
+
+
+def kernel(q, kv_cache, indices, indptr, softmax_scale, *, has_invalid=False, return_lse=False, out=None):
+    CALLS.append(1)
+    if len(CALLS) > 1 and os.environ.get("RAISING_KERNEL_HANGS"):
+        time.sleep(3600)
+    raise RuntimeError("broken on purpose")
+
+
+kernel.profile = "gfx950"
+'''
+
+
 def _runner(tmp_path: Path, name: str) -> Path:
     folder = tmp_path / name
     folder.mkdir()
     (folder / "test_tiny.py").write_text(TINY)
+    (folder / "raising_kernel.py").write_text(RAISING_KERNEL)
     return folder
 
 
@@ -86,29 +111,33 @@ def _reuse_phase(stdout: str) -> str:
 
 
 def _namespace(kernel: str) -> object:
+    """The examples namespace of a runner's kernel (a kernel file: as the fleet names it, by its relative path)."""
+    import hypothesis
     import torch
 
-    from conformance.fleet.namespace import namespace_for
+    from conformance.fleet.namespace import Namespace, device_architecture, namespace_for
     from conformance.judging.target import build_target
 
+    if kernel == RAISING:
+        return Namespace(RAISING, "gfx950", device_architecture(torch.device("cpu")), hypothesis.__version__)
     return namespace_for(kernel, build_target(kernel, device="cpu", check_only=True).profile.name, torch.device("cpu"))
 
 
 def test_a_runner_replays_anothers_failure_and_a_correct_kernel_deletes_none(redis_server: LocalRedis, tmp_path: Path) -> None:  # noqa: F811
     store = Store(parse_address(redis_server.url, "test"))
     a = _runner(tmp_path, "runner-a")
-    first = _pytest(a, BROKEN, redis_server.url, "-k", "tiny")
+    first = _pytest(a, RAISING, redis_server.url, "-k", "tiny")
     assert first.returncode == 1, first.stdout[-3000:]
     assert "examples read and written" in first.stdout and "failures pushed to its inbox" in first.stdout
     assert _reuse_phase(first.stdout) in ("", "0 passing, 0 failing")  # nothing to replay yet
-    stored = count_examples(store, _namespace(BROKEN))  # type: ignore[arg-type]
+    stored = count_examples(store, _namespace(RAISING))  # type: ignore[arg-type]
     assert stored >= 1
     [found_by_a] = _pending(a)
     pulled = inbox.pull(store)
     assert pulled is not None and [r.hash for r in pulled] == [found_by_a.stem] and pulled[0].shrunk
 
     b = _runner(tmp_path, "runner-b")
-    second = _pytest(b, BROKEN, redis_server.url, "-k", "tiny")
+    second = _pytest(b, RAISING, redis_server.url, "-k", "tiny")
     assert second.returncode == 1, second.stdout[-3000:]
     assert _reuse_phase(second.stdout) == "0 passing, 1 failing", second.stdout[-3000:]
     assert [p.name for p in _pending(b)] == [found_by_a.name]  # the same minimal recipe, replayed
@@ -117,7 +146,7 @@ def test_a_runner_replays_anothers_failure_and_a_correct_kernel_deletes_none(red
     c = _runner(tmp_path, "runner-c")
     third = _pytest(c, CORRECT, redis_server.url, "-k", "tiny", CONFORMANCE_FLEET_EXAMPLES="5")
     assert third.returncode == 0, third.stdout[-3000:]
-    assert count_examples(store, _namespace(BROKEN)) == stored  # type: ignore[arg-type]
+    assert count_examples(store, _namespace(RAISING)) == stored  # type: ignore[arg-type]
     assert _reuse_phase(third.stdout) in ("", "0 passing, 0 failing")
 
 
@@ -133,15 +162,14 @@ def test_a_store_lost_mid_session_costs_no_verdict_and_is_said(redis_server: Loc
     assert required.returncode == 4 and "unreachable" in required.stderr and "--conformance-require-shared-store" in required.stderr
 
 
-def _fuzz(folder: Path, store_url: str, shard: str, *args: str) -> list[str]:
-    command = [sys.executable, "-m", "conformance", "fuzz", "--kernel", BROKEN, "--device", "cpu", "--hypothesis-profile", "ci"]
+def _fuzz(folder: Path, store_url: str, shard: str, *args: str, kernel: str = RAISING) -> list[str]:
+    command = [sys.executable, "-m", "conformance", "fuzz", "--kernel", kernel, "--device", "cpu", "--hypothesis-profile", "ci"]
     command += ["--property", "differential", "--max-chunks", "1", "--chunk-examples", "20", "--seconds", "300", "--shard", shard]
     return [*command, "--shared-store", store_url, *args]
 
 
-def _popen(command: list[str], folder: Path) -> subprocess.Popen[str]:
-    folder.mkdir(exist_ok=True)
-    return subprocess.Popen(command, cwd=folder, env=_env(folder), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _popen(command: list[str], folder: Path, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(command, cwd=folder, env=_env(folder, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _summary(folder: Path) -> dict[str, object]:
@@ -156,10 +184,15 @@ def test_sharded_campaigns_push_every_failure_and_collect_makes_one_entry_per_gr
     store = Store(parse_address(redis_server.url, "test"))
     client = store.client
     # shard 2/2 finds the bug and holds its group's lease while shrinking; it is killed mid-shrink
-    killed, survivor = tmp_path / "runner-2", tmp_path / "runner-1"
-    victim = _popen(_fuzz(killed, redis_server.url, "2/2", "--shrink-seconds", "600"), killed)
+    killed, survivor = _runner(tmp_path, "runner-2"), _runner(tmp_path, "runner-1")
+    victim = _popen(_fuzz(killed, redis_server.url, "2/2", "--shrink-seconds", "600", kernel=RAISING), killed, RAISING_KERNEL_HANGS="1")
     give_up = time.monotonic() + BACKSTOP_S
-    while not any(b"shard 2/2" in f for key in client.smembers(inbox.INDEX_KEY) for f in client.smembers(inbox.finders_key(key.decode()))):
+
+    def found_and_leased() -> bool:
+        finders = [f for key in client.smembers(inbox.INDEX_KEY) for f in client.smembers(inbox.finders_key(key.decode()))]
+        return any(b"shard 2/2" in f for f in finders) and bool(client.keys("conformance:failures:*lease:*"))
+
+    while not found_and_leased():
         assert victim.poll() is None and time.monotonic() < give_up, "shard 2/2 ended or found nothing"
         time.sleep(0.05)
     victim.send_signal(signal.SIGKILL)
@@ -173,7 +206,7 @@ def test_sharded_campaigns_push_every_failure_and_collect_makes_one_entry_per_gr
     assert b"shard 2/2" in client.get(lease_key)
     client.pexpire(lease_key, 1)  # its lease runs out: the next finder takes it
 
-    process = _popen(_fuzz(survivor, redis_server.url, "1/2", "--shrink-seconds", "3"), survivor)
+    process = _popen(_fuzz(survivor, redis_server.url, "1/2", "--shrink-seconds", "3", kernel=RAISING), survivor)
     out, err = process.communicate(timeout=BACKSTOP_S)
     assert process.returncode == 1, out[-3000:] + err[-3000:]
     assert _summary(survivor)["seeds"] == [0]  # ci, chunk 0 of shard 1/2 (shard 2/2's is 1)
@@ -190,7 +223,7 @@ def test_sharded_campaigns_push_every_failure_and_collect_makes_one_entry_per_gr
     collected = subprocess.run(
         [sys.executable, "-m", "conformance", "corpus", "collect", "--shared-store", redis_server.url, "--pending", str(pending)]
         + [str(killed / ".conformance"), str(survivor / ".conformance"), "--device", "cpu", "--minimise-seconds", "30"],
-        cwd=tmp_path,
+        cwd=survivor,  # the kernel file's folder: the fleet names it by its path relative to here
         env=_env(tmp_path),
         capture_output=True,
         text=True,
@@ -206,12 +239,12 @@ def test_sharded_campaigns_push_every_failure_and_collect_makes_one_entry_per_gr
 
 def test_a_store_that_never_answers_leaves_the_failures_for_corpus_push(redis_server: LocalRedis, tmp_path: Path) -> None:  # noqa: F811
     need_redis_py()
-    runner = tmp_path / "runner"
+    runner = _runner(tmp_path, "runner")
     with NeverAnswers() as listener:
         url = listener.url + "?socket_timeout=0.5"
         done = subprocess.run(
-            _fuzz(runner, url, "1/1", "--shrink-seconds", "2"),
-            cwd=runner if runner.mkdir() is None else runner,
+            _fuzz(runner, url, "1/1", "--shrink-seconds", "2", kernel=RAISING),
+            cwd=runner,
             env=_env(runner),
             capture_output=True,
             text=True,

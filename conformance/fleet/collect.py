@@ -4,7 +4,8 @@ Sources: the store's inbox (conformance.fleet.inbox: every namespace, or one ker
 runners' artifact folders (a copy of a runner's state folder or pending folder: its pending
 entries and its outbox records, found anywhere under the folder). Steps:
 1. merge: one member per (kernel, numerics profile option, recipe content hash): the finders of
-   every copy, shrunk if any copy is;
+   every copy (a pending entry read from a folder names the folder as its finder only where no
+   runner is recorded for its recipe), shrunk if any copy is;
 2. group: by (kernel, numerics profile, finding group) (conformance.judging.finding: kind and
    subject; a precision failure counts with the wrong results of its subject). A member whose
    finding is not recorded (a pending entry from an artifact folder) gets it by replaying it;
@@ -37,6 +38,8 @@ from conformance.fleet import inbox, lease
 from conformance.fleet.inbox import InboxRecord
 from conformance.fleet.namespace import fleet_kernel_id
 from conformance.fleet.store import Store
+
+ARTIFACT = "artifact "  # the finder of a pending entry read from an artifact folder, when no runner is known for it
 
 
 @dataclass
@@ -149,7 +152,7 @@ def folder_records(folder: Path) -> tuple[list[tuple[InboxRecord, str]], list[st
             entry_json=text,
             finding={},
             shrunk=not provenance.get("unshrunk", False),
-            finders={f"artifact {Path(folder)}"},
+            finders={ARTIFACT + str(Path(folder))},
         )
         records.append((record, str(path)))
     return records, unreadable, crashes
@@ -173,6 +176,10 @@ def merge(found: list[tuple[InboxRecord, str]]) -> list[Member]:
         if record.key:
             member.keys.add(record.key)
         member.sources.add(source)
+    for member in members.values():  # a folder stands for its runner only where no runner is known
+        runners = {f for f in member.record.finders if not f.startswith(ARTIFACT)}
+        if runners:
+            member.record.finders = runners
     return list(members.values())
 
 

@@ -99,13 +99,20 @@ class FailSoftDatabase(ExampleDatabase):
         """Nothing to stop."""
 
 
-def count_examples(store: Store, namespace: Namespace) -> int:
-    """How many example values the store holds under `namespace` (every Hypothesis key: primary,
-    secondary, pareto); -1 when the store does not answer."""
+SUB_KEYS = (b".secondary", b".pareto")  # Hypothesis's keys beside a test's failures: other interesting and target-best examples
+
+
+def count_examples(store: Store, namespace: Namespace, *, failures_only: bool = False) -> int:
+    """How many example values the store holds under `namespace`: every Hypothesis key (a test's
+    failures, its secondary and pareto examples), or with `failures_only` the failures' keys alone
+    (what a later run replays first and deletes when they no longer fail); -1 when the store
+    does not answer."""
 
     def count(client: Any) -> int:
         total = 0
         for key in client.scan_iter(match=namespace.examples_prefix + b"*", count=1000):
+            if failures_only and key.endswith(SUB_KEYS):
+                continue
             if client.type(key) == b"set":
                 total += int(client.scard(key))
         return total

@@ -44,7 +44,7 @@ from kernel import fastpath
 
 Outcome = tuple[torch.Tensor, ...] | str
 WITHIN_ROUNDING = {"oracle.products"}  # self-checked within the reference's rounding, not bit for bit
-OWNERS = ("kernel.emulated.gfx950", "kernel.peers.bf16_key_decode", "oracle.key_decode", "oracle.fused_products")
+OWNERS = ("kernel.emulated.gfx950", "kernel.peers.bf16_key_decode", "oracle.rows", "oracle.fused_products")
 
 
 def register_all() -> dict[str, fastpath.FastPath]:

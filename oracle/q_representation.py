@@ -4,7 +4,7 @@
 e = the f32 biased exponent of amax (0 for zero or subnormal amax), the E8M0 byte
 s = max(e - 7, 5) (so the lo part's byte s - 5 is never below 0), x = q * 2^(127 - s),
 hi = e4m3(RNE(x)), lo = e4m3(RNE((x - hi) * 32)), q_hat = (hi + lo / 32) * 2^(s - 127).
-The 64 rope dims stay bf16 (exact). Written independently of kernel.backends.emulated; both use the
+The 64 rope dims stay bf16 (exact). Written independently of kernel.emulated; both use the
 exhaustively tested codec in kernel.fp8 (the oracle its value rounding round_e4m3, held to the codec).
 """
 

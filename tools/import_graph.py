@@ -16,8 +16,10 @@ with `ast` (imports inside functions count too: a lazy import is still a depende
   oracle computes the reference, the harness calls the kernel;
 - the core imports no front end (conformance.suite, conformance.cli, conformance.mutation, and the
   developer front ends benchmarks and tools, which nothing else imports), and front ends do not
-  import each other, with one allowed edge: the command line (conformance.cli) runs the mutation
-  score (conformance.mutation) for its `mutation-score` subcommand; conformance.__main__ starts
+  import each other, with these allowed edges: the command line (conformance.cli) runs the mutation
+  score (conformance.mutation) for its `mutation-score` subcommand; tools.cli_reference reads the
+  command line's parsers, the suite's options and the benchmark routines to write their reference
+  tables (tools -> conformance.cli, conformance.suite, benchmarks); conformance.__main__ starts
   the command line (benchmarks that run the command line do so in a subprocess or through runpy:
   not an import edge);
 - inside the core, packages import downward only: durability (rank 0) <- judging (1) <- records
@@ -42,7 +44,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("kernel", "oracle", "strategies", "conformance", "benchmarks", "tools")
 FRONT_ENDS = ("conformance.suite", "conformance.cli", "conformance.mutation", "benchmarks", "tools")
 ENTRY_POINTS = {"conformance.__main__"}
-ALLOWED_FRONT_END_EDGES = {("conformance.cli", "conformance.mutation")}
+ALLOWED_FRONT_END_EDGES = {
+    ("conformance.cli", "conformance.mutation"),
+    ("tools", "conformance.cli"),
+    ("tools", "conformance.suite"),
+    ("tools", "benchmarks"),
+}
 LAYER = {"kernel": 0, "oracle": 1, "strategies": 1, "conformance": 2, "benchmarks": 3, "tools": 3}
 KERNEL_FAMILIES = ("kernel.emulated", "kernel.peers", "kernel.flydsl", "kernel.isa")
 FAMILY_EDGES = {("kernel.flydsl", "kernel.isa")}

@@ -1,5 +1,5 @@
 """Independent correct kernels: written from the contract and the seed's documentation, sharing no
-code with kernel.backends.emulated or the oracle. Each declares the numerics profile that
+code with kernel.emulated or the oracle. Each declares the numerics profile that
 describes it (a `profile` attribute holding an oracle.profiles.NumericsProfile).
 
 - `float64_torch`: float64 throughout, out = ref.to(torch.bfloat16) (torch rounds f64 -> f32 -> bf16)

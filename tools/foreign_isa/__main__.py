@@ -5,7 +5,7 @@ Nothing of those kernels is kept in this repository: give the command paths to c
 fetched (ROCm/aiter at a commit that has the kernel, ROCm/FlyDSL); each target below is a recipe
 that imports one kernel module from such a checkout and calls its builder with placeholder CPU
 tensors, so that flydsl compiles it (COMPILE_ONLY=1 ARCH=gfx950, cache off, final ISA dumped;
-ld.lld from kernel.backends.flydsl.compile.ensure_toolchain). Each target compiles in its own
+ld.lld from kernel.flydsl.compile.ensure_toolchain). Each target compiles in its own
 subprocess (a failed lowering aborts it).
 
     python -m tools.foreign_isa compile --checkout PATH [--checkout PATH ...] --out DIR \\
@@ -213,7 +213,7 @@ def _worker(target: str, checkout: str, compat: str) -> int:
 def compile_targets(checkouts: list[Path], out: Path, compat: list[str], only: set[str] | None) -> list[dict]:
     """Compile every target found in a checkout (first checkout that has its file wins) into
     out/<target>.s; returns one record per target (name, checkout, seconds, error)."""
-    from kernel.backends.flydsl.compile import compile_env, ensure_toolchain
+    from kernel.flydsl.compile import compile_env, ensure_toolchain
 
     rocm = ensure_toolchain()
     out.mkdir(parents=True, exist_ok=True)
@@ -243,7 +243,7 @@ def compile_targets(checkouts: list[Path], out: Path, compat: list[str], only: s
         hits = sorted(dump.glob("*/*final_isa.s"))
         rec = {"target": name, "checkout": str(src), "seconds": round(time.perf_counter() - t0, 1), "kernels": []}
         if res.returncode != 0 and not hits:
-            from kernel.backends.flydsl.devicelibs import undefined_in_dump
+            from kernel.flydsl.devicelibs import undefined_in_dump
 
             missing = undefined_in_dump(dump)
             last = (res.stderr.strip().splitlines() or ["(no output)"])[-1][:300]

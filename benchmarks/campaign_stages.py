@@ -18,9 +18,11 @@ Stages (cumulative time of the functions that do them):
     write-ahead + watchdog  the write-ahead file (wal.in_flight) and the call's time limit
                  (watchdog.limit_call): run_kernel's two context managers
     progress     conformance.judging.progress.tick
-    oracle+bound oracle.bound.evaluate_modes (reference and a-priori bound, both modes)
+    oracle+bound oracle.bound.evaluate_modes (reference and a-priori bound, both modes; with --timers
+                 also oracle.batch.evaluate_many, several calls' at once)
       of which gather  oracle.rows.gather_bound_batch (records gathered and decoded)
-    compare      conformance.judging.harness._compare_modes (errors against the bound: compare and judge)
+    compare      conformance.judging.harness._compare_modes (errors against the bound: compare and judge;
+                 with --timers also conformance.judging.many._compare, several calls' at once)
     preconditions check  oracle.preconditions.check_call (the preconditions property's findings
                  before its kernel call)
     record       conformance.judging.harness.record (the run folder's example log)
@@ -106,7 +108,9 @@ TIMED: tuple[tuple[str, str, str], ...] = (
     ("input guard", "conformance.durability.input_guard", "snapshot"),
     ("input guard", "conformance.durability.input_guard", "InputSnapshot.changes"),
     ("oracle+bound", "oracle.bound", "evaluate_modes"),
+    ("oracle+bound", "oracle.batch", "evaluate_many"),
     ("compare", "conformance.judging.harness", "_compare_modes"),
+    ("compare", "conformance.judging.many", "_compare"),
     ("preconditions check", "oracle.preconditions", "check_call"),
     ("record", "conformance.judging.harness", "record"),
     ("coverage", "conformance.records.coverage", "Coverage.add"),
@@ -119,6 +123,8 @@ TIMED: tuple[tuple[str, str, str], ...] = (
     ("hypothesis target()", "hypothesis.control", "target"),
     ("judging glue", "conformance.judging.checks", "differential"),
     ("judging glue", "conformance.judging.checks", "violation_run"),
+    ("judging glue", "conformance.judging.batch", "differential_batch"),
+    ("judging glue", "conformance.judging.batch", "violation_batch"),
     ("set-up (coverage classes)", "conformance.campaign.fuzz", "fuzz_reachable"),
     ("minimise (after shrinking)", "conformance.campaign.fuzz", "_minimise_failure"),
     ("hypothesis: generate", "hypothesis.internal.conjecture.engine", "ConjectureRunner.generate_new_test_cases"),

@@ -41,6 +41,18 @@ pushes the shrunk entry (the unshrunk file leaves its pending folder) and marks 
 runner that does not get the lease stops that chunk's shrinking at once and goes on searching
 (what it found is in the inbox, with it as finder). A runner killed at any point has saved and
 pushed (or queued) every failure it had seen.
+
+Several recipes per example (`recipes_per_example` > 1, `fuzz --recipes-per-example N`): an
+example draws a list of 1 to N recipes of its property, each drawn as alone and each its own
+kernel call (the calls' shapes are the recipes' own), judged together around the calls
+(conformance.judging.batch: one reference-and-bound pass, one comparison, each call's numbers bit
+for bit its own); the first failing recipe fails the example with the failure it fails with
+alone, and Hypothesis shrinks the list by dropping recipes down to that one, which is what is
+saved and replayed. The counters (examples, pass, fail, coverage) count recipes judged; the
+chunks' sizes count examples. Hypothesis builds most examples by mutating an earlier one (a span
+copied over another), which for a list repeats its other recipes: a recipe that already passed
+is not judged again (Campaign.repeats counts them; one recipe per example repeats about 6% of
+its recipes, a list of up to 16 about half).
 """
 
 from __future__ import annotations
@@ -153,6 +165,8 @@ class Campaign:
     shrinking: bool = False
     stopped: str = ""
     known_failures: int = 0
+    repeats: int = 0  # recipes an example drew again after they had passed, not judged again (recipes_per_example > 1)
+    passed: set[str] = field(default_factory=set)  # content hashes of the recipes that passed (recipes_per_example > 1)
     finished: float | None = None  # when the search (and shrinking) ended; the run report comes after
     cpu_finished: float | None = None  # process CPU time then
 
@@ -192,6 +206,7 @@ class Campaign:
         )
 
 
+RECIPES_PER_EXAMPLE = 1  # `fuzz --recipes-per-example`'s default: one recipe per example (module docstring)
 HUNG_GRACE_S = 5.0  # seconds a call may run past the budget before it counts as hung
 
 
@@ -287,6 +302,7 @@ def campaign(
     shard: Any = None,
     seed_base: int | None = None,
     fleet: Any = None,
+    recipes_per_example: int = 1,
 ) -> Campaign:
     """Run the campaign (see the module docstring) into `state` (its counters and failures stay
     valid when the campaign is interrupted); returns `state`. `chunk_examples`: the examples of
@@ -294,17 +310,25 @@ def campaign(
     chunks even with budget left (a campaign bounded by its examples, not by the clock: at most
     the sum of those chunks' chunk_size). `shard` (conformance.fleet.shards.Shard) and
     `seed_base`: the seed stream (chunk_seed); `fleet` (conformance.fleet.runner.FleetRunner):
-    failures pushed to the store's inbox and shrunk under a lease (module docstring)."""
+    failures pushed to the store's inbox and shrunk under a lease (module docstring).
+    `recipes_per_example` > 1: each example draws 1 to that many recipes of its property
+    (strategies.hypothesis_recipes.recipe_lists), each its own kernel call, judged together
+    (conformance.judging.batch); the counters count recipes judged, the chunks count examples
+    (module docstring, "Several recipes per example")."""
     from hypothesis import HealthCheck, Verbosity, given, seed, settings
     from hypothesis import strategies as st
     from hypothesis.errors import HypothesisException
 
+    from conformance.judging.batch import differential_batch, violation_batch
     from conformance.judging.checks import differential, violation_run
     from conformance.judging.finding import finding_of
     from conformance.judging.hypothesis_profiles import PROFILES
     from conformance.records.corpus import save_entry
     from conformance.records.replay import failure_signature
+    from strategies.hypothesis_recipes import recipe_lists
 
+    if recipes_per_example < 1:
+        raise ValueError(f"recipes_per_example must be >= 1, got {recipes_per_example}")
     strategies: dict[str, Any] = {}
     configured_timeout = call_timeout_s()
     base = PROFILES[hypothesis_profile]
@@ -329,7 +353,10 @@ def campaign(
 
     def body(data: Any) -> None:
         prop = data.draw(st.sampled_from(properties), label="property")
-        recipe = data.draw(strategies[prop], label="recipe")
+        if recipes_per_example > 1:
+            drawn = data.draw(strategies[prop], label="recipes")
+        else:
+            drawn = [data.draw(strategies[prop], label="recipe")]
         if time.monotonic() >= stop_at[0]:
             # the chunk stops here (the failures seen so far are in chunk_failures); only after
             # the draws: a test case that draws less when time is up than the same choices drew
@@ -339,26 +366,46 @@ def campaign(
         # no call may outlive the budget: the per-call limit shrinks to what is left (+ grace)
         left = max(HUNG_GRACE_S, stop_at[0] - time.monotonic() + HUNG_GRACE_S)
         call_limit = min(configured_timeout or left, left)
+        if recipes_per_example > 1:  # Hypothesis repeats most of a list's recipes in the examples it mutates from it
+            fresh = [r for r in drawn if _hash(r) not in state.passed]
+            state.repeats += len(drawn) - len(fresh)
+            drawn = fresh
+        if not drawn:
+            return  # every recipe of the example passed before
         judged_before, started = state.examples[prop], time.monotonic()
-        try:
+        recipe = drawn[0]  # the recipe a failure is charged to: the failing one, once known (_failed_recipe)
+
+        def judged(passed: Any, result: Any) -> None:
+            """Count one recipe that passed (a differential's verdicts, or a violation observed)."""
             if prop == "preconditions":
-                violation_run(target, recipe, name, timeout_s=call_limit)
                 state.outcomes[prop]["observed"] += 1
             else:
-                for verdict, mode in zip(
-                    differential(target, recipe, name, timeout_s=call_limit), ("exact-steps", "float64"), strict=False
-                ):
+                for verdict, mode in zip(result, ("exact-steps", "float64"), strict=False):
                     for output, value in (("out", verdict.out_ratio), ("lse", verdict.lse_ratio)):
                         key = f"{output}/{mode}"
                         state.max_ratio[key] = max(state.max_ratio[key], value)
                 state.outcomes[prop]["pass"] += 1
             state.examples[prop] += 1
+            coverage.add(passed)
+            if recipes_per_example > 1:
+                state.passed.add(_hash(passed))
+
+        try:
+            if recipes_per_example > 1:  # one kernel call per recipe, judged together (conformance.judging.batch)
+                batch = violation_batch if prop == "preconditions" else differential_batch
+                batch(target, drawn, name, timeout_s=call_limit, on_judged=judged)
+            elif prop == "preconditions":
+                judged(recipe, violation_run(target, recipe, name, timeout_s=call_limit))
+            else:
+                judged(recipe, differential(target, recipe, name, timeout_s=call_limit))
         except HypothesisException:
             raise  # a rejection (the backend does not take the call): not an example
         except KernelHung as err:
             # not shrunk (every candidate could hang for the whole limit): saved as found, campaign over
+            recipe = _failed_recipe(err, recipe)
             state.examples[prop] += 1
             state.outcomes[prop]["fail"] += 1
+            coverage.add(recipe)
             message = str(err)
             hung_failure = Failure(prop, recipe, message, failure_signature(message), time.monotonic())
             hung_failure.finding = finding_of(err).to_json_dict()
@@ -366,8 +413,10 @@ def campaign(
             state.stopped = f"a kernel call hung ({message}); the campaign stops"
             raise
         except Exception as err:
+            recipe = _failed_recipe(err, recipe)
             state.examples[prop] += 1
             state.outcomes[prop]["fail"] += 1
+            coverage.add(recipe)
             message = f"{type(err).__name__}: {err}" if not isinstance(err, AssertionError) else str(err)
             key = failure_signature(message)  # the same failure through two properties is one failure
             if key in state.failures and key not in chunk_failures:
@@ -393,7 +442,6 @@ def campaign(
         finally:
             if state.examples[prop] > judged_before:  # an example (passing or failing), not a rejection
                 state.seconds[prop] += time.monotonic() - started
-                coverage.add(recipe)
             progress.show(state.status(budget_s))
 
     stream = {} if (shard is None or not shard.sharded) and seed_base is None else {"shard": shard, "seed_base": seed_base}
@@ -407,6 +455,8 @@ def campaign(
         chunk_failures.clear()
         strategies.clear()
         strategies.update(_fuzz_strategies(target, properties, chunk - 1))
+        if recipes_per_example > 1:
+            strategies.update({prop: recipe_lists(made, recipes_per_example) for prop, made in strategies.items()})
         stop_at[0] = deadline
         state.shrinking = False
 
@@ -500,6 +550,15 @@ def _first_seen(failure: Failure, target: Any, fleet: Any, *, save: bool, lease_
         failure.fleet.append(f"fleet: {type(err).__name__}: {err}")
 
 
+def _failed_recipe(err: BaseException, default: Any) -> Any:
+    """The recipe a failure carries (conformance.judging.target.judged_recipe): which of an
+    example's recipes failed; `default` when it carries none."""
+    from conformance.judging.target import judged_recipe
+
+    judged = judged_recipe(err)
+    return judged.recipe if judged is not None else default
+
+
 def _minimise_failure(target: Any, failure: Failure, budget_s: float, progress: ProgressLine) -> None:
     """Shrink Hypothesis's result further with the greedy passes of conformance.records.minimise (the
     Hypothesis shrink of a large example may be cut by its time window)."""
@@ -573,6 +632,8 @@ def format_summary(
     lines.append("  largest err/bound of passing examples: " + ", ".join(f"{k} {v:.3g}" for k, v in state.max_ratio.items()))
     if state.known_failures:
         lines.append(f"  {state.known_failures} further example(s) failed the same way as a failure already saved (not shrunk again)")
+    if state.repeats:
+        lines.append(f"  {state.repeats} recipe(s) drawn again after they had passed were not judged again (not counted as examples)")
     if state.stopped:
         lines.append(f"  {state.stopped}")
     if state.failures:
@@ -630,7 +691,7 @@ def summary_json(
     chunk_examples (per chunk, its max_examples: chunk_size), examples, examples_per_s
     (overall), cpu_s and examples_per_cpu_s (this process's CPU time),
     per_property {prop: examples, pass, fail, observed, seconds (judging), examples_per_s},
-    failures (distinct), known_failures, stopped, exit_code, shard ("i/n"), seed_base (None:
+    failures (distinct), known_failures, repeats (recipes not judged again), stopped, exit_code, shard ("i/n"), seed_base (None:
     random seeds), fleet (None, or {store, down, reason, pushed, queued, unpushed}), features {family: title, hit,
     reachable, counts per reachable class, never_hit, not_drawable, outside}
     (conformance.records.coverage.Coverage.to_json), summary_lines (the examples/s, coverage
@@ -664,6 +725,7 @@ def summary_json(
         },
         "failures": len(state.failures),
         "known_failures": state.known_failures,
+        "repeats": state.repeats,
         "stopped": state.stopped,
         "exit_code": exit_code,
         "shard": str(shard) if shard is not None else "1/1",

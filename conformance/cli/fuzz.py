@@ -70,7 +70,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conformance.campaign.fuzz import PROPERTIES, Campaign, ProgressLine, campaign, format_summary, fuzz_reachable, summary_json
+from conformance.campaign.fuzz import (
+    PROPERTIES,
+    RECIPES_PER_EXAMPLE,
+    Campaign,
+    ProgressLine,
+    campaign,
+    format_summary,
+    fuzz_reachable,
+    summary_json,
+)
 from conformance.cli import print_result
 from conformance.cli.args import add_kernel_option, non_negative_int, positive_float, positive_int
 from conformance.durability.state import RUN_ID_ENV, current_run_dir, pending_dir
@@ -133,6 +142,15 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="N",
         help="stop after N chunks even with budget left (a campaign bounded by its examples: the sum of the N chunks' examples)",
+    )
+    p.add_argument(
+        "--recipes-per-example",
+        dest="recipes_per_example",
+        type=positive_int,
+        default=RECIPES_PER_EXAMPLE,
+        metavar="N",
+        help=f"each example draws 1 to N recipes, one kernel call each, judged together; a recipe that passed is not judged "
+        f"again (default {RECIPES_PER_EXAMPLE}: one recipe per example)",
     )
     p.add_argument("--no-save", action="store_true", help="do not write failures to the pending corpus (report them only)")
     p.add_argument(
@@ -259,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
                 shard=shard,
                 seed_base=args.seed_base,
                 fleet=fleet,
+                recipes_per_example=args.recipes_per_example,
             )
         except KeyboardInterrupt:
             interrupted = True

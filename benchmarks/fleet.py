@@ -23,12 +23,15 @@ broken kernel and emulated as the correct one. Parts (--only to run some):
   down       the store killed mid-session (a pytest runner of the correct kernel, the store
              SIGKILLed once its first test has passed) and a listener that never answers (a
              correct kernel's fuzz campaign with a budget): exit codes, seconds against the
-             budget, what each said; then a broken kernel's campaign with the store down, and
-             `corpus push` once it is back: entries unpushed, then pushed.
+             budget beside the same campaign with no store, what each said; then a broken
+             kernel's campaign with the store down, and `corpus push` once it is back: entries
+             unpushed, then pushed.
   cost       the suite's differential property on the correct kernel under the fleet profile
              with the store and without it (one run each, --examples examples, the same
              Hypothesis seed and an empty namespace each time, so both judge the same examples):
-             examples per second of Hypothesis's generate phase.
+             examples per second of Hypothesis's generate phase, the store's commands per example
+             (its own count) and the round trip of one command: the store's cost per example
+             without the machine's load in it.
 
 Prints one line per measurement and writes them as JSON (--json). Times are wall seconds of the
 runner processes on this machine (its load included: read them against each other).
@@ -439,7 +442,20 @@ def part_down(fleet: Fleet) -> None:
         )
     finally:
         doomed.stop()
-    # a listener that never answers: a correct kernel's campaign with a budget
+    # a listener that never answers: a correct kernel's campaign with a budget, beside the same
+    # campaign (ci seeds: the same examples) with no store, which overruns its budget as much
+    # (a chunk stops once its example in flight is judged)
+    folder = fleet.folder("down-no-store")
+    command = [a for a in fleet.fuzz(folder, CORRECT, "unused") if a not in ("--shared-store", "unused")]
+    subprocess.run(command, cwd=folder, env=fleet.env(folder), capture_output=True, text=True, timeout=BACKSTOP_S)
+    baseline = json.loads(next((folder / ".conformance" / "runs").glob("fuzz-*/fuzz-summary.json")).read_text())
+    fleet.say(
+        "down",
+        "no_store_baseline",
+        {"campaign_s": baseline["seconds"], "examples": baseline["examples"], "budget_s": fleet.fuzz_seconds},
+        f"the same {CORRECT} campaign with no store: campaign {baseline['seconds']:.1f} s of a {fleet.fuzz_seconds:g} s budget, "
+        f"{baseline['examples']} examples",
+    )
     with NeverAnswers() as listener:
         folder = fleet.folder("down-never-answers")
         started = time.monotonic()
@@ -461,6 +477,7 @@ def part_down(fleet: Fleet) -> None:
                 "said": said,
             },
             f"listener that never answers, {CORRECT} campaign: exit {done.returncode}, campaign {summary['seconds']:.1f} s "
+            f"({summary['examples']} examples) "
             f"of a {fleet.fuzz_seconds:g} s budget ({seconds:.1f} s with start-up); said: {said[0] if said else '-'}",
         )
     # a broken kernel's campaign with the store down, then corpus push once it is back
@@ -506,25 +523,47 @@ def part_down(fleet: Fleet) -> None:
 
 def part_cost(fleet: Fleet) -> None:
     """The same examples (one Hypothesis seed, an empty namespace and a fresh local folder each
-    time) with the store and without it."""
+    time) with the store and without it; and what the store did for them: its commands per
+    example and the round trip of one command from this machine."""
     rates = {}
     correct = fleet.namespace(CORRECT)
+    client = fleet.store.client
     for label, url in (("with the store", fleet.server.url), ("without a store", None)):
-        for key in fleet.store.client.scan_iter(match=correct.examples_prefix + b"*"):
-            fleet.store.client.delete(key)
+        for key in client.scan_iter(match=correct.examples_prefix + b"*"):
+            client.delete(key)
         folder = fleet.folder(f"cost-{'store' if url else 'local'}")
+        before = int(client.info("stats")["total_commands_processed"])
         done, seconds = fleet.pytest(folder, CORRECT, url, "--hypothesis-seed", "1")
+        commands = int(client.info("stats")["total_commands_processed"]) - before - 1
         generate = phases(done.stdout).get("generate", {})
         examples = generate.get("passing", 0) + generate.get("failing", 0)
         rate = examples / generate["seconds"] if generate.get("seconds") else 0.0
-        rates[label] = {"examples": examples, "seconds": generate.get("seconds"), "examples_per_s": round(rate, 3), "exit": done.returncode}
+        rates[label] = {
+            "examples": examples,
+            "seconds": generate.get("seconds"),
+            "examples_per_s": round(rate, 3),
+            "store_commands": commands,
+            "exit": done.returncode,
+        }
         fleet.say(
             "cost",
             label.replace(" ", "_"),
             rates[label],
             f"{CORRECT} under the fleet profile {label}: {examples} examples in {generate.get('seconds')} s of generate phase: "
-            f"{rate:.3f} examples/s (session {seconds:.1f} s)",
+            f"{rate:.3f} examples/s (session {seconds:.1f} s; {commands} store commands)",
         )
+    started = time.perf_counter()
+    for _ in range(2000):
+        client.sismember(correct.examples_prefix + b"probe", b"x")
+    round_trip_ms = (time.perf_counter() - started) / 2000 * 1e3
+    per_example = rates["with the store"]["store_commands"] / max(1, rates["with the store"]["examples"])
+    fleet.say(
+        "cost",
+        "store_per_example",
+        {"commands_per_example": round(per_example, 2), "round_trip_ms": round(round_trip_ms, 4)},
+        f"the store's part: {per_example:.2f} commands per example x {round_trip_ms:.3f} ms per command "
+        f"= {per_example * round_trip_ms:.3f} ms per example",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

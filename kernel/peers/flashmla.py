@@ -186,7 +186,8 @@ class FlashMLACall:
 
     def finish(self, out: torch.Tensor | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """out[:, 0, :H] (into `out=` when given), lse [:, 0, :H] with +inf -> -inf (module docstring)."""
-        assert self.raw is not None, "finish() before run()"
+        if self.raw is None:
+            raise RuntimeError("finish() before run(): the prepared call has no kernel outputs yet")
         out_raw, lse_raw = self.raw
         result = copy_out(out_raw.reshape(self.n_q, -1, LATENT_DIM)[:, : self.heads], out)
         lse = map_lse(lse_raw, self.n_q, self.heads) if return_lse else None

@@ -107,7 +107,8 @@ class PrefillCall:
 
     def finish(self, out: torch.Tensor | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """out[:, :H] (into `out=` when given), lse [:, :H] with +inf -> -inf."""
-        assert self.raw is not None, "finish() before run()"
+        if self.raw is None:
+            raise RuntimeError("finish() before run(): the prepared call has no kernel outputs yet")
         out_raw, _max_logits, lse_raw = self.raw
         result = copy_out(out_raw.view(self.n_q, -1, LATENT_DIM)[:, : self.heads], out)
         return result, (map_lse(lse_raw, self.n_q, self.heads) if return_lse else None)

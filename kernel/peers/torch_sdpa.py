@@ -122,7 +122,8 @@ class SdpaCall:
 
     def finish(self, out: torch.Tensor | None, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """out (into `out=` when given) and lse, with out 0 and lse -inf for rows without a key."""
-        assert self.raw is not None, "finish() before run()"
+        if self.raw is None:
+            raise RuntimeError("finish() before run(): the prepared call has no kernel outputs yet")
         got, lse = self.raw
         n_q, heads = self.q4.shape[0], self.q4.shape[2]
         result = copy_out(got.view(n_q, heads, LATENT_DIM).masked_fill(self.no_key.view(n_q, 1, 1), 0.0), out)

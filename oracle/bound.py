@@ -282,9 +282,10 @@ def _chunk_stats(
     mode), stacked per group of `groups` (indices into q_refs; default: all in one group).
     `code_table` is _abs_code_table; rep.terms is expected as f32 (see evaluate_modes).
 
-    Consumes chunk.keys and chunk.values: once the scores and each mode's reference out are
-    formed they are overwritten with |K| and |V| in place (the same values and layouts as
-    keys.abs() and values.abs(), without two more [R, L, 576 or 512] tensors).
+    Consumes chunk.keys and chunk.values: once the scores, each mode's reference out and V's
+    range are formed they are overwritten with |K| and |V| in place (the same values and layouts
+    as keys.abs() and values.abs(), without two more [R, L, 576 or 512] tensors; values that are
+    a view of keys, oracle.rows.BoundChunk, come out of keys' abs).
     `checks` given: the per-row maxima of the f32-range check are appended to it (_Deferred)
     instead of being read back here."""
     keys = chunk.keys
@@ -296,6 +297,7 @@ def _chunk_stats(
     if groups is None:
         groups = (tuple(range(len(q_refs))),) if q_refs else ()
     scores = tuple(_mode_scores(tuple(q_refs[m] for m in group), chunk, keys_t, sigma) for group in groups)
+    v_range = _value_range(values, chunk)  # before keys' abs: values may be a view of keys
     nonzero_keys = (keys != 0).to(torch.float32).transpose(1, 2)
     keys_abs_t = keys.abs_().transpose(1, 2)
     # QK accumulation (TOLERANCES.md section 1): k = qk.roundings(m, I) + product roundings per key,
@@ -314,19 +316,7 @@ def _chunk_stats(
         q_l1 = rep.magnitude[chunk.rows].sum(dim=-1, keepdim=True)  # [R, H, 1]
         k_l1 = keys_abs_t.sum(dim=1, keepdim=True)  # [R, 1, L]
         qk_flush = abs(sigma) * profile.flush_floor * (q_l1 + k_l1 + 2 * nonzero + 2)
-    if chunk.all_valid:
-        v_range = (values.amax(dim=1) - values.amin(dim=1)).unsqueeze(1)
-    else:
-        # the valid slots' max and min: masked slots hold +0, which -inf (+inf) replaces by an
-        # addition (x + -0.0 is x for every x, -0 and NaN included), the two passes sharing
-        # one buffer
-        v_mask = chunk.valid.unsqueeze(-1)
-        buffer = torch.add(values, torch.where(v_mask, -0.0, float("-inf")).to(values.dtype))
-        v_max = buffer.amax(dim=1)
-        torch.add(values, torch.where(v_mask, -0.0, float("inf")).to(values.dtype), out=buffer)
-        v_range = (v_max - buffer.amin(dim=1)).unsqueeze(1)
-        del buffer
-    values_abs = values.abs_()
+    values_abs = values if _shares_memory(values, keys) else values.abs_()
     abs_code_sum = None
     if profile.p_format in ("fp16_scaled", ANY16_P):
         # sum_i |code_i|: every partial sum is a multiple of 2^-9 below 2^53 2^-9, so the f64 sum
@@ -362,6 +352,24 @@ def _chunk_stats(
     return stats
 
 
+def _value_range(values: torch.Tensor, chunk: BoundChunk) -> torch.Tensor:
+    """[R, 1, 512]: max - min of V over each row's valid slots."""
+    if chunk.all_valid:
+        return (values.amax(dim=1) - values.amin(dim=1)).unsqueeze(1)
+    # the valid slots' max and min: masked slots hold +0, which -inf (+inf) replaces by an
+    # addition (x + -0.0 is x for every x, -0 and NaN included), the two passes sharing one buffer
+    v_mask = chunk.valid.unsqueeze(-1)
+    buffer = torch.add(values, torch.where(v_mask, -0.0, float("-inf")).to(values.dtype))
+    v_max = buffer.amax(dim=1)
+    torch.add(values, torch.where(v_mask, -0.0, float("inf")).to(values.dtype), out=buffer)
+    return (v_max - buffer.amin(dim=1)).unsqueeze(1)
+
+
+def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether a is a view into b's storage."""
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
 #: exp arguments above this are treated as overflowing (e^690 ~ 1e299 < f64 max)
 _EXP_CAP = 690.0
 
@@ -377,22 +385,27 @@ def _exp_or_inf(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x > _EXP_CAP, torch.full_like(x, float("inf")), torch.exp(x.clamp_max(_EXP_CAP)))
 
 
+def _bf16_spacing(y: torch.Tensor) -> torch.Tensor:
+    """f64 2^(max(e, -125) - 8) for f64 y with frexp exponent e (y = m 2^e, m in [0.5, 1)): the
+    bf16 spacing at |y|. e is read from the bits: the exponent field minus 1022 for every normal
+    y; a subnormal y (e <= -1022 either way) clamps to -125 as frexp's does; for zero, inf and NaN
+    (frexp's e 0, the field's -1022 or 1025) the spacing is any finite power of two, which leaves
+    round_bf16 and truncate_bf16 of them unchanged. The power of two is always normal, so its bits
+    are built directly: (max(field, 897) - 7) << 52."""
+    field = (y.view(torch.int64) >> 52) & 0x7FF
+    return ((field.clamp_min(1022 - 125) - (1022 - 1023 + 8)) << 52).view(torch.float64)
+
+
 def round_bf16(y: torch.Tensor) -> torch.Tensor:
     """One round-to-nearest-even of f64 values to bf16 (8 significant bits, subnormal spacing
     2^-133), returned as f64. Exact: torch's own f64 -> bf16 cast rounds twice (through f32)."""
-    _, exponent = torch.frexp(y)
-    # spacing 2^(max(e, -125) - 8): the exponent is clamped to [-125, 1031] (a no-op for finite y,
-    # whose frexp exponent is at most 1024; a non-finite y gets an unspecified exponent, and
-    # pow2 clamps its argument at 1023 as this upper clamp does), so the power of two is always
-    # normal and its bits can be built directly: the value of pow2(exponent.clamp_min(-125) - 8)
-    spacing = ((exponent.clamp(-125, 1031).to(torch.int64) + (1023 - 8)) << 52).view(torch.float64)
+    spacing = _bf16_spacing(y)
     return torch.round(y / spacing) * spacing
 
 
 def truncate_bf16(y: torch.Tensor) -> torch.Tensor:
     """f64 values rounded toward zero to bf16 (the spacing of round_bf16), returned as f64."""
-    _, exponent = torch.frexp(y)
-    spacing = ((exponent.clamp(-125, 1031).to(torch.int64) + (1023 - 8)) << 52).view(torch.float64)
+    spacing = _bf16_spacing(y)
     return torch.trunc(y / spacing) * spacing
 
 

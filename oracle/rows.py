@@ -306,8 +306,9 @@ class BoundChunk:
     all_valid: bool                 every slot of every row holds a key (known on the host)
     keys:      f64 [R, L, 576]      [latent as QK sees it (512), rope (64)], contiguous, +0 at
                                     masked slots (gather_chunk's cat(k_latent, rope))
-    values:    f64 [R, L, 512]      latent as V, contiguous, +0 at masked slots (gather_chunk's
-                                    latent; under "stored" the values of keys[..., :512])
+    values:    f64 [R, L, 512]      latent as V, +0 at masked slots (gather_chunk's latent): under
+                                    "stored" the view keys[..., :512] (row stride 576), else its
+                                    own contiguous tensor
     codes:     uint8 [R, L, 512]    raw e4m3 codes (a view of the gathered records), 0 at masked slots
     code_index: int32 [R * L * 512] the codes as table indices (flat, contiguous)
     scales:    f32 [R, L, 4]        stored scales, 0 at masked slots
@@ -358,21 +359,25 @@ def _decode_bound(
     # code * scale is exact in f64 (4 x 24 significant bits, no underflow): multiplying the table
     # value in place gives the bits of decode_records' latent
     code_values = e4m3_table(rows.device, torch.float64).index_select(0, code_index).view(n_rows, width, 4, 128)
+    rope = records[..., ROPE_OFFSET:].contiguous().view(torch.bfloat16)
     if scale_model == "stored":
-        values = code_values.mul_(scales.to(torch.float64).unsqueeze(-1)).view(n_rows, width, LATENT_DIM)
-        k_latent = values
+        # V is K's latent part: decoded once, straight into the keys (values: a view of them)
+        keys = torch.empty(n_rows, width, LATENT_DIM + rope.shape[-1], dtype=torch.float64, device=rows.device)
+        torch.mul(code_values, scales.to(torch.float64).unsqueeze(-1), out=keys[..., :LATENT_DIM].view(n_rows, width, 4, 128))
+        keys[..., LATENT_DIM:] = rope
+        values = keys[..., :LATENT_DIM]
     else:
         bits = scales.view(torch.int32)
         exponent = (bits.to(torch.int64) >> 23) & 0xFF
         k_latent = (code_values * pow2(exponent - 127).unsqueeze(-1)).view(n_rows, width, LATENT_DIM)
         v_scale = bits.clamp(1, _SCALE_CAP_BITS).view(torch.float32).to(torch.float64)
         values = code_values.mul_(v_scale.unsqueeze(-1)).view(n_rows, width, LATENT_DIM)
-    rope = records[..., ROPE_OFFSET:].contiguous().view(torch.bfloat16).to(torch.float64)
+        keys = torch.cat((k_latent, rope.to(torch.float64)), dim=-1)
     return BoundChunk(
         rows=rows,
         valid=valid,
         all_valid=all_valid,
-        keys=torch.cat((k_latent, rope), dim=-1),
+        keys=keys,
         values=values,
         codes=codes,
         code_index=code_index,

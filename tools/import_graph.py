@@ -23,7 +23,7 @@ with `ast` (imports inside functions count too: a lazy import is still a depende
   the command line (benchmarks that run the command line do so in a subprocess or through runpy:
   not an import edge);
 - inside the core, packages import downward only: durability (rank 0) <- judging (1) <- records
-  (2) <- campaign, tools (3); a core module imports no core package of a higher rank.
+  (2) <- fleet, tools (3) <- campaign (4); a core module imports no core package of a higher rank.
 The mutation score also runs suite tests in-process by name (conformance.mutation.kills, through
 importlib): not an import edge. docs/explanation/architecture.md follows a recipe through these layers.
 
@@ -58,7 +58,8 @@ CORE_RANK = {
     "conformance.durability": 0,
     "conformance.judging": 1,
     "conformance.records": 2,
-    "conformance.campaign": 3,
+    "conformance.fleet": 3,
+    "conformance.campaign": 4,
     "conformance.tools": 3,
 }
 
@@ -244,7 +245,7 @@ def draw(edges: dict[str, set[str]], path: Path) -> None:
     rows = [
         ["benchmarks", "tools"],
         ["conformance.suite", "conformance.cli", "conformance.mutation"],
-        ["conformance.campaign", "conformance.tools", "conformance (core)"],
+        ["conformance.campaign", "conformance.fleet", "conformance.tools", "conformance (core)"],
         ["conformance.records"],
         ["conformance.judging"],
         ["conformance.durability"],

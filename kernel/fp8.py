@@ -117,7 +117,7 @@ def encode_e4m3_finite_saturating(x: torch.Tensor) -> torch.Tensor:
     even as the pattern plus 0x7FFFF plus the kept part's lowest bit, shifted (the carry raises
     the exponent field as the rounding does), the subnormal counts as encode_e4m3 computes them,
     and saturation as a clamp of the code at 0x7E. Held to encode_e4m3 bit for bit
-    (tests/test_fp8.py)."""
+    (tests/kernel/test_fp8.py)."""
     if x.dtype != torch.float32:
         raise TypeError(f"expected a float32 tensor, got {x.dtype}")
     bits = x.contiguous().view(torch.int32)
@@ -136,7 +136,7 @@ def round_e4m3(x: torch.Tensor) -> torch.Tensor:
     round to nearest even at the e4m3 spacing of x's binade, 2^(max(e, -6) - 3) for |x| in
     [2^e, 2^(e+1)) (subnormals below 2^-6 at 2^-9), the spacing's bits built directly; results
     beyond 448 (|x| > 464, infinities) and NaN inputs are NaN, as the codes 0x7F / 0xFF decode.
-    Signed zeros keep their sign. Tested against the codec (tests/test_fp8.py)."""
+    Signed zeros keep their sign. Tested against the codec (tests/kernel/test_fp8.py)."""
     if x.dtype != torch.float32:
         raise TypeError(f"expected a float32 tensor, got {x.dtype}")
     v = x.to(torch.float64)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.isa.harness import TEMPLATE
-from tests.isa.test_spec import ASM, META
+from tests.kernel.isa.harness import TEMPLATE
+from tests.kernel.isa.test_spec import ASM, META
 from tools.foreign_isa import __main__ as foreign
 
 SPEC = """grid = 1

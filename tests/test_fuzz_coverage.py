@@ -40,7 +40,7 @@ ABSENT_ENGINE = ["sglang_writer"]  # the engine writer's kind: drawn only where 
 @pytest.fixture(autouse=True)
 def _no_engine_writer(monkeypatch: pytest.MonkeyPatch) -> None:
     """The denominators here are the CPU machine's on every machine: the sglang writer (drawn only
-    where it runs, tests/test_sglang_writer.py) is absent."""
+    where it runs, tests/kernel/writers/test_sglang.py) is absent."""
     monkeypatch.setattr(sglang_writer, "_probe", lambda: (None, "sglang writer: off in tests/test_fuzz_coverage.py"))
 
 

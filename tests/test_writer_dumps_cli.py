@@ -14,7 +14,7 @@ import pytest
 import kernel.engines
 from conformance.cli import main
 from kernel.writers import sglang as writer
-from tests.test_sglang_writer import StandIn
+from tests.kernel.writers.test_sglang import StandIn
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,7 @@ def test_interpreter_path_through_a_stand_in(tmp_path: Path, monkeypatch: pytest
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     probe = writer._probe
     out = tmp_path / "dumps"
-    h200 = ROOT / "tests" / "data" / "sglang_writer_h200.pt"
+    h200 = ROOT / "tests" / "kernel" / "writers" / "data" / "sglang_writer_h200.pt"
     assert main(["dumps", "sglang-writer", "--out", str(out), "--interpreter", "--rows", "128", "--compare-with", str(h200)]) == 0
     capsys.readouterr()
     assert writer._probe is probe and writer.WRITE_DEVICE == "cuda" and "TRITON_INTERPRET" not in os.environ

@@ -8,7 +8,7 @@
 
 The engine's bytes need a CUDA GPU with Triton and sglang (0.5.10.post1, --no-deps);
 --interpreter runs sglang's kernel under Triton's CPU interpreter instead (its bytes differ from a
-GPU's: compare them with --compare-with tests/data/sglang_writer_h200.pt).
+GPU's: compare them with --compare-with tests/kernel/writers/data/sglang_writer_h200.pt).
 
 Exit codes: 0 written; 2 the writer cannot run here, an unreadable --compare-with file or a bad option.
 """

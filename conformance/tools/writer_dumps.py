@@ -12,7 +12,7 @@ project's writers record by record, and dumped for `python -m conformance precon
   against pow2 / pow2-floor / raw (kernel.record.encode_records) record by record (identical,
   differing in codes / scales / rope), the scales that are not powers of two, zero, above 2^7;
   with `compare_with` (a .pt of {"latent", "rope", "sglang"}: records written elsewhere, e.g.
-  tests/data/sglang_writer_h200.pt), its inputs written here and the bytes compared.
+  tests/kernel/writers/data/sglang_writer_h200.pt), its inputs written here and the bytes compared.
 
 `interpreter=True` runs sglang's kernel under Triton's CPU interpreter (TRITON_INTERPRET=1) on CPU
 tensors: to try the steps on a machine without CUDA, and to compare the interpreter's bytes with a

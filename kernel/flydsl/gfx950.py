@@ -500,7 +500,7 @@ def qk_scores(c: _Ctx, rope: list[ir.Value]) -> list[ir.Value]:
     e8: list[V] = []
     acc = [zeros_f32x4(), zeros_f32x4()]
     # Per-lane bases; lds_k is affine in block and chunk, so the MFMA-dependent parts are
-    # immediate offsets (checked lane by lane in tests/test_flydsl_compile.py).
+    # immediate offsets (checked lane by lane in tests/kernel/flydsl/test_compile.py).
     with no_wrap():
         toks = [qk_row_token(c.wave, s, c.t) for s in range(2)]  # A-operand row tokens (0..127)
         k_base = [c.lds + lds_k(qk_block(0, c.g), tok, c.g & 1) for tok in toks]
@@ -611,7 +611,7 @@ def pv_accumulate(c: _Ctx, o: list[ir.Value], after_reads: Callable[[], None]) -
     pps: dict[int, ir.Value] = {}
     # Per-lane bases (one per sub = kc & 1: the slot swizzle flips token bit 2 with lane-group
     # bit 0) plus immediate offsets (tr8_address, lds_p and lds_scale are affine in hf = kc >> 1
-    # and ch for a fixed sub; tests/test_flydsl_compile.py checks the split for every lane).
+    # and ch for a fixed sub; tests/kernel/flydsl/test_compile.py checks the split for every lane).
     with no_wrap():
         tr_base = [c.lds + tr8_address(c.wave, sub, 0, c.t, c.g) for sub in range(2)]
         p_base = c.lds + lds_p(c.t, pv_token(0, c.g, 0))

@@ -5,8 +5,8 @@ has_invalid scan).
 
 Pure integer arithmetic, written once and used both by the kernel (kernel/flydsl/
 gfx950.py, on IR values of kernel/flydsl/mlir_layer.py) and on Python ints by the
-lane-level models (kernel/flydsl/pipeline_model.py, tests/test_flydsl_compile.py,
-tests/test_flydsl_index.py). Imports no flydsl.
+lane-level models (kernel/flydsl/pipeline_model.py, tests/kernel/flydsl/test_compile.py,
+tests/kernel/flydsl/test_index.py). Imports no flydsl.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def out_dim(wave: Any, ch: int, g: Any) -> Any:
 
 
 # ================================================================ index semantics
-# Written once for IR values (the kernel) and Python ints (tests/test_flydsl_index.py, which
+# Written once for IR values (the kernel) and Python ints (tests/kernel/flydsl/test_index.py, which
 # checks them against kernel/emulated/gfx950.py's load_slots / tile_count).
 
 

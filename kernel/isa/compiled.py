@@ -6,7 +6,7 @@ Each batched form computes, per wave and lane, exactly what the per-wave closure
 same checks per wave (definedness, loads in flight) and the same writes (EXEC lanes only,
 definedness bytes). Instructions without a batched form here (memory, MFMA, SALU, cross-lane
 and the rarer VALU forms) run wave by wave; `compile_batched` returns None for them.
-`tests/isa/test_batched.py` runs every batched form against its per-wave closure.
+`tests/kernel/isa/test_batched.py` runs every batched form against its per-wave closure.
 """
 
 from __future__ import annotations
@@ -555,7 +555,7 @@ def _bacc(op: Operand) -> Callable[[Batch], np.ndarray] | None:
 def _bstore_d(b: Batch, dst: int, A: np.ndarray, B: np.ndarray, C: np.ndarray) -> None:
     """D = A @ B + C per wave, rounded once to f32, into dword r of lane 16 g + t (as
     ops_matrix._store_d). The stacked float64 matmul forms each wave's product as the per-wave
-    2-D `@` does (numpy's matmul loop calls the same BLAS gemm per matrix; tests/isa/
+    2-D `@` does (numpy's matmul loop calls the same BLAS gemm per matrix; tests/kernel/isa/
     test_batched.py checks the bits on operands with a wide exponent spread)."""
     vals = (np.matmul(A, B) + C).astype(np.float32).reshape(b.k, 4, 4, 16).transpose(0, 2, 1, 3).reshape(b.k, 4, LANES)
     bwrite_vn(b, dst, vals.view(U32))

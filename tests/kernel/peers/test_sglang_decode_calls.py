@@ -1,5 +1,5 @@
 """sglang-decode's per-call work on a repeated call (the same index tensors and cache: a serving
-engine's next layer), with a stand-in kernel on the CPU (tests/test_peer_adapters.FakeSglang):
+engine's next layer), with a stand-in kernel on the CPU (tests/kernel/peers/test_adapters.FakeSglang):
 what the adapter launches around the kernel, and the same bits as a call that builds every
 piece anew."""
 
@@ -15,7 +15,7 @@ from kernel.peers import sglang_decode
 from kernel.peers.keys import KeptKeys
 from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache
 from kernel.peers.protocol import run_peer
-from tests.test_peer_adapters import FakeSglang, _bits, _Ops, make_problem
+from tests.kernel.peers.test_adapters import FakeSglang, _bits, _Ops, make_problem
 
 
 def _split_lse_reference(attn_lse: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ from kernel.backend import BackendUnavailable
 from kernel.peers import flashmla
 from kernel.registry import resolve
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 FAKE_CUDA = "import torch\ntorch.cuda.is_available = lambda: True\n"
 

@@ -7,7 +7,7 @@ default for one of them (about 4.5 CPU-s per mutant and configuration), the two 
 along the catalogue so that both are exercised. The mutants are compiled in batches, one
 subprocess per batch (its imports paid once), one test per batch; a failure names every mutant
 of the batch that was not flagged as expected.
-The unmutated kernel passing the same checks is tests/test_flydsl_compile.py's
+The unmutated kernel passing the same checks is tests/kernel/flydsl/test_compile.py's
 test_compile_and_check_isa (25 configurations; all 64 with FLYDSL_COMPILE_ALL=1). Synthetic dumps test the dataflow checks
 without flydsl.
 """

@@ -14,9 +14,9 @@ from conformance.tools.op_count import HOST_ONLY_OPS
 from kernel.peers import flashmla, flashmla_prefill
 from kernel.peers.plumbing import PaddedQ, pad_heads
 from kernel.peers.protocol import backend_from_adapter, run_peer
-from tests.test_flashmla_adapter import FakeFlashMLA
-from tests.test_flashmla_adapter import make_problem as make_decode_problem
-from tests.test_peer_adapters import FakePrefill, _bits, _Ops, make_problem
+from tests.kernel.peers.test_adapters import FakePrefill, _bits, _Ops, make_problem
+from tests.kernel.peers.test_flashmla import FakeFlashMLA
+from tests.kernel.peers.test_flashmla import make_problem as make_decode_problem
 
 
 def _decode(p: dict[str, Any], scale: float, module: FakeFlashMLA, padded_q: PaddedQ | None) -> tuple[torch.Tensor, torch.Tensor | None]:

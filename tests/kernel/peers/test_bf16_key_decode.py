@@ -1,7 +1,7 @@
 """kernel.peers.bf16_key_decode: the fused gather-and-decode gives the torch path's bf16 keys
 (run by Triton's CPU interpreter where Triton is installed, on the device where CUDA is), and the
 switch and the device gate keep the torch path elsewhere (the torch-sdpa adapter's bits through
-either path: tests/test_dequant_cache.py).
+either path: tests/kernel/peers/test_dequant_cache.py).
 
 Under the interpreter NaN results carry numpy's payloads, not the GPU's: keys are compared bit
 for bit except that NaN only has to meet NaN (on CUDA self_check requires every bit before the

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kernel.isa.state import GlobalMemory
-from tests.isa.harness import run_asm, sset
+from tests.kernel.isa.harness import run_asm, sset
 
 PARTIAL = 0xF7FF_FFFF_7FFF_FFFE  # lanes 0, 31 and 59 inactive
 LDS = 8192

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from tests.isa.harness import f32b, run_asm, sset, vset
+from tests.kernel.isa.harness import f32b, run_asm, sset, vset
 
 ALL = 0xFFFFFFFFFFFFFFFF
 

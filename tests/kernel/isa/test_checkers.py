@@ -9,7 +9,7 @@ import pytest
 
 from kernel.isa.errors import CheckFailed
 from kernel.isa.state import GlobalMemory
-from tests.isa.harness import run_asm, sset, vset
+from tests.kernel.isa.harness import run_asm, sset, vset
 
 LANE = np.arange(64)
 

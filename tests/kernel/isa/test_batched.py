@@ -20,7 +20,7 @@ from kernel.isa.compiled import batched_form
 from kernel.isa.errors import IsaError
 from kernel.isa.interp import decode, run_workgroups
 from kernel.isa.state import Checks, GlobalMemory
-from tests.isa.harness import TEMPLATE
+from tests.kernel.isa.harness import TEMPLATE
 
 FULL = 0xFFFF_FFFF_FFFF_FFFF
 PARTIAL = 0xF7FF_FFFF_7FFF_FFFE

@@ -19,7 +19,7 @@ from kernel import fastpath
 from kernel.emulated import gfx950 as emulated
 from kernel.emulated import state as emulated_state
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 

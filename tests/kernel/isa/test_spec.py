@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kernel.isa.spec import SpecError, run_spec
-from tests.isa.harness import TEMPLATE
+from tests.kernel.isa.harness import TEMPLATE
 
 # out[tid] = a[tid] + n (kernarg: a pointer at 0, out pointer at 8, n at 16)
 BODY = """s_load_dwordx4 s[4:7], s[0:1], 0x0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernel.isa.state import GlobalMemory
-from tests.isa.harness import run_asm, sset, vset
+from tests.kernel.isa.harness import run_asm, sset, vset
 
 LANE = np.arange(64)
 

@@ -24,7 +24,7 @@ from kernel.emulated import state as emulated_state
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 CPU = torch.device("cpu")
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")

@@ -18,11 +18,11 @@ from kernel import registry
 from kernel.backend import Backend, BackendUnavailable
 from kernel.registry import BUILTIN_NAMES, BUILTINS, portable_env, portable_spec, resolve
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 KERNEL_FILE = textwrap.dedent(
     '''
-    """A kernel file with a sibling module (written by tests/test_kernel_specs.py)."""
+    """A kernel file with a sibling module (written by tests/kernel/test_registry.py)."""
     from helper_k17 import run, PROFILE
 
 

@@ -1,6 +1,6 @@
 """The sglang engine writer (kernel.writers.sglang) and its registration as writer "sglang".
 
-Its bytes: the records sglang's quantiser wrote on the H200 (tests/data/sglang_writer_h200.pt,
+Its bytes: the records sglang's quantiser wrote on the H200 (tests/kernel/writers/data/sglang_writer_h200.pt,
 32 of 4096 activation-like rows: heavy tails, an outlier channel,
 all-zero first tiles, rows scaled by 2^-20 and 2^10) decode to their input within the format's
 rounding, and the check sees each kind of broken byte. Without CUDA the writer is absent from

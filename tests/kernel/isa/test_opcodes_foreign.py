@@ -14,7 +14,7 @@ from kernel.isa.asm import parse_instruction
 from kernel.isa.errors import UnknownInstruction, UnsupportedOperands
 from kernel.isa.ops_memory import swizzle_offset
 from kernel.isa.state import GlobalMemory
-from tests.isa.harness import f32b, run_asm, sset, vset
+from tests.kernel.isa.harness import f32b, run_asm, sset, vset
 
 LANE = np.arange(64)
 ALL = 0xFFFFFFFF

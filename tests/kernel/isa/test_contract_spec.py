@@ -11,7 +11,7 @@ import torch
 from kernel.backend import BackendUnavailable
 from kernel.registry import resolve
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SPECS = ROOT / "kernel" / "flydsl" / "launch_specs"
 SPEC = SPECS / "h16_i1_l1.toml"
 

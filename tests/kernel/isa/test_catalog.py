@@ -12,7 +12,7 @@ from kernel.isa.catalog import OPCODES, render_table
 from kernel.isa.errors import UnknownInstruction
 from kernel.isa.interp import decode, factory_for
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TEST_FILES = ["test_opcodes_alu.py", "test_opcodes_memory.py", "test_opcodes_mfma.py", "test_opcodes_foreign.py", "test_checkers.py"]
 MNEMONIC = re.compile(r"\b((?:s|v|ds|buffer|global)_[a-z0-9_]+)\b")
 

@@ -18,7 +18,7 @@ import torch
 from kernel import fastpath
 from kernel.fastpath import FastPath
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CPU = torch.device("cpu")
 
 

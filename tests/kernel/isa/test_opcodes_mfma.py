@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kernel.isa.ops_matrix as om
-from tests.isa.harness import run_asm, vset
+from tests.kernel.isa.harness import run_asm, vset
 
 LANE = np.arange(64)
 T = LANE % 16

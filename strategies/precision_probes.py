@@ -4,7 +4,7 @@ Random recipes hide a rounding-mode defect under the other error terms (the QK a
 budget, the bf16 output rounding, errors of both signs that cancel over keys). A probe makes those
 terms negligible and puts one step where a rounding coarser than the profile declares, or in the
 wrong direction, leaves the bound. Each probe's docstring names the step it isolates and why the
-other terms of the bound (oracle.bound, TOLERANCES.md) are negligible on it; `tests/test_precision_probes.py`
+other terms of the bound (oracle.bound, TOLERANCES.md) are negligible on it; `tests/strategies/test_precision_probes.py`
 checks those claims (exact scores, P's position in its fp16 interval, the terms' shares of the
 bound). Most probes use softmax_scale = ln 2, so c_log2 = f32(ln 2 log2 e) = 1 and the exp2
 argument is the score itself, and put the scores in the rope dims (bf16 x bf16 products, exact in

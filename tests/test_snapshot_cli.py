@@ -64,7 +64,7 @@ def test_an_unreadable_snapshot_is_one_line(kind: str, tmp_path: Path, capsys: p
 
 
 def test_materialize_snapshot_checks_and_names_a_changed_hash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    entries = json.loads((ROOT / "tests" / "data" / "materialize_hashes.json").read_text())[:4]
+    entries = json.loads((ROOT / "tests" / "strategies" / "data" / "materialize_hashes.json").read_text())[:4]
     path = tmp_path / "hashes.json"
     path.write_text(json.dumps(entries))
     assert main(["snapshot", "materialize", "--check", str(path)]) == 0

@@ -7,7 +7,7 @@ long-row, huge-cache, exact and precondition-violating recipes, sizes kept small
 `check` rebuilds every recipe on a device (the CPU by default: the recorded hashes are the CPU's,
 and materialize promises the same bits on every device) and names each recipe and tensor whose
 bytes differ. Used to show that a change of strategies/materialize.py left every bit unchanged
-(tests/data/materialize_hashes*.json are checked by the tests). The command line:
+(tests/strategies/data/materialize_hashes*.json are checked by the tests). The command line:
 `python -m conformance snapshot materialize`.
 
 Hashed (SHA-256, first 32 hex digits): q, out (the whole NaN-filled storage under the strided view,

@@ -1,7 +1,7 @@
 """materialize is bit-identical to a second recorded snapshot whose recipes use the fields the
-first one (tests/test_materialize_snapshot.py) predates: q and out= layouts (strategies.layouts),
+first one (tests/strategies/test_materialize_snapshot.py) predates: q and out= layouts (strategies.layouts),
 garbage in unconsumed entries, out-of-range index corruptions, with the corpus' own recipes.
-tests/data/materialize_hashes_fields.json: the corpus' recipes and 80 drawn ones (general and
+tests/strategies/data/materialize_hashes_fields.json: the corpus' recipes and 80 drawn ones (general and
 precondition-violating strategies), hashed by materialize as it was before its device copies
 were merged (one host-to-device copy of the index tensors, layouts placed without a host read)."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 
 from conformance.tools.snapshot.materialize import check
 
-ROOT = Path(__file__).resolve().parents[1]
+RECORDED = Path(__file__).resolve().parent / "data" / "materialize_hashes_fields.json"
 
 
 def test_materialize_matches_the_recorded_hashes_of_every_field() -> None:
-    entries = json.loads((ROOT / "tests" / "data" / "materialize_hashes_fields.json").read_text())
+    entries = json.loads(RECORDED.read_text())
     kinds = {c["kind"] for e in entries for c in e["recipe"].get("corruptions", [])}
     layouts = {e["recipe"].get("q_layout", "rows") for e in entries} | {e["recipe"].get("out_layout", "rows") for e in entries}
     assert "index_out_of_range" in kinds and {"heads", "shared_rows", "overlapping_heads"} <= layouts

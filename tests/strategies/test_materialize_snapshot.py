@@ -1,6 +1,6 @@
 """materialize is bit-identical to the recorded snapshot: every tensor of 199 recipes (the
 oracle snapshot's fixed problems and recipes drawn from every strategy regime) hashes as it did
-when tests/data/materialize_hashes.json was written (`python -m conformance snapshot materialize`)."""
+when tests/strategies/data/materialize_hashes.json was written (`python -m conformance snapshot materialize`)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ from pathlib import Path
 
 from conformance.tools.snapshot.materialize import check
 
-ROOT = Path(__file__).resolve().parents[1]
+RECORDED = Path(__file__).resolve().parent / "data" / "materialize_hashes.json"
 
 
 def test_materialize_matches_the_recorded_hashes() -> None:
-    entries = json.loads((ROOT / "tests" / "data" / "materialize_hashes.json").read_text())
+    entries = json.loads(RECORDED.read_text())
     assert len(entries) == 199
     assert check(entries) == []
 
 
 def test_the_check_sees_a_changed_tensor() -> None:
-    entries = json.loads((ROOT / "tests" / "data" / "materialize_hashes.json").read_text())[:3]
+    entries = json.loads(RECORDED.read_text())[:3]
     entries[1]["hashes"]["indices"] = "0" * 32
     differences = check(entries)
     assert len(differences) == 1 and "recipe 1 " in differences[0] and "indices differs" in differences[0]

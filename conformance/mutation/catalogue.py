@@ -13,7 +13,7 @@ run iterates `CATALOGUE.items()` and resolves `Mutant.spec` (``conformance.mutat
 A mutant declares the same numerics profile as the emulated kernel (gfx950): the bug must be
 caught by the oracle's bound or by an exact check, never by a profile mismatch.
 docs/reference/mutants.md explains each bug, why it is realistic and which property of a conformance
-suite should catch it; tests/test_mutants.py shows, for each one, a case that kills it and a case
+suite should catch it; tests/conformance/mutation/test_mutants.py shows, for each one, a case that kills it and a case
 outside its bug class where it agrees bit for bit with the emulated kernel.
 """
 
@@ -669,7 +669,7 @@ lse_shift_missing = _stage_mutant(
 
 
 # Freedoms of the contract (docs/reference/contract.md, the freedom table): each mutant below is caught
-# only by the strategy that draws its freedom (tests/test_freedom_mutants.py).
+# only by the strategy that draws its freedom (tests/conformance/mutation/test_freedom_mutants.py).
 
 
 def _paged_cache_as_rows(c: Call) -> Outputs:
@@ -856,7 +856,7 @@ def get_mutant(name: str) -> Mutant:
 # Kernels written independently of the emulator: precision defects, which must be
 # killed like the mutants above, and correct variants of other numerics, which must pass the
 # suite under the profile each declares. Kept out of CATALOGUE (whose entries are emulator stage
-# mutants with kill / spare cases in tests/test_mutants.py); a mutation-score run takes
+# mutants with kill / spare cases in tests/conformance/mutation/test_mutants.py); a mutation-score run takes
 # PRECISION_DEFECTS as mutants and CORRECT_VARIANTS as further baselines.
 
 

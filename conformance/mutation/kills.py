@@ -6,7 +6,7 @@ catalogue_specs) to the node id, relative to `conformance/suite/`, of the cheape
 suite that kills it under the `ci` Hypothesis profile: the cheapest corpus entry that kills it
 where one does, else the cheapest property. The full score (`python -m conformance
 mutation-score`) runs the whole suite per kernel and says where a kill differs from this record;
-tests/test_mutation_score.py checks in CI, in one process, that each recorded test kills its
+tests/conformance/mutation/test_score.py checks in CI, in one process, that each recorded test kills its
 mutant and that emulated and every correct variant pass every recorded test (so no recorded kill
 is a false alarm).
 

@@ -262,7 +262,7 @@ def features(recipe: Recipe) -> dict[str, frozenset[str]]:
 # ---------------------------------------------------------------------------------------------
 # What the strategies can draw
 
-# mirrors of strategies.hypothesis_recipes (checked against real draws by tests/test_fuzz_coverage.py)
+# mirrors of strategies.hypothesis_recipes (checked against real draws by tests/conformance/records/test_coverage.py)
 _SPECIAL_LENGTHS = (1, 0, 2, 127, 128, 129, 255, 256, 257, 2048, 8192)
 _RANDOM_LENGTH_MAX = 300
 _CLEAN_LATENT = ("normal", "heavy", "outliers", "zero_blocks", "tiny_blocks", "max57344", "large")

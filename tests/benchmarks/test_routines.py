@@ -16,7 +16,7 @@ import pytest
 from benchmarks import __main__ as driver
 from benchmarks import preconditions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_driver_lists_every_routine_and_each_has_help(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 THIS = Path(__file__).resolve().relative_to(ROOT).as_posix()  # the guard's own patterns and samples
 
 #: kind -> pattern of a line that narrates

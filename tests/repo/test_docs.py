@@ -20,7 +20,7 @@ from conformance.cli import build_parser
 from conformance.suite import options
 from kernel.registry import BUILTINS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 REFERENCE = DOCS / "reference"
 

@@ -14,7 +14,7 @@ import pytest
 from conformance.cli import SUBCOMMAND_MODULES, build_parser, main
 from kernel.registry import BUILTINS
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_design_document_is_in_the_repository() -> None:

@@ -20,6 +20,7 @@ from oracle.accumulation import gamma
 from oracle.reference import block_reference, reference
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
+from tests.recipes import RAGGED_OFFSET, SCATTERED_INVALID
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
 CPU = torch.device("cpu")
@@ -171,17 +172,8 @@ def test_masked_slots_never_read(interpreter: None) -> None:
 @pytest.mark.parametrize(
     "recipe",
     [
-        Recipe(seed=3, n_q=5, heads=4, row_lengths=(0, 70, -3, 33, 70), cache_rows=200, stream_offset=3),
-        Recipe(
-            seed=4,
-            n_q=3,
-            heads=2,
-            row_lengths=(90, 40, 0),
-            cache_rows=150,
-            invalid_pattern="scattered",
-            invalid_permille=300,
-            has_invalid=True,
-        ),
+        RAGGED_OFFSET,
+        SCATTERED_INVALID,
         Recipe(seed=5, n_q=2, heads=16, row_lengths=(20, 0), cache_rows=64, invalid_pattern="all", invalid_permille=1000, has_invalid=True),
     ],
 )

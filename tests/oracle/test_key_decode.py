@@ -19,6 +19,7 @@ from oracle import key_decode, rows
 from oracle.reference import reference
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
+from tests.recipes import RAGGED_OFFSET, SCATTERED_INVALID
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
 
@@ -71,17 +72,8 @@ def test_kernel_gives_the_torch_decode_on_the_probe(interpreter: None, variant: 
 @pytest.mark.parametrize(
     "recipe",
     [
-        Recipe(seed=3, n_q=5, heads=4, row_lengths=(0, 70, -3, 33, 70), cache_rows=200, stream_offset=3),
-        Recipe(
-            seed=4,
-            n_q=3,
-            heads=2,
-            row_lengths=(90, 40, 0),
-            cache_rows=150,
-            invalid_pattern="scattered",
-            invalid_permille=300,
-            has_invalid=True,
-        ),
+        RAGGED_OFFSET,
+        SCATTERED_INVALID,
     ],
 )
 @pytest.mark.parametrize("variant", ["arith", "table"])

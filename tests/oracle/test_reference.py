@@ -21,6 +21,7 @@ from oracle.reference import reference
 from oracle.rows import PreconditionError, row_bounds
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
+from tests.recipes import bench_shape
 
 getcontext().prec = 60
 CASES = 60
@@ -171,7 +172,7 @@ def test_out_of_range_positions_and_indices_are_refused() -> None:
 @pytest.mark.skipif(not os.environ.get("SPEED_TESTS"), reason="timing test: set SPEED_TESTS=1 on an otherwise idle machine")
 def test_speed_64_rows_16_heads_2048_keys() -> None:
     """Issue target: under 2 s on a 2-core machine (opt-in: timings on a shared CI runner mean nothing)."""
-    recipe = Recipe(seed=3, n_q=64, heads=16, row_lengths=(2048,) * 64, cache_rows=8192)
+    recipe = bench_shape(seed=3)
     p = materialize(recipe, "cpu")
     reference(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
     started = time.perf_counter()

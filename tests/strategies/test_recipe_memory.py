@@ -11,6 +11,7 @@ import pytest
 from conformance.cli import main
 from strategies import materialize as mat
 from strategies.recipe import REFERENCE_KEY_BUDGET_, SMALL_CACHE_BYTES_, Recipe, RecipeError, RecipeTooLarge, memory_estimate
+from tests.recipes import SIXTEEN_KEYS
 
 HUGE = {"seed": 1, "n_q": 1, "heads": 1, "row_lengths": [1_000_000_000], "cache_rows": 1000}
 REPO = Path(__file__).resolve().parents[2]
@@ -24,7 +25,7 @@ def test_constants_mirror_their_sources() -> None:
 
 
 def test_estimate_grows_with_keys_rows_and_cache() -> None:
-    small = memory_estimate(Recipe(seed=1, n_q=1, heads=1, row_lengths=(16,), cache_rows=64))
+    small = memory_estimate(SIXTEEN_KEYS)
     assert small.device_bytes == 0 and small.host_bytes < 64 * 2**20
     longer = memory_estimate(Recipe(seed=1, n_q=1, heads=1, row_lengths=(100_000,), cache_rows=100_000))
     assert 2 * 2**30 < longer.host_bytes < 8 * 2**30  # measured: about 3.3 GiB (materialise + reference)
@@ -63,12 +64,12 @@ def test_too_large_is_refused_before_allocating(monkeypatch: pytest.MonkeyPatch)
     assert "needs about" in message and "limit" in message and "CONFORMANCE_MEMORY_LIMIT" in message
     monkeypatch.setenv(mat.MEMORY_LIMIT_ENV, "100KiB")
     with pytest.raises(RecipeTooLarge, match=r"limit 100.0 KiB \(\$CONFORMANCE_MEMORY_LIMIT=100KiB\)"):
-        mat.materialize(Recipe(seed=1, n_q=1, heads=1, row_lengths=(16,), cache_rows=64))
+        mat.materialize(SIXTEEN_KEYS)
     monkeypatch.setenv(mat.MEMORY_LIMIT_ENV, "0")  # no limit
-    assert mat.materialize(Recipe(seed=1, n_q=1, heads=1, row_lengths=(16,), cache_rows=64)).q.shape == (1, 1, 576)
+    assert mat.materialize(SIXTEEN_KEYS).q.shape == (1, 1, 576)
     monkeypatch.setenv(mat.MEMORY_LIMIT_ENV, "plenty")
     with pytest.raises(RecipeTooLarge, match="CONFORMANCE_MEMORY_LIMIT: not a size"):
-        mat.check_memory(Recipe(seed=1, n_q=1, heads=1, row_lengths=(16,), cache_rows=64))
+        mat.check_memory(SIXTEEN_KEYS)
 
 
 def _entry(tmp_path: Path) -> Path:

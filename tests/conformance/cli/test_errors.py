@@ -291,7 +291,7 @@ def test_sigint_while_replay_starts(stage: str, modules: Path) -> None:
 def test_pending_dir_unwritable_is_a_clear_oserror(modules: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from conformance.durability.state import pending_dir
     from conformance.records.corpus import CorpusWriteError, new_entry, save_entry
-    from strategies.recipe import Recipe
+    from tests.recipes import TINY
 
     locked = modules / "locked"
     locked.mkdir()
@@ -300,7 +300,7 @@ def test_pending_dir_unwritable_is_a_clear_oserror(modules: Path, monkeypatch: p
         if os.access(locked, os.W_OK):
             pytest.skip("running as a user who can write anywhere")
         monkeypatch.setenv("CONFORMANCE_PENDING_DIR", str(locked / "pending"))
-        entry = new_entry(Recipe(seed=1, n_q=1, heads=1, row_lengths=(2,), cache_rows=4), caught="t", kernel="k", property_name="p")
+        entry = new_entry(TINY, caught="t", kernel="k", property_name="p")
         with pytest.raises(CorpusWriteError, match=r"cannot save corpus entry .* set \$CONFORMANCE_PENDING_DIR"):
             save_entry(entry, pending_dir())
     finally:

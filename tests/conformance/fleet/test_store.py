@@ -165,9 +165,9 @@ sys.exit(0 if inbox.push(store, record) else 1)
 
 def _record(finder: str = "runner-a", shrunk: bool = False) -> inbox.InboxRecord:
     from conformance.records.corpus import new_entry, recipe_hash
-    from strategies.recipe import Recipe
+    from tests.recipes import tiny
 
-    recipe = Recipe(seed=3, n_q=1, heads=1, row_lengths=[2], cache_rows=4)
+    recipe = tiny(seed=3)
     entry = json.loads(new_entry(recipe, caught="test", kernel="k", property_name="fuzz:differential").to_json())
     return inbox.InboxRecord(
         kernel=fleet_kernel_id("conformance.mutation.catalogue:lse_base2"),

@@ -6,7 +6,7 @@ from conformance.judging import progress
 from conformance.judging.harness import run_kernel
 from conformance.judging.target import build_target
 from strategies.materialize import materialize
-from strategies.recipe import Recipe
+from tests.recipes import TINY
 
 
 def test_each_kernel_call_ticks_the_listener() -> None:
@@ -14,7 +14,7 @@ def test_each_kernel_call_ticks_the_listener() -> None:
     progress.reset()
     progress.listen(lambda calls, seconds: seen.append((calls, seconds)))
     try:
-        problem = materialize(Recipe(seed=1, n_q=1, heads=1, row_lengths=(2,), cache_rows=4))
+        problem = materialize(TINY)
         backend = build_target("emulated", device="cpu").backend
         for _ in range(2):
             run_kernel(problem, backend, property_name="t", kernel_name="emulated")
@@ -53,7 +53,7 @@ def test_a_listener_on_a_closed_pipe_never_fails_the_judged_call() -> None:
     progress.listen(listener)
     try:
         verdicts = differential(
-            build_target("emulated", device="cpu"), Recipe(seed=1, n_q=1, heads=1, row_lengths=(2,), cache_rows=4), use_target=False
+            build_target("emulated", device="cpu"), TINY, use_target=False
         )
         assert all(v.ok for v in verdicts) and pipe.writes == 1
         progress.tick()  # the listener is gone: no second write

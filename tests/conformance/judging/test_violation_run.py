@@ -11,8 +11,9 @@ from hypothesis.errors import Unsatisfiable
 from conformance.judging.checks import violation_run
 from conformance.judging.target import build_target
 from strategies.recipe import Recipe
+from tests.recipes import tiny
 
-CLEAN = Recipe(seed=3, n_q=1, heads=1, row_lengths=[2], cache_rows=4)
+CLEAN = tiny(seed=3)
 
 
 def test_outside_hypothesis_a_clean_recipe_is_an_error() -> None:

@@ -16,6 +16,7 @@ from oracle.bound import evaluate
 from oracle.profiles import GFX950
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
+from tests.recipes import bench_shape
 
 
 def _i32(*values: int) -> torch.Tensor:
@@ -212,7 +213,7 @@ def test_within_bound_on_a_mixed_batch() -> None:
 @pytest.mark.skipif(not os.environ.get("SPEED_TESTS"), reason="timing test: set SPEED_TESTS=1 on an otherwise idle machine")
 def test_speed_64_rows_16_heads_2048_keys() -> None:
     """Issue target: under 3 s on a 2-core machine (opt-in: timings on a shared CI runner mean nothing)."""
-    p = materialize(Recipe(seed=6, n_q=64, heads=16, row_lengths=(2048,) * 64, cache_rows=8192), "cpu")
+    p = materialize(bench_shape(seed=6), "cpu")
     started = time.perf_counter()
     run_emulated(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, return_lse=True)
     elapsed = time.perf_counter() - started

@@ -27,6 +27,7 @@ from kernel.emulated.gfx950 import run_emulated
 from kernel.flydsl.isa_backend import flydsl_isa_sparse_mla, last_stats
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
+from tests.recipes import exact_isa
 
 CI_CONFIGS = [(1, False, False), (5, True, True), (8, False, True), (16, True, False)]
 ALL_CONFIGS = [(h, hi, rl) for h in (1, 5, 8, 16) for hi in (False, True) for rl in (False, True)]
@@ -34,22 +35,7 @@ CONFIGS = ALL_CONFIGS if os.environ.get("FLYDSL_ISA_ALL") else CI_CONFIGS
 
 
 def _recipe(h: int, hi: bool, rl: bool, seed: int = 7) -> Recipe:
-    # rows: empty, one tile with a tail, two tiles; with has_invalid some entries are -1
-    return Recipe(
-        seed=seed,
-        n_q=3,
-        heads=h,
-        row_lengths=(0, 37, 200),
-        cache_rows=400,
-        latent="exact",
-        rope="exact",
-        q="exact",
-        softmax_scale="exact",
-        has_invalid=hi,
-        return_lse=rl,
-        invalid_pattern="scattered" if hi else "none",
-        invalid_permille=200 if hi else 0,
-    )
+    return exact_isa(h, hi, rl, seed)
 
 
 def _run(h: int, hi: bool, rl: bool):

@@ -20,31 +20,14 @@ om = pytest.importorskip("kernel.isa.ops_matrix")
 from kernel.emulated.gfx950 import run_emulated  # noqa: E402 - after the importorskip: skip without flydsl
 from kernel.flydsl.isa_backend import flydsl_isa_sparse_mla, last_stats  # noqa: E402 - after the importorskip
 from strategies.materialize import materialize  # noqa: E402 - after the importorskip
-from strategies.recipe import Recipe  # noqa: E402 - after the importorskip
+from tests.recipes import exact_isa  # noqa: E402 - after the importorskip
 
 
 @pytest.mark.parametrize("cfg", [(5, False, True), (8, True, True)], ids=["h5_i0_l1", "h8_i1_l1"])
 def test_negative_and_past_the_end_indptr_bit_exact(cfg, monkeypatch):
     h, hi, rl = cfg
     monkeypatch.setattr(om, "F8_LAYOUT", "split")
-    p = materialize(
-        Recipe(
-            seed=11,
-            n_q=3,
-            heads=h,
-            row_lengths=(0, 37, 200),
-            cache_rows=400,
-            latent="exact",
-            rope="exact",
-            q="exact",
-            softmax_scale="exact",
-            has_invalid=hi,
-            return_lse=rl,
-            invalid_pattern="scattered" if hi else "none",
-            invalid_permille=200 if hi else 0,
-        ),
-        "cpu",
-    )
+    p = materialize(exact_isa(h, hi, rl, seed=11), "cpu")
     n = p.indices.numel()
     # row 0 starts 5 entries before the buffer (positions 0..4 read KV row 0), row 2 runs 150
     # entries past its end (those read KV row 0 too)

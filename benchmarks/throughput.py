@@ -18,8 +18,10 @@ arguments of every `fuzz` process (default: "this" with none, and "lists" with
 Then, in this process (this tree's code, the other tree's records read as plain JSON):
 3. the bare-kernel limit of each row: up to --limit-sample of the calls that campaign judged
    (recipes from its example records, drawn evenly over the run) materialised and called
-   back to back in one process (conformance.judging.harness.call_kernel, synchronised), after
-   --warmup calls: calls per second if only the kernel ran, one stream (DIR/limits.json);
+   back to back in one process (conformance.judging.harness.call_kernel, synchronised; one
+   torch thread on a CPU, as each campaign process; a call that raises counts its time), after
+   --warmup calls: calls per second of one stream (DIR/limits.json); the table's limit is that
+   times the row's processes (one stream each: on a shared GPU an upper estimate);
 4. the calls' shapes side by side (benchmarks.batch_shapes) -> DIR/shapes.txt.
 The table (DIR/throughput.txt and .json, also printed): kernel, tree, processes, examples/s
 (the campaign's, summed over its processes), distinct recipes judged per second (a recipe
@@ -137,6 +139,8 @@ def bare_limit(kernel: str, recipes: list[Any], device: str, warmup: int) -> dic
     from strategies.recipe import RecipeError
 
     target = build_target(kernel, device=device)
+    if target.device.type == "cpu":
+        torch.set_num_threads(1)  # as each campaign process (OMP_NUM_THREADS=1)
     problems = []
     for recipe in recipes:
         try:
@@ -150,17 +154,26 @@ def bare_limit(kernel: str, recipes: list[Any], device: str, warmup: int) -> dic
         if target.device.type == "cuda":
             torch.cuda.synchronize(target.device)
 
+    def call(problem: Any) -> bool:
+        """The call; False where it raised (a violating recipe the kernel refuses: its time still counts)."""
+        try:
+            call_kernel(problem, target.backend)
+        except Exception:  # noqa: BLE001 - the campaign judged this call too
+            return False
+        return True
+
     for problem in problems[:warmup]:
-        call_kernel(problem, target.backend)
+        call(problem)
     sync()
-    seconds = 0.0
+    seconds, raised = 0.0, 0
     for problem in problems:
         sync()
         start = time.perf_counter()
-        call_kernel(problem, target.backend)
+        raised += not call(problem)
         sync()
         seconds += time.perf_counter() - start
-    return {"calls": len(problems), "seconds": seconds, "calls_per_s": len(problems) / seconds if seconds > 0 else None}
+    rate = len(problems) / seconds if seconds > 0 else None
+    return {"calls": len(problems), "raised": raised, "seconds": seconds, "calls_per_s": rate}
 
 
 def _rates(folder: Path) -> dict[str, dict[str, Any]]:
@@ -191,7 +204,8 @@ def table(names: list[str], rates: dict[str, dict[str, Any]], limits: dict[str, 
         base = rates.get(names[0], {}).get(kernel, {}).get("examples_per_s")
         for name in names:
             row = rates.get(name, {}).get(kernel)
-            limit = limits.get(name, {}).get(kernel, {}).get("calls_per_s")
+            stream = limits.get(name, {}).get(kernel, {}).get("calls_per_s")
+            limit = stream * row["processes"] if stream and row else None  # one stream per process
             if row is None:
                 lines.append(f"{kernel:<18} {name:<10} {'-':>5} {'no summary':>11}")
                 continue

@@ -72,6 +72,10 @@ def test_throughput_samples_and_bare_limit(tmp_path: Path) -> None:
     assert sample == recipes[::2]
     limit = throughput.bare_limit("emulated", sample, "cpu", warmup=1)
     assert limit["calls"] == 3 and limit["seconds"] > 0 and limit["calls_per_s"] == pytest.approx(3 / limit["seconds"])
+    assert limit["raised"] == 0
+    beyond = Recipe(seed=9, n_q=1, heads=2, row_lengths=(4,), cache_rows=8, corruptions=({"kind": "index_out_of_range", "count": 1},))
+    refused = throughput.bare_limit("emulated", [beyond], "cpu", warmup=0)  # the emulated kernel refuses it: timed all the same
+    assert refused["calls"] == 1 and refused["raised"] == 1 and refused["seconds"] > 0
 
 
 def test_throughput_table() -> None:
@@ -82,6 +86,6 @@ def test_throughput_table() -> None:
     limits = {"against": {"emulated": {"calls_per_s": 40.0}}, "this": {"emulated": {"calls_per_s": 40.0}}}
     text = throughput.table(["against", "this"], rates, limits, ["emulated", "torch-sdpa"])
     lines = text.splitlines()
-    assert lines[1].split() == ["emulated", "against", "2", "10.00", "9.00", "40.0", "0.250", "1.00"]
-    assert lines[2].split() == ["emulated", "this", "2", "15.00", "14.00", "40.0", "0.375", "1.50"]
+    assert lines[1].split() == ["emulated", "against", "2", "10.00", "9.00", "80.0", "0.125", "1.00"]
+    assert lines[2].split() == ["emulated", "this", "2", "15.00", "14.00", "80.0", "0.188", "1.50"]
     assert "no summary" in lines[3]

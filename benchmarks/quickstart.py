@@ -63,7 +63,7 @@ def run(name: str, command: str, cwd: Path, env: dict[str, str], timeout: float 
     done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     seconds = time.monotonic() - started
     output = done.stdout + done.stderr
-    tail = [line for line in output.splitlines() if line.strip()][-3:]
+    tail = [line for line in (done.stdout or done.stderr).splitlines() if line.strip()][-3:]  # stderr carries progress lines
     _say(f"{name}: exit {done.returncode} in {seconds:.1f} s")
     return Step(name, command, seconds, done.returncode, tail, output)
 

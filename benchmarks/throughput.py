@@ -110,7 +110,9 @@ def run_stages(tree: Path, out: Path, args: argparse.Namespace, fuzz_args: list[
 def _run(command: list[str], tree: Path, log: Path, env: dict[str, str] | None = None) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)
     environment = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    environment.pop("PYTHONPATH", None)  # the tree's own packages (python -m from its folder)
+    # the tree's own packages first (python -m from its folder), then whatever the caller put on
+    # the path (engines installed with pip --target, for instance)
+    environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)
     with open(log, "wb") as handle:
         return subprocess.run(command, cwd=tree, stdout=handle, stderr=subprocess.STDOUT, env=environment, check=False).returncode
 

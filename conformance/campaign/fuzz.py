@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from conformance.durability.state import call_timeout_s, pending_dir
+from conformance.durability.state import call_timeout_s, kernel_pending_dir
 from conformance.durability.watchdog import KernelHung
 from conformance.records.coverage import Coverage, reachable_union, recipes_space, violating_space
 
@@ -487,7 +487,7 @@ def campaign(
                 failure.path, failure.new = failure.raw_path, failure.raw_created  # saved and pushed when found
             elif save:
                 entry = _entry(failure, target)
-                directory = pending_dir()
+                directory = kernel_pending_dir(target.name)
                 path = directory / f"{_hash(failure.recipe)}.json"
                 existed = path.exists() and not (path == failure.raw_path and failure.raw_created)
                 failure.path = save_entry(entry, directory)
@@ -535,8 +535,9 @@ def _first_seen(failure: Failure, target: Any, fleet: Any, *, save: bool, lease_
         return
     entry = _entry(failure, target, unshrunk=True)
     try:
-        existed = (pending_dir() / f"{_hash(failure.recipe)}.json").exists()
-        failure.raw_path = save_entry(entry, pending_dir())
+        directory = kernel_pending_dir(target.name)
+        existed = (directory / f"{_hash(failure.recipe)}.json").exists()
+        failure.raw_path = save_entry(entry, directory)
         failure.raw_created = not existed
     except OSError as err:
         failure.fleet.append(f"not saved when found: {err}")

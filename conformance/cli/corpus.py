@@ -8,7 +8,7 @@
                           shrink a failing entry while it keeps failing the same way (greedy
                           passes: fewer rows, shorter rows, fewer heads, simpler distributions,
                           no padding; see conformance.records.minimise) and write the smaller entry into
-                          the pending folder (--pending; content-hash name, atomic) for review,
+                          the kernel's pending folder (<pending>/<kernel>/; content-hash name, atomic) for review,
                           never into the reviewed corpus: `corpus add` moves it there after
                           review. When the reviewed corpus (--corpus) already holds the same
                           recipe, nothing is written. The original is kept
@@ -26,7 +26,9 @@
                           $CONFORMANCE_DIR/fleet/outbox) to the store's inbox
 
 Reviewed entries are conformance/corpus/*.json (in git; --corpus DIR to use another folder);
-pending ones conformance/corpus/pending/*.json ($CONFORMANCE_PENDING_DIR or --pending DIR).
+pending ones <pending>/<kernel>/*.json, one folder per kernel, where <pending> is --pending DIR,
+else $CONFORMANCE_PENDING_DIR, else .conformance/pending of the working folder
+(conformance.durability.state); `list` and `add` also take entries lying in <pending> itself.
 Files are named by the content hash of their recipe (conformance.records.corpus), so the same recipe is
 stored once per folder. Every write is atomic.
 
@@ -47,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.cli.args import add_kernel_option, finite_positive_seconds, target_for_recipe
-from conformance.durability.state import CORPUS_DIR, pending_dir
+from conformance.durability.state import CORPUS_DIR, kernel_slug, pending_dir
 from conformance.records.crashes import is_crash_entry
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
@@ -63,7 +65,10 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--corpus", metavar="DIR", default=None, help="reviewed corpus folder (default conformance/corpus)")
     p.add_argument(
-        "--pending", metavar="DIR", default=None, help="pending folder (default $CONFORMANCE_PENDING_DIR or conformance/corpus/pending)"
+        "--pending",
+        metavar="DIR",
+        default=None,
+        help="pending folder, one sub-folder per kernel (default $CONFORMANCE_PENDING_DIR, else .conformance/pending)",
     )
     sub = p.add_subparsers(dest="corpus_command", metavar="ACTION", required=True)
     # the folder options are also accepted after the action (`corpus list --corpus DIR`)
@@ -159,6 +164,19 @@ def _dirs(args: argparse.Namespace) -> tuple[Path, Path]:
     return (Path(args.corpus) if args.corpus else CORPUS_DIR), (Path(args.pending) if args.pending else pending_dir())
 
 
+def _pending_folders(pending: Path) -> list[Path]:
+    """The pending folder and its per-kernel sub-folders (conformance.durability.state)."""
+    if not pending.is_dir():
+        return []
+    return [pending, *sorted(p for p in pending.iterdir() if p.is_dir())]
+
+
+def _in_pending(path: Path, pending: Path) -> bool:
+    """Whether `path` lies in the pending folder or one of its per-kernel sub-folders."""
+    parent, root = path.resolve().parent, pending.resolve()
+    return parent == root or parent.parent == root
+
+
 def _rel(path: Path) -> str:
     """`path` relative to the working folder when under it (shorter tables), else absolute."""
     try:
@@ -184,7 +202,7 @@ def run_list(args: argparse.Namespace) -> int:
     if not args.pending_only:
         folders.append(("reviewed", reviewed))
     if not args.reviewed_only:
-        folders.append(("pending", pending))
+        folders += [("pending", folder) for folder in _pending_folders(pending)]
     rows, errors = [], []
     for status, folder in folders:
         if not folder.is_dir():
@@ -304,7 +322,7 @@ def run_add(args: argparse.Namespace) -> int:
     dest = reviewed / f"{digest}.json"
     atomic_write_text(dest, entry.to_json())
     moved = False
-    if source.resolve().parent == pending.resolve() and not args.keep:
+    if _in_pending(source, pending) and not args.keep:
         source.unlink(missing_ok=True)
         moved = True
     print(f"added {entry.name} (expect {entry.expect}) as {dest}" + (" (moved from pending)" if moved else f" (from {source})"))
@@ -395,7 +413,7 @@ def run_minimise(args: argparse.Namespace) -> int:
         print(f"the smaller recipe is already in the reviewed corpus as {existing} ({summary}); nothing written")
         return EXIT_OK
     try:
-        dest = save_entry(smaller, pending)
+        dest = save_entry(smaller, pending / kernel_slug(args.kernel))
     except CorpusWriteError as err:
         print(f"corpus minimise: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -412,7 +430,7 @@ def run_recover(args: argparse.Namespace) -> int:
     from conformance.records.crashes import describe, recover_leftovers
 
     _, pending = _dirs(args)
-    found = recover_leftovers(None, pending)
+    found = recover_leftovers(None, lambda kernel: pending / kernel_slug(kernel))
     for line in found:
         print("recovered " + describe(line))
     if not found:

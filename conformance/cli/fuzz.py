@@ -82,7 +82,7 @@ from conformance.campaign.fuzz import (
 )
 from conformance.cli import print_result
 from conformance.cli.args import add_kernel_option, non_negative_int, positive_float, positive_int
-from conformance.durability.state import RUN_ID_ENV, current_run_dir, pending_dir
+from conformance.durability.state import RUN_ID_ENV, current_run_dir, kernel_pending_dir
 from conformance.records.coverage import Coverage
 from conformance.records.crashes import mark_session_finish, mark_session_start, recover_leftovers
 from conformance.records.report import FUZZ_SUMMARY  # the machine-readable summary in the run folder
@@ -241,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         mark_session_start(run_dir, kind="fuzz", kernel=target.name)
-        for line in recover_leftovers(run_dir.name, pending_dir(), recovering_run=run_dir):
+        for line in recover_leftovers(run_dir.name, kernel_pending_dir, recovering_run=run_dir):
             from conformance.records.crashes import describe
 
             print("fuzz: recovered " + describe(line), file=sys.stderr)

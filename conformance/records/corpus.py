@@ -200,4 +200,3 @@ def save_pending(entry: CorpusEntry, directory: Path) -> tuple[Path, str]:
     if same_as_first:
         return path, f"already pending as {path} (the same failure, {origin})"
     return path, f"already pending as {path} ({origin}; this failure is added to its also_caught)"
-

@@ -38,6 +38,7 @@ import os
 import re
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -250,11 +251,12 @@ def record_crash(
     inflight_file: Path,
     *,
     how: str,
-    destination: Path,
+    destination: Path | Callable[[str], Path],
     nodeid: str | None = None,
     recovering_run: Path | None = None,
 ) -> dict[str, Any] | None:
-    """Turn one write-ahead file into a crash entry in `destination`, log it, remove the file.
+    """Turn one write-ahead file into a crash entry in `destination` (a folder, or a function of
+    the crashed call's kernel spec giving its folder), log it, remove the file.
 
     Returns the log line (entry path, kernel, property, ...), or None when the file vanished
     meanwhile. An unreadable file is renamed `<file>.unreadable` and logged with entry None.
@@ -283,8 +285,9 @@ def record_crash(
             }
         )
     else:
-        destination.mkdir(parents=True, exist_ok=True)
-        path, written = save_crash_entry(entry, destination)
+        folder = destination(str(entry.provenance["kernel"])) if callable(destination) else destination
+        folder.mkdir(parents=True, exist_ok=True)
+        path, written = save_crash_entry(entry, folder)
         line.update(
             {
                 "entry": str(path),
@@ -336,10 +339,11 @@ def recover_worker(run_dir: Path, worker: str, *, error: str, destination: Path)
 
 
 def recover_leftovers(
-    current_run: str | None, destination: Path, *, root: Path | None = None, recovering_run: Path | None = None
+    current_run: str | None, destination: Path | Callable[[str], Path], *, root: Path | None = None, recovering_run: Path | None = None
 ) -> list[dict[str, Any]]:
     """Record every write-ahead file left in earlier run folders under `root` (default
-    runs_root()): skips the current run and runs whose owner may still be alive."""
+    runs_root()): skips the current run and runs whose owner may still be alive. `destination`:
+    as record_crash's (a function of the kernel files each crash under the kernel it crashed)."""
     root = runs_root() if root is None else root
     if not root.is_dir():
         return []

@@ -120,6 +120,17 @@ def get(config: pytest.Config, option: str) -> object:
     return config.getoption(dest(option), None)
 
 
+def kernel_name(config: pytest.Config) -> str:
+    """The session's kernel spec: --conformance-kernel, else this machine's default kernel's name
+    (kernel.registry.default_kernel_name): the name its pending entries are filed under."""
+    named = get(config, KERNEL)
+    if named:
+        return str(named)
+    from kernel.registry import default_kernel_name
+
+    return default_kernel_name()
+
+
 def _shard(text: str) -> object:
     from conformance.fleet.shards import ShardError, parse_shard
 

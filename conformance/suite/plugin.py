@@ -233,7 +233,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         )
         kernel = target.name
     except TargetError as err:
-        what, kernel = f"kernel {named or 'default'}: {err}", named or "default"
+        what, kernel = f"kernel {named or 'default'}: {err}", options.kernel_name(config)
     hypothesis = f"Hypothesis profile {settings.get_current_profile_name()!r} ({settings.default.max_examples} examples per property test)"
     saved = (
         "not saved (--conformance-no-capture)"
@@ -408,7 +408,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return
     if not report.failed:
         return
-    kernel = options.get(item.config, options.KERNEL) or "default"
+    kernel = options.kernel_name(item.config)
     judged = judged_recipe(err)
     info = failures.describe(item.nodeid, err, judged, kernel=str(kernel))
     if judged is not None and not options.get(item.config, options.NO_CAPTURE):
@@ -503,7 +503,7 @@ def _not_judged(item: pytest.Item, report: pytest.TestReport) -> None:
     path, line, _ = item.location
     report.outcome = "skipped"
     report.longrepr = (str(item.path), (line or 0) + 1, reason)
-    kernel = options.get(item.config, options.KERNEL) or "default"
+    kernel = options.kernel_name(item.config)
     try:
         _log(NOT_JUDGED_LOG, {"nodeid": item.nodeid, "kernel": kernel, "reason": reasons, "time": time.time()})
     except OSError as err:

@@ -34,7 +34,7 @@ def _controller_of_suite(config: pytest.Config) -> bool:
 
 
 def _kernel(config: pytest.Config) -> str:
-    return str(options.get(config, options.KERNEL) or "default")
+    return options.kernel_name(config)
 
 
 def _crash_destination(config: pytest.Config, run: Path) -> Path:
@@ -63,7 +63,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     try:
         run.mkdir(parents=True, exist_ok=True)
         crashes.mark_session_start(run, kind="pytest", kernel=options.get(config, options.KERNEL))
-        for line in crashes.recover_leftovers(run.name, _crash_destination(config, run), recovering_run=run):
+        # an earlier run's leftovers are filed under the kernel that crashed, not this session's
+        earlier = run / "crashes" if options.get(config, options.NO_CAPTURE) else kernel_pending_dir
+        for line in crashes.recover_leftovers(run.name, earlier, recovering_run=run):
             _say(config, "conformance: recovered " + crashes.describe(line))
     except Exception as err:  # noqa: BLE001 - a read-only state folder (or any surprise) must not stop the tests
         _say(

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from conformance.cli import main
+from conformance.durability.state import kernel_slug
 from conformance.records.corpus import CORPUS_DIR, load_entry, recipe_hash
 from strategies.recipe import Recipe
 
@@ -154,7 +155,7 @@ def test_replay_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 def test_list_shows_every_good_entry_and_names_bad_files(dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     reviewed, pending = dirs
     _write(reviewed / "edge-a.json", _entry("edge-a", SMALL))
-    _write(pending / "abc.json", _entry("found-b", {**SMALL, "seed": 6}, caught="fuzz differential: lse out of bound"))
+    _write(pending / "my_kernel-fn" / "abc.json", _entry("found-b", {**SMALL, "seed": 6}, caught="fuzz differential: lse out of bound"))
     _write(pending / "broken.json", "{oops")
     code = _corpus(reviewed, "list")
     captured = capsys.readouterr()
@@ -174,7 +175,7 @@ def test_list_shows_every_good_entry_and_names_bad_files(dirs: tuple[Path, Path]
 
 def test_add_moves_a_pending_entry(dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     reviewed, pending = dirs
-    source = _write(pending / "x.json", _entry("found", SMALL))
+    source = _write(pending / "emulated" / "x.json", _entry("found", SMALL))  # a kernel's pending folder
     assert _corpus(reviewed, "add", str(source)) == 0
     target = reviewed / f"{recipe_hash(Recipe.from_json_dict(SMALL))}.json"
     assert f"added found (expect conform) as {target} (moved from pending)" in capsys.readouterr().out
@@ -212,8 +213,8 @@ def test_minimise_shrinks_while_failing_the_same_way(dirs: tuple[Path, Path], ca
     captured = capsys.readouterr()
     assert "the original" in captured.out and "is kept" in captured.out
     assert original.read_text(encoding="utf-8") == before
-    written = [p for p in pending.glob("*.json") if p != original]
-    assert len(written) == 1
+    written = [p for p in pending.rglob("*.json") if p != original]
+    assert [p.parent for p in written] == [pending / kernel_slug(BROKEN)]  # the kernel's pending folder
     small = load_entry(written[0])
     assert small.name == "lse-bug-min" and small.provenance["minimised_from"] == "big.json"
     r = small.recipe
@@ -241,7 +242,7 @@ def test_minimise_keeps_a_precondition_entry_violating(tmp_path: Path, dirs: tup
     assert main(["corpus", "minimise", str(path), "--kernel", "conformance.mutation.catalogue:scale_cap_missing"]) == 0  # inf output
     capsys.readouterr()
     assert [p for p in tmp_path.glob("*.json") if p != path] == []  # nothing written next to the original
-    small = load_entry(next(dirs[1].glob("*.json")))  # the pending folder
+    small = load_entry(next((dirs[1] / "conformance.mutation.catalogue-scale_cap_missing").glob("*.json")))  # the kernel's pending folder
     assert small.expect == "precondition" and small.recipe.latent == "above_cap"  # still violating, the same way
     assert (small.recipe.heads, small.recipe.total_keys) == (1, 1)
 
@@ -309,13 +310,13 @@ def test_minimise_writes_to_pending_and_honours_corpus(tmp_path: Path, dirs: tup
     assert main(["corpus", "--corpus", str(other), "minimise", str(original), "--kernel", BROKEN, "--max-tries", "60"]) == 0
     out = capsys.readouterr().out
     assert sorted(p.name for p in reviewed.glob("*.json")) == ["big.json"]  # the reviewed folder is untouched
-    written = list(pending.glob("*.json"))
+    written = list(pending.rglob("*.json"))
     assert len(written) == 1 and "pending folder" in out and f"--corpus {other}" in out
     # the same smaller recipe already reviewed in --corpus: nothing new
     written[0].rename(other / written[0].name)
     assert main(["corpus", "--corpus", str(other), "minimise", str(original), "--kernel", BROKEN, "--max-tries", "60"]) == 0
     assert "already in the reviewed corpus" in capsys.readouterr().out
-    assert list(pending.glob("*.json")) == []
+    assert list(pending.rglob("*.json")) == []
 
 
 def test_replay_without_kernel_says_which_kernel_ran(tmp_path: Path, dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:

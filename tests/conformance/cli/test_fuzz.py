@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
+from conformance.durability.state import kernel_slug
 
 BROKEN = "conformance.mutation.catalogue:lse_base2"
 
@@ -35,7 +36,7 @@ def test_fuzz_emulated_finds_nothing(state: Path, capsys: pytest.CaptureFixture[
     chunks = int(captured.out.split(" chunk(s)")[0].rsplit(", ", 1)[1])
     assert chunks == 2, captured.out  # --max-chunks ends it (fresh seeds, sizes ramping up), not the clock
     assert "fuzz: kernel emulated (profile gfx950) on cpu" in captured.err  # progress on stderr
-    assert not list((state / "pending").glob("*.json"))
+    assert not list((state / "pending").rglob("*.json"))
     report = _report(state)
     assert report["status"] == "clean" and report["examples"] > 0
     assert set(report["kernels"]["emulated"]["properties"]) <= {"fuzz:differential", "fuzz:long_rows", "fuzz:preconditions"}
@@ -67,8 +68,8 @@ def test_fuzz_broken_kernel_finds_and_saves_a_failure(state: Path, capsys: pytes
     captured = capsys.readouterr()
     assert code == 1, captured.out + captured.err
     assert "FAILURES: 1 distinct" in captured.out and "wrong result: lse outside the bound" in captured.out
-    saved = list((state / "pending").glob("*.json"))
-    assert len(saved) == 1
+    saved = list((state / "pending").rglob("*.json"))
+    assert [p.parent.name for p in saved] == [kernel_slug(BROKEN)]  # the kernel's pending folder
     entry = json.loads(saved[0].read_text(encoding="utf-8"))
     assert entry["provenance"]["kernel"] == BROKEN and entry["provenance"]["property"] == "fuzz:long_rows"
     assert entry["expect"] == "conform" and entry["recipe"]["return_lse"] is True

@@ -174,6 +174,10 @@ def _write_inflight(run_dir: Path, worker: str, recipe: dict[str, Any] | None = 
 def test_live_runs_are_left_alone_and_bad_files_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(state.STATE_DIR_ENV, str(tmp_path / "state"))
     root = tmp_path / "state" / "runs"
+
+    def per_kernel(kernel: str) -> Path:
+        return tmp_path / "pending" / state.kernel_slug(kernel)
+
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         live = root / "live-run"
@@ -186,7 +190,7 @@ def test_live_runs_are_left_alone_and_bad_files_kept(tmp_path: Path, monkeypatch
         bad_file = _write_inflight(bad, "gw1", text="{not json")
         precondition = root / "old-run-2"
         _write_inflight(precondition, "gw3", recipe={"seed": 1, "n_q": 1, "heads": 1, "row_lengths": [3], "cache_rows": 8, "writer": "raw"})
-        found = crashes.recover_leftovers("current", tmp_path / "pending")
+        found = crashes.recover_leftovers("current", per_kernel)
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -197,9 +201,11 @@ def test_live_runs_are_left_alone_and_bad_files_kept(tmp_path: Path, monkeypatch
     entry = json.loads(Path(by_run["old-run-2"]["entry"]).read_text(encoding="utf-8"))
     assert entry["expect"] == "precondition" and entry["provenance"]["kernel"] == "k:x"
     # the owners are gone now: a later scan takes their files; the same crash twice is stored once
-    found = crashes.recover_leftovers("current", tmp_path / "pending")
+    found = crashes.recover_leftovers("current", per_kernel)
     assert {line["run"] for line in found} == {"live-run", dead.name}
-    assert len(list((tmp_path / "pending").glob("*.json"))) == 2  # the raw-writer recipe + the shared one, once
+    saved = list((tmp_path / "pending").rglob("*.json"))
+    assert len(saved) == 2  # the raw-writer recipe + the shared one, once
+    assert {p.parent.name for p in saved} == {"k-x"}  # filed under the kernel that crashed (k:x), whoever recovers
     assert found[0]["new"] != found[1]["new"]
     assert not list(root.glob("*/inflight-*.json"))
     logged = [json.loads(x) for x in (live / crashes.CRASHES_LOG).read_text(encoding="utf-8").splitlines()]

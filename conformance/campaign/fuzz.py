@@ -66,6 +66,7 @@ from typing import Any, TextIO
 
 from conformance.durability.state import call_timeout_s, kernel_pending_dir
 from conformance.durability.watchdog import KernelHung
+from conformance.judging.progress import StatusLine
 from conformance.records.coverage import Coverage, reachable_union, recipes_space, violating_space
 
 PROPERTIES = ("differential", "long_rows", "preconditions")
@@ -73,44 +74,14 @@ OUTPUT_MODES = ("out/exact-steps", "out/float64", "lse/exact-steps", "lse/float6
 SUMMARY_SCHEMA = 1
 
 
-class ProgressLine:
-    """A status line on `stream`: rewritten in place on a terminal, else one line per `every` s.
+class ProgressLine(StatusLine):
+    """The campaign's status line (conformance.judging.progress.StatusLine): rewritten in place
+    on a terminal, else one line per `every` seconds (default 10). Best effort: a failed write
+    closes the line and raises nothing, so it can never end the campaign or count as a failure of
+    the example in flight."""
 
-    Best effort: a write that fails (a closed pipe, `2>&1 | head`) closes the line for good and
-    raises nothing, so it can never end the campaign or count as a failure of the example in
-    flight (`closed` says it happened)."""
-
-    def __init__(self, stream: TextIO, *, every: float = 10.0):
-        self.stream = stream
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self.every = every if not self.tty else 0.2
-        self.last = 0.0
-        self.width = 0
-        self.closed = False
-
-    def _write(self, text: str) -> None:
-        if self.closed:
-            return
-        try:
-            self.stream.write(text)
-            self.stream.flush()
-        except OSError:  # BrokenPipeError and kin: the reader is gone
-            self.closed = True
-
-    def show(self, text: str, *, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self.last < self.every:
-            return
-        self.last = now
-        if self.tty:
-            self._write("\r" + text.ljust(self.width))
-            self.width = len(text)
-        else:
-            self._write(text + "\n")
-
-    def done(self) -> None:
-        if self.tty and self.width:
-            self._write("\n")
+    def __init__(self, stream: TextIO, *, every: float = 10.0) -> None:
+        super().__init__(stream, every=every)
 
 
 @dataclass

@@ -36,6 +36,9 @@ finding's fields).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 CONTRACT = "contract violation"
 WRONG_RESULT = "wrong result"
@@ -123,6 +126,13 @@ def failure(finding: Finding, message: str = "") -> AssertionError:
 def carried(err: BaseException | None) -> Finding | None:
     """The finding `err` carries: on itself, else on the first exception of a group or of its
     cause / context chain that has one; None when none does."""
+    return attached(err, FINDING_ATTR, Finding)
+
+
+def attached(err: BaseException | None, attr: str, kind: type[T]) -> T | None:
+    """The value of attribute `attr` on `err` when it is a `kind`, else on the first exception of
+    a group (Hypothesis reports distinct failures together) or of its cause / context chain,
+    breadth first, that has one; None when none does."""
     seen: set[int] = set()
     todo = [err]
     while todo:
@@ -130,9 +140,9 @@ def carried(err: BaseException | None) -> Finding | None:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        found = getattr(current, FINDING_ATTR, None)
-        if isinstance(found, Finding):
-            return found
+        value = getattr(current, attr, None)
+        if isinstance(value, kind):
+            return value
         if isinstance(current, BaseExceptionGroup):
             todo.extend(current.exceptions)
         todo.extend((current.__cause__, current.__context__))

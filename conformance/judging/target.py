@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from conformance.judging.finding import attached
+
 if TYPE_CHECKING:
     import torch
 
@@ -111,20 +113,7 @@ def judged_recipe(err: BaseException | None) -> JudgedRecipe | None:
     """The JudgedRecipe a failure carries: on the exception itself, else on the first exception of
     a group (Hypothesis reports distinct failures together) or of its cause / context chain that
     has one; None when it carries none."""
-    seen: set[int] = set()
-    todo = [err]
-    while todo:
-        current = todo.pop(0)
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        judged = getattr(current, JUDGED_ATTR, None)
-        if isinstance(judged, JudgedRecipe):
-            return judged
-        if isinstance(current, BaseExceptionGroup):
-            todo.extend(current.exceptions)
-        todo.extend((current.__cause__, current.__context__))
-    return None
+    return attached(err, JUDGED_ATTR, JudgedRecipe)
 
 
 @dataclass(frozen=True)

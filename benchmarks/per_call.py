@@ -69,6 +69,7 @@ def runs_on(backend: Any, device: torch.device) -> bool:
 def bare_on_kept_state(name: str, args: tuple[Any, ...]) -> Callable[[], None] | None:
     """The adapter's bare kernel on inputs prepared from a kept state (module docstring), or None
     for a kernel that is no peer adapter."""
+    from kernel.peers.protocol import CallArgs
     from kernel.registry import adapter
 
     peer = adapter(name)
@@ -76,8 +77,8 @@ def bare_on_kept_state(name: str, args: tuple[Any, ...]) -> Callable[[], None] |
         return None
     engine = peer.load()
     state = peer.new_state(engine, kept=True)
-    peer.prepare(engine, state, *args, has_invalid=False, out=None)
-    return peer.prepare(engine, state, *args, has_invalid=False, out=None).run
+    peer.prepare(engine, state, CallArgs(*args))
+    return peer.prepare(engine, state, CallArgs(*args)).run
 
 
 def kernel_rows(name: str, args: tuple[Any, ...], device: torch.device) -> list[Row]:

@@ -83,11 +83,12 @@ from kernel.peers.plumbing import (
     copy_out,
     csr_to_padded,
     effective_scale,
+    kept_index,
+    kept_padded_q,
     map_lse,
-    pad_heads,
     sync_free_width,
 )
-from kernel.peers.protocol import BareRow, Declaration
+from kernel.peers.protocol import BareRow, CallArgs, Declaration
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
 
 MODULE_NAME = "flash_mla"
@@ -376,47 +377,35 @@ class FlashMLAAdapter:
             return device_reason(info.device)
         return ""
 
-    def prepare(
-        self,
-        engine: FlashMLAEngine,
-        state: FlashMLAState | None,
-        q: torch.Tensor,
-        kv_cache: torch.Tensor,
-        indices: torch.Tensor,
-        indptr: torch.Tensor,
-        softmax_scale: float,
-        *,
-        has_invalid: bool,
-        out: torch.Tensor | None,
-    ) -> FlashMLACall:
+    def prepare(self, engine: FlashMLAEngine, state: FlashMLAState | None, args: CallArgs) -> FlashMLACall:
         """FlashMLA's inputs from a contract call (module docstring); ContractError for a cache
         without rows. state: the index rows reused while the same index tensors come again, the
         padded q buffer and the scheduler metadata kept per call shape (None: made per call)."""
-        if kv_cache.numel() // RECORD_BYTES == 0:
+        if args.kv_rows == 0:
             raise ContractError("kv_cache has no rows: FlashMLA reads row 0 for masked slots")
-        layout_cache = None if state is None else state.layouts
-        padded_q = None if state is None else state.padded_q
+        q, indices, indptr, has_invalid = args.q, args.indices, args.indptr, args.has_invalid
+        kept = FlashMLAState() if state is None else state
         padded_heads = self.padded_heads
         n_q, heads, _ = q.shape
-        sign, scale = effective_scale(softmax_scale)
+        sign, scale = effective_scale(args.softmax_scale)
 
         def build() -> PaddedRows:
             return csr_to_padded(
                 indices, indptr, has_invalid=has_invalid, multiple=TOPK_BLOCK, width=sync_free_width(indices.numel(), TOPK_BLOCK)
             )
 
-        rows = build() if layout_cache is None else layout_cache.get(indices, indptr, ("flashmla", has_invalid), build)
+        rows = kept_index(kept.layouts, indices, indptr, ("flashmla", has_invalid), build)
         call = FlashMLACall(
-            q=pad_heads(q, padded_heads, sign=sign) if padded_q is None else padded_q.get(q, padded_heads, sign),
-            k_cache=cache_blocks(kv_cache, self.page_block_size),
+            q=kept_padded_q(kept.padded_q, q, padded_heads, sign),
+            k_cache=cache_blocks(args.kv_cache, self.page_block_size),
             indices=rows.indices.view(n_q, 1, rows.width),
             softmax_scale=scale,
             heads=heads,
             n_q=n_q,
             module=engine.module,
         )
-        if state is not None and state.sched is not None:
-            call.sched = state.sched.get(call)
+        if kept.sched is not None:
+            call.sched = kept.sched.get(call)
         return call
 
 

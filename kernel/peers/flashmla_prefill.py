@@ -40,7 +40,6 @@ that to the bit. The arithmetic is FlashMLA decode's without the split-KV combin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -50,16 +49,15 @@ from kernel.contract import INT32_MAX, CallInfo
 from kernel.peers.dequant_cache import DequantCache
 from kernel.peers.flashmla import FlashMLAEngine, device_reason, require_flash_mla
 from kernel.peers.keys import RowLayout, gather_rows, row_layout
-from kernel.peers.plumbing import LayoutCache, PaddedQ, copy_out, effective_scale, map_lse, pad_heads
-from kernel.peers.protocol import BareRow, Declaration
+from kernel.peers.plumbing import LayoutCache, PaddedQ, copy_out, effective_scale, kept_index, kept_padded_q, map_lse
+from kernel.peers.protocol import BareRow, CallArgs, Declaration, profile_file
 from kernel.record import HEAD_DIM, LATENT_DIM
 
 NAME = "flashmla-prefill"
 TOPK_MULTIPLE = 128  # the SM90 prefill asserts topk % (2 * B_TOPK) == 0 with B_TOPK = 64
 HEAD_COUNTS = (64, 128)
 
-# The numerics profile: a TOML file next to the shipped ones (oracle/profile_files/), given by path.
-PROFILE = str(Path(__file__).resolve().parents[2] / "oracle" / "profile_files" / "flashmla-sparse-prefill.toml")
+PROFILE = profile_file("flashmla-sparse-prefill.toml")
 
 LIMITS = (
     "H in 1..16, run as 64 FlashMLA heads (zero heads padded, sliced off); the kernel takes h_q 64 or 128",
@@ -165,19 +163,7 @@ class FlashMLAPrefillAdapter:
             return device_reason(info.device).replace("flashmla:", f"{NAME}:", 1)
         return ""
 
-    def prepare(
-        self,
-        engine: FlashMLAEngine,
-        state: PrefillState | None,
-        q: torch.Tensor,
-        kv_cache: torch.Tensor,
-        indices: torch.Tensor,
-        indptr: torch.Tensor,
-        softmax_scale: float,
-        *,
-        has_invalid: bool,
-        out: torch.Tensor | None,
-    ) -> PrefillCall:
+    def prepare(self, engine: FlashMLAEngine, state: PrefillState | None, args: CallArgs) -> PrefillCall:
         """flash_mla_sparse_fwd's inputs from a contract call (module docstring). state: the slot
         layout, KV indices and topk_length reused while the same index tensors come again; the
         whole cache kept dequantised (kernel.peers.dequant_cache), handed to the kernel as its KV
@@ -185,12 +171,11 @@ class FlashMLAPrefillAdapter:
         records are gathered and dequantised per slot and the kernel reads slot q * W + j. Either
         way each attended position reads the same bf16 key. The padded q buffer kept between calls
         (None: a fresh one per call)."""
-        layout_cache = None if state is None else state.layouts
-        dequant_cache = None if state is None else state.dequant
-        padded_q = None if state is None else state.padded_q
+        q, kv_cache, indices, indptr = args.q, args.kv_cache, args.indices, args.indptr
+        kept = PrefillState() if state is None else state
         padded_heads = self.padded_heads
         n_q, heads, _ = q.shape
-        sign, scale = effective_scale(softmax_scale)
+        sign, scale = effective_scale(args.softmax_scale)
 
         def build() -> tuple[RowLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
             layout = row_layout(indices, indptr, multiple=TOPK_MULTIPLE)
@@ -203,18 +188,16 @@ class FlashMLAPrefillAdapter:
             return layout, kv_index, row_index, layout.lengths.clamp_max(width).to(torch.int32)
 
         params = (NAME, TOPK_MULTIPLE)
-        layout, kv_index, row_index, topk_length = build() if layout_cache is None else layout_cache.get(indices, indptr, params, build)
+        layout, kv_index, row_index, topk_length = kept_index(kept.layouts, indices, indptr, params, build)
         width = layout.width
-        whole = None if dequant_cache is None else dequant_cache.get(kv_cache, n_q * width)
+        whole = None if kept.dequant is None else kept.dequant.get(kv_cache, n_q * width)
         if whole is not None:
             kv, kv_indices = whole.view(-1, 1, HEAD_DIM), row_index
         else:
             rows = gather_rows(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE, layout=layout)
             kv, kv_indices = rows.keys.view(n_q * width, 1, HEAD_DIM), kv_index
         return PrefillCall(
-            q=(pad_heads(q, padded_heads, sign=sign) if padded_q is None else padded_q.get(q, padded_heads, sign)).view(
-                n_q, padded_heads, HEAD_DIM
-            ),
+            q=kept_padded_q(kept.padded_q, q, padded_heads, sign).view(n_q, padded_heads, HEAD_DIM),
             kv=kv,
             indices=kv_indices,
             topk_length=topk_length,

@@ -33,7 +33,7 @@ from typing import Protocol
 import torch
 
 from kernel.contract import INT32_MAX
-from kernel.peers.plumbing import LayoutCache, csr_to_padded, kept_index, sync_free_width
+from kernel.peers.plumbing import LayoutCache, PaddedRows, csr_to_padded, int32_row_chunks, kept_index, sync_free_width
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, index_records, record_words
 
 SCALE_BLOCK = 128
@@ -89,15 +89,15 @@ class RowLayout:
     width: int
 
 
+def masked_rows(indices: torch.Tensor, indptr: torch.Tensor, multiple: int) -> PaddedRows:
+    """The CSR stream as fixed-width rows (csr_to_padded) with every entry < 0 as -1, the width
+    sync-free for short streams (sync_free_width): the slots of the bf16-key adapters."""
+    return csr_to_padded(indices, indptr, has_invalid=True, multiple=multiple, width=sync_free_width(indices.numel(), multiple))
+
+
 def row_layout(indices: torch.Tensor, indptr: torch.Tensor, *, multiple: int) -> RowLayout:
     """The RowLayout of a CSR stream (width and masking as in gather_rows)."""
-    rows = csr_to_padded(
-        indices,
-        indptr,
-        has_invalid=True,
-        multiple=multiple,
-        width=sync_free_width(indices.numel(), multiple),
-    )
+    rows = masked_rows(indices, indptr, multiple)
     return RowLayout(slots=rows.indices.clamp_min(0).reshape(-1), valid=rows.indices >= 0, lengths=rows.lengths, width=rows.width)
 
 
@@ -193,6 +193,18 @@ class SlotKeys:
         """What to subtract from table entries of a chunk starting at row `start`."""
         return start * self.width if self.per_slot else 0
 
+    def row_chunks(self) -> list[tuple[int, int]]:
+        """The row ranges [start, stop) launched apart: per slot, chunks whose buffer rows keep
+        every element offset below 2^31 (kernel.peers.plumbing.int32_row_chunks); the kept cache
+        (at most MAX_KEPT_ROWS rows): every row in one launch."""
+        n_q = self.valid.shape[0]
+        return int32_row_chunks(n_q, self.width) if self.per_slot else [(0, n_q)]
+
+    def chunk_rows(self, buffer: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        """The rows of `buffer` (`keys` viewed as a kernel takes it, one key a row) that the launch
+        of rows [start, stop) addresses: its rows' slots per slot, else the whole kept cache."""
+        return buffer[start * self.width : stop * self.width] if self.per_slot else buffer
+
 
 @dataclass(frozen=True)
 class SlotLayout:
@@ -212,7 +224,7 @@ class SlotLayout:
 def slot_layout(indices: torch.Tensor, indptr: torch.Tensor, n_rows: int, *, multiple: int) -> SlotLayout:
     """Each row's slots padded to W (a multiple of `multiple`, sync-free for short streams as in
     row_layout); every entry < 0 or >= n_rows is not valid."""
-    rows = csr_to_padded(indices, indptr, has_invalid=True, multiple=multiple, width=sync_free_width(indices.numel(), multiple))
+    rows = masked_rows(indices, indptr, multiple)
     valid = (rows.indices >= 0) & (rows.indices < n_rows)
     return SlotLayout(
         rows=torch.where(valid, rows.indices, n_rows).to(torch.int32),
@@ -270,6 +282,7 @@ __all__ = [
     "SlotLayout",
     "dequantise_bf16",
     "gather_rows",
+    "masked_rows",
     "row_layout",
     "slot_keys",
     "slot_layout",

@@ -6,7 +6,7 @@
   holds more entries than the stream, so W = round_up(len(indices)) when that is at most
   SYNC_FREE_TOPK = 4096 keys); otherwise W is the longest row rounded up, one host sync.
 - Kept between calls, as a serving engine keeps them: index layouts per index tensors
-  (`LayoutCache`, `kept_index`), the zero-padded q buffer per call shape (`PaddedQ`).
+  (`LayoutCache`, `kept_index`), the zero-padded q buffer per call shape (`PaddedQ`, `kept_padded_q`).
 - Heads (`pad_heads`, `PaddedQ`): q copied into a zero buffer of the heads a kernel takes.
 - softmax_scale <= 0 for kernels that need a positive one (`effective_scale`), lse +inf -> -inf
   (`map_lse`).
@@ -188,6 +188,12 @@ class PaddedQ:
         return self._buffer
 
 
+def kept_padded_q(padded_q: PaddedQ | None, q: torch.Tensor, heads_to: int, sign: float) -> torch.Tensor:
+    """q padded to `heads_to` heads, bf16 [n_q, 1, heads_to, 576]: in the kept buffer `padded_q`
+    (PaddedQ.get), None: a fresh one (pad_heads); the same bits either way."""
+    return pad_heads(q, heads_to, sign=sign) if padded_q is None else padded_q.get(q, heads_to, sign)
+
+
 def map_lse(lse_raw: torch.Tensor, n_q: int, heads: int) -> torch.Tensor:
     """FlashMLA's lse ([n_q, 1, H_pad] or [n_q, H_pad, 1]) -> a new contiguous f32 [n_q, heads],
     +inf -> -inf, every other value (NaN and -inf included) unchanged: one elementwise op."""
@@ -257,6 +263,7 @@ __all__ = [
     "effective_scale",
     "int32_row_chunks",
     "kept_index",
+    "kept_padded_q",
     "map_lse",
     "pad_heads",
     "pad_single_head",

@@ -60,18 +60,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from types import ModuleType
 
 import torch
 
-from kernel.backend import BackendUnavailable
-from kernel.contract import CallInfo
-from kernel.engines import cuda_reason, int32_chunks, load_sglang
+from kernel.engines import int32_chunks, load_sglang
 from kernel.peers.dequant_cache import DequantCache
 from kernel.peers.keys import KeptKeys, SlotKeys, slot_keys
-from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache, int32_row_chunks, kept_index, pad_single_head
-from kernel.peers.protocol import BareRow, Declaration
+from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache, kept_index, pad_single_head
+from kernel.peers.protocol import CallArgs, Declaration, TritonAdapter, profile_file
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
 
 NAME = "sglang-decode"
@@ -80,7 +77,7 @@ READER_MODULE = "sglang.srt.layers.attention.nsa.dequant_k_cache"
 NUM_KV_SPLITS = 8  # sglang's --triton-attention-num-kv-splits default
 MIN_BLOCK_KV = 32  # the kernel's _MIN_BLOCK_KV: split pieces are multiples of it
 SLOT_MULTIPLE = 32
-PROFILE = str(Path(__file__).resolve().parents[2] / "oracle" / "profile_files" / "sglang-triton-decode.toml")
+PROFILE = profile_file("sglang-triton-decode.toml")
 
 LIMITS = (
     "H in 1..16 (H = 1 runs as 2 heads: the grouped MLA kernel; one KV head of 576 dims, V = its first 512)",
@@ -235,28 +232,24 @@ class SglangEngine:
     reader: ModuleType
 
 
-DECLARATION = Declaration(
-    name=NAME,
-    profile=PROFILE,
-    limits=LIMITS,
+DECLARATION = Declaration.on_own_heads(
+    NAME,
+    PROFILE,
+    LIMITS,
     bounded_index_reads=False,
     batch_invariant=True,
-    label="sglang-decode (adapter)",
     note="whole adapter: keys by sglang's reader (kept cache or per slot), CSR of the valid slots, kernel, lse merge",
-    bare=BareRow(":bare-kernel", None, "sglang-decode (bare kernel)", "decode_attention_fwd on the prepared keys, CSR rows and buffers"),
+    bare_note="decode_attention_fwd on the prepared keys, CSR rows and buffers",
 )
 
 
-class SglangDecodeAdapter:
-    """The `sglang-decode` adapter (kernel.peers.protocol)."""
+class SglangDecodeAdapter(TritonAdapter):
+    """The `sglang-decode` adapter (kernel.peers.protocol; refusals: TritonAdapter)."""
 
     declaration = DECLARATION
 
-    def load(self) -> SglangEngine:
-        """sglang's kernel and reader; BackendUnavailable (with the reason) without CUDA, Triton or sglang."""
-        reason = cuda_reason(NAME)
-        if reason:
-            raise BackendUnavailable(reason)
+    def load_engine(self) -> SglangEngine:
+        """sglang's kernel and reader; BackendUnavailable (with the reason) without sglang."""
         kernel, _ = load_sglang(KERNEL_MODULE, NAME)
         reader, _ = load_sglang(READER_MODULE, NAME)
         return SglangEngine(kernel, reader)
@@ -264,54 +257,35 @@ class SglangDecodeAdapter:
     def new_state(self, engine: SglangEngine, *, kept: bool = True) -> KeptKeys | None:
         return KeptKeys(dequant=kept_cache(engine.reader), layouts=LayoutCache(LAYOUTS_KEPT)) if kept else None
 
-    def support(self, info: CallInfo) -> str:
-        return cuda_reason(NAME) if info.device.type == "cuda" else ""
-
-    def prepare(
-        self,
-        engine: SglangEngine,
-        state: KeptKeys | None,
-        q: torch.Tensor,
-        kv_cache: torch.Tensor,
-        indices: torch.Tensor,
-        indptr: torch.Tensor,
-        softmax_scale: float,
-        *,
-        has_invalid: bool,
-        out: torch.Tensor | None,
-    ) -> SglangCall:
+    def prepare(self, engine: SglangEngine, state: KeptKeys | None, args: CallArgs) -> SglangCall:
         """Keys, CSR rows, heads and output buffers for one validated call with n_q >= 1 (module
         docstring). state: the cache kept dequantised by this reader (`kept_cache(reader)`; None:
         gathered per slot; either way the kernel reads the same keys), the slot layout and CSR
         rows kept per index tensors (None: built per call)."""
-        kernel, reader = engine.kernel, engine.reader
-        dequant_cache = None if state is None else state.dequant
-        layout_cache = None if state is None else state.layouts
+        q, indices, indptr = args.q, args.indices, args.indptr
+        kept = KeptKeys() if state is None else state
         n_q, heads = q.shape[0], q.shape[1]
-        reading = partial(sglang_dequantise, reader)
-        keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE, dequantise=reading, kept=dequant_cache, layouts=layout_cache)
-        q_run, o = pad_single_head(q, out)
+        reading = partial(sglang_dequantise, engine.reader)
+        keys = slot_keys(
+            indices, indptr, args.kv_cache, multiple=SLOT_MULTIPLE, dequantise=reading, kept=kept.dequant, layouts=kept.layouts
+        )
+        q_run, o = pad_single_head(q, args.out)
         buffer = keys.keys.view(-1, 1, HEAD_DIM)
 
         def rows_csr() -> tuple[list[tuple[int, int, torch.Tensor, torch.Tensor]], RowSplits]:
-            ranges = int32_row_chunks(n_q, keys.width) if keys.per_slot else [(0, n_q)]
-            return [(start, stop, *csr_of_valid(keys, start, stop)) for start, stop in ranges], row_splits(keys.counts)
+            return [(start, stop, *csr_of_valid(keys, start, stop)) for start, stop in keys.row_chunks()], row_splits(keys.counts)
 
-        chunks = []
-        params = (NAME, kv_cache.numel() // RECORD_BYTES, keys.per_slot)  # the CSR is a function of these and the indices
-        csr, rows = kept_index(layout_cache, indices, indptr, params, rows_csr)
-        for start, stop, kv_indptr, kv_indices in csr:
-            k_chunk = buffer[start * keys.width : stop * keys.width] if keys.per_slot else buffer
-            chunks.append((start, stop, k_chunk, kv_indptr, kv_indices))
+        params = (NAME, args.kv_rows, keys.per_slot)  # the CSR is a function of these and the indices
+        csr, rows = kept_index(kept.layouts, indices, indptr, params, rows_csr)
         return SglangCall(
-            kernel=kernel,
+            kernel=engine.kernel,
             q_run=q_run,
             buffer=buffer,
-            chunks=chunks,
+            chunks=[(start, stop, keys.chunk_rows(buffer, start, stop), *csr_rows) for start, stop, *csr_rows in csr],
             o=o,
             logits=torch.empty(n_q, q_run.shape[1], NUM_KV_SPLITS, LATENT_DIM, dtype=torch.float32, device=q.device),
             att_lse=torch.empty(n_q, q_run.shape[1], NUM_KV_SPLITS, dtype=torch.float32, device=q.device),
-            softmax_scale=float(softmax_scale),
+            softmax_scale=float(args.softmax_scale),
             keys=keys,
             rows=rows,
             heads=heads,

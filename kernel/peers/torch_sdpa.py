@@ -38,7 +38,6 @@ row's result does not depend on the other rows in the call except through the pa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -48,16 +47,15 @@ from kernel.contract import CallInfo
 from kernel.peers import bf16_key_decode
 from kernel.peers.dequant_cache import DequantCache
 from kernel.peers.keys import KeptKeys, RowLayout, gather_rows, row_layout
-from kernel.peers.plumbing import LayoutCache, copy_out
-from kernel.peers.protocol import BareRow, Declaration
+from kernel.peers.plumbing import LayoutCache, copy_out, kept_index
+from kernel.peers.protocol import CallArgs, Declaration, profile_file
 from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
 
 NAME = "torch-sdpa"
 KEY_MULTIPLE = 64  # padded keys per row: keeps the bias rows 16-element aligned
 ALIGN_BYTES = 16  # the fused kernel's vector loads: q, K, V and the bias start 16-byte aligned
 
-# The numerics profile: a TOML file next to the shipped ones (oracle/profile_files/), given by path.
-PROFILE = str(Path(__file__).resolve().parents[2] / "oracle" / "profile_files" / "torch-sdpa-mem-eff.toml")
+PROFILE = profile_file("torch-sdpa-mem-eff.toml")
 
 LIMITS = (
     "H in 1..16 (the row's heads are the kernel's query positions, one KV head)",
@@ -136,20 +134,14 @@ class SdpaEngine:
     """Nothing to import: PyTorch's own kernels."""
 
 
-DECLARATION = Declaration(
-    name=NAME,
-    profile=PROFILE,
-    limits=LIMITS,
+DECLARATION = Declaration.on_own_heads(
+    NAME,
+    PROFILE,
+    LIMITS,
     bounded_index_reads=False,
     batch_invariant=True,
-    label="torch-sdpa (adapter)",
     note="whole adapter: gather + bf16 dequantisation, bias, fused SDPA kernel, empty-row fix-up",
-    bare=BareRow(
-        ":bare-kernel",
-        None,
-        "torch-sdpa (bare kernel)",
-        "aten._scaled_dot_product_efficient_attention on the gathered bf16 keys and bias",
-    ),
+    bare_note="aten._scaled_dot_product_efficient_attention on the gathered bf16 keys and bias",
 )
 
 
@@ -170,29 +162,17 @@ class SdpaAdapter:
     def support(self, info: CallInfo) -> str:
         return ""
 
-    def prepare(
-        self,
-        engine: SdpaEngine,
-        state: KeptKeys | None,
-        q: torch.Tensor,
-        kv_cache: torch.Tensor,
-        indices: torch.Tensor,
-        indptr: torch.Tensor,
-        softmax_scale: float,
-        *,
-        has_invalid: bool,
-        out: torch.Tensor | None,
-    ) -> SdpaCall:
+    def prepare(self, engine: SdpaEngine, state: KeptKeys | None, args: CallArgs) -> SdpaCall:
         """The fused kernel's inputs from a contract call (module docstring). state: the slot
         layout, bias and empty-row mask kept per index tensors. The keys: on CUDA where the fast
         path peers.bf16-keys (kernel.peers.bf16_key_decode) is chosen, decoded from the selected
         records in one pass; else, with the state's dequantised cache, gathered as bf16 rows from the whole cache
         (kernel.peers.dequant_cache; an empty slot reads its +0 row); else, or when it declines,
         the records are gathered and dequantised per slot. The same bits."""
-        layout_cache = None if state is None else state.layouts
-        dequant_cache = None if state is None else state.dequant
+        q, kv_cache, indices, indptr = args.q, args.kv_cache, args.indices, args.indptr
+        kept = KeptKeys() if state is None else state
         n_q, heads, _ = q.shape
-        kv_rows = kv_cache.numel() // RECORD_BYTES
+        kv_rows = args.kv_rows
         variant = fastpath.choose(bf16_key_decode.FAST_PATH, q.device) if q.device.type == "cuda" else None
         flat = kv_cache.reshape(-1, RECORD_BYTES) if variant is not None else None
         fused = flat is not None and bf16_key_decode.usable(flat)
@@ -208,7 +188,7 @@ class SdpaAdapter:
             return layout, bias, ~layout.valid.any(dim=1), key_rows
 
         params = (NAME, heads, kv_rows, fused)
-        layout, bias, no_key, key_rows = build() if layout_cache is None else layout_cache.get(indices, indptr, params, build)
+        layout, bias, no_key, key_rows = kept_index(kept.layouts, indices, indptr, params, build)
         width = layout.width
         if fused:
             assert flat is not None and variant is not None  # what fused means
@@ -216,13 +196,13 @@ class SdpaAdapter:
             bf16_key_decode.launch(flat, key_rows, keys, variant)
             keys = keys.view(n_q, 1, width, HEAD_DIM)
         else:
-            whole = None if dequant_cache is None else dequant_cache.get(kv_cache, n_q * width)
+            whole = None if kept.dequant is None else kept.dequant.get(kv_cache, n_q * width)
             if whole is not None:
                 keys = whole.index_select(0, key_rows).view(n_q, 1, width, HEAD_DIM)
             else:
                 keys = gather_rows(indices, indptr, kv_cache, multiple=KEY_MULTIPLE, layout=layout).keys.view(n_q, 1, width, HEAD_DIM)
         q4 = aligned(q.contiguous()).view(n_q, 1, heads, q.shape[-1])
-        return SdpaCall(q4=q4, keys=keys, bias=bias, scale=float(softmax_scale), no_key=no_key)
+        return SdpaCall(q4=q4, keys=keys, bias=bias, scale=float(args.softmax_scale), no_key=no_key)
 
 
 ADAPTER = SdpaAdapter()

@@ -43,26 +43,23 @@ natural-log domain: out = bf16(acc / l), lse = m + log(l).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 
 import torch
 
-from kernel.backend import BackendUnavailable
-from kernel.contract import CallInfo
-from kernel.engines import cuda_reason, load_vllm
+from kernel.engines import load_vllm
 from kernel.peers.dequant_cache import DequantCache
 from kernel.peers.keys import KeptKeys, slot_keys
 from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache, kept_index, pad_single_head
-from kernel.peers.protocol import BareRow, Declaration
-from kernel.record import HEAD_DIM, LATENT_DIM, RECORD_BYTES
+from kernel.peers.protocol import CallArgs, Declaration, TritonAdapter, profile_file
+from kernel.record import HEAD_DIM, LATENT_DIM
 
 NAME = "vllm-decode"
 KERNEL_MODULE = "vllm.v1.attention.ops.triton_decode_attention"
 MIN_WORK_PER_SPLIT = 512  # vllm/v1/attention/backends/mla/triton_mla.py
 SPLIT_OCCUPANCY_MULTIPLIER = 2
 SLOT_MULTIPLE = 32
-PROFILE = str(Path(__file__).resolve().parents[2] / "oracle" / "profile_files" / "vllm-triton-decode.toml")
+PROFILE = profile_file("vllm-triton-decode.toml")
 
 LIMITS = (
     "H in 1..16 (H = 1 runs as 2 heads: the grouped MLA kernel; one KV head of 576 dims, V = its first 512)",
@@ -143,74 +140,54 @@ class VllmDecodeEngine:
     sm_count: int
 
 
-DECLARATION = Declaration(
-    name=NAME,
-    profile=PROFILE,
-    limits=LIMITS,
+DECLARATION = Declaration.on_own_heads(
+    NAME,
+    PROFILE,
+    LIMITS,
     bounded_index_reads=False,
     batch_invariant=False,
-    label="vllm-decode (adapter)",
     note="whole adapter: bf16 keys (kept cache or per slot), block table of the valid slots, kernel",
-    bare=BareRow(":bare-kernel", None, "vllm-decode (bare kernel)", "decode_attention_fwd on the prepared keys, block table and buffers"),
+    bare_note="decode_attention_fwd on the prepared keys, block table and buffers",
 )
 
 
-class VllmDecodeAdapter:
-    """The `vllm-decode` adapter (kernel.peers.protocol)."""
+class VllmDecodeAdapter(TritonAdapter):
+    """The `vllm-decode` adapter (kernel.peers.protocol; refusals: TritonAdapter)."""
 
     declaration = DECLARATION
 
-    def load(self) -> VllmDecodeEngine:
+    def load_engine(self) -> VllmDecodeEngine:
         """vLLM's kernel and the current device's SM count; BackendUnavailable (with the reason)
-        without CUDA, Triton or vLLM's files, or where vLLM disabled Triton in this process
+        without vLLM's files, or where vLLM disabled Triton in this process
         (kernel.engines.vllm_triton_reason)."""
-        reason = cuda_reason(NAME)
-        if reason:
-            raise BackendUnavailable(reason)
         kernel, _ = load_vllm(KERNEL_MODULE, NAME)
         return VllmDecodeEngine(kernel, torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
 
     def new_state(self, engine: VllmDecodeEngine, *, kept: bool = True) -> KeptKeys | None:
         return KeptKeys(dequant=DequantCache(), layouts=LayoutCache(LAYOUTS_KEPT)) if kept else None
 
-    def support(self, info: CallInfo) -> str:
-        return cuda_reason(NAME) if info.device.type == "cuda" else ""
-
-    def prepare(
-        self,
-        engine: VllmDecodeEngine,
-        state: KeptKeys | None,
-        q: torch.Tensor,
-        kv_cache: torch.Tensor,
-        indices: torch.Tensor,
-        indptr: torch.Tensor,
-        softmax_scale: float,
-        *,
-        has_invalid: bool,
-        out: torch.Tensor | None,
-    ) -> VllmDecodeCall:
+    def prepare(self, engine: VllmDecodeEngine, state: KeptKeys | None, args: CallArgs) -> VllmDecodeCall:
         """Keys, block table, split count and output buffers for one validated call with n_q >= 1.
         state: the whole cache kept dequantised (None: gathered per slot; the same keys either
         way), the slot layout and block table kept per index tensors (None: built per call)."""
-        kernel, sm_count = engine.kernel, engine.sm_count
-        dequant_cache = None if state is None else state.dequant
-        layout_cache = None if state is None else state.layouts
+        q, indices, indptr = args.q, args.indices, args.indptr
+        kept = KeptKeys() if state is None else state
         n_q, heads = q.shape[0], q.shape[1]
-        keys = slot_keys(indices, indptr, kv_cache, multiple=SLOT_MULTIPLE, kept=dequant_cache, layouts=layout_cache)
-        params = (NAME, kv_cache.numel() // RECORD_BYTES, keys.per_slot)  # the table is a function of these and the indices
-        splits = num_kv_splits(keys.width, sm_count)
-        q_run, o = pad_single_head(q, out)
+        keys = slot_keys(indices, indptr, args.kv_cache, multiple=SLOT_MULTIPLE, kept=kept.dequant, layouts=kept.layouts)
+        params = (NAME, args.kv_rows, keys.per_slot)  # the table is a function of these and the indices
+        splits = num_kv_splits(keys.width, engine.sm_count)
+        q_run, o = pad_single_head(q, args.out)
         return VllmDecodeCall(
-            kernel=kernel,
+            kernel=engine.kernel,
             q_run=q_run,
             cache=keys.keys.view(-1, 1, 1, HEAD_DIM),
-            table=kept_index(layout_cache, indices, indptr, params, keys.valid_first),
+            table=kept_index(kept.layouts, indices, indptr, params, keys.valid_first),
             counts=keys.counts,
             o=o,
             lse=torch.empty(n_q, q_run.shape[1], dtype=torch.float32, device=q.device),
             logits=torch.empty(n_q, q_run.shape[1], splits, LATENT_DIM + 1, dtype=torch.float32, device=q.device),
             splits=splits,
-            softmax_scale=float(softmax_scale),
+            softmax_scale=float(args.softmax_scale),
             one=torch.ones((), dtype=torch.float32, device=q.device),
             heads=heads,
         )

@@ -39,24 +39,21 @@ m * ln 2 + log2(l) * ln 2.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 
 import torch
 
-from kernel.backend import BackendUnavailable
-from kernel.contract import CallInfo
-from kernel.engines import cuda_reason, load_vllm
+from kernel.engines import load_vllm
 from kernel.peers.dequant_cache import DequantCache
 from kernel.peers.keys import KeptKeys, slot_keys
-from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache, int32_row_chunks, kept_index
-from kernel.peers.protocol import BareRow, Declaration
-from kernel.record import HEAD_DIM, RECORD_BYTES
+from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache, kept_index
+from kernel.peers.protocol import CallArgs, Declaration, TritonAdapter, profile_file
+from kernel.record import HEAD_DIM
 
 NAME = "vllm-sparse"
 KERNEL_MODULE = "vllm.v1.attention.ops.xpu_mla_sparse"
 TOPK_MULTIPLE = 16  # the interface asserts index_topk % BLOCK_N == 0 (BLOCK_N = 16)
-PROFILE = str(Path(__file__).resolve().parents[2] / "oracle" / "profile_files" / "vllm-triton-sparse.toml")
+PROFILE = profile_file("vllm-triton-sparse.toml")
 
 LIMITS = (
     "H in 1..16 (one KV head of 576 dims, V = its first 512)",
@@ -108,78 +105,53 @@ class VllmSparseEngine:
     kernel: ModuleType
 
 
-DECLARATION = Declaration(
-    name=NAME,
-    profile=PROFILE,
-    limits=LIMITS,
+DECLARATION = Declaration.on_own_heads(
+    NAME,
+    PROFILE,
+    LIMITS,
     bounded_index_reads=True,
     batch_invariant=True,
-    label="vllm-sparse (adapter)",
     note="whole adapter: bf16 keys (kept cache or per slot), slot indices (-1 masked), kernel, lse fix-up",
-    bare=BareRow(":bare-kernel", None, "vllm-sparse (bare kernel)", "triton_bf16_mla_sparse_interface on the prepared keys and indices"),
+    bare_note="triton_bf16_mla_sparse_interface on the prepared keys and indices",
 )
 
 
-class VllmSparseAdapter:
-    """The `vllm-sparse` adapter (kernel.peers.protocol)."""
+class VllmSparseAdapter(TritonAdapter):
+    """The `vllm-sparse` adapter (kernel.peers.protocol; refusals: TritonAdapter)."""
 
     declaration = DECLARATION
 
-    def load(self) -> VllmSparseEngine:
-        """vLLM's kernel; BackendUnavailable (with the reason) without CUDA, Triton or vLLM's files,
-        or where vLLM disabled Triton in this process (kernel.engines.vllm_triton_reason)."""
-        reason = cuda_reason(NAME)
-        if reason:
-            raise BackendUnavailable(reason)
+    def load_engine(self) -> VllmSparseEngine:
+        """vLLM's kernel; BackendUnavailable (with the reason) without vLLM's files, or where vLLM
+        disabled Triton in this process (kernel.engines.vllm_triton_reason)."""
         return VllmSparseEngine(load_vllm(KERNEL_MODULE, NAME)[0])
 
     def new_state(self, engine: VllmSparseEngine, *, kept: bool = True) -> KeptKeys | None:
         return KeptKeys(dequant=DequantCache(), layouts=LayoutCache(LAYOUTS_KEPT)) if kept else None
 
-    def support(self, info: CallInfo) -> str:
-        return cuda_reason(NAME) if info.device.type == "cuda" else ""
-
-    def prepare(
-        self,
-        engine: VllmSparseEngine,
-        state: KeptKeys | None,
-        q: torch.Tensor,
-        kv_cache: torch.Tensor,
-        indices: torch.Tensor,
-        indptr: torch.Tensor,
-        softmax_scale: float,
-        *,
-        has_invalid: bool,
-        out: torch.Tensor | None,
-    ) -> VllmSparseCall:
+    def prepare(self, engine: VllmSparseEngine, state: KeptKeys | None, args: CallArgs) -> VllmSparseCall:
         """Keys and per-chunk buffer indices (-1 where masked) for one validated call with n_q >= 1.
         state: the whole cache kept dequantised (None: gathered per slot; the same keys either
         way), the slot layout and kernel indices kept per index tensors (None: built per call)."""
-        kernel = engine.kernel
-        dequant_cache = None if state is None else state.dequant
-        layout_cache = None if state is None else state.layouts
-        n_q = q.shape[0]
-        keys = slot_keys(indices, indptr, kv_cache, multiple=TOPK_MULTIPLE, kept=dequant_cache, layouts=layout_cache)
-        width = keys.width
+        indices, indptr = args.indices, args.indptr
+        kept = KeptKeys() if state is None else state
+        keys = slot_keys(indices, indptr, args.kv_cache, multiple=TOPK_MULTIPLE, kept=kept.dequant, layouts=kept.layouts)
         buffer = keys.keys.view(-1, 1, HEAD_DIM)
 
         def kernel_indices() -> list[tuple[int, int, torch.Tensor]]:
-            ranges = int32_row_chunks(n_q, width) if keys.per_slot else [(0, n_q)]
+            ranges = keys.row_chunks()
             local = [torch.where(keys.valid[a:b], keys.table[a:b] - keys.chunk_base(a), -1) for a, b in ranges]
             return [(a, b, part.unsqueeze(1).contiguous()) for (a, b), part in zip(ranges, local, strict=True)]
 
-        params = (NAME, kv_cache.numel() // RECORD_BYTES, keys.per_slot)  # the indices sent are a function of these and the stream
-        chunks = []
-        for start, stop, local in kept_index(layout_cache, indices, indptr, params, kernel_indices):
-            k_chunk = buffer[start * width : stop * width] if keys.per_slot else buffer
-            chunks.append((start, stop, k_chunk, local))
+        params = (NAME, args.kv_rows, keys.per_slot)  # the indices sent are a function of these and the stream
+        launches = kept_index(kept.layouts, indices, indptr, params, kernel_indices)
         return VllmSparseCall(
-            kernel=kernel,
-            q=q,
-            chunks=chunks,
+            kernel=engine.kernel,
+            q=args.q,
+            chunks=[(start, stop, keys.chunk_rows(buffer, start, stop), local) for start, stop, local in launches],
             counts=keys.counts,
-            width=width,
-            softmax_scale=float(softmax_scale),
+            width=keys.width,
+            softmax_scale=float(args.softmax_scale),
         )
 
 

@@ -17,13 +17,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernel import engines
-from kernel.peers import dequant_cache, flashmla_prefill, plumbing, sglang_decode, torch_sdpa, vllm_decode, vllm_sparse
+from kernel.peers import dequant_cache, flashmla_prefill, plumbing, protocol, sglang_decode, torch_sdpa, vllm_decode, vllm_sparse
 from kernel.peers import keys as peer_keys
 from kernel.peers.dequant_cache import DequantCache, dequantise_whole
 from kernel.peers.flashmla import FlashMLAEngine
 from kernel.peers.keys import KeptKeys
 from kernel.peers.plumbing import LayoutCache
-from kernel.peers.protocol import backend_from_adapter, run_peer
+from kernel.peers.protocol import CallArgs, backend_from_adapter, run_peer
 from kernel.record import LATENT_DIM, RECORD_BYTES, decode_records, encode_records
 from kernel.registry import BackendUnavailable, resolve
 from oracle.reference import reference
@@ -536,8 +536,7 @@ def test_row_chunks_give_the_same_results(monkeypatch: pytest.MonkeyPatch) -> No
     whole_s = _run("sglang-decode", FakeSglang(), **p, softmax_scale=0.05, return_lse=True, has_invalid=True)
     whole_v = _run("vllm-sparse", FakeVllmSparse(), **p, softmax_scale=0.05, return_lse=True, has_invalid=True)
     chunks = lambda n_q, width, row_elements=576: [(0, 2), (2, 3), (3, n_q)]  # noqa: E731
-    monkeypatch.setattr(sglang_decode, "int32_row_chunks", chunks)
-    monkeypatch.setattr(vllm_sparse, "int32_row_chunks", chunks)
+    monkeypatch.setattr(peer_keys, "int32_row_chunks", chunks)
     fake = FakeSglang()
     parts_s = _run("sglang-decode", fake, **p, softmax_scale=0.05, return_lse=True, has_invalid=True)
     sparse = FakeVllmSparse()
@@ -554,8 +553,7 @@ def test_backends_built_around_the_engine_modules(monkeypatch: pytest.MonkeyPatc
     fakes = {sglang_decode.KERNEL_MODULE: FakeSglang(), sglang_decode.READER_MODULE: FakeSglang()}
     fakes[vllm_decode.KERNEL_MODULE] = FakeVllmDecode()
     fakes[vllm_sparse.KERNEL_MODULE] = FakeVllmSparse()
-    for module in (sglang_decode, vllm_decode, vllm_sparse):
-        monkeypatch.setattr(module, "cuda_reason", lambda name: "")
+    monkeypatch.setattr(protocol, "cuda_reason", lambda name: "")
     monkeypatch.setattr(sglang_decode, "load_sglang", lambda module, name: (fakes[module], "fake"))
     monkeypatch.setattr(vllm_decode, "load_vllm", lambda module, name: (fakes[module], "fake"))
     monkeypatch.setattr(vllm_sparse, "load_vllm", lambda module, name: (fakes[module], "fake"))
@@ -722,7 +720,7 @@ def test_kept_cache_call_has_no_host_sync(name: str, lengths: list[int]) -> None
     layouts = LayoutCache(plumbing.LAYOUTS_KEPT)
     for call_no in range(2):  # build, then hit
         with _Ops() as ops:
-            call: Any = ADAPTERS[name].prepare(_engine(name, fake), KeptKeys(kept, layouts), *args, has_invalid=False, out=None)
+            call: Any = ADAPTERS[name].prepare(_engine(name, fake), KeptKeys(kept, layouts), CallArgs(*args))
         call.run()
         with ops:
             call.finish(None, True)

@@ -17,7 +17,7 @@ from kernel.peers.dequant_cache import DequantCache, dequantise_whole
 from kernel.peers.flashmla import FlashMLAEngine
 from kernel.peers.keys import KeptKeys
 from kernel.peers.plumbing import LayoutCache
-from kernel.peers.protocol import backend_from_adapter, run_peer
+from kernel.peers.protocol import CallArgs, backend_from_adapter, run_peer
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 
@@ -61,7 +61,7 @@ def prepare_prefill(*args: object, dequant_cache: DequantCache | None = None) ->
     """The sparse prefill's inputs as its adapter builds them (a module it never calls: prepare builds inputs only)."""
     engine = FlashMLAEngine(types.ModuleType("flash_mla"))
     state = flashmla_prefill.PrefillState(dequant=dequant_cache)
-    return flashmla_prefill.ADAPTER.prepare(engine, state, *args, has_invalid=False, out=None)  # type: ignore[arg-type]
+    return flashmla_prefill.ADAPTER.prepare(engine, state, CallArgs(*args))  # type: ignore[arg-type]
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

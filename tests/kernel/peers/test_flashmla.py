@@ -24,7 +24,7 @@ from conformance.judging.harness import call_kernel
 from kernel.contract import ContractError
 from kernel.fp8 import decode_e4m3
 from kernel.peers import flashmla, plumbing
-from kernel.peers.protocol import backend_from_adapter, run_peer
+from kernel.peers.protocol import CallArgs, backend_from_adapter, run_peer
 from kernel.record import LATENT_DIM, RECORD_BYTES, decode_records, encode_records
 from kernel.registry import BackendUnavailable, resolve
 from oracle.reference import reference
@@ -804,7 +804,7 @@ def test_backend_reuses_scheduler_metadata_per_shape(fake: FakeFlashMLA, monkeyp
     engine = flashmla.FlashMLAEngine(fake)
 
     def prepared(p: dict[str, Any]) -> flashmla.FlashMLACall:
-        return flashmla.ADAPTER.prepare(engine, None, **p, softmax_scale=0.05, has_invalid=False, out=None)
+        return flashmla.ADAPTER.prepare(engine, None, CallArgs(**p, softmax_scale=0.05))
 
     first = cache.get(prepared(a))
     cache.get(prepared(c))

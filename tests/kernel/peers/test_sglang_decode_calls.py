@@ -14,7 +14,7 @@ from conformance.tools.op_count import HOST_ONLY_OPS
 from kernel.peers import sglang_decode
 from kernel.peers.keys import KeptKeys
 from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache
-from kernel.peers.protocol import run_peer
+from kernel.peers.protocol import CallArgs, run_peer
 from tests.kernel.peers.test_adapters import FakeSglang, _bits, _Ops, make_problem
 
 
@@ -81,9 +81,9 @@ def test_a_repeated_call_launches_only_the_output_mapping() -> None:
     state = KeptKeys(dequant=sglang_decode.kept_cache(fake), layouts=layouts)  # type: ignore[arg-type]
     args = (p["q"], p["kv_cache"], p["indices"], p["indptr"], 0.05)
     for _ in range(3):
-        call = sglang_decode.ADAPTER.prepare(engine, state, *args, has_invalid=False, out=None)
+        call = sglang_decode.ADAPTER.prepare(engine, state, CallArgs(*args))
     with _Ops() as ops:
-        call = sglang_decode.ADAPTER.prepare(engine, state, *args, has_invalid=False, out=None)
+        call = sglang_decode.ADAPTER.prepare(engine, state, CallArgs(*args))
     call.run()
     with ops:
         call.finish(None, True)

@@ -337,12 +337,16 @@ def check_consistency(seconds: dict[str, float], wall: float) -> list[str]:
 
 
 def run_cli(argv: list[str]) -> int:
-    """`python -m conformance ARGV...` in this process (runpy: the module's own start-up, no import
-    of the command line by this routine); its exit code."""
+    """`python -m conformance ARGV...` in this process (runpy on conformance/__main__.py: the
+    module's own start-up, no import of the command line by this routine); its exit code. The file
+    is run by path, not looked up as a module: an import hook that claims the package (pytest
+    rewrites the modules of an installed plugin's distribution) need not be able to run it."""
+    import conformance
+
     saved = sys.argv
     sys.argv = ["conformance", *argv]
     try:
-        runpy.run_module("conformance", run_name="__main__", alter_sys=True)
+        runpy.run_path(str(Path(conformance.__file__).with_name("__main__.py")), run_name="__main__")
     except SystemExit as done:
         return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
     finally:

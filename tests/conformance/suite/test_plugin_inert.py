@@ -21,6 +21,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from conformance.durability.state import scrubbed_env
 
 PLUGIN = "conformance.suite.plugin"
@@ -108,7 +110,10 @@ FOREIGN_OPTIONS = textwrap.dedent(
 def test_foreign_options_and_pytest_profiling_coexist_with_the_plugin(tmp_path: Path) -> None:
     import importlib.util
 
-    assert importlib.util.find_spec("pytest_profiling") is not None, "pytest-profiling must be installed for this test (tox.ini)"
+    if importlib.util.find_spec("pytest_profiling") is None:  # README's second command and tox.ini install it
+        if os.environ.get("CI"):
+            pytest.fail("pytest-profiling is not installed (CI installs it: tox.ini)", pytrace=False)
+        pytest.skip("pytest-profiling is not installed (pip install pytest-profiling)")
     (tmp_path / "conftest.py").write_text(FOREIGN_OPTIONS)
     (tmp_path / "test_own.py").write_text(
         "def test_own(device, request):\n    assert device == 'gpu0' and request.config.getoption('--kernel') == 'mine'\n"

@@ -15,9 +15,9 @@ full sizes within its first 375 examples (seconds, not the 4000 of chunks of 100
 one still spends nearly all its examples in chunks of max_examples at full size (reasons:
 conformance.campaign.fuzz). --chunk-examples N makes every chunk N examples.
 A failure is shrunk by Hypothesis, for at most --shrink-seconds after it was
-found (the campaign may overrun its budget by that much), then saved to the pending corpus
-(content-hash names: the same failure is stored once; CONFORMANCE_PENDING_DIR overrides the
-folder). An example failing the same way as a failure already saved counts, but is not shrunk
+found (the campaign may overrun its budget by that much), then saved to the kernel's pending
+folder, .conformance/pending/<kernel>/ of the working folder (content-hash names: the same failure
+is stored once; CONFORMANCE_PENDING_DIR moves the pending folder). An example failing the same way as a failure already saved counts, but is not shrunk
 again. After --max-failures distinct failures the campaign stops, and after --max-chunks chunks
 even with budget left: a campaign bounded by its examples (the sum of those chunks' examples:
 --chunk-examples x N, else 25 + 50 + ... as above).

@@ -277,7 +277,7 @@ def _split(table: Any, source: str) -> SplitModel:
     }
     values = {key: parsers[key](table[key], _where(source, "split", key)) for key in _SPLIT_KEYS if key in table}
     if values.get("rows") == "above" and "min_keys" not in values:
-        raise ProfileError(f"{_where(source, 'split', 'min_keys')}: rows = \"above\" needs min_keys")
+        raise ProfileError(f'{_where(source, "split", "min_keys")}: rows = "above" needs min_keys')
     return SplitModel(**values)
 
 

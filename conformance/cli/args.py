@@ -65,6 +65,12 @@ def kernel_catalogue() -> str:
     return "\n".join(lines)
 
 
+def add_command(subparsers: Any, name: str, help: str, doc: str | None) -> argparse.ArgumentParser:
+    """A subcommand of `subparsers`: `help` its line in the parent's list, `doc` (its module's
+    docstring) the text of its own --help, shown as written (line breaks and tables kept)."""
+    return subparsers.add_parser(name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def add_kernel_option(parser: argparse.ArgumentParser, *, when_absent: str = "", lead: str = "kernel", **kwargs: Any) -> None:
     """Add `--kernel` to `parser`: its help (`lead: ...`) names every built-in kernel and the other
     spec forms (kernel.registry.kernel_spec_help; `when_absent` says what applies without the

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from conformance.cli.args import OutputError, add_kernel_option, non_negative_int, output_file, positive_int, write_output
+from conformance.cli.args import OutputError, add_command, add_kernel_option, non_negative_int, output_file, positive_int, write_output
 from conformance.tools import bench
 from conformance.tools.bench import DEFAULT_HEADS, DEFAULT_KERNELS, DEFAULT_KEYS, DEFAULT_N_Q, ORACLE, render_table, run_bench
 
@@ -24,11 +24,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 def register(subparsers: Any) -> None:
     """Add the `bench` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "bench",
-        help="time backends (and the float64 oracle) on realistic shapes; record bytes gathered per second",
-        description=bench.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        subparsers, "bench", "time backends (and the float64 oracle) on realistic shapes; record bytes gathered per second", bench.__doc__
     )
     add_arguments(p)
     p.set_defaults(func=run)

@@ -48,7 +48,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conformance.cli.args import add_kernel_option, finite_positive_seconds, target_for_recipe
+from conformance.cli.args import add_command, add_kernel_option, finite_positive_seconds, target_for_recipe
 from conformance.durability.state import CORPUS_DIR, kernel_slug, pending_dir
 from conformance.records.crashes import is_crash_entry
 
@@ -57,12 +57,7 @@ EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
 def register(subparsers: Any) -> None:
     """Add the `corpus` subcommand (and its own subcommands) to an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "corpus",
-        help="list, add, minimise corpus entries; recover crashes",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "corpus", "list, add, minimise corpus entries; recover crashes", __doc__)
     p.add_argument("--corpus", metavar="DIR", default=None, help="reviewed corpus folder (default conformance/corpus)")
     p.add_argument(
         "--pending",

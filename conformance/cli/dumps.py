@@ -21,18 +21,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conformance.cli.args import positive_int
+from conformance.cli.args import add_command, positive_int
 
 EXIT_OK, EXIT_UNAVAILABLE = 0, 2
 
 
 def register(subparsers: Any) -> None:
     """Add the `dumps` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "dumps",
-        help="write KV cache dumps with a real engine's writer (sglang's quantiser), checked and compared with the project's writers",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "write KV cache dumps with a real engine's writer (sglang's quantiser), checked and compared with the project's writers",
+        __doc__,
     )
     sub = p.add_subparsers(dest="dumps_kind", metavar="WRITER", required=True)
     s = sub.add_parser("sglang-writer", help="caches written by sglang's fp8_ds_mla quantiser", description=__doc__)

@@ -23,16 +23,18 @@ import os
 import sys
 from typing import Any
 
+from conformance.cli.args import add_command
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def register(subparsers: Any) -> None:
     """Add the `fast-paths` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "fast-paths",
-        help="the fast paths (kernels used after a self-check against the torch operations) and their variant on a device",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "the fast paths (kernels used after a self-check against the torch operations) and their variant on a device",
+        __doc__,
     )
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--check", action="store_true", help="run every variant's self-check where it may run, and the conversion checks")

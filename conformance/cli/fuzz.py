@@ -14,13 +14,14 @@ chunk up to the Hypothesis profile's max_examples (--hypothesis-profile: ci 25, 
 full sizes within its first 375 examples (seconds, not the 4000 of chunks of 1000), and a long
 one still spends nearly all its examples in chunks of max_examples at full size (reasons:
 conformance.campaign.fuzz). --chunk-examples N makes every chunk N examples.
-A failure is shrunk by Hypothesis, for at most --shrink-seconds after it was
-found (the campaign may overrun its budget by that much), then saved to the kernel's pending
-folder, .conformance/pending/<kernel>/ of the working folder (content-hash names: the same failure
-is stored once; CONFORMANCE_PENDING_DIR moves the pending folder). An example failing the same way as a failure already saved counts, but is not shrunk
-again. After --max-failures distinct failures the campaign stops, and after --max-chunks chunks
-even with budget left: a campaign bounded by its examples (the sum of those chunks' examples:
---chunk-examples x N, else 25 + 50 + ... as above).
+A failure is shrunk by Hypothesis, for at most --shrink-seconds after it was found (the campaign
+may overrun its budget by that much), then saved to the kernel's pending folder,
+.conformance/pending/<kernel>/ of the working folder (content-hash names: the same failure is
+stored once; CONFORMANCE_PENDING_DIR moves the pending folder). An example failing the same way
+as a failure already saved counts, but is not shrunk again. After --max-failures distinct
+failures the campaign stops, and after --max-chunks chunks even with budget left: a campaign
+bounded by its examples (the sum of those chunks' examples: --chunk-examples x N, else 25 + 50 +
+... as above).
 
 Properties (--property, repeatable; default all three):
     differential   the general differential property (test_differential.py's recipes)
@@ -81,7 +82,7 @@ from conformance.campaign.fuzz import (
     summary_json,
 )
 from conformance.cli import print_result
-from conformance.cli.args import add_kernel_option, non_negative_int, positive_float, positive_int
+from conformance.cli.args import add_command, add_kernel_option, non_negative_int, positive_float, positive_int
 from conformance.durability.state import RUN_ID_ENV, current_run_dir, kernel_pending_dir
 from conformance.records.coverage import Coverage
 from conformance.records.crashes import mark_session_finish, mark_session_start, recover_leftovers
@@ -93,11 +94,8 @@ HYPOTHESIS_PROFILES = ("ci", "dev", "nightly")
 
 def register(subparsers: Any) -> None:
     """Add the `fuzz` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "fuzz",
-        help="time-budgeted Hypothesis campaign against a kernel; failures saved (shrunk) to the pending corpus",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        subparsers, "fuzz", "time-budgeted Hypothesis campaign against a kernel; failures saved (shrunk) to the pending corpus", __doc__
     )
     add_kernel_option(p, required=True)
     budget = p.add_mutually_exclusive_group()

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from conformance.cli.args import OutputError, output_file, positive_float, positive_int, write_output
+from conformance.cli.args import OutputError, add_command, output_file, positive_float, positive_int, write_output
 from conformance.mutation import score as scoring
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -33,12 +33,7 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 def register(subparsers: Any) -> None:
     """Add the `mutation-score` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "mutation-score",
-        help="run the suite against every catalogued broken kernel and report which it kills",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "mutation-score", "run the suite against every catalogued broken kernel and report which it kills", __doc__)
     p.add_argument(
         "--hypothesis-profile",
         dest="hypothesis_profile",

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from conformance.cli.args import OutputError, output_file, positive_int, write_output
+from conformance.cli.args import OutputError, add_command, output_file, positive_int, write_output
 from conformance.judging.progress import StatusLine, rate_text
 from conformance.tools.dumps import DumpError, load_dump
 from kernel.contract import ContractError
@@ -36,12 +36,7 @@ GIB = 1 << 30
 
 def register(subparsers: Any) -> None:
     """Add the `preconditions` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "preconditions",
-        help="check a dumped KV cache (and index stream) against the kernel's preconditions",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "preconditions", "check a dumped KV cache (and index stream) against the kernel's preconditions", __doc__)
     p.add_argument("kv_dump", metavar="KV_DUMP", help="KV cache dump: .npy, .pt (torch.save) or .safetensors; uint8 [..., 656]")
     p.add_argument("--indices", metavar="F", help="int32 1-D CSR index stream dump (same formats)")
     p.add_argument("--indptr", metavar="F", help="int32 [n_q + 1] CSR row pointer dump; without it, one query row over the whole stream")

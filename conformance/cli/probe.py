@@ -21,19 +21,14 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from conformance.cli.args import OutputError, add_kernel_option, output_file, write_output
+from conformance.cli.args import OutputError, add_command, add_kernel_option, output_file, write_output
 from conformance.durability.state import kernel_slug
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "probe",
-        help="measure a kernel's arithmetic with directed problems and write its numerics profile",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "probe", "measure a kernel's arithmetic with directed problems and write its numerics profile", __doc__)
     add_kernel_option(p, required=True)
     p.add_argument(
         "--out", type=output_file, default=None, help="profile file to write (default: probed-<kernel>.toml in the working folder)"

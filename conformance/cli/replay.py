@@ -45,7 +45,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conformance.cli.args import OutputError, add_kernel_option, finite_positive_seconds, output_file, target_for_recipe, write_output
+from conformance.cli.args import (
+    OutputError,
+    add_command,
+    add_kernel_option,
+    finite_positive_seconds,
+    output_file,
+    target_for_recipe,
+    write_output,
+)
 from conformance.records.crashes import is_crash_entry
 from conformance.records.replay import (
     DEFAULT_ISOLATE_TIMEOUT_S,
@@ -69,12 +77,7 @@ from conformance.records.replay import (
 
 def register(subparsers: Any) -> None:
     """Add the `replay` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "replay",
-        help="run a corpus entry (or a bare recipe JSON) against a kernel and diagnose it",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "replay", "run a corpus entry (or a bare recipe JSON) against a kernel and diagnose it", __doc__)
     p.add_argument("file", metavar="ENTRY_OR_RECIPE.json", help="a corpus entry or a bare recipe")
     add_kernel_option(p, when_absent="the machine's default: flydsl on gfx950, else emulated", default=None)
     p.add_argument("--profile", default=None, help="numerics profile for a kernel that declares none (or to override)")

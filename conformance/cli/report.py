@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from conformance.cli.args import add_command
 from conformance.durability.state import runs_root
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
@@ -36,12 +37,7 @@ EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
 def register(subparsers: Any) -> None:
     """Add the `report` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "report",
-        help="render a run's report (default: the last run)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "report", "render a run's report (default: the last run)", __doc__)
     p.add_argument(
         "run_dir", metavar="RUN_DIR", nargs="*", default=[], help="run folder or run id (default: the last run; several with --features)"
     )

@@ -22,18 +22,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conformance.cli.args import positive_int
+from conformance.cli.args import add_command, positive_int
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def register(subparsers: Any) -> None:
     """Add the `snapshot` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "snapshot",
-        help="write or check a bit-for-bit snapshot of the oracle, the bound and the emulated kernel, or of materialize",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "write or check a bit-for-bit snapshot of the oracle, the bound and the emulated kernel, or of materialize",
+        __doc__,
     )
     sub = p.add_subparsers(dest="snapshot_kind", metavar="KIND", required=True)
     oracle = sub.add_parser(

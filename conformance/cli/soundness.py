@@ -21,18 +21,18 @@ import json
 import sys
 from typing import Any
 
-from conformance.cli.args import OutputError, add_kernel_option, non_negative_int, output_file, positive_int, write_output
+from conformance.cli.args import OutputError, add_command, add_kernel_option, non_negative_int, output_file, positive_int, write_output
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def register(subparsers: Any) -> None:
     """Add the `soundness` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "soundness",
-        help="a profile's kernel vs the float64 oracle on N drawn problems: the largest error/bound ratio, the violations",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "a profile's kernel vs the float64 oracle on N drawn problems: the largest error/bound ratio, the violations",
+        __doc__,
     )
     add_kernel_option(p, when_absent="emulated", default="emulated")
     p.add_argument("--problems", type=positive_int, default=None, help="problems to judge (default 1000; 100 with --distribution)")

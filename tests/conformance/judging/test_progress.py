@@ -52,9 +52,7 @@ def test_a_listener_on_a_closed_pipe_never_fails_the_judged_call() -> None:
     progress.reset()
     progress.listen(listener)
     try:
-        verdicts = differential(
-            build_target("emulated", device="cpu"), TINY, use_target=False
-        )
+        verdicts = differential(build_target("emulated", device="cpu"), TINY, use_target=False)
         assert all(v.ok for v in verdicts) and pipe.writes == 1
         progress.tick()  # the listener is gone: no second write
         assert pipe.writes == 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -49,6 +50,16 @@ class Problem:
     out: torch.Tensor | None
     referenced_rows: torch.Tensor
     poison_rows: torch.Tensor
+
+    @property
+    def args(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]:
+        """The contract call's positional arguments: (q, kv_cache, indices, indptr, softmax_scale)."""
+        return (self.q, self.kv_cache, self.indices, self.indptr, self.softmax_scale)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The contract call's keyword arguments: has_invalid, return_lse and out (None: none given)."""
+        return {"has_invalid": self.has_invalid, "return_lse": self.return_lse, "out": self.out}
 
 
 def _stream(recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

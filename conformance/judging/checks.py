@@ -74,14 +74,8 @@ def require_support(target: Target, problem: Problem) -> None:
 def supported(target: Target, problem: Problem) -> str:
     """Empty when the backend takes this call, else the reason it does not."""
     support = target.backend.supports(
-        problem.q,
-        problem.kv_cache,
-        problem.indices,
-        problem.indptr,
-        problem.softmax_scale,
-        has_invalid=problem.has_invalid,
-        return_lse=problem.return_lse,
-        out=problem.out,
+        *problem.args,
+        **problem.options,
     )
     return "" if support.ok else support.reason
 

@@ -56,7 +56,7 @@ def call_kernel(problem: Problem, kernel: Any, *, out: torch.Tensor | None = Non
     kwargs: dict[str, Any] = {"has_invalid": problem.has_invalid, "return_lse": problem.return_lse}
     if target is not None:
         kwargs["out"] = target
-    return kernel(problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale, **kwargs)
+    return kernel(*problem.args, **kwargs)
 
 
 def run_kernel(
@@ -317,11 +317,7 @@ def judge(
     and compare the kernel's outputs with each. Raises oracle.rows.PreconditionError when the
     problem breaks a precondition (no bound is promised then)."""
     evaluations = evaluate_modes(
-        problem.q,
-        problem.kv_cache,
-        problem.indices,
-        problem.indptr,
-        problem.softmax_scale,
+        *problem.args,
         profile=profile,
         modes=modes,
         has_invalid=problem.has_invalid,

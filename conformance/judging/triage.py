@@ -290,11 +290,7 @@ def rejudge(
     the profile promises no bound for this problem (a PreconditionError)."""
     try:
         evaluations = evaluate_modes(
-            problem.q,
-            problem.kv_cache,
-            problem.indices,
-            problem.indptr,
-            problem.softmax_scale,
+            *problem.args,
             profile=profile,
             modes=modes,
             has_invalid=problem.has_invalid,
@@ -446,11 +442,7 @@ def triage_run(
     if problem.out is not None:
         problem = dataclasses.replace(problem, out=None)
     evaluations = evaluate_modes(
-        problem.q,
-        problem.kv_cache,
-        problem.indices,
-        problem.indptr,
-        problem.softmax_scale,
+        *problem.args,
         profile=profile,
         has_invalid=problem.has_invalid,
         scale_model=scale_model,

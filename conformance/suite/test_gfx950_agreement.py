@@ -55,11 +55,7 @@ def test_bit_exact_agreement_with_emulated(target: Target, data: st.DataObject) 
         out = out.clone()
         lse = None if lse is None else lse.clone()
         expected, expected_lse = run_emulated(
-            problem.q,
-            problem.kv_cache,
-            problem.indices,
-            problem.indptr,
-            problem.softmax_scale,
+            *problem.args,
             has_invalid=problem.has_invalid,
             return_lse=problem.return_lse,
         )
@@ -128,11 +124,7 @@ def test_documented_scale_behaviour(target: Target, data: st.DataObject) -> None
         require_support(target, problem)
         out, lse = run_valid_call(target, problem, "gfx950_scale_behaviour", expect="precondition")
         evaluation = evaluate(
-            problem.q,
-            problem.kv_cache,
-            problem.indices,
-            problem.indptr,
-            problem.softmax_scale,
+            *problem.args,
             profile=target.profile,
             mode="exact-steps",
             has_invalid=problem.has_invalid,

@@ -101,7 +101,7 @@ def _term_profiles(profile):  # type: ignore[no-untyped-def]
 
 def shares(problem, profile, mode: str) -> dict[str, dict[str, float]]:  # type: ignore[no-untyped-def]
     """Median relative drop of out_bound and lse_bound with each term switched off."""
-    args = (problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale)
+    args = problem.args
     base = evaluate(*args, profile=profile, mode=mode, has_invalid=problem.has_invalid)
     out: dict[str, dict[str, float]] = {}
     for term, off in _term_profiles(profile):
@@ -129,24 +129,14 @@ def distribution(target: Target, problems: int, *, max_row: int = 1024, seed: in
         recipe = draw_recipe(rng, max_row)
         problem = materialize(recipe, device)
         if hasattr(kernel, "supports") and not kernel.supports(
-            problem.q,
-            problem.kv_cache,
-            problem.indices,
-            problem.indptr,
-            problem.softmax_scale,
-            has_invalid=problem.has_invalid,
-            return_lse=problem.return_lse,
-            out=problem.out,
+            *problem.args,
+            **problem.options,
         ):
             unsupported += 1
             continue
         try:
             evs = evaluate_modes(
-                problem.q,
-                problem.kv_cache,
-                problem.indices,
-                problem.indptr,
-                problem.softmax_scale,
+                *problem.args,
                 profile=profile,
                 has_invalid=problem.has_invalid,
             )

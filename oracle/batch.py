@@ -35,9 +35,8 @@ from oracle.bound import (
     Evaluation,
     Mode,
     _abs_code_table,
+    _bound_chunk,
     _check_scale,
-    _chunk_bound,
-    _chunk_stats,
     _Deferred,
     _precondition_flags,
     _q_representation_error,
@@ -267,11 +266,5 @@ def _call_batches(
         if chunk is None:
             continue
         flags, messages = _precondition_flags(chunk, profile, scale_model)
-        checks: list[torch.Tensor] = [flags]
-        stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma, q_refs, checks, groups)
-        for group, scores in zip(groups, stats.scores, strict=True):
-            stacked = _chunk_bound(stats, scores, tuple(q_rep_errs[m] for m in group), sigma, profile, checks)
-            for target, value in zip(results, stacked, strict=True):
-                target[group[0] : group[-1] + 1, chunk.rows] = value
-        deferred.add(chunk, checks, messages)
+        _bound_chunk(chunk, flags, messages, lengths, profile, code_table, stats_rep, sigma, q_refs, q_rep_errs, groups, results, deferred)
     return deferred

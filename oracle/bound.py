@@ -725,6 +725,33 @@ def mode_groups(n_modes: int, device: torch.device) -> tuple[tuple[int, ...], ..
     return (tuple(range(n_modes)),) if n_modes else ()
 
 
+def _bound_chunk(
+    chunk: BoundChunk,
+    flags: torch.Tensor,
+    messages: list[str],
+    lengths: torch.Tensor,
+    profile: NumericsProfile,
+    code_table: torch.Tensor,
+    stats_rep: qrep.QRepresentation,
+    sigma: float,
+    q_refs: tuple[torch.Tensor, ...],
+    q_rep_errs: tuple[torch.Tensor | None, ...],
+    groups: tuple[tuple[int, ...], ...],
+    results: tuple[torch.Tensor, ...],
+    deferred: _Deferred,
+) -> None:
+    """One gathered chunk's reference and bound in every mode, written into `results` (out,
+    out_bound, lse, lse_bound, window, each stacked on the mode axis) at the chunk's rows; its
+    precondition `flags` (with `messages`) and range checks handed to `deferred`."""
+    checks: list[torch.Tensor] = [flags]
+    stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma, q_refs, checks, groups)
+    for group, scores in zip(groups, stats.scores, strict=True):
+        stacked = _chunk_bound(stats, scores, tuple(q_rep_errs[m] for m in group), sigma, profile, checks)
+        for target, value in zip(results, stacked, strict=True):
+            target[group[0] : group[-1] + 1, chunk.rows] = value
+    deferred.add(chunk, checks, messages)
+
+
 def evaluate_modes(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -819,14 +846,8 @@ def evaluate_modes(
         if any(first):
             deferred.raise_first()
             raise PreconditionError(messages[first.index(max(first))])
-        checks: list[torch.Tensor] = [flags]
         q_refs = tuple(q_ref for q_ref, _ in per_mode.values())
-        stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma, q_refs, checks, groups)
-        for group, scores in zip(groups, stats.scores, strict=True):
-            stacked = _chunk_bound(stats, scores, tuple(q_rep_errs[m] for m in group), sigma, profile, checks)
-            for target, value in zip(results, stacked, strict=True):
-                target[group[0] : group[-1] + 1, chunk.rows] = value
-        deferred.add(chunk, checks, messages)
+        _bound_chunk(chunk, flags, messages, lengths, profile, code_table, stats_rep, sigma, q_refs, q_rep_errs, groups, results, deferred)
     deferred.raise_first()
     out, out_bound, lse, lse_bound, window = results
     return {

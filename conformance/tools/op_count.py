@@ -19,21 +19,28 @@ HOST_ONLY_OPS = frozenset(
 )
 
 SYNC_OPS = ("_local_scalar_dense", "tolist", "nonzero", "unique", "masked_select", "repeat_interleave", "equal", "is_nonzero")
+#: the dispatched ops that read device values back one by one (a scalar read, nonzero's size)
+SCALAR_READS = ("_local_scalar_dense", "nonzero", "item")
 
 
 class OpCounter(TorchDispatchMode):
     """Counts the aten ops dispatched inside it (by overload packet name); with `key`, also by
-    what key() names at each op (e.g. the stage a profiler is in): `by_key`."""
+    what key() names at each op (e.g. the stage a profiler is in): `by_key`; with `in_order`,
+    also every op's name in dispatch order: `names`."""
 
-    def __init__(self, key: Callable[[], str] | None = None) -> None:
+    def __init__(self, key: Callable[[], str] | None = None, *, in_order: bool = False) -> None:
         super().__init__()
         self.ops: Counter[str] = Counter()
         self.by_key: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        self.names: list[str] = []
         self._key = key
+        self._in_order = in_order
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         name = func.overloadpacket.__name__
         self.ops[name] += 1
+        if self._in_order:
+            self.names.append(name)
         if self._key is not None:
             self.by_key[self._key()][name] += 1
         return func(*args, **(kwargs or {}))
@@ -41,6 +48,10 @@ class OpCounter(TorchDispatchMode):
     @property
     def total(self) -> int:
         return sum(self.ops.values())
+
+    def count(self, names: tuple[str, ...]) -> int:
+        """How many of the dispatched ops were one of `names`."""
+        return sum(self.ops[name] for name in names)
 
     @property
     def launched(self) -> dict[str, int]:

@@ -218,7 +218,7 @@ def test_one_mode_alone_equals_both_modes(name: str) -> None:
     """Sharing a chunk's statistics between the modes changes neither mode's bits."""
     p = materialize(RECIPES[name])
     profile = load_profile("gfx950")
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     both = bound.evaluate_modes(*args, profile=profile, has_invalid=p.has_invalid, key_budget=150)
     for mode in bound.MODES:
         alone = bound.evaluate_modes(*args, profile=profile, modes=(mode,), has_invalid=p.has_invalid, key_budget=150)[mode]

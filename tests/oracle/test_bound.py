@@ -114,7 +114,7 @@ def test_empty_rows_have_zero_bound() -> None:
 def test_profiles_order_by_precision() -> None:
     """A float64 implementation is held much tighter than the fp8/bf16 kernels on the same inputs."""
     problem = materialize(Recipe(seed=2, n_q=2, heads=2, row_lengths=(200, 77), cache_rows=1000), "cpu")
-    args = (problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale)
+    args = problem.args
     exact, gfx, bf16 = (evaluate(*args, profile=p) for p in (EXACT, GFX950, BF16_Q_BF16_P))
 
     def pre_rounding(ev):  # type: ignore[no-untyped-def]

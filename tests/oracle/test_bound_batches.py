@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from conformance.tools.op_count import SCALAR_READS, OpCounter
 from oracle import rows
 from oracle.bound import evaluate_modes
 from oracle.profiles import load_profile
@@ -86,7 +86,7 @@ def test_batch_plan_keeps_the_chunks() -> None:
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_batches_bit_identical_to_chunks(name: str, profile_name: str) -> None:
     p = materialize(RECIPES[name], "cpu")
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     profile = load_profile(profile_name)
     kw = {"profile": profile, "has_invalid": p.has_invalid, "key_budget": 30 if name == "keyless_rows" else 60}
     one = evaluate_modes(*args, batch_budget=1, **kw)  # every chunk its own batch
@@ -100,7 +100,7 @@ def test_first_broken_chunk_named_across_a_batch() -> None:
     """Two chunks of one batch break different preconditions: the first chunk's is raised (NaN
     codes), not the one a check over the whole batch would name first (the scale)."""
     p = materialize(Recipe(seed=5, n_q=6, heads=2, row_lengths=(30,) * 6, cache_rows=4096), "cpu")
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     start, length = rows.row_bounds(p.indptr)
     order = torch.argsort(length, descending=True, stable=True).tolist()
 
@@ -119,27 +119,15 @@ def test_first_broken_chunk_named_across_a_batch() -> None:
     assert messages[0] == messages[1] and "NaN codes" in messages[0]
 
 
-class _Count(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops = 0
-        self.syncs = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.ops += 1
-        self.syncs += func.overloadpacket.__name__ in ("_local_scalar_dense", "nonzero", "item")
-        return func(*args, **(kwargs or {}))
-
-
 def test_ops_and_syncs_do_not_grow_with_chunks() -> None:
     """48 chunks in one batch cost the operations and host reads of 1 chunk."""
     counts = []
     for n_q in (1, 48):
         p = materialize(Recipe(seed=6, n_q=n_q, heads=4, row_lengths=(64,) * n_q, cache_rows=256), "cpu")
-        args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
-        with _Count() as count:
+        args = p.args
+        with OpCounter() as count:
             evaluate_modes(*args, profile=load_profile("gfx950"), key_budget=64, batch_budget=1 << 20)
-        counts.append((count.ops, count.syncs))
+        counts.append((count.total, count.count(SCALAR_READS)))
     (ops1, syncs1), (ops48, syncs48) = counts
     assert syncs48 == syncs1 <= 4
     assert ops48 <= ops1 + 10
@@ -156,7 +144,7 @@ def test_modes_share_one_pass_of_the_bound(profile_name: str, monkeypatch: pytes
 
     p = materialize(Recipe(seed=3, n_q=4, heads=8, row_lengths=(40, 7, 0, 90), cache_rows=256))
     profile = load_profile(profile_name)
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     assert bound.mode_groups(2, torch.device("cpu")) == ((0,), (1,))
     assert bound.mode_groups(2, torch.device("cuda")) == ((0, 1),) and bound.mode_groups(1, torch.device("cuda")) == ((0,),)
     separate = evaluate_modes(*args, profile=profile)

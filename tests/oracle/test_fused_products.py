@@ -181,7 +181,7 @@ def test_reference_through_the_kernels(interpreter: None, monkeypatch: pytest.Mo
     """reference() with the fused products (several chunks) agrees with the default path within
     f64 rounding (the two products' differences through the softmax), empty rows 0 / -inf exactly."""
     p = materialize(recipe, "cpu")
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     monkeypatch.delenv(fastpath.SETTING, raising=False)
     want = reference(*args, has_invalid=p.has_invalid, key_budget=100)
     monkeypatch.setenv(fastpath.SETTING, "oracle.products=triton")

@@ -80,7 +80,7 @@ def test_kernel_gives_the_torch_decode_on_the_probe(interpreter: None, variant: 
 def test_reference_through_the_kernel(interpreter: None, monkeypatch: pytest.MonkeyPatch, recipe: Recipe, variant: str) -> None:
     """reference() with the kernel in gather_keys (several chunks) gives the torch decode's results."""
     p = materialize(recipe, "cpu")
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     want = reference(*args, has_invalid=p.has_invalid, key_budget=100)
     choose = fastpath.choose
     monkeypatch.setattr(fastpath, "choose", lambda name, device: variant if name == key_decode.FAST_PATH else choose(name, device))

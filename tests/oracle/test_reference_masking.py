@@ -51,7 +51,7 @@ def test_mask_check_path_same_bits(monkeypatch: pytest.MonkeyPatch, has_invalid:
     p = materialize(recipe, "cpu")
     p.indices[p.indices == 0] = 1  # row 0, where masked slots point, holds NaN codes and no key
     p.kv_cache.view(-1, 656)[0, :512] = 0x7F
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     skipped = reference(*args, has_invalid=has_invalid)
     gather = rows.gather_keys
 

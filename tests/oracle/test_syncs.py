@@ -31,13 +31,13 @@ def test_reference_reads_once(has_invalid: bool) -> None:
     invalid = {"has_invalid": True, "invalid_pattern": "scattered", "invalid_permille": 300} if has_invalid else {}
     recipe = Recipe(seed=1, n_q=12, heads=2, row_lengths=(50, 3, 50, 0, 20) * 2 + (7, 50), cache_rows=300, **invalid)  # type: ignore[arg-type]
     p = materialize(recipe, "cpu")
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     assert _reads(lambda: reference(*args, has_invalid=has_invalid, key_budget=100)) == 1  # several chunks
 
 
 def test_bound_reads_per_batch() -> None:
     p = materialize(Recipe(seed=2, n_q=12, heads=2, row_lengths=(50, 3, 50, 0, 20) * 2 + (7, 50), cache_rows=300), "cpu")
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     profile = load_profile("gfx950")
     # the plan, each batch's first chunk, the deferred checks (and a read of a CPU profile
     # constant, no device involved): 5 chunks in 3 batches (widths 50, 20, 7 ... 3)
@@ -48,7 +48,7 @@ def test_bound_reads_per_batch() -> None:
 
 def test_stream_errors_still_named() -> None:
     p = materialize(Recipe(seed=3, n_q=3, heads=2, row_lengths=(10, 10, 10), cache_rows=64), "cpu")
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     beyond = p.indptr.clone()
     beyond[-1] += 5
     with pytest.raises(PreconditionError, match="row 2 reads indices"):

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from conformance.tools.op_count import SCALAR_READS, OpCounter
 from kernel.emulated import gfx950 as emulated
 from kernel.emulated.gfx950 import DEFAULT_STAGES, run_emulated, tiles_batchable
 from strategies.materialize import materialize
@@ -55,7 +55,7 @@ RECIPES = [
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: f"seed{r.seed}")
 def test_batched_tiles_bit_identical_to_loop(recipe: Recipe, budget: int | None) -> None:
     p = materialize(recipe, "cpu")
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     kw = {"has_invalid": p.has_invalid, "return_lse": True, "row_key_budget": budget}
     loop_out, loop_lse = run_emulated(*args, batch_tiles=False, **kw)
     for group_slots in (1 << 10, 1 << 19):  # a CPU-sized group and one group for the whole chunk
@@ -83,7 +83,7 @@ def test_batched_tiles_with_a_replaced_tile_count() -> None:
     # a tile past a row's count that were computed would raise that row's m
     rope = torch.full((64,), 256.0, dtype=torch.bfloat16) * torch.sign(p.q[..., 512:].float().sum(dim=(0, 1))).to(torch.bfloat16)
     p.kv_cache.view(-1, 656)[0, 528:] = rope.view(torch.uint8)
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     loop = run_emulated(*args, return_lse=True, stages=stages, batch_tiles=False)
     saved = emulated.TILE_GROUP_SLOTS["cpu"]
     emulated.TILE_GROUP_SLOTS["cpu"] = 1 << 19  # one group: rows end inside it
@@ -103,34 +103,23 @@ def test_replaced_tile_stage_runs_the_loop() -> None:
         assert not tiles_batchable(stages), name
 
 
-class _Ops(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.names.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
-
-
 def test_batched_call_launches_and_syncs() -> None:
     """8 tiles of one row: the batched call dispatches under a third of the loop's ops, and reads
     device data back twice (the chunk's tile counts, the slot check at the end)."""
     p = materialize(Recipe(seed=9, n_q=1, heads=2, row_lengths=(1024,), cache_rows=4096), "cpu")
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     counts = {}
     for batched in (False, True):
         saved = emulated.TILE_GROUP_SLOTS["cpu"]
         emulated.TILE_GROUP_SLOTS["cpu"] = 1 << 19
         try:
-            with _Ops() as ops:
+            with OpCounter() as ops:
                 run_emulated(*args, return_lse=True, batch_tiles=batched)
         finally:
             emulated.TILE_GROUP_SLOTS["cpu"] = saved
-        counts[batched] = ops.names
-    assert len(counts[True]) * 3 < len(counts[False])
-    syncs = [n for n in counts[True] if n in ("_local_scalar_dense", "nonzero", "item")]
-    assert len(syncs) <= 1  # int(peak) in check_slots; the tile counts come back through tolist
+        counts[batched] = ops
+    assert counts[True].total * 3 < counts[False].total
+    assert counts[True].count(SCALAR_READS) <= 1  # int(peak) in check_slots; the tile counts come back through tolist
 
 
 def test_batched_ops_per_tile() -> None:
@@ -139,14 +128,14 @@ def test_batched_ops_per_tile() -> None:
     counts = []
     for keys in (1024, 2048):
         p = materialize(Recipe(seed=10, n_q=2, heads=4, row_lengths=(keys, keys), cache_rows=4096), "cpu")
-        args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+        args = p.args
         saved = emulated.TILE_GROUP_SLOTS["cpu"]
         emulated.TILE_GROUP_SLOTS["cpu"] = 1 << 19
         try:
             run_emulated(*args, return_lse=True, batch_tiles=True)  # cached tables built
-            with _Ops() as ops:
+            with OpCounter() as ops:
                 run_emulated(*args, return_lse=True, batch_tiles=True)
         finally:
             emulated.TILE_GROUP_SLOTS["cpu"] = saved
-        counts.append(len(ops.names))
+        counts.append(ops.total)
     assert counts[1] - counts[0] <= 10 * 8  # 8 more tiles

@@ -212,7 +212,7 @@ def test_within_bound_on_a_mixed_batch() -> None:
 
 @pytest.mark.skipif(not os.environ.get("SPEED_TESTS"), reason="timing test: set SPEED_TESTS=1 on an otherwise idle machine")
 def test_speed_64_rows_16_heads_2048_keys() -> None:
-    """Issue target: under 3 s on a 2-core machine (opt-in: timings on a shared CI runner mean nothing)."""
+    """Target: under 3 s on a 2-core machine (opt-in: timings on a shared CI runner mean nothing)."""
     p = materialize(bench_shape(seed=6), "cpu")
     started = time.perf_counter()
     run_emulated(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale, return_lse=True)

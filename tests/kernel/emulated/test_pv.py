@@ -59,7 +59,7 @@ recipes = [
 bits = lambda t: t.contiguous().view({4: torch.int32, 2: torch.int16}[t.element_size()])
 for recipe in recipes:
     p = materialize(recipe, "cpu")
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     kw = dict(has_invalid=p.has_invalid, return_lse=True)
     before = len(launches)
     out, lse = emulated.run_emulated(*args, batch_tiles=True, **kw)
@@ -158,7 +158,7 @@ def test_a_failing_kernel_falls_back_to_the_torch_path(monkeypatch: pytest.Monke
     """Where the kernel raises before its launch, run_emulated warns and gives the torch path's bits."""
     recipe = Recipe(seed=7, n_q=3, heads=4, row_lengths=(300, 5, 140), cache_rows=200)
     p = materialize(recipe, "cpu")
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     expected = emulated.run_emulated(*args, return_lse=True, batch_tiles=True)
     calls = []
 

@@ -52,7 +52,7 @@ recipes = (
 emulated.TILE_GROUP_SLOTS["cpu"] = 1 << 19
 for recipe in recipes:
     p = materialize(recipe, "cpu")
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     kw = dict(has_invalid=p.has_invalid, return_lse=True)
     loop = emulated.run_emulated(*args, batch_tiles=False, **kw)
     out, lse = emulated.run_emulated(*args, batch_tiles=True, **kw)

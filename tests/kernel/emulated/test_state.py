@@ -37,7 +37,7 @@ assert emulated_state.self_check(cpu, emulated.lane_sums), "state kernel probe"
 assert emulated_scores.self_check(cpu), "QK accumulation probe"
 assert emulated_decode.self_check(cpu), "K/V decode probe"
 p = materialize(Recipe(seed=3, n_q=3, heads=2, row_lengths=(300, 40, 129), cache_rows=256, latent="above_cap"), "cpu")
-args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+args = p.args
 loop = emulated.run_emulated(*args, return_lse=True, batch_tiles=False)
 emulated.TILE_GROUP_SLOTS["cpu"] = 1 << 19
 assert fastpath.choose(emulated_state.FAST_PATH, cpu) == fastpath.choose(emulated_scores.FAST_PATH, cpu) == "triton"

@@ -32,7 +32,7 @@ def _kinds(drop) -> set[str]:
         return_lse=False,
     )
     p = materialize(r, "cpu")
-    plan = plan_call(p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    plan = plan_call(*p.args)
     bufs = [
         (plan.q_run, "q"),
         (plan.kv_cache, "kv"),

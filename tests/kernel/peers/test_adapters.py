@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from conformance.tools.op_count import SCALAR_READS, OpCounter
 from kernel import engines
 from kernel.peers import dequant_cache, flashmla_prefill, plumbing, protocol, sglang_decode, torch_sdpa, vllm_decode, vllm_sparse
 from kernel.peers import keys as peer_keys
@@ -697,16 +697,6 @@ def test_kept_cache_past_the_int32_offsets_is_not_used(name: str, monkeypatch: p
     assert kept.builds == 0 and fake.calls[-1]["kv_rows"] == _slot_rows(name, p)
 
 
-class _Ops(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.names.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("name", TRITON_PEERS)
 @pytest.mark.parametrize("lengths", [[0, 5, 40, 1, 90], [3000, 1200]])
 def test_kept_cache_call_has_no_host_sync(name: str, lengths: list[int]) -> None:
@@ -719,13 +709,13 @@ def test_kept_cache_call_has_no_host_sync(name: str, lengths: list[int]) -> None
     kept = _kept_for(name, fake)
     layouts = LayoutCache(plumbing.LAYOUTS_KEPT)
     for call_no in range(2):  # build, then hit
-        with _Ops() as ops:
+        with OpCounter() as ops:
             call: Any = ADAPTERS[name].prepare(_engine(name, fake), KeptKeys(kept, layouts), CallArgs(*args))
         call.run()
         with ops:
             call.finish(None, True)
-        syncs = [op for op in ops.names if op in ("_local_scalar_dense", "nonzero", "item")]
-        assert syncs == (["_local_scalar_dense"] if call_no == 0 and sum(lengths) > 4096 else []), syncs
+        syncs = {op: n for op, n in ops.ops.items() if op in SCALAR_READS}
+        assert syncs == ({"_local_scalar_dense": 1} if call_no == 0 and sum(lengths) > 4096 else {}), syncs
     assert kept.builds == 1
 
 

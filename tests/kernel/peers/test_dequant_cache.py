@@ -9,8 +9,8 @@ import types
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from conformance.tools.op_count import OpCounter
 from kernel import fastpath
 from kernel.peers import bf16_key_decode, flashmla_prefill, torch_sdpa
 from kernel.peers.dequant_cache import DequantCache, dequantise_whole
@@ -50,7 +50,7 @@ RECIPES = [
 
 def _problem(recipe: Recipe):  # type: ignore[no-untyped-def]
     p = materialize(recipe, "cpu")
-    return p, (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    return p, p.args
 
 
 def run_torch_sdpa(*args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -66,16 +66,6 @@ def prepare_prefill(*args: object, dequant_cache: DequantCache | None = None) ->
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view({4: torch.int32, 2: torch.int16}[t.element_size()])
-
-
-class _Ops(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.names.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
 
 
 def _poison_row0(kv: torch.Tensor) -> None:
@@ -101,7 +91,7 @@ def test_sdpa_same_bits_through_the_fused_key_decode(recipe: Recipe, monkeypatch
     if fastpath.choose(bf16_key_decode.FAST_PATH, torch.device("cuda")) is None:
         pytest.skip("the fused decode did not pass its self-check on this device")
     p = materialize(recipe, "cuda")
-    args = (p.q, p.kv_cache, p.indices, p.indptr, p.softmax_scale)
+    args = p.args
     fused_out, fused_lse = run_torch_sdpa(*args, has_invalid=p.has_invalid, return_lse=True)
     monkeypatch.setenv(fastpath.SETTING, "peers.bf16-keys=off")
     out, lse = run_torch_sdpa(*args, has_invalid=p.has_invalid, return_lse=True)
@@ -178,9 +168,9 @@ def test_sdpa_call_has_no_host_sync() -> None:
         backend(*args, return_lse=True)
     for fresh in (False, True):
         call_args = (args[0], p.kv_cache.clone(), *args[2:]) if fresh else args
-        with _Ops() as ops:
+        with OpCounter() as ops:
             backend(*call_args, return_lse=True)
-        assert "_local_scalar_dense" not in ops.names and "nonzero" not in ops.names
-    with _Ops() as ops:
+        assert "_local_scalar_dense" not in ops.ops and "nonzero" not in ops.ops
+    with OpCounter() as ops:
         prepare_prefill(*args, dequant_cache=DequantCache())
-    assert "_local_scalar_dense" not in ops.names and "nonzero" not in ops.names
+    assert "_local_scalar_dense" not in ops.ops and "nonzero" not in ops.ops

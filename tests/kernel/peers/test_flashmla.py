@@ -579,14 +579,14 @@ def _variant(row: dict[str, Any], key: str, fn: Any) -> None:
 
 
 def _shape_with_block_64(problem: Any, module: Any) -> str:
-    args = (problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale)
+    args = problem.args
     return str(tuple(run_flashmla(*args, has_invalid=problem.has_invalid, return_lse=True, page_block_size=64, module=module)[0].shape))
 
 
 def _invariance_checks(row: dict[str, Any], backend: Any, module: Any, problem: Any, out: torch.Tensor, lse: torch.Tensor) -> None:
     """Reported, not judged: a second run bitwise equal; page blocks of 64 rows bitwise equal
     (when the row count allows); largest |out| difference with 128 padded heads."""
-    args = (problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale)
+    args = problem.args
 
     def again() -> bool:
         out2, lse2 = call_kernel(problem, backend, out=torch.empty_like(out))
@@ -631,7 +631,7 @@ def run_smoke(
             "max_len": max(recipe.row_lengths),
             "recipe": fields,
         }
-        args = (problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale)
+        args = problem.args
         rows = problem.kv_cache.numel() // RECORD_BYTES
         try:
             out, lse = call_kernel(problem, backend)

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import torch
 
-from conformance.tools.op_count import HOST_ONLY_OPS
+from conformance.tools.op_count import HOST_ONLY_OPS, OpCounter
 from kernel.peers import flashmla, flashmla_prefill
 from kernel.peers.plumbing import PaddedQ, pad_heads
 from kernel.peers.protocol import backend_from_adapter, run_peer
-from tests.kernel.peers.test_adapters import FakePrefill, _bits, _Ops, make_problem
+from tests.kernel.peers.test_adapters import FakePrefill, _bits, make_problem
 from tests.kernel.peers.test_flashmla import FakeFlashMLA
 from tests.kernel.peers.test_flashmla import make_problem as make_decode_problem
 
@@ -58,7 +58,7 @@ def test_a_repeated_call_pads_without_a_fill() -> None:
     p = make_problem([3, 130, 0], 5, seed=1)
     kept = PaddedQ()
     first = kept.get(p["q"], 64, 1.0)
-    with _Ops() as ops:
+    with OpCounter(in_order=True) as ops:
         again = kept.get(p["q"], 64, 1.0)
     assert again is first
     assert [n for n in ops.names if n not in HOST_ONLY_OPS] == ["copy_"], ops.names

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 import torch
 
-from conformance.tools.op_count import HOST_ONLY_OPS
+from conformance.tools.op_count import HOST_ONLY_OPS, OpCounter
 from kernel.peers import sglang_decode
 from kernel.peers.keys import KeptKeys
 from kernel.peers.plumbing import LAYOUTS_KEPT, LayoutCache
 from kernel.peers.protocol import CallArgs, run_peer
-from tests.kernel.peers.test_adapters import FakeSglang, _bits, _Ops, make_problem
+from tests.kernel.peers.test_adapters import FakeSglang, _bits, make_problem
 
 
 def _split_lse_reference(attn_lse: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -82,7 +82,7 @@ def test_a_repeated_call_launches_only_the_output_mapping() -> None:
     args = (p["q"], p["kv_cache"], p["indices"], p["indptr"], 0.05)
     for _ in range(3):
         call = sglang_decode.ADAPTER.prepare(engine, state, CallArgs(*args))
-    with _Ops() as ops:
+    with OpCounter(in_order=True) as ops:
         call = sglang_decode.ADAPTER.prepare(engine, state, CallArgs(*args))
     call.run()
     with ops:

@@ -105,7 +105,7 @@ def test_sdpa_adapter_hands_the_kernel_a_16_byte_aligned_query(monkeypatch) -> N
 def test_fuzz_chunk_cut_by_the_budget_ends_cleanly(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     """A nightly chunk of 1000 examples (--chunk-examples) always outlives a 2 s budget: the chunk stops at the
     deadline, and the campaign still ends clean (exit 0, no 'Hypothesis stopped': a test case
-    that drew less once time was up used to be inconsistent data generation to Hypothesis)."""
+    that drew less once time was up would be inconsistent data generation to Hypothesis)."""
     from conformance.cli import main
 
     monkeypatch.setenv("CONFORMANCE_DIR", str(tmp_path / "state"))

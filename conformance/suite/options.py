@@ -38,78 +38,66 @@ def dest(option: str) -> str:
 def add_options(parser: pytest.Parser, default_call_timeout_s: float) -> None:
     """Register the suite's options in their own group."""
     group = parser.getgroup("conformance", "sparse MLA conformance suite")
-    group.addoption(
+
+    def add(option: str, **kwargs: object) -> None:
+        group.addoption(option, dest=dest(option), **kwargs)
+
+    add(
         KERNEL,
-        dest=dest(KERNEL),
         default=None,
         metavar="NAME",
         help="kernel under test: a built-in name (python -m conformance fuzz --help lists them), package.module:attr, "
         "or path/to/file.py:attr (default: flydsl on gfx950, else emulated)",
     )
-    group.addoption(
-        PROFILE, dest=dest(PROFILE), default=None, metavar="NAME", help="numerics profile of the kernel (overrides what it declares)"
-    )
-    group.addoption(
-        DEVICE, dest=dest(DEVICE), default=None, metavar="DEV", help="device to run on: cpu or cuda (default: cuda when available)"
-    )
-    group.addoption(
-        WORKERS_PER_GPU, dest=dest(WORKERS_PER_GPU), type=int, default=1, metavar="N", help="with -n auto on a GPU machine: workers per GPU"
-    )
-    group.addoption(
+    add(PROFILE, default=None, metavar="NAME", help="numerics profile of the kernel (overrides what it declares)")
+    add(DEVICE, default=None, metavar="DEV", help="device to run on: cpu or cuda (default: cuda when available)")
+    add(WORKERS_PER_GPU, type=int, default=1, metavar="N", help="with -n auto on a GPU machine: workers per GPU")
+    add(
         NO_CAPTURE,
-        dest=dest(NO_CAPTURE),
         action="store_true",
         help="do not save failing recipes to the pending folder (.conformance/pending/<kernel>/)",
     )
-    group.addoption(
+    add(
         CALL_TIMEOUT,
-        dest=dest(CALL_TIMEOUT),
         type=_seconds,
         default=None,
         metavar="S",
         help=f"seconds one kernel call may take (default {default_call_timeout_s:g}; 0: no limit)",
     )
-    group.addoption(
+    add(
         TRACEBACKS,
-        dest=dest(TRACEBACKS),
         action="store_true",
         help="print pytest's own report of every failing test (tracebacks, Hypothesis output) instead of one report per distinct failure",
     )
-
-    group.addoption(
+    add(
         SHARD,
-        dest=dest(SHARD),
         type=_shard,
         default=None,
         metavar="I/N",
         help="run shard I of N (1 <= I <= N) of the collected tests, split by recorded durations (--conformance-durations); "
         "default: $CONFORMANCE_SHARD, else the CI system's variables (Buildkite, Slurm, Kubernetes: docs/fleet.md)",
     )
-    group.addoption(
+    add(
         DURATIONS,
-        dest=dest(DURATIONS),
         default=None,
         metavar="PATH",
         help="test durations in pytest-split's format that balance the shards (default .test_durations in the folder pytest "
         "was started in; tests without one count as the mean)",
     )
-    group.addoption(
+    add(
         STORE_DURATIONS,
-        dest=dest(STORE_DURATIONS),
         action="store_true",
         help="merge this session's test durations into the durations file (--conformance-durations) at the end",
     )
-    group.addoption(
+    add(
         SHARED_STORE,
-        dest=dest(SHARED_STORE),
         default=None,
         metavar="URL",
         help="the fleet's shared store (redis://host:port/db, rediss://..., unix:///path): examples under --hypothesis-profile "
         "fleet (read only under dev), failures pushed to its inbox under fleet (default: $CONFORMANCE_SHARED_STORE)",
     )
-    group.addoption(
+    add(
         REQUIRE_SHARED_STORE,
-        dest=dest(REQUIRE_SHARED_STORE),
         action="store_true",
         help="a shared store that is missing or unreachable fails the session (without it the run uses local state and says so)",
     )

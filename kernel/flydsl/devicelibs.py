@@ -1,5 +1,5 @@
-"""The project's own stand-in for the few ROCm device-library functions FlyDSL kernels call, so
-that such kernels compile (compile-only) on a machine without ROCm.
+"""Stand-ins for the few ROCm device-library functions FlyDSL kernels call, so that such kernels
+compile (compile-only) on a machine without ROCm.
 
 flydsl lowers `fx.exp2` / `fx.log2` / `fx.exp` / `fx.log` / `fx.sqrt` ... to calls of ROCm's
 ocml (`__ocml_log2_f32`, ...) and `fx.grid_dim` / `gpu.grid_dim` to ockl's
@@ -21,8 +21,8 @@ OCML / OCKL below with these semantics:
   likewise from hidden_group_size_{x,y,z} (u16 at offsets 12, 14, 16).
 
 Anything else a kernel calls stays an undefined external: `undefined_device_functions(ir_text)`
-names them (the compile helpers report it in one line instead of flydsl's bare "error while
-serializing the module").
+names them (`python -m tools.foreign_isa` reports them in one line instead of flydsl's bare
+"error while serializing the module").
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Measurements live in docs with their command and date (docs/reference/measuremen
 this guard allows: a date is not narration.
 
 `narration(lines)` names every line that matches one of PATTERNS; `narrating_name(path)` a file
-whose name is a run's (`s31a.sh`, `camp29.sh`, `lead_b.sh`, `final_peers.sh`, ...). The test scans
+whose name is a run's (`s07b.sh`, `camp12.sh`, `lead_x.sh`, `final_table.sh`, ...). The test scans
 `git ls-files` (text files; JSON, tensors and pictures are data) and fails naming `file:line` and
 the kind of each hit. It also holds every Python file but SYS_PATH_ALLOWED (the kernel-spec file loader,
 which puts a kernel file's folder on the path while it loads, and the foreign-kernel tool, which
@@ -111,18 +111,18 @@ def test_only_the_kernel_file_loader_touches_sys_path() -> None:
 @pytest.mark.parametrize(
     ("line", "kind"),
     [
-        ("Measured in issue 21 on the H200.", "numbered issue"),
-        ("the issue's goal of 10x", "numbered issue"),
-        ("## Session 35 (2026-12-03): launched ops", "numbered session"),
-        ("fixed in the third session, above", "numbered session"),
+        ("Measured in issue 7 on the GPU.", "numbered issue"),
+        ("the issue's goal of 3x", "numbered issue"),
+        ("## Session 4 (2000-01-01): timings", "numbered session"),
+        ("done in the third session, above", "numbered session"),
         ("### After (this change)", "before/after of a change"),
-        ("### Before (commit e6f1ce4)", "before/after of a change"),
-        ("python scripts/isa_bench.py --repeat 5", "scripts folder"),
-        ("`lead_s28c.sh` alone on the GPU", "role"),
-        ("a full suite run is the lead's", "role"),
-        ("load average 3-4 from other agents", "role"),
-        ("The second round of the table drew four more freedoms", "round of work"),
-        ("read `seeds/000_1fe00219b08aa0c9.txt` for facts", "the seed document"),
+        ("### Before (commit 0123abc)", "before/after of a change"),
+        ("python scripts/timing.py --repeat 5", "scripts folder"),
+        ("`lead_s1x.sh` alone on the GPU", "role"),
+        ("that run is the lead's", "role"),
+        ("a busy machine because of other agents", "role"),
+        ("The second round of the table added two rows", "round of work"),
+        ("read `seeds/001_example.txt` for facts", "the seed document"),
     ],
 )
 def test_each_kind_of_narration_is_caught(line: str, kind: str) -> None:
@@ -147,11 +147,11 @@ def test_the_present_state_is_not_narration(line: str) -> None:
 @pytest.mark.parametrize(
     ("path", "named"),
     [
-        ("scripts/h200/s31a.sh", True),
-        ("scripts/h200/camp29.sh", True),
-        ("scripts/h200/lead_b.sh", True),
-        ("scripts/h200/final_peers.sh", True),
-        ("scripts/speed21_ops.py", True),
+        ("scripts/gpu/s07b.sh", True),
+        ("scripts/gpu/camp12.sh", True),
+        ("scripts/gpu/lead_x.sh", True),
+        ("scripts/gpu/final_table.sh", True),
+        ("tools/speed12_ops.py", True),
         ("benchmarks/campaign.py", False),
         ("kernel/flydsl/launch_specs/h16_i1_l1.toml", False),
         ("oracle/profile_files/sglang-triton-decode.toml", False),

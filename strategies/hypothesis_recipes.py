@@ -7,6 +7,9 @@ failure toward one short row, one head, normal data, no padding. Tensors are bui
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from hypothesis import assume
 from hypothesis import strategies as st
 
@@ -30,6 +33,7 @@ BLOCK_SIZES = (16, 64, 1, 3)  # paged caches: tokens per block (1: one row per b
 CACHE_LAYOUTS = ("flat", "paged", "paged_3d")
 PLAIN_PATTERNS = ("uniform", "clustered", "duplicates", "sorted", "reversed", "tail")
 RECIPES_PER_EXAMPLE = 16  # the most recipes one example draws (recipe_lists)
+PACK_PARTS = 8  # the most recipes one packed call holds (packs)
 
 
 def differential_writers(needs_pow2_scales: bool) -> tuple[str, ...]:
@@ -78,6 +82,16 @@ def _fit_lengths(lengths: list[int], max_total_keys: int, stream_offset: int) ->
     return tuple(fitted)
 
 
+@dataclass(frozen=True)
+class PackCall:
+    """What the parts of one pack share (strategies.recipe.PACK_CALL_FIELDS), drawn once per pack."""
+
+    heads: int
+    softmax_scale: str
+    has_invalid: bool
+    return_lse: bool
+
+
 @st.composite
 def recipes(
     draw: st.DrawFn,
@@ -91,6 +105,7 @@ def recipes(
     huge_cache: bool = False,
     exact: bool = False,
     allow_out: bool = True,
+    call: PackCall | None = None,
 ) -> Recipe:
     """A recipe meeting every precondition (unless `writers` includes "raw"; "sglang" meets
     those of a profile without needs_pow2_scales: its latent is never "zero_blocks", whose all-zero
@@ -99,14 +114,22 @@ def recipes(
     huge_cache: the cache spans more than 4 GiB and every index points past the 4 GiB mark.
     exact: an exact-arithmetic recipe (see strategies.recipe), rows of at most 256 keys.
     heads: restrict H to these values (a backend's head counts), else 1..max_heads.
+    call: a part of a pack (`packs`): heads, softmax_scale, has_invalid and return_lse are the
+    pack's, not drawn, and the recipe is packable (q row-major without padding, no out=, a flat
+    cache, never huge); every other field is drawn as for a recipe alone.
     """
+    if call is not None and (huge_cache or exact):
+        raise ValueError("a part of a pack (call=) is neither huge_cache nor exact")
     n_q = draw(st.one_of(st.integers(1, 4), st.integers(1, max_n_q)), label="n_q")
-    head_count = draw(st.sampled_from(heads) if heads else st.integers(1, max_heads), label="heads")
+    if call is not None:
+        head_count = call.heads
+    else:
+        head_count = draw(st.sampled_from(heads) if heads else st.integers(1, max_heads), label="heads")
     row_cap = min(max_row, EXACT_MAX_ROW) if exact else max_row
     stream_offset = draw(st.sampled_from(STREAM_OFFSETS), label="stream_offset")
     lengths = draw(st.lists(_row_length(row_cap), min_size=n_q, max_size=n_q), label="row_lengths")
     row_lengths = _fit_lengths(lengths, max_total_keys, stream_offset)
-    has_invalid = draw(st.booleans(), label="has_invalid")
+    has_invalid = call.has_invalid if call is not None else draw(st.booleans(), label="has_invalid")
     invalid_pattern = draw(st.sampled_from(INVALID_PATTERNS), label="invalid_pattern") if has_invalid else "none"
     invalid_permille = draw(st.integers(0, 1000), label="invalid_permille") if invalid_pattern == "scattered" else 0
     if huge_cache:
@@ -118,7 +141,7 @@ def recipes(
         if not any(x > 0 for x in row_lengths) and draw(st.booleans(), label="empty_cache"):
             cache_rows = 0  # every row empty: a cache of 0 rows is a valid call
     cache_shape = None
-    if not huge_cache:
+    if not huge_cache and call is None:
         cache_rows, cache_shape = draw(cache_layouts(cache_rows), label="cache_layout")
     if exact:
         latent = rope = q = softmax_scale = "exact"
@@ -126,15 +149,18 @@ def recipes(
         latent = draw(st.sampled_from(CLEAN_LATENT), label="latent")
         rope = draw(st.sampled_from(CLEAN_ROPE), label="rope")
         q = draw(st.sampled_from(CLEAN_Q), label="q")
-        softmax_scale = draw(st.sampled_from(SCALES), label="softmax_scale")
-    pad = st.tuples(st.integers(0, 64), st.integers(0, 64))
-    q_pad = draw(st.one_of(st.just((0, 0)), pad), label="q_pad")
-    out_pad = draw(st.one_of(st.none(), pad), label="out_pad") if allow_out else None
-    # layouts beyond padded row-major (strategies.layouts); overlapping heads mix q vectors, so
-    # not in exact recipes
-    q_layouts = tuple(x for x in Q_LAYOUTS[1:] if not (exact and x == "overlapping_heads"))
-    q_layout = draw(st.one_of(st.just(Q_LAYOUTS[0]), st.sampled_from(q_layouts)), label="q_layout")
-    out_layout = draw(st.sampled_from(OUT_LAYOUTS), label="out_layout") if out_pad is not None else OUT_LAYOUTS[0]
+        softmax_scale = call.softmax_scale if call is not None else draw(st.sampled_from(SCALES), label="softmax_scale")
+    if call is not None:  # packable: q row-major without padding, no out=
+        q_pad, out_pad, q_layout, out_layout = (0, 0), None, Q_LAYOUTS[0], OUT_LAYOUTS[0]
+    else:
+        pad = st.tuples(st.integers(0, 64), st.integers(0, 64))
+        q_pad = draw(st.one_of(st.just((0, 0)), pad), label="q_pad")
+        out_pad = draw(st.one_of(st.none(), pad), label="out_pad") if allow_out else None
+        # layouts beyond padded row-major (strategies.layouts); overlapping heads mix q vectors, so
+        # not in exact recipes
+        q_layouts = tuple(x for x in Q_LAYOUTS[1:] if not (exact and x == "overlapping_heads"))
+        q_layout = draw(st.one_of(st.just(Q_LAYOUTS[0]), st.sampled_from(q_layouts)), label="q_layout")
+        out_layout = draw(st.sampled_from(OUT_LAYOUTS), label="out_layout") if out_pad is not None else OUT_LAYOUTS[0]
     recipe = Recipe(
         seed=draw(st.integers(0, 2**32 - 1), label="seed"),
         n_q=n_q,
@@ -152,7 +178,7 @@ def recipes(
         writer=draw(st.sampled_from(writers), label="writer"),
         q_pad=q_pad,
         out_pad=out_pad,
-        return_lse=draw(st.booleans(), label="return_lse"),
+        return_lse=call.return_lse if call is not None else draw(st.booleans(), label="return_lse"),
         has_invalid=has_invalid,
         poison=draw(st.booleans(), label="poison") if cache_rows >= 2 else False,
         cache_shape=cache_shape,
@@ -164,6 +190,43 @@ def recipes(
     if recipe.writer == "sglang":
         assume(recipe.latent != "zero_blocks")  # scale 0 tiles: no profile's bound is promised there
     return recipe
+
+
+@st.composite
+def packs(
+    draw: st.DrawFn,
+    *,
+    max_parts: int = PACK_PARTS,
+    max_n_q: int = 256,
+    max_total_keys: int = 16384,
+    heads: tuple[int, ...] | None = None,
+    max_heads: int = 16,
+    **recipe_options: Any,
+) -> Recipe:
+    """One kernel call packing 1 to `max_parts` recipes (strategies.recipe, "Packs"): what the
+    parts share (PackCall) is drawn once, then the parts, each drawn by `recipes` with `call=`
+    and the property's own limits (`max_n_q`, `max_total_keys`, `recipe_options`); parts are
+    taken while the call stays within `max_n_q` query rows and `max_total_keys` keys (the first
+    always), so a packed call is never larger than a call the property draws alone. One part
+    is returned as it is (a recipe of its own, packable); two or more as their pack. Shrinks
+    toward one part, then as that part shrinks."""
+    if max_parts < 1:
+        raise ValueError(f"packs needs max_parts >= 1, got {max_parts}")
+    call = PackCall(
+        heads=draw(st.sampled_from(heads) if heads else st.integers(1, max_heads), label="heads"),
+        softmax_scale=draw(st.sampled_from(SCALES), label="softmax_scale"),
+        has_invalid=draw(st.booleans(), label="has_invalid"),
+        return_lse=draw(st.booleans(), label="return_lse"),
+    )
+    part = recipes(max_n_q=max_n_q, max_total_keys=max_total_keys, call=call, **recipe_options)
+    drawn = draw(st.lists(part, min_size=1, max_size=max_parts), label="parts")
+    taken = [drawn[0]]
+    rows, keys = drawn[0].n_q, drawn[0].total_keys
+    for recipe in drawn[1:]:
+        if rows + recipe.n_q <= max_n_q and keys + recipe.total_keys <= max_total_keys:
+            taken.append(recipe)
+            rows, keys = rows + recipe.n_q, keys + recipe.total_keys
+    return taken[0] if len(taken) == 1 else Recipe.pack(taken)
 
 
 def recipe_lists(recipe: st.SearchStrategy[Recipe], max_size: int = RECIPES_PER_EXAMPLE) -> st.SearchStrategy[list[Recipe]]:

@@ -4,7 +4,8 @@ Data of a KV row, a query element or an index entry is a pure function of (recip
 is, its id) via `strategies.rng`, so values do not depend on which other rows are referenced.
 The index stream is built on the CPU and moved; row and query data are generated on the target
 device with integer hashing and IEEE arithmetic only, which give the same bits everywhere.
-Only referenced rows are materialized; a cache larger than
+A pack (a recipe with parts: strategies.recipe, "Packs") is its parts materialised as alone and
+packed into one call (materialize_pack). Only referenced rows are materialized; a cache larger than
 64 MiB is allocated with `torch.empty` and only referenced rows plus their neighbours and row 0
 are written, so a cache over 4 GiB costs almost no RAM on a CPU (untouched pages).
 """
@@ -421,8 +422,11 @@ def check_memory(recipe: Recipe, device: torch.device | str = "cpu") -> MemoryEs
 
 def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
     """Build the problem of `recipe` on `device` (see the module docstring). The recipe's memory
-    estimate is checked first (check_memory): RecipeTooLarge before anything is allocated."""
+    estimate is checked first (check_memory): RecipeTooLarge before anything is allocated. A pack
+    (a recipe with parts) is built by materialize_pack."""
     device = torch.device(device)
+    if recipe.parts:
+        return materialize_pack(recipe, device)
     check_memory(recipe, device)
     indptr, pair_rows, pair_offsets, pair_positions = _stream(recipe)
     n_idx = (int(indptr.max()) if indptr.numel() else 0) + recipe.stream_tail
@@ -513,4 +517,68 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
         out=out,
         referenced_rows=referenced,
         poison_rows=poison_rows,
+    )
+
+
+def _consumed_positions(recipe: Recipe) -> np.ndarray:
+    """int64 [keys]: the index-stream positions the part's rows consume, row by row (host only:
+    indptr follows from the recipe's stream_offset and row lengths)."""
+    lengths = np.maximum(np.asarray(recipe.row_lengths, dtype=np.int64).reshape(-1), 0)
+    starts = recipe.stream_offset + np.concatenate(([0], np.cumsum(np.asarray(recipe.row_lengths, dtype=np.int64))[:-1]))
+    firsts = np.cumsum(lengths) - lengths
+    return np.repeat(starts - firsts, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+
+
+def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
+    """The problem of the pack `recipe` on `device`; RecipeError for a recipe that is not a pack.
+    Each part is materialised as alone (materialize); the pack holds the parts' q rows one after
+    the other, their caches one after the other in one flat [rows, 656] cache (bytes as in each
+    part's cache), each part's consumed index entries offset by the rows before its cache
+    (negative entries kept), and a stream rebuilt without gaps (row r's entries from indptr[r]; a
+    row of negative length empty). Each row of the pack holds the same query vector and reads the
+    same records as that row of its part alone, so a kernel that computes each row on its own
+    gives every row the bits it gives it alone."""
+    if not recipe.parts:
+        raise RecipeError("materialize_pack needs a pack (a recipe with parts)")
+    device = torch.device(device)
+    check_memory(recipe, device)
+    problems = [materialize(part, device) for part in recipe.parts]
+    row_offsets = np.cumsum([0, *(part.cache_rows for part in recipe.parts)])
+    stream_offsets = np.cumsum([0, *(int(p.indices.shape[0]) for p in problems)])
+    positions, shifts = [], []
+    for part, first_row, first_entry in zip(recipe.parts, row_offsets[:-1], stream_offsets[:-1], strict=True):
+        consumed = _consumed_positions(part)
+        positions.append(consumed + first_entry)
+        shifts.append(np.full(consumed.shape, first_row, dtype=np.int64))
+    gather = torch.from_numpy(np.stack((np.concatenate(positions), np.concatenate(shifts)))).to(device)  # one copy
+    stream = torch.cat([p.indices for p in problems]).to(torch.int64)[gather[0]]
+    indices = torch.where(stream >= 0, stream + gather[1], stream).to(torch.int32)
+    lengths = np.asarray(recipe.row_lengths, dtype=np.int64)
+    indptr = torch.from_numpy(np.concatenate(([0], np.cumsum(lengths)))).to(device=device, dtype=torch.int32)
+
+    total = int(row_offsets[-1])
+    if device.type == "cpu":  # calloc'd: the pages the parts leave zero stay untouched
+        kv = torch.from_numpy(np.zeros((total, RECORD_BYTES), dtype=np.uint8))
+    else:
+        kv = torch.zeros((total, RECORD_BYTES), dtype=torch.uint8, device=device)
+    for part, problem, first_row in zip(recipe.parts, problems, row_offsets[:-1], strict=True):
+        flat = problem.kv_cache.reshape(-1, RECORD_BYTES)
+        if part.poison:  # every row written (NaN poison besides the referenced ones)
+            kv[int(first_row) : int(first_row) + part.cache_rows] = flat
+        elif problem.referenced_rows.numel():  # a packable cache is zero but for its referenced rows
+            rows = problem.referenced_rows.to(device)
+            kv[rows + int(first_row)] = flat[rows]
+    shift = [torch.as_tensor(int(first), dtype=torch.int64) for first in row_offsets[:-1]]
+    return Problem(
+        recipe=recipe,
+        q=torch.cat([p.q for p in problems]),
+        kv_cache=kv,
+        indices=indices,
+        indptr=indptr,
+        softmax_scale=recipe.scale_value,
+        has_invalid=recipe.has_invalid,
+        return_lse=recipe.return_lse,
+        out=None,
+        referenced_rows=torch.cat([p.referenced_rows + s for p, s in zip(problems, shift, strict=True)]),
+        poison_rows=torch.cat([p.poison_rows + s for p, s in zip(problems, shift, strict=True)]),
     )

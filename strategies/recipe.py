@@ -39,6 +39,19 @@ unless stated):
     poison           NaN-poison unreferenced rows (row 0 included) and never reference row 0
     corruptions      list of {"kind": nan_codes | scale_not_pow2 | scale_above_cap |
                      zero_scale | index_out_of_range, "count": int} applied to consumed data
+    parts            [] (a recipe of its own), or the recipes packed into this one call (a pack:
+                     strategies.materialize.materialize_pack), in order; see "Packs" below
+
+A pack is one kernel call holding the query rows of several recipes, its parts: q is the parts'
+q rows one after the other (contiguous, row-major), the cache is the parts' caches one after the
+other (flat [rows, 656]), and each part's rows consume their own keys (their indices offset by
+the rows of the caches before theirs) through a stream rebuilt without gaps (row r's entries at
+indptr[r], a row of negative length empty). The parts agree on what is one per call (heads,
+softmax_scale, has_invalid, return_lse) and are packable (`packable_reason`: q row-major
+without padding, no out=, no corruptions, a cache of at most 64 MiB that the pack copies, never
+beyond 4 GiB). A pack's own fields are those `pack_fields(parts)` derives (the call's n_q,
+heads, row lengths, cache rows and flags; the data fields at their defaults, unused): a pack
+whose fields say otherwise is not valid.
 
 "Exact" recipes (q, latent, rope and softmax_scale all "exact", rows of at most 256 keys) make
 every step of the gfx950 algorithm exact: q has one nonzero latent and one nonzero rope value
@@ -51,6 +64,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
@@ -77,7 +91,15 @@ ROWS_BEYOND_4GIB = (4 * 2**30) // 656 + 1  # first row whose record starts past 
 
 
 # Fields added after version 1 and their defaults: omitted from the JSON at their default.
-OPTIONAL_FIELDS: dict[str, Any] = {"cache_shape": None, "stream_tail": 0, "q_layout": "rows", "out_layout": "rows", "unconsumed": "valid"}
+OPTIONAL_FIELDS: dict[str, Any] = {
+    "cache_shape": None,
+    "stream_tail": 0,
+    "q_layout": "rows",
+    "out_layout": "rows",
+    "unconsumed": "valid",
+    "parts": [],
+}
+PACKABLE_CACHE_BYTES = 64 * 2**20  # strategies.materialize.SMALL_CACHE_BYTES: a part's cache is written whole, the pack copies it
 
 
 class RecipeError(ValueError):
@@ -119,6 +141,7 @@ class Recipe:
     q_layout: str = "rows"
     out_layout: str = "rows"
     unconsumed: str = "valid"
+    parts: tuple[Recipe, ...] = ()
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -126,8 +149,12 @@ class Recipe:
     def __repr__(self) -> str:
         """The fields that differ from the defaults, one line (the full recipe: to_json)."""
         defaults = {f.name: f.default_factory() if f.default_factory is not MISSING else f.default for f in fields(self)}
-        parts = [f"{k}={v!r}" for k, v in self.to_json_dict().items() if defaults[k] is MISSING or defaults[k] != getattr(self, k)]
-        return f"Recipe({', '.join(parts)})"
+        shown = [
+            f"{k}={v!r}" if k != "parts" else f"parts=[{len(v)} recipes]"
+            for k, v in self.to_json_dict().items()
+            if defaults[k] is MISSING or defaults[k] != getattr(self, k)
+        ]
+        return f"Recipe({', '.join(shown)})"
 
     def _repr_pretty_(self, printer: object, cycle: bool) -> None:
         printer.text(repr(self))  # type: ignore[attr-defined]
@@ -149,6 +176,7 @@ class Recipe:
         they differ from their defaults, so a recipe written before they existed keeps its JSON
         and content hash."""
         data = asdict(self)
+        data["parts"] = [part.to_json_dict() for part in self.parts]
         for name, default in OPTIONAL_FIELDS.items():
             if data[name] == default:
                 del data[name]
@@ -195,10 +223,26 @@ class Recipe:
             if not isinstance(values["corruptions"], list | tuple) or not all(isinstance(c, dict) for c in values["corruptions"]):
                 raise RecipeError("corruptions must be a list of objects")
             values["corruptions"] = tuple(dict(c) for c in values["corruptions"])
+        if "parts" in values:
+            if not isinstance(values["parts"], list | tuple):
+                raise RecipeError("parts must be a list of recipes")
+            values["parts"] = tuple(cls.from_json_dict(part) for part in values["parts"])
         try:
             return cls(**values)
         except TypeError as err:
             raise RecipeError(str(err)) from err
+
+    @classmethod
+    def pack(cls, parts: Sequence[Recipe]) -> Recipe:
+        """The pack of `parts` (at least two packable recipes that agree on heads, softmax_scale,
+        has_invalid and return_lse; module docstring, "Packs"); RecipeError naming what does not fit."""
+        fields_ = pack_fields(parts)
+        return cls(**{**fields_, "parts": tuple(parts)})
+
+    @property
+    def is_pack(self) -> bool:
+        """Whether this recipe packs several recipes into one call (its parts)."""
+        return bool(self.parts)
 
     @classmethod
     def from_json(cls, text: str) -> Recipe:
@@ -214,10 +258,68 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+PACK_CALL_FIELDS = ("heads", "softmax_scale", "has_invalid", "return_lse")  # one per call: the parts of a pack agree on them
+
+
+def packable_reason(recipe: Recipe) -> str:
+    """Empty when `recipe` can be a part of a pack (module docstring, "Packs"), else why not."""
+    if recipe.parts:
+        return "it is a pack itself"
+    if recipe.q_layout != "rows" or recipe.q_pad != (0, 0):
+        return f"q is not row-major without padding (q_layout {recipe.q_layout}, q_pad {list(recipe.q_pad)})"
+    if recipe.out_pad is not None:
+        return "it passes out="
+    if recipe.corruptions:
+        return "it has corruptions"
+    if recipe.index_pattern == "beyond_4gib" or recipe.cache_rows * RECORD_BYTES > PACKABLE_CACHE_BYTES:
+        return f"its cache of {recipe.cache_rows} rows is over {PACKABLE_CACHE_BYTES >> 20} MiB"
+    return ""
+
+
+def pack_fields(parts: Sequence[Recipe]) -> dict[str, Any]:
+    """The fields (less parts) of the pack of `parts` (module docstring, "Packs"); RecipeError
+    when fewer than two parts are given, a part is not packable or the parts disagree on a field
+    of PACK_CALL_FIELDS."""
+    if len(parts) < 2:
+        raise RecipeError(f"a pack needs at least 2 parts, got {len(parts)}")
+    first = parts[0]
+    for i, part in enumerate(parts):
+        if not isinstance(part, Recipe):
+            raise RecipeError(f"part {i} is not a recipe: {type(part).__name__}")
+        reason = packable_reason(part)
+        if reason:
+            raise RecipeError(f"part {i} cannot be packed: {reason}")
+        for name in PACK_CALL_FIELDS:
+            if getattr(part, name) != getattr(first, name):
+                mine, theirs = getattr(part, name), getattr(first, name)
+                raise RecipeError(f"part {i} has {name} {mine!r}, part 0 {theirs!r}: the parts of a pack agree on it")
+    rows = sum(part.cache_rows for part in parts)
+    if rows > 2**31 - 1:
+        raise RecipeError(f"the parts' caches hold {rows} rows together, more than 2^31 - 1")
+    return {
+        "seed": 0,
+        "n_q": sum(part.n_q for part in parts),
+        "heads": first.heads,
+        "row_lengths": tuple(max(length, 0) for part in parts for length in part.row_lengths),
+        "cache_rows": rows,
+        "softmax_scale": first.softmax_scale,
+        "has_invalid": first.has_invalid,
+        "return_lse": first.return_lse,
+    }
+
+
 def _validate(r: Recipe) -> None:
     def need(cond: bool, message: str) -> None:
         if not cond:
             raise RecipeError(message)
+
+    if r.parts:
+        derived = pack_fields(r.parts)
+        for f in fields(r):
+            if f.name == "parts":
+                continue
+            expected = derived.get(f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
+            need(getattr(r, f.name) == expected, f"a pack's {f.name} is {getattr(r, f.name)!r}; its parts make it {expected!r}")
 
     need(r.version == RECIPE_VERSION, f"version must be {RECIPE_VERSION}, got {r.version!r}")
     for name in ("seed", "n_q", "heads", "cache_rows", "stream_offset", "invalid_permille", "stream_tail"):
@@ -314,7 +416,17 @@ class MemoryEstimate:
 def memory_estimate(recipe: Recipe, device_type: str = "cpu") -> MemoryEstimate:
     """Estimate the memory of `materialize(recipe, device)` plus the kernel call and the float64
     reference of one judgement, without building anything (O(n_q) time). Conservative: the
-    referenced rows are counted as min(keys, cache_rows) (every key a distinct row)."""
+    referenced rows are counted as min(keys, cache_rows) (every key a distinct row). A pack:
+    its parts' estimates (each is materialised) plus that of its own call."""
+    if recipe.parts:
+        estimates = [memory_estimate(part, device_type) for part in recipe.parts]
+        own = memory_estimate(Recipe(**{f.name: getattr(recipe, f.name) for f in fields(recipe) if f.name != "parts"}), device_type)
+        parts = {name: own.parts[name] + sum(e.parts[name] for e in estimates) for name in own.parts}
+        return MemoryEstimate(
+            host_bytes=own.host_bytes + sum(e.host_bytes for e in estimates),
+            device_bytes=own.device_bytes + sum(e.device_bytes for e in estimates),
+            parts=parts,
+        )
     pointer, n_idx, longest = recipe.stream_offset, recipe.stream_offset, 0
     for length in recipe.row_lengths:
         pointer += length

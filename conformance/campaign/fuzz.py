@@ -53,6 +53,16 @@ chunks' sizes count examples. Hypothesis builds most examples by mutating an ear
 copied over another), which for a list repeats its other recipes: a recipe that already passed
 is not judged again (Campaign.repeats counts them; one recipe per example repeats about 6% of
 its recipes, a list of up to 16 about half).
+
+Packed calls (`pack` > 1, `fuzz --pack N`): the differential property draws, each half of the
+time, a recipe alone (as without packing: every shape, layout and option it draws) or a packed
+call (strategies.hypothesis_recipes.packs: 1 to N recipes whose rows go into one kernel call,
+sharing heads, softmax scale, has_invalid and return_lse, never larger in query rows or keys
+than a call the property draws alone). One call and one judgement then cover several recipes,
+which is where a GPU campaign's time goes (launches around a small call). A failing pack's
+parts are judged alone and the first that fails alone is the failure (conformance.judging.batch.
+differential_pack); a pack whose parts all pass alone is saved as the pack (it replays as the
+same call). The counters count recipes: a passing pack counts its parts; a failure counts one.
 """
 
 from __future__ import annotations
@@ -178,6 +188,7 @@ class Campaign:
 
 
 RECIPES_PER_EXAMPLE = 1  # `fuzz --recipes-per-example`'s default: one recipe per example (module docstring)
+PACK = 1  # `fuzz --pack`'s default: the most recipes of one packed call (1: no packed calls; module docstring)
 HUNG_GRACE_S = 5.0  # seconds a call may run past the budget before it counts as hung
 
 
@@ -242,12 +253,22 @@ def _fuzz_parameters(target: Any, properties: list[str], chunk: int = 99) -> dic
     return {name: made[name] for name in properties}
 
 
-def _fuzz_strategies(target: Any, properties: list[str], chunk: int = 99) -> dict[str, Any]:
-    """The properties' recipe strategies, sized for chunk number `chunk` (see _fuzz_parameters)."""
-    from strategies.hypothesis_recipes import recipes, violating_recipes
+def _fuzz_strategies(target: Any, properties: list[str], chunk: int = 99, pack: int = 1) -> dict[str, Any]:
+    """The properties' recipe strategies, sized for chunk number `chunk` (see _fuzz_parameters);
+    `pack` > 1: the differential property draws a recipe alone or a packed call of 1 to `pack`
+    recipes (strategies.hypothesis_recipes.packs), each half of the time (module docstring,
+    "Packed calls")."""
+    from hypothesis import strategies as st
+
+    from strategies.hypothesis_recipes import packs, recipes, violating_recipes
 
     made = {"recipes": recipes, "violating_recipes": violating_recipes}
-    return {name: made[kind](**kwargs) for name, (kind, kwargs) in _fuzz_parameters(target, properties, chunk).items()}
+    drawn = {name: made[kind](**kwargs) for name, (kind, kwargs) in _fuzz_parameters(target, properties, chunk).items()}
+    if pack > 1 and "differential" in drawn:
+        _, kwargs = _fuzz_parameters(target, ["differential"], chunk)["differential"]
+        options = {k: v for k, v in kwargs.items() if k != "allow_out"}
+        drawn["differential"] = st.one_of(drawn["differential"], packs(max_parts=pack, **options))
+    return drawn
 
 
 def fuzz_reachable(target: Any, properties: list[str]) -> dict[str, tuple[str, ...]]:
@@ -274,6 +295,7 @@ def campaign(
     seed_base: int | None = None,
     fleet: Any = None,
     recipes_per_example: int = 1,
+    pack: int = 1,
 ) -> Campaign:
     """Run the campaign (see the module docstring) into `state` (its counters and failures stay
     valid when the campaign is interrupted); returns `state`. `chunk_examples`: the examples of
@@ -285,13 +307,15 @@ def campaign(
     `recipes_per_example` > 1: each example draws 1 to that many recipes of its property
     (strategies.hypothesis_recipes.recipe_lists), each its own kernel call, judged together
     (conformance.judging.batch); the counters count recipes judged, the chunks count examples
-    (module docstring, "Several recipes per example")."""
+    (module docstring, "Several recipes per example"). `pack` > 1: the differential property
+    draws packed calls of 1 to `pack` recipes beside its recipes alone (module docstring,
+    "Packed calls"); not with recipes_per_example > 1."""
     from hypothesis import HealthCheck, Verbosity, given, seed, settings
     from hypothesis import strategies as st
     from hypothesis.errors import HypothesisException
 
-    from conformance.judging.batch import differential_batch, violation_batch
-    from conformance.judging.checks import differential, violation_run
+    from conformance.judging.batch import differential_batch, differential_pack, violation_batch
+    from conformance.judging.checks import violation_run
     from conformance.judging.finding import finding_of
     from conformance.judging.hypothesis_profiles import PROFILES
     from conformance.records.corpus import save_entry
@@ -300,6 +324,10 @@ def campaign(
 
     if recipes_per_example < 1:
         raise ValueError(f"recipes_per_example must be >= 1, got {recipes_per_example}")
+    if pack < 1:
+        raise ValueError(f"pack must be >= 1, got {pack}")
+    if pack > 1 and recipes_per_example > 1:
+        raise ValueError("pack and recipes_per_example are not taken together: a pack is already several recipes in one call")
     strategies: dict[str, Any] = {}
     configured_timeout = call_timeout_s()
     base = PROFILES[hypothesis_profile]
@@ -355,8 +383,8 @@ def campaign(
                     for output, value in (("out", verdict.out_ratio), ("lse", verdict.lse_ratio)):
                         key = f"{output}/{mode}"
                         state.max_ratio[key] = max(state.max_ratio[key], value)
-                state.outcomes[prop]["pass"] += 1
-            state.examples[prop] += 1
+                state.outcomes[prop]["pass"] += len(_parts(passed))
+            state.examples[prop] += len(_parts(passed))
             coverage.add(passed)
             if recipes_per_example > 1:
                 state.passed.add(_hash(passed))
@@ -368,7 +396,7 @@ def campaign(
             elif prop == "preconditions":
                 judged(recipe, violation_run(target, recipe, name, timeout_s=call_limit))
             else:
-                judged(recipe, differential(target, recipe, name, timeout_s=call_limit))
+                judged(recipe, differential_pack(target, recipe, name, timeout_s=call_limit))
         except HypothesisException:
             raise  # a rejection (the backend does not take the call): not an example
         except KernelHung as err:
@@ -425,7 +453,7 @@ def campaign(
         state.chunks = chunk = chunk + 1
         chunk_failures.clear()
         strategies.clear()
-        strategies.update(_fuzz_strategies(target, properties, chunk - 1))
+        strategies.update(_fuzz_strategies(target, properties, chunk - 1, pack))
         if recipes_per_example > 1:
             strategies.update({prop: recipe_lists(made, recipes_per_example) for prop, made in strategies.items()})
         stop_at[0] = deadline
@@ -556,6 +584,11 @@ def _minimise_failure(target: Any, failure: Failure, budget_s: float, progress: 
             failure.message = "\n".join([*headline, *diag.reasons])
         if diag.finding:
             failure.finding = dict(diag.finding)
+
+
+def _parts(recipe: Any) -> tuple[Any, ...]:
+    """The recipes a judged recipe holds: a pack's parts, else the recipe itself."""
+    return tuple(recipe.parts) or (recipe,)
 
 
 def _hash(recipe: Any) -> str:

@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.campaign.fuzz import (
+    PACK,
     PROPERTIES,
     RECIPES_PER_EXAMPLE,
     Campaign,
@@ -150,6 +151,15 @@ def register(subparsers: Any) -> None:
         help=f"each example draws 1 to N recipes, one kernel call each, judged together; a recipe that passed is not judged "
         f"again (default {RECIPES_PER_EXAMPLE}: one recipe per example)",
     )
+    p.add_argument(
+        "--pack",
+        type=positive_int,
+        default=PACK,
+        metavar="N",
+        help="the differential property draws, half of the time, one kernel call packing the rows of 1 to N recipes "
+        "(a failing pack's recipes are judged alone; not with --recipes-per-example) "
+        f"(default {PACK}{': no packed calls' if PACK == 1 else ''})",
+    )
     p.add_argument("--no-save", action="store_true", help="do not write failures to the pending corpus (report them only)")
     p.add_argument(
         "--shard",
@@ -189,6 +199,9 @@ def run(args: argparse.Namespace) -> int:
     budget_s = args.seconds if args.seconds is not None else 60.0 * (args.minutes if args.minutes is not None else 5.0)
     properties = list(dict.fromkeys(args.property or PROPERTIES))
     shrink_s = args.shrink_seconds if args.shrink_seconds is not None else max(30.0, 0.2 * budget_s)
+    if args.pack > 1 and args.recipes_per_example > 1:
+        print("fuzz: --pack and --recipes-per-example are not taken together (a packed call holds several recipes)", file=sys.stderr)
+        return EXIT_USAGE
     try:
         target = build_target(args.kernel, profile=args.numerics_profile, device=args.device)
     except TargetError as err:
@@ -276,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
                 seed_base=args.seed_base,
                 fleet=fleet,
                 recipes_per_example=args.recipes_per_example,
+                pack=args.pack,
             )
         except KeyboardInterrupt:
             interrupted = True

@@ -12,6 +12,13 @@ dropping recipes, ends at the one recipe that fails, replayable alone.
 
 `violation_batch(target, recipes, ...)` runs checks.violation_run per recipe.
 
+`differential_pack(target, recipe, ...)` is checks.differential on one recipe that may be a pack
+(several recipes' rows in one kernel call: strategies.recipe, "Packs"): the pack is called and
+judged as any call; when it fails, each part is judged alone (its own call), and the first part
+that fails alone raises its own failure, charged to that part (replayable alone); only a pack
+whose every part passes alone raises the pack's failure, charged to the pack (its recipe holds
+its parts: it replays as the same packed call).
+
 A recipe that cannot be judged here (too large, a call the backend does not take, a violating
 recipe that violates nothing) is left out with its reason noted (conformance.judging.rejections);
 the example is rejected only when no recipe is left. Recipes are judged in list order and the
@@ -153,3 +160,32 @@ def violation_batch(
     if not observed:
         _none_left(skipped)
     return observed
+
+
+def differential_pack(
+    target: Target,
+    recipe: Recipe,
+    property_name: str = "differential",
+    *,
+    use_target: bool = True,
+    timeout_s: float | None = None,
+) -> list[Verdict]:
+    """checks.differential on `recipe`, a pack or a recipe of its own (module docstring); returns
+    the verdicts of its call (exact-steps first). A failing pack's parts are judged alone
+    (without hypothesis.target()) before the pack's own failure is raised; a part that is not
+    judged alone (rejected, skipped) is passed over. A hang is raised as it is (each part could
+    hang for the whole limit)."""
+    __tracebackhide__ = True
+    from conformance.judging.checks import differential
+
+    if not recipe.parts:
+        return differential(target, recipe, property_name, use_target=use_target, timeout_s=timeout_s)
+    try:
+        return differential(target, recipe, property_name, use_target=use_target, timeout_s=timeout_s)
+    except AssertionError as packed:
+        for part in recipe.parts:
+            try:
+                differential(target, part, property_name, use_target=False, timeout_s=timeout_s)
+            except _skip_exceptions():
+                continue
+        raise packed

@@ -394,9 +394,10 @@ class Coverage:
     counts: dict[str, Counter[str]] = field(default_factory=lambda: {f.key: Counter() for f in FAMILIES})
 
     def add(self, recipe: Recipe) -> None:
-        """Count one judged example."""
-        for key, classes in features(recipe).items():
-            self.counts[key].update(classes)
+        """Count one judged recipe; a pack (strategies.recipe, "Packs") counts each of its parts."""
+        for part in recipe.parts or (recipe,):
+            for key, classes in features(part).items():
+                self.counts[key].update(classes)
 
     def hit(self, key: str) -> tuple[str, ...]:
         """The family's reachable classes drawn at least once."""

@@ -79,8 +79,9 @@ def summarise(run_dir: Path) -> dict[str, Any]:
         except (RecipeError, TypeError, ValueError):
             unparsed += 1
             continue
-        for key, classes in features(parsed).items():
-            counts[key].update(classes)
+        for part in parsed.parts or (parsed,):  # a pack: its parts' features
+            for key, classes in features(part).items():
+                counts[key].update(classes)
     times = _finite([line.get("time") for line in lines])
     span = (max(times) - min(times)) if len(times) > 1 else 0.0
     passing = [line for line in lines if line.get("outcome") == "pass"]

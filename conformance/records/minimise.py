@@ -53,6 +53,9 @@ def candidates(recipe: Any) -> Iterator[tuple[str, dict[str, Any]]]:
     """Simpler variants of `recipe` as (description, recipe fields), most reducing first. Some
     may be invalid recipes (the caller skips those)."""
     base = _fields(recipe)
+    if base.get("parts"):
+        yield from _pack_candidates(base["parts"])
+        return
     lengths = list(base["row_lengths"])
     n = len(lengths)
 
@@ -103,6 +106,30 @@ def candidates(recipe: Any) -> Iterator[tuple[str, dict[str, Any]]]:
         for smaller in sorted({2, 64, rows // 2}):
             if 2 <= smaller < rows:
                 yield f"{smaller} cache rows", {**base, "cache_rows": smaller}
+
+
+def _pack_candidates(parts: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Simpler variants of a pack (strategies.recipe, "Packs") whose parts' fields are `parts`:
+    each part alone, each part dropped, then each part's own simpler variants within the pack."""
+    from strategies.recipe import Recipe, RecipeError, pack_fields
+
+    def packed(members: list[dict[str, Any]]) -> dict[str, Any]:
+        if len(members) == 1:
+            return members[0]
+        try:
+            fields = pack_fields([Recipe.from_json_dict(m) for m in members])
+        except RecipeError:
+            return {"parts": members}  # an invalid candidate: the caller skips it
+        return {**fields, "row_lengths": list(fields["row_lengths"]), "parts": members}
+
+    for i, part in enumerate(parts):
+        yield f"part {i} alone", part
+    if len(parts) > 2:
+        for i in range(len(parts)):
+            yield f"part {i} dropped", packed(parts[:i] + parts[i + 1 :])
+    for i, part in enumerate(parts):
+        for description, fields in candidates(Recipe.from_json_dict(part)):
+            yield f"part {i}: {description}", packed([*parts[:i], fields, *parts[i + 1 :]])
 
 
 @dataclass

@@ -1,0 +1,126 @@
+"""Packed calls in the fuzz campaign (conformance.campaign.fuzz, pack > 1;
+conformance.judging.batch.differential_pack): a passing pack counts its parts; a failing pack
+whose part fails alone is charged to that part, which replays alone; a bug that shows only in the
+packed call is charged to the pack, which replays as the same call; `fuzz --pack` is refused with
+--recipes-per-example."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.campaign.fuzz import Campaign, ProgressLine, campaign
+from conformance.judging.batch import differential_pack
+from conformance.judging.checks import differential
+from conformance.judging.target import build_target, judged_recipe
+from kernel.writers import sglang as sglang_writer
+from strategies.recipe import Recipe
+
+PACK_KERNEL = "tests.conformance.campaign.pack_kernels:wrong_from_five_rows"
+CALL = {"heads": 2, "softmax_scale": "default", "has_invalid": False, "return_lse": True}
+
+
+@pytest.fixture(autouse=True)
+def _state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from conformance.durability.state import RUN_ID_ENV
+
+    monkeypatch.setenv("CONFORMANCE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("CONFORMANCE_PENDING_DIR", str(tmp_path / "pending"))
+    monkeypatch.delenv(RUN_ID_ENV, raising=False)
+    monkeypatch.setattr(sglang_writer, "_probe", lambda: (None, "sglang writer: off in tests/conformance/campaign/test_packed_calls.py"))
+
+
+def _run(kernel: str, *, chunks: int, examples: int, pack: int, shrink_s: float = 1.0) -> tuple[Any, Campaign]:
+    target = build_target(kernel, device="cpu")
+    state = Campaign()
+    campaign(
+        target,
+        state,
+        budget_s=1e6,
+        hypothesis_profile="ci",
+        properties=["differential"],
+        shrink_s=shrink_s,
+        max_failures=1,
+        save=False,
+        progress=ProgressLine(io.StringIO()),
+        chunk_examples=examples,
+        max_chunks=chunks,
+        pack=pack,
+    )
+    return target, state
+
+
+def _records(tmp_path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for path in sorted(tmp_path.rglob("examples-*.jsonl")) for line in path.read_text().splitlines()]
+
+
+def test_a_passing_pack_counts_its_parts(tmp_path: Path) -> None:
+    _, state = _run("emulated", chunks=1, examples=16, pack=4)
+    calls = [r for r in _records(tmp_path) if r.get("mode") == "exact-steps"]
+    parts = [len(r["recipe"].get("parts", [])) or 1 for r in calls]
+    assert any(n > 1 for n in parts), "no packed call drawn"
+    assert any(n == 1 and "parts" not in r["recipe"] for n, r in zip(parts, calls, strict=True)), "no recipe alone drawn"
+    assert state.examples["differential"] == state.outcomes["differential"]["pass"] == sum(parts)
+    assert not state.failures
+
+
+def _part(seed: int, rows: tuple[int, ...]) -> Recipe:
+    return Recipe(seed=seed, n_q=len(rows), row_lengths=rows, cache_rows=512, latent="heavy", **CALL)  # scales differ across blocks
+
+
+def test_a_pack_failing_only_as_a_pack_is_charged_to_the_pack_and_replays() -> None:
+    target = build_target(PACK_KERNEL, device="cpu")
+    pack = Recipe.pack((_part(1, (40, 7)), _part(2, (9, 30, 3))))
+    for part in pack.parts:
+        differential(target, part, "test", use_target=False)  # under five rows: right
+    with pytest.raises(AssertionError) as packed:
+        differential_pack(target, pack, "test", use_target=False)
+    assert judged_recipe(packed.value).recipe == pack
+    with pytest.raises(AssertionError) as again:
+        differential(target, Recipe.from_json(pack.to_json()), "replay", use_target=False)
+    assert str(again.value).splitlines()[0] == str(packed.value).splitlines()[0]
+
+
+def test_a_pack_whose_part_fails_alone_is_charged_to_that_part() -> None:
+    target = build_target(PACK_KERNEL, device="cpu")
+    big = _part(3, (4, 5, 6, 7, 8))  # five rows: wrong alone too
+    pack = Recipe.pack((_part(1, (40,)), big))
+    with pytest.raises(AssertionError) as packed:
+        differential_pack(target, pack, "test", use_target=False)
+    assert judged_recipe(packed.value).recipe == big
+
+
+def test_a_campaign_finds_a_batch_size_bug_and_keeps_a_replayable_recipe() -> None:
+    target, state = _run(PACK_KERNEL, chunks=2, examples=25, pack=8, shrink_s=20.0)
+    assert state.failures  # one bug, seen as one or more failure signatures (out, lse)
+    for failure in state.failures.values():
+        assert failure.recipe.n_q >= 5
+        with pytest.raises(AssertionError):
+            differential(target, Recipe.from_json(failure.recipe.to_json()), "replay", use_target=False)
+
+
+def test_pack_refuses_zero_and_recipe_lists() -> None:
+    target = build_target("emulated", device="cpu")
+    common: dict[str, Any] = dict(
+        budget_s=1.0, hypothesis_profile="ci", properties=["differential"], shrink_s=1.0, max_failures=1, save=False
+    )
+    with pytest.raises(ValueError, match="pack must be >= 1"):
+        campaign(target, Campaign(), progress=ProgressLine(io.StringIO()), pack=0, **common)
+    with pytest.raises(ValueError, match="pack and recipes_per_example are not taken together"):
+        campaign(target, Campaign(), progress=ProgressLine(io.StringIO()), pack=4, recipes_per_example=4, **common)
+
+
+def test_the_minimiser_shrinks_a_pack_within_its_parts(tmp_path: Path) -> None:
+    from conformance.records.minimise import in_process_check, minimise
+
+    target = build_target(PACK_KERNEL, device="cpu")
+    pack = Recipe.pack((_part(1, (40, 7)), _part(2, (9, 30, 3)), _part(3, (12,))))
+    result = minimise(pack, in_process_check(target, "conform"), max_seconds=60)
+    assert result.changed and result.recipe.n_q >= 5
+    assert result.recipe.total_keys < pack.total_keys, result.accepted
+    with pytest.raises(AssertionError):
+        differential(target, result.recipe, "replay", use_target=False)

@@ -1,0 +1,120 @@
+"""Packs (strategies.recipe, "Packs"; strategies.materialize.materialize_pack): one call holding several recipes'
+rows. Each row of a pack reads what that row of its part reads alone, so a kernel computing rows
+on their own returns every row's bits as for the part alone; a pack's fields follow from its
+parts; a recipe of its own keeps its JSON (no parts key, same content hash); the strategy never
+draws a pack larger than its limits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+
+from conformance.judging.harness import call_kernel
+from conformance.records.corpus import recipe_hash
+from kernel.registry import resolve
+from strategies.hypothesis_recipes import packs
+from strategies.materialize import materialize
+from strategies.recipe import Recipe, RecipeError, memory_estimate
+
+CALL = {"heads": 4, "softmax_scale": "peaked", "has_invalid": True, "return_lse": True}
+PARTS = (
+    # a poisoned cache, a stream with an offset, a step back, a tail and garbage between the slices
+    Recipe(
+        seed=1,
+        n_q=3,
+        row_lengths=(5, -2, 130),
+        cache_rows=300,
+        stream_offset=3,
+        invalid_pattern="scattered",
+        invalid_permille=300,
+        poison=True,
+        unconsumed="garbage",
+        stream_tail=7,
+        **CALL,
+    ),
+    Recipe(seed=2, n_q=2, row_lengths=(0, 257), cache_rows=64, index_pattern="duplicates", latent="heavy", cache_shape=(4, 16), **CALL),
+    Recipe(seed=3, n_q=1, row_lengths=(40,), cache_rows=1000, writer="pow2-floor", invalid_pattern="tail", **CALL),
+)
+
+
+def _rows_match_parts(pack: Recipe) -> None:
+    kernel = resolve("emulated")
+    out, lse = call_kernel(materialize(pack), kernel)
+    first = 0
+    for part in pack.parts:
+        alone_out, alone_lse = call_kernel(materialize(part), kernel)
+        rows = slice(first, first + part.n_q)
+        assert torch.equal(out[rows].view(torch.int16), alone_out.view(torch.int16)), part
+        if part.return_lse:
+            assert torch.equal(lse[rows].view(torch.int32), alone_lse.view(torch.int32)), part
+        first += part.n_q
+    assert first == out.shape[0]
+
+
+def test_each_row_of_a_pack_gets_the_bits_of_its_part_alone() -> None:
+    pack = Recipe.pack(PARTS)
+    assert pack.n_q == 6 and pack.row_lengths == (5, 0, 130, 0, 257, 40) and pack.cache_rows == 1364
+    problem = materialize(pack)
+    assert problem.kv_cache.shape == (1364, 656) and problem.q.is_contiguous() and problem.out is None
+    assert problem.indptr.tolist() == [0, 5, 5, 135, 135, 392, 432]
+    _rows_match_parts(pack)
+
+
+@settings(max_examples=12, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(packs(max_parts=4, max_n_q=12, max_total_keys=600, max_heads=4))
+def test_drawn_packs_keep_their_parts_rows_and_limits(recipe: Recipe) -> None:
+    assert recipe.n_q <= 12 and recipe.total_keys <= 600
+    if recipe.parts:
+        assert 2 <= len(recipe.parts) <= 4
+        assert Recipe.from_json(recipe.to_json()) == recipe
+        _rows_match_parts(recipe)
+
+
+def test_a_recipe_of_its_own_keeps_its_json_and_hash() -> None:
+    part = PARTS[2]
+    assert "parts" not in part.to_json_dict() and not part.is_pack
+    assert recipe_hash(part) == recipe_hash(Recipe.from_json(part.to_json()))
+    assert '"parts"' not in part.to_json()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"n_q": 5, "row_lengths": [5, 0, 130, 0, 257]}, "a pack's n_q is 5; its parts make it 6"),
+        ({"latent": "heavy"}, "a pack's latent is 'heavy'; its parts make it 'normal'"),
+        ({"parts": []}, None),  # a recipe of its own then, whose fields no longer fit: refused by the plain checks or accepted as plain
+    ],
+)
+def test_a_pack_whose_fields_disagree_with_its_parts_is_refused(change: dict[str, object], message: str | None) -> None:
+    data = {**Recipe.pack(PARTS).to_json_dict(), **change}
+    if message is None:
+        assert Recipe.from_json_dict(data).parts == ()
+        return
+    with pytest.raises(RecipeError, match=message.replace("[", r"\[")):
+        Recipe.from_json_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("parts", "message"),
+    [
+        ((PARTS[0],), "a pack needs at least 2 parts, got 1"),
+        ((PARTS[0], Recipe(seed=4, n_q=1, row_lengths=(3,), cache_rows=8, **{**CALL, "heads": 2})), "part 1 has heads 2, part 0 4"),
+        ((PARTS[0], Recipe(seed=4, n_q=1, row_lengths=(3,), cache_rows=8, q_layout="heads", **CALL)), "part 1 cannot be packed: q is not"),
+        ((PARTS[0], Recipe(seed=4, n_q=1, row_lengths=(3,), cache_rows=8, out_pad=(0, 0), **CALL)), "cannot be packed: it passes out"),
+        ((PARTS[0], Recipe.pack(PARTS[1:])), "part 1 cannot be packed: it is a pack itself"),
+        ((PARTS[0], Recipe(seed=4, n_q=1, row_lengths=(3,), cache_rows=200_000, **CALL)), "part 1 cannot be packed: its cache"),
+    ],
+)
+def test_parts_that_cannot_share_a_call_are_refused(parts: tuple[Recipe, ...], message: str) -> None:
+    with pytest.raises(RecipeError, match=message):
+        Recipe.pack(parts)
+
+
+def test_a_packs_memory_estimate_covers_its_parts() -> None:
+    pack = Recipe.pack(PARTS)
+    for device in ("cpu", "cuda"):
+        whole = memory_estimate(pack, device)
+        parts = [memory_estimate(part, device) for part in PARTS]
+        assert whole.host_bytes > sum(p.host_bytes for p in parts)
+        assert whole.device_bytes >= sum(p.device_bytes for p in parts)

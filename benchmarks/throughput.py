@@ -20,8 +20,9 @@ Then, in this process (this tree's code, the other tree's records read as plain 
    (recipes from its example records, drawn evenly over the run) materialised and called
    back to back in one process (conformance.judging.harness.call_kernel, synchronised; one
    torch thread on a CPU, as each campaign process; a call that raises counts its time), after
-   --warmup calls: calls per second of one stream (DIR/limits.json); the table's limit is that
-   times the row's processes (one stream each: on a shared GPU an upper estimate);
+   --warmup calls: calls and recipes per second of one stream (DIR/limits.json; a packed call
+   holds several recipes); the table's limit is recipes per second times the row's processes
+   (one stream each: on a shared GPU an upper estimate);
 4. the calls' shapes side by side (benchmarks.batch_shapes) -> DIR/shapes.txt.
 The table (DIR/throughput.txt and .json, also printed): kernel, tree, processes, examples/s
 (the campaign's, summed over its processes), distinct recipes judged per second (a recipe
@@ -132,7 +133,8 @@ def sample_recipes(folder: Path, kernel: str, count: int) -> list[Any]:
 
 
 def bare_limit(kernel: str, recipes: list[Any], device: str, warmup: int) -> dict[str, Any]:
-    """Calls per second of `kernel` alone on `recipes` (module docstring, step 3)."""
+    """Calls per second of `kernel` alone on `recipes` (module docstring, step 3), and recipes per
+    second (a packed call holds several: strategies.recipe, "Packs")."""
     import torch
 
     from conformance.judging.harness import call_kernel
@@ -143,7 +145,7 @@ def bare_limit(kernel: str, recipes: list[Any], device: str, warmup: int) -> dic
     target = build_target(kernel, device=device)
     if target.device.type == "cpu":
         torch.set_num_threads(1)  # as each campaign process (OMP_NUM_THREADS=1)
-    problems = []
+    problems, held = [], 0
     for recipe in recipes:
         try:
             problem = materialize(recipe, target.device)
@@ -151,6 +153,7 @@ def bare_limit(kernel: str, recipes: list[Any], device: str, warmup: int) -> dic
             continue
         if target.backend.supports(problem.q, problem.kv_cache, problem.indices, problem.indptr, problem.softmax_scale).ok:
             problems.append(problem)
+            held += len(recipe.parts) or 1
 
     def sync() -> None:
         if target.device.type == "cuda":
@@ -175,12 +178,21 @@ def bare_limit(kernel: str, recipes: list[Any], device: str, warmup: int) -> dic
         sync()
         seconds += time.perf_counter() - start
     rate = len(problems) / seconds if seconds > 0 else None
-    return {"calls": len(problems), "raised": raised, "seconds": seconds, "calls_per_s": rate}
+    recipes_rate = held / seconds if seconds > 0 else None
+    return {
+        "calls": len(problems),
+        "recipes": held,
+        "raised": raised,
+        "seconds": seconds,
+        "calls_per_s": rate,
+        "recipes_per_s": recipes_rate,
+    }
 
 
 def _rates(folder: Path) -> dict[str, dict[str, Any]]:
     """kernel -> its merged campaign row (benchmarks.campaign's campaigns.json), with
-    distinct_per_s: the distinct recipes its example records hold per second of the campaign."""
+    distinct_per_s: the distinct recipes its example records hold per second of the campaign (a
+    packed call's record holds its parts)."""
     path = folder / "campaign" / "campaigns.json"
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
@@ -191,7 +203,8 @@ def _rates(folder: Path) -> dict[str, dict[str, Any]]:
         distinct = set()
         for records in sorted((folder / "campaign").rglob(f"state/{row['kernel']}-*/runs/*/examples-*.jsonl")):
             for line in records.read_text(encoding="utf-8").splitlines():
-                distinct.add(json.dumps(json.loads(line)["recipe"], sort_keys=True))
+                recipe = json.loads(line)["recipe"]
+                distinct.update(json.dumps(part, sort_keys=True) for part in recipe.get("parts") or [recipe])
         row["distinct_per_s"] = len(distinct) / row["seconds"] if row.get("seconds") else None
         out[row["kernel"]] = row
     return out
@@ -206,7 +219,7 @@ def table(names: list[str], rates: dict[str, dict[str, Any]], limits: dict[str, 
         base = rates.get(names[0], {}).get(kernel, {}).get("examples_per_s")
         for name in names:
             row = rates.get(name, {}).get(kernel)
-            stream = limits.get(name, {}).get(kernel, {}).get("calls_per_s")
+            stream = limits.get(name, {}).get(kernel, {}).get("recipes_per_s")
             limit = stream * row["processes"] if stream and row else None  # one stream per process
             if row is None:
                 lines.append(f"{kernel:<18} {name:<10} {'-':>5} {'no summary':>11}")

@@ -72,7 +72,10 @@ def test_throughput_samples_and_bare_limit(tmp_path: Path) -> None:
     assert sample == recipes[::2]
     limit = throughput.bare_limit("emulated", sample, "cpu", warmup=1)
     assert limit["calls"] == 3 and limit["seconds"] > 0 and limit["calls_per_s"] == pytest.approx(3 / limit["seconds"])
-    assert limit["raised"] == 0
+    assert limit["raised"] == 0 and limit["recipes"] == 3
+    pack = Recipe.pack([Recipe(seed=s, n_q=1, heads=2, row_lengths=(5,), cache_rows=16) for s in range(3)])
+    packed = throughput.bare_limit("emulated", [pack], "cpu", warmup=0)  # one call, three recipes
+    assert packed["calls"] == 1 and packed["recipes"] == 3 and packed["recipes_per_s"] == pytest.approx(3 * packed["calls_per_s"])
     beyond = Recipe(seed=9, n_q=1, heads=2, row_lengths=(4,), cache_rows=8, corruptions=({"kind": "index_out_of_range", "count": 1},))
     refused = throughput.bare_limit("emulated", [beyond], "cpu", warmup=0)  # the emulated kernel refuses it: timed all the same
     assert refused["calls"] == 1 and refused["raised"] == 1 and refused["seconds"] > 0
@@ -83,7 +86,7 @@ def test_throughput_table() -> None:
         "against": {"emulated": {"examples_per_s": 10.0, "distinct_per_s": 9.0, "processes": 2}},
         "this": {"emulated": {"examples_per_s": 15.0, "distinct_per_s": 14.0, "processes": 2}},
     }
-    limits = {"against": {"emulated": {"calls_per_s": 40.0}}, "this": {"emulated": {"calls_per_s": 40.0}}}
+    limits = {"against": {"emulated": {"recipes_per_s": 40.0}}, "this": {"emulated": {"calls_per_s": 10.0, "recipes_per_s": 40.0}}}
     text = throughput.table(["against", "this"], rates, limits, ["emulated", "torch-sdpa"])
     lines = text.splitlines()
     assert lines[1].split() == ["emulated", "against", "2", "10.00", "9.00", "80.0", "0.125", "1.00"]

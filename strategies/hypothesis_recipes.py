@@ -204,8 +204,10 @@ def packs(
     **recipe_options: Any,
 ) -> Recipe:
     """One kernel call packing 1 to `max_parts` recipes (strategies.recipe, "Packs"): what the
-    parts share (PackCall) is drawn once, then the parts, each drawn by `recipes` with `call=`
-    and the property's own limits (`max_n_q`, `max_total_keys`, `recipe_options`); parts are
+    parts share (PackCall) is drawn once, then the parts, each drawn by `recipes` with `call=`,
+    `recipe_options` and a `max_parts`-th of the call's limits (at most max(4, max_n_q //
+    max_parts) query rows and max(256, max_total_keys // max_parts) keys each: packs are made of
+    small recipes; large ones are drawn alone, where a call's fixed cost matters less); parts are
     taken while the call stays within `max_n_q` query rows and `max_total_keys` keys (the first
     always), so a packed call is never larger than a call the property draws alone. One part
     is returned as it is (a recipe of its own, packable); two or more as their pack. Shrinks
@@ -218,7 +220,8 @@ def packs(
         has_invalid=draw(st.booleans(), label="has_invalid"),
         return_lse=draw(st.booleans(), label="return_lse"),
     )
-    part = recipes(max_n_q=max_n_q, max_total_keys=max_total_keys, call=call, **recipe_options)
+    part_rows, part_keys = max(4, max_n_q // max_parts), max(256, max_total_keys // max_parts)
+    part = recipes(max_n_q=min(max_n_q, part_rows), max_total_keys=min(max_total_keys, part_keys), call=call, **recipe_options)
     drawn = draw(st.lists(part, min_size=1, max_size=max_parts), label="parts")
     taken = [drawn[0]]
     rows, keys = drawn[0].n_q, drawn[0].total_keys

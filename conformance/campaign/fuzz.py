@@ -62,7 +62,10 @@ than a call the property draws alone). One call and one judgement then cover sev
 which is where a GPU campaign's time goes (launches around a small call). A failing pack's
 parts are judged alone and the first that fails alone is the failure (conformance.judging.batch.
 differential_pack); a pack whose parts all pass alone is saved as the pack (it replays as the
-same call). The counters count recipes: a passing pack counts its parts; a failure counts one.
+same call). The counters count recipes: a passing call counts the recipes it holds that had not
+passed before; Hypothesis builds most examples by mutating earlier ones (a span copied over
+another), which repeats parts of a pack, and a recipe that passed before is judged again in its
+new call but counted as a repeat (Campaign.repeats), not as an example; a failure counts one.
 """
 
 from __future__ import annotations
@@ -146,8 +149,8 @@ class Campaign:
     shrinking: bool = False
     stopped: str = ""
     known_failures: int = 0
-    repeats: int = 0  # recipes an example drew again after they had passed, not judged again (recipes_per_example > 1)
-    passed: set[str] = field(default_factory=set)  # content hashes of the recipes that passed (recipes_per_example > 1)
+    repeats: int = 0  # recipes drawn again after they had passed: not judged again (recipes_per_example > 1), not counted (pack > 1)
+    passed: set[str] = field(default_factory=set)  # content hashes of the recipes that passed (recipes_per_example > 1, pack > 1)
     finished: float | None = None  # when the search (and shrinking) ended; the run report comes after
     cpu_finished: float | None = None  # process CPU time then
 
@@ -375,17 +378,26 @@ def campaign(
         recipe = drawn[0]  # the recipe a failure is charged to: the failing one, once known (_failed_recipe)
 
         def judged(passed: Any, result: Any) -> None:
-            """Count one recipe that passed (a differential's verdicts, or a violation observed)."""
+            """Count one recipe that passed (a differential's verdicts, or a violation observed);
+            with packed calls, the recipes it holds that had not passed before (the others are
+            repeats: module docstring, "Packed calls")."""
+            held = _parts(passed)
+            if pack > 1:
+                fresh = [part for part in held if _hash(part) not in state.passed]
+                state.repeats += len(held) - len(fresh)
+                state.passed.update(_hash(part) for part in fresh)
+                held = tuple(fresh)
             if prop == "preconditions":
-                state.outcomes[prop]["observed"] += 1
+                state.outcomes[prop]["observed"] += len(held)
             else:
                 for verdict, mode in zip(result, ("exact-steps", "float64"), strict=False):
                     for output, value in (("out", verdict.out_ratio), ("lse", verdict.lse_ratio)):
                         key = f"{output}/{mode}"
                         state.max_ratio[key] = max(state.max_ratio[key], value)
-                state.outcomes[prop]["pass"] += len(_parts(passed))
-            state.examples[prop] += len(_parts(passed))
-            coverage.add(passed)
+                state.outcomes[prop]["pass"] += len(held)
+            state.examples[prop] += len(held)
+            for part in held:
+                coverage.add(part)
             if recipes_per_example > 1:
                 state.passed.add(_hash(passed))
 
@@ -638,7 +650,7 @@ def format_summary(
     if state.known_failures:
         lines.append(f"  {state.known_failures} further example(s) failed the same way as a failure already saved (not shrunk again)")
     if state.repeats:
-        lines.append(f"  {state.repeats} recipe(s) drawn again after they had passed were not judged again (not counted as examples)")
+        lines.append(f"  {state.repeats} recipe(s) drawn again after they had passed were not counted as examples")
     if state.stopped:
         lines.append(f"  {state.stopped}")
     if state.failures:
@@ -648,9 +660,13 @@ def format_summary(
             first = [line for line in failure.message.splitlines() if line.strip() and not line.startswith("kernel output outside")]
             lines.append(f"  - {failure.property}: {(first[0] if first else '')[:300]}")
             label = "shrunk recipe" if failure.shrink_here else "recipe as found (not shrunk here)"
+            if r.parts:  # only the packed call fails: its parts pass alone
+                label += f" (a packed call of {len(r.parts)} recipes, each passing alone)"
+            held = r.parts or (r,)
+            data = ", ".join(f"{name} {'/'.join(dict.fromkeys(str(getattr(p, name)) for p in held))}" for name in ("latent", "q", "writer"))
             lines.append(
                 f"    {label}: n_q {r.n_q}, heads {r.heads}, row lengths {list(r.row_lengths)[:8]}{' ...' if r.n_q > 8 else ''} "
-                f"({r.total_keys} keys), latent {r.latent}, q {r.q}, writer {r.writer}"
+                f"({r.total_keys} keys), {data}"
                 + (f" (greedy passes after Hypothesis: {len(failure.minimised)} steps)" if failure.minimised else "")
             )
             if failure.path is not None:

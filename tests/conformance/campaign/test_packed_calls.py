@@ -1,5 +1,6 @@
 """Packed calls in the fuzz campaign (conformance.campaign.fuzz, pack > 1;
-conformance.judging.batch.differential_pack): a passing pack counts its parts; a failing pack
+conformance.judging.batch.differential_pack): a passing pack counts its parts not counted before
+(the others are repeats); a failing pack
 whose part fails alone is charged to that part, which replays alone; a bug that shows only in the
 packed call is charged to the pack, which replays as the same call; `fuzz --pack` is refused with
 --recipes-per-example."""
@@ -58,13 +59,15 @@ def _records(tmp_path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for path in sorted(tmp_path.rglob("examples-*.jsonl")) for line in path.read_text().splitlines()]
 
 
-def test_a_passing_pack_counts_its_parts(tmp_path: Path) -> None:
+def test_a_passing_pack_counts_its_new_parts(tmp_path: Path) -> None:
     _, state = _run("emulated", chunks=1, examples=16, pack=4)
     calls = [r for r in _records(tmp_path) if r.get("mode") == "exact-steps"]
     parts = [len(r["recipe"].get("parts", [])) or 1 for r in calls]
     assert any(n > 1 for n in parts), "no packed call drawn"
     assert any(n == 1 and "parts" not in r["recipe"] for n, r in zip(parts, calls, strict=True)), "no recipe alone drawn"
-    assert state.examples["differential"] == state.outcomes["differential"]["pass"] == sum(parts)
+    held = [json.dumps(part, sort_keys=True) for r in calls for part in r["recipe"].get("parts") or [r["recipe"]]]
+    assert state.examples["differential"] == state.outcomes["differential"]["pass"] == len(set(held))  # each recipe counted once
+    assert state.examples["differential"] + state.repeats == sum(parts) == len(held)  # a part drawn again: a repeat
     assert not state.failures
 
 
@@ -124,3 +127,15 @@ def test_the_minimiser_shrinks_a_pack_within_its_parts(tmp_path: Path) -> None:
     assert result.recipe.total_keys < pack.total_keys, result.accepted
     with pytest.raises(AssertionError):
         differential(target, result.recipe, "replay", use_target=False)
+
+
+def test_the_summary_says_a_failure_is_a_packed_call() -> None:
+    from conformance.campaign.fuzz import Failure, format_summary
+
+    target = build_target(PACK_KERNEL, device="cpu")
+    pack = Recipe.pack((_part(1, (40, 7)), _part(2, (9, 30, 3))))
+    state = Campaign()
+    state.failures[frozenset({"x"})] = Failure("differential", pack, "wrong result: out outside the bound", frozenset({"x"}), 0.0)
+    text = format_summary(state, target, budget_s=1.0, hypothesis_profile="ci", report_path=None)
+    assert "shrunk recipe (a packed call of 2 recipes, each passing alone): n_q 5, heads 2" in text
+    assert "latent heavy, q normal, writer pow2" in text

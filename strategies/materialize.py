@@ -520,15 +520,6 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
     )
 
 
-def _consumed_positions(recipe: Recipe) -> np.ndarray:
-    """int64 [keys]: the index-stream positions the part's rows consume, row by row (host only:
-    indptr follows from the recipe's stream_offset and row lengths)."""
-    lengths = np.maximum(np.asarray(recipe.row_lengths, dtype=np.int64).reshape(-1), 0)
-    starts = recipe.stream_offset + np.concatenate(([0], np.cumsum(np.asarray(recipe.row_lengths, dtype=np.int64))[:-1]))
-    firsts = np.cumsum(lengths) - lengths
-    return np.repeat(starts - firsts, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
-
-
 def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
     """The problem of the pack `recipe` on `device`; RecipeError for a recipe that is not a pack.
     Each part is materialised as alone (materialize); the pack holds the parts' q rows one after
@@ -547,7 +538,7 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
     stream_offsets = np.cumsum([0, *(int(p.indices.shape[0]) for p in problems)])
     positions, shifts = [], []
     for part, first_row, first_entry in zip(recipe.parts, row_offsets[:-1], stream_offsets[:-1], strict=True):
-        consumed = _consumed_positions(part)
+        consumed = _stream(part)[3].numpy()  # the stream positions its rows consume, row by row
         positions.append(consumed + first_entry)
         shifts.append(np.full(consumed.shape, first_row, dtype=np.int64))
     gather = torch.from_numpy(np.stack((np.concatenate(positions), np.concatenate(shifts)))).to(device)  # one copy

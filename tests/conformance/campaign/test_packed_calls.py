@@ -18,8 +18,8 @@ from conformance.campaign.fuzz import Campaign, ProgressLine, campaign
 from conformance.judging.batch import differential_pack
 from conformance.judging.checks import differential
 from conformance.judging.target import build_target, judged_recipe
-from kernel.writers import sglang as sglang_writer
 from strategies.recipe import Recipe
+from tests.conformance.campaign.runs import isolate, records, run
 
 PACK_KERNEL = "tests.conformance.campaign.pack_kernels:wrong_from_five_rows"
 CALL = {"heads": 2, "softmax_scale": "default", "has_invalid": False, "return_lse": True}
@@ -27,41 +27,12 @@ CALL = {"heads": 2, "softmax_scale": "default", "has_invalid": False, "return_ls
 
 @pytest.fixture(autouse=True)
 def _state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from conformance.durability.state import RUN_ID_ENV
-
-    monkeypatch.setenv("CONFORMANCE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("CONFORMANCE_PENDING_DIR", str(tmp_path / "pending"))
-    monkeypatch.delenv(RUN_ID_ENV, raising=False)
-    monkeypatch.setattr(sglang_writer, "_probe", lambda: (None, "sglang writer: off in tests/conformance/campaign/test_packed_calls.py"))
-
-
-def _run(kernel: str, *, chunks: int, examples: int, pack: int, shrink_s: float = 1.0) -> tuple[Any, Campaign]:
-    target = build_target(kernel, device="cpu")
-    state = Campaign()
-    campaign(
-        target,
-        state,
-        budget_s=1e6,
-        hypothesis_profile="ci",
-        properties=["differential"],
-        shrink_s=shrink_s,
-        max_failures=1,
-        save=False,
-        progress=ProgressLine(io.StringIO()),
-        chunk_examples=examples,
-        max_chunks=chunks,
-        pack=pack,
-    )
-    return target, state
-
-
-def _records(tmp_path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for path in sorted(tmp_path.rglob("examples-*.jsonl")) for line in path.read_text().splitlines()]
+    isolate(monkeypatch, tmp_path, "tests/conformance/campaign/test_packed_calls.py")
 
 
 def test_a_passing_pack_counts_its_new_parts(tmp_path: Path) -> None:
-    _, state = _run("emulated", chunks=1, examples=16, pack=4)
-    calls = [r for r in _records(tmp_path) if r.get("mode") == "exact-steps"]
+    _, state = run("emulated", chunks=1, examples=16, properties=["differential"], pack=4)
+    calls = [r for r in records(tmp_path) if r.get("mode") == "exact-steps"]
     parts = [len(r["recipe"].get("parts", [])) or 1 for r in calls]
     assert any(n > 1 for n in parts), "no packed call drawn"
     assert any(n == 1 and "parts" not in r["recipe"] for n, r in zip(parts, calls, strict=True)), "no recipe alone drawn"
@@ -98,7 +69,7 @@ def test_a_pack_whose_part_fails_alone_is_charged_to_that_part() -> None:
 
 
 def test_a_campaign_finds_a_batch_size_bug_and_keeps_a_replayable_recipe() -> None:
-    target, state = _run(PACK_KERNEL, chunks=2, examples=25, pack=8, shrink_s=20.0)
+    target, state = run(PACK_KERNEL, chunks=2, examples=25, properties=["differential"], pack=8, shrink_s=20.0)
     assert state.failures  # one bug, seen as one or more failure signatures (out, lse)
     for failure in state.failures.values():
         assert failure.recipe.n_q >= 5

@@ -5,71 +5,42 @@ again after they passed are not judged again; the counters count recipes."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from conformance.campaign.fuzz import Campaign, ProgressLine, campaign, summary_json
+from conformance.campaign.fuzz import summary_json
 from conformance.judging.checks import differential
-from conformance.judging.target import build_target
-from kernel.writers import sglang as sglang_writer
+from tests.conformance.campaign.runs import isolate, records, run
 
 
 @pytest.fixture(autouse=True)
 def _state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from conformance.durability.state import RUN_ID_ENV
-
-    monkeypatch.setenv("CONFORMANCE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("CONFORMANCE_PENDING_DIR", str(tmp_path / "pending"))
-    monkeypatch.delenv(RUN_ID_ENV, raising=False)
-    monkeypatch.setattr(sglang_writer, "_probe", lambda: (None, "sglang writer: off in tests/conformance/campaign/test_recipe_lists.py"))
-
-
-def _run(
-    kernel: str, *, chunks: int, per_example: int, examples: int, properties: list[str], shrink_s: float = 1.0
-) -> tuple[Any, Campaign]:
-    target = build_target(kernel, device="cpu")
-    state = Campaign()
-    campaign(
-        target,
-        state,
-        budget_s=1e6,
-        hypothesis_profile="ci",
-        properties=properties,
-        shrink_s=shrink_s,
-        max_failures=1,
-        save=False,
-        progress=ProgressLine(io.StringIO()),
-        chunk_examples=examples,
-        max_chunks=chunks,
-        recipes_per_example=per_example,
-    )
-    return target, state
-
-
-def _records(tmp_path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for path in sorted(tmp_path.rglob("examples-*.jsonl")) for line in path.read_text().splitlines()]
+    isolate(monkeypatch, tmp_path, "tests/conformance/campaign/test_recipe_lists.py")
 
 
 def test_counters_count_distinct_recipes(tmp_path: Path) -> None:
     """Every recipe judged is one example with one record per mode; none is judged twice; the
     recipes an example drew again are counted as repeats (in the summary JSON too)."""
-    target, state = _run("emulated", chunks=1, per_example=8, examples=12, properties=["differential", "preconditions"])
-    records = [r for r in _records(tmp_path) if r.get("mode") != "float64"]
-    recipes = [json.dumps(r["recipe"], sort_keys=True) for r in records]
-    assert sum(state.examples.values()) == len(records) > 12  # more recipes than examples
+    target, state = run("emulated", chunks=1, recipes_per_example=8, examples=12, properties=["differential", "preconditions"])
+    judged = [r for r in records(tmp_path) if r.get("mode") != "float64"]
+    recipes = [json.dumps(r["recipe"], sort_keys=True) for r in judged]
+    assert sum(state.examples.values()) == len(judged) > 12  # more recipes than examples
     assert len(set(recipes)) == len(recipes)  # no recipe judged twice
     assert state.outcomes["differential"]["pass"] == state.examples["differential"] and not state.failures
     data = summary_json(state, target, budget_s=1e6, hypothesis_profile="ci", properties=["differential", "preconditions"], exit_code=0)
-    assert data["repeats"] == state.repeats and data["examples"] == len(records)
+    assert data["repeats"] == state.repeats and data["examples"] == len(judged)
 
 
 def test_a_failure_shrinks_to_one_recipe_that_fails_alone() -> None:
-    target, state = _run(
-        "conformance.mutation.catalogue:empty_row_nan_out", chunks=2, per_example=8, examples=25, properties=["differential"], shrink_s=20.0
+    target, state = run(
+        "conformance.mutation.catalogue:empty_row_nan_out",
+        chunks=2,
+        recipes_per_example=8,
+        examples=25,
+        properties=["differential"],
+        shrink_s=20.0,
     )
     assert len(state.failures) == 1
     failure = next(iter(state.failures.values()))
@@ -82,4 +53,4 @@ def test_a_failure_shrinks_to_one_recipe_that_fails_alone() -> None:
 
 def test_one_recipe_per_example_refuses_zero() -> None:
     with pytest.raises(ValueError, match="recipes_per_example must be >= 1"):
-        _run("emulated", chunks=1, per_example=0, examples=1, properties=["differential"])
+        run("emulated", chunks=1, recipes_per_example=0, examples=1, properties=["differential"])

@@ -60,26 +60,12 @@ KERNELS = [
     ("metakernel_k12:kernl", "module 'metakernel_k12' has no attribute 'kernl'; did you mean kernel?"),
     ("badimport_k12.py", "a file needs the attribute to test: badimport_k12.py:ATTR"),
 ]
+SMALL_BENCH = ["--n-q", "1", "--keys", "4", "--iters", "1", "--warmup", "0", "--cache-rows", "64", "--quiet"]  # a bench of one tiny call
 COMMANDS = {
     "replay": lambda k: ["replay", str(ENTRY), "--kernel", k],
     "fuzz": lambda k: ["fuzz", "--kernel", k, "--seconds", "1"],
     "minimise": lambda k: ["corpus", "minimise", str(ENTRY), "--kernel", k],
-    "bench": lambda k: [
-        "bench",
-        "--kernel",
-        k,
-        "--n-q",
-        "1",
-        "--keys",
-        "4",
-        "--iters",
-        "1",
-        "--warmup",
-        "0",
-        "--cache-rows",
-        "64",
-        "--quiet",
-    ],
+    "bench": lambda k: ["bench", "--kernel", k, *SMALL_BENCH],
 }
 
 
@@ -148,24 +134,7 @@ def test_preconditions_output_still_works(kv_dump: Path, tmp_path: Path) -> None
     "argv",
     [
         ["replay", str(ENTRY), "--kernel", "emulated", "--json", "{dir}"],
-        [
-            "bench",
-            "--kernel",
-            "emulated",
-            "--n-q",
-            "1",
-            "--keys",
-            "4",
-            "--iters",
-            "1",
-            "--warmup",
-            "0",
-            "--cache-rows",
-            "64",
-            "--quiet",
-            "--json",
-            "{dir}",
-        ],
+        ["bench", "--kernel", "emulated", *SMALL_BENCH, "--json", "{dir}"],
         ["mutation-score", "--only", "p_bf16", "--json", "{dir}"],
         ["mutation-score", "--only", "p_bf16", "--markdown", "{dir}/missing/x.md"],
     ],

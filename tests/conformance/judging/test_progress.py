@@ -6,6 +6,7 @@ from conformance.judging import progress
 from conformance.judging.harness import run_kernel
 from conformance.judging.target import build_target
 from strategies.materialize import materialize
+from tests.conformance.judging.streams import ClosedPipe
 from tests.recipes import TINY
 
 
@@ -24,27 +25,13 @@ def test_each_kernel_call_ticks_the_listener() -> None:
     progress.tick()  # no listener: nothing happens
 
 
-class _ClosedPipe:
-    """A stream whose reader has gone (`2>&1 | head`): every write raises BrokenPipeError."""
-
-    def __init__(self) -> None:
-        self.writes = 0
-
-    def write(self, text: str) -> int:
-        self.writes += 1
-        raise BrokenPipeError(32, "Broken pipe")
-
-    def flush(self) -> None:
-        raise BrokenPipeError(32, "Broken pipe")
-
-
 def test_a_listener_on_a_closed_pipe_never_fails_the_judged_call() -> None:
     """The suite's progress line written to a closed stderr must not raise inside run_kernel (the
     differential check would report a contract violation of a correct kernel, "a valid call raised
     BrokenPipeError"): the failing listener is dropped and the call is judged as usual."""
     from conformance.judging.checks import differential
 
-    pipe = _ClosedPipe()
+    pipe = ClosedPipe()
 
     def listener(calls: int, seconds: float) -> None:
         pipe.write(f"{calls} kernel calls in {seconds:.0f} s\n")
@@ -65,7 +52,7 @@ def test_the_fuzz_progress_line_on_a_closed_pipe_closes_quietly() -> None:
     the Hypothesis example (the campaign stopped at once with a FlakyFailure, exit 2)."""
     from conformance.campaign.fuzz import ProgressLine
 
-    pipe = _ClosedPipe()
+    pipe = ClosedPipe()
     line = ProgressLine(pipe, every=0.0)  # type: ignore[arg-type]
     line.show("fuzz 1/2 s", force=True)
     line.show("fuzz 2/2 s", force=True)

@@ -9,23 +9,12 @@ import pytest
 
 from conformance.judging import progress
 from conformance.judging.progress import StatusLine, rate_text
+from tests.conformance.judging.streams import ClosedPipe
 
 
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
-
-
-class _ClosedPipe:
-    def __init__(self) -> None:
-        self.writes = 0
-
-    def write(self, text: str) -> int:
-        self.writes += 1
-        raise BrokenPipeError(32, "Broken pipe")
-
-    def flush(self) -> None:
-        raise BrokenPipeError(32, "Broken pipe")
 
 
 def test_on_a_terminal_the_line_is_rewritten_and_padded() -> None:
@@ -59,7 +48,7 @@ def test_tty_can_be_forced_either_way() -> None:
 
 
 def test_a_dead_pipe_closes_the_line_without_raising() -> None:
-    pipe = _ClosedPipe()
+    pipe = ClosedPipe()
     line = StatusLine(pipe, every=0.0)  # type: ignore[arg-type]
     line.show("one", force=True)
     line.show("two", force=True)

@@ -119,52 +119,14 @@ def test_foreign_options_and_pytest_profiling_coexist_with_the_plugin(tmp_path: 
         "def test_own(device, request):\n    assert device == 'gpu0' and request.config.getoption('--kernel') == 'mine'\n"
     )
     env = scrubbed_env(dict(os.environ), extra=("CONFORMANCE_DIR", "CONFORMANCE_PENDING_DIR", "PYTEST_ADDOPTS"))
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--device",
-            "gpu0",
-            "--kernel",
-            "mine",
-            "test_own.py",
-            "--co",
-            "-q",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+
+    def pytest_with_foreign_options(*extra: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--device", "gpu0", "--kernel", "mine", *extra]
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+    done = pytest_with_foreign_options("test_own.py", "--co", "-q")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--device",
-            "gpu0",
-            "--kernel",
-            "mine",
-            "--profile",
-            "test_own.py",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = pytest_with_foreign_options("--profile", "test_own.py")
     output = done.stdout + done.stderr
     assert done.returncode == 0 and "1 passed" in output, output[-3000:]
     assert "Profiling" in output or (tmp_path / "prof").is_dir(), output[-3000:]  # pytest-profiling's --profile ran

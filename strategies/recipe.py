@@ -65,7 +65,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from kernel.record import RECORD_BYTES, WRITERS
@@ -175,7 +175,7 @@ class Recipe:
         """Plain JSON-able dict (lists, not tuples). Fields added after version 1 appear only when
         they differ from their defaults, so a recipe written before they existed keeps its JSON
         and content hash."""
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self)}  # each container is copied below
         data["parts"] = [part.to_json_dict() for part in self.parts]
         for name, default in OPTIONAL_FIELDS.items():
             if data[name] == default:

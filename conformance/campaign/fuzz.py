@@ -266,10 +266,10 @@ def _fuzz_strategies(target: Any, properties: list[str], chunk: int = 99, pack: 
     from strategies.hypothesis_recipes import packs, recipes, violating_recipes
 
     made = {"recipes": recipes, "violating_recipes": violating_recipes}
-    drawn = {name: made[kind](**kwargs) for name, (kind, kwargs) in _fuzz_parameters(target, properties, chunk).items()}
+    parameters = _fuzz_parameters(target, properties, chunk)
+    drawn = {name: made[kind](**kwargs) for name, (kind, kwargs) in parameters.items()}
     if pack > 1 and "differential" in drawn:
-        _, kwargs = _fuzz_parameters(target, ["differential"], chunk)["differential"]
-        options = {k: v for k, v in kwargs.items() if k != "allow_out"}
+        options = {k: v for k, v in parameters["differential"][1].items() if k != "allow_out"}
         drawn["differential"] = st.one_of(drawn["differential"], packs(max_parts=pack, **options))
     return drawn
 

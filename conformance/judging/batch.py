@@ -178,14 +178,12 @@ def differential_pack(
     __tracebackhide__ = True
     from conformance.judging.checks import differential
 
-    if not recipe.parts:
-        return differential(target, recipe, property_name, use_target=use_target, timeout_s=timeout_s)
     try:
         return differential(target, recipe, property_name, use_target=use_target, timeout_s=timeout_s)
-    except AssertionError as packed:
-        for part in recipe.parts:
+    except AssertionError:
+        for part in recipe.parts:  # none for a recipe of its own
             try:
                 differential(target, part, property_name, use_target=False, timeout_s=timeout_s)
             except _skip_exceptions():
                 continue
-        raise packed
+        raise

@@ -6,6 +6,11 @@ takes its share of the cores as torch threads (conformance.suite.threads), as su
 Where Triton is installed on a machine without CUDA, Triton is imported once under its CPU
 interpreter before any test runs (_import_triton_for_the_interpreter).
 
+Tests marked `long` (each takes tens of seconds on CI's two cores: a subprocess suite run, a
+FlyDSL compile, a hang's time limit) are collected first, so xdist hands them out first and the
+short tests fill the workers' tails (pytest_collection_modifyitems), instead of a long test
+starting last while the other worker idles.
+
 Tests that judge kernels in this process write example records and pending entries; they go to a
 state folder of the session's own (a temporary folder the controller makes and its workers
 inherit, unless $CONFORMANCE_DIR is set), never into the checkout's `.conformance/`."""
@@ -77,9 +82,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_MADE.pop(), ignore_errors=True)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The `long` tests first, each group in collection order (module docstring)."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from conformance.suite.threads import share_cores_among_workers
 
+    config.addinivalue_line("markers", "long: takes tens of seconds; scheduled first under xdist (tests/conftest.py)")
     _private_state_folder()
     share_cores_among_workers()
     _import_triton_for_the_interpreter()

@@ -69,7 +69,7 @@ def test_a_pack_whose_part_fails_alone_is_charged_to_that_part() -> None:
 
 
 def test_a_campaign_finds_a_batch_size_bug_and_keeps_a_replayable_recipe() -> None:
-    target, state = run(PACK_KERNEL, chunks=2, examples=25, properties=["differential"], pack=8, shrink_s=20.0)
+    target, state = run(PACK_KERNEL, chunks=2, examples=25, properties=["differential"], pack=8, shrink_s=5.0)
     assert state.failures  # one bug, seen as one or more failure signatures (out, lse)
     for failure in state.failures.values():
         assert failure.recipe.n_q >= 5

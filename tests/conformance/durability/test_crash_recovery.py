@@ -98,6 +98,7 @@ def _check_entry(entry: dict[str, Any]) -> None:
     assert prov["crash"]["run"] and prov["crash"]["worker"]
 
 
+@pytest.mark.long
 def test_crash_under_xdist_is_recorded_by_the_controller(tmp_path: Path) -> None:
     proc = _pytest(tmp_path, "-n", "2")
     output = proc.stdout + proc.stderr

@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from benchmarks.fleet import LocalRedis, NeverAnswers
 from conformance.durability.state import scrubbed_env
 from conformance.fleet import inbox
@@ -123,6 +125,7 @@ def _namespace(kernel: str) -> object:
     return namespace_for(kernel, build_target(kernel, device="cpu", check_only=True).profile.name, torch.device("cpu"))
 
 
+@pytest.mark.long
 def test_a_runner_replays_anothers_failure_and_a_correct_kernel_deletes_none(redis_server: LocalRedis, tmp_path: Path) -> None:  # noqa: F811
     store = Store(parse_address(redis_server.url, "test"))
     a = _runner(tmp_path, "runner-a")

@@ -142,6 +142,7 @@ def _collect(args: list[str], cwd: Path) -> list[str]:
     return [line for line in done.stdout.splitlines() if "::" in line]
 
 
+@pytest.mark.long
 def test_the_plugin_runs_each_test_in_exactly_one_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The corpus property's tests (one per corpus entry) over 2 shards, one named by the option and
     one by $CONFORMANCE_SHARD, with recorded durations: disjoint, together every test, balanced."""

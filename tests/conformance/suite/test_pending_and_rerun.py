@@ -16,6 +16,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from conformance.durability.state import scrubbed_env
 from conformance.judging.finding import Finding, failure
 from conformance.records.corpus import CORPUS_DIR, load_entry, new_entry, save_pending
@@ -86,6 +88,7 @@ def _run(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedPr
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
+@pytest.mark.long
 def test_a_user_kernel_run_saves_in_the_users_folder_and_prints_commands_that_run(tmp_path: Path) -> None:
     user = _user_folder(tmp_path)
     env = {**scrubbed_env(dict(os.environ)), "PYTHONPATH": f".:{REPO}"}

@@ -125,6 +125,7 @@ def test_a_correct_kernel_under_a_tiny_memory_reading_is_skipped(
         differential(build_target("emulated", device="cpu"), recipe, use_target=False)
 
 
+@pytest.mark.long
 def test_a_crashing_kernel_fails_one_test_under_default_xdist(tmp_path: Path) -> None:
     """`pytest -n 2` (the default scheduling): the worker that dies is replaced, the run finishes."""
     proc = _suite(tmp_path, "-n", "2", *LONG_AND_SHORT, "--conformance-kernel", f"{MODULE}:kill_on_long_rows")
@@ -137,6 +138,7 @@ def test_a_crashing_kernel_fails_one_test_under_default_xdist(tmp_path: Path) ->
     assert report["status"] == "crashes" and len(report["crashes"]) == 1
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("kernel", ["hang_on_long_rows", "hang_in_native_code"])
 def test_a_hanging_kernel_fails_one_test_with_a_hung_entry(tmp_path: Path, kernel: str) -> None:
     proc = _suite(tmp_path, "-n", "2", *LONG_AND_SHORT, "--conformance-kernel", f"{MODULE}:{kernel}", "--conformance-call-timeout", "3")
@@ -229,6 +231,7 @@ def test_call_timeout_environment_is_validated(monkeypatch: pytest.MonkeyPatch) 
     assert os.environ.get(state.CALL_TIMEOUT_ENV) is None
 
 
+@pytest.mark.long
 def test_a_device_fault_ends_its_worker_and_later_tests_pass(tmp_path: Path) -> None:
     """A device-side assert breaks the worker's GPU context: the worker is ended and replaced."""
     proc = _suite(tmp_path, "-n", "2", *LONG_AND_SHORT, "--conformance-kernel", f"{MODULE}:fake_device_fault_on_long_rows")

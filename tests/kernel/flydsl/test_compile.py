@@ -519,6 +519,7 @@ def _params():
     return out
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("cfg", _params())
 def test_compile_and_check_isa(cfg, toolchain, tmp_path):
     if cfg not in _GROUP_RESULTS:

@@ -63,6 +63,7 @@ def test_both_configurations_are_exercised():
     assert {c for m in mu.CATALOGUE for c in configs_of(m)} == set(CONFIGS)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("batch", [pytest.param(b, id=f"{b[0].id}..{b[-1].id}") for b in BATCHES])
 def test_mutants_are_flagged(batch):
     if not HAVE_FLYDSL:

@@ -14,6 +14,7 @@ ROUTINES: dict[str, str] = {
     "campaign": "N concurrent fuzz processes per kernel pinned to GPUs (or on the CPU), optionally under MPS: one table",
     "campaign_stages": "where one fuzz campaign's time goes, stage by stage (cProfile, or wall/CPU timers and torch ops)",
     "throughput": "fuzz campaigns here and at another revision side by side: examples/s, the bare kernel's limit, stages, call shapes",
+    "fuzz_kills": "fuzz campaigns against every mutant of the catalogue, per variant: examples and seconds to the first failure",
     "batch_shapes": "the shapes of the kernel calls campaigns made (query rows, keys, heads, flags), sets of run folders side by side",
     "preconditions": "cost of oracle.preconditions.check_call per call: ops, host reads, ms (--against REV)",
     "per_call": "per call of the references, emulated and the peers (bare kernel, kept state, new cache): ops, syncs, ms, memory",

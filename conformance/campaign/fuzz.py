@@ -105,7 +105,8 @@ class Failure:
     recipe: Any
     message: str
     signature: frozenset[str]
-    found_at: float
+    found_at: float  # time.monotonic() when first seen
+    examples_at: int = 0  # the campaign's examples (every property) when first seen, the failing one included
     path: Path | None = None
     new: bool = False
     minimised: list[str] = field(default_factory=list)
@@ -418,7 +419,7 @@ def campaign(
             state.outcomes[prop]["fail"] += 1
             coverage.add(recipe)
             message = str(err)
-            hung_failure = Failure(prop, recipe, message, failure_signature(message), time.monotonic())
+            hung_failure = Failure(prop, recipe, message, failure_signature(message), time.monotonic(), sum(state.examples.values()))
             hung_failure.finding = finding_of(err).to_json_dict()
             chunk_failures[failure_signature(message)] = hung_failure
             state.stopped = f"a kernel call hung ({message}); the campaign stops"
@@ -435,7 +436,8 @@ def campaign(
                 return  # already saved: not shrunk again, the search goes on for other failures
             now = time.monotonic()
             previous = chunk_failures.get(key)
-            found = Failure(prop, recipe, message, key, previous.found_at if previous else now)
+            examples_at = previous.examples_at if previous else sum(state.examples.values())
+            found = Failure(prop, recipe, message, key, previous.found_at if previous else now, examples_at)
             if previous is None:  # first seen: it leaves the runner now, before any shrinking
                 found.finding = finding_of(err).to_json_dict()
                 _first_seen(found, target, fleet, save=save, lease_s=2 * shrink_s + LEASE_MARGIN_S)
@@ -712,7 +714,9 @@ def summary_json(
     chunk_examples (per chunk, its max_examples: chunk_size), examples, examples_per_s
     (overall), cpu_s and examples_per_cpu_s (this process's CPU time),
     per_property {prop: examples, pass, fail, observed, seconds (judging), examples_per_s},
-    failures (distinct), known_failures, repeats (recipes not judged again), stopped, exit_code, shard ("i/n"), seed_base (None:
+    failures (distinct), found (each distinct failure in the order first seen: property, seconds
+    from the campaign's start and examples of every property until it was first seen, the failing one
+    included), known_failures, repeats (recipes not judged again), stopped, exit_code, shard ("i/n"), seed_base (None:
     random seeds), fleet (None, or {store, down, reason, pushed, queued, unpushed}), features {family: title, hit,
     reachable, counts per reachable class, never_hit, not_drawable, outside}
     (conformance.records.coverage.Coverage.to_json), summary_lines (the examples/s, coverage
@@ -745,6 +749,10 @@ def summary_json(
             for prop in properties
         },
         "failures": len(state.failures),
+        "found": [
+            {"property": f.property, "seconds": round(f.found_at - state.started, 3), "examples": f.examples_at}
+            for f in sorted(state.failures.values(), key=lambda f: f.found_at)
+        ],
         "known_failures": state.known_failures,
         "repeats": state.repeats,
         "stopped": state.stopped,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conformance.campaign.fuzz import Campaign, ProgressLine, campaign
+from conformance.campaign.fuzz import Campaign, ProgressLine, campaign, summary_json
 from conformance.judging.batch import differential_pack
 from conformance.judging.checks import differential
 from conformance.judging.target import build_target, judged_recipe
@@ -71,6 +71,11 @@ def test_a_pack_whose_part_fails_alone_is_charged_to_that_part() -> None:
 def test_a_campaign_finds_a_batch_size_bug_and_keeps_a_replayable_recipe() -> None:
     target, state = run(PACK_KERNEL, chunks=2, examples=25, properties=["differential"], pack=8, shrink_s=5.0)
     assert state.failures  # one bug, seen as one or more failure signatures (out, lse)
+    data = summary_json(state, target, budget_s=1e6, hypothesis_profile="ci", properties=["differential"], exit_code=1)
+    assert [f["property"] for f in data["found"]] == ["differential"] * len(state.failures)  # in the order first seen
+    first = data["found"][0]
+    assert 1 <= first["examples"] <= data["examples"] and 0 <= first["seconds"] <= data["seconds"]
+    assert [f["seconds"] for f in data["found"]] == sorted(f["seconds"] for f in data["found"])
     for failure in state.failures.values():
         assert failure.recipe.n_q >= 5
         with pytest.raises(AssertionError):

@@ -420,14 +420,24 @@ def check_memory(recipe: Recipe, device: torch.device | str = "cpu") -> MemoryEs
     return estimate
 
 
-def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
-    """Build the problem of `recipe` on `device` (see the module docstring). The recipe's memory
-    estimate is checked first (check_memory): RecipeTooLarge before anything is allocated. A pack
-    (a recipe with parts) is built by materialize_pack."""
-    device = torch.device(device)
-    if recipe.parts:
-        return materialize_pack(recipe, device)
-    check_memory(recipe, device)
+@dataclass(frozen=True)
+class _Indexed:
+    """The CPU side of one plain recipe (materialize): indptr int64 [n_q + 1], the index stream
+    (entries int64 [n_idx], corrupted where the recipe says), consumed bool [n_idx], referenced
+    (sorted unique rows consumed by valid entries), written (a large cache's other rows written:
+    neighbours, rows 0 and last), poison_rows, and whether the cache is small (written whole)."""
+
+    indptr: torch.Tensor
+    entries: torch.Tensor
+    consumed: torch.Tensor
+    referenced: torch.Tensor
+    written: torch.Tensor
+    poison_rows: torch.Tensor
+    small: bool
+
+
+def _indexed(recipe: Recipe) -> _Indexed:
+    """The index stream and the rows it references (CPU; see _Indexed)."""
     indptr, pair_rows, pair_offsets, pair_positions = _stream(recipe)
     n_idx = (int(indptr.max()) if indptr.numel() else 0) + recipe.stream_tail
     pair_ids = pair_rows * _ID_STRIDE + pair_offsets
@@ -461,9 +471,22 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
         unreferenced = torch.ones(n_rows, dtype=torch.bool)
         unreferenced[referenced] = False
         poison_rows = torch.nonzero(unreferenced).squeeze(1)
+    return _Indexed(indptr, entries, consumed, referenced, written, poison_rows, small)
+
+
+def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
+    """Build the problem of `recipe` on `device` (see the module docstring). The recipe's memory
+    estimate is checked first (check_memory): RecipeTooLarge before anything is allocated. A pack
+    (a recipe with parts) is built by materialize_pack."""
+    device = torch.device(device)
+    if recipe.parts:
+        return materialize_pack(recipe, device)
+    check_memory(recipe, device)
+    side = _indexed(recipe)
+    referenced, poison_rows, small, n_rows = side.referenced, side.poison_rows, side.small, recipe.cache_rows
     # every index tensor the device needs, in one copy: row data is generated where it will live
     # (integer hashing and IEEE arithmetic give the same bits on every device)
-    referenced_here, entries_here, indptr_here, written_here = _to_device([referenced, entries, indptr, written], device)
+    referenced_here, entries_here, indptr_here, written_here = _to_device([referenced, side.entries, side.indptr, side.written], device)
     latent, rope, q_values = _values(recipe, referenced_here, device)
     if recipe.writer in ENGINE_WRITERS:  # the engine's own code (kernel.writers.sglang)
         try:
@@ -522,54 +545,151 @@ def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
 
 def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
     """The problem of the pack `recipe` on `device`; RecipeError for a recipe that is not a pack.
-    Each part is materialised as alone (materialize); the pack holds the parts' q rows one after
-    the other, their caches one after the other in one flat [rows, 656] cache (bytes as in each
-    part's cache), each part's consumed index entries offset by the rows before its cache
-    (negative entries kept), and a stream rebuilt without gaps (row r's entries from indptr[r]; a
-    row of negative length empty). Each row of the pack holds the same query vector and reads the
-    same records as that row of its part alone, so a kernel that computes each row on its own
-    gives every row the bits it gives it alone."""
+    The pack holds the parts' q rows one after the other, their caches one after the other in one
+    flat [rows, 656] cache (bytes as in each part's cache alone: materialize), each part's consumed
+    index entries offset by the rows before its cache (negative entries kept), and a stream
+    rebuilt without gaps (row r's entries from indptr[r]; a row of negative length empty). Each row
+    of the pack holds the same query vector and reads the same records as that row of its part
+    alone, so a kernel that computes each row on its own gives every row the bits it gives it
+    alone. The parts are built together (_pack_values: one pass over every part's rows) unless a
+    part's data is "exact" or its writer is an engine's; then each part is materialised alone and
+    its tensors copied into the pack's: the same bytes either way."""
     if not recipe.parts:
         raise RecipeError("materialize_pack needs a pack (a recipe with parts)")
     device = torch.device(device)
     check_memory(recipe, device)
-    problems = [materialize(part, device) for part in recipe.parts]
-    row_offsets = np.cumsum([0, *(part.cache_rows for part in recipe.parts)])
-    stream_offsets = np.cumsum([0, *(int(p.indices.shape[0]) for p in problems)])
+    parts = recipe.parts
+    together = all(p.writer not in ENGINE_WRITERS and "exact" not in (p.latent, p.rope, p.q) for p in parts)
+    sides = [_indexed(part) for part in parts] if together else None
+    problems = None if together else [materialize(part, device) for part in parts]
+    row_offsets = np.cumsum([0, *(part.cache_rows for part in parts)])
+    referenced = [s.referenced for s in sides] if sides else [p.referenced_rows for p in problems or []]
+    poison = [s.poison_rows for s in sides] if sides else [p.poison_rows for p in problems or []]
+    entries = [s.entries for s in sides] if sides else [p.indices.cpu().to(torch.int64) for p in problems or []]
+
+    stream_offsets = np.cumsum([0, *(int(e.shape[0]) for e in entries)])
     positions, shifts = [], []
-    for part, first_row, first_entry in zip(recipe.parts, row_offsets[:-1], stream_offsets[:-1], strict=True):
+    for part, first_row, first_entry in zip(parts, row_offsets[:-1], stream_offsets[:-1], strict=True):
         consumed = _stream(part)[3].numpy()  # the stream positions its rows consume, row by row
         positions.append(consumed + first_entry)
         shifts.append(np.full(consumed.shape, first_row, dtype=np.int64))
-    gather = torch.from_numpy(np.stack((np.concatenate(positions), np.concatenate(shifts)))).to(device)  # one copy
-    stream = torch.cat([p.indices for p in problems]).to(torch.int64)[gather[0]]
-    indices = torch.where(stream >= 0, stream + gather[1], stream).to(torch.int32)
-    lengths = np.asarray(recipe.row_lengths, dtype=np.int64)
-    indptr = torch.from_numpy(np.concatenate(([0], np.cumsum(lengths)))).to(device=device, dtype=torch.int32)
+    stream = torch.cat(entries)[torch.from_numpy(np.concatenate(positions))]
+    shift = torch.from_numpy(np.concatenate(shifts))
+    indices = torch.where(stream >= 0, stream + shift, stream)
+    indptr = torch.from_numpy(np.concatenate(([0], np.cumsum(np.asarray(recipe.row_lengths, dtype=np.int64)))))
+    first = [torch.as_tensor(int(row), dtype=torch.int64) for row in row_offsets[:-1]]
+    kv_rows = torch.cat([r + f for r, f in zip(referenced, first, strict=True)])
+    poison_rows = torch.cat([r + f for r, f in zip(poison, first, strict=True)])
 
     total = int(row_offsets[-1])
-    if device.type == "cpu":  # calloc'd: the pages the parts leave zero stay untouched
+    if device.type == "cpu":  # calloc'd: the pages no part writes stay untouched
         kv = torch.from_numpy(np.zeros((total, RECORD_BYTES), dtype=np.uint8))
     else:
         kv = torch.zeros((total, RECORD_BYTES), dtype=torch.uint8, device=device)
-    for part, problem, first_row in zip(recipe.parts, problems, row_offsets[:-1], strict=True):
-        flat = problem.kv_cache.reshape(-1, RECORD_BYTES)
-        if part.poison:  # every row written (NaN poison besides the referenced ones)
-            kv[int(first_row) : int(first_row) + part.cache_rows] = flat
-        elif problem.referenced_rows.numel():  # a packable cache is zero but for its referenced rows
-            rows = problem.referenced_rows.to(device)
-            kv[rows + int(first_row)] = flat[rows]
-    shift = [torch.as_tensor(int(first), dtype=torch.int64) for first in row_offsets[:-1]]
+    if problems is not None:
+        for part, problem, first_row in zip(parts, problems, row_offsets[:-1], strict=True):
+            flat = problem.kv_cache.reshape(-1, RECORD_BYTES)
+            if part.poison:  # every row written (NaN poison besides the referenced ones)
+                kv[int(first_row) : int(first_row) + part.cache_rows] = flat
+            elif problem.referenced_rows.numel():  # a packable cache is zero but for its referenced rows
+                rows = problem.referenced_rows.to(device)
+                kv[rows + int(first_row)] = flat[rows]
+        q = torch.cat([p.q for p in problems])
+        indices_here, indptr_here = _to_device([indices, indptr], device)
+    else:
+        terms = _pack_terms(parts, referenced)
+        moved = _to_device([indices, indptr, kv_rows, *terms], device)
+        indices_here, indptr_here, kv_rows_here = moved[:3]
+        records, q = _pack_records(parts, [r.numel() for r in referenced], *moved[3:], device=device)
+        for part, first_row in zip(parts, row_offsets[:-1], strict=True):
+            if part.poison:  # every row of its cache (the referenced ones are overwritten below)
+                kv[int(first_row) : int(first_row) + part.cache_rows] = _poison_on(device).expand(part.cache_rows, RECORD_BYTES)
+        kv[kv_rows_here] = records
     return Problem(
         recipe=recipe,
-        q=torch.cat([p.q for p in problems]),
+        q=q,
         kv_cache=kv,
-        indices=indices,
-        indptr=indptr,
+        indices=indices_here.to(torch.int32),
+        indptr=indptr_here.to(torch.int32),
         softmax_scale=recipe.scale_value,
         has_invalid=recipe.has_invalid,
         return_lse=recipe.return_lse,
         out=None,
-        referenced_rows=torch.cat([p.referenced_rows + s for p, s in zip(problems, shift, strict=True)]),
-        poison_rows=torch.cat([p.poison_rows + s for p, s in zip(problems, shift, strict=True)]),
+        referenced_rows=kv_rows,
+        poison_rows=poison_rows,
     )
+
+
+def _pack_terms(parts: tuple[Recipe, ...], referenced: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The CPU int64 tensors _pack_records needs, for one host-to-device copy: the rows of every
+    part's referenced rows (its own row numbers, for the hashes' ids), the per-row terms of the
+    latent, rope and q hash words (rng.row_words' key + row * width * golden ratio, with each part's
+    own key; wrapping int64), and per writer the pack's KV rows it writes (the rows' positions in
+    `referenced`, concatenated)."""
+    counts = [r.numel() for r in referenced]
+    rows = torch.cat(referenced)
+    q_width = parts[0].heads * HEAD_DIM
+
+    def keys(stream: str, per: list[int]) -> torch.Tensor:
+        return torch.from_numpy(np.repeat(np.array([rng.stream_key(p.seed, stream) for p in parts], dtype=np.int64), per))
+
+    q_rows = torch.from_numpy(np.concatenate([np.arange(p.n_q, dtype=np.int64) for p in parts]))
+    latent_terms = torch.add(keys("latent", counts), rows, alpha=rng.signed64(LATENT_DIM * rng.GOLDEN))
+    rope_terms = torch.add(keys("rope", counts), rows, alpha=rng.signed64(ROPE_DIM * rng.GOLDEN))
+    q_terms = torch.add(keys("q", [p.n_q for p in parts]), q_rows, alpha=rng.signed64(q_width * rng.GOLDEN))
+    firsts = np.cumsum([0, *counts])
+    by_writer = [
+        torch.from_numpy(
+            np.concatenate([np.arange(firsts[i], firsts[i + 1]) for i, p in enumerate(parts) if p.writer == writer]).astype(np.int64)
+        )
+        for writer in _writers(parts)
+    ]
+    return [rows, latent_terms, rope_terms, q_terms, *by_writer]
+
+
+def _writers(parts: tuple[Recipe, ...]) -> list[str]:
+    """The parts' writers, each once, in the order of the parts."""
+    return list(dict.fromkeys(p.writer for p in parts))
+
+
+def _pack_records(
+    parts: tuple[Recipe, ...],
+    counts: list[int],
+    rows: torch.Tensor,
+    latent_terms: torch.Tensor,
+    rope_terms: torch.Tensor,
+    q_terms: torch.Tensor,
+    *by_writer: torch.Tensor,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(records uint8 [U, 656] of every part's referenced rows, in the parts' order; q bf16
+    [n_q, H, 576], contiguous) on `device`: what _values and encode_records give each part alone,
+    bit for bit (each value is a function of its part's seed, stream and id, and a record of its
+    row alone), built in one buffer of hash words for all the parts (one mix, one normal transform,
+    one rounding), each part's distribution applied in place to its slice, and one encoding per
+    writer. `rows`, the terms and `by_writer` come from _pack_terms, on `device`."""
+    u, n_q, q_width = rows.numel(), q_terms.numel(), parts[0].heads * HEAD_DIM
+    sizes = [u * LATENT_DIM, u * ROPE_DIM, n_q * q_width]
+    words = torch.empty(sum(sizes), dtype=torch.int64, device=device)
+    for section, width, terms in zip(words.split(sizes), (LATENT_DIM, ROPE_DIM, q_width), (latent_terms, rope_terms, q_terms), strict=True):
+        torch.add(rng.golden_ramp(width, device).unsqueeze(0), terms.unsqueeze(1), out=section.view(-1, width))
+    normal = rng.normal_from_hash(rng.mix64(words))
+    latent_x, rope_x, q_x = (x.view(-1, w) for x, w in zip(normal.split(sizes), (LATENT_DIM, ROPE_DIM, q_width), strict=True))
+    row_first, q_first = np.cumsum([0, *counts]), np.cumsum([0, *(p.n_q for p in parts)])
+    for i, part in enumerate(parts):
+        kv_slice, q_slice = slice(int(row_first[i]), int(row_first[i + 1])), slice(int(q_first[i]), int(q_first[i + 1]))
+        _latent_in_place(part, latent_x[kv_slice], rows[kv_slice])
+        if _ROPE_FACTORS[part.rope] != 1.0:
+            rope_x[kv_slice].mul_(_ROPE_FACTORS[part.rope])  # 0.0 keeps the values' signs: signed zeros
+        _query_in_place(part, q_x[q_slice].view(part.n_q, part.heads, HEAD_DIM))
+    rounded = round_f32_to_bf16(normal.to(torch.float32))
+    latent_bf, rope_bf, q_bf = rounded.split(sizes)
+    latent, rope = latent_bf.view(u, LATENT_DIM).to(torch.float32), rope_bf.view(u, ROPE_DIM)
+    writers = _writers(parts)
+    if len(writers) == 1:
+        records = encode_records(latent, rope, writers[0], latent_known_finite=True)  # type: ignore[arg-type]  # |latent| <= 65536
+    else:
+        records = torch.empty((u, RECORD_BYTES), dtype=torch.uint8, device=device)
+        for writer, at in zip(writers, by_writer, strict=True):
+            records[at] = encode_records(latent[at], rope[at], writer, latent_known_finite=True)  # type: ignore[arg-type]
+    return records, q_bf.view(n_q, parts[0].heads, HEAD_DIM).clone()

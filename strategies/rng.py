@@ -16,14 +16,15 @@ import torch
 _MASK64 = (1 << 64) - 1
 
 
-def _signed(value: int) -> int:
+def signed64(value: int) -> int:
+    """`value` mod 2^64 as a signed int64 (the bit pattern torch's wrapping int64 arithmetic holds)."""
     value &= _MASK64
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-_GOLDEN = _signed(0x9E3779B97F4A7C15)
-_MIX1 = _signed(0xBF58476D1CE4E5B9)
-_MIX2 = _signed(0x94D049BB133111EB)
+GOLDEN = signed64(0x9E3779B97F4A7C15)  # the golden-ratio increment of splitmix64's input words
+_MIX1 = signed64(0xBF58476D1CE4E5B9)
+_MIX2 = signed64(0x94D049BB133111EB)
 
 
 def _shr(x: torch.Tensor, bits: int) -> torch.Tensor:
@@ -40,23 +41,23 @@ def stream_key(seed: int, stream: str) -> int:
 def hash_input(seed: int, stream: str, ids: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """The splitmix64 input word of each id: id * golden ratio + stream key (int64, wrapping);
     written into `out` (int64, ids' shape) when given."""
-    z = torch.mul(ids.to(torch.int64), _GOLDEN, out=out)
+    z = torch.mul(ids.to(torch.int64), GOLDEN, out=out)
     z += stream_key(seed, stream)
     return z
 
 
 @functools.cache
-def _golden_ramp(width: int, device: torch.device) -> torch.Tensor:
+def golden_ramp(width: int, device: torch.device) -> torch.Tensor:
     """arange(width) * golden ratio (int64, wrapping) on `device`; made once, read only."""
-    return torch.arange(width, dtype=torch.int64, device=device) * _GOLDEN
+    return torch.arange(width, dtype=torch.int64, device=device) * GOLDEN
 
 
 def row_words(seed: int, stream: str, rows: torch.Tensor, width: int, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """hash_input of the ids rows[:, None] * width + arange(width), int64 [len(rows), width]
     (into `out` when given), as (arange * golden + key) + rows * (width * golden): the same words
     by wrapping arithmetic, in two device ops."""
-    ramp = _golden_ramp(width, rows.device) + stream_key(seed, stream)
-    return torch.add(ramp, rows.to(torch.int64).unsqueeze(1), alpha=_signed(width * _GOLDEN), out=out)
+    ramp = golden_ramp(width, rows.device) + stream_key(seed, stream)
+    return torch.add(ramp, rows.to(torch.int64).unsqueeze(1), alpha=signed64(width * GOLDEN), out=out)
 
 
 def mix64(z: torch.Tensor) -> torch.Tensor:

@@ -52,6 +52,65 @@ def _rows_match_parts(pack: Recipe) -> None:
     assert first == out.shape[0]
 
 
+def _tensors_match_parts(pack: Recipe) -> None:
+    """The pack's q rows, cache rows and consumed index entries are its parts' alone (entries
+    offset by the cache rows before the part's), byte for byte."""
+    problem = materialize(pack)
+    first_q = first_row = 0
+    for part in pack.parts:
+        alone = materialize(part)
+        assert torch.equal(problem.q[first_q : first_q + part.n_q].view(torch.int16), alone.q.contiguous().view(torch.int16)), part
+        assert torch.equal(problem.kv_cache[first_row : first_row + part.cache_rows], alone.kv_cache.reshape(-1, 656)), part
+        for row in range(part.n_q):
+            begin, end = int(alone.indptr[row]), int(alone.indptr[row]) + max(part.row_lengths[row], 0)
+            mine = alone.indices[begin:end].to(torch.int64)
+            at = first_q + row
+            packed = problem.indices[int(problem.indptr[at]) : int(problem.indptr[at + 1])].to(torch.int64)
+            assert torch.equal(packed, torch.where(mine >= 0, mine + first_row, mine)), (part, row)
+        first_q, first_row = first_q + part.n_q, first_row + part.cache_rows
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        PARTS,
+        # every writer and data kind the parts of a pack draw, so the parts are built together
+        tuple(
+            Recipe(seed=10 + i, n_q=2, row_lengths=(9, 3), cache_rows=50, writer=w, latent=lat, rope=rope, q=q, poison=i % 2 == 1, **CALL)
+            for i, (w, lat, rope, q) in enumerate(
+                [
+                    ("pow2", "outliers", "large", "zero_blocks"),
+                    ("raw", "zero_blocks", "zero", "tiny_blocks"),
+                    ("pow2-floor", "max57344", "tiny", "large"),
+                    ("pow2", "tiny_blocks", "normal", "tiny"),
+                    ("raw", "large", "normal", "normal"),
+                ]
+            )
+        ),
+        # an exact part: each part is materialised alone and copied
+        (
+            PARTS[2],
+            Recipe(
+                seed=4,
+                n_q=1,
+                row_lengths=(6,),
+                cache_rows=20,
+                latent="exact",
+                rope="exact",
+                q="exact",
+                softmax_scale="peaked",
+                heads=4,
+                has_invalid=True,
+                return_lse=True,
+            ),
+        ),
+    ],
+    ids=["hand-made", "every-writer-and-kind", "exact-part"],
+)
+def test_a_pack_holds_its_parts_tensors(parts: tuple[Recipe, ...]) -> None:
+    _tensors_match_parts(Recipe.pack(parts))
+
+
 def test_each_row_of_a_pack_gets_the_bits_of_its_part_alone() -> None:
     pack = Recipe.pack(PARTS)
     assert pack.n_q == 6 and pack.row_lengths == (5, 0, 130, 0, 257, 40) and pack.cache_rows == 1364
@@ -68,6 +127,7 @@ def test_drawn_packs_keep_their_parts_rows_and_limits(recipe: Recipe) -> None:
     if recipe.parts:
         assert 2 <= len(recipe.parts) <= 4
         assert Recipe.from_json(recipe.to_json()) == recipe
+        _tensors_match_parts(recipe)
         _rows_match_parts(recipe)
 
 

@@ -7,6 +7,7 @@ failure toward one short row, one head, normal data, no padding. Tensors are bui
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,9 +46,51 @@ def differential_writers(needs_pow2_scales: bool) -> tuple[str, ...]:
     return (*PRECONDITION_WRITERS, *engine)
 
 
+@functools.cache
 def _row_length(max_row: int) -> st.SearchStrategy[int]:
     specials = [x for x in SPECIAL_LENGTHS if x <= max_row]
     return st.one_of(st.sampled_from(specials), st.integers(0, min(max_row, 300)), st.integers(-3, -1))
+
+
+# The strategies a recipe draws from, built once per argument (functools.cache): Hypothesis
+# validates a strategy object and computes its properties on its first draw, so objects built
+# afresh for every recipe pay that again each time; the draws are the same either way.
+@functools.cache
+def _row_lengths(max_row: int, n_q: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(_row_length(max_row), min_size=n_q, max_size=n_q)
+
+
+@functools.cache
+def _query_rows(max_n_q: int) -> st.SearchStrategy[int]:
+    return st.one_of(st.integers(1, 4), st.integers(1, max_n_q))
+
+
+@functools.cache
+def _heads(heads: tuple[int, ...] | None, max_heads: int) -> st.SearchStrategy[int]:
+    return st.sampled_from(heads) if heads else st.integers(1, max_heads)
+
+
+@functools.cache
+def _sampled(values: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    return st.sampled_from(values)
+
+
+@functools.cache
+def _q_layouts(exact: bool) -> st.SearchStrategy[str]:
+    """Row-major (the simplest) or a layout beyond it (strategies.layouts); overlapping heads mix
+    q vectors, so not in exact recipes."""
+    beyond = tuple(x for x in Q_LAYOUTS[1:] if not (exact and x == "overlapping_heads"))
+    return st.one_of(st.just(Q_LAYOUTS[0]), st.sampled_from(beyond))
+
+
+_BOOLEANS = st.booleans()
+_PERMILLE = st.integers(0, 1000)
+_CACHE_ROWS = st.one_of(st.integers(2, 64), st.integers(2, 100_000), st.just(1))
+_PAD = st.tuples(st.integers(0, 64), st.integers(0, 64))
+_Q_PAD = st.one_of(st.just((0, 0)), _PAD)
+_OUT_PAD = st.one_of(st.none(), _PAD)
+_SEED = st.integers(0, 2**32 - 1)
+_STREAM_TAIL = st.one_of(st.just(0), st.integers(1, 300))
 
 
 @st.composite
@@ -55,10 +98,10 @@ def cache_layouts(draw: st.DrawFn, rows: int) -> tuple[int, tuple[int, ...] | No
     """(cache_rows, cache_shape) for about `rows` rows: flat [rows, 656] (the simplest), paged
     [blocks, block_size, 656], or a 3-D leading shape [2, blocks, block_size, 656] (rows rounded
     up to whole blocks; a cache of 0 rows keeps 0 blocks)."""
-    layout = draw(st.sampled_from(CACHE_LAYOUTS), label="cache_layout")
+    layout = draw(_sampled(CACHE_LAYOUTS), label="cache_layout")
     if layout == "flat":
         return rows, None
-    block = draw(st.sampled_from(BLOCK_SIZES), label="block_size")
+    block = draw(_sampled(BLOCK_SIZES), label="block_size")
     blocks = -(-rows // block)
     if layout == "paged":
         return blocks * block, (blocks, block)
@@ -120,25 +163,25 @@ def recipes(
     """
     if call is not None and (huge_cache or exact):
         raise ValueError("a part of a pack (call=) is neither huge_cache nor exact")
-    n_q = draw(st.one_of(st.integers(1, 4), st.integers(1, max_n_q)), label="n_q")
+    n_q = draw(_query_rows(max_n_q), label="n_q")
     if call is not None:
         head_count = call.heads
     else:
-        head_count = draw(st.sampled_from(heads) if heads else st.integers(1, max_heads), label="heads")
+        head_count = draw(_heads(tuple(heads) if heads else None, max_heads), label="heads")
     row_cap = min(max_row, EXACT_MAX_ROW) if exact else max_row
-    stream_offset = draw(st.sampled_from(STREAM_OFFSETS), label="stream_offset")
-    lengths = draw(st.lists(_row_length(row_cap), min_size=n_q, max_size=n_q), label="row_lengths")
+    stream_offset = draw(_sampled(STREAM_OFFSETS), label="stream_offset")
+    lengths = draw(_row_lengths(row_cap, n_q), label="row_lengths")
     row_lengths = _fit_lengths(lengths, max_total_keys, stream_offset)
-    has_invalid = call.has_invalid if call is not None else draw(st.booleans(), label="has_invalid")
-    invalid_pattern = draw(st.sampled_from(INVALID_PATTERNS), label="invalid_pattern") if has_invalid else "none"
-    invalid_permille = draw(st.integers(0, 1000), label="invalid_permille") if invalid_pattern == "scattered" else 0
+    has_invalid = call.has_invalid if call is not None else draw(_BOOLEANS, label="has_invalid")
+    invalid_pattern = draw(_sampled(INVALID_PATTERNS), label="invalid_pattern") if has_invalid else "none"
+    invalid_permille = draw(_PERMILLE, label="invalid_permille") if invalid_pattern == "scattered" else 0
     if huge_cache:
         index_pattern = "beyond_4gib"
         cache_rows = ROWS_BEYOND_4GIB + draw(st.integers(1, 100_000), label="rows_past_4gib")
     else:
-        index_pattern = draw(st.sampled_from(PLAIN_PATTERNS), label="index_pattern")
-        cache_rows = draw(st.one_of(st.integers(2, 64), st.integers(2, 100_000), st.just(1)), label="cache_rows")
-        if not any(x > 0 for x in row_lengths) and draw(st.booleans(), label="empty_cache"):
+        index_pattern = draw(_sampled(PLAIN_PATTERNS), label="index_pattern")
+        cache_rows = draw(_CACHE_ROWS, label="cache_rows")
+        if not any(x > 0 for x in row_lengths) and draw(_BOOLEANS, label="empty_cache"):
             cache_rows = 0  # every row empty: a cache of 0 rows is a valid call
     cache_shape = None
     if not huge_cache and call is None:
@@ -146,23 +189,19 @@ def recipes(
     if exact:
         latent = rope = q = softmax_scale = "exact"
     else:
-        latent = draw(st.sampled_from(CLEAN_LATENT), label="latent")
-        rope = draw(st.sampled_from(CLEAN_ROPE), label="rope")
-        q = draw(st.sampled_from(CLEAN_Q), label="q")
-        softmax_scale = call.softmax_scale if call is not None else draw(st.sampled_from(SCALES), label="softmax_scale")
+        latent = draw(_sampled(CLEAN_LATENT), label="latent")
+        rope = draw(_sampled(CLEAN_ROPE), label="rope")
+        q = draw(_sampled(CLEAN_Q), label="q")
+        softmax_scale = call.softmax_scale if call is not None else draw(_sampled(SCALES), label="softmax_scale")
     if call is not None:  # packable: q row-major without padding, no out=
         q_pad, out_pad, q_layout, out_layout = (0, 0), None, Q_LAYOUTS[0], OUT_LAYOUTS[0]
     else:
-        pad = st.tuples(st.integers(0, 64), st.integers(0, 64))
-        q_pad = draw(st.one_of(st.just((0, 0)), pad), label="q_pad")
-        out_pad = draw(st.one_of(st.none(), pad), label="out_pad") if allow_out else None
-        # layouts beyond padded row-major (strategies.layouts); overlapping heads mix q vectors, so
-        # not in exact recipes
-        q_layouts = tuple(x for x in Q_LAYOUTS[1:] if not (exact and x == "overlapping_heads"))
-        q_layout = draw(st.one_of(st.just(Q_LAYOUTS[0]), st.sampled_from(q_layouts)), label="q_layout")
-        out_layout = draw(st.sampled_from(OUT_LAYOUTS), label="out_layout") if out_pad is not None else OUT_LAYOUTS[0]
+        q_pad = draw(_Q_PAD, label="q_pad")
+        out_pad = draw(_OUT_PAD, label="out_pad") if allow_out else None
+        q_layout = draw(_q_layouts(exact), label="q_layout")
+        out_layout = draw(_sampled(OUT_LAYOUTS), label="out_layout") if out_pad is not None else OUT_LAYOUTS[0]
     recipe = Recipe(
-        seed=draw(st.integers(0, 2**32 - 1), label="seed"),
+        seed=draw(_SEED, label="seed"),
         n_q=n_q,
         heads=head_count,
         row_lengths=row_lengths,
@@ -175,17 +214,17 @@ def recipes(
         rope=rope,
         q=q,
         softmax_scale=softmax_scale,
-        writer=draw(st.sampled_from(writers), label="writer"),
+        writer=draw(_sampled(tuple(writers)), label="writer"),
         q_pad=q_pad,
         out_pad=out_pad,
-        return_lse=call.return_lse if call is not None else draw(st.booleans(), label="return_lse"),
+        return_lse=call.return_lse if call is not None else draw(_BOOLEANS, label="return_lse"),
         has_invalid=has_invalid,
-        poison=draw(st.booleans(), label="poison") if cache_rows >= 2 else False,
+        poison=draw(_BOOLEANS, label="poison") if cache_rows >= 2 else False,
         cache_shape=cache_shape,
-        stream_tail=draw(st.one_of(st.just(0), st.integers(1, 300)), label="stream_tail"),
+        stream_tail=draw(_STREAM_TAIL, label="stream_tail"),
         q_layout=q_layout,
         out_layout=out_layout,
-        unconsumed=draw(st.sampled_from(UNCONSUMED), label="unconsumed"),
+        unconsumed=draw(_sampled(UNCONSUMED), label="unconsumed"),
     )
     if recipe.writer == "sglang":
         assume(recipe.latent != "zero_blocks")  # scale 0 tiles: no profile's bound is promised there

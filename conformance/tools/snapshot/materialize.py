@@ -109,11 +109,37 @@ def draw_recipes(count: int) -> list[Recipe]:
     return list(unique.values())[:count]
 
 
+PACKS = 16  # packed calls (strategies.materialize.materialize_pack) recorded after the drawn recipes
+
+
+def draw_packs(count: int) -> list[Recipe]:
+    """`count` packed calls of 2 to 8 parts from the fuzz campaign's pack strategy (every part's
+    data drawn, so the parts are built together), small enough to build quickly."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from strategies.hypothesis_recipes import packs
+
+    drawn: list[Recipe] = []
+
+    @settings(max_examples=count * 4, database=None, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def collect(data: Any) -> None:
+        recipe = data.draw(packs(max_parts=8, max_n_q=64, max_total_keys=8192))
+        if recipe.parts:
+            drawn.append(recipe)
+
+    collect()
+    unique = {r.to_json(): r for r in drawn}
+    return list(unique.values())[:count]
+
+
 def recipes_to_record(count: int) -> list[Recipe]:
-    """The snapshot's recipes: the fixed problems of the oracle snapshot, then `count` drawn ones."""
+    """The snapshot's recipes: the fixed problems of the oracle snapshot, then `count` drawn ones,
+    then PACKS packed calls."""
     from conformance.tools.snapshot.cases import cases
 
-    return [r for _, r in cases()] + draw_recipes(count)
+    return [r for _, r in cases()] + draw_recipes(count) + draw_packs(PACKS)
 
 
 def entries_of(recipes: list[Recipe], device: torch.device | str = "cpu") -> list[dict[str, Any]]:

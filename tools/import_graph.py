@@ -19,7 +19,8 @@ with `ast` (imports inside functions count too: a lazy import is still a depende
   import each other, with these allowed edges: the command line (conformance.cli) runs the mutation
   score (conformance.mutation) for its `mutation-score` subcommand; tools.cli_reference reads the
   command line's parsers, the suite's options and the benchmark routines to write their reference
-  tables (tools -> conformance.cli, conformance.suite, benchmarks); conformance.__main__ starts
+  tables (tools -> conformance.cli, conformance.suite, benchmarks); benchmarks.fuzz_kills reads
+  the mutant catalogue's names (benchmarks -> conformance.mutation); conformance.__main__ starts
   the command line (benchmarks that run the command line do so in a subprocess or through runpy:
   not an import edge);
 - inside the core, packages import downward only: durability (rank 0) <- judging (1) <- records
@@ -49,6 +50,7 @@ ALLOWED_FRONT_END_EDGES = {
     ("tools", "conformance.cli"),
     ("tools", "conformance.suite"),
     ("tools", "benchmarks"),
+    ("benchmarks", "conformance.mutation"),
 }
 LAYER = {"kernel": 0, "oracle": 1, "strategies": 1, "conformance": 2, "benchmarks": 3, "tools": 3}
 KERNEL_FAMILIES = ("kernel.emulated", "kernel.peers", "kernel.flydsl", "kernel.isa")

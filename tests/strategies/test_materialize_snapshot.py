@@ -1,5 +1,5 @@
-"""materialize is bit-identical to the recorded snapshot: every tensor of 199 recipes (the
-oracle snapshot's fixed problems and recipes drawn from every strategy regime) hashes as it did
+"""materialize is bit-identical to the recorded snapshot: every tensor of 215 recipes (the
+oracle snapshot's fixed problems, recipes drawn from every strategy regime and 16 packed calls) hashes as it did
 when tests/strategies/data/materialize_hashes.json was written (`python -m conformance snapshot materialize`)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ RECORDED = Path(__file__).resolve().parent / "data" / "materialize_hashes.json"
 
 def test_materialize_matches_the_recorded_hashes() -> None:
     entries = json.loads(RECORDED.read_text())
-    assert len(entries) == 199
+    assert len(entries) == 215 and sum(1 for e in entries if e["recipe"].get("parts")) == 16
     assert check(entries) == []
 
 

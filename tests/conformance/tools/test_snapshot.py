@@ -12,6 +12,7 @@ import torch
 
 from conformance.cli import main
 from conformance.tools.snapshot import oracle
+from conformance.tools.snapshot.materialize import PACKS
 
 ROOT = Path(__file__).resolve().parents[3]
 CASE = "single_key"  # the smallest fixed problem: a few seconds for every profile
@@ -81,7 +82,7 @@ def test_materialize_snapshot_write_is_read_back_by_check(tmp_path: Path, capsys
     entries = json.loads(path.read_text())
     from conformance.tools.snapshot.cases import cases
 
-    assert len(entries) == len(cases()) + 2
+    assert len(entries) == len(cases()) + 2 + PACKS
     assert entries[0]["recipe"] == cases()[0][1].to_json_dict()
     assert main(["snapshot", "materialize", "--check", str(path)]) == 0
 

@@ -13,7 +13,8 @@ share the cores, and torch's intra-op threads only add parallel regions whose st
 oversubscribed, costs milliseconds per small op), on one GPU (CUDA_VISIBLE_DEVICES: the GPUs of
 the caller's CUDA_VISIBLE_DEVICES, else every GPU, taken in turn), or with no GPU under --device
 cpu. --cpu-procs adds that many `emulated` processes on the CPU beside the GPU's (their own row).
-Each process gets SIGINT at S + 50 s (which still writes its summary) and SIGKILL 15 s later.
+Each process gets SIGINT at S + 50 s (which still writes its summary) and SIGKILL 15 s later (each
+starts with SIGINT's default action, even when this command runs where SIGINT is ignored).
 
 Summaries of the same kernel on the same device are one campaign and are merged into one row:
 kernel, device, processes, wall seconds (the longest process), examples (summed), examples/s
@@ -189,6 +190,14 @@ def plan(args: argparse.Namespace, gpus: list[str]) -> list[Process]:
     return out
 
 
+def default_sigint() -> None:
+    """In a child before its exec: SIGINT back to its default action. A process started in the
+    background of a non-interactive shell (`cmd &`, nohup) ignores SIGINT and its children inherit
+    that; Python then installs no KeyboardInterrupt handler, and the time limit's SIGINT (which lets
+    a fuzz process write its summary) would be lost."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def launch(proc: Process, args: argparse.Namespace, extra_env: dict[str, str]) -> None:
     """Start one fuzz process (module docstring)."""
     command = [sys.executable, "-m", "conformance", "fuzz", "--kernel", proc.kernel, "--seconds", str(args.seconds)]
@@ -204,7 +213,7 @@ def launch(proc: Process, args: argparse.Namespace, extra_env: dict[str, str]) -
     command += args.fuzz_arg
     proc.state.mkdir(parents=True, exist_ok=True)
     with open(args.out / f"fuzz-{proc.label}.txt", "wb") as out, open(args.out / f"fuzz-{proc.label}.err", "wb") as err:
-        proc.popen = subprocess.Popen(command, stdout=out, stderr=err, env=env, stdin=subprocess.DEVNULL)
+        proc.popen = subprocess.Popen(command, stdout=out, stderr=err, env=env, stdin=subprocess.DEVNULL, preexec_fn=default_sigint)
 
 
 def wait_all(procs: list[Process], limit_s: float) -> None:

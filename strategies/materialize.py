@@ -5,9 +5,10 @@ is, its id) via `strategies.rng`, so values do not depend on which other rows ar
 The index stream is built on the CPU and moved; row and query data are generated on the target
 device with integer hashing and IEEE arithmetic only, which give the same bits everywhere.
 A pack (a recipe with parts: strategies.recipe, "Packs") holds the bytes of its parts as each
-is materialised alone, packed into one call (materialize_pack builds the parts together). Only referenced rows are materialized; a cache larger than
-64 MiB is allocated with `torch.empty` and only referenced rows plus their neighbours and row 0
-are written, so a cache over 4 GiB costs almost no RAM on a CPU (untouched pages).
+is materialised alone, packed into one call (materialize_pack builds the parts together). Only
+referenced rows are materialized; a cache larger than 64 MiB is allocated with `torch.empty` and
+only referenced rows plus their neighbours and row 0 are written, so a cache over 4 GiB costs
+almost no RAM on a CPU (untouched pages).
 """
 
 from __future__ import annotations

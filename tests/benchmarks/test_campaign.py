@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from benchmarks import campaign as ct
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _summary(device: str, examples: int, rate: float, cpu_s: float, hit: dict[str, int]) -> dict[str, Any]:
@@ -75,11 +78,24 @@ def test_a_campaign_of_two_processes_on_the_cpu(tmp_path: Path, capsys: pytest.C
 
 def test_the_time_limit_interrupts_then_kills(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ct, "KILL_S", 0.5)
-    polite = ct.Process("a", "a", "cpu", tmp_path, subprocess.Popen(["sleep", "30"]))
-    stubborn = ct.Process("b", "b", "cpu", tmp_path, subprocess.Popen(["bash", "-c", 'trap "" INT; sleep 30']))
+    # started as launch() starts them (SIGINT's default action, whatever this process inherited)
+    polite = ct.Process("a", "a", "cpu", tmp_path, subprocess.Popen(["sleep", "30"], preexec_fn=ct.default_sigint))
+    stubborn = ct.Process(
+        "b", "b", "cpu", tmp_path, subprocess.Popen(["bash", "-c", 'trap "" INT; sleep 30'], preexec_fn=ct.default_sigint)
+    )
     ct.wait_all([polite, stubborn], 0.5)
     assert polite.popen is not None and polite.popen.returncode == -2  # SIGINT
     assert stubborn.popen is not None and stubborn.popen.returncode == -9  # SIGKILL after KILL_S
+
+
+def test_a_fuzz_process_gets_the_default_sigint_where_the_caller_ignores_it(tmp_path: Path) -> None:
+    script = (
+        "import signal, subprocess, sys; from benchmarks import campaign as ct; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "child = subprocess.Popen(['sleep', '30'], preexec_fn=ct.default_sigint); child.send_signal(signal.SIGINT); "
+        "sys.exit(0 if child.wait(timeout=20) == -signal.SIGINT else 1)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
 
 
 def test_processes_go_round_robin_over_the_gpus(tmp_path: Path) -> None:

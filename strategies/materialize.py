@@ -552,7 +552,7 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
     rebuilt without gaps (row r's entries from indptr[r]; a row of negative length empty). Each row
     of the pack holds the same query vector and reads the same records as that row of its part
     alone, so a kernel that computes each row on its own gives every row the bits it gives it
-    alone. The parts are built together (_pack_values: one pass over every part's rows) unless a
+    alone. The parts are built together (_pack_records: one pass over every part's rows) unless a
     part's data is "exact" or its writer is an engine's; then each part is materialised alone and
     its tensors copied into the pack's: the same bytes either way."""
     if not recipe.parts:
@@ -625,8 +625,8 @@ def _pack_terms(parts: tuple[Recipe, ...], referenced: list[torch.Tensor]) -> li
     """The CPU int64 tensors _pack_records needs, for one host-to-device copy: the rows of every
     part's referenced rows (its own row numbers, for the hashes' ids), the per-row terms of the
     latent, rope and q hash words (rng.row_words' key + row * width * golden ratio, with each part's
-    own key; wrapping int64), and per writer the pack's KV rows it writes (the rows' positions in
-    `referenced`, concatenated)."""
+    own key; wrapping int64), and, where the parts have several writers, per writer the rows it
+    writes (their positions in the concatenated `referenced`)."""
     counts = [r.numel() for r in referenced]
     rows = torch.cat(referenced)
     q_width = parts[0].heads * HEAD_DIM
@@ -644,6 +644,7 @@ def _pack_terms(parts: tuple[Recipe, ...], referenced: list[torch.Tensor]) -> li
             np.concatenate([np.arange(firsts[i], firsts[i + 1]) for i, p in enumerate(parts) if p.writer == writer]).astype(np.int64)
         )
         for writer in _writers(parts)
+        if len(_writers(parts)) > 1
     ]
     return [rows, latent_terms, rope_terms, q_terms, *by_writer]
 

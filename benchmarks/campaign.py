@@ -198,17 +198,24 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def fuzz_env(state: Path, pending: Path, cuda_devices: str | None) -> dict[str, str]:
+    """The environment of one fuzz process: this one's, one CPU thread (module docstring), its own
+    state and pending folders, and CUDA_VISIBLE_DEVICES set to `cuda_devices` ("": no GPU; None:
+    as inherited)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CONFORMANCE_DIR": str(state), "CONFORMANCE_PENDING_DIR": str(pending)}
+    if cuda_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda_devices
+    return env
+
+
 def launch(proc: Process, args: argparse.Namespace, extra_env: dict[str, str]) -> None:
     """Start one fuzz process (module docstring)."""
     command = [sys.executable, "-m", "conformance", "fuzz", "--kernel", proc.kernel, "--seconds", str(args.seconds)]
     command += ["--hypothesis-profile", args.hypothesis_profile, "--shrink-seconds", str(args.shrink_seconds)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CONFORMANCE_DIR": str(proc.state)}
-    env["CONFORMANCE_PENDING_DIR"] = str(args.out / f"pending-{proc.kernel}")
+    env = fuzz_env(proc.state, args.out / f"pending-{proc.kernel}", "" if proc.device == "cpu" else proc.device)
     if proc.device == "cpu":
         command += ["--device", "cpu"]
-        env["CUDA_VISIBLE_DEVICES"] = ""
     else:
-        env["CUDA_VISIBLE_DEVICES"] = proc.device
         env.update(extra_env)
     command += args.fuzz_arg
     proc.state.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from benchmarks.campaign import fuzz_env
 from benchmarks.common import parse, positive
 from benchmarks.throughput import _variant
 
@@ -86,9 +87,7 @@ def run_one(spec: str, label: str, args: argparse.Namespace, extra: list[str]) -
     examples_run (all of the campaign's), error (why there is no summary, else "")."""
     state = args.out / "state" / label
     state.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CONFORMANCE_DIR": str(state), "CONFORMANCE_PENDING_DIR": str(state / "pending")}
-    if args.device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""
+    env = fuzz_env(state, state / "pending", "" if args.device == "cpu" else None)
     log = args.out / "logs" / f"{label}.txt"
     started = time.monotonic()
     with open(log, "wb") as out:

@@ -254,10 +254,10 @@ def packs(
     if max_parts < 1:
         raise ValueError(f"packs needs max_parts >= 1, got {max_parts}")
     call = PackCall(
-        heads=draw(st.sampled_from(heads) if heads else st.integers(1, max_heads), label="heads"),
-        softmax_scale=draw(st.sampled_from(SCALES), label="softmax_scale"),
-        has_invalid=draw(st.booleans(), label="has_invalid"),
-        return_lse=draw(st.booleans(), label="return_lse"),
+        heads=draw(_heads(tuple(heads) if heads else None, max_heads), label="heads"),
+        softmax_scale=draw(_sampled(SCALES), label="softmax_scale"),
+        has_invalid=draw(_BOOLEANS, label="has_invalid"),
+        return_lse=draw(_BOOLEANS, label="return_lse"),
     )
     part_rows, part_keys = max(4, max_n_q // max_parts), max(256, max_total_keys // max_parts)
     part = recipes(max_n_q=min(max_n_q, part_rows), max_total_keys=min(max_total_keys, part_keys), call=call, **recipe_options)

@@ -423,12 +423,14 @@ def check_memory(recipe: Recipe, device: torch.device | str = "cpu") -> MemoryEs
 
 @dataclass(frozen=True)
 class _Indexed:
-    """The CPU side of one plain recipe (materialize): indptr int64 [n_q + 1], the index stream
+    """The CPU side of one plain recipe (materialize): indptr int64 [n_q + 1], the stream positions
+    its rows consume (row by row: _stream's pair positions), the index stream
     (entries int64 [n_idx], corrupted where the recipe says), consumed bool [n_idx], referenced
     (sorted unique rows consumed by valid entries), written (a large cache's other rows written:
     neighbours, rows 0 and last), poison_rows, and whether the cache is small (written whole)."""
 
     indptr: torch.Tensor
+    positions: torch.Tensor
     entries: torch.Tensor
     consumed: torch.Tensor
     referenced: torch.Tensor
@@ -472,7 +474,7 @@ def _indexed(recipe: Recipe) -> _Indexed:
         unreferenced = torch.ones(n_rows, dtype=torch.bool)
         unreferenced[referenced] = False
         poison_rows = torch.nonzero(unreferenced).squeeze(1)
-    return _Indexed(indptr, entries, consumed, referenced, written, poison_rows, small)
+    return _Indexed(indptr, pair_positions, entries, consumed, referenced, written, poison_rows, small)
 
 
 def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
@@ -570,9 +572,9 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
 
     stream_offsets = np.cumsum([0, *(int(e.shape[0]) for e in entries)])
     positions, shifts = [], []
-    for part, first_row, first_entry in zip(parts, row_offsets[:-1], stream_offsets[:-1], strict=True):
-        consumed = _stream(part)[3].numpy()  # the stream positions its rows consume, row by row
-        positions.append(consumed + first_entry)
+    consumed_at = [s.positions for s in sides] if sides else [_stream(part)[3] for part in parts]  # row by row
+    for consumed, first_row, first_entry in zip(consumed_at, row_offsets[:-1], stream_offsets[:-1], strict=True):
+        positions.append(consumed.numpy() + first_entry)
         shifts.append(np.full(consumed.shape, first_row, dtype=np.int64))
     stream = torch.cat(entries)[torch.from_numpy(np.concatenate(positions))]
     shift = torch.from_numpy(np.concatenate(shifts))
@@ -598,10 +600,10 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
         q = torch.cat([p.q for p in problems])
         indices_here, indptr_here = _to_device([indices, indptr], device)
     else:
-        terms = _pack_terms(parts, referenced)
-        moved = _to_device([indices, indptr, kv_rows, *terms], device)
+        writers = _writers(parts)
+        moved = _to_device([indices, indptr, kv_rows, *_pack_terms(parts, referenced, writers)], device)
         indices_here, indptr_here, kv_rows_here = moved[:3]
-        records, q = _pack_records(parts, [r.numel() for r in referenced], *moved[3:], device=device)
+        records, q = _pack_records(parts, [r.numel() for r in referenced], writers, *moved[3:], device=device)
         for part, first_row in zip(parts, row_offsets[:-1], strict=True):
             if part.poison:  # every row of its cache (the referenced ones are overwritten below)
                 kv[int(first_row) : int(first_row) + part.cache_rows] = _poison_on(device).expand(part.cache_rows, RECORD_BYTES)
@@ -621,32 +623,27 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
     )
 
 
-def _pack_terms(parts: tuple[Recipe, ...], referenced: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The CPU int64 tensors _pack_records needs, for one host-to-device copy: the rows of every
-    part's referenced rows (its own row numbers, for the hashes' ids), the per-row terms of the
-    latent, rope and q hash words (rng.row_words' key + row * width * golden ratio, with each part's
-    own key; wrapping int64), and, where the parts have several writers, per writer the rows it
-    writes (their positions in the concatenated `referenced`)."""
+def _pack_terms(parts: tuple[Recipe, ...], referenced: list[torch.Tensor], writers: list[str]) -> list[torch.Tensor]:
+    """The CPU int64 tensors _pack_records needs, for one host-to-device copy: every part's
+    referenced rows (its own row numbers: the hashes' ids) and their latent and rope stream keys
+    (each part's own), each query row's number within its part and q stream key, and, where the
+    parts have several `writers`, per writer the rows it writes (their positions in the
+    concatenated `referenced`)."""
     counts = [r.numel() for r in referenced]
-    rows = torch.cat(referenced)
-    q_width = parts[0].heads * HEAD_DIM
 
     def keys(stream: str, per: list[int]) -> torch.Tensor:
         return torch.from_numpy(np.repeat(np.array([rng.stream_key(p.seed, stream) for p in parts], dtype=np.int64), per))
 
     q_rows = torch.from_numpy(np.concatenate([np.arange(p.n_q, dtype=np.int64) for p in parts]))
-    latent_terms = torch.add(keys("latent", counts), rows, alpha=rng.signed64(LATENT_DIM * rng.GOLDEN))
-    rope_terms = torch.add(keys("rope", counts), rows, alpha=rng.signed64(ROPE_DIM * rng.GOLDEN))
-    q_terms = torch.add(keys("q", [p.n_q for p in parts]), q_rows, alpha=rng.signed64(q_width * rng.GOLDEN))
     firsts = np.cumsum([0, *counts])
     by_writer = [
         torch.from_numpy(
             np.concatenate([np.arange(firsts[i], firsts[i + 1]) for i, p in enumerate(parts) if p.writer == writer]).astype(np.int64)
         )
-        for writer in _writers(parts)
-        if len(_writers(parts)) > 1
+        for writer in (writers if len(writers) > 1 else [])
     ]
-    return [rows, latent_terms, rope_terms, q_terms, *by_writer]
+    n_q = [p.n_q for p in parts]
+    return [torch.cat(referenced), keys("latent", counts), keys("rope", counts), q_rows, keys("q", n_q), *by_writer]
 
 
 def _writers(parts: tuple[Recipe, ...]) -> list[str]:
@@ -657,24 +654,27 @@ def _writers(parts: tuple[Recipe, ...]) -> list[str]:
 def _pack_records(
     parts: tuple[Recipe, ...],
     counts: list[int],
+    writers: list[str],
     rows: torch.Tensor,
-    latent_terms: torch.Tensor,
-    rope_terms: torch.Tensor,
-    q_terms: torch.Tensor,
+    latent_keys: torch.Tensor,
+    rope_keys: torch.Tensor,
+    q_rows: torch.Tensor,
+    q_keys: torch.Tensor,
     *by_writer: torch.Tensor,
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(records uint8 [U, 656] of every part's referenced rows, in the parts' order; q bf16
     [n_q, H, 576], contiguous) on `device`: what _values and encode_records give each part alone,
     bit for bit (each value is a function of its part's seed, stream and id, and a record of its
-    row alone), built in one buffer of hash words for all the parts (one mix, one normal transform,
-    one rounding), each part's distribution applied in place to its slice, and one encoding per
-    writer. `rows`, the terms and `by_writer` come from _pack_terms, on `device`."""
-    u, n_q, q_width = rows.numel(), q_terms.numel(), parts[0].heads * HEAD_DIM
+    row alone), built in one buffer of hash words for all the parts (rng.keyed_row_words; one mix,
+    one normal transform, one rounding), each part's distribution applied in place to its slice,
+    and one encoding per writer. The tensors after `writers` come from _pack_terms, on `device`."""
+    u, n_q, q_width = rows.numel(), q_rows.numel(), parts[0].heads * HEAD_DIM
     sizes = [u * LATENT_DIM, u * ROPE_DIM, n_q * q_width]
     words = torch.empty(sum(sizes), dtype=torch.int64, device=device)
-    for section, width, terms in zip(words.split(sizes), (LATENT_DIM, ROPE_DIM, q_width), (latent_terms, rope_terms, q_terms), strict=True):
-        torch.add(rng.golden_ramp(width, device).unsqueeze(0), terms.unsqueeze(1), out=section.view(-1, width))
+    sections = zip(words.split(sizes), (latent_keys, rope_keys, q_keys), (rows, rows, q_rows), (LATENT_DIM, ROPE_DIM, q_width), strict=True)
+    for section, keys, ids, width in sections:  # q: ids row * q_width + column, as _values' flat element numbers
+        rng.keyed_row_words(keys, ids, width, out=section.view(-1, width))
     normal = rng.normal_from_hash(rng.mix64(words))
     latent_x, rope_x, q_x = (x.view(-1, w) for x, w in zip(normal.split(sizes), (LATENT_DIM, ROPE_DIM, q_width), strict=True))
     row_first, q_first = np.cumsum([0, *counts]), np.cumsum([0, *(p.n_q for p in parts)])
@@ -687,7 +687,6 @@ def _pack_records(
     rounded = round_f32_to_bf16(normal.to(torch.float32))
     latent_bf, rope_bf, q_bf = rounded.split(sizes)
     latent, rope = latent_bf.view(u, LATENT_DIM).to(torch.float32), rope_bf.view(u, ROPE_DIM)
-    writers = _writers(parts)
     if len(writers) == 1:
         records = encode_records(latent, rope, writers[0], latent_known_finite=True)  # type: ignore[arg-type]  # |latent| <= 65536
     else:

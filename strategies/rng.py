@@ -16,15 +16,14 @@ import torch
 _MASK64 = (1 << 64) - 1
 
 
-def signed64(value: int) -> int:
-    """`value` mod 2^64 as a signed int64 (the bit pattern torch's wrapping int64 arithmetic holds)."""
+def _signed(value: int) -> int:
     value &= _MASK64
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-GOLDEN = signed64(0x9E3779B97F4A7C15)  # the golden-ratio increment of splitmix64's input words
-_MIX1 = signed64(0xBF58476D1CE4E5B9)
-_MIX2 = signed64(0x94D049BB133111EB)
+_GOLDEN = _signed(0x9E3779B97F4A7C15)
+_MIX1 = _signed(0xBF58476D1CE4E5B9)
+_MIX2 = _signed(0x94D049BB133111EB)
 
 
 def _shr(x: torch.Tensor, bits: int) -> torch.Tensor:
@@ -41,23 +40,31 @@ def stream_key(seed: int, stream: str) -> int:
 def hash_input(seed: int, stream: str, ids: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """The splitmix64 input word of each id: id * golden ratio + stream key (int64, wrapping);
     written into `out` (int64, ids' shape) when given."""
-    z = torch.mul(ids.to(torch.int64), GOLDEN, out=out)
+    z = torch.mul(ids.to(torch.int64), _GOLDEN, out=out)
     z += stream_key(seed, stream)
     return z
 
 
 @functools.cache
-def golden_ramp(width: int, device: torch.device) -> torch.Tensor:
+def _golden_ramp(width: int, device: torch.device) -> torch.Tensor:
     """arange(width) * golden ratio (int64, wrapping) on `device`; made once, read only."""
-    return torch.arange(width, dtype=torch.int64, device=device) * GOLDEN
+    return torch.arange(width, dtype=torch.int64, device=device) * _GOLDEN
 
 
 def row_words(seed: int, stream: str, rows: torch.Tensor, width: int, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """hash_input of the ids rows[:, None] * width + arange(width), int64 [len(rows), width]
     (into `out` when given), as (arange * golden + key) + rows * (width * golden): the same words
     by wrapping arithmetic, in two device ops."""
-    ramp = golden_ramp(width, rows.device) + stream_key(seed, stream)
-    return torch.add(ramp, rows.to(torch.int64).unsqueeze(1), alpha=signed64(width * GOLDEN), out=out)
+    ramp = _golden_ramp(width, rows.device) + stream_key(seed, stream)
+    return torch.add(ramp, rows.to(torch.int64).unsqueeze(1), alpha=_signed(width * _GOLDEN), out=out)
+
+
+def keyed_row_words(keys: torch.Tensor, rows: torch.Tensor, width: int, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """row_words with a stream key per row: keys int64 [len(rows)] (stream_key of each row's seed
+    and stream), so the rows of several recipes get their words in one call (the same words as
+    row_words of each recipe's rows, by wrapping arithmetic); two device ops."""
+    terms = torch.add(keys, rows.to(torch.int64), alpha=_signed(width * _GOLDEN))
+    return torch.add(_golden_ramp(width, rows.device).unsqueeze(0), terms.unsqueeze(1), out=out)
 
 
 def mix64(z: torch.Tensor) -> torch.Tensor:

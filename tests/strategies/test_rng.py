@@ -22,6 +22,16 @@ def test_row_words_are_the_hash_inputs_of_the_row_ids() -> None:
         assert torch.equal(out, rng.hash_input(9, "rope", ids))
 
 
+def test_keyed_row_words_are_each_recipes_row_words() -> None:
+    seeds = (9, 10, 9, 2**31)
+    keys = torch.tensor([rng.stream_key(seed, "latent") for seed in seeds] + [rng.stream_key(11, "latent")] * 3)
+    for width in (1, 64, 576 * 3):
+        out = torch.empty(ROWS.numel(), width, dtype=torch.int64)
+        assert rng.keyed_row_words(keys, ROWS, width, out=out) is out
+        for i, seed in enumerate((*seeds, 11, 11, 11)):
+            assert torch.equal(out[i], rng.row_words(seed, "latent", ROWS[i : i + 1], width)[0])
+
+
 def test_mixed_words_of_several_streams_are_each_streams_hashes() -> None:
     ids = torch.arange(1000, dtype=torch.int64) * 977
     words = torch.cat((rng.hash_input(3, "a", ids), rng.hash_input(3, "b", ids[:10])))

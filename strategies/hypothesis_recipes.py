@@ -62,7 +62,7 @@ def _row_lengths(max_row: int, n_q: int) -> st.SearchStrategy[list[int]]:
 
 @functools.cache
 def _query_rows(max_n_q: int) -> st.SearchStrategy[int]:
-    return st.one_of(st.integers(1, 4), st.integers(1, max_n_q))
+    return st.one_of(st.integers(1, min(4, max_n_q)), st.integers(1, max_n_q))
 
 
 @functools.cache
@@ -238,19 +238,23 @@ def packs(
     max_parts: int = PACK_PARTS,
     max_n_q: int = 256,
     max_total_keys: int = 16384,
+    part_n_q: int | None = None,
+    part_keys: int | None = None,
     heads: tuple[int, ...] | None = None,
     max_heads: int = 16,
     **recipe_options: Any,
 ) -> Recipe:
     """One kernel call packing 1 to `max_parts` recipes (strategies.recipe, "Packs"): what the
-    parts share (PackCall) is drawn once, then the parts, each drawn by `recipes` with `call=`,
-    `recipe_options` and a `max_parts`-th of the call's limits (at most max(4, max_n_q //
-    max_parts) query rows and max(256, max_total_keys // max_parts) keys each: packs are made of
-    small recipes; large ones are drawn alone, where a call's fixed cost matters less); parts are
-    taken while the call stays within `max_n_q` query rows and `max_total_keys` keys (the first
-    always), so a packed call is never larger than a call the property draws alone. One part
-    is returned as it is (a recipe of its own, packable); two or more as their pack. Shrinks
-    toward one part, then as that part shrinks."""
+    parts share (PackCall) is drawn once, then the number of parts (uniform over 1..max_parts as
+    Hypothesis draws a bounded integer), then each part, drawn by `recipes` with `call=`,
+    `recipe_options` and at most `part_n_q` query rows and `part_keys` keys (default: a
+    `max_parts`-th of the call's limits, at least 4 rows and 256 keys: packs are made of small
+    recipes, large ones are drawn alone, where a call's fixed cost matters less; a property whose
+    point is a long row gives its own part limits). Parts are taken while the call stays within
+    `max_n_q` query rows and `max_total_keys` keys (the first always), so a packed call is never
+    larger than those limits. One part is returned as it is (a recipe of its own, packable); two
+    or more as their pack. Shrinks toward one part (the count toward 1 drops the last parts),
+    then as the parts shrink."""
     if max_parts < 1:
         raise ValueError(f"packs needs max_parts >= 1, got {max_parts}")
     call = PackCall(
@@ -259,16 +263,23 @@ def packs(
         has_invalid=draw(_BOOLEANS, label="has_invalid"),
         return_lse=draw(_BOOLEANS, label="return_lse"),
     )
-    part_rows, part_keys = max(4, max_n_q // max_parts), max(256, max_total_keys // max_parts)
-    part = recipes(max_n_q=min(max_n_q, part_rows), max_total_keys=min(max_total_keys, part_keys), call=call, **recipe_options)
-    drawn = draw(st.lists(part, min_size=1, max_size=max_parts), label="parts")
-    taken = [drawn[0]]
-    rows, keys = drawn[0].n_q, drawn[0].total_keys
-    for recipe in drawn[1:]:
+    rows_each = part_n_q if part_n_q is not None else max(4, max_n_q // max_parts)
+    keys_each = part_keys if part_keys is not None else max(256, max_total_keys // max_parts)
+    part = recipes(max_n_q=min(max_n_q, rows_each), max_total_keys=min(max_total_keys, keys_each), call=call, **recipe_options)
+    count = draw(_part_count(max_parts), label="parts")
+    taken = [draw(part, label="part")]
+    rows, keys = taken[0].n_q, taken[0].total_keys
+    for _ in range(count - 1):
+        recipe = draw(part, label="part")
         if rows + recipe.n_q <= max_n_q and keys + recipe.total_keys <= max_total_keys:
             taken.append(recipe)
             rows, keys = rows + recipe.n_q, keys + recipe.total_keys
     return taken[0] if len(taken) == 1 else Recipe.pack(taken)
+
+
+@functools.cache
+def _part_count(max_parts: int) -> st.SearchStrategy[int]:
+    return st.integers(1, max_parts)
 
 
 def recipe_lists(recipe: st.SearchStrategy[Recipe], max_size: int = RECIPES_PER_EXAMPLE) -> st.SearchStrategy[list[Recipe]]:

@@ -54,11 +54,12 @@ copied over another), which for a list repeats its other recipes: a recipe that 
 is not judged again (Campaign.repeats counts them; one recipe per example repeats about 6% of
 its recipes, a list of up to 16 about half).
 
-Packed calls (`pack` > 1, `fuzz --pack N`): the differential property draws, each half of the
-time, a recipe alone (as without packing: every shape, layout and option it draws) or a packed
-call (strategies.hypothesis_recipes.packs: 1 to N recipes whose rows go into one kernel call,
-sharing heads, softmax scale, has_invalid and return_lse, never larger in query rows or keys
-than a call the property draws alone). One call and one judgement then cover several recipes,
+Packed calls (`pack` > 1, `fuzz --pack N`): the differential and long_rows properties draw, each
+half of the time, a recipe alone (as without packing: every shape, layout and option they draw)
+or a packed call (strategies.hypothesis_recipes.packs: a count of 1 to N recipes, uniform, whose
+rows go into one kernel call, sharing heads, softmax scale, has_invalid and return_lse, never
+larger in query rows or keys than a call the differential property draws alone; long_rows'
+parts are its own recipes, rows as long as alone). One call and one judgement then cover several recipes,
 which is where a GPU campaign's time goes (launches around a small call). A failing pack's
 parts are judged alone and the first that fails alone is the failure (conformance.judging.batch.
 differential_pack); a pack whose parts all pass alone is saved as the pack (it replays as the
@@ -259,9 +260,9 @@ def _fuzz_parameters(target: Any, properties: list[str], chunk: int = 99) -> dic
 
 def _fuzz_strategies(target: Any, properties: list[str], chunk: int = 99, pack: int = 1) -> dict[str, Any]:
     """The properties' recipe strategies, sized for chunk number `chunk` (see _fuzz_parameters);
-    `pack` > 1: the differential property draws a recipe alone or a packed call of 1 to `pack`
-    recipes (strategies.hypothesis_recipes.packs), each half of the time (module docstring,
-    "Packed calls")."""
+    `pack` > 1: the differential and long_rows properties draw a recipe alone or a packed call
+    of 1 to `pack` recipes (strategies.hypothesis_recipes.packs), each half of the time (module
+    docstring, "Packed calls")."""
     from hypothesis import strategies as st
 
     from strategies.hypothesis_recipes import packs, recipes, violating_recipes
@@ -269,9 +270,16 @@ def _fuzz_strategies(target: Any, properties: list[str], chunk: int = 99, pack: 
     made = {"recipes": recipes, "violating_recipes": violating_recipes}
     parameters = _fuzz_parameters(target, properties, chunk)
     drawn = {name: made[kind](**kwargs) for name, (kind, kwargs) in parameters.items()}
-    if pack > 1 and "differential" in drawn:
-        options = {k: v for k, v in parameters["differential"][1].items() if k != "allow_out"}
-        drawn["differential"] = st.one_of(drawn["differential"], packs(max_parts=pack, **options))
+    if pack > 1:
+        general = _fuzz_parameters(target, ["differential"], chunk)["differential"][1]
+        call_limits = {"max_n_q": general["max_n_q"], "max_total_keys": general["max_total_keys"]}
+        for prop in ("differential", "long_rows"):
+            if prop not in drawn:
+                continue
+            options = {k: v for k, v in parameters[prop][1].items() if k != "allow_out"}
+            if prop == "long_rows":  # parts as long as the property's own recipes, in a call as large as a differential one
+                options = {**options, **call_limits, "part_n_q": options["max_n_q"], "part_keys": options["max_total_keys"]}
+            drawn[prop] = st.one_of(drawn[prop], packs(max_parts=pack, **options))
     return drawn
 
 

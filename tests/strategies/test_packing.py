@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, find, given, settings
 
 from conformance.judging.harness import call_kernel
 from conformance.records.corpus import recipe_hash
@@ -129,6 +129,25 @@ def test_drawn_packs_keep_their_parts_rows_and_limits(recipe: Recipe) -> None:
         assert Recipe.from_json(recipe.to_json()) == recipe
         _tensors_match_parts(recipe)
         _rows_match_parts(recipe)
+
+
+@settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(packs(max_parts=3, max_n_q=12, max_total_keys=900, part_n_q=2, part_keys=400, max_row=400, max_heads=2))
+def test_drawn_packs_keep_the_part_limits_they_are_given(recipe: Recipe) -> None:
+    assert recipe.n_q <= 12 and recipe.total_keys <= 900
+    for part in recipe.parts or (recipe,):
+        assert part.n_q <= 2 and part.total_keys <= 400
+
+
+def test_a_pack_draws_as_many_parts_as_it_may_and_shrinks_them_away() -> None:
+    full = find(
+        packs(max_parts=6, max_n_q=64, max_total_keys=4096, max_heads=2),
+        lambda r: len(r.parts) == 6,
+        settings=settings(database=None, max_examples=200, suppress_health_check=list(HealthCheck)),
+    )
+    assert len(full.parts) == 6 and all(part.n_q == 1 for part in full.parts)  # each part shrunk to its simplest
+    two = find(packs(max_parts=6, max_n_q=64, max_total_keys=4096, max_heads=2), lambda r: len(r.parts) >= 2)
+    assert len(two.parts) == 2  # the count shrinks toward one part
 
 
 def test_a_recipe_of_its_own_keeps_its_json_and_hash() -> None:

@@ -1,6 +1,6 @@
 """Packed calls in the fuzz campaign (conformance.campaign.fuzz, pack > 1;
 conformance.judging.batch.differential_pack): a passing pack counts its parts not counted before
-(the others are repeats); a failing pack
+(the others are repeats); long_rows packs its own recipes; a failing pack
 whose part fails alone is charged to that part, which replays alone; a bug that shows only in the
 packed call is charged to the pack, which replays as the same call; `fuzz --pack` is refused with
 --recipes-per-example."""
@@ -40,6 +40,18 @@ def test_a_passing_pack_counts_its_new_parts(tmp_path: Path) -> None:
     assert state.examples["differential"] == state.outcomes["differential"]["pass"] == len(set(held))  # each recipe counted once
     assert state.examples["differential"] + state.repeats == sum(parts) == len(held)  # a part drawn again: a repeat
     assert not state.failures
+
+
+def test_long_rows_packs_its_own_recipes(tmp_path: Path) -> None:
+    _, state = run("emulated", chunks=2, examples=16, properties=["long_rows"], pack=4)
+    calls = [r["recipe"] for r in records(tmp_path) if r.get("mode") == "exact-steps"]
+    packed = [r for r in calls if r.get("parts")]
+    assert packed, "no packed long_rows call drawn"
+    assert any("parts" not in r for r in calls), "no long_rows recipe alone drawn"
+    for recipe in packed:
+        assert 2 <= len(recipe["parts"]) <= 4
+        assert all(part["n_q"] <= 4 for part in recipe["parts"])  # long_rows' recipes: at most 4 rows each
+    assert state.examples["long_rows"] == state.outcomes["long_rows"]["pass"] and not state.failures
 
 
 def _part(seed: int, rows: tuple[int, ...]) -> Recipe:

@@ -128,15 +128,17 @@ def _median(values: list[float]) -> float | None:
 
 
 def summarise(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Per variant: mutants, killed, survivors (names), median examples and seconds to a kill (over
-    the killed ones)."""
+    """Per variant: mutants, killed, survivors and errors (names: a campaign that ran without a
+    failure; a process that wrote no summary, neither killed nor survived), median examples and
+    seconds to a kill (over the killed ones)."""
     out = {}
     for variant, by_mutant in results.items():
         killed = [r for r in by_mutant.values() if r["killed"]]
         out[variant] = {
             "mutants": len(by_mutant),
             "killed": len(killed),
-            "survivors": [name for name, r in by_mutant.items() if not r["killed"]],
+            "survivors": [name for name, r in by_mutant.items() if not r["killed"] and not r["error"]],
+            "errors": [name for name, r in by_mutant.items() if r["error"]],
             "median_examples": _median([r["examples"] for r in killed]),
             "median_seconds": _median([r["seconds"] for r in killed]),
         }
@@ -166,7 +168,8 @@ def table(results: dict[str, dict[str, dict[str, Any]]], summary: dict[str, dict
         med_ex = "-" if s["median_examples"] is None else f"{s['median_examples']:g}"
         med_s = "-" if s["median_seconds"] is None else f"{s['median_seconds']:.1f}"
         survivors = f"; survived: {', '.join(s['survivors'])}" if s["survivors"] else ""
-        lines.append(f"{variant}: killed {s['killed']}/{s['mutants']}; median to a kill {med_ex} examples, {med_s} s{survivors}")
+        errors = f"; no summary: {', '.join(s['errors'])}" if s["errors"] else ""
+        lines.append(f"{variant}: killed {s['killed']}/{s['mutants']}; median to a kill {med_ex} examples, {med_s} s{survivors}{errors}")
     return "\n".join(lines)
 
 

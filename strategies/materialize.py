@@ -477,6 +477,41 @@ def _indexed(recipe: Recipe) -> _Indexed:
     return _Indexed(indptr, pair_positions, entries, consumed, referenced, written, poison_rows, small)
 
 
+class _IndexedCache:
+    """The index sides (_indexed) of the parts packed lately, least recently used first, at most
+    `max_bytes` of tensors in all. A campaign's packs repeat many parts (Hypothesis builds most
+    examples by copying spans of earlier ones), and a part's index side is a function of the
+    part alone, built on the host part by part; its tensors are only read (materialize_pack
+    copies what it returns)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self._sides: dict[Recipe, tuple[_Indexed, int]] = {}
+
+    def get(self, part: Recipe) -> _Indexed:
+        """_indexed(part), from the cache when it holds it."""
+        held = self._sides.pop(part, None)
+        if held is not None:
+            self.hits += 1
+            self._sides[part] = held  # most recently used last
+            return held[0]
+        self.misses += 1
+        side = _indexed(part)
+        size = sum(t.numel() * t.element_size() for t in vars(side).values() if isinstance(t, torch.Tensor))
+        if size <= self.max_bytes:
+            while self._sides and self.bytes + size > self.max_bytes:
+                self.bytes -= self._sides.pop(next(iter(self._sides)))[1]
+            self._sides[part] = (side, size)
+            self.bytes += size
+        return side
+
+
+PACKED_SIDES = _IndexedCache(max_bytes=64 * 2**20)  # materialize_pack's parts' index sides
+
+
 def materialize(recipe: Recipe, device: torch.device | str = "cpu") -> Problem:
     """Build the problem of `recipe` on `device` (see the module docstring). The recipe's memory
     estimate is checked first (check_memory): RecipeTooLarge before anything is allocated. A pack
@@ -556,14 +591,15 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
     alone, so a kernel that computes each row on its own gives every row the bits it gives it
     alone. The parts are built together (_pack_records: one pass over every part's rows) unless a
     part's data is "exact" or its writer is an engine's; then each part is materialised alone and
-    its tensors copied into the pack's: the same bytes either way."""
+    its tensors copied into the pack's: the same bytes either way. A part's index side comes from
+    PACKED_SIDES when an earlier pack held the same part."""
     if not recipe.parts:
         raise RecipeError("materialize_pack needs a pack (a recipe with parts)")
     device = torch.device(device)
     check_memory(recipe, device)
     parts = recipe.parts
     together = all(p.writer not in ENGINE_WRITERS and "exact" not in (p.latent, p.rope, p.q) for p in parts)
-    sides = [_indexed(part) for part in parts] if together else None
+    sides = [PACKED_SIDES.get(part) for part in parts] if together else None
     problems = None if together else [materialize(part, device) for part in parts]
     row_offsets = np.cumsum([0, *(part.cache_rows for part in parts)])
     referenced = [s.referenced for s in sides] if sides else [p.referenced_rows for p in problems or []]

@@ -78,6 +78,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from conformance.durability.device_fault import describe as describe_fault
+from conformance.durability.device_fault import fault_in
 from conformance.durability.state import call_timeout_s, kernel_pending_dir
 from conformance.durability.watchdog import KernelHung
 from conformance.judging.progress import StatusLine
@@ -195,6 +197,13 @@ class Campaign:
 RECIPES_PER_EXAMPLE = 1  # `fuzz --recipes-per-example`'s default: one recipe per example (module docstring)
 PACK = 1  # `fuzz --pack`'s default: the most recipes of one packed call (1: no packed calls; module docstring)
 HUNG_GRACE_S = 5.0  # seconds a call may run past the budget before it counts as hung
+
+
+class _ContextLost(BaseException):
+    """Raised in a chunk's test body after a device fault in a kernel call
+    (conformance.durability.device_fault): the process's GPU context is broken, so neither
+    Hypothesis's shrinking nor any later example can run; a BaseException, so Hypothesis stops at
+    once and the campaign saves what it found and ends."""
 
 
 class _OutOfTime(BaseException):
@@ -331,6 +340,7 @@ def campaign(
     from conformance.judging.finding import finding_of
     from conformance.judging.hypothesis_profiles import PROFILES
     from conformance.records.corpus import save_entry
+    from conformance.records.crashes import crash_finding
     from conformance.records.replay import failure_signature
     from strategies.hypothesis_recipes import recipe_lists
 
@@ -361,6 +371,19 @@ def campaign(
     state.started, state.cpu_started = time.monotonic(), time.process_time()
     deadline = state.started + budget_s
     stop_at = [deadline]
+
+    def _last_failure(err: BaseException, prop: str, recipe: Any, message: str, finding: Any, stopped: str) -> None:
+        """A failure after which the campaign stops (a hang, a device fault): counted, kept for
+        saving after the chunk, not shrunk."""
+        recipe = _failed_recipe(err, recipe)
+        state.examples[prop] += 1
+        state.outcomes[prop]["fail"] += 1
+        coverage.add(recipe)
+        last = Failure(prop, recipe, message, failure_signature(message), time.monotonic(), sum(state.examples.values()))
+        last.finding = finding.to_json_dict()
+        chunk_failures[failure_signature(message)] = last
+        if stopped:
+            state.stopped = stopped
 
     def body(data: Any) -> None:
         prop = data.draw(st.sampled_from(properties), label="property")
@@ -422,17 +445,17 @@ def campaign(
             raise  # a rejection (the backend does not take the call): not an example
         except KernelHung as err:
             # not shrunk (every candidate could hang for the whole limit): saved as found, campaign over
-            recipe = _failed_recipe(err, recipe)
-            state.examples[prop] += 1
-            state.outcomes[prop]["fail"] += 1
-            coverage.add(recipe)
-            message = str(err)
-            hung_failure = Failure(prop, recipe, message, failure_signature(message), time.monotonic(), sum(state.examples.values()))
-            hung_failure.finding = finding_of(err).to_json_dict()
-            chunk_failures[failure_signature(message)] = hung_failure
-            state.stopped = f"a kernel call hung ({message}); the campaign stops"
+            _last_failure(err, prop, recipe, str(err), finding_of(err), f"a kernel call hung ({err}); the campaign stops")
             raise
         except Exception as err:
+            faulted = fault_in(err)
+            if faulted is not None:
+                # the process's GPU context is broken (every later call fails): saved as found, not shrunk, campaign over
+                fault = describe_fault(faulted)
+                crash = crash_finding(f"device fault: {fault}", hung=False)
+                _last_failure(err, prop, recipe, crash.headline, crash, "")
+                state.stopped = f"a kernel call broke the GPU context ({fault}); the campaign stops"
+                raise _ContextLost(fault) from err
             recipe = _failed_recipe(err, recipe)
             state.examples[prop] += 1
             state.outcomes[prop]["fail"] += 1
@@ -491,7 +514,7 @@ def campaign(
             test()
         except _OutOfTime:
             pass
-        except KernelHung:
+        except (KernelHung, _ContextLost):
             hung = True
         except Exception as err:  # noqa: BLE001 - the failures were tracked in the body; anything else is reported
             if not chunk_failures:

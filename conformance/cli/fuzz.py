@@ -18,7 +18,9 @@ A failure is shrunk by Hypothesis, for at most --shrink-seconds after it was fou
 may overrun its budget by that much), then saved to the kernel's pending folder,
 .conformance/pending/<kernel>/ of the working folder (content-hash names: the same failure is
 stored once; CONFORMANCE_PENDING_DIR moves the pending folder). An example failing the same way
-as a failure already saved counts, but is not shrunk again. After --max-failures distinct
+as a failure already saved counts, but is not shrunk again. A call that hangs, or that breaks the
+process's GPU context (a device-side assert, an illegal memory access: a crash), is saved as found,
+not shrunk, and ends the campaign. After --max-failures distinct
 failures the campaign stops, and after --max-chunks chunks even with budget left: a campaign
 bounded by its examples (the sum of those chunks' examples: --chunk-examples x N, else 25 + 50 +
 ... as above).

@@ -31,6 +31,19 @@ def is_device_fault(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and bool(_DRIVER_MESSAGE.search(str(err)))
 
 
+def fault_in(err: BaseException | None) -> BaseException | None:
+    """The device fault `err` is or was raised from (its chain of causes and contexts, as a
+    traceback shows it: a judging step may wrap the kernel's exception in its finding), None when
+    there is none."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if is_device_fault(err):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ if err.__cause__ is not None else (None if err.__suppress_context__ else err.__context__)
+    return None
+
+
 def describe(err: BaseException) -> str:
     """The fault's first line (300 characters at most)."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]

@@ -51,20 +51,21 @@ def test_a_summary_becomes_a_kill_or_a_survivor(tmp_path: Path, monkeypatch: pyt
     assert not lost["killed"] and "no fuzz summary" in lost["error"]
 
 
-def test_medians_count_kills_only_and_the_table_names_survivors() -> None:
+def test_medians_count_kills_only_and_the_table_names_survivors_and_errors() -> None:
     def kill(examples: int, seconds: float) -> dict[str, Any]:
         return {"killed": True, "property": "differential", "examples": examples, "seconds": seconds, "examples_run": examples, "error": ""}
 
     survivor = {"killed": False, "property": None, "examples": None, "seconds": None, "examples_run": 900, "error": ""}
+    lost = {**survivor, "examples_run": 0, "error": "no fuzz summary (see d.txt)"}
     results = {
-        "plain": {"a": kill(4, 1.0), "b": kill(10, 3.0), "c": survivor},
-        "pack": {"a": kill(2, 1.5), "b": kill(6, 2.0), "c": kill(30, 9.0)},
+        "plain": {"a": kill(4, 1.0), "b": kill(10, 3.0), "c": survivor, "d": lost},
+        "pack": {"a": kill(2, 1.5), "b": kill(6, 2.0), "c": kill(30, 9.0), "d": kill(8, 1.0)},
     }
     summary = fuzz_kills.summarise(results)
-    assert summary["plain"] == {"mutants": 3, "killed": 2, "survivors": ["c"], "median_examples": 7.0, "median_seconds": 2.0}
-    assert summary["pack"]["killed"] == 3 and summary["pack"]["median_examples"] == 6 and summary["pack"]["survivors"] == []
+    assert summary["plain"] == {"mutants": 4, "killed": 2, "survivors": ["c"], "errors": ["d"], "median_examples": 7.0, "median_seconds": 2}
+    assert summary["pack"]["killed"] == 4 and summary["pack"]["median_examples"] == 7 and summary["pack"]["survivors"] == []
     text = fuzz_kills.table(results, summary)
-    assert "survived (900 ex)" in text and "plain: killed 2/3; median to a kill 7 examples, 2.0 s; survived: c" in text
+    assert "survived (900 ex)" in text and "plain: killed 2/4; median to a kill 7 examples, 2.0 s; survived: c; no summary: d" in text
     markdown = fuzz_kills.table(results, summary, markdown=True)
     assert markdown.splitlines()[0] == "| mutant | plain | pack |"
 

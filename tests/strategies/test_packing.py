@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, find, given, settings
 from conformance.judging.harness import call_kernel
 from conformance.records.corpus import recipe_hash
 from kernel.registry import resolve
+from strategies import materialize as materialize_module
 from strategies.hypothesis_recipes import packs
 from strategies.materialize import materialize
 from strategies.recipe import Recipe, RecipeError, memory_estimate
@@ -148,6 +149,28 @@ def test_a_pack_draws_as_many_parts_as_it_may_and_shrinks_them_away() -> None:
     assert len(full.parts) == 6 and all(part.n_q == 1 for part in full.parts)  # each part shrunk to its simplest
     two = find(packs(max_parts=6, max_n_q=64, max_total_keys=4096, max_heads=2), lambda r: len(r.parts) >= 2)
     assert len(two.parts) == 2  # the count shrinks toward one part
+
+
+def test_a_part_packed_again_reuses_its_index_side_and_gets_the_same_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = materialize_module._IndexedCache(max_bytes=1 << 30)
+    monkeypatch.setattr(materialize_module, "PACKED_SIDES", cache)
+    first = materialize(Recipe.pack(PARTS))
+    assert (cache.hits, cache.misses) == (0, len(PARTS))
+    again = materialize(Recipe.pack((PARTS[2], PARTS[0])))  # two parts of the first pack, in another order
+    assert (cache.hits, cache.misses) == (2, len(PARTS))
+    _tensors_match_parts(Recipe.pack((PARTS[2], PARTS[0])))  # each part's bytes as alone, from the cache too
+    assert torch.equal(materialize(Recipe.pack(PARTS)).kv_cache, first.kv_cache) and again.q.shape[0] == PARTS[2].n_q + PARTS[0].n_q
+
+
+def test_the_index_side_cache_keeps_to_its_bytes() -> None:
+    one = materialize_module._indexed(PARTS[0])
+    size = sum(t.numel() * t.element_size() for t in vars(one).values() if isinstance(t, torch.Tensor))
+    cache = materialize_module._IndexedCache(max_bytes=size + 1)
+    for part in (*PARTS, PARTS[0]):
+        cache.get(part)
+        assert cache.bytes <= size + 1
+    assert cache.misses == len(PARTS) + 1  # PARTS[0] was evicted by the later parts
+    assert materialize_module._IndexedCache(max_bytes=0).get(PARTS[1]).entries.numel() > 0  # too large to keep: still built
 
 
 def test_a_recipe_of_its_own_keeps_its_json_and_hash() -> None:

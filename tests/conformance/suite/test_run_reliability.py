@@ -270,3 +270,21 @@ def test_fuzz_keeps_its_budget_against_a_hanging_kernel(tmp_path: Path) -> None:
     assert len(entries) == 1 and "hang: a kernel call did not return" in entries[0]["provenance"]["caught"], output
     limit = re.search(r"no return within ([0-9.]+) s", entries[0]["provenance"]["caught"])
     assert limit and float(limit.group(1)) < float(env_timeout), entries[0]["provenance"]["caught"]  # the budget cut it
+
+
+def test_fuzz_stops_at_a_device_fault_and_saves_it_unshrunk(tmp_path: Path) -> None:
+    """A device fault breaks the process's GPU context: the campaign saves the call's recipe as a
+    crash (not shrunk: no later call could run), writes its summary and stops with exit 1."""
+    command = [sys.executable, "-m", "conformance", "fuzz", "--kernel", f"{MODULE}:fake_device_fault_on_long_rows", "--seconds", "60"]
+    command += ["--hypothesis-profile", "ci", "--property", "long_rows"]
+    proc = subprocess.run(command, cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=240, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output
+    assert "broke the GPU context (RuntimeError: CUDA error: device-side assert triggered)" in output, output
+    entries = _entries(tmp_path)
+    assert len(entries) == 1, output
+    caught = entries[0]["provenance"]["caught"]
+    assert "crash: the process running the kernel died" in caught and "device fault: RuntimeError: CUDA error" in caught, caught
+    assert "unshrunk" not in entries[0]["provenance"] and max(entries[0]["recipe"]["row_lengths"]) >= 1024
+    summary = json.loads(next(tmp_path.rglob("fuzz-summary.json")).read_text())
+    assert len(summary["found"]) == 1 and summary["stopped"].startswith("a kernel call broke the GPU context"), summary

@@ -59,7 +59,9 @@ half of the time, a recipe alone (as without packing: every shape, layout and op
 or a packed call (strategies.hypothesis_recipes.packs: a count of 1 to N recipes, uniform, whose
 rows go into one kernel call, sharing heads, softmax scale, has_invalid and return_lse, never
 larger in query rows or keys than a call the differential property draws alone; long_rows'
-parts are its own recipes, rows as long as alone). One call and one judgement then cover several recipes,
+parts are its own recipes, rows as long as alone), from chunk PACK_FROM_CHUNK on (the first
+chunks, 25 + 50 examples, draw recipes alone: the quick kills happen there, as without packing).
+One call and one judgement then cover several recipes,
 which is where a GPU campaign's time goes (launches around a small call). A failing pack's
 parts are judged alone and the first that fails alone is the failure (conformance.judging.batch.
 differential_pack); a pack whose parts all pass alone is saved as the pack (it replays as the
@@ -196,6 +198,10 @@ class Campaign:
 
 RECIPES_PER_EXAMPLE = 1  # `fuzz --recipes-per-example`'s default: one recipe per example (module docstring)
 PACK = 1  # `fuzz --pack`'s default: the most recipes of one packed call (1: no packed calls; module docstring)
+# The first chunk that draws packed calls (`pack` > 1): the chunks before it draw recipes alone, as
+# without packing, which is where the quick kills happen (most of the mutant catalogue dies in
+# the first 25 examples: benchmarks.fuzz_kills); packing raises the examples per second after them.
+PACK_FROM_CHUNK = 2
 HUNG_GRACE_S = 5.0  # seconds a call may run past the budget before it counts as hung
 
 
@@ -498,7 +504,7 @@ def campaign(
         state.chunks = chunk = chunk + 1
         chunk_failures.clear()
         strategies.clear()
-        strategies.update(_fuzz_strategies(target, properties, chunk - 1, pack))
+        strategies.update(_fuzz_strategies(target, properties, chunk - 1, pack if chunk - 1 >= PACK_FROM_CHUNK else 1))
         if recipes_per_example > 1:
             strategies.update({prop: recipe_lists(made, recipes_per_example) for prop, made in strategies.items()})
         stop_at[0] = deadline

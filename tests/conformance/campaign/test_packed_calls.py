@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from conformance.campaign import fuzz
 from conformance.campaign.fuzz import Campaign, ProgressLine, campaign, summary_json
 from conformance.judging.batch import differential_pack
 from conformance.judging.checks import differential
@@ -25,9 +26,24 @@ PACK_KERNEL = "tests.conformance.campaign.pack_kernels:wrong_from_five_rows"
 CALL = {"heads": 2, "softmax_scale": "default", "has_invalid": False, "return_lse": True}
 
 
+PACK_FROM_CHUNK = fuzz.PACK_FROM_CHUNK
+
+
 @pytest.fixture(autouse=True)
 def _state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     isolate(monkeypatch, tmp_path, "tests/conformance/campaign/test_packed_calls.py")
+    monkeypatch.setattr(fuzz, "PACK_FROM_CHUNK", 0)  # packs from the first chunk: the tests below are about packs
+
+
+def test_the_first_chunks_draw_recipes_alone(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(fuzz, "PACK_FROM_CHUNK", PACK_FROM_CHUNK)
+    assert PACK_FROM_CHUNK >= 1
+    run("emulated", chunks=PACK_FROM_CHUNK, examples=12, properties=["differential"], pack=4)
+    early = [r["recipe"] for r in records(tmp_path) if r.get("mode") == "exact-steps"]
+    assert early and not any(r.get("parts") for r in early)
+    run("emulated", chunks=PACK_FROM_CHUNK + 1, examples=12, properties=["differential"], pack=4)
+    calls = [r["recipe"] for r in records(tmp_path) if r.get("mode") == "exact-steps"]
+    assert any(r.get("parts") for r in calls[len(early) :]), "no packed call in the chunk after the first ones"
 
 
 def test_a_passing_pack_counts_its_new_parts(tmp_path: Path) -> None:

@@ -616,9 +616,8 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
     shift = torch.from_numpy(np.concatenate(shifts))
     indices = torch.where(stream >= 0, stream + shift, stream)
     indptr = torch.from_numpy(np.concatenate(([0], np.cumsum(np.asarray(recipe.row_lengths, dtype=np.int64)))))
-    first = [torch.as_tensor(int(row), dtype=torch.int64) for row in row_offsets[:-1]]
-    kv_rows = torch.cat([r + f for r, f in zip(referenced, first, strict=True)])
-    poison_rows = torch.cat([r + f for r, f in zip(poison, first, strict=True)])
+    kv_rows = _shifted(referenced, row_offsets[:-1])
+    poison_rows = _shifted(poison, row_offsets[:-1])
 
     total = int(row_offsets[-1])
     if device.type == "cpu":  # calloc'd: the pages no part writes stay untouched
@@ -637,12 +636,15 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
         indices_here, indptr_here = _to_device([indices, indptr], device)
     else:
         writers = _writers(parts)
-        moved = _to_device([indices, indptr, kv_rows, *_pack_terms(parts, referenced, writers)], device)
-        indices_here, indptr_here, kv_rows_here = moved[:3]
-        records, q = _pack_records(parts, [r.numel() for r in referenced], writers, *moved[3:], device=device)
-        for part, first_row in zip(parts, row_offsets[:-1], strict=True):
-            if part.poison:  # every row of its cache (the referenced ones are overwritten below)
-                kv[int(first_row) : int(first_row) + part.cache_rows] = _poison_on(device).expand(part.cache_rows, RECORD_BYTES)
+        counts = [r.numel() for r in referenced]
+        names, distributions = _distribution_terms(parts, counts)
+        terms = _pack_terms(parts, referenced, writers)
+        moved = _to_device([indices, indptr, kv_rows, poison_rows, *terms, *distributions], device)
+        indices_here, indptr_here, kv_rows_here, poison_here = moved[:4]
+        by_writer = len(terms) - 5
+        records, q = _pack_records(parts, counts, writers, *moved[4:], names=names, by_writer=by_writer, device=device)
+        if poison_here.numel():  # a poisoned part's unreferenced rows (a packable cache is small: the referenced ones get records below)
+            kv[poison_here] = _poison_on(device)
         kv[kv_rows_here] = records
     return Problem(
         recipe=recipe,
@@ -657,6 +659,13 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
         referenced_rows=kv_rows,
         poison_rows=poison_rows,
     )
+
+
+def _shifted(rows: list[torch.Tensor], firsts: np.ndarray) -> torch.Tensor:
+    """The parts' row numbers (CPU int64 tensors) in the pack's cache: each part's shifted by the
+    rows before its cache, concatenated (on the host, in numpy: no torch op per part)."""
+    shifted = [r.numpy() + np.int64(first) for r, first in zip(rows, firsts, strict=True) if r.numel()]
+    return torch.from_numpy(np.concatenate(shifted)) if shifted else torch.zeros(0, dtype=torch.int64)
 
 
 def _pack_terms(parts: tuple[Recipe, ...], referenced: list[torch.Tensor], writers: list[str]) -> list[torch.Tensor]:
@@ -682,6 +691,129 @@ def _pack_terms(parts: tuple[Recipe, ...], referenced: list[torch.Tensor], write
     return [torch.cat(referenced), keys("latent", counts), keys("rope", counts), q_rows, keys("q", n_q), *by_writer]
 
 
+_BLOCK_FACTORS = {"zero_blocks": 0.0, "tiny_blocks": 2.0**-30}  # _latent_in_place's chosen blocks
+_PEAKS = {"max57344": 57344.0, "above_cap": 65536.0}
+_Q_FACTORS = {"large": 64.0, "tiny": 2.0**-40}  # _query_in_place
+_Q_BLOCK_FACTORS = {"zero_blocks": 0.0, "tiny_blocks": 2.0**-120}
+#: the CPU int64 tensors each distribution term of _distribution_terms holds
+_TERM_TENSORS = {"heavy": 2, "outliers": 3, "blocks": 3, "peaks": 4, "large": 1, "rope": 1, "q_scale": 1, "q_blocks": 3}
+
+
+def _f64_bits(values: list[float] | np.ndarray) -> torch.Tensor:
+    """float64 values as int64 bit patterns (moved with the index tensors; .view(float64) after)."""
+    return torch.from_numpy(np.asarray(values, dtype=np.float64).view(np.int64).copy())
+
+
+def _distribution_terms(parts: tuple[Recipe, ...], counts: list[int]) -> tuple[list[str], list[torch.Tensor]]:
+    """What _apply_distributions needs to apply every part's latent, rope and q distribution at
+    once (CPU int64 tensors, for the pack's one host-to-device copy): per distribution present
+    (its name, _TERM_TENSORS), the positions of its parts' rows in the pack's referenced rows (q
+    rows for q's), each row's stream keys (its part's seed) and per-row constants (float64 bits)."""
+    n_q = [p.n_q for p in parts]
+    firsts, q_firsts = np.cumsum([0, *counts]), np.cumsum([0, *n_q])
+    names: list[str] = []
+    terms: list[torch.Tensor] = []
+
+    def members(test: Any) -> list[int]:
+        return [i for i, p in enumerate(parts) if test(p)]
+
+    def positions(chosen: list[int], starts: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.concatenate([np.arange(starts[i], starts[i + 1], dtype=np.int64) for i in chosen]))
+
+    def keys(chosen: list[int], stream: str, sizes: list[int]) -> torch.Tensor:
+        per_part = np.array([rng.stream_key(parts[i].seed, stream) for i in chosen], dtype=np.int64)
+        return torch.from_numpy(np.repeat(per_part, [sizes[i] for i in chosen]))
+
+    def per_row(chosen: list[int], values: list[float], sizes: list[int]) -> torch.Tensor:
+        return _f64_bits(np.repeat(np.asarray(values, dtype=np.float64), [sizes[i] for i in chosen]))
+
+    def add(name: str, chosen: list[int], *tensors: torch.Tensor) -> None:
+        if chosen:
+            names.append(name)
+            terms.extend(tensors)
+
+    for kind in ("heavy", "outliers", "large"):
+        chosen = members(lambda p, kind=kind: p.latent == kind)
+        if chosen and kind == "heavy":
+            add(kind, chosen, positions(chosen, firsts), keys(chosen, "heavy", counts))
+        elif chosen and kind == "outliers":
+            add(kind, chosen, positions(chosen, firsts), keys(chosen, "outlier_at", counts), keys(chosen, "outlier_size", counts))
+        elif chosen:
+            add(kind, chosen, positions(chosen, firsts))
+    chosen = members(lambda p: p.latent in _BLOCK_FACTORS)
+    if chosen:
+        small = [_BLOCK_FACTORS[parts[i].latent] for i in chosen]
+        add("blocks", chosen, positions(chosen, firsts), keys(chosen, "blocks", counts), per_row(chosen, small, counts))
+    chosen = members(lambda p: p.latent in _PEAKS)
+    if chosen:
+        peaks = [_PEAKS[parts[i].latent] for i in chosen]
+        at, sign = keys(chosen, "peak_at", counts), keys(chosen, "peak_sign", counts)
+        add("peaks", chosen, positions(chosen, firsts), at, sign, per_row(chosen, peaks, counts))
+    every = list(range(len(parts)))
+    if any(_ROPE_FACTORS[p.rope] != 1.0 for p in parts):  # x * 1.0 is x: one multiplication for every row
+        add("rope", every, per_row(every, [_ROPE_FACTORS[p.rope] for p in parts], counts))
+    if any(p.q in _Q_FACTORS for p in parts):
+        add("q_scale", every, per_row(every, [_Q_FACTORS.get(p.q, 1.0) for p in parts], n_q))
+    chosen = members(lambda p: p.q in _Q_BLOCK_FACTORS)
+    if chosen:
+        small = [_Q_BLOCK_FACTORS[parts[i].q] for i in chosen]
+        add("q_blocks", chosen, positions(chosen, q_firsts), keys(chosen, "q_blocks", n_q), per_row(chosen, small, n_q))
+    return names, terms
+
+
+def _apply_distributions(
+    names: list[str],
+    terms: list[torch.Tensor],
+    rows: torch.Tensor,
+    q_rows: torch.Tensor,
+    latent: torch.Tensor,
+    rope: torch.Tensor,
+    q: torch.Tensor,
+) -> None:
+    """Every part's distributions (_distribution_terms' `names` and `terms`, on the device) applied
+    in place to the pack's normal values: latent f64 [U, 512] and rope [U, 64] of the referenced
+    `rows` (each its part's own row number), q [n_q, H, 576] (q_rows: each row's number within its
+    part). The same operations on the same values as _latent_in_place, the rope factor and
+    _query_in_place part by part, each on all the rows of its kind at once: the same bits."""
+    at = iter(terms)
+    heads = q.shape[1]
+    for name in names:
+        tensors = [next(at) for _ in range(_TERM_TENSORS[name])]
+        if name in ("rope", "q_scale"):
+            target = rope if name == "rope" else q.view(q.shape[0], -1)
+            target.mul_(tensors[0].view(torch.float64).unsqueeze(1))  # 0.0 keeps the values' signs: signed zeros
+            continue
+        pos = tensors[0]
+        if name == "q_blocks":
+            keys, small = tensors[1], tensors[2].view(torch.float64)
+            chosen = rng.keyed_uniform(keys.unsqueeze(1), _row_ids(q_rows.index_select(0, pos), heads * 4)) < 0.3
+            factor = torch.where(chosen, small.unsqueeze(1), 1.0).view(-1, heads, 4, 1)
+            xs = q.index_select(0, pos)
+            xs[..., :LATENT_DIM].view(-1, heads, 4, 128).mul_(factor)
+            q.index_copy_(0, pos, xs)
+            continue
+        ids = rows.index_select(0, pos)
+        xs = latent.index_select(0, pos)
+        if name == "heavy":
+            xs.div_(torch.sqrt(rng.keyed_uniform(tensors[1].unsqueeze(1), _row_ids(ids, LATENT_DIM)) + 2.0**-10))
+        elif name == "outliers":
+            block_ids = _row_ids(ids, 4)
+            where = rng.keyed_integers(tensors[1].unsqueeze(1), block_ids, 128)
+            boost = 64 + 448 * rng.keyed_uniform(tensors[2].unsqueeze(1), block_ids)
+            blocks, at_block = xs.view(-1, 4, 128), where.unsqueeze(-1)
+            blocks.scatter_(2, at_block, (torch.gather(blocks, 2, at_block).sign() + 0.5).sign() * boost.unsqueeze(-1))
+        elif name == "blocks":
+            chosen = rng.keyed_uniform(tensors[1].unsqueeze(1), _row_ids(ids, 4)) < 0.3
+            xs.view(-1, 4, 128).mul_(torch.where(chosen, tensors[2].view(torch.float64).unsqueeze(1), 1.0).unsqueeze(-1))
+        elif name == "peaks":
+            where = rng.keyed_integers(tensors[1], ids, LATENT_DIM)
+            sign = torch.where(rng.keyed_uniform(tensors[2], ids) < 0.5, -1.0, 1.0).to(torch.float64)
+            xs.scatter_(1, where.unsqueeze(1), (sign * tensors[3].view(torch.float64)).unsqueeze(1))
+        elif name == "large":
+            xs.mul_(1000.0)
+        latent.index_copy_(0, pos, xs)
+
+
 def _writers(parts: tuple[Recipe, ...]) -> list[str]:
     """The parts' writers, each once, in the order of the parts."""
     return list(dict.fromkeys(p.writer for p in parts))
@@ -696,7 +828,9 @@ def _pack_records(
     rope_keys: torch.Tensor,
     q_rows: torch.Tensor,
     q_keys: torch.Tensor,
-    *by_writer: torch.Tensor,
+    *terms: torch.Tensor,
+    names: list[str],
+    by_writer: int,
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(records uint8 [U, 656] of every part's referenced rows, in the parts' order; q bf16
@@ -704,7 +838,10 @@ def _pack_records(
     bit for bit (each value is a function of its part's seed, stream and id, and a record of its
     row alone), built in one buffer of hash words for all the parts (rng.keyed_row_words; one mix,
     one normal transform, one rounding), each part's distribution applied in place to its slice,
-    and one encoding per writer. The tensors after `writers` come from _pack_terms, on `device`."""
+    and one encoding per writer. The tensors after `writers` come from _pack_terms, on `device`:
+    the rows and keys, then `by_writer` tensors of rows per writer, then the distributions' terms
+    (_distribution_terms, `names`)."""
+    by_writer_rows, terms = terms[:by_writer], terms[by_writer:]
     u, n_q, q_width = rows.numel(), q_rows.numel(), parts[0].heads * HEAD_DIM
     sizes = [u * LATENT_DIM, u * ROPE_DIM, n_q * q_width]
     words = torch.empty(sum(sizes), dtype=torch.int64, device=device)
@@ -713,13 +850,7 @@ def _pack_records(
         rng.keyed_row_words(keys, ids, width, out=section.view(-1, width))
     normal = rng.normal_from_hash(rng.mix64(words))
     latent_x, rope_x, q_x = (x.view(-1, w) for x, w in zip(normal.split(sizes), (LATENT_DIM, ROPE_DIM, q_width), strict=True))
-    row_first, q_first = np.cumsum([0, *counts]), np.cumsum([0, *(p.n_q for p in parts)])
-    for i, part in enumerate(parts):
-        kv_slice, q_slice = slice(int(row_first[i]), int(row_first[i + 1])), slice(int(q_first[i]), int(q_first[i + 1]))
-        _latent_in_place(part, latent_x[kv_slice], rows[kv_slice])
-        if _ROPE_FACTORS[part.rope] != 1.0:
-            rope_x[kv_slice].mul_(_ROPE_FACTORS[part.rope])  # 0.0 keeps the values' signs: signed zeros
-        _query_in_place(part, q_x[q_slice].view(part.n_q, part.heads, HEAD_DIM))
+    _apply_distributions(names, list(terms), rows, q_rows, latent_x, rope_x, q_x.view(n_q, parts[0].heads, HEAD_DIM))
     rounded = round_f32_to_bf16(normal.to(torch.float32))
     latent_bf, rope_bf, q_bf = rounded.split(sizes)
     latent, rope = latent_bf.view(u, LATENT_DIM).to(torch.float32), rope_bf.view(u, ROPE_DIM)
@@ -727,6 +858,6 @@ def _pack_records(
         records = encode_records(latent, rope, writers[0], latent_known_finite=True)  # type: ignore[arg-type]  # |latent| <= 65536
     else:
         records = torch.empty((u, RECORD_BYTES), dtype=torch.uint8, device=device)
-        for writer, at in zip(writers, by_writer, strict=True):
+        for writer, at in zip(writers, by_writer_rows, strict=True):
             records[at] = encode_records(latent[at], rope[at], writer, latent_known_finite=True)  # type: ignore[arg-type]
     return records, q_bf.view(n_q, parts[0].heads, HEAD_DIM).clone()

@@ -86,6 +86,25 @@ def hash64(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:
     return mix64(hash_input(seed, stream, ids))
 
 
+def keyed_hash64(keys: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """hash64 with a stream key per element: keys int64, broadcastable to ids (stream_key of each
+    element's seed and stream), so the elements of several recipes' streams are hashed in one
+    call; the same bits as hash64 of each element's own seed and stream (wrapping arithmetic)."""
+    z = ids.to(torch.int64) * _GOLDEN
+    z += keys
+    return mix64(z)
+
+
+def keyed_uniform(keys: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """uniform with a stream key per element (keyed_hash64)."""
+    return _shr(keyed_hash64(keys, ids), 11).to(torch.float64) * 2.0**-53
+
+
+def keyed_integers(keys: torch.Tensor, ids: torch.Tensor, high: int) -> torch.Tensor:
+    """integers with a stream key per element (keyed_hash64)."""
+    return _shr(keyed_hash64(keys, ids), 24) % high
+
+
 def uniform(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:
     """f64 uniforms in [0, 1) with 53 random bits."""
     return _shr(hash64(seed, stream, ids), 11).to(torch.float64) * 2.0**-53

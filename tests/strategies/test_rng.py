@@ -32,6 +32,16 @@ def test_keyed_row_words_are_each_recipes_row_words() -> None:
             assert torch.equal(out[i], rng.row_words(seed, "latent", ROWS[i : i + 1], width)[0])
 
 
+def test_keyed_values_are_each_seeds_and_streams_values() -> None:
+    streams = [(9, "heavy"), (10, "heavy"), (9, "blocks"), (2**31, "peak_at")]
+    ids = torch.arange(4 * 5, dtype=torch.int64).view(4, 5) * 131 + 7
+    keys = torch.tensor([rng.stream_key(seed, stream) for seed, stream in streams]).unsqueeze(1)
+    uniform, integers = rng.keyed_uniform(keys, ids), rng.keyed_integers(keys, ids, 128)
+    for i, (seed, stream) in enumerate(streams):
+        assert torch.equal(uniform[i], rng.uniform(seed, stream, ids[i]))
+        assert torch.equal(integers[i], rng.integers(seed, stream, ids[i], 128))
+
+
 def test_mixed_words_of_several_streams_are_each_streams_hashes() -> None:
     ids = torch.arange(1000, dtype=torch.int64) * 977
     words = torch.cat((rng.hash_input(3, "a", ids), rng.hash_input(3, "b", ids[:10])))

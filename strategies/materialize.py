@@ -128,6 +128,16 @@ def _row_ids(rows: torch.Tensor, width: int) -> torch.Tensor:
     return rows.unsqueeze(1) * width + torch.arange(width, device=rows.device)
 
 
+# the distributions' constants (_latent_in_place and _query_in_place for a recipe alone,
+# _apply_distributions for the parts of a pack)
+_BLOCK_FACTORS = {"zero_blocks": 0.0, "tiny_blocks": 2.0**-30}  # a latent's chosen 128-value blocks
+_PEAKS = {"max57344": 57344.0, "above_cap": 65536.0}  # one latent value per row
+_LATENT_LARGE = 1000.0
+_ROPE_FACTORS = {"normal": 1.0, "large": 64.0, "tiny": 2.0**-20, "zero": 0.0}
+_Q_FACTORS = {"large": 64.0, "tiny": 2.0**-40}
+_Q_BLOCK_FACTORS = {"zero_blocks": 0.0, "tiny_blocks": 2.0**-120}  # a query's chosen 128-value latent blocks
+
+
 def _latent_in_place(recipe: Recipe, x: torch.Tensor, rows: torch.Tensor) -> None:
     """The recipe's latent distribution applied to normal_like values x (f64 [U, 512], in place)
     of KV rows `rows` ("normal" leaves them; "exact" is not drawn from normal values: _values)."""
@@ -142,36 +152,30 @@ def _latent_in_place(recipe: Recipe, x: torch.Tensor, rows: torch.Tensor) -> Non
         boost = 64 + 448 * rng.uniform(seed, "outlier_size", block_ids)
         blocks = x.view(-1, 4, 128)
         blocks.scatter_(2, where.unsqueeze(-1), (torch.gather(blocks, 2, where.unsqueeze(-1)).sign() + 0.5).sign() * boost.unsqueeze(-1))
-    elif dist in ("zero_blocks", "tiny_blocks"):
+    elif dist in _BLOCK_FACTORS:
         chosen = rng.uniform(seed, "blocks", _row_ids(rows, 4)) < 0.3
-        factor = torch.where(chosen, 0.0 if dist == "zero_blocks" else 2.0**-30, 1.0)
+        factor = torch.where(chosen, _BLOCK_FACTORS[dist], 1.0)
         x.view(-1, 4, 128).mul_(factor.unsqueeze(-1))
-    elif dist in ("max57344", "above_cap"):
+    elif dist in _PEAKS:
         where = rng.integers(seed, "peak_at", rows, LATENT_DIM)
         sign = torch.where(rng.uniform(seed, "peak_sign", rows) < 0.5, -1.0, 1.0).to(torch.float64)
-        peak = 57344.0 if dist == "max57344" else 65536.0
-        x.scatter_(1, where.unsqueeze(1), (sign * peak).unsqueeze(1))
+        x.scatter_(1, where.unsqueeze(1), (sign * _PEAKS[dist]).unsqueeze(1))
     elif dist == "large":
-        x.mul_(1000.0)
+        x.mul_(_LATENT_LARGE)
     else:
         raise AssertionError(dist)
-
-
-_ROPE_FACTORS = {"normal": 1.0, "large": 64.0, "tiny": 2.0**-20, "zero": 0.0}
 
 
 def _query_in_place(recipe: Recipe, x: torch.Tensor) -> None:
     """The recipe's query distribution applied to normal_like values x (f64 [n_q, H, 576], in
     place; "exact" is not drawn from normal values: _values)."""
     seed, n_q, heads, dist = recipe.seed, recipe.n_q, recipe.heads, recipe.q
-    if dist == "large":
-        x.mul_(64.0)
-    elif dist == "tiny":
-        x.mul_(2.0**-40)
-    elif dist in ("zero_blocks", "tiny_blocks"):
+    if dist in _Q_FACTORS:
+        x.mul_(_Q_FACTORS[dist])
+    elif dist in _Q_BLOCK_FACTORS:
         block_ids = torch.arange(n_q * heads * 4, dtype=torch.int64, device=x.device).view(n_q, heads, 4)
         chosen = rng.uniform(seed, "q_blocks", block_ids) < 0.3
-        factor = torch.where(chosen, 0.0 if dist == "zero_blocks" else 2.0**-120, 1.0)
+        factor = torch.where(chosen, _Q_BLOCK_FACTORS[dist], 1.0)
         x[..., :LATENT_DIM].view(n_q, heads, 4, 128).mul_(factor.unsqueeze(-1))
     elif dist not in ("normal", "exact"):
         raise AssertionError(dist)
@@ -691,10 +695,6 @@ def _pack_terms(parts: tuple[Recipe, ...], referenced: list[torch.Tensor], write
     return [torch.cat(referenced), keys("latent", counts), keys("rope", counts), q_rows, keys("q", n_q), *by_writer]
 
 
-_BLOCK_FACTORS = {"zero_blocks": 0.0, "tiny_blocks": 2.0**-30}  # _latent_in_place's chosen blocks
-_PEAKS = {"max57344": 57344.0, "above_cap": 65536.0}
-_Q_FACTORS = {"large": 64.0, "tiny": 2.0**-40}  # _query_in_place
-_Q_BLOCK_FACTORS = {"zero_blocks": 0.0, "tiny_blocks": 2.0**-120}
 #: the CPU int64 tensors each distribution term of _distribution_terms holds
 _TERM_TENSORS = {"heavy": 2, "outliers": 3, "blocks": 3, "peaks": 4, "large": 1, "rope": 1, "q_scale": 1, "q_blocks": 3}
 
@@ -810,7 +810,7 @@ def _apply_distributions(
             sign = torch.where(rng.keyed_uniform(tensors[2], ids) < 0.5, -1.0, 1.0).to(torch.float64)
             xs.scatter_(1, where.unsqueeze(1), (sign * tensors[3].view(torch.float64)).unsqueeze(1))
         elif name == "large":
-            xs.mul_(1000.0)
+            xs.mul_(_LATENT_LARGE)
         latent.index_copy_(0, pos, xs)
 
 
@@ -837,8 +837,8 @@ def _pack_records(
     [n_q, H, 576], contiguous) on `device`: what _values and encode_records give each part alone,
     bit for bit (each value is a function of its part's seed, stream and id, and a record of its
     row alone), built in one buffer of hash words for all the parts (rng.keyed_row_words; one mix,
-    one normal transform, one rounding), each part's distribution applied in place to its slice,
-    and one encoding per writer. The tensors after `writers` come from _pack_terms, on `device`:
+    one normal transform, one rounding), the parts' distributions applied in place per kind
+    (_apply_distributions), and one encoding per writer. The tensors after `writers` come from _pack_terms, on `device`:
     the rows and keys, then `by_writer` tensors of rows per writer, then the distributions' terms
     (_distribution_terms, `names`)."""
     by_writer_rows, terms = terms[:by_writer], terms[by_writer:]

@@ -128,37 +128,65 @@ def _row_ids(rows: torch.Tensor, width: int) -> torch.Tensor:
     return rows.unsqueeze(1) * width + torch.arange(width, device=rows.device)
 
 
-# the distributions' constants (_latent_in_place and _query_in_place for a recipe alone,
-# _apply_distributions for the parts of a pack)
+# the distributions' constants, and the hash streams each distribution reads (one key per stream:
+# _latent_in_place and _query_in_place take them from the recipe's seed, or per row for a pack)
 _BLOCK_FACTORS = {"zero_blocks": 0.0, "tiny_blocks": 2.0**-30}  # a latent's chosen 128-value blocks
 _PEAKS = {"max57344": 57344.0, "above_cap": 65536.0}  # one latent value per row
 _LATENT_LARGE = 1000.0
 _ROPE_FACTORS = {"normal": 1.0, "large": 64.0, "tiny": 2.0**-20, "zero": 0.0}
 _Q_FACTORS = {"large": 64.0, "tiny": 2.0**-40}
 _Q_BLOCK_FACTORS = {"zero_blocks": 0.0, "tiny_blocks": 2.0**-120}  # a query's chosen 128-value latent blocks
+_LATENT_STREAMS = {
+    "heavy": ("heavy",),
+    "outliers": ("outlier_at", "outlier_size"),
+    **{kind: ("blocks",) for kind in _BLOCK_FACTORS},
+    **{kind: ("peak_at", "peak_sign") for kind in _PEAKS},
+    "large": (),
+}
+_Q_BLOCK_STREAMS = ("q_blocks",)
+
+Keys = dict[str, "int | torch.Tensor"]  # a stream key per stream: one int, or int64 [R] (one per row)
 
 
-def _latent_in_place(recipe: Recipe, x: torch.Tensor, rows: torch.Tensor) -> None:
-    """The recipe's latent distribution applied to normal_like values x (f64 [U, 512], in place)
-    of KV rows `rows` ("normal" leaves them; "exact" is not drawn from normal values: _values)."""
-    seed, dist = recipe.seed, recipe.latent
+def _per_row(key: int | torch.Tensor, ids: torch.Tensor) -> int | torch.Tensor:
+    """`key` shaped to broadcast over ids [R, ...] (a per-row key tensor [R] gets ids' other axes)."""
+    return key if isinstance(key, int) else key.view(-1, *([1] * (ids.dim() - 1)))
+
+
+def _uniform(keys: Keys, stream: str, ids: torch.Tensor) -> torch.Tensor:
+    return rng.keyed_uniform(_per_row(keys[stream], ids), ids)
+
+
+def _integers(keys: Keys, stream: str, ids: torch.Tensor, high: int) -> torch.Tensor:
+    return rng.keyed_integers(_per_row(keys[stream], ids), ids, high)
+
+
+def _seed_keys(seed: int, streams: tuple[str, ...]) -> Keys:
+    """The recipe-alone keys of `streams` (rng.stream_key of the recipe's seed)."""
+    return {stream: rng.stream_key(seed, stream) for stream in streams}
+
+
+def _latent_in_place(dist: str, x: torch.Tensor, rows: torch.Tensor, keys: Keys) -> None:
+    """The latent distribution `dist` applied to normal_like values x (f64 [U, 512], in place) of
+    KV rows `rows`, with the stream keys of _LATENT_STREAMS[dist] ("normal" leaves them; "exact"
+    is not drawn from normal values: _values)."""
     if dist in ("normal", "exact"):
         return
     if dist == "heavy":
-        x.div_(torch.sqrt(rng.uniform(seed, "heavy", _row_ids(rows, LATENT_DIM)) + 2.0**-10))
+        x.div_(torch.sqrt(_uniform(keys, "heavy", _row_ids(rows, LATENT_DIM)) + 2.0**-10))
     elif dist == "outliers":
         block_ids = _row_ids(rows, 4)  # the 128-value scale blocks
-        where = rng.integers(seed, "outlier_at", block_ids, 128)
-        boost = 64 + 448 * rng.uniform(seed, "outlier_size", block_ids)
+        where = _integers(keys, "outlier_at", block_ids, 128).unsqueeze(-1)
+        boost = 64 + 448 * _uniform(keys, "outlier_size", block_ids)
         blocks = x.view(-1, 4, 128)
-        blocks.scatter_(2, where.unsqueeze(-1), (torch.gather(blocks, 2, where.unsqueeze(-1)).sign() + 0.5).sign() * boost.unsqueeze(-1))
+        blocks.scatter_(2, where, (torch.gather(blocks, 2, where).sign() + 0.5).sign() * boost.unsqueeze(-1))
     elif dist in _BLOCK_FACTORS:
-        chosen = rng.uniform(seed, "blocks", _row_ids(rows, 4)) < 0.3
+        chosen = _uniform(keys, "blocks", _row_ids(rows, 4)) < 0.3
         factor = torch.where(chosen, _BLOCK_FACTORS[dist], 1.0)
         x.view(-1, 4, 128).mul_(factor.unsqueeze(-1))
     elif dist in _PEAKS:
-        where = rng.integers(seed, "peak_at", rows, LATENT_DIM)
-        sign = torch.where(rng.uniform(seed, "peak_sign", rows) < 0.5, -1.0, 1.0).to(torch.float64)
+        where = _integers(keys, "peak_at", rows, LATENT_DIM)
+        sign = torch.where(_uniform(keys, "peak_sign", rows) < 0.5, -1.0, 1.0).to(torch.float64)
         x.scatter_(1, where.unsqueeze(1), (sign * _PEAKS[dist]).unsqueeze(1))
     elif dist == "large":
         x.mul_(_LATENT_LARGE)
@@ -166,17 +194,19 @@ def _latent_in_place(recipe: Recipe, x: torch.Tensor, rows: torch.Tensor) -> Non
         raise AssertionError(dist)
 
 
-def _query_in_place(recipe: Recipe, x: torch.Tensor) -> None:
-    """The recipe's query distribution applied to normal_like values x (f64 [n_q, H, 576], in
-    place; "exact" is not drawn from normal values: _values)."""
-    seed, n_q, heads, dist = recipe.seed, recipe.n_q, recipe.heads, recipe.q
+def _query_in_place(dist: str, x: torch.Tensor, q_rows: torch.Tensor, keys: Keys) -> None:
+    """The query distribution `dist` applied to normal_like values x (f64 [n, H, 576], in place)
+    of query rows `q_rows` (each row's number within its recipe; a block's id is row * H * 4 +
+    head * 4 + block), with the stream key of _Q_BLOCK_STREAMS for the block kinds ("exact" is
+    not drawn from normal values: _values)."""
+    heads = x.shape[1]
     if dist in _Q_FACTORS:
         x.mul_(_Q_FACTORS[dist])
     elif dist in _Q_BLOCK_FACTORS:
-        block_ids = torch.arange(n_q * heads * 4, dtype=torch.int64, device=x.device).view(n_q, heads, 4)
-        chosen = rng.uniform(seed, "q_blocks", block_ids) < 0.3
+        block_ids = _row_ids(q_rows, heads * 4)
+        chosen = _uniform(keys, "q_blocks", block_ids).view(-1, heads, 4) < 0.3
         factor = torch.where(chosen, _Q_BLOCK_FACTORS[dist], 1.0)
-        x[..., :LATENT_DIM].view(n_q, heads, 4, 128).mul_(factor.unsqueeze(-1))
+        x[..., :LATENT_DIM].view(-1, heads, 4, 128).mul_(factor.unsqueeze(-1))
     elif dist not in ("normal", "exact"):
         raise AssertionError(dist)
 
@@ -217,11 +247,12 @@ def _values(recipe: Recipe, rows: torch.Tensor, device: torch.device) -> tuple[t
     normal = rng.normal_from_hash(rng.mix64(words))
     latent_x, rope_x, q_x = normal.split(sizes)
     if drawn[0]:
-        _latent_in_place(recipe, latent_x.view(u, LATENT_DIM), rows)
+        _latent_in_place(recipe.latent, latent_x.view(u, LATENT_DIM), rows, _seed_keys(seed, _LATENT_STREAMS.get(recipe.latent, ())))
     if drawn[1] and _ROPE_FACTORS[recipe.rope] != 1.0:
         rope_x.mul_(_ROPE_FACTORS[recipe.rope])  # 0.0 keeps the values' signs: signed zeros
     if drawn[2]:
-        _query_in_place(recipe, q_x.view(recipe.n_q, recipe.heads, HEAD_DIM))
+        q_rows = torch.arange(recipe.n_q, dtype=torch.int64, device=device)
+        _query_in_place(recipe.q, q_x.view(recipe.n_q, recipe.heads, HEAD_DIM), q_rows, _seed_keys(seed, _Q_BLOCK_STREAMS))
     rounded = round_f32_to_bf16(normal.to(torch.float32))
     latent_bf, rope_bf, q_bf = rounded.split(sizes)
     if drawn[0]:
@@ -695,74 +726,48 @@ def _pack_terms(parts: tuple[Recipe, ...], referenced: list[torch.Tensor], write
     return [torch.cat(referenced), keys("latent", counts), keys("rope", counts), q_rows, keys("q", n_q), *by_writer]
 
 
-#: the CPU int64 tensors each distribution term of _distribution_terms holds
-_TERM_TENSORS = {"heavy": 2, "outliers": 3, "blocks": 3, "peaks": 4, "large": 1, "rope": 1, "q_scale": 1, "q_blocks": 3}
-
-
 def _f64_bits(values: list[float] | np.ndarray) -> torch.Tensor:
     """float64 values as int64 bit patterns (moved with the index tensors; .view(float64) after)."""
     return torch.from_numpy(np.asarray(values, dtype=np.float64).view(np.int64).copy())
 
 
-def _distribution_terms(parts: tuple[Recipe, ...], counts: list[int]) -> tuple[list[str], list[torch.Tensor]]:
+def _distribution_terms(parts: tuple[Recipe, ...], counts: list[int]) -> tuple[list[tuple[str, str]], list[torch.Tensor]]:
     """What _apply_distributions needs to apply every part's latent, rope and q distribution at
-    once (CPU int64 tensors, for the pack's one host-to-device copy): per distribution present
-    (its name, _TERM_TENSORS), the positions of its parts' rows in the pack's referenced rows (q
-    rows for q's), each row's stream keys (its part's seed) and per-row constants (float64 bits)."""
+    once (CPU int64 tensors, for the pack's one host-to-device copy): per (target, kind) present,
+    in `names` ("latent", "q" or "rope"/"q_scale" with kind ""), the positions of its parts' rows
+    in the pack's referenced rows (query rows for "q") and each row's key of each stream the kind
+    reads (its part's seed); for "rope" and "q_scale" each row's factor (float64 bits)."""
     n_q = [p.n_q for p in parts]
     firsts, q_firsts = np.cumsum([0, *counts]), np.cumsum([0, *n_q])
-    names: list[str] = []
+    names: list[tuple[str, str]] = []
     terms: list[torch.Tensor] = []
 
-    def members(test: Any) -> list[int]:
-        return [i for i, p in enumerate(parts) if test(p)]
+    def add(target: str, kind: str, chosen: list[int], starts: np.ndarray, sizes: list[int], streams: tuple[str, ...]) -> None:
+        names.append((target, kind))
+        terms.append(torch.from_numpy(np.concatenate([np.arange(starts[i], starts[i + 1], dtype=np.int64) for i in chosen])))
+        for stream in streams:
+            per_part = np.array([rng.stream_key(parts[i].seed, stream) for i in chosen], dtype=np.int64)
+            terms.append(torch.from_numpy(np.repeat(per_part, [sizes[i] for i in chosen])))
 
-    def positions(chosen: list[int], starts: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.concatenate([np.arange(starts[i], starts[i + 1], dtype=np.int64) for i in chosen]))
-
-    def keys(chosen: list[int], stream: str, sizes: list[int]) -> torch.Tensor:
-        per_part = np.array([rng.stream_key(parts[i].seed, stream) for i in chosen], dtype=np.int64)
-        return torch.from_numpy(np.repeat(per_part, [sizes[i] for i in chosen]))
-
-    def per_row(chosen: list[int], values: list[float], sizes: list[int]) -> torch.Tensor:
-        return _f64_bits(np.repeat(np.asarray(values, dtype=np.float64), [sizes[i] for i in chosen]))
-
-    def add(name: str, chosen: list[int], *tensors: torch.Tensor) -> None:
+    for kind, streams in _LATENT_STREAMS.items():
+        chosen = [i for i, p in enumerate(parts) if p.latent == kind]
         if chosen:
-            names.append(name)
-            terms.extend(tensors)
-
-    for kind in ("heavy", "outliers", "large"):
-        chosen = members(lambda p, kind=kind: p.latent == kind)
-        if chosen and kind == "heavy":
-            add(kind, chosen, positions(chosen, firsts), keys(chosen, "heavy", counts))
-        elif chosen and kind == "outliers":
-            add(kind, chosen, positions(chosen, firsts), keys(chosen, "outlier_at", counts), keys(chosen, "outlier_size", counts))
-        elif chosen:
-            add(kind, chosen, positions(chosen, firsts))
-    chosen = members(lambda p: p.latent in _BLOCK_FACTORS)
-    if chosen:
-        small = [_BLOCK_FACTORS[parts[i].latent] for i in chosen]
-        add("blocks", chosen, positions(chosen, firsts), keys(chosen, "blocks", counts), per_row(chosen, small, counts))
-    chosen = members(lambda p: p.latent in _PEAKS)
-    if chosen:
-        peaks = [_PEAKS[parts[i].latent] for i in chosen]
-        at, sign = keys(chosen, "peak_at", counts), keys(chosen, "peak_sign", counts)
-        add("peaks", chosen, positions(chosen, firsts), at, sign, per_row(chosen, peaks, counts))
-    every = list(range(len(parts)))
+            add("latent", kind, chosen, firsts, counts, streams)
+    for kind in _Q_BLOCK_FACTORS:
+        chosen = [i for i, p in enumerate(parts) if p.q == kind]
+        if chosen:
+            add("q", kind, chosen, q_firsts, n_q, _Q_BLOCK_STREAMS)
     if any(_ROPE_FACTORS[p.rope] != 1.0 for p in parts):  # x * 1.0 is x: one multiplication for every row
-        add("rope", every, per_row(every, [_ROPE_FACTORS[p.rope] for p in parts], counts))
+        names.append(("rope", ""))
+        terms.append(_f64_bits(np.repeat([_ROPE_FACTORS[p.rope] for p in parts], counts)))
     if any(p.q in _Q_FACTORS for p in parts):
-        add("q_scale", every, per_row(every, [_Q_FACTORS.get(p.q, 1.0) for p in parts], n_q))
-    chosen = members(lambda p: p.q in _Q_BLOCK_FACTORS)
-    if chosen:
-        small = [_Q_BLOCK_FACTORS[parts[i].q] for i in chosen]
-        add("q_blocks", chosen, positions(chosen, q_firsts), keys(chosen, "q_blocks", n_q), per_row(chosen, small, n_q))
+        names.append(("q_scale", ""))
+        terms.append(_f64_bits(np.repeat([_Q_FACTORS.get(p.q, 1.0) for p in parts], n_q)))
     return names, terms
 
 
 def _apply_distributions(
-    names: list[str],
+    names: list[tuple[str, str]],
     terms: list[torch.Tensor],
     rows: torch.Tensor,
     q_rows: torch.Tensor,
@@ -773,45 +778,24 @@ def _apply_distributions(
     """Every part's distributions (_distribution_terms' `names` and `terms`, on the device) applied
     in place to the pack's normal values: latent f64 [U, 512] and rope [U, 64] of the referenced
     `rows` (each its part's own row number), q [n_q, H, 576] (q_rows: each row's number within its
-    part). The same operations on the same values as _latent_in_place, the rope factor and
-    _query_in_place part by part, each on all the rows of its kind at once: the same bits."""
+    part). Each kind runs _latent_in_place or _query_in_place once, on all the rows of its parts
+    with their parts' keys: the bits each part gets alone."""
     at = iter(terms)
-    heads = q.shape[1]
-    for name in names:
-        tensors = [next(at) for _ in range(_TERM_TENSORS[name])]
-        if name in ("rope", "q_scale"):
-            target = rope if name == "rope" else q.view(q.shape[0], -1)
-            target.mul_(tensors[0].view(torch.float64).unsqueeze(1))  # 0.0 keeps the values' signs: signed zeros
+    for target, kind in names:
+        if target in ("rope", "q_scale"):
+            values = rope if target == "rope" else q.view(q.shape[0], -1)
+            values.mul_(next(at).view(torch.float64).unsqueeze(1))  # 0.0 keeps the values' signs: signed zeros
             continue
-        pos = tensors[0]
-        if name == "q_blocks":
-            keys, small = tensors[1], tensors[2].view(torch.float64)
-            chosen = rng.keyed_uniform(keys.unsqueeze(1), _row_ids(q_rows.index_select(0, pos), heads * 4)) < 0.3
-            factor = torch.where(chosen, small.unsqueeze(1), 1.0).view(-1, heads, 4, 1)
-            xs = q.index_select(0, pos)
-            xs[..., :LATENT_DIM].view(-1, heads, 4, 128).mul_(factor)
-            q.index_copy_(0, pos, xs)
-            continue
-        ids = rows.index_select(0, pos)
-        xs = latent.index_select(0, pos)
-        if name == "heavy":
-            xs.div_(torch.sqrt(rng.keyed_uniform(tensors[1].unsqueeze(1), _row_ids(ids, LATENT_DIM)) + 2.0**-10))
-        elif name == "outliers":
-            block_ids = _row_ids(ids, 4)
-            where = rng.keyed_integers(tensors[1].unsqueeze(1), block_ids, 128)
-            boost = 64 + 448 * rng.keyed_uniform(tensors[2].unsqueeze(1), block_ids)
-            blocks, at_block = xs.view(-1, 4, 128), where.unsqueeze(-1)
-            blocks.scatter_(2, at_block, (torch.gather(blocks, 2, at_block).sign() + 0.5).sign() * boost.unsqueeze(-1))
-        elif name == "blocks":
-            chosen = rng.keyed_uniform(tensors[1].unsqueeze(1), _row_ids(ids, 4)) < 0.3
-            xs.view(-1, 4, 128).mul_(torch.where(chosen, tensors[2].view(torch.float64).unsqueeze(1), 1.0).unsqueeze(-1))
-        elif name == "peaks":
-            where = rng.keyed_integers(tensors[1], ids, LATENT_DIM)
-            sign = torch.where(rng.keyed_uniform(tensors[2], ids) < 0.5, -1.0, 1.0).to(torch.float64)
-            xs.scatter_(1, where.unsqueeze(1), (sign * tensors[3].view(torch.float64)).unsqueeze(1))
-        elif name == "large":
-            xs.mul_(_LATENT_LARGE)
-        latent.index_copy_(0, pos, xs)
+        pos = next(at)
+        streams = _LATENT_STREAMS[kind] if target == "latent" else _Q_BLOCK_STREAMS
+        keys: Keys = {stream: next(at) for stream in streams}
+        values = latent if target == "latent" else q
+        chosen = values.index_select(0, pos)
+        if target == "latent":
+            _latent_in_place(kind, chosen, rows.index_select(0, pos), keys)
+        else:
+            _query_in_place(kind, chosen, q_rows.index_select(0, pos), keys)
+        values.index_copy_(0, pos, chosen)
 
 
 def _writers(parts: tuple[Recipe, ...]) -> list[str]:
@@ -829,7 +813,7 @@ def _pack_records(
     q_rows: torch.Tensor,
     q_keys: torch.Tensor,
     *terms: torch.Tensor,
-    names: list[str],
+    names: list[tuple[str, str]],
     by_writer: int,
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -83,36 +83,36 @@ def mix64(z: torch.Tensor) -> torch.Tensor:
 
 def hash64(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:
     """splitmix64 of (stream key + id) for int64 ids; int64 bit patterns, same on every device."""
-    return mix64(hash_input(seed, stream, ids))
+    return keyed_hash64(stream_key(seed, stream), ids)
 
 
-def keyed_hash64(keys: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """hash64 with a stream key per element: keys int64, broadcastable to ids (stream_key of each
-    element's seed and stream), so the elements of several recipes' streams are hashed in one
-    call; the same bits as hash64 of each element's own seed and stream (wrapping arithmetic)."""
+def keyed_hash64(keys: torch.Tensor | int, ids: torch.Tensor) -> torch.Tensor:
+    """hash64 with the stream key given: one (stream_key of a seed and stream), or an int64 tensor
+    broadcastable to ids, a key per element, so the elements of several recipes' streams are
+    hashed in one call with the bits hash64 gives each (wrapping arithmetic)."""
     z = ids.to(torch.int64) * _GOLDEN
     z += keys
     return mix64(z)
 
 
-def keyed_uniform(keys: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """uniform with a stream key per element (keyed_hash64)."""
-    return _shr(keyed_hash64(keys, ids), 11).to(torch.float64) * 2.0**-53
-
-
-def keyed_integers(keys: torch.Tensor, ids: torch.Tensor, high: int) -> torch.Tensor:
-    """integers with a stream key per element (keyed_hash64)."""
-    return _shr(keyed_hash64(keys, ids), 24) % high
-
-
 def uniform(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:
     """f64 uniforms in [0, 1) with 53 random bits."""
-    return _shr(hash64(seed, stream, ids), 11).to(torch.float64) * 2.0**-53
+    return keyed_uniform(stream_key(seed, stream), ids)
+
+
+def keyed_uniform(keys: torch.Tensor | int, ids: torch.Tensor) -> torch.Tensor:
+    """uniform with the stream key(s) given (keyed_hash64)."""
+    return _shr(keyed_hash64(keys, ids), 11).to(torch.float64) * 2.0**-53
 
 
 def integers(seed: int, stream: str, ids: torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
     """int64 in [0, high) (high <= 2^40 keeps the modulo bias below 2^-23)."""
-    return _shr(hash64(seed, stream, ids), 24) % high
+    return keyed_integers(stream_key(seed, stream), ids, high)
+
+
+def keyed_integers(keys: torch.Tensor | int, ids: torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
+    """integers with the stream key(s) given (keyed_hash64)."""
+    return _shr(keyed_hash64(keys, ids), 24) % high
 
 
 def normal_like(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:

@@ -285,16 +285,15 @@ def _fuzz_strategies(target: Any, properties: list[str], chunk: int = 99, pack: 
     made = {"recipes": recipes, "violating_recipes": violating_recipes}
     parameters = _fuzz_parameters(target, properties, chunk)
     drawn = {name: made[kind](**kwargs) for name, (kind, kwargs) in parameters.items()}
-    if pack > 1:
-        general = _fuzz_parameters(target, ["differential"], chunk)["differential"][1]
-        call_limits = {"max_n_q": general["max_n_q"], "max_total_keys": general["max_total_keys"]}
-        for prop in ("differential", "long_rows"):
-            if prop not in drawn:
-                continue
-            options = {k: v for k, v in parameters[prop][1].items() if k != "allow_out"}
-            if prop == "long_rows":  # parts as long as the property's own recipes, in a call as large as a differential one
-                options = {**options, **call_limits, "part_n_q": options["max_n_q"], "part_keys": options["max_total_keys"]}
-            drawn[prop] = st.one_of(drawn[prop], packs(max_parts=pack, **options))
+    for prop in ("differential", "long_rows") if pack > 1 else ():
+        if prop not in drawn:
+            continue
+        options = {k: v for k, v in parameters[prop][1].items() if k != "allow_out"}
+        if prop == "long_rows":  # parts as long as the property's own recipes, in a call as large as a differential one
+            general = _fuzz_parameters(target, ["differential"], chunk)["differential"][1]
+            options |= {"part_n_q": options["max_n_q"], "part_keys": options["max_total_keys"]}
+            options |= {"max_n_q": general["max_n_q"], "max_total_keys": general["max_total_keys"]}
+        drawn[prop] = st.one_of(drawn[prop], packs(max_parts=pack, **options))
     return drawn
 
 
@@ -379,8 +378,8 @@ def campaign(
     stop_at = [deadline]
 
     def _last_failure(err: BaseException, prop: str, recipe: Any, message: str, finding: Any, stopped: str) -> None:
-        """A failure after which the campaign stops (a hang, a device fault): counted, kept for
-        saving after the chunk, not shrunk."""
+        """A failure after which the campaign stops (a hang, a device fault; `stopped` says so in
+        the summary): counted, kept for saving after the chunk, not shrunk."""
         recipe = _failed_recipe(err, recipe)
         state.examples[prop] += 1
         state.outcomes[prop]["fail"] += 1
@@ -388,8 +387,7 @@ def campaign(
         last = Failure(prop, recipe, message, failure_signature(message), time.monotonic(), sum(state.examples.values()))
         last.finding = finding.to_json_dict()
         chunk_failures[failure_signature(message)] = last
-        if stopped:
-            state.stopped = stopped
+        state.stopped = stopped
 
     def body(data: Any) -> None:
         prop = data.draw(st.sampled_from(properties), label="property")
@@ -458,9 +456,8 @@ def campaign(
             if faulted is not None:
                 # the process's GPU context is broken (every later call fails): saved as found, not shrunk, campaign over
                 fault = describe_fault(faulted)
-                crash = crash_finding(f"device fault: {fault}", hung=False)
-                _last_failure(err, prop, recipe, crash.headline, crash, "")
-                state.stopped = f"a kernel call broke the GPU context ({fault}); the campaign stops"
+                crash, stopped = crash_finding(f"device fault: {fault}", hung=False), f"a kernel call broke the GPU context ({fault})"
+                _last_failure(err, prop, recipe, crash.headline, crash, f"{stopped}; the campaign stops")
                 raise _ContextLost(fault) from err
             recipe = _failed_recipe(err, recipe)
             state.examples[prop] += 1
@@ -515,13 +512,13 @@ def campaign(
 
         this_settings = settings(parent=base, max_examples=examples, **chunk_settings)
         test = seed(this_seed)(this_settings(given(data=st.data())(chunk_test)))
-        hung = False
+        over = False  # a hang or a device fault: the chunk's failures are saved unshrunk and the campaign ends
         try:
             test()
         except _OutOfTime:
             pass
         except (KernelHung, _ContextLost):
-            hung = True
+            over = True
         except Exception as err:  # noqa: BLE001 - the failures were tracked in the body; anything else is reported
             if not chunk_failures:
                 state.stopped = f"Hypothesis stopped: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
@@ -530,9 +527,9 @@ def campaign(
         for key, failure in chunk_failures.items():
             if key in state.failures:
                 continue
-            if not hung and failure.shrink_here:
+            if not over and failure.shrink_here:
                 _minimise_failure(target, failure, shrink_s, progress)
-            shrunk = failure.shrink_here and not hung
+            shrunk = failure.shrink_here and not over
             if save and not shrunk and failure.raw_path is not None:
                 failure.path, failure.new = failure.raw_path, failure.raw_created  # saved and pushed when found
             elif save:
@@ -550,7 +547,7 @@ def campaign(
                         fleet.finish(failure.finding_group)
             state.failures[key] = failure
         progress.show(state.status(budget_s), force=True)
-        if hung:
+        if over:
             break
     state.finished, state.cpu_finished = time.monotonic(), time.process_time()
     return state

@@ -179,7 +179,11 @@ def test_violation_batch_leaves_out_a_recipe_without_violation(state: Path) -> N
 
 def test_lists_shrink_to_the_one_failing_recipe() -> None:
     """Hypothesis shrinks a failing list by dropping recipes: the minimal example is one recipe."""
-    found = find(recipe_lists(recipes(max_n_q=4, max_total_keys=64)), lambda rs: any(r.heads >= 3 for r in rs))
+    found = find(
+        recipe_lists(recipes(max_n_q=4, max_total_keys=64)),
+        lambda rs: any(r.heads >= 3 for r in rs),
+        settings=settings(derandomize=True, database=None),  # one seed: the shrink's outcome does not vary from run to run
+    )
     assert len(found) == 1 and found[0].heads == 3
 
 

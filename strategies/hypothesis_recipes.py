@@ -8,7 +8,7 @@ failure toward one short row, one head, normal data, no padding. Tensors are bui
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hypothesis import assume
@@ -35,6 +35,10 @@ CACHE_LAYOUTS = ("flat", "paged", "paged_3d")
 PLAIN_PATTERNS = ("uniform", "clustered", "duplicates", "sorted", "reversed", "tail")
 RECIPES_PER_EXAMPLE = 16  # the most recipes one example draws (recipe_lists)
 PACK_PARTS = 8  # the most recipes one packed call holds (packs)
+# A part of a pack of R query rows draws at most max(4, PART_FILL * R / max_parts) rows, as a recipe
+# draws its rows (half of the time 1 to 4): about 5 rows on average for PART_FILL / max_parts of
+# 4 / 64 and R 256, so the parts fill the call's rows before max_parts of them are taken.
+PART_FILL = 4
 
 
 def differential_writers(needs_pow2_scales: bool) -> tuple[str, ...]:
@@ -238,23 +242,21 @@ def packs(
     max_parts: int = PACK_PARTS,
     max_n_q: int = 256,
     max_total_keys: int = 16384,
-    part_n_q: int | None = None,
-    part_keys: int | None = None,
     heads: tuple[int, ...] | None = None,
     max_heads: int = 16,
     **recipe_options: Any,
 ) -> Recipe:
-    """One kernel call packing 1 to `max_parts` recipes (strategies.recipe, "Packs"): what the
-    parts share (PackCall) is drawn once, then the number of parts (uniform over 1..max_parts as
-    Hypothesis draws a bounded integer), then each part, drawn by `recipes` with `call=`,
-    `recipe_options` and at most `part_n_q` query rows and `part_keys` keys (default: a
-    `max_parts`-th of the call's limits, at least 4 rows and 256 keys: packs are made of small
-    recipes, large ones are drawn alone, where a call's fixed cost matters less; a property whose
-    point is a long row gives its own part limits). Parts are taken while the call stays within
-    `max_n_q` query rows and `max_total_keys` keys (the first always), so a packed call is never
-    larger than those limits. One part is returned as it is (a recipe of its own, packable); two
-    or more as their pack. Shrinks toward one part (the count toward 1 drops the last parts),
-    then as the parts shrink."""
+    """One kernel call packing 1 to `max_parts` recipes (strategies.recipe, "Packs"), shaped as
+    `recipes` draws a call alone: what the parts share (PackCall) is drawn once, then the call's
+    query rows as `recipes` draws a recipe's (at most `max_n_q`), then the parts, each drawn by
+    `recipes` with `call=`, `recipe_options` and at most the rows still free, until the call's
+    rows are filled or `max_parts` parts are taken; then, as `recipes` caps one recipe's rows
+    (_fit_lengths), when the call's keys pass `max_total_keys` every row of the call is capped to
+    `max_total_keys` // its rows. So a packed call's query rows follow the distribution of a call
+    drawn alone (short of it only where `max_parts` runs out first), its rows' keys too, and it is
+    never larger than a call drawn alone. One part is returned as it is (a recipe of its own,
+    packable); two or more as their pack. Shrinks toward one row, hence one part, then as the
+    parts shrink."""
     if max_parts < 1:
         raise ValueError(f"packs needs max_parts >= 1, got {max_parts}")
     call = PackCall(
@@ -263,23 +265,22 @@ def packs(
         has_invalid=draw(_BOOLEANS, label="has_invalid"),
         return_lse=draw(_BOOLEANS, label="return_lse"),
     )
-    rows_each = part_n_q if part_n_q is not None else max(4, max_n_q // max_parts)
-    keys_each = part_keys if part_keys is not None else max(256, max_total_keys // max_parts)
-    part = recipes(max_n_q=min(max_n_q, rows_each), max_total_keys=min(max_total_keys, keys_each), call=call, **recipe_options)
-    count = draw(_part_count(max_parts), label="parts")
-    taken = [draw(part, label="part")]
-    rows, keys = taken[0].n_q, taken[0].total_keys
-    for _ in range(count - 1):
-        recipe = draw(part, label="part")
-        if rows + recipe.n_q <= max_n_q and keys + recipe.total_keys <= max_total_keys:
-            taken.append(recipe)
-            rows, keys = rows + recipe.n_q, keys + recipe.total_keys
+    call_rows = draw(_query_rows(max_n_q), label="call_n_q")
+    part_rows = max(4, -(-PART_FILL * call_rows // max_parts))
+    taken: list[Recipe] = []
+    rows = 0
+    while rows < call_rows and len(taken) < max_parts:
+        part = recipes(max_n_q=min(part_rows, call_rows - rows), max_total_keys=max_total_keys, call=call, **recipe_options)
+        taken.append(draw(part, label="part"))
+        rows += taken[-1].n_q
+    lengths = [x for part in taken for x in part.row_lengths]
+    if sum(x for x in lengths if x > 0) > max_total_keys:  # the call's cap, as _fit_lengths caps a recipe alone
+        cap = max(1, max_total_keys // len(lengths))
+        taken = [
+            replace(part, row_lengths=_fit_lengths([min(x, cap) for x in part.row_lengths], max_total_keys, part.stream_offset))
+            for part in taken
+        ]
     return taken[0] if len(taken) == 1 else Recipe.pack(taken)
-
-
-@functools.cache
-def _part_count(max_parts: int) -> st.SearchStrategy[int]:
-    return st.integers(1, max_parts)
 
 
 def recipe_lists(recipe: st.SearchStrategy[Recipe], max_size: int = RECIPES_PER_EXAMPLE) -> st.SearchStrategy[list[Recipe]]:

@@ -56,13 +56,13 @@ its recipes, a list of up to 16 about half).
 
 Packed calls (`pack` > 1, `fuzz --pack N`): the differential and long_rows properties draw, each
 half of the time, a recipe alone (as without packing: every shape, layout and option they draw)
-or a packed call (strategies.hypothesis_recipes.packs: a count of 1 to N recipes, uniform, whose
-rows go into one kernel call, sharing heads, softmax scale, has_invalid and return_lse, never
-larger in query rows or keys than a call the differential property draws alone; long_rows'
-parts are its own recipes, rows as long as alone), from chunk PACK_FROM_CHUNK on (the first
-chunks, 25 + 50 examples, draw recipes alone: the quick kills happen there, as without packing).
-One call and one judgement then cover several recipes,
-which is where a GPU campaign's time goes (launches around a small call). A failing pack's
+or a packed call (strategies.hypothesis_recipes.packs: the call's query rows drawn as the
+property draws a call alone, then filled with up to N recipes of the property, sharing heads,
+softmax scale, has_invalid and return_lse, the rows' keys capped as a call alone caps them: the
+kernel sees the same distribution of call shapes as without packing), from chunk PACK_FROM_CHUNK
+on (the first chunks, 25 + 50 examples, draw recipes alone: the quick kills happen there, as
+without packing). One call and one judgement then cover several recipes, which is where a GPU
+campaign's time goes (launches around a small call). A failing pack's
 parts are judged alone and the first that fails alone is the failure (conformance.judging.batch.
 differential_pack); a pack whose parts all pass alone is saved as the pack (it replays as the
 same call). The counters count recipes: a passing call counts the recipes it holds that had not
@@ -276,8 +276,8 @@ def _fuzz_parameters(target: Any, properties: list[str], chunk: int = 99) -> dic
 def _fuzz_strategies(target: Any, properties: list[str], chunk: int = 99, pack: int = 1) -> dict[str, Any]:
     """The properties' recipe strategies, sized for chunk number `chunk` (see _fuzz_parameters);
     `pack` > 1: the differential and long_rows properties draw a recipe alone or a packed call
-    of 1 to `pack` recipes (strategies.hypothesis_recipes.packs), each half of the time (module
-    docstring, "Packed calls")."""
+    of up to `pack` recipes shaped as a call alone (strategies.hypothesis_recipes.packs), each
+    half of the time (module docstring, "Packed calls")."""
     from hypothesis import strategies as st
 
     from strategies.hypothesis_recipes import packs, recipes, violating_recipes
@@ -289,10 +289,6 @@ def _fuzz_strategies(target: Any, properties: list[str], chunk: int = 99, pack: 
         if prop not in drawn:
             continue
         options = {k: v for k, v in parameters[prop][1].items() if k != "allow_out"}
-        if prop == "long_rows":  # parts as long as the property's own recipes, in a call as large as a differential one
-            general = _fuzz_parameters(target, ["differential"], chunk)["differential"][1]
-            options |= {"part_n_q": options["max_n_q"], "part_keys": options["max_total_keys"]}
-            options |= {"max_n_q": general["max_n_q"], "max_total_keys": general["max_total_keys"]}
         drawn[prop] = st.one_of(drawn[prop], packs(max_parts=pack, **options))
     return drawn
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import HealthCheck, find, given, settings
+from hypothesis import strategies as st
 
 from conformance.judging.harness import call_kernel
 from conformance.records.corpus import recipe_hash
 from kernel.registry import resolve
+from strategies import hypothesis_recipes
 from strategies import materialize as materialize_module
-from strategies.hypothesis_recipes import packs
+from strategies.hypothesis_recipes import PART_FILL, packs
 from strategies.materialize import materialize
 from strategies.recipe import Recipe, RecipeError, memory_estimate
 
@@ -133,20 +135,40 @@ def test_drawn_packs_keep_their_parts_rows_and_limits(recipe: Recipe) -> None:
 
 
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(packs(max_parts=3, max_n_q=12, max_total_keys=900, part_n_q=2, part_keys=400, max_row=400, max_heads=2))
-def test_drawn_packs_keep_the_part_limits_they_are_given(recipe: Recipe) -> None:
-    assert recipe.n_q <= 12 and recipe.total_keys <= 900
+@given(packs(max_parts=8, max_n_q=40, max_total_keys=300, max_row=400, max_heads=2))
+def test_a_packs_rows_and_keys_are_capped_as_a_call_alone(recipe: Recipe) -> None:
+    assert recipe.n_q <= 40 and recipe.total_keys <= 300  # the call's cap spreads over every part's rows
+    part_rows = max(4, -(-PART_FILL * recipe.n_q // 8))
     for part in recipe.parts or (recipe,):
-        assert part.n_q <= 2 and part.total_keys <= 400
+        assert part.n_q <= part_rows
+
+
+@pytest.mark.parametrize("call_rows", [1, 3, 37, 256])
+def test_a_packed_call_has_the_query_rows_a_call_alone_draws(monkeypatch: pytest.MonkeyPatch, call_rows: int) -> None:
+    # the batch sizes a kernel sees do not move with packing: a pack draws its call's rows as a
+    # recipe draws its own (_query_rows) and fills them with parts; here every draw of rows
+    # takes its largest value, so the call has exactly call_rows rows, over several parts
+    monkeypatch.setattr(hypothesis_recipes, "_query_rows", st.just)
+    drawn: list[Recipe] = []
+
+    @settings(max_examples=5, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(packs(max_parts=64, max_n_q=call_rows, max_total_keys=4096, max_row=300, max_heads=2))
+    def collect(recipe: Recipe) -> None:
+        drawn.append(recipe)
+
+    collect()
+    assert drawn and all(r.n_q == call_rows for r in drawn)
+    parts = -(-call_rows // max(4, -(-PART_FILL * call_rows // 64)))  # each part at its largest: 1, 1, 10 and 16 of them
+    assert all(max(1, len(r.parts)) == parts for r in drawn)
 
 
 def test_a_pack_draws_as_many_parts_as_it_may_and_shrinks_them_away() -> None:
     # one seed: the search's and the shrink's outcome do not vary from run to run
     search = settings(database=None, derandomize=True, max_examples=200, suppress_health_check=list(HealthCheck))
     full = find(packs(max_parts=6, max_n_q=64, max_total_keys=4096, max_heads=2), lambda r: len(r.parts) == 6, settings=search)
-    assert len(full.parts) == 6 and all(part.n_q == 1 for part in full.parts)  # each part shrunk to its simplest
+    assert len(full.parts) == 6 and full.n_q == 6  # the call's rows shrink to one per part
     two = find(packs(max_parts=6, max_n_q=64, max_total_keys=4096, max_heads=2), lambda r: len(r.parts) >= 2, settings=search)
-    assert len(two.parts) == 2  # the count shrinks toward one part
+    assert len(two.parts) == 2 and two.n_q == 2  # toward one part
 
 
 def test_a_part_packed_again_reuses_its_index_side_and_gets_the_same_tensors(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -158,8 +158,9 @@ def register(subparsers: Any) -> None:
         type=positive_int,
         default=PACK,
         metavar="N",
-        help="from the third chunk on, the differential and long_rows properties draw, half of the time, one kernel call packing "
-        "the rows of 1 to N recipes; for GPU campaigns, where a call's fixed cost dominates "
+        help="from the third chunk on, the differential and long_rows properties draw, half of the time, one kernel call whose "
+        "query rows are drawn as a call's alone and filled by up to N recipes (the calls' shapes are kept); for GPU campaigns, "
+        "where a call's fixed cost dominates "
         "(a failing pack's recipes are judged alone; not with --recipes-per-example) "
         f"(default {PACK}{': no packed calls' if PACK == 1 else ''})",
     )

@@ -197,7 +197,17 @@ class Campaign:
 
 
 RECIPES_PER_EXAMPLE = 1  # `fuzz --recipes-per-example`'s default: one recipe per example (module docstring)
-PACK = 1  # `fuzz --pack`'s default: the most recipes of one packed call (1: no packed calls; module docstring)
+GPU_PACK = 64  # `fuzz --pack`'s default on a GPU (default_pack): the most recipes of one packed call
+
+
+def default_pack(device_type: str, recipes_per_example: int = 1) -> int:
+    """`fuzz --pack`'s default: GPU_PACK for a campaign on a GPU (`device_type` "cuda"), where a
+    call's fixed cost is most of an example's and a packed call keeps the calls' shapes (module
+    docstring, "Packed calls"); 1 (no packed calls) on a CPU, where the oracle and the kernel cost
+    per key and packing buys nothing, and with `recipes_per_example` > 1 (not taken together)."""
+    return GPU_PACK if device_type == "cuda" and recipes_per_example == 1 else 1
+
+
 # The first chunk that draws packed calls (`pack` > 1): the chunks before it draw recipes alone, as
 # without packing, which is where the quick kills happen (most of the mutant catalogue dies in
 # the first 25 examples: benchmarks.fuzz_kills); packing raises the examples per second after them.

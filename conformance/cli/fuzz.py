@@ -74,12 +74,14 @@ from pathlib import Path
 from typing import Any
 
 from conformance.campaign.fuzz import (
-    PACK,
+    GPU_PACK,
+    PACK_FROM_CHUNK,
     PROPERTIES,
     RECIPES_PER_EXAMPLE,
     Campaign,
     ProgressLine,
     campaign,
+    default_pack,
     format_summary,
     fuzz_reachable,
     summary_json,
@@ -156,13 +158,13 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--pack",
         type=positive_int,
-        default=PACK,
+        default=None,
         metavar="N",
         help="from the third chunk on, the differential and long_rows properties draw, half of the time, one kernel call whose "
         "query rows are drawn as a call's alone and filled by up to N recipes (the calls' shapes are kept); for GPU campaigns, "
         "where a call's fixed cost dominates "
         "(a failing pack's recipes are judged alone; not with --recipes-per-example) "
-        f"(default {PACK}{': no packed calls' if PACK == 1 else ''})",
+        f"(default: {GPU_PACK} on a GPU; 1, no packed calls, on a CPU or with --recipes-per-example)",
     )
     p.add_argument("--no-save", action="store_true", help="do not write failures to the pending corpus (report them only)")
     p.add_argument(
@@ -203,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     budget_s = args.seconds if args.seconds is not None else 60.0 * (args.minutes if args.minutes is not None else 5.0)
     properties = list(dict.fromkeys(args.property or PROPERTIES))
     shrink_s = args.shrink_seconds if args.shrink_seconds is not None else max(30.0, 0.2 * budget_s)
-    if args.pack > 1 and args.recipes_per_example > 1:
+    if args.pack is not None and args.pack > 1 and args.recipes_per_example > 1:
         print("fuzz: --pack and --recipes-per-example are not taken together (a packed call holds several recipes)", file=sys.stderr)
         return EXIT_USAGE
     try:
@@ -260,9 +262,12 @@ def run(args: argparse.Namespace) -> int:
             from conformance.records.crashes import describe
 
             print("fuzz: recovered " + describe(line), file=sys.stderr)
+        pack = args.pack if args.pack is not None else default_pack(target.device.type, args.recipes_per_example)
+        packed = f"packed calls of up to {pack} recipes from chunk {PACK_FROM_CHUNK + 1}" if pack > 1 else "no packed calls"
         print(
             f"fuzz: kernel {target.name} (profile {target.profile.name}) on {target.device}; properties {', '.join(properties)}; "
-            f"budget {budget_s:g} s (+ up to {shrink_s:g} s shrinking); Hypothesis profile {args.hypothesis_profile}; run folder {run_dir}",
+            f"budget {budget_s:g} s (+ up to {shrink_s:g} s shrinking); Hypothesis profile {args.hypothesis_profile}; {packed}; "
+            f"run folder {run_dir}",
             file=sys.stderr,
             flush=True,
         )
@@ -293,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
                 seed_base=args.seed_base,
                 fleet=fleet,
                 recipes_per_example=args.recipes_per_example,
-                pack=args.pack,
+                pack=pack,
             )
         except KeyboardInterrupt:
             interrupted = True

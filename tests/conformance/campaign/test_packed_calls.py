@@ -3,7 +3,7 @@ conformance.judging.batch.differential_pack): a passing pack counts its parts no
 (the others are repeats); long_rows packs its own recipes; a failing pack
 whose part fails alone is charged to that part, which replays alone; a bug that shows only in the
 packed call is charged to the pack, which replays as the same call; `fuzz --pack` is refused with
---recipes-per-example."""
+--recipes-per-example; packed calls are the default on a GPU only."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_a_passing_pack_counts_its_new_parts(tmp_path: Path) -> None:
     assert not state.failures
 
 
-def test_long_rows_packs_its_own_recipes(tmp_path: Path) -> None:
+def test_long_rows_packs_its_own_recipes_into_calls_of_its_shape(tmp_path: Path) -> None:
     _, state = run("emulated", chunks=2, examples=16, properties=["long_rows"], pack=4)
     calls = [r["recipe"] for r in records(tmp_path) if r.get("mode") == "exact-steps"]
     packed = [r for r in calls if r.get("parts")]
@@ -66,7 +66,7 @@ def test_long_rows_packs_its_own_recipes(tmp_path: Path) -> None:
     assert any("parts" not in r for r in calls), "no long_rows recipe alone drawn"
     for recipe in packed:
         assert 2 <= len(recipe["parts"]) <= 4
-        assert all(part["n_q"] <= 4 for part in recipe["parts"])  # long_rows' recipes: at most 4 rows each
+        assert recipe["n_q"] <= 4  # a long_rows call alone has at most 4 rows: so has its pack
     assert state.examples["long_rows"] == state.outcomes["long_rows"]["pass"] and not state.failures
 
 
@@ -119,6 +119,12 @@ def test_pack_refuses_zero_and_recipe_lists() -> None:
         campaign(target, Campaign(), progress=ProgressLine(io.StringIO()), pack=0, **common)
     with pytest.raises(ValueError, match="pack and recipes_per_example are not taken together"):
         campaign(target, Campaign(), progress=ProgressLine(io.StringIO()), pack=4, recipes_per_example=4, **common)
+
+
+def test_packed_calls_are_the_default_on_a_gpu_only() -> None:
+    assert fuzz.default_pack("cuda") == fuzz.GPU_PACK > 1
+    assert fuzz.default_pack("cpu") == 1  # the oracle and the kernel cost per key there: nothing to buy
+    assert fuzz.default_pack("cuda", recipes_per_example=4) == 1  # not taken together
 
 
 def test_the_minimiser_shrinks_a_pack_within_its_parts(tmp_path: Path) -> None:

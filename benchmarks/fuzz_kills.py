@@ -7,7 +7,7 @@ mutant and variant, each stopping at its first failure; the examples and seconds
 The mutants: every kernel of `conformance.mutation.score.catalogue_specs()` (the catalogued emulator
 mutants, then the precision defects), or --only's. The variants: NAME and the extra arguments of
 each of its fuzz processes (repeatable; default one variant, "this", with none), e.g. `--variant
-plain= --variant "pack16=--pack 16"`. Every process is `python -m conformance fuzz --kernel SPEC
+"plain=--pack 1" --variant "pack64=--pack 64"`. Every process is `python -m conformance fuzz --kernel SPEC
 --seconds S --hypothesis-profile P --max-failures 1 --shrink-seconds 1 --no-save --device D` plus
 the variant's arguments, with its own state folder (DIR/state/VARIANT-MUTANT), one CPU thread
 (OMP_NUM_THREADS=1), --jobs at a time (default: the number of CPUs). The ci profile (the default)

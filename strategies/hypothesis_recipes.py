@@ -35,9 +35,10 @@ CACHE_LAYOUTS = ("flat", "paged", "paged_3d")
 PLAIN_PATTERNS = ("uniform", "clustered", "duplicates", "sorted", "reversed", "tail")
 RECIPES_PER_EXAMPLE = 16  # the most recipes one example draws (recipe_lists)
 PACK_PARTS = 8  # the most recipes one packed call holds (packs)
-# A part of a pack of R query rows draws at most max(4, PART_FILL * R / max_parts) rows, as a recipe
-# draws its rows (half of the time 1 to 4): about 5 rows on average for PART_FILL / max_parts of
-# 4 / 64 and R 256, so the parts fill the call's rows before max_parts of them are taken.
+# A part of a pack of R query rows draws at most ceil(PART_FILL * R / max_parts) rows (at least 1),
+# as a recipe draws its rows (half of the time 1 to 4): for PART_FILL / max_parts of 4 / 64, one row
+# each up to R = 16 and about 5 on average at R = 256, so the parts fill the call's rows before
+# max_parts of them are taken, and a small call holds as many recipes as it has rows.
 PART_FILL = 4
 
 
@@ -266,7 +267,7 @@ def packs(
         return_lse=draw(_BOOLEANS, label="return_lse"),
     )
     call_rows = draw(_query_rows(max_n_q), label="call_n_q")
-    part_rows = max(4, -(-PART_FILL * call_rows // max_parts))
+    part_rows = -(-PART_FILL * call_rows // max_parts)
     taken: list[Recipe] = []
     rows = 0
     while rows < call_rows and len(taken) < max_parts:

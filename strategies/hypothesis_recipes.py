@@ -249,9 +249,9 @@ def packs(
 ) -> Recipe:
     """One kernel call packing 1 to `max_parts` recipes (strategies.recipe, "Packs"), shaped as
     `recipes` draws a call alone: what the parts share (PackCall) is drawn once, then the call's
-    query rows as `recipes` draws a recipe's (at most `max_n_q`), then the parts, each drawn by
-    `recipes` with `call=`, `recipe_options` and at most the rows still free, until the call's
-    rows are filled or `max_parts` parts are taken; then, as `recipes` caps one recipe's rows
+    query rows R as `recipes` draws a recipe's (at most `max_n_q`), then the parts, each drawn by
+    `recipes` with `call=`, `recipe_options` and at most ceil(PART_FILL * R / `max_parts`) rows
+    and the rows still free, until the call's rows are filled or `max_parts` parts are taken; then, as `recipes` caps one recipe's rows
     (_fit_lengths), when the call's keys pass `max_total_keys` every row of the call is capped to
     `max_total_keys` // its rows. So a packed call's query rows follow the distribution of a call
     drawn alone (short of it only where `max_parts` runs out first), its rows' keys too, and it is

@@ -676,8 +676,8 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
         terms = _pack_terms(parts, referenced, writers)
         moved = _to_device([indices, indptr, kv_rows, poison_rows, *terms, *distributions], device)
         indices_here, indptr_here, kv_rows_here, poison_here = moved[:4]
-        by_writer = len(terms) - 5
-        records, q = _pack_records(parts, counts, writers, *moved[4:], names=names, by_writer=by_writer, device=device)
+        terms_here, distributions_here = moved[4 : 4 + len(terms)], moved[4 + len(terms) :]
+        records, q = _pack_records(parts, counts, writers, *terms_here, names=names, distributions=distributions_here, device=device)
         if poison_here.numel():  # a poisoned part's unreferenced rows (a packable cache is small: the referenced ones get records below)
             kv[poison_here] = _poison_on(device)
         kv[kv_rows_here] = records
@@ -812,9 +812,9 @@ def _pack_records(
     rope_keys: torch.Tensor,
     q_rows: torch.Tensor,
     q_keys: torch.Tensor,
-    *terms: torch.Tensor,
+    *by_writer: torch.Tensor,
     names: list[tuple[str, str]],
-    by_writer: int,
+    distributions: list[torch.Tensor],
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(records uint8 [U, 656] of every part's referenced rows, in the parts' order; q bf16
@@ -822,10 +822,8 @@ def _pack_records(
     bit for bit (each value is a function of its part's seed, stream and id, and a record of its
     row alone), built in one buffer of hash words for all the parts (rng.keyed_row_words; one mix,
     one normal transform, one rounding), the parts' distributions applied in place per kind
-    (_apply_distributions), and one encoding per writer. The tensors after `writers` come from _pack_terms, on `device`:
-    the rows and keys, then `by_writer` tensors of rows per writer, then the distributions' terms
-    (_distribution_terms, `names`)."""
-    by_writer_rows, terms = terms[:by_writer], terms[by_writer:]
+    (_apply_distributions), and one encoding per writer. The tensors after `writers` come from
+    _pack_terms, on `device`; `names` and `distributions` from _distribution_terms, on `device`."""
     u, n_q, q_width = rows.numel(), q_rows.numel(), parts[0].heads * HEAD_DIM
     sizes = [u * LATENT_DIM, u * ROPE_DIM, n_q * q_width]
     words = torch.empty(sum(sizes), dtype=torch.int64, device=device)
@@ -834,7 +832,7 @@ def _pack_records(
         rng.keyed_row_words(keys, ids, width, out=section.view(-1, width))
     normal = rng.normal_from_hash(rng.mix64(words))
     latent_x, rope_x, q_x = (x.view(-1, w) for x, w in zip(normal.split(sizes), (LATENT_DIM, ROPE_DIM, q_width), strict=True))
-    _apply_distributions(names, list(terms), rows, q_rows, latent_x, rope_x, q_x.view(n_q, parts[0].heads, HEAD_DIM))
+    _apply_distributions(names, distributions, rows, q_rows, latent_x, rope_x, q_x.view(n_q, parts[0].heads, HEAD_DIM))
     rounded = round_f32_to_bf16(normal.to(torch.float32))
     latent_bf, rope_bf, q_bf = rounded.split(sizes)
     latent, rope = latent_bf.view(u, LATENT_DIM).to(torch.float32), rope_bf.view(u, ROPE_DIM)
@@ -842,6 +840,6 @@ def _pack_records(
         records = encode_records(latent, rope, writers[0], latent_known_finite=True)  # type: ignore[arg-type]  # |latent| <= 65536
     else:
         records = torch.empty((u, RECORD_BYTES), dtype=torch.uint8, device=device)
-        for writer, at in zip(writers, by_writer_rows, strict=True):
+        for writer, at in zip(writers, by_writer, strict=True):
             records[at] = encode_records(latent[at], rope[at], writer, latent_known_finite=True)  # type: ignore[arg-type]
     return records, q_bf.view(n_q, parts[0].heads, HEAD_DIM).clone()

@@ -40,8 +40,14 @@ def stream_key(seed: int, stream: str) -> int:
 def hash_input(seed: int, stream: str, ids: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """The splitmix64 input word of each id: id * golden ratio + stream key (int64, wrapping);
     written into `out` (int64, ids' shape) when given."""
+    return keyed_input(stream_key(seed, stream), ids, out=out)
+
+
+def keyed_input(keys: torch.Tensor | int, ids: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """hash_input with the stream key given: one int, or an int64 tensor broadcastable to ids (a
+    key per element)."""
     z = torch.mul(ids.to(torch.int64), _GOLDEN, out=out)
-    z += stream_key(seed, stream)
+    z += keys
     return z
 
 
@@ -90,9 +96,7 @@ def keyed_hash64(keys: torch.Tensor | int, ids: torch.Tensor) -> torch.Tensor:
     """hash64 with the stream key given: one (stream_key of a seed and stream), or an int64 tensor
     broadcastable to ids, a key per element, so the elements of several recipes' streams are
     hashed in one call with the bits hash64 gives each (wrapping arithmetic)."""
-    z = ids.to(torch.int64) * _GOLDEN
-    z += keys
-    return mix64(z)
+    return mix64(keyed_input(keys, ids))
 
 
 def uniform(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:

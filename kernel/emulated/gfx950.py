@@ -64,7 +64,7 @@ from kernel.emulated import pv as emulated_pv
 from kernel.emulated import qk as emulated_qk
 from kernel.emulated import scores as emulated_scores
 from kernel.emulated import state as emulated_state
-from kernel.fp8 import E4M3_NAN_CODE, E8M0_BIAS, E8M0_NAN, e4m3_table, f32_exponent_field
+from kernel.fp8 import E4M3_NAN_CODE, E8M0_BIAS, E8M0_NAN, e4m3_table
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, index_records, record_words
 
 TILE = 128
@@ -125,10 +125,10 @@ def load_row_ranges(indptr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def bounded_read(indices: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """indices[positions] as int64, 0 where a position lies outside the index buffer."""
-    inside = (positions >= 0) & (positions < indices.numel())
     if indices.numel() == 0:
         return torch.zeros_like(positions)
-    return torch.where(inside, indices[positions.clamp(0, indices.numel() - 1)].to(torch.int64), 0)
+    outside = (positions < 0) | (positions >= indices.numel())
+    return indices[positions.clamp(0, indices.numel() - 1)].to(torch.int64).masked_fill_(outside, 0)  # a fresh tensor either way
 
 
 def tile_count(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, has_invalid: bool) -> torch.Tensor:
@@ -142,7 +142,7 @@ def tile_count(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, 
     offsets = torch.arange(width, device=r_len.device)
     in_row = offsets < r_len.unsqueeze(1)
     entries = bounded_read(indices, r_beg.unsqueeze(1) + offsets)
-    marks = torch.where(in_row & (entries >= 0), offsets + 1, 0)
+    marks = (in_row & (entries >= 0)) * (offsets + 1)  # offset + 1 where valid, else 0
     last_valid = marks.amax(dim=1)
     return (last_valid + TILE - 1) // TILE
 
@@ -153,10 +153,9 @@ def load_slot_range(
     """(slots, masked) [R, n_tiles * 128] for tiles first_tile .. first_tile + n_tiles - 1 of each
     row: KV row per position (0 where masked)."""
     positions = first_tile * TILE + torch.arange(n_tiles * TILE, device=r_beg.device)
-    in_row = positions < r_len.unsqueeze(1)
-    entries = bounded_read(indices, r_beg.unsqueeze(1) + positions)
-    masked = ~in_row | (entries < 0)
-    return torch.where(masked, 0, entries), masked
+    entries = bounded_read(indices, r_beg.unsqueeze(1) + positions)  # a fresh tensor: filled in place below
+    masked = (positions >= r_len.unsqueeze(1)) | (entries < 0)
+    return entries.masked_fill_(masked, 0), masked
 
 
 def load_slots(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -206,7 +205,7 @@ def e4m3_codes(x: torch.Tensor) -> torch.Tensor:
     magnitudes, infinities and NaN give the NaN code 0x7F, with the sign bit of x."""
     cast = x.to(torch.float8_e4m3fn).view(torch.uint8)  # keeps the sign bit, also of NaN and beyond 448
     magnitude = x.abs()
-    beyond = (cast & 0x80) | (E4M3_NAN_CODE - (magnitude <= 464.0).to(torch.uint8))  # 0x7E up to 464, else 0x7F
+    beyond = (cast | E4M3_NAN_CODE).bitwise_xor_(magnitude <= 464.0)  # sign | 0x7E up to 464, else sign | 0x7F
     return torch.where(magnitude <= 448.0, cast, beyond)
 
 
@@ -268,9 +267,12 @@ def quantize_q(q32: torch.Tensor) -> QuantizedQ:
 
 
 def _e8m0_factor(byte: torch.Tensor) -> torch.Tensor:
-    """2^(b - 127) in f64 (from its bits: a normal number for every byte), NaN for 255."""
-    value = ((byte.to(torch.int64) + (1023 - E8M0_BIAS)) << 52).view(torch.float64)
-    return torch.where(byte == E8M0_NAN, float("nan"), value)
+    """2^(b - 127) in f64 (from its bits: a normal number for every byte), NaN for 255; byte: any
+    integer dtype holding 0..255."""
+    if byte.dtype not in (torch.int32, torch.int64):  # the sum is formed in byte's dtype: one that holds 255 + 896
+        byte = byte.to(torch.int64)
+    biased = torch.add(byte, 1023 - E8M0_BIAS, out=torch.empty(byte.shape, dtype=torch.int64, device=byte.device))
+    return biased.bitwise_left_shift_(52).view(torch.float64).masked_fill_(byte == E8M0_NAN, float("nan"))
 
 
 def _f32_e8m0(x: torch.Tensor) -> torch.Tensor:
@@ -295,7 +297,7 @@ def qk_scores(qq: QuantizedQ, rows: torch.Tensor, records: torch.Tensor) -> torc
     # (exact) and widened to f64 by the scale's product below (one f64 tensor written, not two)
     k_codes = decode_codes(records[..., :SCALE_OFFSET].reshape(r, TILE, 4, 4, 32).permute(0, 2, 3, 4, 1).contiguous(), torch.float16)
     k_scale_bits = records[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)  # [R, 128, 4]
-    k_e8m0 = f32_exponent_field(k_scale_bits)
+    k_e8m0 = _f32_e8m0(k_scale_bits)
     k_rope = records[..., ROPE_OFFSET:].contiguous().view(torch.bfloat16).to(torch.float64)  # [R, 128, 64]
     heads = qq.hi.shape[1]
     acc = torch.zeros(r, heads, TILE, dtype=torch.float32, device=records.device)
@@ -366,12 +368,12 @@ def online_softmax(
 
 def tile_logits(scores: torch.Tensor, masked: torch.Tensor, c_log2: torch.Tensor) -> torch.Tensor:
     """x = s * c_log2 f32 [..., H, 128], masked keys (masked [..., 128]) at the f32 value of -1e30."""
-    return torch.where(masked.unsqueeze(-2), MASKED_SCORE, scores * c_log2)
+    return (scores * c_log2).masked_fill_(masked.unsqueeze(-2), MASKED_SCORE)
 
 
 def tile_max(x: torch.Tensor) -> torch.Tensor:
     """Max over a tile's keys f32 [..., H], NaN scores left out (never NaN: -1e30 at least)."""
-    return torch.where(torch.isnan(x), float("-inf"), x).amax(dim=-1)
+    return x.masked_fill(torch.isnan(x), float("-inf")).amax(dim=-1)
 
 
 def tile_p(x: torch.Tensor, m_new: torch.Tensor) -> torch.Tensor:
@@ -394,9 +396,7 @@ def scale_p(p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor) -> tor
     """P' f16 [R, H, 128, 4 blocks] = fp16(P * scale_v[block]); scale_v from the scale's f32 bits
     clamped to [1, bits(2^7)] (a zero scale attends like a zero latent), 0 for masked keys."""
     bits = records[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.int32)  # [R, 128, 4]
-    clamped = bits.clamp(1, SCALE_CAP_BITS)
-    clamped = torch.where(masked.unsqueeze(-1), torch.zeros_like(clamped), clamped)
-    scale_v = clamped.view(torch.float32)
+    scale_v = bits.clamp(1, SCALE_CAP_BITS).masked_fill_(masked.unsqueeze(-1), 0).view(torch.float32)
     return (p.unsqueeze(-1) * scale_v.unsqueeze(1)).to(torch.float16)
 
 
@@ -424,7 +424,7 @@ def pv_block_terms(p_scaled: torch.Tensor, records: torch.Tensor, masked: torch.
     """pv_terms' products as f64 [R, kk, H, 4 blocks, 128] (a permuted view of the MFMAs' result:
     added to o viewed as [R, H, 4, 128] without a copy)."""
     r, heads, _, _ = p_scaled.shape
-    codes = torch.where(masked.unsqueeze(-1), 0, records[..., :SCALE_OFFSET]).to(torch.uint8)
+    codes = records[..., :SCALE_OFFSET].masked_fill(masked.unsqueeze(-1), 0)
     # key = 64 hf + 32 a + 16 b + 8 c + 4 sub + t  ->  [hf, sub] x 32 keys (permuted as bytes)
     v_codes = codes.reshape(r, 2, 2, 2, 2, 2, 4, 4, 128).permute(0, 1, 5, 7, 2, 3, 4, 6, 8).reshape(r, 4, 4, 32, 128)
     v_groups = decode_codes(v_codes)  # exact f16 values, [R, kk, block, 32 keys, 128 dims]
@@ -441,11 +441,12 @@ def finalize(state: SoftmaxState) -> tuple[torch.Tensor, torch.Tensor]:
     parts = state.l_parts
     per_wave = (parts[..., 0] + parts[..., 1]) + (parts[..., 2] + parts[..., 3])
     l_tot = ((per_wave[..., 0] + per_wave[..., 1]) + per_wave[..., 2]) + per_wave[..., 3]
-    has_l = l_tot > 0
-    inv_l = torch.where(has_l, 1.0 / torch.where(has_l, l_tot, 1.0), 0.0)
+    no_l = (l_tot > 0).logical_not_()  # l == 0, or NaN
+    l_safe = l_tot.masked_fill(no_l, 1.0)
+    inv_l = (1.0 / l_safe).masked_fill_(no_l, 0.0)
     out = (state.o * inv_l.unsqueeze(-1)).to(torch.bfloat16)
-    lse2 = (state.m + log2_f32(torch.where(has_l, l_tot, 1.0))) - P_SHIFT
-    lse = torch.where(has_l, lse2 * LN2_F32, float("-inf"))
+    lse2 = (state.m + log2_f32(l_safe)) - P_SHIFT
+    lse = (lse2 * LN2_F32).masked_fill_(no_l, float("-inf"))
     return out, lse
 
 
@@ -609,7 +610,7 @@ def _run_chunk_batched(
             tile_of = first + torch.arange(group * TILE, device=device) // TILE
             past = tile_of >= row_tiles[:live0].unsqueeze(1)
             masked = masked | past
-            slots = torch.where(past, 0, slots)
+            slots = slots.masked_fill_(past, 0)  # load_slot_range's fresh tensor
         top = slots.max()
         peak = top if peak is None else torch.maximum(peak, top)
         records = gather_records(kv_rows, slots).view(live0 * group, TILE, RECORD_BYTES)

@@ -127,8 +127,9 @@ def bounded_read(indices: torch.Tensor, positions: torch.Tensor) -> torch.Tensor
     """indices[positions] as int64, 0 where a position lies outside the index buffer."""
     if indices.numel() == 0:
         return torch.zeros_like(positions)
-    outside = (positions < 0) | (positions >= indices.numel())
-    return indices[positions.clamp(0, indices.numel() - 1)].to(torch.int64).masked_fill_(outside, 0)  # a fresh tensor either way
+    clamped = positions.clamp(0, indices.numel() - 1)
+    outside = clamped != positions
+    return indices[clamped].to(torch.int64).masked_fill_(outside, 0)  # a fresh tensor either way
 
 
 def tile_count(indices: torch.Tensor, r_beg: torch.Tensor, r_len: torch.Tensor, has_invalid: bool) -> torch.Tensor:
@@ -554,7 +555,7 @@ def group_pv_terms(p: torch.Tensor, records: torch.Tensor, masked: torch.Tensor,
     as pv_block_terms' product, one batched matmul of the same shapes."""
     r, heads = p.shape[0], p.shape[1]
     bits = records[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.int32)  # [R, 128, 4]
-    scale_v = torch.where(masked.unsqueeze(-1), 0, bits.clamp(1, SCALE_CAP_BITS)).view(torch.float32)
+    scale_v = bits.clamp(1, SCALE_CAP_BITS).masked_fill_(masked.unsqueeze(-1), 0).view(torch.float32)
     # key = 64 hf + 32 a + 16 b' + 8 c + 4 sub + t; operand [R, (hf, sub), block, H, (a, b', c, t)]
     p_keys = p.reshape(r, heads, 2, 2, 2, 2, 2, 4).permute(0, 2, 6, 1, 3, 4, 5, 7).unsqueeze(3)
     s_keys = scale_v.view(r, 2, 2, 2, 2, 2, 4, 4).permute(0, 1, 5, 7, 2, 3, 4, 6).unsqueeze(4)

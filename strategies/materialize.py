@@ -68,7 +68,15 @@ def _stream(recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, t
     """(indptr int64 [n_q + 1], pair rows, pair offsets, pair positions) on the CPU.
 
     Built with numpy (single-threaded): torch's CPU repeat_interleave opens a parallel region
-    for any size, which costs milliseconds per call when several processes share the cores."""
+    for any size, which costs milliseconds per call when several processes share the cores.
+    _stream_ids gives the pairs' ids and the stream's length with them."""
+    return _stream_ids(recipe)[:4]
+
+
+def _stream_ids(recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """_stream's four tensors, then the pairs' ids (row * 2^24 + offset, int64, CPU) and the index
+    stream's length (the largest indptr entry plus recipe.stream_tail; stream_tail for no rows),
+    all computed in numpy."""
     lengths = np.asarray(recipe.row_lengths, dtype=np.int64).reshape(-1)
     indptr = np.full(recipe.n_q + 1, recipe.stream_offset, dtype=np.int64)
     indptr[1:] += np.cumsum(lengths)
@@ -77,43 +85,78 @@ def _stream(recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, t
     firsts = np.cumsum(positive) - positive
     pair_offsets = np.arange(int(positive.sum()), dtype=np.int64) - np.repeat(firsts, positive)
     pair_positions = indptr[:-1][pair_rows] + pair_offsets
-    return tuple(torch.from_numpy(a) for a in (indptr, pair_rows, pair_offsets, pair_positions))  # type: ignore[return-value]
+    pair_ids = pair_rows * _ID_STRIDE + pair_offsets
+    n_idx = (int(indptr.max()) if indptr.size else 0) + recipe.stream_tail
+    tensors = tuple(torch.from_numpy(a) for a in (indptr, pair_rows, pair_offsets, pair_positions, pair_ids))
+    return (*tensors, n_idx)  # type: ignore[return-value]
 
 
-def _index_values(recipe: Recipe, pair_rows: torch.Tensor, pair_ids: torch.Tensor) -> torch.Tensor:
+Drawn = dict[str, torch.Tensor]  # rng.integers values by stream name (_index_draws, _invalid_draws)
+
+
+def _index_low(recipe: Recipe) -> int:
+    """The smallest KV row an index pattern draws."""
+    return ROWS_BEYOND_4GIB if recipe.index_pattern == "beyond_4gib" else (1 if recipe.poison else 0)
+
+
+def _index_draws(recipe: Recipe, pair_rows: torch.Tensor, pair_ids: torch.Tensor) -> list[tuple[str, torch.Tensor, int]]:
+    """The (stream, ids, high) integer draws _index_values reads (rng.integers_many), those that
+    depend on no other draw: duplicates' pool draw reads its pick draw and is drawn by
+    _index_values itself."""
+    span = recipe.cache_rows - _index_low(recipe)
+    pattern = recipe.index_pattern
+    if pattern in ("uniform", "beyond_4gib", "sorted", "reversed"):
+        return [("index", pair_ids, span)]
+    if pattern == "clustered":
+        return [("cluster", pair_rows, span), ("index", pair_ids, min(span, 128))]
+    if pattern == "duplicates":
+        return [("pick", pair_ids, 8)]
+    if pattern == "tail":
+        return [("index", pair_ids, min(span, 256))]
+    raise AssertionError(pattern)
+
+
+def _index_values(recipe: Recipe, pair_rows: torch.Tensor, drawn: Drawn) -> torch.Tensor:
+    """The consumed entries' KV rows by the recipe's index pattern (CPU int64), from the draws of
+    _index_draws in `drawn`."""
     seed, n = recipe.seed, recipe.cache_rows
-    low = ROWS_BEYOND_4GIB if recipe.index_pattern == "beyond_4gib" else (1 if recipe.poison else 0)
+    low = _index_low(recipe)
     span = n - low
     pattern = recipe.index_pattern
     if pattern in ("uniform", "beyond_4gib", "sorted", "reversed"):
-        values = low + rng.integers(seed, "index", pair_ids, span)
+        values = low + drawn["index"]
         if pattern in ("sorted", "reversed"):
             key = values if pattern == "sorted" else (n - 1 - values)
             order = torch.argsort(pair_rows * n + key, stable=True)
             values = values[order]
         return values
     if pattern == "clustered":
-        base = rng.integers(seed, "cluster", pair_rows, span)
-        return low + (base + rng.integers(seed, "index", pair_ids, min(span, 128))) % span
+        return low + (drawn["cluster"] + drawn["index"]) % span
     if pattern == "duplicates":
-        pick = rng.integers(seed, "pick", pair_ids, 8)
-        return low + rng.integers(seed, "pool", pair_rows * 8 + pick, span)
+        return low + rng.integers(seed, "pool", pair_rows * 8 + drawn["pick"], span)
     if pattern == "tail":
-        return n - 1 - rng.integers(seed, "index", pair_ids, min(span, 256))
+        return n - 1 - drawn["index"]
     raise AssertionError(pattern)
 
 
-def _apply_invalid(
-    recipe: Recipe, values: torch.Tensor, pair_rows: torch.Tensor, pair_offsets: torch.Tensor, pair_ids: torch.Tensor
-) -> torch.Tensor:
+def _invalid_draws(recipe: Recipe, pair_ids: torch.Tensor) -> list[tuple[str, torch.Tensor, int]]:
+    """The integer draws _apply_invalid reads (none but for the scattered pattern)."""
+    if recipe.invalid_pattern != "scattered" or pair_ids.numel() == 0:
+        return []
+    return [("invalid", pair_ids, 1000), ("negative", pair_ids, 3)]
+
+
+def _apply_invalid(recipe: Recipe, values: torch.Tensor, pair_rows: torch.Tensor, pair_offsets: torch.Tensor, drawn: Drawn) -> torch.Tensor:
+    """`values` with the recipe's invalid pattern applied (negative entries), from the draws of
+    _invalid_draws in `drawn`."""
     pattern = recipe.invalid_pattern
     if pattern == "none" or values.numel() == 0:
         return values
-    lengths = torch.tensor(recipe.row_lengths, dtype=torch.int64).clamp_min(0)[pair_rows]
     if pattern == "scattered":
-        chosen = rng.integers(recipe.seed, "invalid", pair_ids, 1000) < recipe.invalid_permille
-        negative = -1 - 7 * rng.integers(recipe.seed, "negative", pair_ids, 3)
+        chosen = drawn["invalid"] < recipe.invalid_permille
+        negative = -1 - 7 * drawn["negative"]
         return torch.where(chosen, negative, values)
+    lengths = torch.tensor(recipe.row_lengths, dtype=torch.int64).clamp_min(0)[pair_rows]
     if pattern == "tail":
         chosen = pair_offsets >= lengths - torch.clamp_min(lengths // 4, 1)
     elif pattern == "leading_tile":
@@ -476,14 +519,16 @@ class _Indexed:
 
 def _indexed(recipe: Recipe) -> _Indexed:
     """The index stream and the rows it references (CPU; see _Indexed)."""
-    indptr, pair_rows, pair_offsets, pair_positions = _stream(recipe)
-    n_idx = (int(indptr.max()) if indptr.numel() else 0) + recipe.stream_tail
-    pair_ids = pair_rows * _ID_STRIDE + pair_offsets
-    values = _index_values(recipe, pair_rows, pair_ids)
-    values = _apply_invalid(recipe, values, pair_rows, pair_offsets, pair_ids)
+    indptr, pair_rows, pair_offsets, pair_positions, pair_ids, n_idx = _stream_ids(recipe)
     low = 1 if recipe.poison else 0
     filler_span = recipe.cache_rows - low
-    entries = low + rng.integers(recipe.seed, "filler", torch.arange(n_idx), max(filler_span, 1))
+    # every draw that reads no other draw, hashed together (rng.integers_many: the same values)
+    pair_draws = _index_draws(recipe, pair_rows, pair_ids) + _invalid_draws(recipe, pair_ids)
+    filler, *drawn = rng.integers_many(recipe.seed, [("filler", torch.arange(n_idx), max(filler_span, 1)), *pair_draws])
+    by_stream = {stream: values for (stream, _, _), values in zip(pair_draws, drawn, strict=True)}
+    values = _index_values(recipe, pair_rows, by_stream)
+    values = _apply_invalid(recipe, values, pair_rows, pair_offsets, by_stream)
+    entries = low + filler
     consumed = torch.zeros(n_idx, dtype=torch.bool)
     if pair_positions.numel():
         owner = torch.full((n_idx,), pair_positions.numel(), dtype=torch.int64)

@@ -119,6 +119,21 @@ def keyed_integers(keys: torch.Tensor | int, ids: torch.Tensor, high: int | torc
     return _shr(keyed_hash64(keys, ids), 24) % high
 
 
+def integers_many(seed: int, draws: list[tuple[str, torch.Tensor, int | torch.Tensor]]) -> list[torch.Tensor]:
+    """integers(seed, stream, ids, high) of each (stream, ids, high) in `draws`, each shaped as its
+    ids, with the same values: every draw's words go into one buffer, which is hashed by one mix64
+    and shifted once (each word's hash depends on that word alone), then each draw takes its
+    modulo. The ids (int64) of every draw lie on one device."""
+    sizes = [ids.numel() for _, ids, _ in draws]
+    if not draws:
+        return []
+    words = torch.empty(sum(sizes), dtype=torch.int64, device=draws[0][1].device)
+    for (stream, ids, _), section in zip(draws, words.split(sizes), strict=True):
+        keyed_input(stream_key(seed, stream), ids.reshape(-1), out=section)
+    high_bits = _shr(mix64(words), 24)
+    return [(section % high).view(ids.shape) for (_, ids, high), section in zip(draws, high_bits.split(sizes), strict=True)]
+
+
 def normal_like(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:
     """f64 bell-shaped values, mean 0, variance 1, support [-3, 3]: Irwin-Hall of three 21-bit
     uniforms from one hash (exact arithmetic, hence identical everywhere: the three parts are

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from kernel.fp8 import round_f32_to_bf16
+from kernel.fp8 import round_f32_to_bf16_no_nan
 from kernel.record import ENGINE_WRITERS, LATENT_DIM, RECORD_BYTES, ROPE_DIM, ROPE_OFFSET, SCALE_OFFSET, encode_records
 from kernel.writers.sglang import WriterUnavailable, write_records
 from strategies import layouts, rng
@@ -296,7 +296,7 @@ def _values(recipe: Recipe, rows: torch.Tensor, device: torch.device) -> tuple[t
     if drawn[2]:
         q_rows = torch.arange(recipe.n_q, dtype=torch.int64, device=device)
         _query_in_place(recipe.q, q_x.view(recipe.n_q, recipe.heads, HEAD_DIM), q_rows, _seed_keys(seed, _Q_BLOCK_STREAMS))
-    rounded = round_f32_to_bf16(normal.to(torch.float32))
+    rounded = round_f32_to_bf16_no_nan(normal.to(torch.float32))  # normal values times finite factors: no NaN
     latent_bf, rope_bf, q_bf = rounded.split(sizes)
     if drawn[0]:
         latent = latent_bf.view(u, LATENT_DIM).to(torch.float32)
@@ -309,7 +309,7 @@ def _values(recipe: Recipe, rows: torch.Tensor, device: torch.device) -> tuple[t
     if drawn[2]:
         q = q_bf.view(recipe.n_q, recipe.heads, HEAD_DIM)
     else:
-        q = round_f32_to_bf16(_exact_query(recipe, device).to(torch.float32))
+        q = round_f32_to_bf16_no_nan(_exact_query(recipe, device).to(torch.float32))  # 0 and +-1
     return latent, rope, q
 
 
@@ -878,7 +878,7 @@ def _pack_records(
     normal = rng.normal_from_hash(rng.mix64(words))
     latent_x, rope_x, q_x = (x.view(-1, w) for x, w in zip(normal.split(sizes), (LATENT_DIM, ROPE_DIM, q_width), strict=True))
     _apply_distributions(names, distributions, rows, q_rows, latent_x, rope_x, q_x.view(n_q, parts[0].heads, HEAD_DIM))
-    rounded = round_f32_to_bf16(normal.to(torch.float32))
+    rounded = round_f32_to_bf16_no_nan(normal.to(torch.float32))  # normal values times finite factors: no NaN
     latent_bf, rope_bf, q_bf = rounded.split(sizes)
     latent, rope = latent_bf.view(u, LATENT_DIM).to(torch.float32), rope_bf.view(u, ROPE_DIM)
     if len(writers) == 1:

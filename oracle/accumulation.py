@@ -96,26 +96,42 @@ class Accumulation:
         m = torch.as_tensor(nonzero, dtype=torch.float64)
         n_instr = torch.minimum(torch.as_tensor(instructions, dtype=torch.float64), m)
         if self.order == "unknown":
-            seq = Accumulation(self.format, "sequential", "toward_zero").roundings(m, n_instr)
-            fused = Accumulation(self.format, "fused", "toward_zero", 0, self.terms_per_instruction).roundings(m, n_instr)
-            return torch.maximum(seq, fused)
+            # sequential and fused (no guard bits), both toward zero (r = 2), on the same m and n_instr
+            return torch.maximum(2 * m, _fused(m, n_instr, 0, 2))
         r = rounding_factor(self.rounding)
         if self.order == "sequential":
             return r * m
         if self.order == "tree":
             return r * n_instr * math.ceil(math.log2(self.terms_per_instruction + 1))
-        # fused
-        return (m + n_instr) * 2.0 ** (1 - self.guard_bits) + r * n_instr
+        return _fused(m, n_instr, self.guard_bits, r)
 
     def per_instruction(self) -> float:
         """Equivalent rounding count of one full instruction (T nonzero terms): a scale for docs."""
         return float(self.roundings(float(self.terms_per_instruction), 1.0))
 
 
+def _fused(m: torch.Tensor, n_instr: torch.Tensor, guard_bits: int, r: int) -> torch.Tensor:
+    """The "fused" order's count (m + I) 2^(1 - G) + r I (module docstring)."""
+    return (m + n_instr) * 2.0 ** (1 - guard_bits) + r * n_instr
+
+
+_SCALARS: dict[tuple[str, torch.device], torch.Tensor] = {}
+
+
+def f64_scalar(value: float, device: torch.device) -> torch.Tensor:
+    """0-dim f64 tensor holding `value` (-0.0 and 0.0 apart) on `device`, cached (read only): a
+    constant operand of torch.where without building it (scalar_tensor, full_like) per call."""
+    key = (float(value).hex(), device)
+    scalar = _SCALARS.get(key)
+    if scalar is None:
+        scalar = _SCALARS[key] = torch.tensor(value, dtype=torch.float64, device=device)
+    return scalar
+
+
 def gamma(k: torch.Tensor | float, u: float) -> torch.Tensor | float:
-    """Higham's gamma_k = k u / (1 - k u) (k roundings of unit roundoff u); inf when k u >= 1."""
+    """Higham's gamma_k = k u / (1 - k u) (k roundings of unit roundoff u); inf when k u >= 1 (or NaN)."""
     if isinstance(k, torch.Tensor):
         ku = k.to(torch.float64) * u
-        return torch.where(ku < 1, ku / (1 - ku), torch.full_like(ku, float("inf")))
+        return torch.where(ku < 1, ku / (1 - ku), f64_scalar(float("inf"), ku.device))
     ku = k * u
     return ku / (1 - ku) if ku < 1 else float("inf")

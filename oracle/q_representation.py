@@ -16,7 +16,6 @@ import torch
 
 from kernel.fp8 import round_e4m3
 from kernel.record import LATENT_DIM, N_SCALE_BLOCKS, SCALE_BLOCK
-from oracle.binary import pow2
 
 LO_FACTOR = 32.0
 LO_E8M0_OFFSET = 5
@@ -37,20 +36,29 @@ class QRepresentation:
     terms: torch.Tensor | None = None
 
 
+def pow2_normal(k: torch.Tensor) -> torch.Tensor:
+    """2^k (f64) for int64 k in the normal range [-1022, 1023], built from its bits: the bits of
+    oracle.binary.pow2 there, in two integer ops (outside that range the result is meaningless)."""
+    return ((k + 1023) << 52).view(torch.float64)
+
+
 def hi_e8m0(block_amax: torch.Tensor) -> torch.Tensor:
-    """E8M0 byte s = max(exp_field(amax) - 7, 5) of f64 block amaxes (exact bf16 values)."""
+    """E8M0 byte s = max(exp_field(amax) - 7, 5) of f64 block amaxes (exact bf16 values): int64
+    in [5, 247] (the field of a bf16 value, or of inf, is at most 254; a NaN amax gives 5), so
+    2^(127 - s) and 2^(s - 127) are normal (pow2_normal)."""
     _mantissa, exponent = torch.frexp(block_amax)  # amax = mantissa * 2^exponent, mantissa in [0.5, 1)
     field = torch.where(block_amax >= 2.0**-126, exponent.to(torch.int64) + 126, torch.zeros_like(exponent, dtype=torch.int64))
     return torch.clamp_min(field - 7, MIN_HI_E8M0)
 
 
 def fp8_hi_lo(q: torch.Tensor) -> QRepresentation:
-    """The gfx950 hi + lo representation of a bf16 q [n_q, H, 576] (see module docstring)."""
+    """The gfx950 hi + lo representation of a bf16 q [n_q, H, 576] (see module docstring); q may
+    also be given widened to f64 (exact: the same result)."""
     q64 = q.to(torch.float64)
     lead = q64.shape[:-1]
     latent = q64[..., :LATENT_DIM].reshape(*lead, N_SCALE_BLOCKS, SCALE_BLOCK)
     s = hi_e8m0(latent.abs().amax(dim=-1))
-    up = pow2(127 - s).unsqueeze(-1)
+    up = pow2_normal(127 - s).unsqueeze(-1)
     x = latent * up
     hi = round_e4m3(x.to(torch.float32))
     lo = round_e4m3(((x - hi) * LO_FACTOR).to(torch.float32)) / LO_FACTOR
@@ -67,6 +75,6 @@ def fp8_hi_lo(q: torch.Tensor) -> QRepresentation:
 
 
 def exact(q: torch.Tensor) -> QRepresentation:
-    """Q used as stored (bf16 widened exactly)."""
+    """Q used as stored (bf16 widened exactly; q may be given widened, then q_hat is q itself)."""
     q64 = q.to(torch.float64)
     return QRepresentation(q_hat=q64, magnitude=q64.abs(), e8m0=None, terms=(q64 != 0).to(torch.float64))

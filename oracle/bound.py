@@ -24,6 +24,7 @@ An empty row has bound 0: out must be exactly 0 and lse exactly -inf.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from kernel.fp8 import e4m3_table
 from kernel.record import LATENT_DIM, RECORD_BYTES, SCALE_BLOCK
 from oracle import q_representation as qrep
 from oracle import rows as oracle_rows
-from oracle.accumulation import FORMAT_MAX, gamma, unit_roundoff
+from oracle.accumulation import FORMAT_MAX, f64_scalar, gamma, unit_roundoff
 from oracle.binary import pow2
 from oracle.profile_schema import ANY16_P, TOWARD_ZERO_CAST, NumericsProfile
 from oracle.rows import DEFAULT_KEY_BUDGET, BoundChunk, PreconditionError, row_bounds
@@ -81,7 +82,8 @@ def _representation(q: torch.Tensor, profile: NumericsProfile) -> qrep.QRepresen
 
 
 def _q_representation_error(q: torch.Tensor, rep: qrep.QRepresentation, profile: NumericsProfile) -> torch.Tensor:
-    """Per-element a-priori |q - q_hat| bound (f64 [n_q, H, 576]) for the "float64" mode.
+    """Per-element a-priori |q - q_hat| bound (f64 [n_q, H, 576]) for the "float64" mode (q bf16,
+    or widened to f64: the same result).
 
     fp8_hi_lo: with x = q 2^(127 - s), an element with |x| >= 2^-7 is represented exactly (bf16's
     8 significant bits split into 4 + 4 that hi and lo both hold); a smaller one is off by at most
@@ -90,7 +92,7 @@ def _q_representation_error(q: torch.Tensor, rep: qrep.QRepresentation, profile:
     err = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
     if profile.q_representation == "fp8_hi_lo":
         assert rep.e8m0 is not None
-        unit = pow2(rep.e8m0 - 127).repeat_interleave(SCALE_BLOCK, dim=-1)
+        unit = qrep.pow2_normal(rep.e8m0 - 127).repeat_interleave(SCALE_BLOCK, dim=-1)
         x = q[..., :LATENT_DIM].to(torch.float64).abs() / unit
         err[..., :LATENT_DIM] = torch.where(x < 2.0**-7, unit * 2.0**-15, 0.0)
     return err
@@ -116,10 +118,10 @@ def _precondition_flags(chunk: BoundChunk, profile: NumericsProfile, scale_model
     if scale_model == "gfx950":
         checks.append((valid & ~torch.isfinite(scales), "a consumed record's scale is NaN or infinite"))
     elif profile.needs_pow2_scales:
-        bits = scales.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-        exponent = (bits >> 23) & 0xFF
-        pow2 = ((bits & 0x7FFFFF) == 0) & (exponent > 0) & (exponent < 0xFF) & ((bits >> 31) == 0)
-        checks.append((valid & ~pow2, "a consumed record's scale is not a positive normal power of two"))
+        # a positive normal power of two: sign and mantissa bits clear, exponent field in [1, 254]
+        bits = scales.contiguous().view(torch.int32)
+        is_pow2 = ((bits & ~0x7F800000) == 0) & (bits >= 0x00800000) & (bits < 0x7F800000)
+        checks.append((valid & ~is_pow2, "a consumed record's scale is not a positive normal power of two"))
     else:
         checks.append((valid & ~(torch.isfinite(scales) & (scales > 0)), "a consumed record's scale is not positive and finite"))
     if scale_model == "stored" and profile.scale_cap is not None:
@@ -211,22 +213,30 @@ class _ModeScores:
 
 def _stacked_bmm(lefts: Sequence[torch.Tensor], right: torch.Tensor) -> torch.Tensor:
     """[M, B, n, p]: torch.bmm(lefts[m], right) for each m (lefts [B, n, k], right [B, k, p]),
-    each product written in place into its slice of one buffer."""
+    each product written in place into its slice of one buffer (M = 1: the product itself, a
+    fresh contiguous tensor like the buffer's first slice)."""
+    n = len(lefts)
+    if n == 1:
+        return torch.bmm(lefts[0], right).unsqueeze(0)
     first = lefts[0]
-    out = first.new_empty(len(lefts), first.shape[0], first.shape[1], right.shape[2])
-    for m, left in enumerate(lefts):
-        torch.bmm(left, right, out=out[m])
+    out = torch.empty(n, first.shape[0], first.shape[1], right.shape[2], dtype=first.dtype, device=first.device)
+    for m in range(n):
+        torch.bmm(lefts[m], right, out=out[m])
     return out
 
 
-def _mode_scores(q_refs: tuple[torch.Tensor, ...], chunk: BoundChunk, keys_t: torch.Tensor, sigma: float) -> _ModeScores:
-    """The stacked scores of the queries `q_refs` (at least one)."""
+def _mode_scores(
+    q_refs: tuple[torch.Tensor, ...], chunk: BoundChunk, keys_t: torch.Tensor, sigma: float, invalid: torch.Tensor | None
+) -> _ModeScores:
+    """The stacked scores of the queries `q_refs` (at least one); `invalid`: ~chunk.valid as
+    [R, 1, L], None when every slot holds a key."""
     z = _stacked_bmm([q_ref[chunk.rows] for q_ref in q_refs], keys_t).mul_(sigma)
-    if not chunk.all_valid:
-        z.masked_fill_(~chunk.valid.unsqueeze(1), float("-inf"))
+    if invalid is not None:
+        z.masked_fill_(invalid, float("-inf"))
     peak = z.amax(dim=-1, keepdim=True)
-    log_total = torch.log(torch.exp(z - peak).sum(dim=-1, keepdim=True))
-    log_p = z - peak - log_total
+    shifted = z - peak
+    log_total = torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))
+    log_p = shifted - log_total
     probs = torch.exp(log_p)
     return _ModeScores(
         z=z, z_max=peak, log_p=log_p, probs=probs, row_lse=(peak + log_total).squeeze(-1), ref_out=_stacked_bmm(probs, chunk.values)
@@ -254,7 +264,28 @@ class _ChunkStats:
     qk_err: torch.Tensor  # [R, H, L] |sigma| gamma_k(u) sum_d |q_hat_d| |K_d|: the QK accumulation error (natural units)
     ref_qk_err: torch.Tensor  # [R, H, L] the float64 reference's own score error, |sigma| gamma_(m+1)(2^-53) sum_d |q_d| |K_d|
     qk_flush: torch.Tensor | None  # [R, H, L] |sigma| x the score error of flushed subnormals (None: subnormals preserved)
+    terms: _RowTerms  # the bound's per-row terms that no mode changes
+    invalid: torch.Tensor | None = None  # [R, 1, L] ~valid (None: every slot holds a key)
     splits: bool | None = None  # some row of the chunk may be split (known on the host; None: read from the device)
+
+
+@dataclass(frozen=True)
+class _RowTerms:
+    """The terms of one chunk's bound that depend on its rows only, not on a mode's scores
+    (_row_terms), formed once per chunk and shared by every group of modes. Each is the value
+    _chunk_bound's formula names, with its operations in that formula's order."""
+
+    rescale_err: torch.Tensor  # [R, 1, 1] rescales (exp_rel_err + u), rescales = n_tiles - 1
+    rescale_u: torch.Tensor  # [R, 1, 1] (rescales > 0) u
+    acc_factor: torch.Tensor  # [R, 1, 1] gamma_o + 1.01 gamma_l + 2 u + gamma_ref (the o, l and reference sums)
+    floor_v: torch.Tensor  # [R, 1, 512] n exp_floor / p_max x max |v|: exp's underflow floor in out units
+    p_floor: torch.Tensor | None  # [R, 1, 512] the P floor term of d_p for the profile's p_format (None: exact P)
+    flush_base: torch.Tensor | None  # [R, 1, 1] 4 + l_floor (2 n + n_tiles) (None: subnormals preserved)
+    flush_out: torch.Tensor | float  # [R, 1, 1] flush_floor (flush_base + 2) of an unsplit row (0.0: none)
+    lse_l: torch.Tensor  # [R, 1] 1.01 gamma_l
+    lse_floor: torch.Tensor  # [R, 1] n exp_floor / p_max
+    lse_log_n: torch.Tensor  # [R, 1] ln 2 (p_shift + log2 n + 2)
+    lse_ref: torch.Tensor  # [R, 1] gamma_(n + 2)(2^-53)
 
 
 #: |e4m3 code value| * 2^9 is an integer below 2^18 (multiples of the subnormal spacing 2^-9, at
@@ -262,9 +293,16 @@ class _ChunkStats:
 _INT32_CODE_SUM_KEYS = (2**31 - 1) // (448 * 512)
 
 
+_ABS_CODE_TABLES: dict[torch.device, torch.Tensor] = {}
+
+
 def _abs_code_table(device: torch.device) -> torch.Tensor:
-    """int32 [256]: |value| * 2^9 of each e4m3 code (0 for the NaN codes, which are preconditions)."""
-    return (e4m3_table(device, torch.float64).abs().nan_to_num(0.0) * 512.0).to(torch.int32)
+    """int32 [256]: |value| * 2^9 of each e4m3 code (0 for the NaN codes, which are preconditions).
+    Cached per device (read only)."""
+    table = _ABS_CODE_TABLES.get(device)
+    if table is None:
+        table = _ABS_CODE_TABLES[device] = (e4m3_table(device, torch.float64).abs().nan_to_num(0.0) * 512.0).to(torch.int32)
+    return table
 
 
 def _chunk_stats(
@@ -291,12 +329,13 @@ def _chunk_stats(
     keys = chunk.keys
     values = chunk.values
     row_len = lengths[chunk.rows].to(torch.float64).view(-1, 1, 1)
-    n_valid = chunk.valid.sum(dim=1).to(torch.float64).view(-1, 1, 1)
+    n_valid = chunk.valid.sum(dim=1, dtype=torch.float64).view(-1, 1, 1)  # integer counts, exact
     n_tiles, tile_keys = _tile_counts(profile, n_valid, row_len)
     keys_t = keys.transpose(1, 2)
+    invalid = None if chunk.all_valid else ~chunk.valid.unsqueeze(1)
     if groups is None:
         groups = (tuple(range(len(q_refs))),) if q_refs else ()
-    scores = tuple(_mode_scores(tuple(q_refs[m] for m in group), chunk, keys_t, sigma) for group in groups)
+    scores = tuple(_mode_scores(tuple(q_refs[m] for m in group), chunk, keys_t, sigma, invalid) for group in groups)
     v_range = _value_range(values, chunk)  # before keys' abs: values may be a view of keys
     nonzero_keys = (keys != 0).to(torch.float32).transpose(1, 2)
     keys_abs_t = keys.abs_().transpose(1, 2)
@@ -307,7 +346,9 @@ def _chunk_stats(
     # m is a sum of at most 576 terms in {0, 1, 2} x {0, 1}: an integer <= 1152, exact in f32 (and
     # in TF32 inputs) in every summation order, so the f32 product gives the f64 product's bits
     nonzero = torch.bmm(rep.terms[chunk.rows], nonzero_keys).to(torch.float64)
-    k_qk = profile.qk.roundings(nonzero, float(profile.qk_instructions)) + profile.qk.product_roundings * (nonzero > 0)
+    k_qk = profile.qk.roundings(nonzero, float(profile.qk_instructions))
+    if profile.qk.product_roundings:  # else adding 0 would leave k (never -0) as it is
+        k_qk = k_qk + profile.qk.product_roundings * (nonzero > 0)
     qk_err = abs(sigma) * gamma(k_qk, profile.qk.u) * qk_mag
     qk_flush = None
     if profile.flush_floor:
@@ -325,6 +366,8 @@ def _chunk_stats(
         scaled = code_table.index_select(0, chunk.code_index).view(*values.shape)
         total = scaled.sum(dim=1, dtype=torch.int32 if width <= _INT32_CODE_SUM_KEYS else torch.int64)
         abs_code_sum = (total.to(torch.float64) * 2.0**-9).unsqueeze(1)
+    abs_v_sum = values_abs.sum(dim=1).unsqueeze(1)
+    abs_v_max = values_abs.amax(dim=1).unsqueeze(1)
     stats = _ChunkStats(
         rows=chunk.rows,
         valid=chunk.valid.unsqueeze(1),
@@ -333,8 +376,8 @@ def _chunk_stats(
         keys_abs_t=keys_abs_t,
         values_abs=values_abs,
         v_range=v_range,
-        abs_v_sum=values_abs.sum(dim=1).unsqueeze(1),
-        abs_v_max=values_abs.amax(dim=1).unsqueeze(1),
+        abs_v_sum=abs_v_sum,
+        abs_v_max=abs_v_max,
         abs_code_sum=abs_code_sum,
         n_valid=n_valid,
         row_len=row_len,
@@ -343,6 +386,8 @@ def _chunk_stats(
         qk_err=qk_err,
         ref_qk_err=abs(sigma) * gamma(nonzero + 1, U64) * qk_mag,
         qk_flush=qk_flush,
+        terms=_row_terms(profile, n_valid, n_tiles, tile_keys, abs_v_sum, abs_v_max, abs_code_sum),
+        invalid=invalid,
         splits=chunk.kind if isinstance(chunk.kind, bool) else None,
     )
     if checks is None:
@@ -350,6 +395,65 @@ def _chunk_stats(
     else:
         checks.extend(_f32_range_rows(stats, qk_mag))
     return stats
+
+
+def _row_terms(
+    profile: NumericsProfile,
+    n_valid: torch.Tensor,
+    n_tiles: torch.Tensor,
+    tile_keys: torch.Tensor,
+    abs_v_sum: torch.Tensor,
+    abs_v_max: torch.Tensor,
+    abs_code_sum: torch.Tensor | None,
+) -> _RowTerms:
+    """The bound's per-row terms (_RowTerms) of a chunk with these statistics ([R, 1, 1] counts,
+    [R, 1, 512] |V| sums and maxima): the o and l accumulations' rounding counts (_o_l_roundings),
+    the floors and the lse's constant terms (TOLERANCES.md sections 3 to 5 and 13)."""
+    u = profile.arith_u
+    rescales = n_tiles - 1
+    k_o, k_l = _o_l_roundings(profile, n_tiles, tile_keys)
+    gamma_o = gamma(k_o, profile.pv.u).view(-1, 1, 1)
+    gamma_l = gamma(k_l, profile.l.u).view(-1, 1, 1)
+    p_max = 2.0**profile.p_shift
+    exp_floor_out = n_valid.view(-1, 1, 1) * profile.exp_floor_effective / p_max
+    # floors are absolute errors of P' in P units, divided by l >= p_max (1 - 2^-20): the largest
+    # key's own P; no reweighting factor enters (TOLERANCES.md section 4)
+    l_floor = (1 + 2.0**-16) / p_max
+    gamma_ref = gamma(2 * n_valid + 4, U64).view(-1, 1, 1)  # the reference's sums of exp and of p v, its division
+    p_floor = None
+    if profile.p_format == "fp16_scaled":
+        assert abs_code_sum is not None
+        p_floor = profile.p_floor * l_floor * abs_code_sum
+    elif profile.p_format == "bf16":
+        p_floor = profile.p_floor * l_floor * abs_v_sum
+    elif profile.p_format in ("f32", "f64"):
+        p_floor = profile.p_floor * abs_v_sum
+    elif profile.p_format == ANY16_P:
+        assert abs_code_sum is not None
+        p_floor = profile.p_floor * l_floor * (abs_v_sum + abs_code_sum)
+    # flushed f32 results of the o side (TOLERANCES.md section 13), absolute in out units: each V
+    # element (weights summing to ~1), each P v product and partial sum of o and each rescale
+    # (divided by l >= p_max), the normalisation and the output cast, and per merged partial its
+    # stored output and its weighted term (2 per partial; an unsplit row is one partial)
+    flush_base = None
+    flush_out: torch.Tensor | float = 0.0
+    if profile.flush_floor:
+        flush_base = 4 + l_floor * (2 * n_valid + n_tiles)
+        flush_out = profile.flush_floor * (flush_base + 2.0)
+    n_keys = n_valid.view(-1, 1)
+    return _RowTerms(
+        rescale_err=rescales * (profile.exp_rel_err + u),
+        rescale_u=(rescales > 0) * u,
+        acc_factor=gamma_o + 1.01 * gamma_l + 2 * u + gamma_ref,
+        floor_v=exp_floor_out * abs_v_max,
+        p_floor=p_floor,
+        flush_base=flush_base,
+        flush_out=flush_out,
+        lse_l=1.01 * gamma_l.view(-1, 1),
+        lse_floor=exp_floor_out.view(-1, 1),
+        lse_log_n=LN2 * (profile.p_shift + torch.log2(n_keys) + 2),
+        lse_ref=gamma(n_keys + 2, U64),
+    )
 
 
 def _value_range(values: torch.Tensor, chunk: BoundChunk) -> torch.Tensor:
@@ -482,8 +586,9 @@ def _f32_range_rows(stats: _ChunkStats, qk_mag: torch.Tensor) -> list[torch.Tens
     return [qk_mag.reshape(n_rows, -1).amax(dim=1), stats.n_valid.view(n_rows), stats.abs_v_max.reshape(n_rows, -1).amax(dim=1)]
 
 
+@functools.lru_cache(maxsize=64)
 def _qk_growth(profile: NumericsProfile) -> float:
-    """gamma of the most roundings a partial sum of q . K may take (a profile constant)."""
+    """gamma of the most roundings a partial sum of q . K may take (a profile constant, cached per profile)."""
     most = profile.qk.roundings(2.0 * LATENT_DIM + 64, float(profile.qk_instructions)) + profile.qk.product_roundings
     return float(gamma(most, profile.qk.u))
 
@@ -570,7 +675,7 @@ def _chunk_bound(
     every exponential that could overflow is replaced by +inf only where a min() discards it.
     `checks` given: each mode's per-row max |z| is appended to it, mode by mode (_Deferred),
     instead of being checked against the profile's score limit here."""
-    rows, valid, all_valid = stats.rows, stats.valid, stats.all_valid
+    rows, invalid, terms = stats.rows, stats.invalid, stats.terms
     assert len(q_rep_errs) == scores.z.shape[0]
     z = scores.z
     # shared by the modes ([R, H, L]) unless some mode adds Q's representation error
@@ -579,41 +684,46 @@ def _chunk_bound(
         score_err = torch.stack(
             [stats.qk_err if e is None else stats.qk_err + torch.bmm(e[rows], stats.keys_abs_t) * abs(sigma) for e in q_rep_errs]
         )
-    z_fin = z if all_valid else z.masked_fill(~valid, 0.0)
-    z_abs_max = z_fin.abs().amax(dim=-1, keepdim=True)
+    z_fin = z if invalid is None else z.masked_fill(invalid, 0.0)
+    z_abs = z_fin.abs()
+    z_abs_max = z_abs.amax(dim=-1, keepdim=True)
     if checks is not None:
         checks.extend(z_abs_max.reshape(z_abs_max.shape[0], z_abs_max.shape[1], -1).amax(dim=2).unbind(0))
     elif float(z_abs_max.max()) > profile.score_limit:
         raise PreconditionError(f"|softmax_scale * q . K| exceeds the profile's limit {profile.score_limit:g}")
     z_max = scores.z_max
-    z_min = (z if all_valid else z.masked_fill(~valid, float("inf"))).amin(dim=-1, keepdim=True)
+    z_min = (z if invalid is None else z.masked_fill(invalid, float("inf"))).amin(dim=-1, keepdim=True)
+    z_gap = z_max - z_fin
 
     # Softmax-stage log-weight errors (natural units), per key (TOLERANCES.md section 2).
-    n_valid, n_tiles = stats.n_valid, stats.n_tiles
     u = profile.arith_u
     shift_ln = profile.p_shift * LN2
-    rescales = n_tiles - 1
     soft_err = (
-        profile.score_roundings * u * z_fin.abs()
-        + u * ((z_max - z_fin) + shift_ln)
+        profile.score_roundings * u * z_abs
+        + u * (z_gap + shift_ln)
         + (u * (z_abs_max + shift_ln) if profile.p_shift else 0.0)
         + profile.exp_rel_err
         # each rescale: alpha = exp(m_old - m_new), one exp and one subtraction; the subtracted
         # differences telescope to at most z_max - z_min over the row
-        + rescales * (profile.exp_rel_err + u)
-        + (rescales > 0) * u * (z_max - z_min)
+        + terms.rescale_err
+        + terms.rescale_u * (z_max - z_min)
     )
     # The reference is itself computed in float64 (oracle.reference: bmm, exp(z - z_max), sum,
     # divide, bmm): its own error enters like a kernel's (TOLERANCES.md section 6, "the reference").
-    ref_err = stats.ref_qk_err + U64 * (2 * z_fin.abs() + (z_max - z_fin)) + 4 * U64
+    ref_err = stats.ref_qk_err + U64 * (2 * z_abs + z_gap) + 4 * U64
     if stats.qk_flush is not None:
         # the scaled score and the exp argument, each flushed below F (log2 units)
         soft_err = soft_err + stats.qk_flush + 3 * LN2 * profile.flush_floor
     log_p, probs, row_lse, ref_out = scores.log_p, scores.probs, scores.row_lse, scores.ref_out  # ln p_i: -inf at masked slots
     split = _split_terms(stats, scores, z_fin, z_abs_max, profile)
-    key_err = (score_err + soft_err + ref_err + (split.key_err if split is not None else 0.0)) * (1 + 2.0**-16)
-    if not all_valid:
-        key_err = key_err.masked_fill(~valid, 0.0)
+    # ref_err holds 4 u64 > 0, so the sum is positive or NaN: no split term to add is no addition
+    # (x + 0.0 is x for every such x)
+    key_err = score_err + soft_err + ref_err
+    if split is not None:
+        key_err = key_err + split.key_err
+    key_err = key_err * (1 + 2.0**-16)
+    if invalid is not None:
+        key_err.masked_fill_(invalid, 0.0)
     e_max = key_err.amax(dim=-1)  # [M, R, H]
 
     ref_abs = ref_out.abs()
@@ -624,28 +734,15 @@ def _chunk_bound(
     tilt_overflow = (log_tilt > _EXP_CAP).any(dim=-1)  # [M, R, H]
     tilt = torch.exp(log_tilt.clamp_max(_EXP_CAP))
     tilt_abs_v = _stacked_bmm(tilt, stats.values_abs)
-    tilt_mass = torch.where(tilt_overflow, torch.full_like(e_max, float("inf")), tilt.sum(dim=-1))
-    v_range, abs_v_sum, abs_v_max = stats.v_range, stats.abs_v_sum, stats.abs_v_max
+    tilt_mass = torch.where(tilt_overflow, f64_scalar(float("inf"), e_max.device), tilt.sum(dim=-1))
+    v_range, abs_v_max = stats.v_range, stats.abs_v_max
 
-    k_o, k_l = _o_l_roundings(profile, n_tiles, stats.tile_keys)
-    gamma_o = gamma(k_o, profile.pv.u).view(-1, 1, 1)
-    gamma_l = gamma(k_l, profile.l.u).view(-1, 1, 1)
-    p_max = 2.0**profile.p_shift
-    exp_floor_out = n_valid.view(-1, 1, 1) * profile.exp_floor_effective / p_max
-    # floors are absolute errors of P' in P units, divided by l >= p_max (1 - 2^-20): the largest
-    # key's own P; no reweighting factor enters (TOLERANCES.md section 4)
-    l_floor = (1 + 2.0**-16) / p_max
     window_plain = 2 * e_max
     p_u = profile.p_u
-    gamma_ref = gamma(2 * n_valid + 4, U64).view(-1, 1, 1)  # the reference's sums of exp and of p v, its division
-    # flushed f32 results of the o side (TOLERANCES.md section 13), absolute in out units: each V
-    # element (weights summing to ~1), each P v product and partial sum of o and each rescale
-    # (divided by l >= p_max), the normalisation and the output cast, and per merged partial its
-    # stored output and its weighted term
-    flush_out = 0.0
-    if profile.flush_floor:
-        partials = split.partials if split is not None else torch.ones_like(n_valid)
-        flush_out = profile.flush_floor * (4 + l_floor * (2 * n_valid + n_tiles) + 2 * partials.view(-1, 1, 1))
+    # flushed f32 results of the o side (TOLERANCES.md section 13): see _row_terms
+    flush_out = terms.flush_out
+    if split is not None and terms.flush_base is not None:
+        flush_out = profile.flush_floor * (terms.flush_base + 2 * split.partials.view(-1, 1, 1))
 
     def out_bound_for(key_window: torch.Tensor, p_in_l: bool) -> torch.Tensor:
         w4 = (key_window / 4).unsqueeze(-1)
@@ -658,34 +755,31 @@ def _chunk_bound(
         # sum_i p'_i |v_id| over the kernel's weights p' <= p e^w, and never above max_i |v_id|
         weighted = torch.minimum(_exp_or_inf(key_window.unsqueeze(-1)) * p_abs_v, abs_v_max)
         weighted = torch.where(torch.isnan(weighted), abs_v_max.expand_as(weighted), weighted)
+        floor = terms.p_floor  # the P floor of the profile's p_format (_row_terms)
         if profile.p_format == "fp16_scaled":
-            assert stats.abs_code_sum is not None
             # P * scale_v is itself rounded to f32 when scale_v is not a power of two.
-            d_p = (p_u + u) * weighted + profile.p_floor * l_floor * stats.abs_code_sum
+            d_p = (p_u + u) * weighted + floor
         elif profile.p_format == "bf16":
-            floor = profile.p_floor * l_floor * abs_v_sum
             d_p = floor if p_in_l else p_u * weighted + floor
         elif profile.p_format in ("f32", "f64"):
-            d_p = p_u * weighted + profile.p_floor * abs_v_sum
+            d_p = p_u * weighted + floor
         elif profile.p_format == ANY16_P:
             # some 16-bit P' (of P, or of P * scale_v rounded to f32 first): bf16's relative
             # rounding, and f16's floor on P v (P itself rounded) or on P' code (P * scale_v
             # rounded); as for bf16, a reweighting when l sums the rounded P (TOLERANCES.md section 14)
-            assert stats.abs_code_sum is not None
-            floor = profile.p_floor * l_floor * (abs_v_sum + stats.abs_code_sum)
             d_p = u * weighted + floor if p_in_l else (p_u + u) * weighted + floor
         else:
             d_p = torch.zeros_like(p_abs_v)
         magnitude = weighted * (1 + p_u) + d_p
-        d_acc = (gamma_o + 1.01 * gamma_l + 2 * u + gamma_ref) * magnitude + exp_floor_out * abs_v_max
+        d_acc = terms.acc_factor * magnitude + terms.floor_v
         if split is not None:
             d_acc = d_acc + split.out_rel * magnitude
         d_pre = d_soft + d_p + d_acc + flush_out
         return output_interval_bound(ref_out, d_pre, profile.out_casts)
 
+    lse_p: float | torch.Tensor = 0.0
     if profile.p_format == "exact" or profile.p_rounded_in_l == "no":
         bound = out_bound_for(window_plain, p_in_l=False)
-        lse_p = torch.zeros_like(e_max)
     elif profile.p_rounded_in_l == "yes":
         bound = out_bound_for(window_plain + 2 * p_u, p_in_l=True)
         lse_p = torch.full_like(e_max, p_u)
@@ -696,20 +790,16 @@ def _chunk_bound(
         )
         lse_p = torch.full_like(e_max, p_u)
 
-    n_keys = n_valid.view(-1, 1)
-    lse_arith = profile.lse_extra_u * (row_lse.abs() + e_max + LN2 * (profile.p_shift + torch.log2(n_keys) + 2))
+    lse_abs = row_lse.abs()
+    lse_arith = profile.lse_extra_u * (lse_abs + e_max + terms.lse_log_n)
     # |ln sum_i p_i e^eta_i| <= min(E_max, sum_i p_i (e^E_i - 1))  (TOLERANCES.md section 3)
     reweight_lse = torch.minimum(e_max, tilt_mass)
-    lse_ref = gamma(n_keys + 2, U64) + U64 * row_lse.abs()  # the reference's sum, log and addition
-    lse_b = (
-        reweight_lse
-        + lse_p
-        + 1.01 * gamma(k_l.view(-1, 1), profile.l.u)
-        + n_keys * profile.exp_floor_effective / p_max
-        + lse_arith
-        + lse_ref
-        + (split.lse if split is not None else 0.0)
-    )
+    lse_ref = terms.lse_ref + U64 * lse_abs  # the reference's sum, log and addition
+    # reweight_lse is +0 or more (or NaN), never -0: a zero lse_p adds nothing (x + 0.0 is x)
+    lse_b = reweight_lse if isinstance(lse_p, float) else reweight_lse + lse_p
+    lse_b = lse_b + terms.lse_l + terms.lse_floor + lse_arith + lse_ref
+    if split is not None:
+        lse_b = lse_b + split.lse
     return ref_out, bound, row_lse, lse_b, window_plain
 
 
@@ -788,16 +878,14 @@ def evaluate_modes(
             raise ValueError(f"unknown comparison mode {mode!r}; expected one of {MODES}")
     # one host read for the call's checks before the first batch: q finite, the index stream
     # (oracle.rows.check_stream) and the row plan; raised in that order, the scale in between
-    q_finite = torch.isfinite(q).all()
+    q_finite = (q.abs() < float("inf")).all()  # isfinite's value in fewer ops
     sigma = float(softmax_scale)
     n_q, heads, _ = q.shape
     device = q.device
-    rep = _representation(q, profile)
+    q64 = q.to(torch.float64)  # exact: the representation and the "float64" reference share it
+    rep = _representation(q64, profile)
     # per mode: the reference's query and, in "float64" mode, the representation error of Q
-    per_mode = {
-        mode: (rep.q_hat, None) if mode == "exact-steps" else (q.to(torch.float64), _q_representation_error(q, rep, profile))
-        for mode in modes
-    }
+    per_mode = {mode: (rep.q_hat, None) if mode == "exact-steps" else (q64, _q_representation_error(q64, rep, profile)) for mode in modes}
     # (out, out_bound, lse, lse_bound, window), each stacked on a mode axis in per_mode's order;
     # rows without a valid key keep the defaults: out 0, lse -inf, bounds 0
     n_modes = len(per_mode)
@@ -810,7 +898,7 @@ def evaluate_modes(
         torch.zeros(n_modes, n_q, heads, dtype=torch.float64, device=device),
         torch.zeros(n_modes, n_q, heads, dtype=torch.float64, device=device),
     )
-    _, lengths = row_bounds(indptr)
+    starts, lengths = bounds = row_bounds(indptr)
     code_table = _abs_code_table(device)
     assert rep.terms is not None
     stats_rep = qrep.QRepresentation(q_hat=rep.q_hat, magnitude=rep.magnitude, e8m0=rep.e8m0, terms=rep.terms.to(torch.float32))
@@ -824,13 +912,20 @@ def evaluate_modes(
     deferred = _Deferred(profile)
 
     plans, flags = oracle_rows.checked_plan(
-        indices, indptr, kv_cache, has_invalid=has_invalid, key_budget=key_budget, batch_budget=batch, kind=kind, extra=~q_finite
+        indices,
+        indptr,
+        kv_cache,
+        has_invalid=has_invalid,
+        key_budget=key_budget,
+        batch_budget=batch,
+        kind=kind,
+        extra=~q_finite,
+        bounds=bounds,
     )
     if flags[2]:
         raise PreconditionError("q holds non-finite values")
     _check_scale(sigma, profile)
     oracle_rows.raise_stream(indices, indptr, kv_cache.numel() // RECORD_BYTES, has_invalid=has_invalid, flags=flags[:2])
-    starts, _ = row_bounds(indptr)
 
     # Each batch's records are gathered and decoded once (oracle.rows.BoundChunk); its statistics
     # are shared by every mode.

@@ -204,6 +204,12 @@ def _integers(keys: Keys, stream: str, ids: torch.Tensor, high: int) -> torch.Te
     return rng.keyed_integers(_per_row(keys[stream], ids), ids, high)
 
 
+def _hashes(keys: Keys, streams: tuple[str, ...], ids: torch.Tensor) -> list[torch.Tensor]:
+    """The int64 hashes of `ids` in each of `streams` (rng.keyed_hash64 with the stream's key), in
+    one mix (rng.keyed_hash64_many: the same bits)."""
+    return rng.keyed_hash64_many([(_per_row(keys[stream], ids), ids) for stream in streams])
+
+
 def _seed_keys(seed: int, streams: tuple[str, ...]) -> Keys:
     """The recipe-alone keys of `streams` (rng.stream_key of the recipe's seed)."""
     return {stream: rng.stream_key(seed, stream) for stream in streams}
@@ -219,18 +225,21 @@ def _latent_in_place(dist: str, x: torch.Tensor, rows: torch.Tensor, keys: Keys)
         x.div_(torch.sqrt(_uniform(keys, "heavy", _row_ids(rows, LATENT_DIM)) + 2.0**-10))
     elif dist == "outliers":
         block_ids = _row_ids(rows, 4)  # the 128-value scale blocks
-        where = _integers(keys, "outlier_at", block_ids, 128).unsqueeze(-1)
-        boost = 64 + 448 * _uniform(keys, "outlier_size", block_ids)
+        at_hash, size_hash = _hashes(keys, ("outlier_at", "outlier_size"), block_ids)
+        where = rng.integers_from_hash(at_hash, 128).unsqueeze(-1)
+        boost = 64 + 448 * rng.uniform_from_hash(size_hash)
         blocks = x.view(-1, 4, 128)
         blocks.scatter_(2, where, (torch.gather(blocks, 2, where).sign() + 0.5).sign() * boost.unsqueeze(-1))
     elif dist in _BLOCK_FACTORS:
-        chosen = _uniform(keys, "blocks", _row_ids(rows, 4)) < 0.3
-        factor = torch.where(chosen, _BLOCK_FACTORS[dist], 1.0)
+        u = _uniform(keys, "blocks", _row_ids(rows, 4))
+        factor = torch.ones_like(u).masked_fill_(u < 0.3, _BLOCK_FACTORS[dist])  # the chosen blocks' factor, else 1
         x.view(-1, 4, 128).mul_(factor.unsqueeze(-1))
     elif dist in _PEAKS:
-        where = _integers(keys, "peak_at", rows, LATENT_DIM)
-        sign = torch.where(_uniform(keys, "peak_sign", rows) < 0.5, -1.0, 1.0).to(torch.float64)
-        x.scatter_(1, where.unsqueeze(1), (sign * _PEAKS[dist]).unsqueeze(1))
+        at_hash, sign_hash = _hashes(keys, ("peak_at", "peak_sign"), rows)
+        where = rng.integers_from_hash(at_hash, LATENT_DIM)
+        u = rng.uniform_from_hash(sign_hash)
+        peak = torch.full_like(u, _PEAKS[dist]).masked_fill_(u < 0.5, -_PEAKS[dist])  # the peak, negative where u < 0.5
+        x.scatter_(1, where.unsqueeze(1), peak.unsqueeze(1))
     elif dist == "large":
         x.mul_(_LATENT_LARGE)
     else:
@@ -247,8 +256,8 @@ def _query_in_place(dist: str, x: torch.Tensor, q_rows: torch.Tensor, keys: Keys
         x.mul_(_Q_FACTORS[dist])
     elif dist in _Q_BLOCK_FACTORS:
         block_ids = _row_ids(q_rows, heads * 4)
-        chosen = _uniform(keys, "q_blocks", block_ids).view(-1, heads, 4) < 0.3
-        factor = torch.where(chosen, _Q_BLOCK_FACTORS[dist], 1.0)
+        u = _uniform(keys, "q_blocks", block_ids).view(-1, heads, 4)
+        factor = torch.ones_like(u).masked_fill_(u < 0.3, _Q_BLOCK_FACTORS[dist])  # the chosen blocks' factor, else 1
         x[..., :LATENT_DIM].view(-1, heads, 4, 128).mul_(factor.unsqueeze(-1))
     elif dist not in ("normal", "exact"):
         raise AssertionError(dist)
@@ -258,10 +267,12 @@ def _exact_query(recipe: Recipe, device: torch.device) -> torch.Tensor:
     """f64 [n_q, H, 576]: one signed 1 in the latent and one in the rope part of each head."""
     seed, n_q, heads = recipe.seed, recipe.n_q, recipe.heads
     head_ids = torch.arange(n_q * heads, dtype=torch.int64, device=device).view(n_q, heads, 1)
-    at = torch.cat(
-        (rng.integers(seed, "q_at", head_ids, LATENT_DIM), LATENT_DIM + rng.integers(seed, "q_rope_at", head_ids, ROPE_DIM)), dim=-1
+    sign_ids = torch.cat((head_ids * 2, head_ids * 2 + 1), dim=-1)
+    latent_at, rope_at, signs = rng.integers_many(
+        seed, [("q_at", head_ids, LATENT_DIM), ("q_rope_at", head_ids, ROPE_DIM), ("q_sign", sign_ids, 2)]
     )
-    sign = (2 * rng.integers(seed, "q_sign", torch.cat((head_ids * 2, head_ids * 2 + 1), dim=-1), 2) - 1).to(torch.float64)
+    at = torch.cat((latent_at, LATENT_DIM + rope_at), dim=-1)
+    sign = (2 * signs - 1).to(torch.float64)
     return torch.zeros(n_q, heads, HEAD_DIM, dtype=torch.float64, device=device).scatter_(2, at, sign)
 
 
@@ -298,14 +309,12 @@ def _values(recipe: Recipe, rows: torch.Tensor, device: torch.device) -> tuple[t
         _query_in_place(recipe.q, q_x.view(recipe.n_q, recipe.heads, HEAD_DIM), q_rows, _seed_keys(seed, _Q_BLOCK_STREAMS))
     rounded = round_f32_to_bf16_no_nan(normal.to(torch.float32))  # normal values times finite factors: no NaN
     latent_bf, rope_bf, q_bf = rounded.split(sizes)
-    if drawn[0]:
-        latent = latent_bf.view(u, LATENT_DIM).to(torch.float32)
-    else:
-        latent = (rng.integers(seed, "latent_int", _row_ids(rows, LATENT_DIM), 5) - 2).to(torch.float32)
-    if drawn[1]:
-        rope = rope_bf.view(u, ROPE_DIM)
-    else:
-        rope = (rng.integers(seed, "rope_int", _row_ids(rows, ROPE_DIM), 5) - 2).to(torch.bfloat16)
+    # "exact" parts: small integers of their own streams, drawn together
+    parts = (("latent_int", LATENT_DIM, drawn[0]), ("rope_int", ROPE_DIM, drawn[1]))
+    exact = [(stream, _row_ids(rows, width), 5) for stream, width, from_normal in parts if not from_normal]
+    ints = iter(rng.integers_many(seed, exact))
+    latent = latent_bf.view(u, LATENT_DIM).to(torch.float32) if drawn[0] else (next(ints) - 2).to(torch.float32)
+    rope = rope_bf.view(u, ROPE_DIM) if drawn[1] else (next(ints) - 2).to(torch.bfloat16)
     if drawn[2]:
         q = q_bf.view(recipe.n_q, recipe.heads, HEAD_DIM)
     else:
@@ -354,8 +363,7 @@ def _corrupt_records(recipe: Recipe, records: torch.Tensor) -> None:
         if kind == "index_out_of_range" or records.shape[0] == 0:
             continue
         picks = torch.arange(count, device=records.device)
-        rows = rng.integers(recipe.seed, f"corrupt{number}", picks, records.shape[0])
-        blocks = rng.integers(recipe.seed, f"corrupt_block{number}", picks, 4)
+        rows, blocks = rng.integers_many(recipe.seed, [(f"corrupt{number}", picks, records.shape[0]), (f"corrupt_block{number}", picks, 4)])
         scales = records[:, SCALE_OFFSET:ROPE_OFFSET].clone().view(torch.float32)
         if kind == "nan_codes":
             records[rows, blocks * 128 + 5] = 0x7F

@@ -106,7 +106,31 @@ def uniform(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:
 
 def keyed_uniform(keys: torch.Tensor | int, ids: torch.Tensor) -> torch.Tensor:
     """uniform with the stream key(s) given (keyed_hash64)."""
-    return _shr(keyed_hash64(keys, ids), 11).to(torch.float64) * 2.0**-53
+    return uniform_from_hash(keyed_hash64(keys, ids))
+
+
+def uniform_from_hash(h: torch.Tensor) -> torch.Tensor:
+    """uniform's f64 values from its int64 hashes h (h is left unchanged)."""
+    return _shr(h, 11).to(torch.float64) * 2.0**-53
+
+
+def integers_from_hash(h: torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
+    """integers' int64 values in [0, high) from its int64 hashes h (h is left unchanged)."""
+    return _shr(h, 24) % high
+
+
+def keyed_hash64_many(draws: list[tuple[torch.Tensor | int, torch.Tensor]]) -> list[torch.Tensor]:
+    """keyed_hash64(keys, ids) of each (keys, ids) in `draws` (keys as there: one int, or int64
+    broadcastable to ids), each shaped as its ids, with the same bits: every draw's words go into
+    one buffer, hashed by one mix64 (each word's hash depends on that word alone). The ids of
+    every draw lie on one device."""
+    if not draws:
+        return []
+    sizes = [ids.numel() for _, ids in draws]
+    words = torch.empty(sum(sizes), dtype=torch.int64, device=draws[0][1].device)
+    for (keys, ids), section in zip(draws, words.split(sizes), strict=True):
+        keyed_input(keys, ids, out=section.view(ids.shape))
+    return [section.view(ids.shape) for (_, ids), section in zip(draws, mix64(words).split(sizes), strict=True)]
 
 
 def integers(seed: int, stream: str, ids: torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
@@ -130,7 +154,7 @@ def integers_many(seed: int, draws: list[tuple[str, torch.Tensor, int | torch.Te
     words = torch.empty(sum(sizes), dtype=torch.int64, device=draws[0][1].device)
     for (stream, ids, _), section in zip(draws, words.split(sizes), strict=True):
         keyed_input(stream_key(seed, stream), ids.reshape(-1), out=section)
-    high_bits = _shr(mix64(words), 24)
+    high_bits = _shr(mix64(words), 24)  # integers_from_hash, once for every draw
     return [(section % high).view(ids.shape) for (_, ids, high), section in zip(draws, high_bits.split(sizes), strict=True)]
 
 

@@ -94,7 +94,7 @@ def _q_representation_error(q: torch.Tensor, rep: qrep.QRepresentation, profile:
         assert rep.e8m0 is not None
         unit = qrep.pow2_normal(rep.e8m0 - 127).repeat_interleave(SCALE_BLOCK, dim=-1)
         x = q[..., :LATENT_DIM].to(torch.float64).abs() / unit
-        err[..., :LATENT_DIM] = torch.where(x < 2.0**-7, unit * 2.0**-15, 0.0)
+        err[..., :LATENT_DIM] = torch.where(x < 2.0**-7, unit * 2.0**-15, f64_scalar(0.0, q.device))
     return err
 
 
@@ -463,9 +463,11 @@ def _value_range(values: torch.Tensor, chunk: BoundChunk) -> torch.Tensor:
     # the valid slots' max and min: masked slots hold +0, which -inf (+inf) replaces by an
     # addition (x + -0.0 is x for every x, -0 and NaN included), the two passes sharing one buffer
     v_mask = chunk.valid.unsqueeze(-1)
-    buffer = torch.add(values, torch.where(v_mask, -0.0, float("-inf")).to(values.dtype))
+    device = values.device
+    minus_zero = f64_scalar(-0.0, device)
+    buffer = torch.add(values, torch.where(v_mask, minus_zero, f64_scalar(float("-inf"), device)))
     v_max = buffer.amax(dim=1)
-    torch.add(values, torch.where(v_mask, -0.0, float("inf")).to(values.dtype), out=buffer)
+    torch.add(values, torch.where(v_mask, minus_zero, f64_scalar(float("inf"), device)), out=buffer)
     return (v_max - buffer.amin(dim=1)).unsqueeze(1)
 
 
@@ -485,8 +487,8 @@ def _log_expm1(x: torch.Tensor) -> torch.Tensor:
 
 
 def _exp_or_inf(x: torch.Tensor) -> torch.Tensor:
-    """e^x, with inf (not an overflowing intermediate) above _EXP_CAP."""
-    return torch.where(x > _EXP_CAP, torch.full_like(x, float("inf")), torch.exp(x.clamp_max(_EXP_CAP)))
+    """e^x (f64), with inf (not an overflowing intermediate) above _EXP_CAP."""
+    return torch.where(x > _EXP_CAP, f64_scalar(float("inf"), x.device), torch.exp(x.clamp_max(_EXP_CAP)))
 
 
 def _bf16_spacing(y: torch.Tensor) -> torch.Tensor:
@@ -495,9 +497,9 @@ def _bf16_spacing(y: torch.Tensor) -> torch.Tensor:
     y; a subnormal y (e <= -1022 either way) clamps to -125 as frexp's does; for zero, inf and NaN
     (frexp's e 0, the field's -1022 or 1025) the spacing is any finite power of two, which leaves
     round_bf16 and truncate_bf16 of them unchanged. The power of two is always normal, so its bits
-    are built directly: (max(field, 897) - 7) << 52."""
-    field = (y.view(torch.int64) >> 52) & 0x7FF
-    return ((field.clamp_min(1022 - 125) - (1022 - 1023 + 8)) << 52).view(torch.float64)
+    are built directly: (max(field, 897) - 7) << 52, formed on the field in place (bits 52..62)."""
+    field = y.view(torch.int64) & (0x7FF << 52)
+    return (field.clamp_min((1022 - 125) << 52) - ((1022 - 1023 + 8) << 52)).view(torch.float64)
 
 
 def round_bf16(y: torch.Tensor) -> torch.Tensor:
@@ -523,28 +525,27 @@ def output_interval_bound(ref: torch.Tensor, d_pre: torch.Tensor, casts: tuple[s
     ref + d_pre] and whose conversion to bf16 is one of `casts` ("direct": one RNE; "via_f32":
     RNE to f32, then to bf16). Every cast is monotone, so the output lies between the roundings of
     the interval's ends (TOLERANCES.md section 6)."""
-    lo, hi = ref - d_pre, ref + d_pre
-    lows, highs = [], []
+    # the two ends stacked [lo, hi] on a leading axis: every rounding is elementwise, so each end
+    # gets its own bits, with one op per step for both
+    ends = torch.stack((ref - d_pre, ref + d_pre))
+    rounded: list[torch.Tensor] = []
     for cast in casts:
         if cast == "direct":
-            lows.append(round_bf16(lo))
-            highs.append(round_bf16(hi))
+            rounded.append(round_bf16(ends))
         elif cast == TOWARD_ZERO_CAST:  # truncation of the value, or of its f32 rounding (both monotone)
-            for end in (lo, round_f32(lo)):
-                lows.append(truncate_bf16(end))
-            for end in (hi, round_f32(hi)):
-                highs.append(truncate_bf16(end))
+            rounded.append(truncate_bf16(ends))
+            rounded.append(truncate_bf16(round_f32(ends)))
         else:
-            lows.append(round_bf16(round_f32(lo)))
-            highs.append(round_bf16(round_f32(hi)))
+            rounded.append(round_bf16(round_f32(ends)))
     # For finite ends the roundings are finite or infinite, never NaN, and a zero keeps the sign
     # of the end in every cast, so the pairwise minimum (maximum) is the stacked amin (amax) bit
     # for bit; where d_pre is not finite the bound is replaced by inf below.
-    low, high = lows[0], highs[0]
-    for other_low, other_high in zip(lows[1:], highs[1:], strict=True):
-        low, high = torch.minimum(low, other_low), torch.maximum(high, other_high)
+    low, high = rounded[0][0], rounded[0][1]
+    for other in rounded[1:]:
+        low, high = torch.minimum(low, other[0]), torch.maximum(high, other[1])
     bound = torch.maximum(ref - low, high - ref)
-    return torch.where(torch.isfinite(d_pre), bound, torch.full_like(bound, float("inf")))
+    finite = d_pre.abs() < float("inf")  # isfinite's value in fewer ops
+    return torch.where(finite, bound, f64_scalar(float("inf"), bound.device))
 
 
 def _tile_counts(profile: NumericsProfile, n_valid: torch.Tensor, row_len: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

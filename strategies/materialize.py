@@ -172,7 +172,7 @@ def _row_ids(rows: torch.Tensor, width: int) -> torch.Tensor:
 
 
 # the distributions' constants, and the hash streams each distribution reads (one key per stream:
-# _latent_in_place and _query_in_place take them from the recipe's seed, or per row for a pack)
+# _values and _pack_records take them from the recipe's seed, or per row for a pack)
 _BLOCK_FACTORS = {"zero_blocks": 0.0, "tiny_blocks": 2.0**-30}  # a latent's chosen 128-value blocks
 _PEAKS = {"max57344": 57344.0, "above_cap": 65536.0}  # one latent value per row
 _LATENT_LARGE = 1000.0
@@ -196,18 +196,10 @@ def _per_row(key: int | torch.Tensor, ids: torch.Tensor) -> int | torch.Tensor:
     return key if isinstance(key, int) else key.view(-1, *([1] * (ids.dim() - 1)))
 
 
-def _uniform(keys: Keys, stream: str, ids: torch.Tensor) -> torch.Tensor:
-    return rng.keyed_uniform(_per_row(keys[stream], ids), ids)
-
-
-def _integers(keys: Keys, stream: str, ids: torch.Tensor, high: int) -> torch.Tensor:
-    return rng.keyed_integers(_per_row(keys[stream], ids), ids, high)
-
-
-def _hashes(keys: Keys, streams: tuple[str, ...], ids: torch.Tensor) -> list[torch.Tensor]:
-    """The int64 hashes of `ids` in each of `streams` (rng.keyed_hash64 with the stream's key), in
-    one mix (rng.keyed_hash64_many: the same bits)."""
-    return rng.keyed_hash64_many([(_per_row(keys[stream], ids), ids) for stream in streams])
+def _sections(t: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+    """Consecutive 1-D slices of t of the given sizes (views; no op but slicing)."""
+    firsts = np.cumsum([0, *sizes])
+    return [t[int(a) : int(b)] for a, b in zip(firsts[:-1], firsts[1:], strict=True)]
 
 
 def _seed_keys(seed: int, streams: tuple[str, ...]) -> Keys:
@@ -215,29 +207,59 @@ def _seed_keys(seed: int, streams: tuple[str, ...]) -> Keys:
     return {stream: rng.stream_key(seed, stream) for stream in streams}
 
 
-def _latent_in_place(dist: str, x: torch.Tensor, rows: torch.Tensor, keys: Keys) -> None:
-    """The latent distribution `dist` applied to normal_like values x (f64 [U, 512], in place) of
-    KV rows `rows`, with the stream keys of _LATENT_STREAMS[dist] ("normal" leaves them; "exact"
-    is not drawn from normal values: _values)."""
+def _latent_ids(dist: str, rows: torch.Tensor) -> list[torch.Tensor]:
+    """The ids each stream of _LATENT_STREAMS[dist] hashes for KV rows `rows`, in that order
+    (none for a kind without streams): a value's id row * 512 + column, a 128-value scale
+    block's row * 4 + block, a row's own number."""
+    if dist == "heavy":
+        return [_row_ids(rows, LATENT_DIM)]
+    if dist == "outliers":
+        block_ids = _row_ids(rows, 4)
+        return [block_ids, block_ids]
+    if dist in _BLOCK_FACTORS:
+        return [_row_ids(rows, 4)]
+    if dist in _PEAKS:
+        return [rows, rows]
+    return []
+
+
+def _query_streams(dist: str) -> tuple[str, ...]:
+    """The hash streams the query distribution `dist` reads."""
+    return _Q_BLOCK_STREAMS if dist in _Q_BLOCK_FACTORS else ()
+
+
+def _query_ids(dist: str, q_rows: torch.Tensor, heads: int) -> list[torch.Tensor]:
+    """The ids each stream of _query_streams(dist) hashes for query rows `q_rows` (each row's
+    number within its recipe): a latent block's id row * H * 4 + head * 4 + block."""
+    return [_row_ids(q_rows, heads * 4)] if dist in _Q_BLOCK_FACTORS else []
+
+
+def _draws(streams: tuple[str, ...], keys: Keys, ids: list[torch.Tensor]) -> list[tuple[int | torch.Tensor, torch.Tensor]]:
+    """(key, ids) of each stream, the key shaped to broadcast over its ids (rng.keyed_inputs)."""
+    return [(_per_row(keys[stream], i), i) for stream, i in zip(streams, ids, strict=True)]
+
+
+def _latent_in_place(dist: str, x: torch.Tensor, hashes: list[torch.Tensor]) -> None:
+    """The latent distribution `dist` applied to normal_like values x (f64 [U, 512], in place),
+    from `hashes`: the int64 hashes (rng.keyed_hash64) of _latent_ids' ids in each stream of
+    _LATENT_STREAMS[dist] ("normal" leaves the values; "exact" is not drawn from normal values:
+    _values)."""
     if dist in ("normal", "exact"):
         return
     if dist == "heavy":
-        x.div_(torch.sqrt(_uniform(keys, "heavy", _row_ids(rows, LATENT_DIM)) + 2.0**-10))
+        x.div_(torch.sqrt(rng.uniform_from_hash(hashes[0]) + 2.0**-10))
     elif dist == "outliers":
-        block_ids = _row_ids(rows, 4)  # the 128-value scale blocks
-        at_hash, size_hash = _hashes(keys, ("outlier_at", "outlier_size"), block_ids)
-        where = rng.integers_from_hash(at_hash, 128).unsqueeze(-1)
-        boost = 64 + 448 * rng.uniform_from_hash(size_hash)
+        where = rng.integers_from_hash(hashes[0], 128).unsqueeze(-1)
+        boost = 64 + 448 * rng.uniform_from_hash(hashes[1])
         blocks = x.view(-1, 4, 128)
         blocks.scatter_(2, where, (torch.gather(blocks, 2, where).sign() + 0.5).sign() * boost.unsqueeze(-1))
     elif dist in _BLOCK_FACTORS:
-        u = _uniform(keys, "blocks", _row_ids(rows, 4))
+        u = rng.uniform_from_hash(hashes[0])
         factor = torch.ones_like(u).masked_fill_(u < 0.3, _BLOCK_FACTORS[dist])  # the chosen blocks' factor, else 1
         x.view(-1, 4, 128).mul_(factor.unsqueeze(-1))
     elif dist in _PEAKS:
-        at_hash, sign_hash = _hashes(keys, ("peak_at", "peak_sign"), rows)
-        where = rng.integers_from_hash(at_hash, LATENT_DIM)
-        u = rng.uniform_from_hash(sign_hash)
+        where = rng.integers_from_hash(hashes[0], LATENT_DIM)
+        u = rng.uniform_from_hash(hashes[1])
         peak = torch.full_like(u, _PEAKS[dist]).masked_fill_(u < 0.5, -_PEAKS[dist])  # the peak, negative where u < 0.5
         x.scatter_(1, where.unsqueeze(1), peak.unsqueeze(1))
     elif dist == "large":
@@ -246,17 +268,15 @@ def _latent_in_place(dist: str, x: torch.Tensor, rows: torch.Tensor, keys: Keys)
         raise AssertionError(dist)
 
 
-def _query_in_place(dist: str, x: torch.Tensor, q_rows: torch.Tensor, keys: Keys) -> None:
-    """The query distribution `dist` applied to normal_like values x (f64 [n, H, 576], in place)
-    of query rows `q_rows` (each row's number within its recipe; a block's id is row * H * 4 +
-    head * 4 + block), with the stream key of _Q_BLOCK_STREAMS for the block kinds ("exact" is
-    not drawn from normal values: _values)."""
+def _query_in_place(dist: str, x: torch.Tensor, hashes: list[torch.Tensor]) -> None:
+    """The query distribution `dist` applied to normal_like values x (f64 [n, H, 576], in place),
+    from `hashes`: the int64 hashes of _query_ids' ids in _query_streams(dist) ("exact" is not
+    drawn from normal values: _values)."""
     heads = x.shape[1]
     if dist in _Q_FACTORS:
         x.mul_(_Q_FACTORS[dist])
     elif dist in _Q_BLOCK_FACTORS:
-        block_ids = _row_ids(q_rows, heads * 4)
-        u = _uniform(keys, "q_blocks", block_ids).view(-1, heads, 4)
+        u = rng.uniform_from_hash(hashes[0]).view(-1, heads, 4)
         factor = torch.ones_like(u).masked_fill_(u < 0.3, _Q_BLOCK_FACTORS[dist])  # the chosen blocks' factor, else 1
         x[..., :LATENT_DIM].view(-1, heads, 4, 128).mul_(factor.unsqueeze(-1))
     elif dist not in ("normal", "exact"):
@@ -290,25 +310,34 @@ def _values(recipe: Recipe, rows: torch.Tensor, device: torch.device) -> tuple[t
     n_q_values = recipe.n_q * recipe.heads * HEAD_DIM
     drawn = (recipe.latent != "exact", recipe.rope != "exact", recipe.q != "exact")
     sizes = [n * d for n, d in zip((u * LATENT_DIM, u * ROPE_DIM, n_q_values), drawn)]
-    words = torch.empty(sum(sizes), dtype=torch.int64, device=device)
-    latent_words, rope_words, q_words = words.split(sizes)
+    latent_streams = _LATENT_STREAMS.get(recipe.latent, ()) if drawn[0] else ()
+    q_streams = _query_streams(recipe.q) if drawn[2] else ()
+    latent_ids = _latent_ids(recipe.latent, rows) if latent_streams else []
+    q_ids = _query_ids(recipe.q, torch.arange(recipe.n_q, dtype=torch.int64, device=device), recipe.heads) if q_streams else []
+    latent_draws = _draws(latent_streams, _seed_keys(seed, latent_streams), latent_ids)
+    q_draws = _draws(q_streams, _seed_keys(seed, q_streams), q_ids)
+    # the distributions' draws share the values' buffer: one mix64 hashes everything (rng.keyed_inputs)
+    values_size = sum(sizes)
+    words = torch.empty(values_size + sum(ids.numel() for _, ids in latent_draws + q_draws), dtype=torch.int64, device=device)
+    latent_words, rope_words, q_words = _sections(words, sizes)
+    draw_hashes = rng.keyed_inputs(latent_draws + q_draws, words[values_size:])
     if drawn[0]:
         rng.row_words(seed, "latent", rows, LATENT_DIM, out=latent_words.view(u, LATENT_DIM))
     if drawn[1]:
         rng.row_words(seed, "rope", rows, ROPE_DIM, out=rope_words.view(u, ROPE_DIM))
     if drawn[2]:
         rng.hash_input(seed, "q", torch.arange(n_q_values, dtype=torch.int64, device=device), out=q_words)
-    normal = rng.normal_from_hash(rng.mix64(words))
-    latent_x, rope_x, q_x = normal.split(sizes)
+    rng.mix64(words)  # in place: the sections above now hold their hashes
+    normal = rng.normal_from_hash(words[:values_size])
+    latent_x, rope_x, q_x = _sections(normal, sizes)
     if drawn[0]:
-        _latent_in_place(recipe.latent, latent_x.view(u, LATENT_DIM), rows, _seed_keys(seed, _LATENT_STREAMS.get(recipe.latent, ())))
+        _latent_in_place(recipe.latent, latent_x.view(u, LATENT_DIM), draw_hashes[: len(latent_draws)])
     if drawn[1] and _ROPE_FACTORS[recipe.rope] != 1.0:
         rope_x.mul_(_ROPE_FACTORS[recipe.rope])  # 0.0 keeps the values' signs: signed zeros
     if drawn[2]:
-        q_rows = torch.arange(recipe.n_q, dtype=torch.int64, device=device)
-        _query_in_place(recipe.q, q_x.view(recipe.n_q, recipe.heads, HEAD_DIM), q_rows, _seed_keys(seed, _Q_BLOCK_STREAMS))
+        _query_in_place(recipe.q, q_x.view(recipe.n_q, recipe.heads, HEAD_DIM), draw_hashes[len(latent_draws) :])
     rounded = round_f32_to_bf16_no_nan(normal.to(torch.float32))  # normal values times finite factors: no NaN
-    latent_bf, rope_bf, q_bf = rounded.split(sizes)
+    latent_bf, rope_bf, q_bf = _sections(rounded, sizes)
     # "exact" parts: small integers of their own streams, drawn together
     parts = (("latent_int", LATENT_DIM, drawn[0]), ("rope_int", ROPE_DIM, drawn[1]))
     exact = [(stream, _row_ids(rows, width), 5) for stream, width, from_normal in parts if not from_normal]
@@ -785,7 +814,7 @@ def _f64_bits(values: list[float] | np.ndarray) -> torch.Tensor:
 
 
 def _distribution_terms(parts: tuple[Recipe, ...], counts: list[int]) -> tuple[list[tuple[str, str]], list[torch.Tensor]]:
-    """What _apply_distributions needs to apply every part's latent, rope and q distribution at
+    """What _distribution_draws needs to apply every part's latent, rope and q distribution at
     once (CPU int64 tensors, for the pack's one host-to-device copy): per (target, kind) present,
     in `names` ("latent", "q" or "rope"/"q_scale" with kind ""), the positions of its parts' rows
     in the pack's referenced rows (query rows for "q") and each row's key of each stream the kind
@@ -819,36 +848,55 @@ def _distribution_terms(parts: tuple[Recipe, ...], counts: list[int]) -> tuple[l
     return names, terms
 
 
-def _apply_distributions(
-    names: list[tuple[str, str]],
-    terms: list[torch.Tensor],
-    rows: torch.Tensor,
-    q_rows: torch.Tensor,
-    latent: torch.Tensor,
-    rope: torch.Tensor,
-    q: torch.Tensor,
-) -> None:
-    """Every part's distributions (_distribution_terms' `names` and `terms`, on the device) applied
-    in place to the pack's normal values: latent f64 [U, 512] and rope [U, 64] of the referenced
-    `rows` (each its part's own row number), q [n_q, H, 576] (q_rows: each row's number within its
-    part). Each kind runs _latent_in_place or _query_in_place once, on all the rows of its parts
-    with their parts' keys: the bits each part gets alone."""
+Job = tuple[str, str, torch.Tensor, int]  # _distribution_draws: (target, kind, positions or factors' bits, draws of the kind)
+
+
+def _distribution_draws(
+    names: list[tuple[str, str]], terms: list[torch.Tensor], rows: torch.Tensor, q_rows: torch.Tensor, heads: int
+) -> tuple[list[Job], list[tuple[int | torch.Tensor, torch.Tensor]]]:
+    """The first half of applying every part's distributions (_distribution_terms' `names` and
+    `terms`, on the device): per name a job (target, kind, its positions in the pack's rows, or
+    for "rope" and "q_scale" its factors' bits; how many draws it reads), and every kind's draws
+    (per-row key, ids: _latent_ids of the referenced `rows`, each its part's own row number, or
+    _query_ids of `q_rows`, each row's number within its part) in the jobs' order, for one mix
+    with the values (rng.keyed_inputs)."""
     at = iter(terms)
+    jobs: list[Job] = []
+    draws: list[tuple[int | torch.Tensor, torch.Tensor]] = []
     for target, kind in names:
         if target in ("rope", "q_scale"):
-            values = rope if target == "rope" else q.view(q.shape[0], -1)
-            values.mul_(next(at).view(torch.float64).unsqueeze(1))  # 0.0 keeps the values' signs: signed zeros
+            jobs.append((target, kind, next(at), 0))
             continue
         pos = next(at)
-        streams = _LATENT_STREAMS[kind] if target == "latent" else _Q_BLOCK_STREAMS
+        streams = _LATENT_STREAMS[kind] if target == "latent" else _query_streams(kind)
         keys: Keys = {stream: next(at) for stream in streams}
+        if streams and target == "latent":
+            draws += _draws(streams, keys, _latent_ids(kind, rows.index_select(0, pos)))
+        elif streams:
+            draws += _draws(streams, keys, _query_ids(kind, q_rows.index_select(0, pos), heads))
+        jobs.append((target, kind, pos, len(streams)))
+    return jobs, draws
+
+
+def _apply_distributions(jobs: list[Job], hashes: list[torch.Tensor], latent: torch.Tensor, rope: torch.Tensor, q: torch.Tensor) -> None:
+    """The second half: every part's distributions applied in place to the pack's normal values,
+    latent f64 [U, 512], rope [U, 64] and q [n_q, H, 576], by _distribution_draws' `jobs` with the
+    hashes of its draws (in order). Each kind runs _latent_in_place or _query_in_place once, on
+    all the rows of its parts with their parts' keys: the bits each part gets alone."""
+    at = iter(hashes)
+    for target, kind, term, n_draws in jobs:
+        if target in ("rope", "q_scale"):
+            values = rope if target == "rope" else q.view(q.shape[0], -1)
+            values.mul_(term.view(torch.float64).unsqueeze(1))  # 0.0 keeps the values' signs: signed zeros
+            continue
         values = latent if target == "latent" else q
-        chosen = values.index_select(0, pos)
+        chosen = values.index_select(0, term)
+        own = [next(at) for _ in range(n_draws)]
         if target == "latent":
-            _latent_in_place(kind, chosen, rows.index_select(0, pos), keys)
+            _latent_in_place(kind, chosen, own)
         else:
-            _query_in_place(kind, chosen, q_rows.index_select(0, pos), keys)
-        values.index_copy_(0, pos, chosen)
+            _query_in_place(kind, chosen, own)
+        values.index_copy_(0, term, chosen)
 
 
 def _writers(parts: tuple[Recipe, ...]) -> list[str]:
@@ -875,19 +923,25 @@ def _pack_records(
     bit for bit (each value is a function of its part's seed, stream and id, and a record of its
     row alone), built in one buffer of hash words for all the parts (rng.keyed_row_words; one mix,
     one normal transform, one rounding), the parts' distributions applied in place per kind
-    (_apply_distributions), and one encoding per writer. The tensors after `writers` come from
+    (_distribution_draws, hashed with the values; _apply_distributions), and one encoding per writer. The tensors after `writers` come from
     _pack_terms, on `device`; `names` and `distributions` from _distribution_terms, on `device`."""
-    u, n_q, q_width = rows.numel(), q_rows.numel(), parts[0].heads * HEAD_DIM
+    u, n_q, heads = rows.numel(), q_rows.numel(), parts[0].heads
+    q_width = heads * HEAD_DIM
     sizes = [u * LATENT_DIM, u * ROPE_DIM, n_q * q_width]
-    words = torch.empty(sum(sizes), dtype=torch.int64, device=device)
-    sections = zip(words.split(sizes), (latent_keys, rope_keys, q_keys), (rows, rows, q_rows), (LATENT_DIM, ROPE_DIM, q_width), strict=True)
-    for section, keys, ids, width in sections:  # q: ids row * q_width + column, as _values' flat element numbers
+    jobs, draws = _distribution_draws(names, distributions, rows, q_rows, heads)
+    values_size = sum(sizes)  # the distributions' draws follow the values' words: one mix64 hashes everything
+    words = torch.empty(values_size + sum(ids.numel() for _, ids in draws), dtype=torch.int64, device=device)
+    per_part = ((latent_keys, rows, LATENT_DIM), (rope_keys, rows, ROPE_DIM), (q_keys, q_rows, q_width))
+    # q: ids row * q_width + column, as _values' flat element numbers
+    for section, (keys, ids, width) in zip(_sections(words, sizes), per_part, strict=True):
         rng.keyed_row_words(keys, ids, width, out=section.view(-1, width))
-    normal = rng.normal_from_hash(rng.mix64(words))
-    latent_x, rope_x, q_x = (x.view(-1, w) for x, w in zip(normal.split(sizes), (LATENT_DIM, ROPE_DIM, q_width), strict=True))
-    _apply_distributions(names, distributions, rows, q_rows, latent_x, rope_x, q_x.view(n_q, parts[0].heads, HEAD_DIM))
+    hashes = rng.keyed_inputs(draws, words[values_size:])
+    rng.mix64(words)  # in place: the sections above now hold their hashes
+    normal = rng.normal_from_hash(words[:values_size])
+    latent_x, rope_x, q_x = (x.view(-1, w) for x, w in zip(_sections(normal, sizes), (LATENT_DIM, ROPE_DIM, q_width), strict=True))
+    _apply_distributions(jobs, hashes, latent_x, rope_x, q_x.view(n_q, heads, HEAD_DIM))
     rounded = round_f32_to_bf16_no_nan(normal.to(torch.float32))  # normal values times finite factors: no NaN
-    latent_bf, rope_bf, q_bf = rounded.split(sizes)
+    latent_bf, rope_bf, q_bf = _sections(rounded, sizes)
     latent, rope = latent_bf.view(u, LATENT_DIM).to(torch.float32), rope_bf.view(u, ROPE_DIM)
     if len(writers) == 1:
         records = encode_records(latent, rope, writers[0], latent_known_finite=True)  # type: ignore[arg-type]  # |latent| <= 65536

@@ -119,18 +119,18 @@ def integers_from_hash(h: torch.Tensor, high: int | torch.Tensor) -> torch.Tenso
     return _shr(h, 24) % high
 
 
-def keyed_hash64_many(draws: list[tuple[torch.Tensor | int, torch.Tensor]]) -> list[torch.Tensor]:
-    """keyed_hash64(keys, ids) of each (keys, ids) in `draws` (keys as there: one int, or int64
-    broadcastable to ids), each shaped as its ids, with the same bits: every draw's words go into
-    one buffer, hashed by one mix64 (each word's hash depends on that word alone). The ids of
-    every draw lie on one device."""
-    if not draws:
-        return []
-    sizes = [ids.numel() for _, ids in draws]
-    words = torch.empty(sum(sizes), dtype=torch.int64, device=draws[0][1].device)
-    for (keys, ids), section in zip(draws, words.split(sizes), strict=True):
-        keyed_input(keys, ids, out=section.view(ids.shape))
-    return [section.view(ids.shape) for (_, ids), section in zip(draws, mix64(words).split(sizes), strict=True)]
+def keyed_inputs(draws: list[tuple[torch.Tensor | int, torch.Tensor]], out: torch.Tensor) -> list[torch.Tensor]:
+    """keyed_input(keys, ids) of each (keys, ids) in `draws` written into consecutive sections of
+    `out` (int64, 1-D, contiguous, at least as long as all the ids together), which are returned
+    viewed as their ids' shapes: mix64 of a buffer holding them hashes every draw at once."""
+    sections = []
+    first = 0
+    for keys, ids in draws:
+        section = out[first : first + ids.numel()].view(ids.shape)
+        keyed_input(keys, ids, out=section)
+        sections.append(section)
+        first += ids.numel()
+    return sections
 
 
 def integers(seed: int, stream: str, ids: torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
@@ -140,7 +140,7 @@ def integers(seed: int, stream: str, ids: torch.Tensor, high: int | torch.Tensor
 
 def keyed_integers(keys: torch.Tensor | int, ids: torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
     """integers with the stream key(s) given (keyed_hash64)."""
-    return _shr(keyed_hash64(keys, ids), 24) % high
+    return integers_from_hash(keyed_hash64(keys, ids), high)
 
 
 def integers_many(seed: int, draws: list[tuple[str, torch.Tensor, int | torch.Tensor]]) -> list[torch.Tensor]:
@@ -148,14 +148,16 @@ def integers_many(seed: int, draws: list[tuple[str, torch.Tensor, int | torch.Te
     ids, with the same values: every draw's words go into one buffer, which is hashed by one mix64
     and shifted once (each word's hash depends on that word alone), then each draw takes its
     modulo. The ids (int64) of every draw lie on one device."""
-    sizes = [ids.numel() for _, ids, _ in draws]
     if not draws:
         return []
-    words = torch.empty(sum(sizes), dtype=torch.int64, device=draws[0][1].device)
-    for (stream, ids, _), section in zip(draws, words.split(sizes), strict=True):
-        keyed_input(stream_key(seed, stream), ids.reshape(-1), out=section)
-    high_bits = _shr(mix64(words), 24)  # integers_from_hash, once for every draw
-    return [(section % high).view(ids.shape) for (_, ids, high), section in zip(draws, high_bits.split(sizes), strict=True)]
+    words = torch.empty(sum(ids.numel() for _, ids, _ in draws), dtype=torch.int64, device=draws[0][1].device)
+    sections = keyed_inputs([(stream_key(seed, stream), ids) for stream, ids, _ in draws], words)
+    high_bits = _shr(mix64(words), 24)  # integers_from_hash's shift, once for every draw
+    values, first = [], 0
+    for section, (_, _, high) in zip(sections, draws, strict=True):
+        values.append(high_bits[first : first + section.numel()].view(section.shape) % high)
+        first += section.numel()
+    return values
 
 
 def normal_like(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:

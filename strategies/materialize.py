@@ -166,9 +166,15 @@ def _apply_invalid(recipe: Recipe, values: torch.Tensor, pair_rows: torch.Tensor
     return torch.where(chosen, -1, values)
 
 
+@functools.cache
+def _columns(width: int, device: torch.device) -> torch.Tensor:
+    """arange(width) (int64) on `device`; made once, read only."""
+    return torch.arange(width, dtype=torch.int64, device=device)
+
+
 def _row_ids(rows: torch.Tensor, width: int) -> torch.Tensor:
-    """The ids of a row part's values: rows[:, None] * width + column, int64 [U, width]."""
-    return rows.unsqueeze(1) * width + torch.arange(width, device=rows.device)
+    """The ids of a row part's values: rows[:, None] * width + column, int64 [U, width] (rows int64)."""
+    return torch.add(_columns(width, rows.device), rows.unsqueeze(1), alpha=width)
 
 
 # the distributions' constants, and the hash streams each distribution reads (one key per stream:
@@ -254,13 +260,13 @@ def _latent_in_place(dist: str, x: torch.Tensor, hashes: list[torch.Tensor]) -> 
         blocks = x.view(-1, 4, 128)
         blocks.scatter_(2, where, (torch.gather(blocks, 2, where).sign() + 0.5).sign() * boost.unsqueeze(-1))
     elif dist in _BLOCK_FACTORS:
-        u = rng.uniform_from_hash(hashes[0])
-        factor = torch.ones_like(u).masked_fill_(u < 0.3, _BLOCK_FACTORS[dist])  # the chosen blocks' factor, else 1
+        chosen = rng.uniform_below(hashes[0], 0.3)
+        factor = torch.ones(chosen.shape, dtype=torch.float64, device=x.device).masked_fill_(chosen, _BLOCK_FACTORS[dist])
         x.view(-1, 4, 128).mul_(factor.unsqueeze(-1))
     elif dist in _PEAKS:
         where = rng.integers_from_hash(hashes[0], LATENT_DIM)
-        u = rng.uniform_from_hash(hashes[1])
-        peak = torch.full_like(u, _PEAKS[dist]).masked_fill_(u < 0.5, -_PEAKS[dist])  # the peak, negative where u < 0.5
+        negative = rng.uniform_below(hashes[1], 0.5)
+        peak = torch.full(negative.shape, _PEAKS[dist], dtype=torch.float64, device=x.device).masked_fill_(negative, -_PEAKS[dist])
         x.scatter_(1, where.unsqueeze(1), peak.unsqueeze(1))
     elif dist == "large":
         x.mul_(_LATENT_LARGE)
@@ -276,8 +282,8 @@ def _query_in_place(dist: str, x: torch.Tensor, hashes: list[torch.Tensor]) -> N
     if dist in _Q_FACTORS:
         x.mul_(_Q_FACTORS[dist])
     elif dist in _Q_BLOCK_FACTORS:
-        u = rng.uniform_from_hash(hashes[0]).view(-1, heads, 4)
-        factor = torch.ones_like(u).masked_fill_(u < 0.3, _Q_BLOCK_FACTORS[dist])  # the chosen blocks' factor, else 1
+        chosen = rng.uniform_below(hashes[0], 0.3).view(-1, heads, 4)
+        factor = torch.ones(chosen.shape, dtype=torch.float64, device=x.device).masked_fill_(chosen, _Q_BLOCK_FACTORS[dist])
         x[..., :LATENT_DIM].view(-1, heads, 4, 128).mul_(factor.unsqueeze(-1))
     elif dist not in ("normal", "exact"):
         raise AssertionError(dist)
@@ -565,14 +571,14 @@ def _indexed(recipe: Recipe) -> _Indexed:
     by_stream = {stream: values for (stream, _, _), values in zip(pair_draws, drawn, strict=True)}
     values = _index_values(recipe, pair_rows, by_stream)
     values = _apply_invalid(recipe, values, pair_rows, pair_offsets, by_stream)
-    entries = low + filler
-    consumed = torch.zeros(n_idx, dtype=torch.bool)
+    entries = filler.add_(low) if low else filler  # a fresh tensor
     if pair_positions.numel():
         owner = torch.full((n_idx,), pair_positions.numel(), dtype=torch.int64)
         owner.scatter_reduce_(0, pair_positions, torch.arange(pair_positions.numel()), reduce="amin")
-        covered = owner < pair_positions.numel()
-        entries[covered] = values[owner[covered]]
-        consumed = covered
+        consumed = owner < pair_positions.numel()
+        entries[consumed] = values[owner[consumed]]
+    else:
+        consumed = torch.zeros(n_idx, dtype=torch.bool)
     if recipe.unconsumed == "garbage":  # entries no row consumes: values the kernel must not read
         entries = torch.where(consumed, entries, layouts.garbage(recipe.seed, torch.arange(n_idx), recipe.cache_rows))
 
@@ -581,12 +587,12 @@ def _indexed(recipe: Recipe) -> _Indexed:
     referenced = torch.unique(entries[consumed & (entries >= 0) & (entries < n_rows)])
     _corrupt_indices(recipe, entries, consumed)
     small = n_rows * RECORD_BYTES <= SMALL_CACHE_BYTES
-    written = torch.zeros(0, dtype=torch.int64)  # a large cache's rows written besides the referenced ones
+    written = torch.empty(0, dtype=torch.int64)  # a large cache's rows written besides the referenced ones
     if not small:  # rows 0 and last and the referenced rows' neighbours: poisoned or zeroed
         near = torch.cat((torch.tensor([0, n_rows - 1]), referenced - 1, referenced + 1))
         near = torch.unique(near[(near >= 0) & (near < n_rows)])
         written = near[~torch.isin(near, referenced)]
-    poison_rows = written if recipe.poison else torch.zeros(0, dtype=torch.int64)
+    poison_rows = written if recipe.poison else torch.empty(0, dtype=torch.int64)
     if recipe.poison and small:
         unreferenced = torch.ones(n_rows, dtype=torch.bool)
         unreferenced[referenced] = False

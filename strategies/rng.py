@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 
 import torch
 
@@ -112,6 +113,15 @@ def keyed_uniform(keys: torch.Tensor | int, ids: torch.Tensor) -> torch.Tensor:
 def uniform_from_hash(h: torch.Tensor) -> torch.Tensor:
     """uniform's f64 values from its int64 hashes h (h is left unchanged)."""
     return _shr(h, 11).to(torch.float64) * 2.0**-53
+
+
+def uniform_below(h: torch.Tensor, p: float) -> torch.Tensor:
+    """uniform_from_hash(h) < p (bool, h's shape) for p in (0, 1], compared as integers: the
+    uniform is k * 2^-53 for the 53-bit k = h >>> 11, exact in float64, and p * 2^53 is exact
+    too (a power-of-two scaling), so k * 2^-53 < p exactly when k < ceil(p * 2^53)."""
+    if not 0.0 < p <= 1.0:
+        raise ValueError(f"uniform_below needs p in (0, 1], got {p!r}")
+    return _shr(h, 11) < math.ceil(p * 2.0**53)
 
 
 def integers_from_hash(h: torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:

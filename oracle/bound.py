@@ -689,7 +689,8 @@ def _chunk_bound(
     z_abs = z_fin.abs()
     z_abs_max = z_abs.amax(dim=-1, keepdim=True)
     if checks is not None:
-        checks.extend(z_abs_max.reshape(z_abs_max.shape[0], z_abs_max.shape[1], -1).amax(dim=2).unbind(0))
+        per_row = z_abs_max.reshape(z_abs_max.shape[0], z_abs_max.shape[1], -1).amax(dim=2)
+        checks.extend(per_row[m] for m in range(per_row.shape[0]))
     elif float(z_abs_max.max()) > profile.score_limit:
         raise PreconditionError(f"|softmax_scale * q . K| exceeds the profile's limit {profile.score_limit:g}")
     z_max = scores.z_max

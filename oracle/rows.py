@@ -88,7 +88,10 @@ def stream_flags(
     cover.index_add_(0, (start + length).clamp(0, total), -weight)
     consumed = cover.cumsum(0)[:-1] > 0
     values = indices if indices.dtype in (torch.int32, torch.int64) else indices.to(torch.int64)  # exact compares either way
-    bad = consumed & ((values >= kv_rows) | ((values < 0) & (not has_invalid)))
+    out_of_range = values >= kv_rows
+    if not has_invalid:
+        out_of_range = out_of_range | (values < 0)
+    bad = consumed & out_of_range
     return torch.stack((beyond.any(), bad.any()))
 
 
@@ -240,7 +243,7 @@ def _row_slots(
         width = int(row_len.max())
     offsets = torch.arange(width, device=rows.device, dtype=torch.int64)
     in_row = offsets.unsqueeze(0) < row_len.unsqueeze(1)
-    positions = torch.where(in_row, start[rows].unsqueeze(1) + offsets.unsqueeze(0), 0)
+    positions = (start[rows].unsqueeze(1) + offsets.unsqueeze(0)) * in_row  # position 0 beyond the row (where(in_row, ., 0))
     entries = indices[positions].to(torch.int64)
     valid = (in_row & (entries >= 0)) if has_invalid else in_row
     return width, entries, valid
@@ -350,11 +353,12 @@ def _decode_bound(
     they read, NaN codes included, never reach a value)."""
     flat = kv_cache.reshape(-1, RECORD_BYTES)
     n_rows = rows.numel()
-    records = index_records(flat, torch.where(valid, entries, 0).view(-1)).view(n_rows, width, RECORD_BYTES)
+    slots = entries if all_valid else entries * valid  # masked slots read row 0 (where(valid, entries, 0))
+    records = index_records(flat, slots.view(-1)).view(n_rows, width, RECORD_BYTES)
     if not all_valid:
         record_words(records).masked_fill_(~valid.unsqueeze(-1), 0)
     codes = records[..., :SCALE_OFFSET]
-    code_index = codes.reshape(-1).to(torch.int32)
+    code_index = codes.to(torch.int32).reshape(-1)  # one copy: the cast of the strided codes is contiguous
     scales = records[..., SCALE_OFFSET:ROPE_OFFSET].contiguous().view(torch.float32)  # [R, L, 4]
     # code * scale is exact in f64 (4 x 24 significant bits, no underflow): multiplying the table
     # value in place gives the bits of decode_records' latent

@@ -153,7 +153,7 @@ def load_slot_range(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(slots, masked) [R, n_tiles * 128] for tiles first_tile .. first_tile + n_tiles - 1 of each
     row: KV row per position (0 where masked)."""
-    positions = first_tile * TILE + torch.arange(n_tiles * TILE, device=r_beg.device)
+    positions = torch.arange(first_tile * TILE, (first_tile + n_tiles) * TILE, device=r_beg.device)
     entries = bounded_read(indices, r_beg.unsqueeze(1) + positions)  # a fresh tensor: filled in place below
     masked = (positions >= r_len.unsqueeze(1)) | (entries < 0)
     return entries.masked_fill_(masked, 0), masked
@@ -173,7 +173,11 @@ def gather_records(kv_rows: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     (on every device, where the real kernel would read past the cache: on a GPU that keeps a
     device-side assert from poisoning the process), without a host sync per tile."""
     rows = kv_rows.shape[0]
-    clamped = torch.where(slots < 0, slots + rows, slots).clamp(0, rows - 1)  # a negative slot counts from the end, as torch indexing does
+    if rows:  # a negative slot counts from the end, as torch indexing does; then clamped to [0, rows - 1]:
+        # the slot clamped to [-rows, rows - 1] modulo rows (a slot below -rows reads row 0, one past the cache the last)
+        clamped = slots.clamp(-rows, rows - 1).remainder_(rows)
+    else:
+        clamped = torch.where(slots < 0, slots + rows, slots).clamp(0, rows - 1)
     return index_records(kv_rows, clamped.reshape(-1)).view(*slots.shape, RECORD_BYTES)
 
 
@@ -253,8 +257,9 @@ def quantize_q(q32: torch.Tensor) -> QuantizedQ:
     n_q, heads, _ = q32.shape
     blocks = q32[..., :LATENT_DIM].reshape(n_q, heads, 4, 128)
     amax = blocks.abs().amax(dim=-1)
-    s = ((amax.view(torch.int32) >> 23) & 0xFF).to(torch.int64).sub_(7).clamp_min_(MIN_HI_E8M0)  # E8M0 of amax's exponent field
-    inv = ((254 - s) << 23).to(torch.int32).view(torch.float32)  # 2^(127 - s)
+    s32 = ((amax.view(torch.int32) >> 23) & 0xFF).sub_(7).clamp_min_(MIN_HI_E8M0)  # E8M0 of amax's exponent field
+    inv = ((254 - s32) << 23).view(torch.float32)  # 2^(127 - s)
+    s = s32.to(torch.int64)
     x = blocks * inv.unsqueeze(-1)
     hi = e4m3_codes(x).view(torch.float8_e4m3fn).to(torch.float32)  # exact (a NaN's payload is not modelled)
     lo = e4m3_codes((x - hi) * LO_FACTOR).view(torch.float8_e4m3fn)

@@ -746,13 +746,19 @@ def _chunk_bound(
     if split is not None and terms.flush_base is not None:
         flush_out = profile.flush_floor * (terms.flush_base + 2 * split.partials.view(-1, 1, 1))
 
+    tilt_term = tilt_abs_v + tilt_mass.unsqueeze(-1) * ref_abs
+
     def out_bound_for(key_window: torch.Tensor, p_in_l: bool) -> torch.Tensor:
         w4 = (key_window / 4).unsqueeze(-1)
-        extra = (key_window - window_plain).unsqueeze(-1) / 2  # extra per-key error (P rounding in l)
-        first_order = _exp_or_inf(e_max.unsqueeze(-1) + extra) * (
-            tilt_abs_v + tilt_mass.unsqueeze(-1) * ref_abs + torch.expm1(extra) * (p_abs_v + ref_abs)
-        )
-        first_order = first_order.masked_fill_(torch.isnan(first_order), float("inf"))
+        if key_window is window_plain:
+            # no extra per-key error: extra = (w - w) / 2 is +0 for a finite window, so e_max + extra
+            # is e_max (> 0) and expm1(extra) (p_abs_v + ref_abs) (finite) adds +0 to the nonnegative
+            # tilt term; an inf or NaN window makes both forms NaN or inf, which become inf below
+            first_order = _exp_or_inf(e_max.unsqueeze(-1)) * tilt_term
+        else:
+            extra = (key_window - window_plain).unsqueeze(-1) / 2  # extra per-key error (P rounding in l)
+            first_order = _exp_or_inf(e_max.unsqueeze(-1) + extra) * (tilt_term + torch.expm1(extra) * (p_abs_v + ref_abs))
+        first_order = first_order.nan_to_num_(nan=float("inf"), posinf=float("inf"), neginf=float("-inf"))  # NaN -> inf
         d_soft = torch.minimum(torch.tanh(w4) * v_range, first_order)
         # sum_i p'_i |v_id| over the kernel's weights p' <= p e^w, and never above max_i |v_id|
         weighted = torch.minimum(_exp_or_inf(key_window.unsqueeze(-1)) * p_abs_v, abs_v_max)

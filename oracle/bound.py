@@ -945,7 +945,8 @@ def evaluate_modes(
         # the batch's first chunk read back before its arithmetic (one host read per batch): a
         # call that breaks a precondition there (most do, being one chunk) stops here, after
         # any earlier batch's checks; a later chunk's are raised at the end, in order
-        first = _segment_max(flags.to(torch.float64), chunk)[0].tolist()
+        flags = flags.to(torch.float64)  # as _Deferred.add stacks it
+        first = _segment_max(flags, chunk)[0].tolist()
         if any(first):
             deferred.raise_first()
             raise PreconditionError(messages[first.index(max(first))])

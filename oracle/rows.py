@@ -79,13 +79,14 @@ def stream_flags(
     start, length = row_bounds(indptr) if bounds is None else bounds
     used = length > 0
     total = indices.numel()
-    beyond = used & ((start < 0) | (start + length > total))
+    end = start + length
+    beyond = used & ((start < 0) | (end > total))
     # positions consumed by some row: coverage as a difference array (rows may overlap); unused
     # rows add 0, and ends are clamped into the stream (a row beyond it is reported first)
     weight = used.to(torch.int64)
     cover = torch.zeros(total + 1, dtype=torch.int64, device=indices.device)
     cover.index_add_(0, start.clamp(0, total), weight)
-    cover.index_add_(0, (start + length).clamp(0, total), -weight)
+    cover.index_add_(0, end.clamp(0, total), weight, alpha=-1)
     consumed = cover.cumsum(0)[:-1] > 0
     values = indices if indices.dtype in (torch.int32, torch.int64) else indices.to(torch.int64)  # exact compares either way
     out_of_range = values >= kv_rows

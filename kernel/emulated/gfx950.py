@@ -508,8 +508,13 @@ class ChunkQ:
 def chunk_q(qq: QuantizedQ, rows: torch.Tensor) -> ChunkQ:
     """ChunkQ of `rows` (the chunk's query rows, in order)."""
     n, heads = rows.numel(), qq.hi.shape[1]
-    values = torch.cat((qq.hi[rows], qq.lo[rows]), dim=1).view(n, 2 * heads, 4, 128)
-    factor = _e8m0_factor(torch.cat((qq.hi_e8m0[rows], qq.lo_e8m0[rows]), dim=1))  # [n, 2H, 4]
+    if n == qq.hi.shape[0]:  # the call's every row (one chunk): hi and lo side by side, then gathered once
+        values = torch.cat((qq.hi, qq.lo), dim=1)[rows].view(n, 2 * heads, 4, 128)
+        e8m0 = torch.cat((qq.hi_e8m0, qq.lo_e8m0), dim=1)[rows]
+    else:  # a chunk of the rows: gathered first
+        values = torch.cat((qq.hi[rows], qq.lo[rows]), dim=1).view(n, 2 * heads, 4, 128)
+        e8m0 = torch.cat((qq.hi_e8m0[rows], qq.lo_e8m0[rows]), dim=1)
+    factor = _e8m0_factor(e8m0)  # [n, 2H, 4]
     latent = torch.empty(n, 4, 4, 2 * heads, 32, dtype=torch.float64, device=rows.device)
     torch.mul(values.view(n, 2 * heads, 4, 4, 32).permute(0, 2, 3, 1, 4), factor.permute(0, 2, 1)[:, :, None, :, None], out=latent)
     return ChunkQ(latent=latent.view(n, 16, 2 * heads, 32), rope=qq.rope[rows])

@@ -33,7 +33,7 @@ from typing import Literal
 import torch
 
 from kernel.fp8 import e4m3_table
-from kernel.record import LATENT_DIM, RECORD_BYTES, SCALE_BLOCK
+from kernel.record import LATENT_DIM, N_SCALE_BLOCKS, RECORD_BYTES, SCALE_BLOCK
 from oracle import q_representation as qrep
 from oracle import rows as oracle_rows
 from oracle.accumulation import FORMAT_MAX, f64_scalar, gamma, unit_roundoff
@@ -92,9 +92,11 @@ def _q_representation_error(q: torch.Tensor, rep: qrep.QRepresentation, profile:
     err = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
     if profile.q_representation == "fp8_hi_lo":
         assert rep.e8m0 is not None
-        unit = qrep.pow2_normal(rep.e8m0 - 127).repeat_interleave(SCALE_BLOCK, dim=-1)
-        x = q[..., :LATENT_DIM].to(torch.float64).abs() / unit
-        err[..., :LATENT_DIM] = torch.where(x < 2.0**-7, unit * 2.0**-15, f64_scalar(0.0, q.device))
+        lead = q.shape[:-1]
+        unit = qrep.pow2_from_field(rep.e8m0 + (1023 - 127)).unsqueeze(-1)  # 2^(s - 127) per 128-value block
+        x = q[..., :LATENT_DIM].to(torch.float64).abs().reshape(*lead, N_SCALE_BLOCKS, SCALE_BLOCK) / unit
+        block_err = torch.where(x < 2.0**-7, unit * 2.0**-15, f64_scalar(0.0, q.device))
+        err[..., :LATENT_DIM] = block_err.reshape(*lead, LATENT_DIM)
     return err
 
 

@@ -36,18 +36,19 @@ class QRepresentation:
     terms: torch.Tensor | None = None
 
 
-def pow2_normal(k: torch.Tensor) -> torch.Tensor:
-    """2^k (f64) for int64 k in the normal range [-1022, 1023], built from its bits: the bits of
-    oracle.binary.pow2 there, in two integer ops (outside that range the result is meaningless)."""
-    return ((k + 1023) << 52).view(torch.float64)
+def pow2_from_field(field: torch.Tensor) -> torch.Tensor:
+    """2^(field - 1023) (f64) for an int64 biased exponent `field` in [1, 2046] (a normal power of
+    two), built from its bits in one integer op: the bits of oracle.binary.pow2(field - 1023)
+    (outside that range the result is meaningless)."""
+    return (field << 52).view(torch.float64)
 
 
 def hi_e8m0(block_amax: torch.Tensor) -> torch.Tensor:
     """E8M0 byte s = max(exp_field(amax) - 7, 5) of f64 block amaxes (exact bf16 values): int64
     in [5, 247] (the field of a bf16 value, or of inf, is at most 254; a NaN amax gives 5), so
-    2^(127 - s) and 2^(s - 127) are normal (pow2_normal)."""
+    2^(127 - s) and 2^(s - 127) are normal (pow2_from_field)."""
     _mantissa, exponent = torch.frexp(block_amax)  # amax = mantissa * 2^exponent, mantissa in [0.5, 1)
-    field = torch.where(block_amax >= 2.0**-126, exponent.to(torch.int64) + 126, torch.zeros_like(exponent, dtype=torch.int64))
+    field = (exponent.to(torch.int64) + 126) * (block_amax >= 2.0**-126)  # 0 below the normal range
     return torch.clamp_min(field - 7, MIN_HI_E8M0)
 
 
@@ -58,13 +59,13 @@ def fp8_hi_lo(q: torch.Tensor) -> QRepresentation:
     lead = q64.shape[:-1]
     latent = q64[..., :LATENT_DIM].reshape(*lead, N_SCALE_BLOCKS, SCALE_BLOCK)
     s = hi_e8m0(latent.abs().amax(dim=-1))
-    up = pow2_normal(127 - s).unsqueeze(-1)
+    up = pow2_from_field((127 + 1023) - s).unsqueeze(-1)  # 2^(127 - s)
     x = latent * up
     hi = round_e4m3(x.to(torch.float32))
     lo = round_e4m3(((x - hi) * LO_FACTOR).to(torch.float32)) / LO_FACTOR
     latent_hat = ((hi + lo) / up).reshape(*lead, LATENT_DIM)
     latent_mag = ((hi.abs() + lo.abs()) / up).reshape(*lead, LATENT_DIM)
-    latent_terms = ((hi != 0).to(torch.float64) + (lo != 0).to(torch.float64)).reshape(*lead, LATENT_DIM)
+    latent_terms = ((hi != 0).to(torch.float64) + (lo != 0)).reshape(*lead, LATENT_DIM)  # 0, 1 or 2
     rope = q64[..., LATENT_DIM:]
     return QRepresentation(
         q_hat=torch.cat((latent_hat, rope), dim=-1),

@@ -94,13 +94,13 @@ class Accumulation:
         """Equivalent rounding count k (f64 tensor, broadcast) of a sum of `nonzero` nonzero terms
         spread over `instructions` chained instructions; `product_roundings` not included."""
         m = torch.as_tensor(nonzero, dtype=torch.float64)
+        r = rounding_factor(self.rounding)
+        if self.order == "sequential":  # the only order that does not count instructions
+            return r * m
         n_instr = torch.minimum(torch.as_tensor(instructions, dtype=torch.float64), m)
         if self.order == "unknown":
             # sequential and fused (no guard bits), both toward zero (r = 2), on the same m and n_instr
             return torch.maximum(2 * m, _fused(m, n_instr, 0, 2))
-        r = rounding_factor(self.rounding)
-        if self.order == "sequential":
-            return r * m
         if self.order == "tree":
             return r * n_instr * math.ceil(math.log2(self.terms_per_instruction + 1))
         return _fused(m, n_instr, self.guard_bits, r)

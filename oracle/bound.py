@@ -120,10 +120,10 @@ def _precondition_flags(chunk: BoundChunk, profile: NumericsProfile, scale_model
     if scale_model == "gfx950":
         checks.append((valid & ~torch.isfinite(scales), "a consumed record's scale is NaN or infinite"))
     elif profile.needs_pow2_scales:
-        # a positive normal power of two: sign and mantissa bits clear, exponent field in [1, 254]
+        # a positive normal power of two has its sign and mantissa bits clear and an exponent field in [1, 254]
         bits = scales.contiguous().view(torch.int32)
-        is_pow2 = ((bits & ~0x7F800000) == 0) & (bits >= 0x00800000) & (bits < 0x7F800000)
-        checks.append((valid & ~is_pow2, "a consumed record's scale is not a positive normal power of two"))
+        not_pow2 = ((bits & ~0x7F800000) != 0) | (bits < 0x00800000) | (bits >= 0x7F800000)
+        checks.append((valid & not_pow2, "a consumed record's scale is not a positive normal power of two"))
     else:
         checks.append((valid & ~(torch.isfinite(scales) & (scales > 0)), "a consumed record's scale is not positive and finite"))
     if scale_model == "stored" and profile.scale_cap is not None:
@@ -567,10 +567,15 @@ def _o_l_roundings(profile: NumericsProfile, n_tiles: torch.Tensor, tile_keys: t
     own roundings and the final combination of l's partial sums (TOLERANCES.md section 5)."""
     pv, lacc = profile.pv, profile.l
     pv_tile = pv.roundings(tile_keys, torch.ceil(tile_keys / pv.terms_per_instruction))
-    k_o = n_tiles * (pv_tile + profile.pv_rescale_roundings) + pv.product_roundings
+    k_o = n_tiles * (pv_tile + profile.pv_rescale_roundings)
     l_keys = torch.ceil(tile_keys / profile.l_partials)
     l_tile = lacc.roundings(l_keys, torch.ceil(l_keys / lacc.terms_per_instruction))
-    k_l = n_tiles * (l_tile + 1) + profile.l_final_roundings + lacc.product_roundings
+    k_l = n_tiles * (l_tile + 1) + profile.l_final_roundings
+    # the products' roundings: adding 0 would leave a count (never -0) as it is
+    if pv.product_roundings:
+        k_o = k_o + pv.product_roundings
+    if lacc.product_roundings:
+        k_l = k_l + lacc.product_roundings
     return k_o, k_l
 
 

@@ -527,9 +527,12 @@ def output_interval_bound(ref: torch.Tensor, d_pre: torch.Tensor, casts: tuple[s
     ref + d_pre] and whose conversion to bf16 is one of `casts` ("direct": one RNE; "via_f32":
     RNE to f32, then to bf16). Every cast is monotone, so the output lies between the roundings of
     the interval's ends (TOLERANCES.md section 6)."""
-    # the two ends stacked [lo, hi] on a leading axis: every rounding is elementwise, so each end
-    # gets its own bits, with one op per step for both
-    ends = torch.stack((ref - d_pre, ref + d_pre))
+    # the two ends [lo, hi] written into one buffer on a leading axis: every rounding is
+    # elementwise, so each end gets its own bits, with one op per step for both
+    shape = torch.broadcast_shapes(ref.shape, d_pre.shape)
+    ends = torch.empty(2, *shape, dtype=torch.result_type(ref, d_pre), device=ref.device)
+    torch.sub(ref, d_pre, out=ends[0])
+    torch.add(ref, d_pre, out=ends[1])
     rounded: list[torch.Tensor] = []
     for cast in casts:
         if cast == "direct":

@@ -522,6 +522,19 @@ def round_f32(y: torch.Tensor) -> torch.Tensor:
     return y.to(torch.float32).to(torch.float64)
 
 
+def _broadcast_shape(a: torch.Size, b: torch.Size) -> tuple[int, ...]:
+    """The shape that tensors of shapes `a` and `b` broadcast to (torch's rules); ValueError when
+    they do not broadcast. Plain Python: torch.broadcast_shapes imports its symbolic-shape
+    machinery on its first call (about 0.5 s, in a campaign's first example)."""
+    n = max(len(a), len(b))
+    shape = []
+    for x, y in zip((1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b), strict=True):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"shapes {tuple(a)} and {tuple(b)} do not broadcast")
+        shape.append(y if x == 1 else x)
+    return tuple(shape)
+
+
 def output_interval_bound(ref: torch.Tensor, d_pre: torch.Tensor, casts: tuple[str, ...]) -> torch.Tensor:
     """Largest |bf16 output - ref| of a kernel whose pre-rounding value lies in [ref - d_pre,
     ref + d_pre] and whose conversion to bf16 is one of `casts` ("direct": one RNE; "via_f32":
@@ -529,7 +542,7 @@ def output_interval_bound(ref: torch.Tensor, d_pre: torch.Tensor, casts: tuple[s
     the interval's ends (TOLERANCES.md section 6)."""
     # the two ends [lo, hi] written into one buffer on a leading axis: every rounding is
     # elementwise, so each end gets its own bits, with one op per step for both
-    shape = torch.broadcast_shapes(ref.shape, d_pre.shape)
+    shape = _broadcast_shape(ref.shape, d_pre.shape)
     ends = torch.empty(2, *shape, dtype=torch.result_type(ref, d_pre), device=ref.device)
     torch.sub(ref, d_pre, out=ends[0])
     torch.add(ref, d_pre, out=ends[1])

@@ -64,19 +64,13 @@ class Problem:
         return {"has_invalid": self.has_invalid, "return_lse": self.return_lse, "out": self.out}
 
 
-def _stream(recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(indptr int64 [n_q + 1], pair rows, pair offsets, pair positions) on the CPU.
+def _stream_ids(recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """(indptr int64 [n_q + 1], pair rows, pair offsets, pair positions, the pairs' ids (row * 2^24 +
+    offset), all int64 on the CPU, and the index stream's length: the largest indptr entry plus
+    recipe.stream_tail; stream_tail for no rows).
 
     Built with numpy (single-threaded): torch's CPU repeat_interleave opens a parallel region
-    for any size, which costs milliseconds per call when several processes share the cores.
-    _stream_ids gives the pairs' ids and the stream's length with them."""
-    return _stream_ids(recipe)[:4]
-
-
-def _stream_ids(recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """_stream's four tensors, then the pairs' ids (row * 2^24 + offset, int64, CPU) and the index
-    stream's length (the largest indptr entry plus recipe.stream_tail; stream_tail for no rows),
-    all computed in numpy."""
+    for any size, which costs milliseconds per call when several processes share the cores."""
     lengths = np.asarray(recipe.row_lengths, dtype=np.int64).reshape(-1)
     indptr = np.full(recipe.n_q + 1, recipe.stream_offset, dtype=np.int64)
     indptr[1:] += np.cumsum(lengths)
@@ -202,12 +196,6 @@ def _per_row(key: int | torch.Tensor, ids: torch.Tensor) -> int | torch.Tensor:
     return key if isinstance(key, int) else key.view(-1, *([1] * (ids.dim() - 1)))
 
 
-def _sections(t: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
-    """Consecutive 1-D slices of t of the given sizes (views; no op but slicing)."""
-    firsts = np.cumsum([0, *sizes])
-    return [t[int(a) : int(b)] for a, b in zip(firsts[:-1], firsts[1:], strict=True)]
-
-
 def _seed_keys(seed: int, streams: tuple[str, ...]) -> Keys:
     """The recipe-alone keys of `streams` (rng.stream_key of the recipe's seed)."""
     return {stream: rng.stream_key(seed, stream) for stream in streams}
@@ -325,7 +313,7 @@ def _values(recipe: Recipe, rows: torch.Tensor, device: torch.device) -> tuple[t
     # the distributions' draws share the values' buffer: one mix64 hashes everything (rng.keyed_inputs)
     values_size = sum(sizes)
     words = torch.empty(values_size + sum(ids.numel() for _, ids in latent_draws + q_draws), dtype=torch.int64, device=device)
-    latent_words, rope_words, q_words = _sections(words, sizes)
+    latent_words, rope_words, q_words = words[:values_size].split(sizes)
     draw_hashes = rng.keyed_inputs(latent_draws + q_draws, words[values_size:])
     if drawn[0]:
         rng.row_words(seed, "latent", rows, LATENT_DIM, out=latent_words.view(u, LATENT_DIM))
@@ -335,7 +323,7 @@ def _values(recipe: Recipe, rows: torch.Tensor, device: torch.device) -> tuple[t
         rng.hash_input(seed, "q", torch.arange(n_q_values, dtype=torch.int64, device=device), out=q_words)
     rng.mix64(words)  # in place: the sections above now hold their hashes
     normal = rng.normal_from_hash(words[:values_size])
-    latent_x, rope_x, q_x = _sections(normal, sizes)
+    latent_x, rope_x, q_x = normal.split(sizes)
     if drawn[0]:
         _latent_in_place(recipe.latent, latent_x.view(u, LATENT_DIM), draw_hashes[: len(latent_draws)])
     if drawn[1] and _ROPE_FACTORS[recipe.rope] != 1.0:
@@ -343,7 +331,7 @@ def _values(recipe: Recipe, rows: torch.Tensor, device: torch.device) -> tuple[t
     if drawn[2]:
         _query_in_place(recipe.q, q_x.view(recipe.n_q, recipe.heads, HEAD_DIM), draw_hashes[len(latent_draws) :])
     rounded = round_f32_to_bf16_no_nan(normal.to(torch.float32))  # normal values times finite factors: no NaN
-    latent_bf, rope_bf, q_bf = _sections(rounded, sizes)
+    latent_bf, rope_bf, q_bf = rounded.split(sizes)
     # "exact" parts: small integers of their own streams, drawn together
     parts = (("latent_int", LATENT_DIM, drawn[0]), ("rope_int", ROPE_DIM, drawn[1]))
     exact = [(stream, _row_ids(rows, width), 5) for stream, width, from_normal in parts if not from_normal]
@@ -731,7 +719,7 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
 
     stream_offsets = np.cumsum([0, *(int(e.shape[0]) for e in entries)])
     positions, shifts = [], []
-    consumed_at = [s.positions for s in sides] if sides else [_stream(part)[3] for part in parts]  # row by row
+    consumed_at = [s.positions for s in sides] if sides else [_stream_ids(part)[3] for part in parts]  # row by row
     for consumed, first_row, first_entry in zip(consumed_at, row_offsets[:-1], stream_offsets[:-1], strict=True):
         positions.append(consumed.numpy() + first_entry)
         shifts.append(np.full(consumed.shape, first_row, dtype=np.int64))
@@ -939,15 +927,15 @@ def _pack_records(
     words = torch.empty(values_size + sum(ids.numel() for _, ids in draws), dtype=torch.int64, device=device)
     per_part = ((latent_keys, rows, LATENT_DIM), (rope_keys, rows, ROPE_DIM), (q_keys, q_rows, q_width))
     # q: ids row * q_width + column, as _values' flat element numbers
-    for section, (keys, ids, width) in zip(_sections(words, sizes), per_part, strict=True):
+    for section, (keys, ids, width) in zip(words[:values_size].split(sizes), per_part, strict=True):
         rng.keyed_row_words(keys, ids, width, out=section.view(-1, width))
     hashes = rng.keyed_inputs(draws, words[values_size:])
     rng.mix64(words)  # in place: the sections above now hold their hashes
     normal = rng.normal_from_hash(words[:values_size])
-    latent_x, rope_x, q_x = (x.view(-1, w) for x, w in zip(_sections(normal, sizes), (LATENT_DIM, ROPE_DIM, q_width), strict=True))
+    latent_x, rope_x, q_x = (x.view(-1, w) for x, w in zip(normal.split(sizes), (LATENT_DIM, ROPE_DIM, q_width), strict=True))
     _apply_distributions(jobs, hashes, latent_x, rope_x, q_x.view(n_q, heads, HEAD_DIM))
     rounded = round_f32_to_bf16_no_nan(normal.to(torch.float32))  # normal values times finite factors: no NaN
-    latent_bf, rope_bf, q_bf = _sections(rounded, sizes)
+    latent_bf, rope_bf, q_bf = rounded.split(sizes)
     latent, rope = latent_bf.view(u, LATENT_DIM).to(torch.float32), rope_bf.view(u, ROPE_DIM)
     if len(writers) == 1:
         records = encode_records(latent, rope, writers[0], latent_known_finite=True)  # type: ignore[arg-type]  # |latent| <= 65536

@@ -162,12 +162,9 @@ def integers_many(seed: int, draws: list[tuple[str, torch.Tensor, int | torch.Te
         return []
     words = torch.empty(sum(ids.numel() for _, ids, _ in draws), dtype=torch.int64, device=draws[0][1].device)
     sections = keyed_inputs([(stream_key(seed, stream), ids) for stream, ids, _ in draws], words)
-    high_bits = _shr(mix64(words), 24)  # integers_from_hash's shift, once for every draw
-    values, first = [], 0
-    for section, (_, _, high) in zip(sections, draws, strict=True):
-        values.append(high_bits[first : first + section.numel()].view(section.shape) % high)
-        first += section.numel()
-    return values
+    # in place, so each section holds its draw's shifted hashes: integers_from_hash's shift, once for every draw
+    mix64(words).bitwise_right_shift_(24).bitwise_and_((1 << 40) - 1)
+    return [section % high for section, (_, _, high) in zip(sections, draws, strict=True)]
 
 
 def normal_like(seed: int, stream: str, ids: torch.Tensor) -> torch.Tensor:

@@ -186,106 +186,138 @@ class _Outputs:
         self.lse = lse.to(torch.float64) if problem.return_lse and lse is not None else None
 
 
+def _stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """[M, ...]: `tensors` (one shape) stacked on a new leading axis; without a copy where they
+    are the consecutive slices of one buffer in order (evaluate_modes' results, stacked on its
+    mode axis), else by torch.stack."""
+    first = tensors[0]
+    base = first._base
+    if (
+        base is not None
+        and base.dim() == first.dim() + 1
+        and base.shape[0] == len(tensors)
+        and all(
+            t._base is base
+            and t.shape == base.shape[1:]
+            and t.stride() == base.stride()[1:]
+            and t.storage_offset() == base.storage_offset() + m * base.stride(0)
+            for m, t in enumerate(tensors)
+        )
+    ):
+        return base
+    return torch.stack(tensors)
+
+
 class _Measured:
-    """One mode's comparison on the device: every number the verdict needs in one float64 vector
-    `values` (OUT_FIELDS, then LSE_FIELDS when lse is compared), read back with the other
-    modes' in one host read; the tensors kept for the locations a failure message names."""
+    """Every mode's comparison on the device at once, each evaluation's tensors stacked on a
+    leading mode axis (the same elementwise arithmetic as one mode's, each reduction per mode):
+    every number a mode's verdict needs in row m of the float64 [M, F] tensor `values`
+    (OUT_FIELDS, then LSE_FIELDS when lse is compared), read back in one host read; the tensors
+    kept for the locations a failure message names."""
 
     OUT_FIELDS = ("bad", "all_zero", "ratio", "over", "worst", "got", "ref", "bound")
     LSE_FIELDS = ("wrong_empty", "not_finite", "lse_ratio", "lse_over")
 
-    def __init__(self, outputs: _Outputs, evaluation: Evaluation):
+    def __init__(self, outputs: _Outputs, evaluations: list[Evaluation]):
         got = outputs.got
-        self.ref = ref = evaluation.out.to(got.device)
-        self.bound = bound = evaluation.out_bound.to(got.device)
+        n_modes = len(evaluations)
+        self.ref = ref = _stacked([e.out for e in evaluations]).to(got.device)
+        self.bound = bound = _stacked([e.out_bound for e in evaluations]).to(got.device)
         self.bad = torch.isfinite(ref).logical_and_(outputs.not_finite)
         err = torch.sub(got, ref).abs_().nan_to_num_(nan=float("inf"))
         self.ratio = ratio = _ratio(err, bound)
         self.over = ratio > 1
-        scalars = [self.bad.sum(), outputs.all_zero]
+        columns = [self.bad.reshape(n_modes, -1).sum(1), outputs.all_zero.expand(n_modes)]
         if ratio.numel():
-            scalars.append(ratio.max())
-            scalars.append(self.over.sum())
-            worst = torch.argmax(ratio.nan_to_num(nan=float("inf")))
-            scalars += [worst, torch.take(got, worst), torch.take(ref, worst), torch.take(bound, worst)]
+            per_mode = ratio.reshape(n_modes, -1)
+            columns.append(per_mode.amax(1))
+            columns.append(self.over.reshape(n_modes, -1).sum(1))
+            worst = per_mode.nan_to_num(nan=float("inf")).argmax(1)  # the first largest of each mode, as torch.argmax
+            at = worst.unsqueeze(1)
+            columns += [worst, torch.take(got, worst)]
+            columns += [ref.reshape(n_modes, -1).gather(1, at)[:, 0], bound.reshape(n_modes, -1).gather(1, at)[:, 0]]
         else:
-            scalars += [torch.zeros((), dtype=torch.float64, device=got.device)] * 6
+            columns += [torch.zeros(n_modes, dtype=torch.float64, device=got.device)] * 6
         self.lse = outputs.lse
         if self.lse is not None:
             got_lse = self.lse
-            ref_lse = evaluation.lse.to(got_lse.device)
-            lse_bound = evaluation.lse_bound.to(got_lse.device)
+            ref_lse = _stacked([e.lse for e in evaluations]).to(got_lse.device)
+            lse_bound = _stacked([e.lse_bound for e in evaluations]).to(got_lse.device)
             empty = torch.isneginf(ref_lse)
             self.wrong_empty = empty & ~torch.isneginf(got_lse)
             self.lse_not_finite = ~empty & ~torch.isfinite(got_lse)
             lse_err = torch.where(empty, 0.0, (got_lse - ref_lse).abs()).nan_to_num_(nan=float("inf"))
             lse_ratio = _ratio(lse_err, torch.where(empty, 1.0, lse_bound))
             self.lse_over = lse_ratio > 1
-            scalars += [self.wrong_empty.sum(), self.lse_not_finite.sum()]
+            columns += [self.wrong_empty.reshape(n_modes, -1).sum(1), self.lse_not_finite.reshape(n_modes, -1).sum(1)]
             if lse_ratio.numel():
-                scalars += [lse_ratio.max(), self.lse_over.sum()]
+                columns += [lse_ratio.reshape(n_modes, -1).amax(1), self.lse_over.reshape(n_modes, -1).sum(1)]
             else:
-                scalars += [torch.zeros((), dtype=torch.float64, device=got.device)] * 2
-        self.values = torch.stack(scalars).to(torch.float64)
+                columns += [torch.zeros(n_modes, dtype=torch.float64, device=got.device)] * 2
+        self.values = torch.stack(columns, dim=1).to(torch.float64)
 
-    def verdict(self, values: list[float], mode: str) -> Verdict:
-        """The verdict from `values` (this mode's part of the host read); failure locations are
+    def verdict(self, values: list[float], m: int, mode: str) -> Verdict:
+        """Mode m's verdict from `values` (its row of the host read); failure locations are
         read only for a failure."""
         verdict = Verdict()
         v = dict(zip(self.OUT_FIELDS + (self.LSE_FIELDS if self.lse is not None else ()), values, strict=True))
         if v["bad"]:
             verdict.failures.append(
                 f"[{mode}] out has {int(v['bad'])} non-finite values where the reference is finite, first at (row, head, dim) "
-                f"{_first(self.bad)}"
+                f"{_first(self.bad[m])}"
             )
         if v["all_zero"]:
             # a diagnosis beside the bound check, never a verdict of its own: an all-zero output is
             # correct when the bound admits zero everywhere (a row of underflowing weights)
-            zero_outside = (self.ref != 0) & (self.ref.abs() > self.bound)
+            ref, bound = self.ref[m], self.bound[m]
+            zero_outside = (ref != 0) & (ref.abs() > bound)
             if bool(zero_outside.any()):
                 verdict.failures.append(
                     f"[{mode}] out is all zeros but the reference is not: zero lies outside the bound at "
                     f"{int(zero_outside.sum())} elements, first at (row, head, dim) {_first(zero_outside)}"
                 )
-        numel = self.ratio.numel()
+        ratio = self.ratio[m]
+        numel = ratio.numel()
         verdict.out_ratio = v["ratio"] if numel else 0.0
         if v["over"]:
             verdict.failures.append(
                 f"[{mode}] {int(v['over'])} out elements exceed the bound (max |err|/bound = {verdict.out_ratio:.3g}), "
-                f"first at (row, head, dim) {_first(self.over)}"
+                f"first at (row, head, dim) {_first(self.over[m])}"
             )
         if numel:
-            row, rest = divmod(int(v["worst"]), self.ratio.shape[1] * self.ratio.shape[2])
-            head, dim = divmod(rest, self.ratio.shape[2])
+            row, rest = divmod(int(v["worst"]), ratio.shape[1] * ratio.shape[2])
+            head, dim = divmod(rest, ratio.shape[2])
             verdict.worst = {"row": row, "head": head, "dim": dim, "mode": mode, "out": v["got"], "ref": v["ref"], "bound": v["bound"]}
         if self.lse is not None:
             if v["wrong_empty"]:
-                first = _first(self.wrong_empty)
+                first = _first(self.wrong_empty[m])
                 verdict.failures.append(
                     f"[{mode}] lse of an empty row is not -inf, first at (row, head) {first} = {float(self.lse[tuple(first)])}"
                 )
             if v["not_finite"]:
                 verdict.failures.append(
-                    f"[{mode}] lse is not finite where the reference is, first at (row, head) {_first(self.lse_not_finite)}"
+                    f"[{mode}] lse is not finite where the reference is, first at (row, head) {_first(self.lse_not_finite[m])}"
                 )
             verdict.lse_ratio = v["lse_ratio"] if numel else 0.0
             if v["lse_over"]:
                 verdict.failures.append(
                     f"[{mode}] {int(v['lse_over'])} lse values exceed the bound (max |err|/bound = {verdict.lse_ratio:.3g}), "
-                    f"first at (row, head) {_first(self.lse_over)}"
+                    f"first at (row, head) {_first(self.lse_over[m])}"
                 )
         return verdict
 
 
 def _compare_modes(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, evaluations: list[Evaluation]) -> list[Verdict]:
-    """compare() of the same outputs against each evaluation: the outputs widened once, one host read for all."""
+    """compare() of the same outputs against each evaluation: the outputs widened once, every
+    mode compared in one stacked pass, one host read for all."""
     failures = check_types(problem, out, lse)
     if failures:
         return [Verdict(failures=list(failures)) for _ in evaluations]
-    outputs = _Outputs(problem, out, lse)
-    measured = [_Measured(outputs, evaluation) for evaluation in evaluations]
-    values = torch.stack([m.values for m in measured]).tolist() if measured else []
-    return [m.verdict(row, e.mode) for m, row, e in zip(measured, values, evaluations, strict=True)]
+    if not evaluations:
+        return []
+    measured = _Measured(_Outputs(problem, out, lse), evaluations)
+    values = measured.values.tolist()
+    return [measured.verdict(row, m, e.mode) for m, (row, e) in enumerate(zip(values, evaluations, strict=True))]
 
 
 def compare(problem: Problem, out: torch.Tensor, lse: torch.Tensor | None, evaluation: Evaluation) -> Verdict:

@@ -156,3 +156,31 @@ def test_a_passing_comparison_reads_the_host_once_for_both_modes() -> None:
     other = Evaluation(**{**evaluation.__dict__, "mode": "float64"})
     counter = count_ops(lambda: harness._compare_modes(problem, out, lse, [evaluation, other]))
     assert counter.syncs == {"tolist": 1}, counter.syncs
+
+
+def _as_slices(evaluations: list[Evaluation]) -> list[Evaluation]:
+    """The evaluations rewritten as consecutive slices of stacked buffers, as evaluate_modes returns them."""
+    fields = ("out", "lse", "out_bound", "lse_bound", "window")
+    stacked = {name: torch.stack([getattr(e, name) for e in evaluations]) for name in fields}
+    return [Evaluation(**{name: stacked[name][m] for name in fields}, mode=e.mode, profile=e.profile) for m, e in enumerate(evaluations)]
+
+
+@pytest.mark.parametrize("kinds", [("clean", "nan"), ("zeros", "lse-over"), ("empty", "zero-bound"), ("nan-bound", "clean")])
+@pytest.mark.parametrize(("n_q", "heads"), [(3, 2), (0, 4)])
+def test_modes_compared_together_give_each_mode_its_verdict_alone(kinds: tuple[str, str], n_q: int, heads: int) -> None:
+    """Each mode's evaluation (here two of different failure kinds on the same outputs) gets,
+    compared in one stacked pass, the verdict it gets alone, whether its tensors are slices of
+    one buffer per field (evaluate_modes) or tensors of their own."""
+    problem, out, lse, first = _case(kinds[0], n_q, heads, seed=n_q + 11)
+    _, _, _, second = _case(kinds[1], n_q, heads, seed=n_q + 11)
+    evaluations = [first, Evaluation(**{**second.__dict__, "mode": "float64"})]
+    alone = [_as_json(_reference(problem, out, lse, e)) for e in evaluations]
+    for given in (evaluations, _as_slices(evaluations)):
+        assert [_as_json(v) for v in harness._compare_modes(problem, out, lse, given)] == alone
+
+
+def test_slices_of_one_buffer_are_compared_without_a_copy() -> None:
+    evaluations = _as_slices([_case("clean", 2, 3, seed=5)[3]] * 3)
+    assert harness._stacked([e.out for e in evaluations]).data_ptr() == evaluations[0].out.data_ptr()
+    shuffled = [evaluations[1].out, evaluations[0].out, evaluations[2].out]
+    assert torch.equal(harness._stacked(shuffled), torch.stack(shuffled))

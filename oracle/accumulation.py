@@ -28,6 +28,7 @@ Units: counts are plain numbers of roundings (dimensionless), u is a unit roundo
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -126,6 +127,23 @@ def f64_scalar(value: float, device: torch.device) -> torch.Tensor:
     if scalar is None:
         scalar = _SCALARS[key] = torch.tensor(value, dtype=torch.float64, device=device)
     return scalar
+
+
+_COLUMNS: dict[tuple[tuple[str, ...], int, torch.device], torch.Tensor] = {}
+
+
+def gammas(ks: Sequence[torch.Tensor], us: Sequence[float]) -> torch.Tensor:
+    """[N, *shape]: gamma(ks[i], us[i]) for each i, stacked on a new leading axis (`ks`: N tensors
+    of one shape); each entry the bits gamma() gives it alone (the same elementwise arithmetic,
+    in one pass: 6 launched ops for N counts, against 5 or 6 each). The column of u's is cached
+    per device (read only)."""
+    k = torch.stack([k.to(torch.float64) for k in ks])
+    key = (tuple(float(u).hex() for u in us), k.dim(), k.device)
+    column = _COLUMNS.get(key)
+    if column is None:
+        column = _COLUMNS[key] = torch.tensor([float(u) for u in us], dtype=torch.float64, device=k.device).view(-1, *(1,) * (k.dim() - 1))
+    ku = k * column
+    return torch.where(ku < 1, ku / (1 - ku), f64_scalar(float("inf"), ku.device))
 
 
 def gamma(k: torch.Tensor | float, u: float) -> torch.Tensor | float:

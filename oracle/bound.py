@@ -36,7 +36,7 @@ from kernel.fp8 import e4m3_table
 from kernel.record import LATENT_DIM, N_SCALE_BLOCKS, RECORD_BYTES, SCALE_BLOCK
 from oracle import q_representation as qrep
 from oracle import rows as oracle_rows
-from oracle.accumulation import FORMAT_MAX, f64_scalar, gamma, unit_roundoff
+from oracle.accumulation import FORMAT_MAX, f64_scalar, gamma, gammas, unit_roundoff
 from oracle.binary import pow2
 from oracle.profile_schema import ANY16_P, TOWARD_ZERO_CAST, NumericsProfile
 from oracle.rows import DEFAULT_KEY_BUDGET, BoundChunk, PreconditionError, row_bounds
@@ -414,14 +414,14 @@ def _row_terms(
     u = profile.arith_u
     rescales = n_tiles - 1
     k_o, k_l = _o_l_roundings(profile, n_tiles, tile_keys)
-    gamma_o = gamma(k_o, profile.pv.u).view(-1, 1, 1)
-    gamma_l = gamma(k_l, profile.l.u).view(-1, 1, 1)
+    # gamma of the o and l accumulations, of the reference's sums of exp and of p v and its
+    # division (2 n + 4), and of its lse (n + 2), in one pass
+    gamma_o, gamma_l, gamma_ref, gamma_lse = gammas((k_o, k_l, 2 * n_valid + 4, n_valid + 2), (profile.pv.u, profile.l.u, U64, U64))
     p_max = 2.0**profile.p_shift
     exp_floor_out = n_valid.view(-1, 1, 1) * profile.exp_floor_effective / p_max
     # floors are absolute errors of P' in P units, divided by l >= p_max (1 - 2^-20): the largest
     # key's own P; no reweighting factor enters (TOLERANCES.md section 4)
     l_floor = (1 + 2.0**-16) / p_max
-    gamma_ref = gamma(2 * n_valid + 4, U64).view(-1, 1, 1)  # the reference's sums of exp and of p v, its division
     p_floor = None
     if profile.p_format == "fp16_scaled":
         assert abs_code_sum is not None
@@ -454,7 +454,7 @@ def _row_terms(
         lse_l=1.01 * gamma_l.view(-1, 1),
         lse_floor=exp_floor_out.view(-1, 1),
         lse_log_n=LN2 * (profile.p_shift + torch.log2(n_keys) + 2),
-        lse_ref=gamma(n_keys + 2, U64),
+        lse_ref=gamma_lse.view(-1, 1),
     )
 
 

@@ -16,7 +16,7 @@ from conformance.judging.harness import call_kernel
 from conformance.mutation.catalogue import CATALOGUE
 from kernel.emulated.gfx950 import run_emulated
 from kernel.record import encode_records
-from oracle.accumulation import Accumulation
+from oracle.accumulation import Accumulation, gammas
 from oracle.bound import MODES, evaluate, gamma, half_ulp_bf16, output_interval_bound, round_bf16
 from oracle.profiles import BF16_Q_BF16_P, EXACT, FP32, GFX950, PROFILES
 from oracle.rows import PreconditionError
@@ -125,6 +125,25 @@ def test_profiles_order_by_precision() -> None:
     # lse: neither hardware profile orders above the other (bf16-q-bf16-p's l sums the unrounded
     # P, gfx950's QK has fewer, wider instructions); both sit far above float64's
     assert 1e3 * float(exact.lse_bound.max()) < min(float(gfx.lse_bound.max()), float(bf16.lse_bound.max()))
+
+
+def test_gammas_gives_each_count_the_bits_of_gamma_alone() -> None:
+    """gammas() stacks counts of one shape with their own unit roundoffs: every entry is
+    gamma(k, u)'s bits, at and past k u = 1 (inf) and for NaN counts (inf, as gamma gives)."""
+    gen = torch.Generator().manual_seed(3)
+    counts = [
+        torch.randint(0, 2000, (5, 1, 1), generator=gen).to(torch.float64),
+        torch.tensor([0.0, 1.0, 2.0**24, 2.0**24 + 1, float("nan")], dtype=torch.float64).view(5, 1, 1),
+        torch.randint(0, 2**20, (5, 1, 1), generator=gen),  # integers: widened as gamma widens them
+    ]
+    units = (2.0**-24, 2.0**-24, 2.0**-53)
+    got = gammas(counts, units)
+    assert got.shape == (3, 5, 1, 1)
+    for entry, k, u in zip(got, counts, units, strict=True):
+        want = gamma(k, u)
+        assert isinstance(want, torch.Tensor)
+        assert torch.equal(entry.view(torch.int64), want.view(torch.int64))
+    assert torch.isinf(got[1, 2:]).all()
 
 
 def test_gamma_and_half_ulp() -> None:

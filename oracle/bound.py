@@ -416,7 +416,8 @@ def _row_terms(
     k_o, k_l = _o_l_roundings(profile, n_tiles, tile_keys)
     # gamma of the o and l accumulations, of the reference's sums of exp and of p v and its
     # division (2 n + 4), and of its lse (n + 2), in one pass
-    gamma_o, gamma_l, gamma_ref, gamma_lse = gammas((k_o, k_l, 2 * n_valid + 4, n_valid + 2), (profile.pv.u, profile.l.u, U64, U64))
+    g = gammas((k_o, k_l, 2 * n_valid + 4, n_valid + 2), (profile.pv.u, profile.l.u, U64, U64))
+    gamma_o, gamma_l, gamma_ref, gamma_lse = g[0], g[1], g[2], g[3]  # views (unpacking would unbind)
     p_max = 2.0**profile.p_shift
     exp_floor_out = n_valid.view(-1, 1, 1) * profile.exp_floor_effective / p_max
     # floors are absolute errors of P' in P units, divided by l >= p_max (1 - 2^-20): the largest

@@ -1,14 +1,15 @@
 """Did the kernel write into its inputs? A snapshot before the call, a comparison after it.
 
-q, indices and indptr are small: they are copied whole and compared byte for byte. The KV cache
-can exceed 4 GiB, so it is summarised instead: one 64-bit checksum per 656-byte record (the
-record's 82 int64 words, each multiplied by a fixed odd weight, summed with int64 wrap-around),
-computed in chunks of records on the cache's own device. A write that changes one word always
-changes its record's checksum (an odd weight is invertible modulo 2^64); one that changes several
-does except with negligible probability (the changes must cancel against fixed pseudo-random
-weights); the changed records are named by index. Memory: 8 bytes per record plus one chunk of
-int64 words (chunks of CPU_CHUNK_RECORDS on the CPU, small enough to stay in the caches: about
-0.25 s per GiB there, twice per call).
+q, indices and indptr are small: they are copied whole and compared bit for bit (each element read
+as an integer of its size; after the call, where they are, without a copy). The KV cache can exceed
+4 GiB, so it is summarised instead: one 64-bit checksum per 656-byte record (the record's 82 int64
+words, each multiplied by a fixed odd weight, summed with int64 wrap-around), computed in chunks of
+records on the cache's own device. A write that changes one word always changes its record's
+checksum (an odd weight is invertible modulo 2^64); one that changes several does except with
+negligible probability (the changes must cancel against fixed pseudo-random weights); the changed
+records are named by index. Memory: 8 bytes per record plus one chunk of int64 words (chunks of
+CPU_CHUNK_RECORDS on the CPU, small enough to stay in the caches: about 0.25 s per GiB there, twice
+per call).
 
 Every record is checked on a GPU and for caches up to FULL_CHECK_BYTES on the CPU. A larger CPU
 cache is sampled: the records the call's index stream references (where the kernel reads, and
@@ -93,6 +94,21 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.detach().clone(memory_format=torch.contiguous_format).view(torch.uint8).reshape(-1)
 
 
+_SAME_SIZE_INTEGER = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _as_integers(t: torch.Tensor) -> torch.Tensor:
+    """t's elements read as integers of their size (a view of any strides, no copy: equal bits
+    compare equal, NaN included); a flat uint8 copy (_bytes) for other element sizes."""
+    integer = _SAME_SIZE_INTEGER.get(t.element_size())
+    return _bytes(t) if integer is None else t.detach().view(integer)
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of `t` read as integers (_as_integers): what the call is checked against."""
+    return _as_integers(t).clone(memory_format=torch.contiguous_format)
+
+
 def _listed(positions: torch.Tensor) -> str:
     shown = [int(x) for x in positions[:SHOWN].tolist()]
     more = f" and {positions.numel() - SHOWN} more" if positions.numel() > SHOWN else ""
@@ -112,7 +128,8 @@ class InputSnapshot:
     def changes(self, q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, indptr: torch.Tensor) -> list[str]:
         """One message per input the kernel modified (empty list when none)."""
         kv_now = record_checksums(kv_cache, self.kv_rows)
-        now = (_bytes(q), _bytes(indices), _bytes(indptr))
+        # the inputs compared where they are (no copy), element by element as integers
+        now = map(_as_integers, (q, indices, indptr))
         pairs = ((kv_now, self.kv_checksums), *zip(now, (self.q, self.indices, self.indptr), strict=True))
         if all(a.shape == b.shape for a, b in pairs):
             changed = torch.stack([torch.ne(a, b).any() for a, b in pairs]).tolist()  # the one host read
@@ -126,18 +143,14 @@ class InputSnapshot:
             if self.kv_rows is not None:
                 rows = self.kv_rows[rows.cpu()]
             found.append(f"the kernel wrote into kv_cache at rows {_listed(rows)} ({rows.numel()} records changed)")
-        q_now = now[0]
         if changed[1]:
-            elements = _changed_elements(q_now, self.q, q.element_size())
+            elements = _changed_elements(_bytes(q), _bytes(self.q), q.element_size())
             heads, dim = q.shape[1], q.shape[2]
             where = [(int(e) // (heads * dim), int(e) // dim % heads, int(e) % dim) for e in elements[:SHOWN]]
             found.append(f"the kernel wrote into q at (row, head, dim) {where} ({elements.numel()} elements changed)")
-        for name, before, after, tensor, differs in (
-            ("indices", self.indices, now[1], indices, changed[2]),
-            ("indptr", self.indptr, now[2], indptr, changed[3]),
-        ):
+        for name, before, tensor, differs in (("indices", self.indices, indices, changed[2]), ("indptr", self.indptr, indptr, changed[3])):
             if differs:
-                positions = _changed_elements(after, before, tensor.element_size())
+                positions = _changed_elements(_bytes(tensor), _bytes(before), tensor.element_size())
                 found.append(f"the kernel wrote into {name} at positions {_listed(positions)} ({positions.numel()} entries changed)")
         return found
 
@@ -154,5 +167,5 @@ def snapshot(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor, ind
     """Copy q, indices and indptr and checksum every record of kv_cache (see module docstring)."""
     rows = checked_rows(kv_cache, indices)
     return InputSnapshot(
-        q=_bytes(q), indices=_bytes(indices), indptr=_bytes(indptr), kv_checksums=record_checksums(kv_cache, rows), kv_rows=rows
+        q=_copy(q), indices=_copy(indices), indptr=_copy(indptr), kv_checksums=record_checksums(kv_cache, rows), kv_rows=rows
     )

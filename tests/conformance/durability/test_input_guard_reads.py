@@ -44,3 +44,18 @@ def test_each_written_input_is_named_on_its_own() -> None:
         assert message.startswith("the kernel wrote into q at (row, head, dim) [(0, 0, 0)"), message
         indices[1:3] = -5
         assert snap.changes(q, kv, indices, indptr)[-1] == "the kernel wrote into indices at positions [1, 2] (2 entries changed)"
+
+
+def test_inputs_are_compared_by_their_bits_where_they_are() -> None:
+    """NaN compares equal to itself and -0.0 differs from 0.0 (bits, not values), in a strided q
+    (a shared-heads layout: stride 0), with no copy of an input after the call."""
+    q, kv, indices, indptr = _problem(q_layout="shared_heads")
+    q[0, 0, 1] = float("nan")
+    q[1, 0, 2] = 0.0
+    snap = input_guard.snapshot(q, kv, indices, indptr)
+    counter = count_ops(lambda: snap.changes(q, kv, indices, indptr))
+    assert counter.ops["clone"] == 0, counter.ops
+    assert snap.changes(q, kv, indices, indptr) == []
+    q[1, 0, 2] = -0.0
+    (message,) = snap.changes(q, kv, indices, indptr)
+    assert message.startswith("the kernel wrote into q at (row, head, dim) [(1, 0, 2)"), message

@@ -354,9 +354,10 @@ def judge(
         modes=modes,
         has_invalid=problem.has_invalid,
     )
+    # compared in evaluate_modes' order, its results' mode axis (no copy: _stacked), reported exact-steps first
+    compared = dict(zip(evaluations, _compare_modes(problem, out, lse, list(evaluations.values())), strict=True))
     ordered = sorted(modes, key=lambda m: m != "exact-steps")
-    verdicts = dict(zip(ordered, _compare_modes(problem, out, lse, [evaluations[m] for m in ordered]), strict=True))
-    return Judgement(verdicts=verdicts, evaluations={m: evaluations[m] for m in ordered})
+    return Judgement(verdicts={m: compared[m] for m in ordered}, evaluations={m: evaluations[m] for m in ordered})
 
 
 def record(

@@ -14,7 +14,9 @@ import torch
 from conformance.judging import harness
 from conformance.judging.harness import Verdict, check_types
 from conformance.tools.op_count import count_ops
+from kernel.emulated.gfx950 import run_emulated
 from oracle.bound import Evaluation
+from oracle.profiles import GFX950
 from strategies.materialize import materialize
 from strategies.recipe import Recipe
 
@@ -184,3 +186,24 @@ def test_slices_of_one_buffer_are_compared_without_a_copy() -> None:
     assert harness._stacked([e.out for e in evaluations]).data_ptr() == evaluations[0].out.data_ptr()
     shuffled = [evaluations[1].out, evaluations[0].out, evaluations[2].out]
     assert torch.equal(harness._stacked(shuffled), torch.stack(shuffled))
+
+
+def test_judge_compares_evaluate_modes_results_without_a_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """evaluate_modes returns each mode's tensors as slices of one buffer per field, in its
+    order; judge compares them in that order, so no evaluation is stacked again, and reports
+    the exact-steps verdict first."""
+    problem = materialize(Recipe(n_q=3, heads=4, row_lengths=(5, 0, 9), cache_rows=64, seed=3, return_lse=True))
+    out, lse = harness.call_kernel(problem, run_emulated)
+    stacks: list[int] = []
+    compare_modes = harness._compare_modes
+
+    def counted(*args: Any) -> list[Verdict]:
+        verdicts: list[list[Verdict]] = []
+        stacks.append(count_ops(lambda: verdicts.append(compare_modes(*args))).ops["stack"])
+        return verdicts[0]
+
+    monkeypatch.setattr(harness, "_compare_modes", counted)
+    judgement = harness.judge(problem, out, lse, GFX950)
+    assert stacks == [1], stacks  # the verdicts' columns only
+    assert list(judgement.verdicts) == ["exact-steps", "float64"]
+    assert judgement.ok, judgement.messages()

@@ -145,6 +145,8 @@ class Campaign:
     cpu_started: float = field(default_factory=time.process_time)  # CPU seconds of this process (all threads)
     examples: Counter = field(default_factory=Counter)
     seconds: Counter = field(default_factory=Counter)  # per property: seconds spent judging its examples
+    calls: Counter = field(default_factory=Counter)  # per property: kernel calls judged (a passing or failing example's; repeats included)
+    packed_calls: Counter = field(default_factory=Counter)  # per property: those of them that held two recipes or more (pack > 1)
     coverage: Coverage | None = None  # strategy features of the judged examples (campaign() sets it)
     outcomes: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     max_ratio: dict[str, float] = field(default_factory=lambda: dict.fromkeys(OUTPUT_MODES, 0.0))
@@ -424,6 +426,8 @@ def campaign(
             with packed calls, the recipes it holds that had not passed before (the others are
             repeats: module docstring, "Packed calls")."""
             held = _parts(passed)
+            state.calls[prop] += 1
+            state.packed_calls[prop] += len(held) > 1
             if pack > 1:
                 fresh = [part for part in held if _hash(part) not in state.passed]
                 state.repeats += len(held) - len(fresh)
@@ -465,6 +469,8 @@ def campaign(
                 crash, stopped = crash_finding(f"device fault: {fault}", hung=False), f"a kernel call broke the GPU context ({fault})"
                 _last_failure(err, prop, recipe, crash.headline, crash, f"{stopped}; the campaign stops")
                 raise _ContextLost(fault) from err
+            state.calls[prop] += 1
+            state.packed_calls[prop] += len(_parts(recipe)) > 1
             recipe = _failed_recipe(err, recipe)
             state.examples[prop] += 1
             state.outcomes[prop]["fail"] += 1
@@ -693,6 +699,8 @@ def format_summary(
         lines.append(f"  {state.known_failures} further example(s) failed the same way as a failure already saved (not shrunk again)")
     if state.repeats:
         lines.append(f"  {state.repeats} recipe(s) drawn again after they had passed were not counted as examples")
+    if any(state.packed_calls.values()):
+        lines.append("  " + _calls_line(state))
     if state.stopped:
         lines.append(f"  {state.stopped}")
     if state.failures:
@@ -725,6 +733,16 @@ def format_summary(
     return "\n".join(lines)
 
 
+def _calls_line(state: Campaign) -> str:
+    """Per property, the kernel calls judged, how many were packed and the examples per call."""
+    parts = [
+        f"{prop} {state.calls[prop]} ({state.packed_calls[prop]} packed, {state.examples[prop] / state.calls[prop]:.2f} examples per call)"
+        for prop in sorted(state.calls)
+        if state.calls[prop]
+    ]
+    return "kernel calls judged: " + ", ".join(parts)
+
+
 def _rate_and_coverage_lines(state: Campaign) -> list[str]:
     """The summary's examples/s line and coverage lines (also in FUZZ_SUMMARY and the run report)."""
     elapsed = state.elapsed()
@@ -753,7 +771,8 @@ def summary_json(
     device, hypothesis_profile, properties, budget_s, seconds (wall time), chunks, seeds,
     chunk_examples (per chunk, its max_examples: chunk_size), examples, examples_per_s
     (overall), cpu_s and examples_per_cpu_s (this process's CPU time),
-    per_property {prop: examples, pass, fail, observed, seconds (judging), examples_per_s},
+    per_property {prop: examples, pass, fail, observed, seconds (judging), examples_per_s, calls
+    (kernel calls judged, repeats included), packed_calls (those holding two recipes or more)},
     failures (distinct), found (each distinct failure in the order first seen: property, seconds
     from the campaign's start and examples of every property until it was first seen, the failing one
     included), known_failures, repeats (recipes not judged again), stopped, exit_code, shard ("i/n"), seed_base (None:
@@ -785,6 +804,8 @@ def summary_json(
                 **{k: state.outcomes[prop][k] for k in ("pass", "fail", "observed")},
                 "seconds": round(state.seconds[prop], 3),
                 "examples_per_s": round(state.rate(prop), 4),
+                "calls": state.calls[prop],
+                "packed_calls": state.packed_calls[prop],
             }
             for prop in properties
         },

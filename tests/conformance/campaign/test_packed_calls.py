@@ -56,6 +56,12 @@ def test_a_passing_pack_counts_its_new_parts(tmp_path: Path) -> None:
     assert state.examples["differential"] == state.outcomes["differential"]["pass"] == len(set(held))  # each recipe counted once
     assert state.examples["differential"] + state.repeats == sum(parts) == len(held)  # a part drawn again: a repeat
     assert not state.failures
+    # the kernel calls judged and those packed, as the summary reports them
+    assert state.calls["differential"] == len(calls)
+    assert state.packed_calls["differential"] == sum(n > 1 for n in parts)
+    data = summary_json(state, build_target("emulated"), budget_s=1e6, hypothesis_profile="ci", properties=["differential"], exit_code=0)
+    summary = data["per_property"]["differential"]
+    assert (summary["calls"], summary["packed_calls"]) == (len(calls), sum(n > 1 for n in parts))
 
 
 def test_long_rows_packs_its_own_recipes_into_calls_of_its_shape(tmp_path: Path) -> None:

@@ -68,11 +68,12 @@ HEADER = [
 
 def merge(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """One kernel's summaries as one campaign (see the module docstring)."""
-    per: dict[str, dict[str, float]] = defaultdict(lambda: {"examples": 0, "examples_per_s": 0.0})
+    per: dict[str, dict[str, float]] = defaultdict(lambda: {"examples": 0, "examples_per_s": 0.0, "calls": 0})
     for data in summaries:
         for prop, values in data.get("per_property", {}).items():
             per[prop]["examples"] += values.get("examples", 0)
             per[prop]["examples_per_s"] += values.get("examples_per_s", 0.0)
+            per[prop]["calls"] += values.get("calls", 0)  # kernel calls judged (0: a summary that does not count them)
     hit: dict[str, set[str]] = defaultdict(set)
     reachable: dict[str, set[str]] = defaultdict(set)
     for data in summaries:

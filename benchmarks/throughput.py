@@ -26,8 +26,9 @@ Then, in this process (this tree's code, the other tree's records read as plain 
 4. the calls' shapes side by side (benchmarks.batch_shapes) -> DIR/shapes.txt.
 The table (DIR/throughput.txt and .json, also printed): kernel, tree, processes, examples/s
 (the campaign's, summed over its processes), distinct recipes judged per second (a recipe
-judged twice counts once), the bare-kernel limit, examples/s / limit, and the ratio to the
-"against" row per kernel; then each row's stage table.
+judged twice counts once), examples per kernel call (from the summaries' per-property calls; "-"
+for a tree whose summary does not count them), the bare-kernel limit, examples/s / limit, and
+the ratio to the "against" row per kernel; then each row's stage table.
 
 On one H200 (16 cores) the defaults (15 emulated processes, or 15 split over the kernels, 60 s
 campaigns, 30 s stage runs, three rows) take about 7 minutes; every step prints its wall time.
@@ -212,7 +213,7 @@ def _rates(folder: Path) -> dict[str, dict[str, Any]]:
 
 def table(names: list[str], rates: dict[str, dict[str, Any]], limits: dict[str, dict[str, Any]], kernels: list[str]) -> str:
     """The examples/s table with the bare-kernel limit beside each row (module docstring)."""
-    columns = ("procs", 5), ("examples/s", 11), ("distinct/s", 11), ("bare limit/s", 13), ("of limit", 9), ("x against", 10)
+    columns = ("procs", 5), ("examples/s", 11), ("distinct/s", 11), ("ex/call", 8), ("bare limit/s", 13), ("of limit", 9), ("x against", 10)
     head = f"{'kernel':<18} {'row':<10} " + " ".join(f"{name:>{width}}" for name, width in columns)
     lines = [head]
     for kernel in kernels:
@@ -226,15 +227,17 @@ def table(names: list[str], rates: dict[str, dict[str, Any]], limits: dict[str, 
                 continue
             rate = row["examples_per_s"]
             distinct = row.get("distinct_per_s")
+            counted = [v for v in row.get("per_property", {}).values() if v.get("calls")]  # summaries that count their calls
+            per_call = sum(v["examples"] for v in counted) / sum(v["calls"] for v in counted) if counted else None
             cells = [
                 f"{distinct:.2f}" if distinct else "-",
+                f"{per_call:.2f}" if per_call else "-",
                 f"{limit:.1f}" if limit else "-",
                 f"{rate / limit:.3f}" if limit else "-",
                 f"{rate / base:.2f}" if base else "-",
             ]
-            lines.append(
-                f"{kernel:<18} {name:<10} {row['processes']:>5} {rate:>11.2f} {cells[0]:>11} {cells[1]:>13} {cells[2]:>9} {cells[3]:>10}"
-            )
+            padded = " ".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, columns[2:], strict=True))
+            lines.append(f"{kernel:<18} {name:<10} {row['processes']:>5} {rate:>11.2f} {padded}")
     return "\n".join(lines)
 
 

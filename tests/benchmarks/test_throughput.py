@@ -84,11 +84,22 @@ def test_throughput_samples_and_bare_limit(tmp_path: Path) -> None:
 def test_throughput_table() -> None:
     rates = {
         "against": {"emulated": {"examples_per_s": 10.0, "distinct_per_s": 9.0, "processes": 2}},
-        "this": {"emulated": {"examples_per_s": 15.0, "distinct_per_s": 14.0, "processes": 2}},
+        "this": {
+            "emulated": {
+                "examples_per_s": 15.0,
+                "distinct_per_s": 14.0,
+                "processes": 2,
+                "per_property": {
+                    "differential": {"examples": 30, "calls": 20},
+                    "long_rows": {"examples": 6, "calls": 4},
+                    "preconditions": {"examples": 3},  # no calls counted: left out
+                },
+            }
+        },
     }
     limits = {"against": {"emulated": {"recipes_per_s": 40.0}}, "this": {"emulated": {"calls_per_s": 10.0, "recipes_per_s": 40.0}}}
     text = throughput.table(["against", "this"], rates, limits, ["emulated", "torch-sdpa"])
     lines = text.splitlines()
-    assert lines[1].split() == ["emulated", "against", "2", "10.00", "9.00", "80.0", "0.125", "1.00"]
-    assert lines[2].split() == ["emulated", "this", "2", "15.00", "14.00", "80.0", "0.188", "1.50"]
+    assert lines[1].split() == ["emulated", "against", "2", "10.00", "9.00", "-", "80.0", "0.125", "1.00"]  # no calls counted
+    assert lines[2].split() == ["emulated", "this", "2", "15.00", "14.00", "1.50", "80.0", "0.188", "1.50"]  # 36 examples in 24 calls
     assert "no summary" in lines[3]

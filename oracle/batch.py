@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from kernel.record import LATENT_DIM, RECORD_BYTES
+from oracle import binary
 from oracle import q_representation as qrep
 from oracle import rows as oracle_rows
 from oracle.bound import (
@@ -100,7 +101,7 @@ def evaluate_many(
     n_modes = len(per_mode)
     assert rep.terms is not None
     terms32 = rep.terms.to(torch.float32)
-    finite = (q_all.abs() < float("inf")).all(dim=-1)  # isfinite's value in fewer ops
+    finite = binary.finite(q_all).all(dim=-1)
     results = (
         torch.zeros(n_modes, total, LATENT_DIM, dtype=torch.float64, device=device),
         torch.zeros(n_modes, total, LATENT_DIM, dtype=torch.float64, device=device),

@@ -37,7 +37,7 @@ from kernel.record import LATENT_DIM, N_SCALE_BLOCKS, RECORD_BYTES, SCALE_BLOCK
 from oracle import q_representation as qrep
 from oracle import rows as oracle_rows
 from oracle.accumulation import FORMAT_MAX, f64_scalar, gamma, gammas, unit_roundoff
-from oracle.binary import pow2
+from oracle.binary import finite, pow2
 from oracle.profile_schema import ANY16_P, TOWARD_ZERO_CAST, NumericsProfile
 from oracle.rows import DEFAULT_KEY_BUDGET, BoundChunk, PreconditionError, row_bounds
 
@@ -563,8 +563,7 @@ def output_interval_bound(ref: torch.Tensor, d_pre: torch.Tensor, casts: tuple[s
     for other in rounded[1:]:
         low, high = torch.minimum(low, other[0]), torch.maximum(high, other[1])
     bound = torch.maximum(ref - low, high - ref)
-    finite = d_pre.abs() < float("inf")  # isfinite's value in fewer ops
-    return torch.where(finite, bound, f64_scalar(float("inf"), bound.device))
+    return torch.where(finite(d_pre), bound, f64_scalar(float("inf"), bound.device))
 
 
 def _tile_counts(profile: NumericsProfile, n_valid: torch.Tensor, row_len: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -910,7 +909,7 @@ def evaluate_modes(
             raise ValueError(f"unknown comparison mode {mode!r}; expected one of {MODES}")
     # one host read for the call's checks before the first batch: q finite, the index stream
     # (oracle.rows.check_stream) and the row plan; raised in that order, the scale in between
-    q_finite = (q.abs() < float("inf")).all()  # isfinite's value in fewer ops
+    q_finite = finite(q).all()
     sigma = float(softmax_scale)
     n_q, heads, _ = q.shape
     device = q.device

@@ -27,9 +27,9 @@ _MIX1 = _signed(0xBF58476D1CE4E5B9)
 _MIX2 = _signed(0x94D049BB133111EB)
 
 
-def _shr(x: torch.Tensor, bits: int) -> torch.Tensor:
-    """Logical right shift of int64 bit patterns."""
-    return (x >> bits) & ((1 << (64 - bits)) - 1)
+def _shr(x: torch.Tensor, bits: int, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Logical right shift of int64 bit patterns (into `out` when given, which may be x itself)."""
+    return torch.bitwise_right_shift(x, bits, out=out).bitwise_and_((1 << (64 - bits)) - 1)
 
 
 def stream_key(seed: int, stream: str) -> int:
@@ -80,9 +80,7 @@ def mix64(z: torch.Tensor) -> torch.Tensor:
     one call (each element's result depends on its own word only)."""
     shifted = torch.empty_like(z)
     for bits, mix in ((30, _MIX1), (27, _MIX2), (31, None)):
-        torch.bitwise_right_shift(z, bits, out=shifted)
-        shifted &= (1 << (64 - bits)) - 1  # the logical shift (see _shr)
-        z ^= shifted
+        z ^= _shr(z, bits, out=shifted)
         if mix is not None:
             z *= mix
     return z
@@ -163,7 +161,7 @@ def integers_many(seed: int, draws: list[tuple[str, torch.Tensor, int | torch.Te
     words = torch.empty(sum(ids.numel() for _, ids, _ in draws), dtype=torch.int64, device=draws[0][1].device)
     sections = keyed_inputs([(stream_key(seed, stream), ids) for stream, ids, _ in draws], words)
     # in place, so each section holds its draw's shifted hashes: integers_from_hash's shift, once for every draw
-    mix64(words).bitwise_right_shift_(24).bitwise_and_((1 << 40) - 1)
+    _shr(mix64(words), 24, out=words)
     return [section % high for section, (_, _, high) in zip(sections, draws, strict=True)]
 
 

@@ -33,6 +33,7 @@ from conformance.judging import progress
 from conformance.judging.finding import CONTRACT, HANG, HUNG, Finding, attach, headline_first
 from kernel.record import LATENT_DIM
 from oracle.accumulation import f64_scalar
+from oracle.binary import finite, not_finite
 from oracle.bound import MODES, Evaluation, Mode, evaluate_modes
 from oracle.profiles import NumericsProfile
 from strategies.materialize import Problem
@@ -156,12 +157,6 @@ def _ratio(err: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
     return torch.where(positive, err / torch.where(positive, bound, one), torch.where(err > 0, inf, zero))
 
 
-def _not_finite(x: torch.Tensor) -> torch.Tensor:
-    """~torch.isfinite(x) for a float64 x in 2 ops, not 5: x - x is +0 for finite x, NaN for
-    infinities and NaN."""
-    return torch.sub(x, x).ne_(0)
-
-
 def _first(mask: torch.Tensor) -> list[int]:
     return [int(x) for x in torch.nonzero(mask)[0].tolist()]
 
@@ -191,7 +186,7 @@ class _Outputs:
 
     def __init__(self, problem: Problem, out: torch.Tensor, lse: torch.Tensor | None):
         self.got = out.to(torch.float64)
-        self.not_finite = _not_finite(self.got)
+        self.not_finite = not_finite(self.got)
         self.all_zero = (self.got == 0).all()
         self.lse = lse.to(torch.float64) if problem.return_lse and lse is not None else None
 
@@ -233,7 +228,7 @@ class _Measured:
         n_modes = len(evaluations)
         self.ref = ref = _stacked([e.out for e in evaluations]).to(got.device)
         self.bound = bound = _stacked([e.out_bound for e in evaluations]).to(got.device)
-        self.bad = torch.sub(ref, ref).eq_(0).logical_and_(outputs.not_finite)  # finite ref (_not_finite's rule) where out is not
+        self.bad = finite(ref).logical_and_(outputs.not_finite)
         err = torch.sub(got, ref).abs_().nan_to_num_(nan=float("inf"))
         self.ratio = ratio = _ratio(err, bound)
         self.over = ratio > 1
@@ -255,7 +250,7 @@ class _Measured:
             lse_bound = _stacked([e.lse_bound for e in evaluations]).to(got_lse.device)
             empty = torch.isneginf(ref_lse)
             self.wrong_empty = empty & ~torch.isneginf(got_lse)
-            self.lse_not_finite = (~empty).logical_and_(_not_finite(got_lse))
+            self.lse_not_finite = (~empty).logical_and_(not_finite(got_lse))
             device = got_lse.device
             lse_err = torch.where(empty, f64_scalar(0.0, device), (got_lse - ref_lse).abs()).nan_to_num_(nan=float("inf"))
             lse_ratio = _ratio(lse_err, torch.where(empty, f64_scalar(1.0, device), lse_bound))

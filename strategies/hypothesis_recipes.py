@@ -8,6 +8,7 @@ failure toward one short row, one head, normal data, no padding. Tensors are bui
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,6 +17,8 @@ from hypothesis import strategies as st
 
 from kernel.record import PRECONDITION_WRITERS
 from kernel.writers import sglang as sglang_writer
+from strategies import fresh
+from strategies.fresh import FreshDraws
 from strategies.layouts import OUT_LAYOUTS, Q_LAYOUTS, UNCONSUMED
 from strategies.recipe import (
     EXACT_MAX_ROW,
@@ -236,6 +239,12 @@ def recipes(
     return recipe
 
 
+def _pack_seed(call: PackCall, call_rows: int, first: Recipe) -> int:
+    """The seed of a pack's fresh parts: a 64-bit hash (BLAKE2b) of what the pack drew before them."""
+    text = f"{call!r}|{call_rows}|{first.to_json()}"
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
 @st.composite
 def packs(
     draw: st.DrawFn,
@@ -245,6 +254,7 @@ def packs(
     max_total_keys: int = 16384,
     heads: tuple[int, ...] | None = None,
     max_heads: int = 16,
+    fresh_parts: bool = True,
     **recipe_options: Any,
 ) -> Recipe:
     """One kernel call packing 1 to `max_parts` recipes (strategies.recipe, "Packs"), shaped as
@@ -257,7 +267,14 @@ def packs(
     drawn alone (short of it only where `max_parts` runs out first), its rows' keys too, and it is
     never larger than a call drawn alone. One part is returned as it is (a recipe of its own,
     packable); two or more as their pack. Shrinks toward one row, hence one part, then as the
-    parts shrink."""
+    parts shrink.
+
+    fresh_parts (where strategies.fresh is available): the first part is drawn from the test's
+    choices, the others are fresh draws of the same strategy (strategies.fresh.FreshDraws) seeded
+    by a hash of everything drawn before them (the shared fields, the call's rows, the first
+    part), so any change Hypothesis makes to a pack's choices gives it new other parts: a pack is
+    one drawn recipe and up to `max_parts` - 1 new ones, never the parts of the example it was
+    mutated from. Else every part is drawn from the test's choices."""
     if max_parts < 1:
         raise ValueError(f"packs needs max_parts >= 1, got {max_parts}")
     call = PackCall(
@@ -270,9 +287,18 @@ def packs(
     part_rows = -(-PART_FILL * call_rows // max_parts)
     taken: list[Recipe] = []
     rows = 0
+    others: FreshDraws | None = None
     while rows < call_rows and len(taken) < max_parts:
         part = recipes(max_n_q=min(part_rows, call_rows - rows), max_total_keys=max_total_keys, call=call, **recipe_options)
-        taken.append(draw(part, label="part"))
+        if others is None:
+            taken.append(draw(part, label="part"))
+            if fresh_parts and fresh.available():
+                others = FreshDraws(_pack_seed(call, call_rows, taken[0]))
+        else:
+            drawn = others.draw(part)
+            if drawn is None:
+                break
+            taken.append(drawn)
         rows += taken[-1].n_q
     lengths = [x for part in taken for x in part.row_lengths]
     if sum(x for x in lengths if x > 0) > max_total_keys:  # the call's cap, as _fit_lengths caps a recipe alone

@@ -199,6 +199,7 @@ class Campaign:
 
 
 RECIPES_PER_EXAMPLE = 1  # `fuzz --recipes-per-example`'s default: one recipe per example (module docstring)
+PACK_PART_SOURCES = ("fresh", "drawn")  # `fuzz --pack-parts`: a pack's parts after the first fresh draws (the default) or the test's own
 GPU_PACK = 64  # `fuzz --pack`'s default on a GPU (default_pack): the most recipes of one packed call
 
 
@@ -285,11 +286,15 @@ def _fuzz_parameters(target: Any, properties: list[str], chunk: int = 99) -> dic
     return {name: made[name] for name in properties}
 
 
-def _fuzz_strategies(target: Any, properties: list[str], chunk: int = 99, pack: int = 1) -> dict[str, Any]:
+def _fuzz_strategies(target: Any, properties: list[str], chunk: int = 99, pack: int = 1, pack_parts: str = "fresh") -> dict[str, Any]:
     """The properties' recipe strategies, sized for chunk number `chunk` (see _fuzz_parameters);
     `pack` > 1: the differential and long_rows properties draw a recipe alone or a packed call
     of up to `pack` recipes shaped as a call alone (strategies.hypothesis_recipes.packs), each
-    half of the time (module docstring, "Packed calls")."""
+    half of the time (module docstring, "Packed calls"); `pack_parts` (PACK_PART_SOURCES): "fresh", a
+    pack's parts after the first are fresh draws (packs' fresh_parts), or "drawn", every part
+    from the test's choices."""
+    if pack_parts not in PACK_PART_SOURCES:
+        raise ValueError(f"pack_parts must be one of {', '.join(PACK_PART_SOURCES)}, got {pack_parts!r}")
     from hypothesis import strategies as st
 
     from strategies.hypothesis_recipes import packs, recipes, violating_recipes
@@ -301,7 +306,7 @@ def _fuzz_strategies(target: Any, properties: list[str], chunk: int = 99, pack: 
         if prop not in drawn:
             continue
         options = {k: v for k, v in parameters[prop][1].items() if k != "allow_out"}
-        drawn[prop] = st.one_of(drawn[prop], packs(max_parts=pack, **options))
+        drawn[prop] = st.one_of(drawn[prop], packs(max_parts=pack, fresh_parts=pack_parts == "fresh", **options))
     return drawn
 
 
@@ -330,6 +335,7 @@ def campaign(
     fleet: Any = None,
     recipes_per_example: int = 1,
     pack: int = 1,
+    pack_parts: str = "fresh",
 ) -> Campaign:
     """Run the campaign (see the module docstring) into `state` (its counters and failures stay
     valid when the campaign is interrupted); returns `state`. `chunk_examples`: the examples of
@@ -343,7 +349,8 @@ def campaign(
     (conformance.judging.batch); the counters count recipes judged, the chunks count examples
     (module docstring, "Several recipes per example"). `pack` > 1: the differential property
     draws packed calls of 1 to `pack` recipes beside its recipes alone (module docstring,
-    "Packed calls"); not with recipes_per_example > 1."""
+    "Packed calls"), their parts after the first fresh draws or, with `pack_parts` "drawn", the
+    test's own (_fuzz_strategies); not with recipes_per_example > 1."""
     from hypothesis import HealthCheck, Verbosity, given, seed, settings
     from hypothesis import strategies as st
     from hypothesis.errors import HypothesisException
@@ -363,6 +370,8 @@ def campaign(
         raise ValueError(f"pack must be >= 1, got {pack}")
     if pack > 1 and recipes_per_example > 1:
         raise ValueError("pack and recipes_per_example are not taken together: a pack is already several recipes in one call")
+    if pack_parts not in PACK_PART_SOURCES:
+        raise ValueError(f"pack_parts must be one of {', '.join(PACK_PART_SOURCES)}, got {pack_parts!r}")
     strategies: dict[str, Any] = {}
     configured_timeout = call_timeout_s()
     base = PROFILES[hypothesis_profile]
@@ -513,7 +522,7 @@ def campaign(
         state.chunks = chunk = chunk + 1
         chunk_failures.clear()
         strategies.clear()
-        strategies.update(_fuzz_strategies(target, properties, chunk - 1, pack if chunk - 1 >= PACK_FROM_CHUNK else 1))
+        strategies.update(_fuzz_strategies(target, properties, chunk - 1, pack if chunk - 1 >= PACK_FROM_CHUNK else 1, pack_parts))
         if recipes_per_example > 1:
             strategies.update({prop: recipe_lists(made, recipes_per_example) for prop, made in strategies.items()})
         stop_at[0] = deadline

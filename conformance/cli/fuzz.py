@@ -76,6 +76,7 @@ from typing import Any
 from conformance.campaign.fuzz import (
     GPU_PACK,
     PACK_FROM_CHUNK,
+    PACK_PART_SOURCES,
     PROPERTIES,
     RECIPES_PER_EXAMPLE,
     Campaign,
@@ -165,6 +166,15 @@ def register(subparsers: Any) -> None:
         "where a call's fixed cost dominates "
         "(a failing pack's recipes are judged alone; not with --recipes-per-example) "
         f"(default: {GPU_PACK} on a GPU; 1, no packed calls, on a CPU or with --recipes-per-example)",
+    )
+    p.add_argument(
+        "--pack-parts",
+        dest="pack_parts",
+        choices=PACK_PART_SOURCES,
+        default=PACK_PART_SOURCES[0],
+        help="a packed call's parts after its first: fresh draws of the same strategy, seeded by what the example drew before "
+        "them, so every example Hypothesis builds holds new recipes (fresh), or drawn from the example's own choices, which "
+        f"Hypothesis's mutations repeat (drawn) (default: {PACK_PART_SOURCES[0]})",
     )
     p.add_argument("--no-save", action="store_true", help="do not write failures to the pending corpus (report them only)")
     p.add_argument(
@@ -263,7 +273,11 @@ def run(args: argparse.Namespace) -> int:
 
             print("fuzz: recovered " + describe(line), file=sys.stderr)
         pack = args.pack if args.pack is not None else default_pack(target.device.type, args.recipes_per_example)
-        packed = f"packed calls of up to {pack} recipes from chunk {PACK_FROM_CHUNK + 1}" if pack > 1 else "no packed calls"
+        packed = (
+            f"packed calls of up to {pack} recipes ({args.pack_parts} parts) from chunk {PACK_FROM_CHUNK + 1}"
+            if pack > 1
+            else "no packed calls"
+        )
         print(
             f"fuzz: kernel {target.name} (profile {target.profile.name}) on {target.device}; properties {', '.join(properties)}; "
             f"budget {budget_s:g} s (+ up to {shrink_s:g} s shrinking); Hypothesis profile {args.hypothesis_profile}; {packed}; "
@@ -299,6 +313,7 @@ def run(args: argparse.Namespace) -> int:
                 fleet=fleet,
                 recipes_per_example=args.recipes_per_example,
                 pack=pack,
+                pack_parts=args.pack_parts,
             )
         except KeyboardInterrupt:
             interrupted = True

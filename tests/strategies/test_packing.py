@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from conformance.judging.harness import call_kernel
 from conformance.records.corpus import recipe_hash
 from kernel.registry import resolve
-from strategies import hypothesis_recipes
+from strategies import fresh, hypothesis_recipes
 from strategies import materialize as materialize_module
 from strategies.hypothesis_recipes import PART_FILL, packs
 from strategies.materialize import materialize
@@ -163,12 +163,43 @@ def test_a_packed_call_has_the_query_rows_a_call_alone_draws(monkeypatch: pytest
 
 
 def test_a_pack_draws_as_many_parts_as_it_may_and_shrinks_them_away() -> None:
-    # one seed: the search's and the shrink's outcome do not vary from run to run
+    # every part drawn from the test's choices; one seed: the search's and the shrink's outcome
+    # do not vary from run to run
     search = settings(database=None, derandomize=True, max_examples=200, suppress_health_check=list(HealthCheck))
-    full = find(packs(max_parts=6, max_n_q=64, max_total_keys=4096, max_heads=2), lambda r: len(r.parts) == 6, settings=search)
+    drawn = packs(max_parts=6, max_n_q=64, max_total_keys=4096, max_heads=2, fresh_parts=False)
+    full = find(drawn, lambda r: len(r.parts) == 6, settings=search)
     assert len(full.parts) == 6 and full.n_q == 6  # the call's rows shrink to one per part
-    two = find(packs(max_parts=6, max_n_q=64, max_total_keys=4096, max_heads=2), lambda r: len(r.parts) >= 2, settings=search)
+    two = find(drawn, lambda r: len(r.parts) >= 2, settings=search)
     assert len(two.parts) == 2 and two.n_q == 2  # toward one part
+
+
+def test_a_pack_with_fresh_parts_shrinks_its_rows_and_its_drawn_part() -> None:
+    # the fresh parts are not the test's choices: the shrink reaches the call's rows and the first
+    # part (one row, the simplest recipe), the others are what the seed of that pack gives
+    search = settings(database=None, derandomize=True, max_examples=200, suppress_health_check=list(HealthCheck))
+    two = find(packs(max_parts=6, max_n_q=64, max_total_keys=4096, max_heads=2), lambda r: len(r.parts) >= 2, settings=search)
+    first = two.parts[0]
+    assert len(two.parts) == 2 and two.n_q == 2
+    assert (first.n_q, first.row_lengths, first.latent, first.q, first.seed) == (1, (1,), "normal", "normal", 0)
+
+
+@pytest.mark.skipif(not fresh.available(), reason="this Hypothesis has no fresh draws (strategies.fresh)")
+def test_packs_hypothesis_builds_hold_new_parts() -> None:
+    # Hypothesis builds most examples from earlier ones (a span copied over another, one choice
+    # changed), which repeats the parts a pack draws from the test's choices; fresh parts are
+    # drawn anew whenever anything before them changes
+    def distinct_share(fresh_parts: bool) -> float:
+        parts: list[str] = []
+
+        @settings(max_examples=150, database=None, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(packs(max_parts=16, max_n_q=64, max_total_keys=4096, max_heads=2, fresh_parts=fresh_parts))
+        def collect(recipe: Recipe) -> None:
+            parts.extend(part.to_json() for part in recipe.parts or (recipe,))
+
+        collect()
+        return len(set(parts)) / len(parts)
+
+    assert distinct_share(True) > 0.9 > 0.5 > distinct_share(False)
 
 
 def test_a_part_packed_again_reuses_its_index_side_and_gets_the_same_tensors(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -62,13 +62,19 @@ softmax scale, has_invalid and return_lse, the rows' keys capped as a call alone
 kernel sees the same distribution of call shapes as without packing), from chunk PACK_FROM_CHUNK
 on (the first chunks, 25 + 50 examples, draw recipes alone: the quick kills happen there, as
 without packing). One call and one judgement then cover several recipes, which is where a GPU
-campaign's time goes (launches around a small call). A failing pack's
-parts are judged alone and the first that fails alone is the failure (conformance.judging.batch.
-differential_pack); a pack whose parts all pass alone is saved as the pack (it replays as the
-same call). The counters count recipes: a passing call counts the recipes it holds that had not
-passed before; Hypothesis builds most examples by mutating earlier ones (a span copied over
-another), which repeats parts of a pack, and a recipe that passed before is judged again in its
-new call but counted as a repeat (Campaign.repeats), not as an example; a failure counts one.
+campaign's time goes (launches around a small call). A pack's first part is drawn from the
+example's choices and its other parts are fresh draws of the same strategy seeded by what the
+example drew before them (`pack_parts` "fresh", the default; strategies.fresh): Hypothesis builds
+most examples by changing earlier ones (a span copied over another, one choice changed by
+target()'s climb), which would repeat the other parts of a pack drawn from the choices
+(`pack_parts` "drawn"), while fresh parts are new whenever anything before them changed. A
+failing pack's parts are judged alone and the first that fails alone is the failure
+(conformance.judging.batch.differential_pack), shrunk by Hypothesis where it is the drawn part
+or where a smaller pack still fails, and by the greedy minimiser (conformance.records.minimise)
+after it; a pack whose parts all pass alone is saved as the pack (it replays as the same call).
+The counters count recipes: a passing call counts the recipes it holds that had not passed
+before; a recipe that passed before is judged again in its new call but counted as a repeat
+(Campaign.repeats), not as an example; a failure counts one.
 """
 
 from __future__ import annotations
@@ -200,15 +206,14 @@ class Campaign:
 
 RECIPES_PER_EXAMPLE = 1  # `fuzz --recipes-per-example`'s default: one recipe per example (module docstring)
 PACK_PART_SOURCES = ("fresh", "drawn")  # `fuzz --pack-parts`: a pack's parts after the first fresh draws (the default) or the test's own
-GPU_PACK = 64  # `fuzz --pack`'s default on a GPU (default_pack): the most recipes of one packed call
+DEFAULT_PACK = 64  # `fuzz --pack`'s default (default_pack): the most recipes of one packed call
 
 
-def default_pack(device_type: str, recipes_per_example: int = 1) -> int:
-    """`fuzz --pack`'s default: GPU_PACK for a campaign on a GPU (`device_type` "cuda"), where a
-    call's fixed cost is most of an example's and a packed call keeps the calls' shapes (module
-    docstring, "Packed calls"); 1 (no packed calls) on a CPU, where the oracle and the kernel cost
-    per key and packing buys nothing, and with `recipes_per_example` > 1 (not taken together)."""
-    return GPU_PACK if device_type == "cuda" and recipes_per_example == 1 else 1
+def default_pack(recipes_per_example: int = 1) -> int:
+    """`fuzz --pack`'s default: DEFAULT_PACK, on a GPU and on a CPU alike (a packed call keeps
+    the calls' shapes, and its fresh parts are new recipes: module docstring, "Packed calls"),
+    or 1 (no packed calls) with `recipes_per_example` > 1 (not taken together)."""
+    return DEFAULT_PACK if recipes_per_example == 1 else 1
 
 
 # The first chunk that draws packed calls (`pack` > 1): the chunks before it draw recipes alone, as

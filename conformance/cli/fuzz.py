@@ -74,7 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.campaign.fuzz import (
-    GPU_PACK,
+    DEFAULT_PACK,
     PACK_FROM_CHUNK,
     PACK_PART_SOURCES,
     PROPERTIES,
@@ -162,10 +162,9 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="N",
         help="from the third chunk on, the differential and long_rows properties draw, half of the time, one kernel call whose "
-        "query rows are drawn as a call's alone and filled by up to N recipes (the calls' shapes are kept); for GPU campaigns, "
-        "where a call's fixed cost dominates "
+        "query rows are drawn as a call's alone and filled by up to N recipes (the calls' shapes are kept); 1: no packed calls "
         "(a failing pack's recipes are judged alone; not with --recipes-per-example) "
-        f"(default: {GPU_PACK} on a GPU; 1, no packed calls, on a CPU or with --recipes-per-example)",
+        f"(default: {DEFAULT_PACK}; 1 with --recipes-per-example)",
     )
     p.add_argument(
         "--pack-parts",
@@ -272,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
             from conformance.records.crashes import describe
 
             print("fuzz: recovered " + describe(line), file=sys.stderr)
-        pack = args.pack if args.pack is not None else default_pack(target.device.type, args.recipes_per_example)
+        pack = args.pack if args.pack is not None else default_pack(args.recipes_per_example)
         packed = (
             f"packed calls of up to {pack} recipes ({args.pack_parts} parts) from chunk {PACK_FROM_CHUNK + 1}"
             if pack > 1

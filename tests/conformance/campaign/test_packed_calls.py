@@ -3,7 +3,7 @@ conformance.judging.batch.differential_pack): a passing pack counts its parts no
 (the others are repeats); long_rows packs its own recipes; a failing pack
 whose part fails alone is charged to that part, which replays alone; a bug that shows only in the
 packed call is charged to the pack, which replays as the same call; `fuzz --pack` is refused with
---recipes-per-example; packed calls are the default on a GPU only."""
+--recipes-per-example; packed calls are the default."""
 
 from __future__ import annotations
 
@@ -116,6 +116,15 @@ def test_a_campaign_finds_a_batch_size_bug_and_keeps_a_replayable_recipe() -> No
             differential(target, Recipe.from_json(failure.recipe.to_json()), "replay", use_target=False)
 
 
+def test_pack_parts_must_be_fresh_or_drawn() -> None:
+    target = build_target("emulated", device="cpu")
+    with pytest.raises(ValueError, match="pack_parts must be one of fresh, drawn"):
+        campaign(
+            target, Campaign(), progress=ProgressLine(io.StringIO()), budget_s=1.0, hypothesis_profile="ci",
+            properties=["differential"], shrink_s=1.0, max_failures=1, save=False, pack=4, pack_parts="mixed",
+        )  # fmt: skip
+
+
 def test_pack_refuses_zero_and_recipe_lists() -> None:
     target = build_target("emulated", device="cpu")
     common: dict[str, Any] = dict(
@@ -127,10 +136,9 @@ def test_pack_refuses_zero_and_recipe_lists() -> None:
         campaign(target, Campaign(), progress=ProgressLine(io.StringIO()), pack=4, recipes_per_example=4, **common)
 
 
-def test_packed_calls_are_the_default_on_a_gpu_only() -> None:
-    assert fuzz.default_pack("cuda") == fuzz.GPU_PACK > 1
-    assert fuzz.default_pack("cpu") == 1  # the oracle and the kernel cost per key there: nothing to buy
-    assert fuzz.default_pack("cuda", recipes_per_example=4) == 1  # not taken together
+def test_packed_calls_are_the_default_unless_several_recipes_per_example() -> None:
+    assert fuzz.default_pack() == fuzz.DEFAULT_PACK > 1
+    assert fuzz.default_pack(recipes_per_example=4) == 1  # not taken together
 
 
 def test_the_minimiser_shrinks_a_pack_within_its_parts(tmp_path: Path) -> None:

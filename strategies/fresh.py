@@ -3,7 +3,8 @@
 `FreshDraws(seed).draw(strategy)` draws a value of `strategy` the way Hypothesis draws a
 new example in its generate phase (its own provider, heuristics and `assume`s), from a private
 choice sequence driven by `random.Random(seed)`: the same seed gives the same values, in any
-process and at any point of a run. A packed call (strategies.hypothesis_recipes.packs) fills its
+process and at any point of a run (under one Hypothesis version: a fleet's shared examples are
+namespaced by it). A packed call (strategies.hypothesis_recipes.packs) fills its
 rows after the first part with such draws, seeded from what the test drew before them, so every
 example Hypothesis builds for a pack (a new one, a mutation that copies one span over another,
 a target() climb that changes one choice) holds new recipes instead of repeating the parts of the

@@ -273,7 +273,7 @@ def packs(
     choices, the others are fresh draws of the same strategy (strategies.fresh.FreshDraws) seeded
     by a hash of everything drawn before them (the shared fields, the call's rows, the first
     part), so any change Hypothesis makes to a pack's choices gives it new other parts: a pack is
-    one drawn recipe and up to `max_parts` - 1 new ones, never the parts of the example it was
+    one drawn recipe and up to `max_parts` - 1 new ones, not the parts of the example it was
     mutated from. Else every part is drawn from the test's choices."""
     if max_parts < 1:
         raise ValueError(f"packs needs max_parts >= 1, got {max_parts}")

@@ -22,6 +22,7 @@ never read); 6.100.0 to 6.120.0 take another ConjectureData and draw every part 
 from __future__ import annotations
 
 import functools
+import inspect
 import random
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -56,18 +57,16 @@ def _machinery() -> Callable[[st.SearchStrategy[Any], int], Any] | None:
         def _maybe_draw_constant(self, *args: Any, **kwargs: Any) -> None:
             return None
 
+    # a Hypothesis before 6.134 builds contexts that name no test: decided once, here
+    names_test = "wrapped_test" in inspect.signature(BuildContext).parameters
+    context_options = {"wrapped_test": _no_test} if names_test else {}
+
     def draw(strategy: st.SearchStrategy[T], seed: int) -> T:
         """`strategy`'s value from a private choice sequence seeded by `seed`, in a build context
         of its own (the draws' records stay out of the running test's)."""
         data = ConjectureData(random=random.Random(seed), provider=_SeededProvider)
-        with build_context(data):
+        with BuildContext(data, **context_options):
             return data.draw(strategy)
-
-    def build_context(data: Any) -> Any:
-        try:
-            return BuildContext(data, wrapped_test=_no_test)
-        except TypeError:  # a Hypothesis whose build contexts name no test
-            return BuildContext(data)
 
     try:
         draw(st.integers(0, 3).map(lambda x: x + 1), 0)

@@ -8,7 +8,6 @@ failure toward one short row, one head, normal data, no padding. Tensors are bui
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,6 +25,7 @@ from strategies.recipe import (
     ROWS_BEYOND_4GIB,
     Recipe,
 )
+from strategies.rng import stream_key
 
 SPECIAL_LENGTHS = (1, 0, 2, 127, 128, 129, 255, 256, 257, 2048, 8192)
 CLEAN_LATENT = ("normal", "heavy", "outliers", "zero_blocks", "tiny_blocks", "max57344", "large")
@@ -240,9 +240,8 @@ def recipes(
 
 
 def _pack_seed(call: PackCall, call_rows: int, first: Recipe) -> int:
-    """The seed of a pack's fresh parts: a 64-bit hash (BLAKE2b) of what the pack drew before them."""
-    text = f"{call!r}|{call_rows}|{first.to_json()}"
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+    """The seed of a pack's fresh parts: strategies.rng.stream_key of what the pack drew before them."""
+    return stream_key(call_rows, f"pack|{call!r}|{first.to_json()}")
 
 
 @st.composite

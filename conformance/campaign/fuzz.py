@@ -297,9 +297,7 @@ def _fuzz_strategies(target: Any, properties: list[str], chunk: int = 99, pack: 
     of up to `pack` recipes shaped as a call alone (strategies.hypothesis_recipes.packs), each
     half of the time (module docstring, "Packed calls"); `pack_parts` (PACK_PART_SOURCES): "fresh", a
     pack's parts after the first are fresh draws (packs' fresh_parts), or "drawn", every part
-    from the test's choices."""
-    if pack_parts not in PACK_PART_SOURCES:
-        raise ValueError(f"pack_parts must be one of {', '.join(PACK_PART_SOURCES)}, got {pack_parts!r}")
+    from the test's choices (campaign() checks the value)."""
     from hypothesis import strategies as st
 
     from strategies.hypothesis_recipes import packs, recipes, violating_recipes

@@ -750,12 +750,17 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
         counts = [r.numel() for r in referenced]
         names, distributions = _distribution_terms(parts, counts)
         terms = _pack_terms(parts, referenced, writers)
-        moved = _to_device([indices, indptr, kv_rows, poison_rows, *terms, *distributions], device)
-        indices_here, indptr_here, kv_rows_here, poison_here = moved[:4]
-        terms_here, distributions_here = moved[4 : 4 + len(terms)], moved[4 + len(terms) :]
+        moved = _to_device([indices, indptr, kv_rows, *terms, *distributions], device)
+        indices_here, indptr_here, kv_rows_here = moved[:3]
+        terms_here, distributions_here = moved[3 : 3 + len(terms)], moved[3 + len(terms) :]
         records, q = _pack_records(parts, counts, writers, *terms_here, names=names, distributions=distributions_here, device=device)
-        if poison_here.numel():  # a poisoned part's unreferenced rows (a packable cache is small: the referenced ones get records below)
-            kv[poison_here] = _poison_on(device)
+        # a poisoned part's rows: a packable cache is small, so its poison rows are every row it
+        # does not reference (_indexed); its whole range is poisoned here, one contiguous copy,
+        # and the referenced rows get their records below (the same bytes as poisoning poison_rows)
+        for part, side, first_row in zip(parts, sides, row_offsets[:-1], strict=True):
+            if part.poison:
+                assert side.small, "a packable cache is small"
+                kv[int(first_row) : int(first_row) + part.cache_rows] = _poison_on(device)
         kv[kv_rows_here] = records
     return Problem(
         recipe=recipe,

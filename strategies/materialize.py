@@ -759,7 +759,7 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
         # and the referenced rows get their records below (the same bytes as poisoning poison_rows)
         for part, side, first_row in zip(parts, sides, row_offsets[:-1], strict=True):
             if part.poison:
-                assert side.small, "a packable cache is small"
+                assert side.small  # recipe validation: no packable cache is over SMALL_CACHE_BYTES
                 kv[int(first_row) : int(first_row) + part.cache_rows] = _poison_on(device)
         kv[kv_rows_here] = records
     return Problem(

@@ -755,12 +755,12 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
         terms_here, distributions_here = moved[3 : 3 + len(terms)], moved[3 + len(terms) :]
         records, q = _pack_records(parts, counts, writers, *terms_here, names=names, distributions=distributions_here, device=device)
         # a poisoned part's rows: a packable cache is small, so its poison rows are every row it
-        # does not reference (_indexed); its whole range is poisoned here, one contiguous copy,
-        # and the referenced rows get their records below (the same bytes as poisoning poison_rows)
-        for part, side, first_row in zip(parts, sides, row_offsets[:-1], strict=True):
-            if part.poison:
-                assert side.small  # recipe validation: no packable cache is over SMALL_CACHE_BYTES
-                kv[int(first_row) : int(first_row) + part.cache_rows] = _poison_on(device)
+        # does not reference (_indexed); its whole range is poisoned, consecutive poisoned parts
+        # in one contiguous copy, and the referenced rows get their records below (the same
+        # bytes as poisoning poison_rows)
+        assert all(side.small for part, side in zip(parts, sides, strict=True) if part.poison)  # recipe validation
+        for begin, end in _poisoned_ranges(parts, row_offsets):
+            kv[begin:end] = _poison_on(device)
         kv[kv_rows_here] = records
     return Problem(
         recipe=recipe,
@@ -775,6 +775,20 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
         referenced_rows=kv_rows,
         poison_rows=poison_rows,
     )
+
+
+def _poisoned_ranges(parts: tuple[Recipe, ...], row_offsets: np.ndarray) -> list[tuple[int, int]]:
+    """[begin, end) row ranges of the pack's cache held by poisoned parts, consecutive poisoned
+    parts merged into one range (`row_offsets`: each part's first row, then the total)."""
+    ranges: list[tuple[int, int]] = []
+    for part, begin, end in zip(parts, row_offsets[:-1], row_offsets[1:], strict=True):
+        if not part.poison:
+            continue
+        if ranges and ranges[-1][1] == int(begin):
+            ranges[-1] = (ranges[-1][0], int(end))
+        else:
+            ranges.append((int(begin), int(end)))
+    return ranges
 
 
 def _shifted(rows: list[torch.Tensor], firsts: np.ndarray) -> torch.Tensor:

@@ -25,6 +25,7 @@ it read them, and must not read.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from strategies import rng
@@ -75,17 +76,10 @@ def place(values: torch.Tensor, row_stride: int, head_stride: int, fill: float, 
     return storage.as_strided((n, heads, width), (row_stride, head_stride, 1))
 
 
-def garbage(seed: int, positions: torch.Tensor, kv_rows: int) -> torch.Tensor:
-    """int64 garbage for the unconsumed index entries at `positions` (module docstring)."""
-    kind = rng.integers(seed, "garbage", positions, 5)
-    near = (kv_rows + rng.integers(seed, "garbage_near", positions, 1000)).clamp_max(INT32_MAX)
-    choices = torch.stack(
-        (
-            torch.full_like(positions, -1),
-            torch.full_like(positions, INT32_MIN),
-            torch.full_like(positions, kv_rows),
-            torch.full_like(positions, INT32_MAX),
-            near,
-        )
-    )
-    return choices.gather(0, kind.view(1, -1)).view(-1)
+def garbage(seed: int, positions: np.ndarray, kv_rows: int) -> np.ndarray:
+    """int64 garbage for the unconsumed index entries at `positions` (int64 numpy, as the index
+    side strategies.materialize builds on the host; module docstring): by a draw in 0..4 per
+    position, -1, -2^31, kv_rows, 2^31 - 1 or min(kv_rows + a draw in 0..999, 2^31 - 1)."""
+    kind, near = rng.host_integers_many(seed, [("garbage", positions, 5), ("garbage_near", positions, 1000)])
+    fixed = np.array([-1, INT32_MIN, kv_rows, INT32_MAX], dtype=np.int64)
+    return np.where(kind == 4, np.minimum(kv_rows + near, INT32_MAX), fixed[np.minimum(kind, 3)])

@@ -64,13 +64,15 @@ class Problem:
         return {"has_invalid": self.has_invalid, "return_lse": self.return_lse, "out": self.out}
 
 
-def _stream_ids(recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+def _stream_arrays(recipe: Recipe) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """(indptr int64 [n_q + 1], pair rows, pair offsets, pair positions, the pairs' ids (row * 2^24 +
-    offset), all int64 on the CPU, and the index stream's length: the largest indptr entry plus
+    offset), all int64 numpy arrays, and the index stream's length: the largest indptr entry plus
     recipe.stream_tail; stream_tail for no rows).
 
-    Built with numpy (single-threaded): torch's CPU repeat_interleave opens a parallel region
-    for any size, which costs milliseconds per call when several processes share the cores."""
+    numpy, as the whole index side (_indexed): single-threaded (torch's CPU repeat_interleave
+    opens a parallel region for any size, which costs milliseconds per call when several
+    processes share the cores), and a numpy op on these small arrays costs a fraction of a torch
+    op's dispatch."""
     lengths = np.asarray(recipe.row_lengths, dtype=np.int64).reshape(-1)
     indptr = np.full(recipe.n_q + 1, recipe.stream_offset, dtype=np.int64)
     indptr[1:] += np.cumsum(lengths)
@@ -81,11 +83,10 @@ def _stream_ids(recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     pair_positions = indptr[:-1][pair_rows] + pair_offsets
     pair_ids = pair_rows * _ID_STRIDE + pair_offsets
     n_idx = (int(indptr.max()) if indptr.size else 0) + recipe.stream_tail
-    tensors = tuple(torch.from_numpy(a) for a in (indptr, pair_rows, pair_offsets, pair_positions, pair_ids))
-    return (*tensors, n_idx)  # type: ignore[return-value]
+    return indptr, pair_rows, pair_offsets, pair_positions, pair_ids, n_idx
 
 
-Drawn = dict[str, torch.Tensor]  # rng.integers values by stream name (_index_draws, _invalid_draws)
+Drawn = dict[str, np.ndarray]  # rng.host_integers_many values by stream name (_index_draws, _invalid_draws)
 
 
 def _index_low(recipe: Recipe) -> int:
@@ -93,8 +94,8 @@ def _index_low(recipe: Recipe) -> int:
     return ROWS_BEYOND_4GIB if recipe.index_pattern == "beyond_4gib" else (1 if recipe.poison else 0)
 
 
-def _index_draws(recipe: Recipe, pair_rows: torch.Tensor, pair_ids: torch.Tensor) -> list[tuple[str, torch.Tensor, int]]:
-    """The (stream, ids, high) integer draws _index_values reads (rng.integers_many), those that
+def _index_draws(recipe: Recipe, pair_rows: np.ndarray, pair_ids: np.ndarray) -> list[tuple[str, np.ndarray, int]]:
+    """The (stream, ids, high) integer draws _index_values reads (rng.host_integers_many), those that
     depend on no other draw: duplicates' pool draw reads its pick draw and is drawn by
     _index_values itself."""
     span = recipe.cache_rows - _index_low(recipe)
@@ -110,8 +111,8 @@ def _index_draws(recipe: Recipe, pair_rows: torch.Tensor, pair_ids: torch.Tensor
     raise AssertionError(pattern)
 
 
-def _index_values(recipe: Recipe, pair_rows: torch.Tensor, drawn: Drawn) -> torch.Tensor:
-    """The consumed entries' KV rows by the recipe's index pattern (CPU int64), from the draws of
+def _index_values(recipe: Recipe, pair_rows: np.ndarray, drawn: Drawn) -> np.ndarray:
+    """The consumed entries' KV rows by the recipe's index pattern (int64), from the draws of
     _index_draws in `drawn`."""
     seed, n = recipe.seed, recipe.cache_rows
     low = _index_low(recipe)
@@ -121,43 +122,43 @@ def _index_values(recipe: Recipe, pair_rows: torch.Tensor, drawn: Drawn) -> torc
         values = low + drawn["index"]
         if pattern in ("sorted", "reversed"):
             key = values if pattern == "sorted" else (n - 1 - values)
-            order = torch.argsort(pair_rows * n + key, stable=True)
+            order = np.argsort(pair_rows * n + key, kind="stable")
             values = values[order]
         return values
     if pattern == "clustered":
         return low + (drawn["cluster"] + drawn["index"]) % span
     if pattern == "duplicates":
-        return low + rng.integers(seed, "pool", pair_rows * 8 + drawn["pick"], span)
+        return low + rng.host_integers_many(seed, [("pool", pair_rows * 8 + drawn["pick"], span)])[0]
     if pattern == "tail":
         return n - 1 - drawn["index"]
     raise AssertionError(pattern)
 
 
-def _invalid_draws(recipe: Recipe, pair_ids: torch.Tensor) -> list[tuple[str, torch.Tensor, int]]:
+def _invalid_draws(recipe: Recipe, pair_ids: np.ndarray) -> list[tuple[str, np.ndarray, int]]:
     """The integer draws _apply_invalid reads (none but for the scattered pattern)."""
-    if recipe.invalid_pattern != "scattered" or pair_ids.numel() == 0:
+    if recipe.invalid_pattern != "scattered" or pair_ids.size == 0:
         return []
     return [("invalid", pair_ids, 1000), ("negative", pair_ids, 3)]
 
 
-def _apply_invalid(recipe: Recipe, values: torch.Tensor, pair_rows: torch.Tensor, pair_offsets: torch.Tensor, drawn: Drawn) -> torch.Tensor:
+def _apply_invalid(recipe: Recipe, values: np.ndarray, pair_rows: np.ndarray, pair_offsets: np.ndarray, drawn: Drawn) -> np.ndarray:
     """`values` with the recipe's invalid pattern applied (negative entries), from the draws of
     _invalid_draws in `drawn`."""
     pattern = recipe.invalid_pattern
-    if pattern == "none" or values.numel() == 0:
+    if pattern == "none" or values.size == 0:
         return values
     if pattern == "scattered":
         chosen = drawn["invalid"] < recipe.invalid_permille
         negative = -1 - 7 * drawn["negative"]
-        return torch.where(chosen, negative, values)
-    lengths = torch.tensor(recipe.row_lengths, dtype=torch.int64).clamp_min(0)[pair_rows]
+        return np.where(chosen, negative, values)
+    lengths = np.maximum(np.asarray(recipe.row_lengths, dtype=np.int64), 0)[pair_rows]
     if pattern == "tail":
-        chosen = pair_offsets >= lengths - torch.clamp_min(lengths // 4, 1)
+        chosen = pair_offsets >= lengths - np.maximum(lengths // 4, 1)
     elif pattern == "leading_tile":
         chosen = pair_offsets < 128
     else:  # all
-        chosen = torch.ones_like(values, dtype=torch.bool)
-    return torch.where(chosen, -1, values)
+        chosen = np.ones(values.shape, dtype=bool)
+    return np.where(chosen, -1, values)
 
 
 @functools.cache
@@ -363,19 +364,18 @@ def _strided(values: torch.Tensor, pad: tuple[int, int], fill: float, device: to
     return view
 
 
-def _corrupt_indices(recipe: Recipe, entries: torch.Tensor, consumed: torch.Tensor) -> None:
-    """Apply recipe.corruptions of kind index_out_of_range to the consumed entries (CPU, in place)."""
+def _corrupt_indices(recipe: Recipe, entries: np.ndarray, consumed: np.ndarray) -> None:
+    """Apply recipe.corruptions of kind index_out_of_range to the consumed entries (int64, in place)."""
     for number, corruption in enumerate(recipe.corruptions):
         if corruption["kind"] != "index_out_of_range":
             continue
         count = int(corruption.get("count", 1))
-        positions = torch.nonzero(consumed & (entries >= 0)).squeeze(1)
-        chosen = (
-            positions[rng.integers(recipe.seed, f"corrupt{number}", torch.arange(count), max(positions.numel(), 1))]
-            if positions.numel()
-            else positions
-        )
-        entries[chosen] = recipe.cache_rows + rng.integers(recipe.seed, f"oob{number}", torch.arange(chosen.numel()), 1000)
+        positions = np.flatnonzero(consumed & (entries >= 0))
+        if positions.size:
+            picks = rng.host_integers_many(recipe.seed, [(f"corrupt{number}", np.arange(count, dtype=np.int64), positions.size)])[0]
+            positions = positions[picks]
+        oob = rng.host_integers_many(recipe.seed, [(f"oob{number}", np.arange(positions.size, dtype=np.int64), 1000)])[0]
+        entries[positions] = recipe.cache_rows + oob
 
 
 def _corrupt_records(recipe: Recipe, records: torch.Tensor) -> None:
@@ -549,43 +549,55 @@ class _Indexed:
 
 
 def _indexed(recipe: Recipe) -> _Indexed:
-    """The index stream and the rows it references (CPU; see _Indexed)."""
-    indptr, pair_rows, pair_offsets, pair_positions, pair_ids, n_idx = _stream_ids(recipe)
+    """The index stream and the rows it references (built with numpy on the host, _stream_arrays;
+    returned as CPU tensors sharing the arrays' memory; see _Indexed)."""
+    indptr, pair_rows, pair_offsets, pair_positions, pair_ids, n_idx = _stream_arrays(recipe)
     low = 1 if recipe.poison else 0
     filler_span = recipe.cache_rows - low
-    # every draw that reads no other draw, hashed together (rng.integers_many: the same values)
+    # every draw that reads no other draw, hashed together (rng.host_integers_many: the same values)
     pair_draws = _index_draws(recipe, pair_rows, pair_ids) + _invalid_draws(recipe, pair_ids)
-    filler, *drawn = rng.integers_many(recipe.seed, [("filler", torch.arange(n_idx), max(filler_span, 1)), *pair_draws])
+    stream_ids = np.arange(n_idx, dtype=np.int64)
+    filler, *drawn = rng.host_integers_many(recipe.seed, [("filler", stream_ids, max(filler_span, 1)), *pair_draws])
     by_stream = {stream: values for (stream, _, _), values in zip(pair_draws, drawn, strict=True)}
     values = _index_values(recipe, pair_rows, by_stream)
     values = _apply_invalid(recipe, values, pair_rows, pair_offsets, by_stream)
-    entries = filler.add_(low) if low else filler  # a fresh tensor
-    if pair_positions.numel():
-        owner = torch.full((n_idx,), pair_positions.numel(), dtype=torch.int64)
-        owner.scatter_reduce_(0, pair_positions, torch.arange(pair_positions.numel()), reduce="amin")
-        consumed = owner < pair_positions.numel()
+    entries = filler
+    if low:
+        entries += low  # a fresh array
+    pairs = pair_positions.size
+    if pairs:
+        owner = np.full(n_idx, pairs, dtype=np.int64)  # the first pair consuming each entry
+        np.minimum.at(owner, pair_positions, np.arange(pairs, dtype=np.int64))
+        consumed = owner < pairs
         entries[consumed] = values[owner[consumed]]
     else:
-        consumed = torch.zeros(n_idx, dtype=torch.bool)
+        consumed = np.zeros(n_idx, dtype=bool)
     if recipe.unconsumed == "garbage":  # entries no row consumes: values the kernel must not read
-        entries = torch.where(consumed, entries, layouts.garbage(recipe.seed, torch.arange(n_idx), recipe.cache_rows))
+        entries = np.where(consumed, entries, layouts.garbage(recipe.seed, stream_ids, recipe.cache_rows))
 
     n_rows = recipe.cache_rows
     # rows consumed by valid entries get records (before an index is corrupted: its row keeps its record)
-    referenced = torch.unique(entries[consumed & (entries >= 0) & (entries < n_rows)])
+    referenced = np.unique(entries[consumed & (entries >= 0) & (entries < n_rows)])
     _corrupt_indices(recipe, entries, consumed)
     small = n_rows * RECORD_BYTES <= SMALL_CACHE_BYTES
-    written = torch.empty(0, dtype=torch.int64)  # a large cache's rows written besides the referenced ones
+    written = np.empty(0, dtype=np.int64)  # a large cache's rows written besides the referenced ones
     if not small:  # rows 0 and last and the referenced rows' neighbours: poisoned or zeroed
-        near = torch.cat((torch.tensor([0, n_rows - 1]), referenced - 1, referenced + 1))
-        near = torch.unique(near[(near >= 0) & (near < n_rows)])
-        written = near[~torch.isin(near, referenced)]
-    poison_rows = written if recipe.poison else torch.empty(0, dtype=torch.int64)
+        near = np.concatenate((np.array([0, n_rows - 1], dtype=np.int64), referenced - 1, referenced + 1))
+        near = np.unique(near[(near >= 0) & (near < n_rows)])
+        written = near[~np.isin(near, referenced)]
+    poison_rows = written if recipe.poison else np.empty(0, dtype=np.int64)
     if recipe.poison and small:
-        unreferenced = torch.ones(n_rows, dtype=torch.bool)
+        unreferenced = np.ones(n_rows, dtype=bool)
         unreferenced[referenced] = False
-        poison_rows = torch.nonzero(unreferenced).squeeze(1)
-    return _Indexed(indptr, pair_positions, entries, consumed, referenced, written, poison_rows, small)
+        poison_rows = np.flatnonzero(unreferenced)
+    return _Indexed(*map(_host_tensor, (indptr, pair_positions, entries, consumed, referenced, written, poison_rows)), small=small)
+
+
+def _host_tensor(array: np.ndarray) -> torch.Tensor:
+    """`array` as a CPU tensor sharing its memory; an empty one as a fresh tensor (numpy gives
+    empty arrays stride 0, which torch's views of other element sizes refuse)."""
+    tensor = torch.from_numpy(array)
+    return tensor if array.size else torch.empty(array.shape, dtype=tensor.dtype)
 
 
 class _IndexedCache:
@@ -719,9 +731,9 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
 
     stream_offsets = np.cumsum([0, *(int(e.shape[0]) for e in entries)])
     positions, shifts = [], []
-    consumed_at = [s.positions for s in sides] if sides else [_stream_ids(part)[3] for part in parts]  # row by row
+    consumed_at = [s.positions.numpy() for s in sides] if sides else [_stream_arrays(part)[3] for part in parts]  # row by row
     for consumed, first_row, first_entry in zip(consumed_at, row_offsets[:-1], stream_offsets[:-1], strict=True):
-        positions.append(consumed.numpy() + first_entry)
+        positions.append(consumed + first_entry)
         shifts.append(np.full(consumed.shape, first_row, dtype=np.int64))
     stream = torch.cat(entries)[torch.from_numpy(np.concatenate(positions))]
     shift = torch.from_numpy(np.concatenate(shifts))

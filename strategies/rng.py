@@ -4,6 +4,11 @@ Each value is a pure function of (seed, stream name, element id): splitmix64 on 
 wrapping multiplication and logical shifts, and floats formed with exact arithmetic only
 (sums of dyadic rationals, correctly rounded division and square root), so a recipe builds the
 same tensors on a laptop CPU and on a GPU.
+
+`host_integers_many` draws the same integers as `integers_many` from numpy arrays on the host:
+the same words hashed as uint64 (where a right shift is logical and a product wraps, as the
+int64 patterns here), for the small index-side draws of strategies.materialize, where a numpy
+op costs a fraction of a torch op's dispatch.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import functools
 import hashlib
 import math
 
+import numpy as np
 import torch
 
 _MASK64 = (1 << 64) - 1
@@ -183,3 +189,42 @@ def normal_from_hash(h: torch.Tensor) -> torch.Tensor:
     x *= 2.0**-20
     x -= 3.0
     return x
+
+
+_HOST_GOLDEN = np.uint64(_GOLDEN & _MASK64)
+_HOST_MIXES = ((np.uint64(30), np.uint64(_MIX1 & _MASK64)), (np.uint64(27), np.uint64(_MIX2 & _MASK64)), (np.uint64(31), None))
+
+
+def _host_mix64(z: np.ndarray) -> None:
+    """mix64 of uint64 words z in place (numpy: >> is logical on uint64, * wraps)."""
+    shifted = np.empty_like(z)
+    for bits, mix in _HOST_MIXES:
+        np.right_shift(z, bits, out=shifted)
+        z ^= shifted
+        if mix is not None:
+            z *= mix
+
+
+def host_integers_many(seed: int, draws: list[tuple[str, np.ndarray, int]]) -> list[np.ndarray]:
+    """integers_many(seed, draws) on the host: each (stream, ids, high) with ids a numpy integer
+    array (values in [0, 2^63)) and `high` an int >= 1; each result int64, shaped as its ids, with
+    the bits integers_many gives the same ids as an int64 tensor (the same words, hashed as uint64:
+    wrapping products and logical shifts give the int64 patterns' bits)."""
+    if not draws:
+        return []
+    sizes = [ids.size for _, ids, _ in draws]
+    words = np.empty(sum(sizes), dtype=np.uint64)
+    first = 0
+    for (stream, ids, _), size in zip(draws, sizes, strict=True):
+        section = words[first : first + size]
+        np.multiply(ids.reshape(-1).astype(np.uint64), _HOST_GOLDEN, out=section)
+        section += np.uint64(stream_key(seed, stream))
+        first += size
+    _host_mix64(words)
+    words >>= np.uint64(24)
+    values = []
+    first = 0
+    for (_, ids, high), size in zip(draws, sizes, strict=True):
+        values.append((words[first : first + size] % np.uint64(high)).astype(np.int64).reshape(ids.shape))
+        first += size
+    return values

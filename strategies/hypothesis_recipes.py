@@ -288,7 +288,7 @@ def packs(
     rows = 0
     others: FreshDraws | None = None
     while rows < call_rows and len(taken) < max_parts:
-        part = recipes(max_n_q=min(part_rows, call_rows - rows), max_total_keys=max_total_keys, call=call, **recipe_options)
+        part = _part_strategy(min(part_rows, call_rows - rows), max_total_keys, call, recipe_options)
         if others is None:
             taken.append(draw(part, label="part"))
             if fresh_parts and fresh.available():
@@ -307,6 +307,26 @@ def packs(
             for part in taken
         ]
     return taken[0] if len(taken) == 1 else Recipe.pack(taken)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_part_strategy(
+    max_n_q: int, max_total_keys: int, call: PackCall, options: tuple[tuple[str, Any], ...]
+) -> st.SearchStrategy[Recipe]:
+    """recipes(...) of one pack's part, made once per argument set (see _part_strategy)."""
+    return recipes(max_n_q=max_n_q, max_total_keys=max_total_keys, call=call, **dict(options))
+
+
+def _part_strategy(max_n_q: int, max_total_keys: int, call: PackCall, recipe_options: dict[str, Any]) -> st.SearchStrategy[Recipe]:
+    """`recipes` for a part of a pack (packs): the same strategy object for the same arguments,
+    so a pack's many parts do not each pay a new strategy's label and validation (a strategy
+    keeps no state between draws: the same choices give the same recipe); a new one where an
+    option is unhashable."""
+    options = tuple(sorted(recipe_options.items()))
+    try:
+        return _cached_part_strategy(max_n_q, max_total_keys, call, options)
+    except TypeError:  # an unhashable option value
+        return recipes(max_n_q=max_n_q, max_total_keys=max_total_keys, call=call, **recipe_options)
 
 
 def recipe_lists(recipe: st.SearchStrategy[Recipe], max_size: int = RECIPES_PER_EXAMPLE) -> st.SearchStrategy[list[Recipe]]:

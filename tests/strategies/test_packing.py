@@ -271,3 +271,23 @@ def test_a_packs_memory_estimate_covers_its_parts() -> None:
         parts = [memory_estimate(part, device) for part in PARTS]
         assert whole.host_bytes > sum(p.host_bytes for p in parts)
         assert whole.device_bytes >= sum(p.device_bytes for p in parts)
+
+
+def test_a_parts_strategy_is_made_once_per_arguments_and_draws_as_a_new_one() -> None:
+    call = hypothesis_recipes.PackCall(heads=4, softmax_scale="peaked", has_invalid=True, return_lse=False)
+    options = {"writers": ("pow2",), "heads": None}
+    made = hypothesis_recipes._part_strategy(3, 512, call, options)
+    assert hypothesis_recipes._part_strategy(3, 512, call, dict(options)) is made
+    new = hypothesis_recipes.recipes(max_n_q=3, max_total_keys=512, call=call, **options)
+    for seed in range(5):
+        assert fresh.FreshDraws(seed).draw(made) == fresh.FreshDraws(seed).draw(new)
+    unhashable = hypothesis_recipes._part_strategy(3, 512, call, {"writers": ["pow2"], "heads": None})  # a list: made anew
+    assert fresh.FreshDraws(0).draw(unhashable) == fresh.FreshDraws(0).draw(new)
+
+
+def test_an_index_sides_empty_fields_are_ordinary_tensors() -> None:
+    side = materialize_module._indexed(PARTS[2])  # no poison, a small cache: written and poison_rows empty
+    for name in ("written", "poison_rows"):
+        empty = getattr(side, name)
+        assert empty.numel() == 0 and empty.dtype == torch.int64
+        assert empty.view(torch.uint8).numel() == 0  # a stride-0 tensor refuses this view

@@ -53,3 +53,21 @@ def test_uniform_below_refuses_p_outside_the_unit_interval() -> None:
     for p in (0.0, -0.5, 1.5, math.nan):
         with pytest.raises(ValueError, match="p in"):
             rng.uniform_below(torch.zeros(2, dtype=torch.int64), p)
+
+
+def test_host_integers_many_gives_the_torch_draws_bits() -> None:
+    generator = torch.Generator().manual_seed(9)
+    wide = torch.randint(0, 2**62, (500,), generator=generator, dtype=torch.int64)
+    draws = [
+        ("filler", torch.arange(41, dtype=torch.int64), 1000),
+        ("index", wide, 2**40),
+        ("pick", torch.arange(12, dtype=torch.int64).view(3, 4) * (1 << 24) + 5, 7),
+        ("invalid", torch.zeros(0, dtype=torch.int64), 3),
+        ("pool", wide, 1),
+    ]
+    expected = rng.integers_many(3, draws)
+    got = rng.host_integers_many(3, [(stream, ids.numpy(), high) for stream, ids, high in draws])
+    for want, values in zip(expected, got, strict=True):
+        assert values.dtype == want.numpy().dtype and values.shape == tuple(want.shape)
+        assert (values == want.numpy()).all()
+    assert rng.host_integers_many(3, []) == []

@@ -128,7 +128,7 @@ def _index_values(recipe: Recipe, pair_rows: np.ndarray, drawn: Drawn) -> np.nda
     if pattern == "clustered":
         return low + (drawn["cluster"] + drawn["index"]) % span
     if pattern == "duplicates":
-        return low + rng.host_integers_many(seed, [("pool", pair_rows * 8 + drawn["pick"], span)])[0]
+        return low + rng.host_integers(seed, "pool", pair_rows * 8 + drawn["pick"], span)
     if pattern == "tail":
         return n - 1 - drawn["index"]
     raise AssertionError(pattern)
@@ -372,9 +372,8 @@ def _corrupt_indices(recipe: Recipe, entries: np.ndarray, consumed: np.ndarray) 
         count = int(corruption.get("count", 1))
         positions = np.flatnonzero(consumed & (entries >= 0))
         if positions.size:
-            picks = rng.host_integers_many(recipe.seed, [(f"corrupt{number}", np.arange(count, dtype=np.int64), positions.size)])[0]
-            positions = positions[picks]
-        oob = rng.host_integers_many(recipe.seed, [(f"oob{number}", np.arange(positions.size, dtype=np.int64), 1000)])[0]
+            positions = positions[rng.host_integers(recipe.seed, f"corrupt{number}", np.arange(count, dtype=np.int64), positions.size)]
+        oob = rng.host_integers(recipe.seed, f"oob{number}", np.arange(positions.size, dtype=np.int64), 1000)
         entries[positions] = recipe.cache_rows + oob
 
 

@@ -31,6 +31,7 @@ def _signed(value: int) -> int:
 _GOLDEN = _signed(0x9E3779B97F4A7C15)
 _MIX1 = _signed(0xBF58476D1CE4E5B9)
 _MIX2 = _signed(0x94D049BB133111EB)
+_MIX_STEPS = ((30, _MIX1), (27, _MIX2), (31, None))  # splitmix64's finaliser: z ^= z >>> bits, then z *= mix
 
 
 def _shr(x: torch.Tensor, bits: int, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -85,7 +86,7 @@ def mix64(z: torch.Tensor) -> torch.Tensor:
     words hash_input built. One temporary of z's size; words of several streams can be mixed in
     one call (each element's result depends on its own word only)."""
     shifted = torch.empty_like(z)
-    for bits, mix in ((30, _MIX1), (27, _MIX2), (31, None)):
+    for bits, mix in _MIX_STEPS:
         z ^= _shr(z, bits, out=shifted)
         if mix is not None:
             z *= mix
@@ -192,7 +193,7 @@ def normal_from_hash(h: torch.Tensor) -> torch.Tensor:
 
 
 _HOST_GOLDEN = np.uint64(_GOLDEN & _MASK64)
-_HOST_MIXES = ((np.uint64(30), np.uint64(_MIX1 & _MASK64)), (np.uint64(27), np.uint64(_MIX2 & _MASK64)), (np.uint64(31), None))
+_HOST_MIXES = tuple((np.uint64(bits), None if mix is None else np.uint64(mix & _MASK64)) for bits, mix in _MIX_STEPS)
 
 
 def _host_mix64(z: np.ndarray) -> None:
@@ -228,3 +229,8 @@ def host_integers_many(seed: int, draws: list[tuple[str, np.ndarray, int]]) -> l
         values.append((words[first : first + size] % np.uint64(high)).astype(np.int64).reshape(ids.shape))
         first += size
     return values
+
+
+def host_integers(seed: int, stream: str, ids: np.ndarray, high: int) -> np.ndarray:
+    """integers(seed, stream, ids, high) on the host (host_integers_many of one draw)."""
+    return host_integers_many(seed, [(stream, ids, high)])[0]

@@ -74,7 +74,12 @@ or where a smaller pack still fails, and by the greedy minimiser (conformance.re
 after it; a pack whose parts all pass alone is saved as the pack (it replays as the same call).
 The counters count recipes: a passing call counts the recipes it holds that had not passed
 before; a recipe that passed before is judged again in its new call but counted as a repeat
-(Campaign.repeats), not as an example; a failure counts one.
+(Campaign.repeats), not as an example; a failure counts one. An example whose call passed
+before (the same recipe alone, or the same pack: the same bytes through the same kernel) is not
+judged again, as a list's recipes that passed are not (Campaign.repeated_calls; its recipes count
+as repeats): Hypothesis is given the hypothesis.target() values that call gave, so the search
+goes on as if it had been made. About one call in twelve is such a repeat on a CPU, mostly small
+recipes alone that Hypothesis drew again from other choices.
 """
 
 from __future__ import annotations
@@ -164,7 +169,10 @@ class Campaign:
     stopped: str = ""
     known_failures: int = 0
     repeats: int = 0  # recipes drawn again after they had passed: not judged again (recipes_per_example > 1), not counted (pack > 1)
+    repeated_calls: int = 0  # pack > 1: examples whose call (a recipe alone, or a whole pack) had passed before: not made again
     passed: set[str] = field(default_factory=set)  # content hashes of the recipes that passed (recipes_per_example > 1, pack > 1)
+    # pack > 1: the content hash of each call that passed (a recipe alone, or a pack) -> the values it gave hypothesis.target()
+    passed_calls: dict[str, dict[str, float]] = field(default_factory=dict)
     finished: float | None = None  # when the search (and shrinking) ended; the run report comes after
     cpu_finished: float | None = None  # process CPU time then
 
@@ -359,7 +367,7 @@ def campaign(
     from hypothesis.errors import HypothesisException
 
     from conformance.judging.batch import differential_batch, differential_pack, violation_batch
-    from conformance.judging.checks import violation_run
+    from conformance.judging.checks import replay_targets, target_values, violation_run
     from conformance.judging.finding import finding_of
     from conformance.judging.hypothesis_profiles import PROFILES
     from conformance.records.corpus import save_entry
@@ -430,6 +438,14 @@ def campaign(
             drawn = fresh
         if not drawn:
             return  # every recipe of the example passed before
+        call_hash = _hash(drawn[0]) if pack > 1 and recipes_per_example == 1 else None
+        if call_hash is not None and call_hash in state.passed_calls:
+            # the very call passed before (the same recipe alone, or the same pack): not made again,
+            # and Hypothesis is told what it was told then (the search goes on as if it were made)
+            replay_targets(state.passed_calls[call_hash])
+            state.repeats += len(_parts(drawn[0]))
+            state.repeated_calls += 1
+            return
         judged_before, started = state.examples[prop], time.monotonic()
         recipe = drawn[0]  # the recipe a failure is charged to: the failing one, once known (_failed_recipe)
 
@@ -444,6 +460,9 @@ def campaign(
                 fresh = [part for part in held if _hash(part) not in state.passed]
                 state.repeats += len(held) - len(fresh)
                 state.passed.update(_hash(part) for part in fresh)
+                if call_hash is not None:  # and what hypothesis.target() was given (a differential's verdicts)
+                    verdicts = {} if prop == "preconditions" else dict(zip(("exact-steps", "float64"), result, strict=False))
+                    state.passed_calls[call_hash] = target_values([verdicts])
                 held = tuple(fresh)
             if prop == "preconditions":
                 state.outcomes[prop]["observed"] += len(held)
@@ -710,7 +729,8 @@ def format_summary(
     if state.known_failures:
         lines.append(f"  {state.known_failures} further example(s) failed the same way as a failure already saved (not shrunk again)")
     if state.repeats:
-        lines.append(f"  {state.repeats} recipe(s) drawn again after they had passed were not counted as examples")
+        again = f" ({state.repeated_calls} call(s) that had passed before were not made again)" if state.repeated_calls else ""
+        lines.append(f"  {state.repeats} recipe(s) drawn again after they had passed were not counted as examples{again}")
     if any(state.packed_calls.values()):
         lines.append("  " + _calls_line(state))
     if state.stopped:

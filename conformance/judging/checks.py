@@ -106,17 +106,27 @@ def check_returned_types(target: Target, problem: Problem, out: object, lse: obj
         raise failure(finding)
 
 
-def target_ratios(calls: list[dict[str, Verdict]]) -> None:
-    """hypothesis.target() of each output's err / bound per mode (each call's verdicts by mode):
-    the largest finite value over the calls of one example (Hypothesis takes one value per
-    label and test case)."""
+def target_values(calls: list[dict[str, Verdict]]) -> dict[str, float]:
+    """What target_ratios hands hypothesis.target(), by label: each output's err / bound per mode
+    (each call's verdicts by mode), the largest finite value over the calls of one example."""
     best: dict[str, float] = {}
     for verdicts in calls:
         for mode, verdict in verdicts.items():
             for label, value in ((f"out/{mode}", verdict.out_ratio), (f"lse/{mode}", verdict.lse_ratio)):
                 if math.isfinite(value):
                     best[label] = max(best.get(label, value), value)
-    for label, value in best.items():
+    return best
+
+
+def target_ratios(calls: list[dict[str, Verdict]]) -> None:
+    """hypothesis.target() of each output's err / bound per mode (target_values; Hypothesis takes
+    one value per label and test case)."""
+    replay_targets(target_values(calls))
+
+
+def replay_targets(values: dict[str, float]) -> None:
+    """hypothesis.target() of each label's value (as target_values gave them)."""
+    for label, value in values.items():
         hypothesis_target(value, label=label)
 
 

@@ -2,13 +2,15 @@
 conformance.judging.batch.differential_pack): a passing pack counts its parts not counted before
 (the others are repeats); long_rows packs its own recipes; a failing pack
 whose part fails alone is charged to that part, which replays alone; a bug that shows only in the
-packed call is charged to the pack, which replays as the same call; `fuzz --pack` is refused with
---recipes-per-example; packed calls are the default."""
+packed call is charged to the pack, which replays as the same call; a call that passed (a recipe
+alone or a pack) is not made again; `fuzz --pack` is refused with --recipes-per-example; packed
+calls are the default."""
 
 from __future__ import annotations
 
 import io
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,12 @@ def test_a_passing_pack_counts_its_new_parts(tmp_path: Path) -> None:
     assert any(n == 1 and "parts" not in r["recipe"] for n, r in zip(parts, calls, strict=True)), "no recipe alone drawn"
     held = [json.dumps(part, sort_keys=True) for r in calls for part in r["recipe"].get("parts") or [r["recipe"]]]
     assert state.examples["differential"] == state.outcomes["differential"]["pass"] == len(set(held))  # each recipe counted once
-    assert state.examples["differential"] + state.repeats == sum(parts) == len(held)  # a part drawn again: a repeat
+    assert sum(parts) == len(held)
+    # no call made twice: a part judged again is in a new call (a repeat), a call that passed is not made again
+    assert len({json.dumps(r["recipe"], sort_keys=True) for r in calls}) == len(calls)
+    assert state.repeats >= len(held) - len(set(held))
+    if not state.repeated_calls:
+        assert state.examples["differential"] + state.repeats == len(held)
     assert not state.failures
     # the kernel calls judged and those packed, as the summary reports them
     assert state.calls["differential"] == len(calls)
@@ -62,6 +69,50 @@ def test_a_passing_pack_counts_its_new_parts(tmp_path: Path) -> None:
     data = summary_json(state, build_target("emulated"), budget_s=1e6, hypothesis_profile="ci", properties=["differential"], exit_code=0)
     summary = data["per_property"]["differential"]
     assert (summary["calls"], summary["packed_calls"]) == (len(calls), sum(n > 1 for n in parts))
+
+
+def _two_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[int]:
+    """The differential property drawing one of two calls (a recipe alone, a pack of two) from
+    many choices, so Hypothesis draws each again; returns how often each was drawn."""
+    from hypothesis import strategies as st
+
+    calls = (_part(1, (40, 7)), Recipe.pack((_part(2, (9, 30, 3)), _part(3, (12,)))))
+    drawn: Counter[int] = Counter()
+
+    def pick(i: int) -> Recipe:
+        drawn[i % 2] += 1
+        return calls[i % 2]
+
+    monkeypatch.setattr(fuzz, "_fuzz_strategies", lambda *args, **kwargs: {"differential": st.integers(0, 10**6).map(pick)})
+    return drawn
+
+
+def test_a_call_that_passed_is_not_made_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from conformance.judging import checks
+
+    drawn = _two_calls(monkeypatch)
+    told: list[dict[str, float]] = []
+    replay = checks.replay_targets
+    monkeypatch.setattr(checks, "replay_targets", lambda values: (told.append(dict(values)), replay(values)))
+    _, state = run("emulated", chunks=1, examples=20, properties=["differential"], pack=4)
+    assert drawn[0] > 1 and drawn[1] > 1
+    # every example, made or not, gave Hypothesis its call's target() values: the same search
+    assert len(told) == drawn[0] + drawn[1] and len({tuple(sorted(t.items())) for t in told}) == 2
+    assert all({"out/exact-steps", "out/float64"} <= set(t) for t in told)
+    calls = [r for r in records(tmp_path) if r.get("mode") == "exact-steps"]
+    assert len(calls) == state.calls["differential"] == 2  # each call made once
+    assert state.examples["differential"] == 3 and not state.failures  # the recipe alone and the pack's two parts
+    assert state.repeated_calls == drawn[0] + drawn[1] - 2
+    assert state.repeats == (drawn[0] - 1) + 2 * (drawn[1] - 1)  # every recipe of a call not made again
+    text = fuzz.format_summary(state, build_target("emulated"), budget_s=1.0, hypothesis_profile="ci", report_path=None)
+    assert f"({state.repeated_calls} call(s) that had passed before were not made again)" in text
+
+
+def test_without_packing_every_call_is_made(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    drawn = _two_calls(monkeypatch)
+    _, state = run("emulated", chunks=1, examples=20, properties=["differential"], pack=1)
+    calls = [r for r in records(tmp_path) if r.get("mode") == "exact-steps"]
+    assert len(calls) == state.calls["differential"] == drawn[0] + drawn[1] and state.repeated_calls == 0
 
 
 def test_long_rows_packs_its_own_recipes_into_calls_of_its_shape(tmp_path: Path) -> None:

@@ -106,6 +106,8 @@ def test_a_call_that_passed_is_not_made_again(monkeypatch: pytest.MonkeyPatch, t
     assert state.repeats == (drawn[0] - 1) + 2 * (drawn[1] - 1)  # every recipe of a call not made again
     text = fuzz.format_summary(state, build_target("emulated"), budget_s=1.0, hypothesis_profile="ci", report_path=None)
     assert f"({state.repeated_calls} call(s) that had passed before were not made again)" in text
+    data = summary_json(state, build_target("emulated"), budget_s=1.0, hypothesis_profile="ci", properties=["differential"], exit_code=0)
+    assert (data["repeats"], data["repeated_calls"]) == (state.repeats, state.repeated_calls)
 
 
 def test_without_packing_every_call_is_made(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -454,6 +454,7 @@ def campaign(
             with packed calls, the recipes it holds that had not passed before (the others are
             repeats: module docstring, "Packed calls")."""
             held = _parts(passed)
+            verdicts = {} if prop == "preconditions" else dict(zip(("exact-steps", "float64"), result, strict=False))
             state.calls[prop] += 1
             state.packed_calls[prop] += len(held) > 1
             if pack > 1:
@@ -462,13 +463,12 @@ def campaign(
                 state.repeats += len(held) - len(fresh)
                 state.passed.update(hashes)
                 if call_hash is not None:  # and what hypothesis.target() was given (a differential's verdicts)
-                    verdicts = {} if prop == "preconditions" else dict(zip(("exact-steps", "float64"), result, strict=False))
                     state.passed_calls[call_hash] = target_values([verdicts])
                 held = tuple(fresh)
             if prop == "preconditions":
                 state.outcomes[prop]["observed"] += len(held)
             else:
-                for verdict, mode in zip(result, ("exact-steps", "float64"), strict=False):
+                for mode, verdict in verdicts.items():
                     for output, value in (("out", verdict.out_ratio), ("lse", verdict.lse_ratio)):
                         key = f"{output}/{mode}"
                         state.max_ratio[key] = max(state.max_ratio[key], value)

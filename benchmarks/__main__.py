@@ -11,7 +11,10 @@ import sys
 
 ROUTINES: dict[str, str] = {
     "quickstart": "the README's user steps (install, first verdict, whole suite, three planted bugs), timed",
-    "campaign": "N concurrent fuzz processes per kernel pinned to GPUs (or on the CPU), optionally under MPS: one table",
+    "campaign": (
+        "N concurrent fuzz processes per kernel pinned to GPUs (or on the CPU), optionally under MPS: one table, host and GPU "
+        "utilisation; several counts of N in turn (scaling)"
+    ),
     "campaign_stages": "where one fuzz campaign's time goes, stage by stage (cProfile, or wall/CPU timers and torch ops)",
     "throughput": "fuzz campaigns here and at another revision side by side: examples/s, the bare kernel's limit, stages, call shapes",
     "fuzz_kills": "fuzz campaigns against every mutant of the catalogue, per variant: examples and seconds to the first failure",

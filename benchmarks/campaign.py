@@ -4,6 +4,7 @@ merged into one table.
 
     python -m benchmarks campaign --kernels emulated,flashmla --procs 6 --seconds 480 [--mps] [--out DIR]
     python -m benchmarks campaign --device cpu --procs 2 --seconds 30
+    python -m benchmarks campaign --kernels emulated --procs 8,15 --seconds 60 --mps   # one campaign per count
     python -m benchmarks campaign --table DIR/fuzz-*.json [--markdown]       # the table again
 
 Every process is `python -m conformance fuzz --kernel K --seconds S --hypothesis-profile P
@@ -27,6 +28,17 @@ drew. Written to DIR: fuzz-K-n.txt / .err (each process's output), fuzz-K-n.json
 campaigns.txt / campaigns.md / campaigns.json (the table), campaign-env.json (cores, GPUs,
 processes, MPS state).
 
+While the processes run, benchmarks.utilisation samples the host's CPU busy share and each GPU's
+utilisation (nvidia-smi's utilization.gpu): one line under the table ("utilisation over ..."),
+and "utilisation" in campaign-env.json.
+
+Several process counts (`--procs 8,15`): one campaign per count, in turn, each in its own folder
+DIR/procs-N (the files above), under one MPS server; then DIR/scaling.txt and DIR/scaling.json,
+one row per count: processes in all, examples/s (every kernel's summed), examples/s per process,
+the host's busy share and the GPUs' utilisation. Examples/s that stop growing as the processes
+grow say the processes share a limit (the GPU, or the host's cores when those are busy); examples/s
+per process that hold say they do not. Not with --procs-of (which sets one kernel's count).
+
 Exit codes: 0 every process wrote its summary; 1 a process wrote none (see its .err); 2 bad options
 or unreadable --table files.
 """
@@ -46,8 +58,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import mps
-from benchmarks.common import parse, positive
+from benchmarks import mps, utilisation
+from benchmarks.common import int_list, parse, positive
 
 PROPS = ("differential", "long_rows", "preconditions")
 GRACE_S = 50  # after the budget: shrinking, the report, the summary
@@ -177,17 +189,20 @@ def visible_gpus(device: str) -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def plan(args: argparse.Namespace, gpus: list[str]) -> list[Process]:
-    """Every process of the campaign, GPUs given round robin."""
+def plan(args: argparse.Namespace, gpus: list[str], procs: int, folder: Path | None = None) -> list[Process]:
+    """Every process of the campaign, GPUs given round robin: `procs` per kernel unless
+    --procs-of says otherwise, their state under `folder` (default args.out)."""
+    count = procs
+    base = args.out if folder is None else folder
     out: list[Process] = []
     slot = 0
     for kernel in args.kernels:
-        for n in range(1, args.procs_of.get(kernel, args.procs) + 1):
+        for n in range(1, args.procs_of.get(kernel, count) + 1):
             device = gpus[slot % len(gpus)] if gpus else "cpu"
             slot += 1
-            out.append(Process(kernel, f"{kernel}-{n}", device, args.out / "state" / f"{kernel}-{n}"))
+            out.append(Process(kernel, f"{kernel}-{n}", device, base / "state" / f"{kernel}-{n}"))
     for n in range(1, args.cpu_procs + 1):
-        out.append(Process("emulated", f"emulated-cpu-{n}", "cpu", args.out / "state" / f"emulated-cpu-{n}"))
+        out.append(Process("emulated", f"emulated-cpu-{n}", "cpu", base / "state" / f"emulated-cpu-{n}"))
     return out
 
 
@@ -209,18 +224,19 @@ def fuzz_env(state: Path, pending: Path, cuda_devices: str | None) -> dict[str, 
     return env
 
 
-def launch(proc: Process, args: argparse.Namespace, extra_env: dict[str, str]) -> None:
-    """Start one fuzz process (module docstring)."""
+def launch(proc: Process, args: argparse.Namespace, extra_env: dict[str, str], folder: Path | None = None) -> None:
+    """Start one fuzz process (module docstring), its files in `folder` (default args.out)."""
+    folder = args.out if folder is None else folder
     command = [sys.executable, "-m", "conformance", "fuzz", "--kernel", proc.kernel, "--seconds", str(args.seconds)]
     command += ["--hypothesis-profile", args.hypothesis_profile, "--shrink-seconds", str(args.shrink_seconds)]
-    env = fuzz_env(proc.state, args.out / f"pending-{proc.kernel}", "" if proc.device == "cpu" else proc.device)
+    env = fuzz_env(proc.state, folder / f"pending-{proc.kernel}", "" if proc.device == "cpu" else proc.device)
     if proc.device == "cpu":
         command += ["--device", "cpu"]
     else:
         env.update(extra_env)
     command += args.fuzz_arg
     proc.state.mkdir(parents=True, exist_ok=True)
-    with open(args.out / f"fuzz-{proc.label}.txt", "wb") as out, open(args.out / f"fuzz-{proc.label}.err", "wb") as err:
+    with open(folder / f"fuzz-{proc.label}.txt", "wb") as out, open(folder / f"fuzz-{proc.label}.err", "wb") as err:
         proc.popen = subprocess.Popen(command, stdout=out, stderr=err, env=env, stdin=subprocess.DEVNULL, preexec_fn=default_sigint)
 
 
@@ -282,7 +298,13 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m benchmarks campaign", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--kernels", type=_kernels, default=["emulated"], metavar="K,K,...", help="kernels to fuzz (default emulated)")
-    p.add_argument("--procs", type=positive, default=None, metavar="N", help="processes per kernel (default (cores - 1) / kernels, 1..12)")
+    p.add_argument(
+        "--procs",
+        type=int_list,
+        default=None,
+        metavar="N[,N...]",
+        help="processes per kernel (default (cores - 1) / kernels, 1..12); several counts: one campaign each, in turn",
+    )
     p.add_argument("--procs-of", type=_procs_of, action="append", default=[], metavar="K=N", help="processes of one kernel (repeatable)")
     p.add_argument("--cpu-procs", type=int, default=0, metavar="N", help="more `emulated` processes on the CPU beside the GPU's")
     p.add_argument("--seconds", type=_seconds, default=480.0, metavar="S", help="each process's budget (default 480)")
@@ -316,7 +338,7 @@ def main(argv: list[str]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the campaign, write the results folder, print the table."""
+    """Run the campaign (one per process count of --procs), write the results folder, print the table."""
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -324,16 +346,54 @@ def run(args: argparse.Namespace) -> int:
     if device == "cuda" and not gpus:
         print("campaign: --device cuda, but no GPU is visible here", file=sys.stderr)
         return 2
+    counts: list[int] = args.procs or []
+    if len(counts) > 1 and args.procs_of:
+        print("campaign: --procs with several counts sets every kernel's processes; --procs-of is not taken with it", file=sys.stderr)
+        return 2
     args.procs_of = dict(args.procs_of)
     cores = os.cpu_count() or 1
-    args.procs = args.procs or max(1, min(12, (cores - 1) // len(args.kernels)))
+    counts = counts or [max(1, min(12, (cores - 1) // len(args.kernels)))]
     args.out.mkdir(parents=True, exist_ok=True)
-    procs = plan(args, gpus)
     session: mps.MpsSession | str = "not requested"
     if args.mps:
         session = mps.start(args.out / "mps-log") if gpus else "no GPU"
+    scaling: list[dict[str, Any]] = []
+    code = 0
+    try:
+        for count in counts:
+            folder = args.out if len(counts) == 1 else args.out / f"procs-{count}"
+            done, merged, usage = _one_campaign(args, count, folder, device, gpus, cores, session)
+            code = max(code, done)
+            processes = len(plan(args, gpus, count, folder))
+            rate = sum(m["examples_per_s"] for m in merged)
+            scaling.append({"procs": processes, "examples_per_s": rate, "per_process": rate / processes, "utilisation": usage.to_json()})
+            if len(counts) > 1:
+                print(f"campaign: {processes} processes done ({rate:.2f} examples/s)", flush=True)
+    finally:
+        if isinstance(session, mps.MpsSession):
+            session.stop()
+    if len(counts) > 1:
+        text = scaling_table(scaling)
+        (args.out / "scaling.txt").write_text(text + "\n")
+        (args.out / "scaling.json").write_text(json.dumps(scaling, indent=1) + "\n")
+        print(text)
+    return code
+
+
+def _one_campaign(
+    args: argparse.Namespace,
+    count: int,
+    folder: Path,
+    device: str,
+    gpus: list[str],
+    cores: int,
+    session: mps.MpsSession | str,
+) -> tuple[int, list[dict[str, Any]], utilisation.Utilisation]:
+    """One campaign of `count` processes per kernel into `folder`: (exit code, merged rows, utilisation)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    procs = plan(args, gpus, count, folder)
     mps_state = f"on (server {session.servers})" if isinstance(session, mps.MpsSession) else f"off: {session}"
-    env_info = {
+    env_info: dict[str, Any] = {
         "cores": cores,
         "gpus": gpus,
         "device": device,
@@ -342,32 +402,46 @@ def run(args: argparse.Namespace) -> int:
         "seconds": args.seconds,
         "mps": mps_state,
     }
-    (args.out / "campaign-env.json").write_text(json.dumps(env_info, indent=1) + "\n")
+    (folder / "campaign-env.json").write_text(json.dumps(env_info, indent=1) + "\n")
     print(
         f"campaign: {len(procs)} processes ({', '.join(args.kernels)}) on {', '.join(f'GPU {g}' for g in gpus) or 'the CPU'}, "
         f"{args.seconds:g} s each; MPS {mps_state}",
         flush=True,
     )
-    try:
+    used = sorted({p.device for p in procs if p.device != "cpu"})
+    with utilisation.Sampler(used, cores=cores) as sampler:
         for proc in procs:
-            launch(proc, args, session.env if isinstance(session, mps.MpsSession) else {})
+            launch(proc, args, session.env if isinstance(session, mps.MpsSession) else {}, folder)
         wait_all(procs, args.seconds + GRACE_S)
-    finally:
-        if isinstance(session, mps.MpsSession):
-            session.stop()
+    usage = sampler.result()
+    env_info["utilisation"] = usage.to_json()
+    (folder / "campaign-env.json").write_text(json.dumps(env_info, indent=1) + "\n")
     paths, missing = [], []
     for proc in procs:
-        path = collect(proc, args.out)
+        path = collect(proc, folder)
         (paths if path else missing).append(path or proc.label)
     summaries, problems = read_summaries([p for p in paths if isinstance(p, Path)])
     for label in missing:
-        print(f"campaign: fuzz-{label} wrote no summary (see {args.out / f'fuzz-{label}.err'})", file=sys.stderr)
+        print(f"campaign: fuzz-{label} wrote no summary (see {folder / f'fuzz-{label}.err'})", file=sys.stderr)
     for line in problems:
         print(line, file=sys.stderr)
+    merged: list[dict[str, Any]] = []
     if summaries:
         text, merged = table(summaries)
-        (args.out / "campaigns.txt").write_text(text + "\n")
-        (args.out / "campaigns.md").write_text(table(summaries, markdown=True)[0] + "\n")
-        (args.out / "campaigns.json").write_text(json.dumps(merged, indent=1) + "\n")
+        text += "\n" + usage.line()
+        (folder / "campaigns.txt").write_text(text + "\n")
+        (folder / "campaigns.md").write_text(table(summaries, markdown=True)[0] + "\n\n" + usage.line() + "\n")
+        (folder / "campaigns.json").write_text(json.dumps(merged, indent=1) + "\n")
         print(text)
-    return 1 if missing or problems else 0
+    return (1 if missing or problems else 0), merged, usage
+
+
+def scaling_table(rows: list[dict[str, Any]]) -> str:
+    """DIR/scaling.txt: one line per process count (module docstring, "Several process counts")."""
+    lines = ["procs  examples/s  per process  host busy  GPU busy"]
+    for r in rows:
+        usage = r["utilisation"]
+        host = "-" if usage["host_busy"] is None else f"{100 * usage['host_busy']:.1f}%"
+        gpu = ", ".join(f"{name} {busy:.1f}%" for name, busy in usage["gpu_busy_percent"].items()) or "-"
+        lines.append(f"{r['procs']:<5d}  {r['examples_per_s']:<10.2f}  {r['per_process']:<11.2f}  {host:<9s}  {gpu}")
+    return "\n".join(lines)

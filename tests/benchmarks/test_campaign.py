@@ -101,7 +101,7 @@ def test_a_fuzz_process_gets_the_default_sigint_where_the_caller_ignores_it(tmp_
 def test_processes_go_round_robin_over_the_gpus(tmp_path: Path) -> None:
     args = ct.parser().parse_args(["--kernels", "emulated,flashmla", "--procs", "2", "--procs-of", "flashmla=3", "--cpu-procs", "1"])
     args.procs_of, args.out = dict(args.procs_of), tmp_path
-    procs = ct.plan(args, ["0", "1"])
+    procs = ct.plan(args, ["0", "1"], args.procs[0])
     assert [(p.label, p.device) for p in procs] == [
         ("emulated-1", "0"),
         ("emulated-2", "1"),
@@ -110,3 +110,32 @@ def test_processes_go_round_robin_over_the_gpus(tmp_path: Path) -> None:
         ("flashmla-3", "0"),
         ("emulated-cpu-1", "cpu"),
     ]
+
+
+def test_several_process_counts_run_in_turn_with_a_scaling_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "results"
+    assert ct.main(["--device", "cpu", "--procs", "1,2", "--seconds", "2", "--hypothesis-profile", "ci", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    for count in (1, 2):
+        folder = out / f"procs-{count}"
+        env = json.loads((folder / "campaign-env.json").read_text())
+        assert len(env["processes"]) == count
+        usage = env["utilisation"]
+        assert usage["host_busy"] is not None and 0.0 <= usage["host_busy"] <= 1.0 and usage["gpu_busy_percent"] == {}
+        (merged,) = json.loads((folder / "campaigns.json").read_text())
+        assert merged["processes"] == count and merged["examples"] > 0
+        assert "utilisation over" in (folder / "campaigns.txt").read_text()
+    scaling = json.loads((out / "scaling.json").read_text())
+    assert [r["procs"] for r in scaling] == [1, 2]
+    for r in scaling:
+        (merged,) = json.loads((out / f"procs-{r['procs']}" / "campaigns.json").read_text())
+        assert r["examples_per_s"] == pytest.approx(merged["examples_per_s"])
+        assert r["per_process"] == pytest.approx(r["examples_per_s"] / r["procs"])
+    lines = (out / "scaling.txt").read_text().splitlines()
+    assert lines[0].startswith("procs  examples/s  per process") and [line.split()[0] for line in lines[1:]] == ["1", "2"]
+    assert "procs  examples/s" in text
+
+
+def test_several_process_counts_are_not_taken_with_procs_of(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert ct.main(["--device", "cpu", "--procs", "1,2", "--procs-of", "emulated=3", "--out", str(tmp_path)]) == 2
+    assert "--procs-of is not taken with it" in capsys.readouterr().err

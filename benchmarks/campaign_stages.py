@@ -44,9 +44,13 @@ hypothesis.target, the judging glue (differential / violation_run less their sta
 check_types, triage), the coverage classes' set-up, the minimiser, Hypothesis's generate,
 optimise (target-driven hill climbing) and shrink phases (their own time: the examples they run
 are in the example stages), the campaign loop ("hypothesis: rest"), start-up, report; "other"
-is then the time in no timed function. `--sync` (GPU) synchronises the device at every stage
-boundary: a kernel launch returns before the device is done, and without it the queued work is
-charged to whichever stage reads a result back first. Writes DIR/stages.txt and DIR/stages.json
+is then the time in no timed function. --timers also times the host reads of device values
+("host reads": Tensor.tolist, .item, .cpu, .nonzero and torch.nonzero, bool(), int() and float() of
+a tensor), whichever stage makes them: on a GPU a read waits for every launch queued before it,
+so without --sync this row is the time the host waited on the device (on a GPU that several
+processes share, their queues' too) and the stages hold only their host work. `--sync` (GPU)
+synchronises the device at every stage boundary: a kernel launch returns before the device is
+done, and without it the queued work is charged to the next host read. Writes DIR/stages.txt and DIR/stages.json
 with both columns (no pstats). `--ops` (with --timers) also counts each stage's launched torch
 ops (conformance.tools.op_count's rule: on a GPU about one kernel launch each, what a GPU that
 several processes share pays for) into DIR/ops.txt and DIR/ops.json: ops in all, calls of the
@@ -98,6 +102,8 @@ KERNEL_BOOKKEEPING: tuple[tuple[str, str, str], ...] = (
     ("progress", "conformance/judging/progress.py", "tick"),
 )
 CAMPAIGN = ("conformance/campaign/fuzz.py", "campaign")
+#: the Tensor methods that read device values back to the host (the "host reads" stage of --timers)
+HOST_READ_METHODS = ("tolist", "item", "cpu", "nonzero", "__bool__", "__int__", "__float__")
 # the same stages as (module, attribute path) for --timers; then the harness's own stages that
 # cProfile leaves in "other" (Hypothesis's engine phases, bookkeeping, progress)
 TIMED: tuple[tuple[str, str, str], ...] = (
@@ -131,6 +137,8 @@ TIMED: tuple[tuple[str, str, str], ...] = (
     ("hypothesis: optimise", "hypothesis.internal.conjecture.engine", "ConjectureRunner.optimise_targets"),
     ("hypothesis: shrink", "hypothesis.internal.conjecture.engine", "ConjectureRunner.shrink_interesting_test_cases"),
     ("hypothesis: rest", "conformance.campaign.fuzz", "campaign"),
+    *(("host reads", "torch", f"Tensor.{name}") for name in HOST_READ_METHODS),
+    ("host reads", "torch", "nonzero"),
 )
 # stages reported inside another one ("of which"): their time is added to the outer row too
 INNER = {"gather (in oracle+bound)": "oracle+bound"}
@@ -160,6 +168,7 @@ class StageTimers:
         # stage seconds (wall, CPU) charged before the campaign began and after it ended: start-up
         # and report are those intervals less these
         self.outside = {"before": [0.0, 0.0], "after": [0.0, 0.0]}
+        self._installed: list[tuple[Any, str, Any, Any]] = []  # (owner, name, original or None, wrapper): uninstall()
 
     def _charge(self, top: list[Any], now: tuple[float, float]) -> None:
         stage = top[0]
@@ -243,7 +252,8 @@ class StageTimers:
         return timed
 
     def install(self) -> None:
-        """Wrap every TIMED function where it is defined and wherever a loaded module imported it by name."""
+        """Wrap every TIMED function where it is defined and wherever a loaded module imported it
+        by name (uninstall() puts the originals back)."""
         for stage, module_name, path in TIMED:
             owner: Any = importlib.import_module(module_name)
             *parents, name = path.split(".")
@@ -254,6 +264,8 @@ class StageTimers:
                 wrapped = self.wrap_context_manager(stage, original)
             else:
                 wrapped = self.wrap(stage, original)
+            had_own = name in vars(owner)  # a class attribute of its own, not one inherited
+            self._installed.append((owner, name, original if had_own else None, wrapped))
             setattr(owner, name, wrapped)
             if not parents:
                 for module in list(sys.modules.values()):
@@ -262,6 +274,20 @@ class StageTimers:
                         for key, value in list(namespace.items()):
                             if value is original:
                                 namespace[key] = wrapped
+                                self._installed.append((namespace, key, original, wrapped))
+
+    def uninstall(self) -> None:
+        """Put back what install() wrapped (the last wrapped first)."""
+        while self._installed:
+            owner, name, original, wrapped = self._installed.pop()
+            if isinstance(owner, dict):
+                if owner.get(name) is wrapped:
+                    owner[name] = original
+            elif getattr(owner, name, None) is wrapped:
+                if original is None:
+                    delattr(owner, name)  # the attribute was inherited: the inherited one shows again
+                else:
+                    setattr(owner, name, original)
 
     def seconds(self, clock: str, start: float, end: float) -> dict[str, float]:
         """Seconds per stage of `clock` ("wall" or "cpu") between `start` and `end` (that clock's
@@ -432,8 +458,11 @@ def _timed(out: Path, fuzz_args: list[str], cli_main: Any, *, sync: bool = False
     timers.install()
     counter = stage_op_counter(timers) if ops else None
     t0, c0 = time.perf_counter(), time.process_time()
-    with counter if counter is not None else contextlib.nullcontext():
-        code = cli_main(["fuzz", *fuzz_args])
+    try:
+        with counter if counter is not None else contextlib.nullcontext():
+            code = cli_main(["fuzz", *fuzz_args])
+    finally:
+        timers.uninstall()
     t1, c1 = time.perf_counter(), time.process_time()
     wall, cpu = t1 - t0, c1 - c0
     walls, cpus = timers.seconds("wall", t0, t1), timers.seconds("cpu", c0, c1)

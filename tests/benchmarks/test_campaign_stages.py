@@ -241,3 +241,37 @@ def test_a_short_campaign_under_the_timers(tmp_path: Path, monkeypatch: pytest.M
     assert total == pytest.approx(data["wall_s"], rel=1e-6)
     assert "inconsistent" not in (out / "stages.txt").read_text()
     assert "examples/s" in capsys.readouterr().out
+
+
+def test_host_reads_are_a_stage_of_their_own_and_uninstall_restores_torch() -> None:
+    """--timers charges a read of device values (tolist, item, bool(), ...) to "host reads", not to
+    the stage that makes it; uninstall() leaves torch.Tensor as it was (its methods inherited
+    again) and the timers record nothing more."""
+    import torch
+
+    before = {name: getattr(torch.Tensor, name) for name in cp.HOST_READ_METHODS}
+    nonzero = torch.nonzero
+    clock = [0.0]
+    timers = cp.StageTimers(clock=lambda: (clock[0], clock[0]))
+    timers.install()
+    try:
+        x = torch.arange(4)
+
+        def kernel() -> None:
+            clock[0] += 1.0
+            x.tolist()  # read at t = 1, then 2 more seconds of the kernel's own work
+            clock[0] += 2.0
+            assert bool(x[1]) and int(x[2]) == 2 and float(x[3]) == 3.0 and x.nonzero().numel() == 3
+            assert x[1].item() == 1 and x.cpu().tolist() == [0, 1, 2, 3] and torch.nonzero(x).numel() == 3
+
+        timers.wrap("kernel", kernel)()
+        assert timers.wall["kernel"] == 3.0 and timers.wall["host reads"] == 0.0
+        assert timers.calls["kernel"] == 1 and timers.calls["host reads"] >= 9
+        assert all(getattr(torch.Tensor, name) is not before[name] for name in cp.HOST_READ_METHODS)
+    finally:
+        timers.uninstall()
+    calls = dict(timers.calls)
+    assert not any(name in vars(torch.Tensor) for name in cp.HOST_READ_METHODS)
+    assert {name: getattr(torch.Tensor, name) for name in cp.HOST_READ_METHODS} == before
+    assert torch.nonzero is nonzero and torch.arange(3).tolist() == [0, 1, 2]
+    assert timers.calls == calls  # nothing timed after uninstall

@@ -192,12 +192,11 @@ def visible_gpus(device: str) -> list[str]:
 def plan(args: argparse.Namespace, gpus: list[str], procs: int, folder: Path | None = None) -> list[Process]:
     """Every process of the campaign, GPUs given round robin: `procs` per kernel unless
     --procs-of says otherwise, their state under `folder` (default args.out)."""
-    count = procs
     base = args.out if folder is None else folder
     out: list[Process] = []
     slot = 0
     for kernel in args.kernels:
-        for n in range(1, args.procs_of.get(kernel, count) + 1):
+        for n in range(1, args.procs_of.get(kernel, procs) + 1):
             device = gpus[slot % len(gpus)] if gpus else "cpu"
             slot += 1
             out.append(Process(kernel, f"{kernel}-{n}", device, base / "state" / f"{kernel}-{n}"))
@@ -347,6 +346,10 @@ def run(args: argparse.Namespace) -> int:
         print("campaign: --device cuda, but no GPU is visible here", file=sys.stderr)
         return 2
     counts: list[int] = args.procs or []
+    repeated = sorted({n for n in counts if counts.count(n) > 1})
+    if repeated:
+        print(f"campaign: --procs lists {', '.join(map(str, repeated))} more than once", file=sys.stderr)
+        return 2
     if len(counts) > 1 and args.procs_of:
         print("campaign: --procs with several counts sets every kernel's processes; --procs-of is not taken with it", file=sys.stderr)
         return 2

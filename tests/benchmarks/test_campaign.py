@@ -139,3 +139,5 @@ def test_several_process_counts_run_in_turn_with_a_scaling_table(tmp_path: Path,
 def test_several_process_counts_are_not_taken_with_procs_of(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert ct.main(["--device", "cpu", "--procs", "1,2", "--procs-of", "emulated=3", "--out", str(tmp_path)]) == 2
     assert "--procs-of is not taken with it" in capsys.readouterr().err
+    assert ct.main(["--device", "cpu", "--procs", "2,1,2", "--out", str(tmp_path)]) == 2
+    assert "--procs lists 2 more than once" in capsys.readouterr().err

@@ -3,7 +3,7 @@
     with Sampler(gpus=["0"]) as sampler:
         ...                                  # the benchmark
     usage = sampler.result()                 # Utilisation
-    usage.line()                             # "host CPUs 95.1% busy (15.2 of 16 cores); GPU 0 98.7% ..."
+    usage.line()                             # "utilisation over 613 s: host CPUs 93.7% busy (15.0 of 16 cores); GPU 0 ..."
 
 Host: the share of all cores' time that was not idle (user, system, irq, steal, ...; idle and
 iowait are idle) between the start and the end, from the first line of /proc/stat (Linux): the
@@ -17,9 +17,8 @@ were full (many small kernels keep it at 100% with most SMs free). So a GPU near
 that the GPU is the limit, not a proof; what settles it is the same campaign at more processes
 (`python -m benchmarks campaign --procs 8,15`: a total that stops growing is a shared limit).
 `gpus` names GPUs as CUDA_VISIBLE_DEVICES does (index or UUID). Without nvidia-smi, or when it
-fails, the GPU figures are empty, with the reason. A process-wide figure for a host whose
-processes are waiting on the GPU: a CUDA synchronisation spins by default, so a host CPU waiting
-on its GPU counts as busy.
+fails, the GPU figures are empty, with the reason. A host CPU waiting on its GPU counts as busy
+(a CUDA synchronisation spins by default).
 """
 
 from __future__ import annotations

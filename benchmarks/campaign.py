@@ -32,6 +32,11 @@ While the processes run, benchmarks.utilisation samples the host's CPU busy shar
 utilisation (nvidia-smi's utilization.gpu): one line under the table ("utilisation over ..."),
 and "utilisation" in campaign-env.json.
 
+`--stages`: each kernel's first process runs its fuzz command under `python -m benchmarks
+campaign_stages --timers` (DIR/stages-K-1/stages.txt and stages.json): where the time of one
+process goes while the others share the host and the GPU with it, the host's waits on the device
+in its "host reads" row. Its summary is counted like the others' (the timers cost it a little).
+
 Several process counts (`--procs 8,15`): one campaign per count, in turn, each in its own folder
 DIR/procs-N (the files above), under one MPS server; then DIR/scaling.txt and DIR/scaling.json,
 one row per count: processes in all, examples/s (every kernel's summed), examples/s per process,
@@ -226,14 +231,19 @@ def fuzz_env(state: Path, pending: Path, cuda_devices: str | None) -> dict[str, 
 def launch(proc: Process, args: argparse.Namespace, extra_env: dict[str, str], folder: Path | None = None) -> None:
     """Start one fuzz process (module docstring), its files in `folder` (default args.out)."""
     folder = args.out if folder is None else folder
-    command = [sys.executable, "-m", "conformance", "fuzz", "--kernel", proc.kernel, "--seconds", str(args.seconds)]
-    command += ["--hypothesis-profile", args.hypothesis_profile, "--shrink-seconds", str(args.shrink_seconds)]
+    fuzz = ["--kernel", proc.kernel, "--seconds", str(args.seconds)]
+    fuzz += ["--hypothesis-profile", args.hypothesis_profile, "--shrink-seconds", str(args.shrink_seconds)]
     env = fuzz_env(proc.state, folder / f"pending-{proc.kernel}", "" if proc.device == "cpu" else proc.device)
     if proc.device == "cpu":
-        command += ["--device", "cpu"]
+        fuzz += ["--device", "cpu"]
     else:
         env.update(extra_env)
-    command += args.fuzz_arg
+    fuzz += args.fuzz_arg
+    if args.stages and proc.label == f"{proc.kernel}-1":
+        stages = ["-m", "benchmarks", "campaign_stages", "--out", str(folder / f"stages-{proc.label}"), "--timers", "--"]
+        command = [sys.executable, *stages, *fuzz]
+    else:
+        command = [sys.executable, "-m", "conformance", "fuzz", *fuzz]
     proc.state.mkdir(parents=True, exist_ok=True)
     with open(folder / f"fuzz-{proc.label}.txt", "wb") as out, open(folder / f"fuzz-{proc.label}.err", "wb") as err:
         proc.popen = subprocess.Popen(command, stdout=out, stderr=err, env=env, stdin=subprocess.DEVNULL, preexec_fn=default_sigint)
@@ -314,6 +324,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--shrink-seconds", type=_seconds, default=20.0, metavar="S", help="longest shrink of one failure (default 20)")
     p.add_argument("--fuzz-arg", action="append", default=[], metavar="ARG", help="one more argument for every fuzz process (repeatable)")
     p.add_argument("--mps", action="store_true", help="the GPU processes as clients of one NVIDIA MPS server (fail-soft: benchmarks.mps)")
+    p.add_argument(
+        "--stages",
+        action="store_true",
+        help="each kernel's first process under `campaign_stages --timers` (DIR/stages-K-1): its stages beside the others",
+    )
     p.add_argument("--out", type=Path, default=Path("campaign-results"), metavar="DIR", help="results folder (default campaign-results)")
     p.add_argument("--table", type=Path, nargs="+", default=None, metavar="SUMMARY", help="only print the table of these fuzz summaries")
     p.add_argument("--markdown", action="store_true", help="with --table: a Markdown table")

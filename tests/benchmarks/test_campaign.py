@@ -154,3 +154,34 @@ def test_several_process_counts_are_not_taken_with_procs_of(tmp_path: Path, caps
     assert "--procs-of is not taken with it" in capsys.readouterr().err
     assert ct.main(["--device", "cpu", "--procs", "2,1,2", "--out", str(tmp_path)]) == 2
     assert "--procs lists 2 more than once" in capsys.readouterr().err
+
+
+def _split(command: list[str]) -> tuple[list[str], list[str]]:
+    """A launched command's runner (what comes before the fuzz arguments) and its fuzz arguments."""
+    at = command.index("--kernel")
+    return command[1:at], command[at:]
+
+
+def test_stages_puts_each_kernels_first_process_under_the_stage_timers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--stages: the first process of each kernel runs `benchmarks campaign_stages --timers --` with
+    the very arguments its fuzz command would have; the others, and every process without the
+    option, run `conformance fuzz`."""
+    started: list[list[str]] = []
+    monkeypatch.setattr(ct.subprocess, "Popen", lambda command, **kwargs: started.append(command))
+    fuzz = ["-m", "conformance", "fuzz"]
+    for option in ([], ["--stages"]):
+        started.clear()
+        args = ct.parser().parse_args(["--kernels", "emulated,flashmla", "--procs", "2", "--out", str(tmp_path), *option])
+        args.procs_of = {}
+        for proc in ct.plan(args, ["0"], 2):
+            ct.launch(proc, args, {})
+        runners, fuzz_args = zip(*map(_split, started), strict=True)
+        assert [a[:2] for a in fuzz_args] == [["--kernel", "emulated"]] * 2 + [["--kernel", "flashmla"]] * 2
+        assert fuzz_args[0][2:] == fuzz_args[1][2:] == fuzz_args[2][2:] == fuzz_args[3][2:]
+        if option:
+            timed = ["-m", "benchmarks", "campaign_stages", "--out"]
+            assert runners[0] == [*timed, str(tmp_path / "stages-emulated-1"), "--timers", "--"]
+            assert runners[2] == [*timed, str(tmp_path / "stages-flashmla-1"), "--timers", "--"]
+            assert runners[1] == runners[3] == fuzz
+        else:
+            assert all(runner == fuzz for runner in runners)

@@ -380,9 +380,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         for count in counts:
             folder = args.out if len(counts) == 1 else args.out / f"procs-{count}"
-            done, merged, usage = _one_campaign(args, count, folder, device, gpus, cores, session)
+            done, processes, merged, usage = _one_campaign(args, count, folder, device, gpus, cores, session)
             code = max(code, done)
-            processes = len(plan(args, gpus, count, folder))
             rate = sum(m["examples_per_s"] for m in merged)
             scaling.append({"procs": processes, "examples_per_s": rate, "per_process": rate / processes, "utilisation": usage.to_json()})
             if len(counts) > 1:
@@ -406,8 +405,9 @@ def _one_campaign(
     gpus: list[str],
     cores: int,
     session: mps.MpsSession | str,
-) -> tuple[int, list[dict[str, Any]], utilisation.Utilisation]:
-    """One campaign of `count` processes per kernel into `folder`: (exit code, merged rows, utilisation)."""
+) -> tuple[int, int, list[dict[str, Any]], utilisation.Utilisation]:
+    """One campaign of `count` processes per kernel into `folder`: (exit code, processes in all,
+    merged rows, utilisation)."""
     folder.mkdir(parents=True, exist_ok=True)
     procs = plan(args, gpus, count, folder)
     mps_state = f"on (server {session.servers})" if isinstance(session, mps.MpsSession) else f"off: {session}"
@@ -451,7 +451,7 @@ def _one_campaign(
         (folder / "campaigns.md").write_text(table(summaries, markdown=True)[0] + "\n\n" + usage.line() + "\n")
         (folder / "campaigns.json").write_text(json.dumps(merged, indent=1) + "\n")
         print(text)
-    return (1 if missing or problems else 0), merged, usage
+    return (1 if missing or problems else 0), len(procs), merged, usage
 
 
 def scaling_table(rows: list[dict[str, Any]]) -> str:

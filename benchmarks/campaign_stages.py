@@ -50,8 +50,8 @@ a tensor), whichever stage makes them: on a GPU a read waits for every launch qu
 so without --sync this row is the time the host waited on the device (on a GPU that several
 processes share, their queues' too) and the stages hold only their host work. `--sync` (GPU)
 synchronises the device at every stage boundary: a kernel launch returns before the device is
-done, and without it the queued work is charged to the next host read. Writes DIR/stages.txt and DIR/stages.json
-with both columns (no pstats). `--ops` (with --timers) also counts each stage's launched torch
+done, and without it the queued work is charged to the next host read. Writes DIR/stages.txt
+and DIR/stages.json with both columns (no pstats). `--ops` (with --timers) also counts each stage's launched torch
 ops (conformance.tools.op_count's rule: on a GPU about one kernel launch each, what a GPU that
 several processes share pays for) into DIR/ops.txt and DIR/ops.json: ops in all, calls of the
 stage, ops per call and the commonest ops.

@@ -127,12 +127,11 @@ class Sampler:
         cores: int | None = None,
         stat: Callable[[], tuple[int, int]] = read_proc_stat,
         query: Callable[[], str] = _run_query,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._gpus = [str(g) for g in gpus]
         self._interval = interval_s
         self._cores = cores if cores is not None else (os.cpu_count() or 1)
-        self._stat, self._query, self._clock = stat, query, clock
+        self._stat, self._query = stat, query
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sums: dict[str, float] = {}
@@ -144,7 +143,7 @@ class Sampler:
         self._started = self._ended = 0.0
 
     def __enter__(self) -> Sampler:
-        self._started = self._clock()
+        self._started = time.monotonic()
         try:
             self._host_start = self._stat()
         except (OSError, ValueError) as err:
@@ -161,7 +160,7 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=QUERY_TIMEOUT_S + self._interval + 1)
-        self._ended = self._clock()
+        self._ended = time.monotonic()
         if self._host_start is not None:
             try:
                 self._host_end = self._stat()

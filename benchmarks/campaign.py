@@ -7,6 +7,11 @@ merged into one table.
     python -m benchmarks campaign --kernels emulated --procs 8,15 --seconds 60 --mps   # one campaign per count
     python -m benchmarks campaign --table DIR/fuzz-*.json [--markdown]       # the table again
 
+By default a kernel gets cores / kernels processes (at least 1): one process per core, since a
+process's own host work, not the GPU, is what limits a campaign (on a 16-core H100 host, 16
+processes made the most examples/s, and processes that sleep while they wait on the GPU made no
+more at 24 or 32: docs/reference/measurements.md, "Processes per GPU: the host is the limit").
+
 Every process is `python -m conformance fuzz --kernel K --seconds S --hypothesis-profile P
 --shrink-seconds X` with its own state folder (DIR/state/K-n: its run folder and fuzz-summary.json)
 and the kernel's pending folder (DIR/pending-K), one CPU thread (OMP_NUM_THREADS=1: many processes
@@ -312,7 +317,7 @@ def parser() -> argparse.ArgumentParser:
         type=int_list,
         default=None,
         metavar="N[,N...]",
-        help="processes per kernel (default (cores - 1) / kernels, 1..12); several counts: one campaign each, in turn",
+        help="processes per kernel (default cores / kernels, at least 1); several counts: one campaign each, in turn",
     )
     p.add_argument("--procs-of", type=_procs_of, action="append", default=[], metavar="K=N", help="processes of one kernel (repeatable)")
     p.add_argument("--cpu-procs", type=int, default=0, metavar="N", help="more `emulated` processes on the CPU beside the GPU's")
@@ -370,7 +375,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     args.procs_of = dict(args.procs_of)
     cores = os.cpu_count() or 1
-    counts = counts or [max(1, min(12, (cores - 1) // len(args.kernels)))]
+    counts = counts or [max(1, cores // len(args.kernels))]  # one process per core: the host's work is the limit (module docstring)
     args.out.mkdir(parents=True, exist_ok=True)
     session: mps.MpsSession | str = "not requested"
     if args.mps:

@@ -54,7 +54,11 @@ done, and without it the queued work is charged to the next host read. Writes DI
 and DIR/stages.json with both columns (no pstats). `--ops` (with --timers) also counts each stage's launched torch
 ops (conformance.tools.op_count's rule: on a GPU about one kernel launch each, what a GPU that
 several processes share pays for) into DIR/ops.txt and DIR/ops.json: ops in all, calls of the
-stage, ops per call and the commonest ops.
+stage, ops per call and the commonest ops. `--syncs` (with --timers, on a GPU) counts the
+host-device synchronisations by the project's line that makes them and the stage it is in
+(benchmarks.syncs: torch's sync debug mode) into DIR/syncs.txt and DIR/syncs.json, with the
+syncs per kernel call: the waits the "host reads" row adds up, and the copies from host to device
+that wait too.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import parse
+from benchmarks.syncs import SyncCounter, calling_stage
 
 # (stage, file suffix, function name): the cProfile stages (cumulative time of those functions)
 STAGES: tuple[tuple[str, str, str], ...] = (
@@ -393,6 +398,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--ops", action="store_true", help="with --timers: count the launched torch ops of each stage (OpCounter.launched's rule)"
     )
+    parser.add_argument(
+        "--syncs",
+        action="store_true",
+        help="with --timers on a GPU: count the host-device synchronisations by the line that makes them (benchmarks.syncs)",
+    )
     parser.add_argument("fuzz_args", nargs=argparse.REMAINDER, help="-- then the arguments of `python -m conformance fuzz`")
     args = parse(parser, argv)
     if isinstance(args, int):
@@ -400,7 +410,7 @@ def main(argv: list[str]) -> int:
     fuzz_args = [a for a in args.fuzz_args if a != "--"]
     args.out.mkdir(parents=True, exist_ok=True)
     if args.timers:
-        return _timed(args.out, fuzz_args, run_cli, sync=args.sync, ops=args.ops)
+        return _timed(args.out, fuzz_args, run_cli, sync=args.sync, ops=args.ops, syncs=args.syncs)
 
     profiler = cProfile.Profile()
     t0 = time.perf_counter()
@@ -449,17 +459,19 @@ def stage_op_counter(timers: StageTimers) -> Any:
     return StageOps(key=lambda: timers._stack[-1][0] if timers._stack else "other")
 
 
-def _timed(out: Path, fuzz_args: list[str], cli_main: Any, *, sync: bool = False, ops: bool = False) -> int:
+def _timed(out: Path, fuzz_args: list[str], cli_main: Any, *, sync: bool = False, ops: bool = False, syncs: bool = False) -> int:
     """The campaign under StageTimers; stages.txt / stages.json with wall and CPU seconds (and,
-    with `ops`, the launched torch ops of each stage: ops.txt / ops.json)."""
+    with `ops`, the launched torch ops of each stage: ops.txt / ops.json; with `syncs`, the
+    host-device synchronisations by site: syncs.txt / syncs.json)."""
     for module in ("conformance.judging.checks", "conformance.campaign.fuzz", "conformance.records.coverage"):
         importlib.import_module(module)
     timers = StageTimers(sync=_device_sync() if sync else None)
     timers.install()
     counter = stage_op_counter(timers) if ops else None
+    waits = SyncCounter(stage=calling_stage(timers)) if syncs else None
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        with counter if counter is not None else contextlib.nullcontext():
+        with counter if counter is not None else contextlib.nullcontext(), waits.counting() if waits else contextlib.nullcontext():
             code = cli_main(["fuzz", *fuzz_args])
     finally:
         timers.uninstall()
@@ -480,6 +492,8 @@ def _timed(out: Path, fuzz_args: list[str], cli_main: Any, *, sync: bool = False
     )
     if counter is not None:
         _write_ops(out, counter.by_stage, timers.calls)
+    if waits is not None:
+        print(waits.write(out, timers.calls.get("kernel", 0)))
     return code
 
 

@@ -114,7 +114,8 @@ def run_dir() -> Path:
     if not os.environ.get(RUN_ID_ENV):
         os.environ[RUN_ID_ENV] = new_run_id()
     path = runs_root() / os.environ[RUN_ID_ENV]
-    path.mkdir(parents=True, exist_ok=True)
+    if not path.is_dir():  # a stat where it exists (every call but the first): mkdir's refusal costs more
+        path.mkdir(parents=True, exist_ok=True)
     return path
 
 

@@ -17,50 +17,50 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import stat
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 
-def current_umask() -> int:
-    """The process's file mode creation mask: from /proc/self/status where Linux shows it, else
-    read by setting it and setting it back (a moment in which another thread's new file would
-    get the stand-in mask 0o022)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def new_file_mode(path: Path) -> int:
-    """The permission bits open(path, "w") would leave `path` with: its own when it is a regular
-    file already, else 0o666 & ~umask."""
+def _own_mode(path: Path) -> int | None:
+    """`path`'s permission bits when it is a regular file already, else None."""
     try:
         st = os.stat(path)
     except OSError:
-        return 0o666 & ~current_umask()
-    return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else 0o666 & ~current_umask()
+        return None
+    return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else None
+
+
+def _temporary(folder: Path, prefix: str, suffix: str) -> tuple[int, str]:
+    """A new file in `folder` opened for writing, created as open() creates one (mode 0o666, less
+    the umask, applied by the kernel: no read of the umask, unlike mkstemp's fixed 0o600, which
+    would need one to correct), under a random name no one else has (O_EXCL); (fd, path)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        name = os.path.join(folder, f"{prefix}{secrets.token_hex(6)}{suffix}")
+        try:
+            return os.open(name, flags, 0o666), name
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no unused temporary name in {folder} after 100 tries")
 
 
 def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     """Write `text` to `path` atomically: a reader sees the old file or the whole new one (a
     temporary file in the same folder, renamed over `path`). The file gets the mode open() would
-    give it (new_file_mode: a new file 0o666 & ~umask, not mkstemp's 0o600, which would hide
-    reports and corpus entries from everyone but their writer). `durable`: fsync the data
-    before the rename, so the new file also survives a machine crash (without: a process crash)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    give it: a new file 0o666 & ~umask (the temporary is created with that mode),
+    an existing regular file its own mode. `durable`: fsync the data before the rename, so the
+    new file also survives a machine crash (without: a process crash)."""
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    keep = _own_mode(path)
+    fd, tmp = _temporary(path.parent, f".{path.name}.", ".tmp")
     try:
-        os.fchmod(fd, new_file_mode(path))
+        if keep is not None:
+            os.fchmod(fd, keep)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

@@ -282,9 +282,14 @@ class StageTimers:
                                 self._installed.append((namespace, key, original, wrapped))
 
     def uninstall(self) -> None:
-        """Put back what install() wrapped (the last wrapped first)."""
+        """Put back what install() wrapped (the last wrapped first), also where a module imported
+        while the timers were installed took a wrapper by name (a later campaign in this process
+        would otherwise charge those calls to these timers)."""
+        originals: dict[int, tuple[Any, Any]] = {}  # id(wrapper) -> (wrapper, original)
         while self._installed:
             owner, name, original, wrapped = self._installed.pop()
+            if original is not None:
+                originals[id(wrapped)] = (wrapped, original)
             if isinstance(owner, dict):
                 if owner.get(name) is wrapped:
                     owner[name] = original
@@ -293,6 +298,13 @@ class StageTimers:
                     delattr(owner, name)  # the attribute was inherited: the inherited one shows again
                 else:
                     setattr(owner, name, original)
+        for module in list(sys.modules.values()):
+            namespace = getattr(module, "__dict__", None)
+            if isinstance(namespace, dict):
+                for key, value in list(namespace.items()):
+                    pair = originals.get(id(value))
+                    if pair is not None and pair[0] is value:
+                        namespace[key] = pair[1]
 
     def seconds(self, clock: str, start: float, end: float) -> dict[str, float]:
         """Seconds per stage of `clock` ("wall" or "cpu") between `start` and `end` (that clock's
@@ -408,6 +420,11 @@ def main(argv: list[str]) -> int:
     if isinstance(args, int):
         return args
     fuzz_args = [a for a in args.fuzz_args if a != "--"]
+    untimed = [flag for flag, on in (("--sync", args.sync), ("--ops", args.ops), ("--syncs", args.syncs)) if on and not args.timers]
+    if untimed:
+        verb = "needs" if len(untimed) == 1 else "need"
+        print(f"campaign_stages: {', '.join(untimed)} {verb} --timers (cProfile's run has no stage clocks)", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     if args.timers:
         return _timed(args.out, fuzz_args, run_cli, sync=args.sync, ops=args.ops, syncs=args.syncs)

@@ -275,3 +275,25 @@ def test_host_reads_are_a_stage_of_their_own_and_uninstall_restores_torch() -> N
     assert {name: getattr(torch.Tensor, name) for name in cp.HOST_READ_METHODS} == before
     assert torch.nonzero is nonzero and torch.arange(3).tolist() == [0, 1, 2]
     assert timers.calls == calls  # nothing timed after uninstall
+
+
+def test_a_module_imported_while_timed_gets_the_original_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module first imported during a timed campaign binds the wrapper by name; uninstall()
+    puts the original there too, so a second campaign in this process is timed by its own timers
+    (else its calls would go to the first timers and its start-up would be missing)."""
+    import sys
+    import types
+
+    import conformance.campaign.fuzz as fuzz
+
+    original = fuzz.campaign
+    timers = cp.StageTimers(clock=lambda: (0.0, 0.0))
+    timers.install()
+    try:
+        late = types.ModuleType("late_importer_of_campaign")
+        late.campaign = fuzz.campaign  # what `from conformance.campaign.fuzz import campaign` binds now
+        monkeypatch.setitem(sys.modules, late.__name__, late)
+        assert late.campaign is not original
+    finally:
+        timers.uninstall()
+    assert fuzz.campaign is original and late.campaign is original

@@ -100,3 +100,12 @@ def test_the_option_writes_the_table_of_a_short_campaign(tmp_path: Path, monkeyp
     data = json.loads((out / "syncs.json").read_text())
     assert data["mode"].startswith("no CUDA device here") and data["sites"] == []
     assert data["kernel_calls"] > 0
+
+
+@pytest.mark.parametrize("flags", [["--syncs"], ["--ops", "--sync"]])
+def test_the_timer_options_without_timers_are_refused(tmp_path: Path, flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "stages"
+    assert cp.main(["--out", str(out), *flags, "--", "--kernel", "emulated", "--seconds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert all(flag in err for flag in flags) and "--timers" in err
+    assert not out.exists()  # refused before anything ran or was written

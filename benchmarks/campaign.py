@@ -8,9 +8,9 @@ merged into one table.
     python -m benchmarks campaign --table DIR/fuzz-*.json [--markdown]       # the table again
 
 By default a kernel gets cores / kernels processes (at least 1): one process per core, since a
-process's own host work, not the GPU, is what limits a campaign (on a 16-core H100 host, 16
-processes made the most examples/s, and processes that sleep while they wait on the GPU made no
-more at 24 or 32: docs/reference/measurements.md, "Processes per GPU: the host is the limit").
+process's own host work, not the GPU, is what limits a campaign (on a 16-core H100 host, 24
+processes that sleep while they wait on the GPU made as many examples/s as 16 that spin, and 32
+made fewer: docs/reference/measurements.md, "Processes per GPU: the host is the limit").
 
 Every process is `python -m conformance fuzz --kernel K --seconds S --hypothesis-profile P
 --shrink-seconds X` with its own state folder (DIR/state/K-n: its run folder and fuzz-summary.json)

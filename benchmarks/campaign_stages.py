@@ -78,7 +78,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import parse
-from benchmarks.syncs import SyncCounter, calling_stage
+from benchmarks.syncs import SyncCounter
 
 # (stage, file suffix, function name): the cProfile stages (cumulative time of those functions)
 STAGES: tuple[tuple[str, str, str], ...] = (
@@ -211,6 +211,12 @@ class StageTimers:
         if self._stack:
             self._stack[-1][1], self._stack[-1][2] = now
 
+    def stage(self, skip: str | None = None) -> str:
+        """The stage being timed now, less `skip` (a stage whose caller is wanted: the "host reads"
+        of a read are charged below it); "other" outside every stage."""
+        frames = [frame[0] for frame in self._stack if frame[0] != skip]
+        return frames[-1] if frames else "other"
+
     def wrap(self, stage: str, fn: Any) -> Any:
         timers = self
 
@@ -273,38 +279,24 @@ class StageTimers:
             self._installed.append((owner, name, original if had_own else None, wrapped))
             setattr(owner, name, wrapped)
             if not parents:
-                for module in list(sys.modules.values()):
-                    namespace = getattr(module, "__dict__", None)
-                    if isinstance(namespace, dict):
-                        for key, value in list(namespace.items()):
-                            if value is original:
-                                namespace[key] = wrapped
-                                self._installed.append((namespace, key, original, wrapped))
+                _rebind({id(original): (original, wrapped)})
 
     def uninstall(self) -> None:
-        """Put back what install() wrapped (the last wrapped first), also where a module imported
-        while the timers were installed took a wrapper by name (a later campaign in this process
-        would otherwise charge those calls to these timers)."""
+        """Put back what install() wrapped (the last wrapped first), and the originals wherever a
+        module holds a wrapper by name: imported before install() or while the timers were
+        installed (a later campaign in this process would otherwise charge those calls to these
+        timers)."""
         originals: dict[int, tuple[Any, Any]] = {}  # id(wrapper) -> (wrapper, original)
         while self._installed:
             owner, name, original, wrapped = self._installed.pop()
             if original is not None:
                 originals[id(wrapped)] = (wrapped, original)
-            if isinstance(owner, dict):
-                if owner.get(name) is wrapped:
-                    owner[name] = original
-            elif getattr(owner, name, None) is wrapped:
+            if getattr(owner, name, None) is wrapped:
                 if original is None:
                     delattr(owner, name)  # the attribute was inherited: the inherited one shows again
                 else:
                     setattr(owner, name, original)
-        for module in list(sys.modules.values()):
-            namespace = getattr(module, "__dict__", None)
-            if isinstance(namespace, dict):
-                for key, value in list(namespace.items()):
-                    pair = originals.get(id(value))
-                    if pair is not None and pair[0] is value:
-                        namespace[key] = pair[1]
+        _rebind(originals)
 
     def seconds(self, clock: str, start: float, end: float) -> dict[str, float]:
         """Seconds per stage of `clock` ("wall" or "cpu") between `start` and `end` (that clock's
@@ -323,6 +315,18 @@ class StageTimers:
             counted += out["start-up"] + out["report"]
         out["other"] = (end - start) - counted
         return out
+
+
+def _rebind(pairs: dict[int, tuple[Any, Any]]) -> None:
+    """In every loaded module's namespace, each name bound to an `old` of `pairs` (id(old) ->
+    (old, new)) is bound to its `new`."""
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if isinstance(namespace, dict):
+            for key, value in list(namespace.items()):
+                pair = pairs.get(id(value))
+                if pair is not None and pair[0] is value:
+                    namespace[key] = pair[1]
 
 
 def _cum(table: dict[Any, Any], suffix: str, func: str) -> float:
@@ -473,7 +477,7 @@ def stage_op_counter(timers: StageTimers) -> Any:
         def by_stage(self) -> dict[str, Any]:
             return self.launched_by_key()
 
-    return StageOps(key=lambda: timers._stack[-1][0] if timers._stack else "other")
+    return StageOps(key=timers.stage)
 
 
 def _timed(out: Path, fuzz_args: list[str], cli_main: Any, *, sync: bool = False, ops: bool = False, syncs: bool = False) -> int:
@@ -485,7 +489,7 @@ def _timed(out: Path, fuzz_args: list[str], cli_main: Any, *, sync: bool = False
     timers = StageTimers(sync=_device_sync() if sync else None)
     timers.install()
     counter = stage_op_counter(timers) if ops else None
-    waits = SyncCounter(stage=calling_stage(timers)) if syncs else None
+    waits = SyncCounter(stage=lambda: timers.stage(skip="host reads")) if syncs else None
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         with counter if counter is not None else contextlib.nullcontext(), waits.counting() if waits else contextlib.nullcontext():

@@ -54,7 +54,7 @@ class SyncCounter:
     def __init__(self, stage: Callable[[], str] | None = None) -> None:
         self.counts: Counter[tuple[str, str]] = Counter()
         self._stage = stage or (lambda: "other")
-        self.enabled = "not counted yet"
+        self.mode = "not counted yet"
 
     def record(self, stack: list[traceback.FrameSummary]) -> None:
         """One synchronisation made with `stack` (outermost frame first)."""
@@ -68,7 +68,7 @@ class SyncCounter:
 
         cuda = torch.cuda.is_available()
         before = torch.cuda.get_sync_debug_mode() if cuda else 0
-        self.enabled = "torch.cuda.set_sync_debug_mode('warn')" if cuda else "no CUDA device here: nothing synchronises"
+        self.mode = "torch.cuda.set_sync_debug_mode('warn')" if cuda else "no CUDA device here: nothing synchronises"
         with warnings.catch_warnings():
             warnings.filterwarnings("always", message=f".*{SYNC_WARNING}")
             shown = warnings.showwarning
@@ -92,7 +92,7 @@ class SyncCounter:
         """The sites, most syncs first: syncs in all and per kernel call (`kernel_calls`: the
         campaign's calls of the kernel stage), then the stage and the site."""
         total = sum(self.counts.values())
-        lines = [f"host-device synchronisations: {total} ({self.enabled}); {kernel_calls} kernel calls"]
+        lines = [f"host-device synchronisations: {total} ({self.mode}); {kernel_calls} kernel calls"]
         lines.append(f"{'syncs':>8} {'per call':>9}  {'stage':<26} site")
         for (stage, site), n in self.counts.most_common():
             per = n / kernel_calls if kernel_calls else float("nan")
@@ -104,16 +104,5 @@ class SyncCounter:
         text = self.table(kernel_calls)
         (out / "syncs.txt").write_text(text + "\n")
         rows = [{"stage": stage, "site": site, "syncs": n} for (stage, site), n in self.counts.most_common()]
-        (out / "syncs.json").write_text(json.dumps({"mode": self.enabled, "kernel_calls": kernel_calls, "sites": rows}, indent=1) + "\n")
+        (out / "syncs.json").write_text(json.dumps({"mode": self.mode, "kernel_calls": kernel_calls, "sites": rows}, indent=1) + "\n")
         return text
-
-
-def calling_stage(timers: Any, reads: str = "host reads") -> Callable[[], str]:
-    """The stage StageTimers `timers` is in, less its `reads` stage (the read is the sync, and the
-    stage that made it is the one below): "other" outside every stage."""
-
-    def stage() -> str:
-        frames = [frame[0] for frame in timers._stack if frame[0] != reads]
-        return frames[-1] if frames else "other"
-
-    return stage

@@ -109,12 +109,20 @@ def new_run_id(prefix: str = "") -> str:
     return f"{prefix}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
+_RUN_DIRS: dict[tuple[str | None, str], Path] = {}  # ($CONFORMANCE_DIR, run id) -> run_dir()'s path
+
+
 def run_dir() -> Path:
-    """This run's folder, created; a process with no run id yet gets a fresh one."""
-    if not os.environ.get(RUN_ID_ENV):
-        os.environ[RUN_ID_ENV] = new_run_id()
-    path = runs_root() / os.environ[RUN_ID_ENV]
-    if not path.is_dir():  # a stat where it exists (every call but the first): mkdir's refusal costs more
+    """This run's folder, created (again, when it was removed); a process with no run id yet gets
+    a fresh one. Called per example record: the path of each (state folder, run id) is built once."""
+    run_id = os.environ.get(RUN_ID_ENV)
+    if not run_id:
+        run_id = os.environ[RUN_ID_ENV] = new_run_id()
+    key = (os.environ.get(STATE_DIR_ENV), run_id)
+    path = _RUN_DIRS.get(key)
+    if path is None:
+        path = _RUN_DIRS[key] = runs_root() / run_id
+    if not os.path.isdir(path):  # a stat where it exists (every call but the first): mkdir's refusal costs more
         path.mkdir(parents=True, exist_ok=True)
     return path
 

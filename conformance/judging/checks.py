@@ -24,7 +24,7 @@ from hypothesis.control import currently_in_test_context
 
 from conformance.judging import rejections
 from conformance.judging.finding import CONTRACT, SUITE_ERROR, Finding, failure
-from conformance.judging.harness import Judgement, Verdict, check_types, judge, record, run_kernel
+from conformance.judging.harness import Judgement, Verdict, append_records, check_types, example_line, judge, record, run_kernel
 from conformance.judging.target import Target, judges, out_of_device_memory
 from conformance.judging.triage import triage
 from oracle.bound import Evaluation
@@ -158,19 +158,25 @@ def judge_call(
         raise failure(Finding(SUITE_ERROR, f"the judgement raised {type(err).__name__}", str(err)[:300])) from err
     if use_target:
         target_ratios([judgement.verdicts])
+    recipe_json = problem.recipe.to_json_dict()  # one per call: every mode's line holds it
+    lines = []
     for mode, verdict in judgement.verdicts.items():
         extra: dict[str, Any] = {"mode": mode}
         if triaged is not None and not verdict.ok:
             extra.update(finding_fields(triaged.finding))
-        record(
-            property_name,
-            target.name,
-            problem,
-            outcome="pass" if verdict.ok else "fail",
-            out_ratio=verdict.out_ratio,
-            lse_ratio=verdict.lse_ratio,
-            extra=extra,
+        lines.append(
+            example_line(
+                property_name,
+                target.name,
+                problem,
+                outcome="pass" if verdict.ok else "fail",
+                out_ratio=verdict.out_ratio,
+                lse_ratio=verdict.lse_ratio,
+                extra=extra,
+                recipe_json=recipe_json,
+            )
         )
+    append_records(lines)
     if triaged is not None:
         raise failure(triaged.finding, "kernel output outside the a-priori bound:\n" + "\n".join(failure_lines(judgement, lse)))
     return list(judgement.verdicts.values())

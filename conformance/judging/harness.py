@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -379,6 +380,23 @@ def record(
     """Append one example's result to this worker's JSON-lines file of the run (for reports).
 
     lse_ratio is None when the call returned no lse."""
+    line = example_line(property_name, kernel_name, problem, outcome=outcome, out_ratio=out_ratio, lse_ratio=lse_ratio, extra=extra)
+    append_records([line])
+
+
+def example_line(
+    property_name: str,
+    kernel_name: str,
+    problem: Problem,
+    *,
+    outcome: str,
+    out_ratio: float | None = None,
+    lse_ratio: float | None = None,
+    extra: dict[str, Any] | None = None,
+    recipe_json: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The example log's line of one result (see record). `recipe_json`: problem.recipe.to_json_dict()
+    when the caller has it (several lines of one problem share it: it is not modified here)."""
     if not problem.return_lse:
         lse_ratio = None
     line = {
@@ -387,11 +405,25 @@ def record(
         "outcome": outcome,
         "out_ratio": out_ratio,
         "lse_ratio": lse_ratio,
-        "recipe": problem.recipe.to_json_dict(),
+        "recipe": problem.recipe.to_json_dict() if recipe_json is None else recipe_json,
         "time": time.time(),
     }
     if extra:
         line.update(extra)
+    return line
+
+
+def append_records(lines: Sequence[dict[str, Any]]) -> None:
+    """Append `lines` (example_line's) to this worker's examples-<worker>.jsonl of the run, in one
+    write of an O_APPEND descriptor (the file is this process's alone)."""
+    if not lines:
+        return
+    text = "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines)
     path = run_dir() / f"examples-{worker_id()}.jsonl"
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(line, sort_keys=True) + "\n")
+    data = memoryview(text.encode("utf-8"))
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        while data:  # a regular file takes it in one write; a short write (a signal) goes on where it stopped
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)

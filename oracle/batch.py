@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernel.host_copy import to_device
 from kernel.record import LATENT_DIM, RECORD_BYTES
 from oracle import binary
 from oracle import q_representation as qrep
@@ -129,7 +130,7 @@ def evaluate_many(
     finite_host = host[at:]
 
     orders = [sorted(range(len(lengths)), key=lambda i, lengths=lengths: -lengths[i]) for lengths in lengths_host]
-    order_all = torch.tensor([i for order in orders for i in order], dtype=torch.int64, device=device)
+    order_all = to_device([i for order in orders for i in order], dtype=torch.int64, device=device)
     order_views = order_all.split([len(order) for order in orders])
 
     code_table = _abs_code_table(device)

@@ -44,6 +44,7 @@ import torch
 
 from kernel.contract import ContractError, validate_call
 from kernel.fp8 import E4M3_NAN_CODE
+from kernel.host_copy import to_device
 from kernel.record import RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET
 
 Severity = Literal["violation", "notice"]
@@ -408,13 +409,14 @@ class _Picks:
         every = torch.cat(self._masks)
         rank = torch.cumsum(every, 0)  # inclusive count of True entries, over all segments
         pos = torch.arange(every.numel(), device=dev)
-        seg = torch.searchsorted(torch.tensor(starts[1:], dtype=torch.int64, device=dev), pos, right=True)
-        before = torch.cat((torch.zeros(1, dtype=torch.int64, device=dev), rank))[torch.tensor(starts, device=dev)]  # [segments]
+        seg = torch.searchsorted(to_device(starts[1:], dtype=torch.int64, device=dev), pos, right=True)
+        firsts = to_device(starts, dtype=torch.int64, device=dev)
+        before = torch.cat((torch.zeros(1, dtype=torch.int64, device=dev), rank))[firsts]  # [segments]
         rel = rank - before[seg]  # 1-based rank within the segment
         slot = torch.where(every & (rel <= k), seg * k + rel - 1, n_seg * k)
         out = torch.full((n_seg * k + 1,), -1, dtype=torch.int64, device=dev)
         out.scatter_(0, slot, pos)  # the last slot collects the rest
-        base = torch.tensor([s for s in starts for _ in range(k)], dtype=torch.int64, device=dev)
+        base = to_device([s for s in starts for _ in range(k)], dtype=torch.int64, device=dev)
         self._local = torch.where(out[:-1] >= 0, out[:-1] - base, -1).view(n_seg, k)
 
     def local(self, handle: int) -> torch.Tensor:

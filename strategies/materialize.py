@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from kernel.fp8 import round_f32_to_bf16_no_nan
+from kernel.host_copy import move_to
 from kernel.record import ENGINE_WRITERS, LATENT_DIM, RECORD_BYTES, ROPE_DIM, ROPE_OFFSET, SCALE_OFFSET, encode_records
 from kernel.writers.sglang import WriterUnavailable, write_records
 from strategies import layouts, rng
@@ -406,10 +407,11 @@ def _poison_on(device: torch.device) -> torch.Tensor:
 
 
 def _to_device(parts: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """int64 CPU tensors moved to `device` in one host-to-device copy (the same tensors on the CPU)."""
+    """int64 CPU tensors moved to `device` in one host-to-device copy, queued without a host sync
+    (kernel.host_copy; the same tensors on the CPU)."""
     if device.type == "cpu" or not parts:
         return parts
-    moved = torch.cat(parts).to(device)
+    moved = move_to(torch.cat(parts), device)
     return list(moved.split([t.numel() for t in parts]))
 
 
@@ -752,7 +754,7 @@ def materialize_pack(recipe: Recipe, device: torch.device | str = "cpu") -> Prob
             if part.poison:  # every row written (NaN poison besides the referenced ones)
                 kv[int(first_row) : int(first_row) + part.cache_rows] = flat
             elif problem.referenced_rows.numel():  # a packable cache is zero but for its referenced rows
-                rows = problem.referenced_rows.to(device)
+                rows = move_to(problem.referenced_rows, device)
                 kv[rows + int(first_row)] = flat[rows]
         q = torch.cat([p.q for p in problems])
         indices_here, indptr_here = _to_device([indices, indptr], device)

@@ -65,6 +65,7 @@ from kernel.emulated import qk as emulated_qk
 from kernel.emulated import scores as emulated_scores
 from kernel.emulated import state as emulated_state
 from kernel.fp8 import E4M3_NAN_CODE, E8M0_BIAS, E8M0_NAN, e4m3_table
+from kernel.host_copy import to_device
 from kernel.record import LATENT_DIM, RECORD_BYTES, ROPE_OFFSET, SCALE_OFFSET, index_records, record_words
 
 TILE = 128
@@ -678,7 +679,7 @@ def run_emulated(
     result = out if out is not None else torch.empty(n_q, heads, LATENT_DIM, dtype=torch.bfloat16, device=device)
     lse = torch.empty(n_q, heads, dtype=torch.float32, device=device) if return_lse else None
     kv_rows = kv_cache.reshape(-1, RECORD_BYTES)
-    c_log2 = torch.tensor(float(softmax_scale) * math.log2(math.e), dtype=torch.float32, device=device)
+    c_log2 = to_device(float(softmax_scale) * math.log2(math.e), dtype=torch.float32, device=device)
     r_beg, r_len = stages.load_row_ranges(indptr)
     n_tiles = stages.tile_count(indices, r_beg, r_len, has_invalid)
     order = torch.argsort(n_tiles, descending=True, stable=True)  # long rows first

@@ -367,21 +367,11 @@ def judge(
     return Judgement(verdicts={m: compared[m] for m in ordered}, evaluations={m: evaluations[m] for m in ordered})
 
 
-def record(
-    property_name: str,
-    kernel_name: str,
-    problem: Problem,
-    *,
-    outcome: str,
-    out_ratio: float | None = None,
-    lse_ratio: float | None = None,
-    extra: dict[str, Any] | None = None,
-) -> None:
-    """Append one example's result to this worker's JSON-lines file of the run (for reports).
-
-    lse_ratio is None when the call returned no lse."""
-    line = example_line(property_name, kernel_name, problem, outcome=outcome, out_ratio=out_ratio, lse_ratio=lse_ratio, extra=extra)
-    append_records([line])
+def record(property_name: str, kernel_name: str, problem: Problem, **fields: Any) -> None:
+    """Append one example's result to this worker's JSON-lines file of the run (for reports):
+    example_line(property_name, kernel_name, problem, **fields) (its keywords: outcome, out_ratio,
+    lse_ratio, extra) through append_records."""
+    append_records([example_line(property_name, kernel_name, problem, **fields)])
 
 
 def example_line(
@@ -395,8 +385,10 @@ def example_line(
     extra: dict[str, Any] | None = None,
     recipe_json: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The example log's line of one result (see record). `recipe_json`: problem.recipe.to_json_dict()
-    when the caller has it (several lines of one problem share it: it is not modified here)."""
+    """The example log's line of one result: property, kernel, outcome, the out and lse ratios
+    (err / bound; lse_ratio is None when the call returned no lse), the recipe, the time (Unix
+    seconds) and `extra`'s fields. `recipe_json`: problem.recipe.to_json_dict() when the caller
+    has it (several lines of one problem share it: it is not modified here)."""
     if not problem.return_lse:
         lse_ratio = None
     line = {

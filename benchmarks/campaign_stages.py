@@ -493,7 +493,7 @@ def _timed(out: Path, fuzz_args: list[str], cli_main: Any, *, sync: bool = False
     timers = StageTimers(sync=_device_sync() if sync else None)
     timers.install()
     counter = stage_op_counter(timers) if ops else None
-    waits = SyncCounter(stage=lambda: timers.stage(skip="host reads")) if syncs else None
+    waits = SyncCounter(stage=lambda: timers.stage(skip="host reads"), wrappers=(__file__,)) if syncs else None
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         with counter if counter is not None else contextlib.nullcontext(), waits.counting() if waits else contextlib.nullcontext():

@@ -31,13 +31,15 @@ SYNC_WARNING = "synchronizing CUDA operation"
 FOREIGN = ("/torch/", "/hypothesis/", "/_pytest/", "/pluggy/", "/warnings.py", "/contextlib.py", "/functools.py", "/runpy.py")
 
 
-def site_of(stack: list[traceback.FrameSummary], skip: str = __file__) -> str:
+def site_of(stack: list[traceback.FrameSummary], skip: tuple[str, ...] = ()) -> str:
     """The innermost frame of `stack` (outermost first, as traceback.extract_stack gives it)
-    that is neither this module nor a FOREIGN one, as "path:line (function)" with the path from
-    its last two folders; "unknown" when there is none."""
+    that is neither this module, nor a file of `skip` (paths: a wrapper between the project's
+    line and torch, such as the stage timers' around Tensor.tolist), nor a FOREIGN one, as
+    "path:line (function)" with the path from its last two folders; "unknown" when there is none."""
+    skipped = {name.replace("\\", "/") for name in (__file__, *skip)}
     for frame in reversed(stack):
         path = frame.filename.replace("\\", "/")
-        if path == skip.replace("\\", "/") or any(part in path for part in FOREIGN):
+        if path in skipped or any(part in path for part in FOREIGN):
             continue
         short = "/".join(path.split("/")[-2:])
         return f"{short}:{frame.lineno} ({frame.name})"
@@ -48,17 +50,20 @@ class SyncCounter:
     """Counts of synchronising operations by (stage, site) while `counting()` is entered.
 
     `stage`: a callable giving the stage being timed (StageTimers' top of stack), "other" when
-    None. The warnings are taken from the warnings module (every one of them: the default filter
-    would show a site once), and the ones that are not sync warnings are shown as before."""
+    None. `wrappers`: files whose frames are never a site (site_of's `skip`: the timers' module,
+    whose wrappers stand between the project's line and the torch method that synchronises). The
+    warnings are taken from the warnings module (every one of them: the default filter would show
+    a site once), and the ones that are not sync warnings are shown as before."""
 
-    def __init__(self, stage: Callable[[], str] | None = None) -> None:
+    def __init__(self, stage: Callable[[], str] | None = None, *, wrappers: tuple[str, ...] = ()) -> None:
         self.counts: Counter[tuple[str, str]] = Counter()
         self._stage = stage or (lambda: "other")
+        self._wrappers = wrappers
         self.mode = "not counted yet"
 
     def record(self, stack: list[traceback.FrameSummary]) -> None:
         """One synchronisation made with `stack` (outermost frame first)."""
-        self.counts[(self._stage(), site_of(stack))] += 1
+        self.counts[(self._stage(), site_of(stack, self._wrappers))] += 1
 
     @contextmanager
     def counting(self) -> Iterator[SyncCounter]:

@@ -81,6 +81,24 @@ def test_sync_warnings_are_counted_by_stage_and_site_and_others_still_shown(tmp_
     assert counter.counts == _sync_outside
 
 
+def test_a_sync_through_the_stage_timers_is_charged_to_the_line_that_called_them() -> None:
+    """campaign_stages --timers wraps the reading Tensor methods: the wrapper's frame (in
+    campaign_stages.py) stands between the project's line and torch, and is never the site."""
+    timers = cp.StageTimers(clock=lambda: (0.0, 0.0))
+    read = timers.wrap("host reads", _sync)  # as install() wraps Tensor.tolist
+    counter = SyncCounter(stage=lambda: timers.stage(skip="host reads"), wrappers=(cp.__file__,))
+    with counter.counting():
+        read()
+    line = test_a_sync_through_the_stage_timers_is_charged_to_the_line_that_called_them.__code__.co_firstlineno + 7
+    here = Path(__file__).name
+    assert counter.counts == {
+        ("other", f"benchmarks/{here}:{line} (test_a_sync_through_the_stage_timers_is_charged_to_the_line_that_called_them)"): 1
+    }
+    stack = [_frame("/repo/oracle/bound.py", 972, "evaluate_modes"), _frame(cp.__file__, 231, "timed")]
+    assert site_of(stack) == "benchmarks/campaign_stages.py:231 (timed)"  # without the wrappers named
+    assert site_of(stack, (cp.__file__,)) == "oracle/bound.py:972 (evaluate_modes)"
+
+
 def test_the_calling_stage_is_below_the_host_read() -> None:
     timers = cp.StageTimers(clock=lambda: (0.0, 0.0))
 

@@ -388,15 +388,17 @@ def _corrupt_records(recipe: Recipe, records: torch.Tensor) -> None:
         picks = torch.arange(count, device=records.device)
         rows, blocks = rng.integers_many(recipe.seed, [(f"corrupt{number}", picks, records.shape[0]), (f"corrupt_block{number}", picks, 4)])
         scales = records[:, SCALE_OFFSET:ROPE_OFFSET].clone().view(torch.float32)
+        # values written as device scalars: a Python number assigned through tensor indices is
+        # copied from the host, and that copy waits for the device (kernel.host_copy)
         if kind == "nan_codes":
-            records[rows, blocks * 128 + 5] = 0x7F
+            records[rows, blocks * 128 + 5] = torch.full((), 0x7F, dtype=torch.uint8, device=records.device)
             continue
         if kind == "scale_not_pow2":
             scales[rows, blocks] = scales[rows, blocks] * 1.5
         elif kind == "scale_above_cap":
-            scales[rows, blocks] = 256.0
+            scales[rows, blocks] = torch.full((), 256.0, dtype=torch.float32, device=records.device)
         elif kind == "zero_scale":
-            scales[rows, blocks] = 0.0
+            scales[rows, blocks] = torch.full((), 0.0, dtype=torch.float32, device=records.device)
         records[:, SCALE_OFFSET:ROPE_OFFSET] = scales.view(torch.uint8).view(-1, 16)
 
 

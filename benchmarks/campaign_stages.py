@@ -25,8 +25,8 @@ Stages (cumulative time of the functions that do them):
                  with --timers also conformance.judging.many._compare, several calls' at once)
     preconditions check  oracle.preconditions.check_call (the preconditions property's findings
                  before its kernel call)
-    record       conformance.judging.harness.example_line and append_records (the run folder's
-                 example log; record is the two)
+    record       conformance.judging.harness.record and conformance.judging.checks.record_verdicts
+                 (the run folder's example log: one line, or a judged call's lines)
     coverage     conformance.records.coverage.Coverage.add
     start-up + report  the wall time outside conformance.campaign.fuzz.campaign (imports, the
                  CLI, the run report)
@@ -92,8 +92,8 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("oracle+bound", "oracle/bound.py", "evaluate_modes"),
     ("compare", "conformance/judging/harness.py", "_compare_modes"),
     ("preconditions check", "oracle/preconditions.py", "check_call"),
-    ("record", "conformance/judging/harness.py", "example_line"),
-    ("record", "conformance/judging/harness.py", "append_records"),
+    ("record", "conformance/judging/harness.py", "record"),
+    ("record", "conformance/judging/checks.py", "record_verdicts"),
     ("coverage", "conformance/records/coverage.py", "add"),
 )
 GATHER = ("oracle/rows.py", "gather_bound_batch")
@@ -126,8 +126,7 @@ TIMED: tuple[tuple[str, str, str], ...] = (
     ("compare", "conformance.judging.many", "_compare"),
     ("preconditions check", "oracle.preconditions", "check_call"),
     ("record", "conformance.judging.harness", "record"),
-    ("record", "conformance.judging.harness", "example_line"),
-    ("record", "conformance.judging.harness", "append_records"),
+    ("record", "conformance.judging.checks", "record_verdicts"),
     ("coverage", "conformance.records.coverage", "Coverage.add"),
     ("gather (in oracle+bound)", "oracle.rows", "gather_bound_batch"),
     ("write-ahead (WAL)", "conformance.durability.wal", "in_flight"),

@@ -158,28 +158,41 @@ def judge_call(
         raise failure(Finding(SUITE_ERROR, f"the judgement raised {type(err).__name__}", str(err)[:300])) from err
     if use_target:
         target_ratios([judgement.verdicts])
+    record_verdicts(property_name, target.name, problem, judgement.verdicts, None if triaged is None else triaged.finding)
+    if triaged is not None:
+        raise failure(triaged.finding, "kernel output outside the a-priori bound:\n" + "\n".join(failure_lines(judgement, lse)))
+    return list(judgement.verdicts.values())
+
+
+def record_verdicts(
+    property_name: str,
+    kernel_name: str,
+    problem: Problem,
+    verdicts: dict[str, Verdict],
+    finding: Finding | None,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """The example log's lines of one judged call, one per mode in `verdicts`' order, in one
+    append: pass or fail, the mode, a failing mode's `finding` fields, and `extra`'s fields."""
     recipe_json = problem.recipe.to_json_dict()  # one per call: every mode's line holds it
     lines = []
-    for mode, verdict in judgement.verdicts.items():
-        extra: dict[str, Any] = {"mode": mode}
-        if triaged is not None and not verdict.ok:
-            extra.update(finding_fields(triaged.finding))
+    for mode, verdict in verdicts.items():
+        fields: dict[str, Any] = {"mode": mode, **(extra or {})}
+        if finding is not None and not verdict.ok:
+            fields.update(finding_fields(finding))
         lines.append(
             example_line(
                 property_name,
-                target.name,
+                kernel_name,
                 problem,
                 outcome="pass" if verdict.ok else "fail",
                 out_ratio=verdict.out_ratio,
                 lse_ratio=verdict.lse_ratio,
-                extra=extra,
+                extra=fields,
                 recipe_json=recipe_json,
             )
         )
     append_records(lines)
-    if triaged is not None:
-        raise failure(triaged.finding, "kernel output outside the a-priori bound:\n" + "\n".join(failure_lines(judgement, lse)))
-    return list(judgement.verdicts.values())
 
 
 def finding_fields(finding: Finding) -> dict[str, str]:

@@ -27,6 +27,7 @@ import torch
 from conformance.durability import input_guard
 from conformance.durability.device_fault import describe as describe_fault
 from conformance.durability.device_fault import is_device_fault
+from conformance.durability.jsonlines import append_json_lines
 from conformance.durability.state import call_timeout_s, run_dir, worker_id
 from conformance.durability.wal import atomic_write_text, in_flight, inflight_path
 from conformance.durability.watchdog import KernelHung, limit_call
@@ -407,15 +408,6 @@ def example_line(
 
 def append_records(lines: Sequence[dict[str, Any]]) -> None:
     """Append `lines` (example_line's) to this worker's examples-<worker>.jsonl of the run, in one
-    write of an O_APPEND descriptor (the file is this process's alone)."""
-    if not lines:
-        return
-    text = "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines)
-    path = run_dir() / f"examples-{worker_id()}.jsonl"
-    data = memoryview(text.encode("utf-8"))
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    try:
-        while data:  # a regular file takes it in one write; a short write (a signal) goes on where it stopped
-            data = data[os.write(fd, data) :]
-    finally:
-        os.close(fd)
+    write (conformance.durability.jsonlines)."""
+    if lines:
+        append_json_lines(run_dir() / f"examples-{worker_id()}.jsonl", lines)

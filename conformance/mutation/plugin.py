@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from conformance.durability.jsonlines import append_json_lines
 from kernel.record import RECORD_BYTES
 
 REPORT_ENV = "CONFORMANCE_MUTATION_REPORT"
@@ -105,8 +106,7 @@ def _emit(event: dict[str, Any]) -> None:
     path = os.environ.get(REPORT_ENV)
     if not path:
         return
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(event, sort_keys=True) + "\n")
+    append_json_lines(path, [event])
 
 
 def _first_line(report: Any) -> str:

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from conformance.durability.jsonlines import append_json_lines
 from conformance.durability.state import runs_root
 from conformance.durability.wal import atomic_write_text
 
@@ -241,10 +242,7 @@ def save_crash_entry(entry: Any, destination: Path) -> tuple[Path, bool]:
 
 def _append_log(run_dir: Path, line: dict[str, Any]) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    with (run_dir / CRASHES_LOG).open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(line, sort_keys=True) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    append_json_lines(run_dir / CRASHES_LOG, [line], durable=True)
 
 
 def record_crash(

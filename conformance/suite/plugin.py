@@ -58,7 +58,6 @@ summary: conformance.suite.session and conformance.suite.failures.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
@@ -68,6 +67,7 @@ from typing import Any
 
 import pytest
 
+from conformance.durability.jsonlines import append_json_lines
 from conformance.durability.state import (
     CALL_TIMEOUT_ENV,
     DEFAULT_CALL_TIMEOUT_S,
@@ -512,9 +512,7 @@ def _not_judged(item: pytest.Item, report: pytest.TestReport) -> None:
 
 def _log(name: str, line: dict[str, Any]) -> None:
     """Append one JSON line to this worker's file `name` of the run (for the report)."""
-    path = run_dir() / name.format(worker=worker_id())
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(line, sort_keys=True) + "\n")
+    append_json_lines(run_dir() / name.format(worker=worker_id()), [line])
 
 
 class _FleetHooks:

@@ -18,17 +18,15 @@ nothing on a probe without negative entries; lse off leaves only out judged.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from hypothesis import target as hypothesis_target
 
-from conformance.judging.checks import finding_fields, require_support, run_valid_call
+from conformance.judging.checks import record_verdicts, require_support, run_valid_call, target_ratios
 from conformance.judging.finding import failure
 from conformance.judging.flag_support import flags_reason, supported_flags
-from conformance.judging.harness import judge, record
+from conformance.judging.harness import judge
 from conformance.judging.target import Target
 from conformance.judging.triage import triage
 from strategies.precision_probes import PROBES, to_device
@@ -61,22 +59,8 @@ def test_precision_probes(target: Target, data: st.DataObject) -> None:
     out, lse = run_valid_call(target, problem, PROPERTY)
     judgement = judge(problem, out, lse, target.profile)
     triaged = None if judgement.ok else triage(problem, out, lse, target.profile, judgement)
-    for mode, verdict in judgement.verdicts.items():
-        for label, value in ((f"out/{mode}", verdict.out_ratio), (f"lse/{mode}", verdict.lse_ratio)):
-            if math.isfinite(value):
-                hypothesis_target(value, label=label)
-        record(
-            PROPERTY,
-            target.name,
-            problem,
-            outcome="pass" if verdict.ok else "fail",
-            out_ratio=verdict.out_ratio,
-            lse_ratio=verdict.lse_ratio,
-            extra={
-                "mode": mode,
-                "probe": {"name": name, "seed": seed, "heads": heads, "size": size},
-                **(finding_fields(triaged.finding) if triaged is not None and not verdict.ok else {}),
-            },
-        )
+    target_ratios([judgement.verdicts])
+    probe = {"probe": {"name": name, "seed": seed, "heads": heads, "size": size}}
+    record_verdicts(PROPERTY, target.name, problem, judgement.verdicts, None if triaged is None else triaged.finding, probe)
     if triaged is not None:
         raise failure(triaged.finding, f"probe {call}: kernel output outside the a-priori bound:\n" + "\n".join(judgement.messages()))

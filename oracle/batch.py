@@ -46,6 +46,7 @@ from oracle.bound import (
     _split_kind,
     evaluate_modes,
     mode_groups,
+    share_equal_queries,
 )
 from oracle.profile_schema import NumericsProfile
 from oracle.rows import DEFAULT_KEY_BUDGET, PreconditionError, row_bounds
@@ -158,7 +159,7 @@ def evaluate_many(
             order=order_views[i],
             sorted_len=[lengths_host[i][j] for j in orders[i]],
             bounds=bounds[i],
-            q_refs=tuple(q_ref[lo:hi].view(n, heads, HEAD_DIM) for q_ref, _ in per_mode.values()),
+            q_refs=share_equal_queries(tuple(q_ref[lo:hi].view(n, heads, HEAD_DIM) for q_ref, _ in per_mode.values()), groups),
             q_rep_errs=tuple(None if err is None else err[lo:hi].view(n, heads, HEAD_DIM) for _, err in per_mode.values()),
             stats_rep=qrep.QRepresentation(
                 q_hat=rep.q_hat[lo:hi].view(n, heads, HEAD_DIM),

@@ -74,6 +74,7 @@ def count_ops(fn: Callable[[], object]) -> OpCounter:
     on the CPU) are counted as the op "tolist"."""
     counter = OpCounter()
     original = torch.Tensor.tolist
+    own = "tolist" in vars(torch.Tensor)  # else inherited (torch._C.TensorBase): put back by deleting the wrapper
 
     def tolist(self: torch.Tensor) -> Any:
         counter.ops["tolist"] += 1
@@ -84,5 +85,8 @@ def count_ops(fn: Callable[[], object]) -> OpCounter:
         with counter:
             fn()
     finally:
-        torch.Tensor.tolist = original  # type: ignore[method-assign]
+        if own:
+            torch.Tensor.tolist = original  # type: ignore[method-assign]
+        else:
+            del torch.Tensor.tolist
     return counter

@@ -39,8 +39,8 @@ import torch
 
 from benchmarks.common import add_device, add_json, add_shape, cache_rows, int_list, parse, positive, resolve_device, write_json
 from conformance.tools.bench import build_cache, build_inputs, call_ms
-from conformance.tools.bits import same_bits
 from kernel import fastpath
+from kernel.bits import same_bits
 
 Outcome = tuple[torch.Tensor, ...] | str
 WITHIN_ROUNDING = {"oracle.products"}  # self-checked within the reference's rounding, not bit for bit

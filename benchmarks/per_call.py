@@ -42,8 +42,8 @@ import torch
 from benchmarks.common import add_against, add_device, add_json, add_shape, cache_rows, parse, positive, resolve_device, write_json
 from benchmarks.revisions import module_at
 from conformance.tools.bench import build_cache, build_inputs, call_ms
-from conformance.tools.bits import same_bits
 from conformance.tools.op_count import count_ops
+from kernel.bits import same_bits
 
 Row = tuple[str, Callable[[], Any]]
 

@@ -32,6 +32,7 @@ from typing import Literal
 
 import torch
 
+from kernel.bits import same_bits
 from kernel.fp8 import e4m3_table
 from kernel.record import LATENT_DIM, N_SCALE_BLOCKS, RECORD_BYTES, SCALE_BLOCK
 from oracle import q_representation as qrep
@@ -253,6 +254,7 @@ class _ChunkStats:
     valid: torch.Tensor  # [R, 1, L]
     all_valid: bool  # every slot holds a key: the masks below are skipped (masked_fill with an all-false mask is the identity)
     scores: tuple[_ModeScores, ...]  # the scores and reference softmax of the q_refs given: one stacked entry per group of modes
+    p_abs_v: tuple[torch.Tensor, ...]  # per entry of scores: sum_i p_i |v_i| [M, R, H, 512] (groups that share scores share it)
     keys_abs_t: torch.Tensor  # [R, 576, L]
     values_abs: torch.Tensor  # [R, L, 512]
     v_range: torch.Tensor  # [R, 1, 512]
@@ -375,6 +377,7 @@ def _chunk_stats(
         scaled = code_table.index_select(0, chunk.code_index).view(*values.shape)
         total = scaled.sum(dim=1, dtype=torch.int32 if width <= _INT32_CODE_SUM_KEYS else torch.int64)
         abs_code_sum = (total.to(torch.float64) * 2.0**-9).unsqueeze(1)
+    weighted = {id(entry): _stacked_bmm(entry.probs, values_abs) for entry in made.values()}
     abs_v_sum = values_abs.sum(dim=1).unsqueeze(1)
     abs_v_max = values_abs.amax(dim=1).unsqueeze(1)
     stats = _ChunkStats(
@@ -382,6 +385,7 @@ def _chunk_stats(
         valid=chunk.valid.unsqueeze(1),
         all_valid=chunk.all_valid,
         scores=scores,
+        p_abs_v=tuple(weighted[id(entry)] for entry in scores),
         keys_abs_t=keys_abs_t,
         values_abs=values_abs,
         v_range=v_range,
@@ -695,14 +699,12 @@ def _chunk_bound(
     sigma: float,
     profile: NumericsProfile,
     checks: list[torch.Tensor] | None = None,
-    p_abs_v: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(out_ref, out_bound, lse_ref, lse_bound, window) of one chunk in every comparison mode of
     `scores` (an entry of stats.scores) at once, each stacked on a leading mode axis
     ([M, R, H, 512] and [M, R, H]): entry m is the bound of mode m alone, bit for bit.
     q_rep_errs[m] is mode m's representation error of Q (None: the reference holds Q's
-    representation exactly). `p_abs_v`: sum_i p_i |v_i| of these scores ([M, R, H, 512], the
-    bmm of scores.probs and stats.values_abs), formed here when not given.
+    representation exactly).
 
     All bound arithmetic is finite for finite inputs: probabilities enter in the log domain, and
     every exponential that could overflow is replaced by +inf only where a min() discards it.
@@ -748,7 +750,7 @@ def _chunk_bound(
     if stats.qk_flush is not None:
         # the scaled score and the exp argument, each flushed below F (log2 units)
         soft_err = soft_err + stats.qk_flush + 3 * LN2 * profile.flush_floor
-    log_p, probs, row_lse, ref_out = scores.log_p, scores.probs, scores.row_lse, scores.ref_out  # ln p_i: -inf at masked slots
+    log_p, row_lse, ref_out = scores.log_p, scores.row_lse, scores.ref_out  # ln p_i: -inf at masked slots
     split = _split_terms(stats, scores, z_fin, z_abs_max, profile)
     # ref_err holds 4 u64 > 0, so the sum is positive or NaN: no split term to add is no addition
     # (x + 0.0 is x for every such x)
@@ -761,8 +763,7 @@ def _chunk_bound(
     e_max = key_err.amax(dim=-1)  # [M, R, H]
 
     ref_abs = ref_out.abs()
-    if p_abs_v is None:
-        p_abs_v = _stacked_bmm(probs, stats.values_abs)
+    p_abs_v = next(weighted for entry, weighted in zip(stats.scores, stats.p_abs_v, strict=True) if entry is scores)
     # Reweighting by factors within e^(+-E_i): |o' - o| <= e^Emax sum_i p_i (e^E_i - 1) |v_i - o|,
     # with p_i (e^E_i - 1) formed in the log domain (never 0 * inf).
     log_tilt = log_p + _log_expm1(key_err)
@@ -860,7 +861,7 @@ def share_equal_queries(q_refs: tuple[torch.Tensor, ...], groups: tuple[tuple[in
     """`q_refs` (one reference query per mode) with each query replaced by an earlier one of the
     same shape and bits, where the modes run in more than one pass (mode_groups: on a CPU). Groups
     whose queries are then the same tensors share one computation of their scores, reference out
-    and sum_i p_i |v_i| (_chunk_stats, _bound_chunk): the same operations on the same bits give the
+    and sum_i p_i |v_i| (_chunk_stats): the same operations on the same bits give the
     same bits. Most gfx950 calls have such a pair: Q's hi + lo representation holds every bf16 q
     whose elements are not far below their block's largest. Bits are compared as integers (-0 and
     +0 differ). One pass (a GPU): `q_refs` as given, nothing compared (no host read)."""
@@ -868,14 +869,9 @@ def share_equal_queries(q_refs: tuple[torch.Tensor, ...], groups: tuple[tuple[in
         return q_refs
     kept: list[torch.Tensor] = []
     for ref in q_refs:
-        same = next((k for k in kept if k is ref or _same_bits(k, ref)), ref)
+        same = next((k for k in kept if k is ref or same_bits(k, ref)), ref)
         kept.append(same)
     return tuple(kept)
-
-
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two f64 tensors hold the same shape and bits (read as int64: -0 is not +0)."""
-    return a.shape == b.shape and a.dtype == b.dtype == torch.float64 and torch.equal(a.view(torch.int64), b.view(torch.int64))
 
 
 def _bound_chunk(
@@ -898,12 +894,8 @@ def _bound_chunk(
     precondition `flags` (with `messages`) and range checks handed to `deferred`."""
     checks: list[torch.Tensor] = [flags]
     stats = _chunk_stats(chunk, lengths, profile, code_table, stats_rep, sigma, q_refs, checks, groups)
-    weighted: dict[int, torch.Tensor] = {}  # sum_i p_i |v_i| per distinct scores (groups may share them)
     for group, scores in zip(groups, stats.scores, strict=True):
-        p_abs_v = weighted.get(id(scores))
-        if p_abs_v is None:
-            p_abs_v = weighted[id(scores)] = _stacked_bmm(scores.probs, stats.values_abs)
-        stacked = _chunk_bound(stats, scores, tuple(q_rep_errs[m] for m in group), sigma, profile, checks, p_abs_v)
+        stacked = _chunk_bound(stats, scores, tuple(q_rep_errs[m] for m in group), sigma, profile, checks)
         for target, value in zip(results, stacked, strict=True):
             target[group[0] : group[-1] + 1, chunk.rows] = value
     deferred.add(chunk, checks, messages)

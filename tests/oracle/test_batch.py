@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from conformance.tools.bits import same_bits
+from kernel.bits import same_bits
 from oracle.batch import Call, evaluate_many
 from oracle.bound import evaluate_modes
 from oracle.profiles import load_profile

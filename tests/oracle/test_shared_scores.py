@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance.tools.bits import same_bits
+from kernel.bits import same_bits
 from oracle import bound
 from oracle.batch import Call, evaluate_many
 from oracle.bound import evaluate_modes, share_equal_queries

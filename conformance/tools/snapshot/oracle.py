@@ -8,7 +8,7 @@ kernel's out / lse (default and a 256-key row budget). An error is recorded as t
 "Type: message" in place of the tensors. The file (torch.save of a dict) maps
 "<case>/<producer>/<tensor>" to a tensor or an error string.
 
-`take(stored=...)` compares every tensor through its integer bit view (conformance.tools.bits:
+`take(stored=...)` compares every tensor through its integer bit view (kernel.bits:
 NaN payloads included, so a NaN equals the same NaN) and names each difference: NEW (a key the
 stored file lacks), DIFFERS (other bits, or another error), MISSING (a stored key of a selected
 case that was not produced). Used to show that a change of oracle/, the bound or the emulated
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from conformance.tools.bits import same_bits
 from conformance.tools.snapshot.cases import cases
+from kernel.bits import same_bits
 from kernel.emulated.gfx950 import run_emulated
 from oracle import q_representation as qrep
 from oracle.bound import evaluate_modes

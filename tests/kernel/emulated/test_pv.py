@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.tools.bits import bit_view
 from kernel import fastpath
+from kernel.bits import bit_view
 from kernel.emulated import gfx950 as emulated
 from kernel.emulated import pv as emulated_pv
 from kernel.emulated import state as emulated_state

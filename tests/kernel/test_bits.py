@@ -1,9 +1,9 @@
-"""conformance.tools.bits: bit-for-bit comparison of tensors (zero signs, NaN payloads, dtypes)."""
+"""kernel.bits: bit-for-bit comparison of tensors (zero signs, NaN payloads, dtypes)."""
 
 import torch
 
 from conformance.tools.bench import call_ms
-from conformance.tools.bits import bit_view, same_bits
+from kernel.bits import bit_view, same_bits
 
 
 def test_same_bits_sees_zero_signs_and_nan_payloads() -> None:

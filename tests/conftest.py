@@ -1,7 +1,9 @@
 """The project's own tests group their xdist work (FlyDSL compile groups, the mutation score run)
 with `xdist_group` marks: with `-n`, they are scheduled `--dist loadgroup` unless told otherwise.
 (The conformance suite itself runs `--dist load`: see conformance.suite.plugin.) Each xdist worker
-takes its share of the cores as torch threads (conformance.suite.threads), as suite workers do.
+takes its share of the cores as torch threads (conformance.suite.threads), as suite workers do,
+and hands that share on as OMP_NUM_THREADS to the processes its tests start (a user's
+OMP_NUM_THREADS stands).
 
 Where Triton is installed on a machine without CUDA, Triton is imported once under its CPU
 interpreter before any test runs (_import_triton_for_the_interpreter).
@@ -92,5 +94,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.addinivalue_line("markers", "long: takes tens of seconds; scheduled first under xdist (tests/conftest.py)")
     _private_state_folder()
-    share_cores_among_workers()
+    shared = share_cores_among_workers()
+    if shared is not None:
+        # the processes a test starts (suite sessions, the CLI) run on this worker's cores too: without
+        # this each would start one spinning OpenMP thread per core of the machine
+        os.environ["OMP_NUM_THREADS"] = str(shared)
     _import_triton_for_the_interpreter()

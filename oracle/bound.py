@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
@@ -212,6 +212,7 @@ class _ModeScores:
     probs: torch.Tensor  # [M, R, H, L]
     row_lse: torch.Tensor  # [M, R, H]
     ref_out: torch.Tensor  # [M, R, H, 512] the reference's out, sum_i p_i v_i
+    p_abs_v: torch.Tensor | None = None  # [M, R, H, 512] sum_i p_i |v_i|: set by _chunk_stats once |V| is formed
 
 
 def _stacked_bmm(lefts: Sequence[torch.Tensor], right: torch.Tensor) -> torch.Tensor:
@@ -254,7 +255,6 @@ class _ChunkStats:
     valid: torch.Tensor  # [R, 1, L]
     all_valid: bool  # every slot holds a key: the masks below are skipped (masked_fill with an all-false mask is the identity)
     scores: tuple[_ModeScores, ...]  # the scores and reference softmax of the q_refs given: one stacked entry per group of modes
-    p_abs_v: tuple[torch.Tensor, ...]  # per entry of scores: sum_i p_i |v_i| [M, R, H, 512] (groups that share scores share it)
     keys_abs_t: torch.Tensor  # [R, 576, L]
     values_abs: torch.Tensor  # [R, L, 512]
     v_range: torch.Tensor  # [R, 1, 512]
@@ -346,7 +346,6 @@ def _chunk_stats(
         key = tuple(map(id, refs))
         if key not in made:
             made[key] = _mode_scores(refs, chunk, keys_t, sigma, invalid)
-    scores = tuple(made[tuple(id(q_refs[m]) for m in group)] for group in groups)
     v_range = _value_range(values, chunk)  # before keys' abs: values may be a view of keys
     nonzero_keys = (keys != 0).to(torch.float32).transpose(1, 2)
     keys_abs_t = keys.abs_().transpose(1, 2)
@@ -377,15 +376,15 @@ def _chunk_stats(
         scaled = code_table.index_select(0, chunk.code_index).view(*values.shape)
         total = scaled.sum(dim=1, dtype=torch.int32 if width <= _INT32_CODE_SUM_KEYS else torch.int64)
         abs_code_sum = (total.to(torch.float64) * 2.0**-9).unsqueeze(1)
-    weighted = {id(entry): _stacked_bmm(entry.probs, values_abs) for entry in made.values()}
+    # sum_i p_i |v_i| once per distinct scores (groups that share scores share it)
+    made = {key: replace(entry, p_abs_v=_stacked_bmm(entry.probs, values_abs)) for key, entry in made.items()}
     abs_v_sum = values_abs.sum(dim=1).unsqueeze(1)
     abs_v_max = values_abs.amax(dim=1).unsqueeze(1)
     stats = _ChunkStats(
         rows=chunk.rows,
         valid=chunk.valid.unsqueeze(1),
         all_valid=chunk.all_valid,
-        scores=scores,
-        p_abs_v=tuple(weighted[id(entry)] for entry in scores),
+        scores=tuple(made[tuple(id(q_refs[m]) for m in group)] for group in groups),
         keys_abs_t=keys_abs_t,
         values_abs=values_abs,
         v_range=v_range,
@@ -763,7 +762,8 @@ def _chunk_bound(
     e_max = key_err.amax(dim=-1)  # [M, R, H]
 
     ref_abs = ref_out.abs()
-    p_abs_v = next(weighted for entry, weighted in zip(stats.scores, stats.p_abs_v, strict=True) if entry is scores)
+    p_abs_v = scores.p_abs_v
+    assert p_abs_v is not None  # _chunk_stats sets it on every entry of stats.scores
     # Reweighting by factors within e^(+-E_i): |o' - o| <= e^Emax sum_i p_i (e^E_i - 1) |v_i - o|,
     # with p_i (e^E_i - 1) formed in the log domain (never 0 * inf).
     log_tilt = log_p + _log_expm1(key_err)

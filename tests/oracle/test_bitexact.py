@@ -178,13 +178,6 @@ def test_pairwise_output_casts_are_the_stacked_min_max() -> None:
     assert same_bits(bound.output_interval_bound(ref, d_pre, casts), direct)
 
 
-def _field_pairs(x: object, y: object) -> list[tuple[object, object]]:
-    """(x, y) for tensors, else the pairs of their dataclass fields."""
-    if isinstance(x, torch.Tensor):
-        return [(x, y)]
-    return [(getattr(x, f.name), getattr(y, f.name)) for f in dataclasses.fields(x)]  # type: ignore[arg-type]
-
-
 @pytest.mark.parametrize("profile_name", ["gfx950", "bf16-q-bf16-p", "fp32"])
 def test_skipped_masks_are_the_identity(profile_name: str) -> None:
     """An all-valid chunk judged through the masked code path gives the same bits."""
@@ -206,8 +199,8 @@ def test_skipped_masks_are_the_identity(profile_name: str) -> None:
     for field in dataclasses.fields(fast):
         a, b = getattr(fast, field.name), getattr(slow, field.name)
         pairs = [(a, b)]
-        if isinstance(a, tuple):  # one entry per group of modes: the stacked scores, or sum p |v|
-            pairs = [pair for x, y in zip(a, b, strict=True) for pair in _field_pairs(x, y)]
+        if isinstance(a, tuple):  # the modes' stacked scores (sum p |v| among them), one entry per group of modes
+            pairs = [(getattr(x, f.name), getattr(y, f.name)) for x, y in zip(a, b, strict=True) for f in dataclasses.fields(x)]
         for x, y in pairs:
             if isinstance(x, torch.Tensor):
                 assert same_bits(x, y), field.name
